@@ -1,0 +1,26 @@
+/* The CPU backend's kernel families. cpu_backend.c routes each op to the
+ * family its kind names in the op table; each family lives in one file. */
+#ifndef HD_CPU_KERNELS_H
+#define HD_CPU_KERNELS_H
+
+#include "../../runtime/hd_backend.h"
+
+/* Below this many elements a kernel stays on one thread. */
+#define CPU_PAR_MIN 32768
+
+#define CPU_KERNEL(family)                                                                         \
+    hd_status hd_cpu_##family(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,        \
+                              int nin, const hd_attrs *attrs);                                     \
+    int hd_cpu_##family##_supports(hd_op op, hd_dtype dt);
+
+CPU_KERNEL(create)      /* cpu_create.c: full, arange, linspace, eye, rand, randn */
+CPU_KERNEL(elementwise) /* cpu_elementwise.c: unary, binary, compare, where */
+CPU_KERNEL(reduce)      /* cpu_reduce.c */
+CPU_KERNEL(matmul)      /* cpu_matmul.c */
+CPU_KERNEL(shape)       /* cpu_shape.c: concat */
+CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign */
+CPU_KERNEL(nn)          /* cpu_nn.c */
+
+#undef CPU_KERNEL
+
+#endif

@@ -1,0 +1,132 @@
+#include "hd_base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char hd_oom_message[] = "out of memory";
+
+static void *hd_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+    HD_UNUSED(ud);
+    HD_UNUSED(osize);
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, nsize);
+}
+
+void hd_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "hodu: internal error: %s (%s:%d)\n", cond, file, line);
+    abort();
+}
+
+/* HODU_NUM_THREADS, else the online cores (at most 64). */
+static int hd_default_threads(void) {
+    const char *env = getenv("HODU_NUM_THREADS");
+    long n = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 64) n = 64;
+    return (int)n;
+}
+
+void hd_ctx_init(hd_ctx *ctx, hd_alloc_fn alloc, void *ud) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->alloc = alloc ? alloc : hd_default_alloc;
+    ctx->alloc_ud = ud;
+    ctx->fail_countdown = -1;
+    ctx->nthreads = hd_default_threads();
+    ctx->rng_seed = 0x853c49e6748fea9bULL;
+}
+
+static int hd_ctx_may_alloc(hd_ctx *ctx, size_t extra) {
+    if (ctx->fail_countdown >= 0 && ctx->fail_countdown-- == 0) return 0;
+    if (ctx->mem_limit && (extra > ctx->mem_limit || ctx->mem_used > ctx->mem_limit - extra))
+        return 0;
+    return 1;
+}
+
+static void *hd_ctx_oom(hd_ctx *ctx, size_t nbytes) {
+    if (ctx->mem_limit && nbytes <= ((size_t)1 << 62))
+        hd_error(ctx, HD_ERR_MEMORY, "%s: %zu bytes requested, %zu of %zu in use", hd_oom_message,
+                 nbytes, ctx->mem_used, ctx->mem_limit);
+    else
+        hd_error(ctx, HD_ERR_MEMORY, "%s: %zu bytes requested", hd_oom_message, nbytes);
+    return NULL;
+}
+
+void *hd_ctx_alloc(hd_ctx *ctx, size_t nbytes) {
+    if (nbytes == 0) nbytes = 1;
+    if (!hd_ctx_may_alloc(ctx, nbytes)) return hd_ctx_oom(ctx, nbytes);
+    void *p = ctx->alloc(ctx->alloc_ud, NULL, 0, nbytes);
+    if (!p) return hd_ctx_oom(ctx, nbytes);
+    ctx->mem_used += nbytes;
+    if (ctx->mem_used > ctx->mem_peak) ctx->mem_peak = ctx->mem_used;
+    return p;
+}
+
+void *hd_ctx_calloc(hd_ctx *ctx, size_t n, size_t size) {
+    size_t total;
+    if (!hd_mul_overflow(n, size, &total)) return hd_ctx_oom(ctx, SIZE_MAX);
+    void *p = hd_ctx_alloc(ctx, total);
+    if (p) memset(p, 0, total ? total : 1);
+    return p;
+}
+
+void *hd_ctx_realloc(hd_ctx *ctx, void *p, size_t osize, size_t nsize) {
+    if (!p) return hd_ctx_alloc(ctx, nsize);
+    if (nsize == 0) nsize = 1;
+    if (osize == 0) osize = 1;
+    if (nsize > osize && !hd_ctx_may_alloc(ctx, nsize - osize)) return hd_ctx_oom(ctx, nsize);
+    void *q = ctx->alloc(ctx->alloc_ud, p, osize, nsize);
+    if (!q) return hd_ctx_oom(ctx, nsize);
+    ctx->mem_used = ctx->mem_used - osize + nsize;
+    if (ctx->mem_used > ctx->mem_peak) ctx->mem_peak = ctx->mem_used;
+    return q;
+}
+
+void hd_ctx_free(hd_ctx *ctx, void *p, size_t nbytes) {
+    if (!p) return;
+    if (nbytes == 0) nbytes = 1;
+    ctx->alloc(ctx->alloc_ud, p, nbytes, 0);
+    ctx->mem_used -= nbytes;
+}
+
+char *hd_ctx_strdup(hd_ctx *ctx, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = hd_ctx_alloc(ctx, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void hd_ctx_strfree(hd_ctx *ctx, char *s) {
+    if (s) hd_ctx_free(ctx, s, strlen(s) + 1);
+}
+
+hd_status hd_verror(hd_ctx *ctx, hd_status st, const char *fmt, va_list ap) {
+    ctx->status = st;
+    vsnprintf(ctx->errmsg, sizeof ctx->errmsg, fmt, ap);
+    return st;
+}
+
+hd_status hd_error(hd_ctx *ctx, hd_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    hd_verror(ctx, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void hd_error_clear(hd_ctx *ctx) {
+    ctx->status = HD_OK;
+    ctx->errmsg[0] = 0;
+}
+
+const char *hd_error_message(const hd_ctx *ctx) { return ctx->errmsg; }
+
+int hd_mul_overflow(size_t a, size_t b, size_t *out) {
+    if (a && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}

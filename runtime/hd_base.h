@@ -1,0 +1,82 @@
+/* hd_base: status codes, the runtime context, its allocator and its error slot.
+ *
+ * Every runtime call takes an hd_ctx. The context owns no global state: many
+ * contexts may live in one process, each used by one thread at a time. All
+ * memory the runtime allocates goes through hd_ctx_alloc so that a host can cap
+ * it and tests can fail the k-th allocation (STYLE 6). */
+#ifndef HD_BASE_H
+#define HD_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+/* Same values as hodu_status in include/hodu.h. */
+typedef enum {
+    HD_OK = 0,
+    HD_ERR_SYNTAX,
+    HD_ERR_RUNTIME,
+    HD_ERR_MEMORY,
+    HD_ERR_LIMIT,
+    HD_ERR_IO,
+    HD_ERR_ARGUMENT,
+} hd_status;
+
+/* Lua-style allocator hook: nsize == 0 frees, ptr == NULL allocates. */
+typedef void *(*hd_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
+
+#define HD_ERRMSG_MAX 1024
+
+typedef struct hd_ctx {
+    hd_alloc_fn alloc;
+    void *alloc_ud;
+    size_t mem_used;   /* bytes currently allocated through this context */
+    size_t mem_peak;   /* high-water mark of mem_used */
+    size_t mem_limit;  /* 0: no limit */
+    long fail_countdown; /* tests: the allocation that brings this to 0 fails; <0 off */
+    int nthreads;      /* threads for large kernels; 1 = single-threaded */
+    uint64_t rng_seed; /* Philox key */
+    uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
+    hd_status status;  /* last error */
+    char errmsg[HD_ERRMSG_MAX];
+} hd_ctx;
+
+/* Project invariants only; never for conditions a user, file or host causes. */
+#ifdef NDEBUG
+#define HD_ASSERT(c) ((void)0)
+#else
+#define HD_ASSERT(c) ((c) ? (void)0 : hd_assert_fail(#c, __FILE__, __LINE__))
+#endif
+void hd_assert_fail(const char *cond, const char *file, int line);
+
+#define HD_UNUSED(x) ((void)(x))
+#define HD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define HD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Initialise a context with the default allocator (alloc may be NULL). */
+void hd_ctx_init(hd_ctx *ctx, hd_alloc_fn alloc, void *ud);
+
+/* Allocation through the context: NULL and an HD_ERR_MEMORY error on failure,
+ * on passing mem_limit, or when the test countdown reaches zero. */
+void *hd_ctx_alloc(hd_ctx *ctx, size_t nbytes);
+void *hd_ctx_calloc(hd_ctx *ctx, size_t n, size_t size);
+void *hd_ctx_realloc(hd_ctx *ctx, void *p, size_t osize, size_t nsize);
+void hd_ctx_free(hd_ctx *ctx, void *p, size_t nbytes);
+char *hd_ctx_strdup(hd_ctx *ctx, const char *s);
+void hd_ctx_strfree(hd_ctx *ctx, char *s);
+
+/* Record an error and return its status, so callers write
+ * `return hd_error(ctx, HD_ERR_RUNTIME, "...", ...);`. */
+hd_status hd_error(hd_ctx *ctx, hd_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+hd_status hd_verror(hd_ctx *ctx, hd_status st, const char *fmt, va_list ap);
+void hd_error_clear(hd_ctx *ctx);
+const char *hd_error_message(const hd_ctx *ctx);
+
+/* Overflow-checked size arithmetic: 0 on overflow. */
+int hd_mul_overflow(size_t a, size_t b, size_t *out);
+
+#endif

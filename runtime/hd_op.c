@@ -1,0 +1,224 @@
+/* Eager dispatch: one entry point (hd_op_run) for every op of the table. */
+#include "hd_op.h"
+#include "hd_backend.h"
+
+#include <string.h>
+
+const hd_op_info hd_op_infos[HD_OP_COUNT] = {
+#define X(NAME, name, arity, kind, shape, diff) {name, arity, kind, hd_shape_##shape, diff},
+#include "hd_ops.def"
+#undef X
+};
+
+_Static_assert(sizeof hd_op_infos / sizeof hd_op_infos[0] == HD_OP_COUNT, "op table size");
+
+int hd_op_from_name(const char *name) {
+    for (int i = 0; i < HD_OP_COUNT; i++)
+        if (strcmp(hd_op_infos[i].name, name) == 0) return i;
+    return -1;
+}
+
+hd_status hd_op_plan_make(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                          const hd_attrs *attrs, hd_op_plan *plan) {
+    if ((unsigned)op >= HD_OP_COUNT) return hd_error(ctx, HD_ERR_ARGUMENT, "unknown op %d", op);
+    const hd_op_info *info = &hd_op_infos[op];
+    if (info->arity >= 0 && nin != info->arity)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s takes %d tensor inputs, got %d", info->name,
+                        info->arity, nin);
+    for (int i = 0; i < nin; i++)
+        if (!in[i]) return hd_error(ctx, HD_ERR_ARGUMENT, "%s: input %d is missing", info->name, i);
+    memset(plan, 0, sizeof *plan);
+    return info->shape(ctx, op, in, nin, attrs, plan);
+}
+
+/* ---- views ---- */
+
+/* Strides for viewing t as `shape` without copying, as torch's
+ * computeStride: possible when each group of merged or split dims is
+ * contiguous within itself. Returns 0 if no view exists. */
+static int view_strides(const hd_tensor *t, const int64_t *shape, int nd, int64_t *strides) {
+    if (t->numel == 0 || nd == 0 || t->ndim == 0) {
+        hd_contiguous_strides(shape, nd, strides);
+        return 1;
+    }
+    int view_d = nd - 1;
+    int64_t chunk_base_stride = t->strides[t->ndim - 1];
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int td = t->ndim - 1; td >= 0; td--) {
+        tensor_numel *= t->shape[td];
+        if (td == 0 || (t->shape[td - 1] != 1 &&
+                        t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+                strides[view_d] = view_numel * chunk_base_stride;
+                view_numel *= shape[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel) return 0;
+            if (td > 0) {
+                chunk_base_stride = t->strides[td - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+static hd_status make_view(hd_ctx *ctx, hd_op op, hd_tensor *t, const hd_attrs *attrs,
+                           const hd_op_plan *plan, hd_tensor **out) {
+    int64_t strides[HD_MAX_DIMS];
+    int64_t offset = t->offset;
+    switch (op) {
+    case HD_OP_RESHAPE:
+        if (!view_strides(t, plan->shape, plan->ndim, strides)) {
+            hd_tensor *c = NULL;
+            if (hd_op_unary(ctx, HD_OP_COPY, t, &c)) return ctx->status;
+            hd_contiguous_strides(plan->shape, plan->ndim, strides);
+            *out = hd_tensor_view(ctx, c, plan->shape, strides, plan->ndim, c->offset);
+            hd_tensor_unref(c);
+            return *out ? HD_OK : ctx->status;
+        }
+        break;
+    case HD_OP_PERMUTE:
+        for (int i = 0; i < plan->ndim; i++) {
+            int a = (int)(attrs->shape[i] < 0 ? attrs->shape[i] + t->ndim : attrs->shape[i]);
+            strides[i] = t->strides[a];
+        }
+        break;
+    case HD_OP_EXPAND: hd_broadcast_strides(t, plan->shape, plan->ndim, strides); break;
+    case HD_OP_SLICE: {
+        int k = 0;
+        for (int i = 0; i < t->ndim; i++) {
+            if (attrs->len[i] > 0) offset += attrs->start[i] * t->strides[i];
+            if (attrs->drop_mask & (1u << i)) continue;
+            strides[k++] = t->strides[i] * attrs->step[i];
+        }
+        break;
+    }
+    default: return hd_error(ctx, HD_ERR_ARGUMENT, "%s is not a view op", hd_op_name(op));
+    }
+    *out = hd_tensor_view(ctx, t, plan->shape, strides, plan->ndim, offset);
+    return *out ? HD_OK : ctx->status;
+}
+
+/* ---- dispatch ---- */
+
+static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                                        int *device) {
+    const hd_backend *be = &hd_cpu_backend;
+    *device = 0;
+    for (int i = 0; i < nin; i++) {
+        const hd_storage *s = in[i]->storage;
+        if (!s) {
+            hd_error(ctx, HD_ERR_RUNTIME, "%s: input %d has no data (symbolic tensor)",
+                     hd_op_name(op), i);
+            return NULL;
+        }
+        if (in[i]->number) continue; /* numbers follow the other operands */
+        if (i > 0 && !in[0]->number && (s->backend != be || s->device != *device)) {
+            hd_error(ctx, HD_ERR_RUNTIME, "%s: inputs are on different devices (%s:%d and %s:%d)",
+                     hd_op_name(op), be->name, *device, s->backend->name, s->device);
+            return NULL;
+        }
+        be = s->backend;
+        *device = s->device;
+    }
+    return be;
+}
+
+static void unref_casts(hd_tensor **cast, int n) {
+    for (int i = 0; i < n; i++) hd_tensor_unref(cast[i]);
+}
+
+hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
+                    hd_tensor **out) {
+    static const hd_attrs no_attrs;
+    hd_op_plan plan;
+    *out = NULL;
+    if (!attrs) attrs = &no_attrs;
+    if (hd_op_plan_make(ctx, op, in, nin, attrs, &plan)) return ctx->status;
+    int device;
+    const hd_backend *be = inputs_backend(ctx, op, in, nin, &device);
+    if (!be) return ctx->status;
+    const hd_op_info *info = &hd_op_infos[op];
+    if (info->kind == HD_KIND_VIEW) return make_view(ctx, op, in[0], attrs, &plan, out);
+
+    enum { MAX_CAST = 64 };
+    hd_tensor *cast_buf[MAX_CAST];
+    hd_tensor **cast = nin <= MAX_CAST ? cast_buf : hd_ctx_calloc(ctx, (size_t)nin, sizeof *cast);
+    if (!cast) return ctx->status;
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
+    for (int i = 0; i < nin && !st; i++) {
+        int want = op == HD_OP_CONCAT ? plan.in_dtype[0]
+                   : i < HD_OP_MAX_IN  ? plan.in_dtype[i]
+                                       : -1;
+        if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
+        hd_tensor *c = NULL;
+        st = hd_op_cast(ctx, in[i], (hd_dtype)want, &c);
+        hd_tensor_unref(cast[i]);
+        cast[i] = c;
+    }
+    if (st) goto done;
+    if (!be->supports_op(op, nin ? cast[0]->dtype : plan.dtype)) {
+        st = hd_error(ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
+                      hd_op_name(op), hd_dtype_name(nin ? cast[0]->dtype : plan.dtype), be->name);
+        goto done;
+    }
+    hd_tensor *res;
+    if (op == HD_OP_ASSIGN) {
+        res = hd_tensor_ref(cast[0]);
+        if (res->storage) res->storage->version++;
+    } else {
+        res = hd_tensor_new_on(ctx, be, device, plan.dtype, plan.shape, plan.ndim);
+        if (!res) {
+            st = ctx->status;
+            goto done;
+        }
+    }
+    if (res->numel > 0) st = be->run_op(ctx, op, res, cast, nin, attrs);
+    if (st)
+        hd_tensor_unref(res);
+    else
+        *out = res;
+done:
+    unref_casts(cast, nin);
+    if (cast != cast_buf) hd_ctx_free(ctx, cast, (size_t)nin * sizeof *cast);
+    return st;
+}
+
+hd_status hd_op_unary(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor **out) {
+    return hd_op_run(ctx, op, &a, 1, NULL, out);
+}
+
+hd_status hd_op_binary(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, hd_tensor **out) {
+    hd_tensor *in[2] = {a, b};
+    return hd_op_run(ctx, op, in, 2, NULL, out);
+}
+
+hd_status hd_op_cast(hd_ctx *ctx, hd_tensor *a, hd_dtype dt, hd_tensor **out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dtype = dt;
+    return hd_op_run(ctx, HD_OP_CAST, &a, 1, &at, out);
+}
+
+hd_status hd_tensor_copy_into(hd_ctx *ctx, hd_tensor *dst, hd_tensor *src) {
+    hd_tensor *in[2] = {dst, src}, *out = NULL;
+    hd_status st = hd_op_run(ctx, HD_OP_ASSIGN, in, 2, NULL, &out);
+    hd_tensor_unref(out);
+    return st;
+}
+
+hd_status hd_backend_parse_device(hd_ctx *ctx, const char *spec, const hd_backend **be,
+                                  int *device) {
+    if (strcmp(spec, "cpu") == 0 || strcmp(spec, "cpu:0") == 0) {
+        *be = &hd_cpu_backend;
+        *device = 0;
+        return HD_OK;
+    }
+    if (strncmp(spec, "cuda", 4) == 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "device '%s': this build has no CUDA backend", spec);
+    return hd_error(ctx, HD_ERR_ARGUMENT, "unknown device '%s' (expected \"cpu\" or \"cuda:N\")",
+                    spec);
+}

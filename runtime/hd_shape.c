@@ -1,0 +1,666 @@
+/* Shape rules: for each op, validate the inputs and attributes and decide
+ * the output's dtype and shape and the dtype each input is cast to. They
+ * read metadata only, so they work on symbolic tensors too. */
+#include "hd_op.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SHAPE_FN(name)                                                                             \
+    hd_status hd_shape_##name(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,                \
+                              const hd_attrs *attrs, hd_op_plan *plan)
+
+static void plan_set(hd_op_plan *plan, hd_dtype dt, const int64_t *shape, int ndim) {
+    plan->dtype = dt;
+    plan->ndim = ndim;
+    if (ndim) memcpy(plan->shape, shape, (size_t)ndim * sizeof *shape);
+    for (int i = 0; i < HD_OP_MAX_IN; i++) plan->in_dtype[i] = -1;
+}
+
+static hd_prio prio_of(const hd_tensor *t) {
+    if (t->number) return HD_PRIO_NUMBER;
+    return t->ndim == 0 ? HD_PRIO_ZERODIM : HD_PRIO_TENSOR;
+}
+
+static hd_dtype promote_inputs(hd_tensor *const *in, int n) {
+    hd_promo p;
+    hd_promo_init(&p);
+    for (int i = 0; i < n; i++) hd_promo_add(&p, in[i]->dtype, prio_of(in[i]));
+    return hd_promo_result(&p);
+}
+
+static hd_dtype float_of(hd_dtype dt) { return hd_dtype_is_float(dt) ? dt : HD_F32; }
+
+static hd_status err_dtype(hd_ctx *ctx, hd_op op, hd_dtype dt) {
+    return hd_error(ctx, HD_ERR_RUNTIME, "%s is not defined for %s tensors", hd_op_name(op),
+                    hd_dtype_name(dt));
+}
+
+static hd_status check_shape_attr(hd_ctx *ctx, hd_op op, const hd_attrs *attrs) {
+    if (attrs->nshape < 0 || attrs->nshape > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s: at most %d dims, got %d", hd_op_name(op),
+                        HD_MAX_DIMS, attrs->nshape);
+    for (int i = 0; i < attrs->nshape; i++)
+        if (attrs->shape[i] < 0)
+            return hd_error(ctx, HD_ERR_ARGUMENT, "%s: negative dimension %lld in shape",
+                            hd_op_name(op), (long long)attrs->shape[i]);
+    return HD_OK;
+}
+
+/* ---- creation ---- */
+
+SHAPE_FN(create) {
+    HD_UNUSED(in);
+    HD_UNUSED(nin);
+    if (check_shape_attr(ctx, op, attrs)) return ctx->status;
+    if ((op == HD_OP_RAND || op == HD_OP_RANDN) && !hd_dtype_is_float(attrs->dtype))
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s needs a float dtype, got %s", hd_op_name(op),
+                        hd_dtype_name(attrs->dtype));
+    if (op == HD_OP_EYE && attrs->nshape != 2)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "eye: shape must have 2 dims");
+    plan_set(plan, attrs->dtype, attrs->shape, attrs->nshape);
+    return HD_OK;
+}
+
+SHAPE_FN(arange) {
+    HD_UNUSED(in);
+    HD_UNUSED(nin);
+    double a = attrs->scalar[0], b = attrs->scalar[1], step = attrs->scalar[2];
+    if (!isfinite(a) || !isfinite(b) || !isfinite(step))
+        return hd_error(ctx, HD_ERR_RUNTIME, "arange: bounds and step must be finite");
+    if (step == 0) return hd_error(ctx, HD_ERR_RUNTIME, "arange: step must not be zero");
+    double n = ceil((b - a) / step);
+    if (n < 0) n = 0;
+    if (n > 4e18) return hd_error(ctx, HD_ERR_MEMORY, "out of memory: arange of %g elements", n);
+    int64_t shape[1] = {(int64_t)n};
+    plan_set(plan, attrs->dtype, shape, 1);
+    HD_UNUSED(op);
+    return HD_OK;
+}
+
+SHAPE_FN(linspace) {
+    HD_UNUSED(in);
+    HD_UNUSED(nin);
+    if (attrs->ints[0] < 0) return hd_error(ctx, HD_ERR_RUNTIME, "linspace: n must be >= 0");
+    if (!hd_dtype_is_float(attrs->dtype)) return err_dtype(ctx, op, attrs->dtype);
+    int64_t shape[1] = {attrs->ints[0]};
+    plan_set(plan, attrs->dtype, shape, 1);
+    return HD_OK;
+}
+
+/* ---- elementwise ---- */
+
+SHAPE_FN(unary_same) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(ctx);
+    HD_UNUSED(op);
+    plan_set(plan, in[0]->dtype, in[0]->shape, in[0]->ndim);
+    return HD_OK;
+}
+
+SHAPE_FN(unary_signed) {
+    if (in[0]->dtype == HD_BOOL) return err_dtype(ctx, op, HD_BOOL);
+    return hd_shape_unary_same(ctx, op, in, nin, attrs, plan);
+}
+
+SHAPE_FN(unary_float) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(ctx);
+    HD_UNUSED(op);
+    hd_dtype dt = float_of(in[0]->dtype);
+    plan_set(plan, dt, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(unary_bool) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(ctx);
+    HD_UNUSED(op);
+    plan_set(plan, HD_BOOL, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = HD_BOOL;
+    return HD_OK;
+}
+
+SHAPE_FN(cast) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    if ((unsigned)attrs->dtype >= HD_DTYPE_COUNT)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "to: unknown dtype");
+    plan_set(plan, attrs->dtype, in[0]->shape, in[0]->ndim);
+    return HD_OK;
+}
+
+static hd_status binary_plan(hd_ctx *ctx, hd_tensor *const *in, hd_dtype compute,
+                             hd_dtype out, hd_op_plan *plan) {
+    int64_t shape[HD_MAX_DIMS];
+    int nd;
+    if (hd_broadcast_shapes(ctx, in[0]->shape, in[0]->ndim, in[1]->shape, in[1]->ndim, shape,
+                            &nd))
+        return ctx->status;
+    plan_set(plan, out, shape, nd);
+    plan->in_dtype[0] = plan->in_dtype[1] = compute;
+    return HD_OK;
+}
+
+SHAPE_FN(binary) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    hd_dtype dt = promote_inputs(in, 2);
+    return binary_plan(ctx, in, dt, dt, plan);
+}
+
+SHAPE_FN(binary_num) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    hd_dtype dt = promote_inputs(in, 2);
+    if (dt == HD_BOOL) return err_dtype(ctx, op, dt);
+    return binary_plan(ctx, in, dt, dt, plan);
+}
+
+SHAPE_FN(binary_float) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    hd_dtype dt = float_of(promote_inputs(in, 2));
+    return binary_plan(ctx, in, dt, dt, plan);
+}
+
+SHAPE_FN(compare) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    return binary_plan(ctx, in, promote_inputs(in, 2), HD_BOOL, plan);
+}
+
+SHAPE_FN(where) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    int64_t s1[HD_MAX_DIMS], s2[HD_MAX_DIMS];
+    int n1, n2;
+    if (hd_broadcast_shapes(ctx, in[0]->shape, in[0]->ndim, in[1]->shape, in[1]->ndim, s1, &n1) ||
+        hd_broadcast_shapes(ctx, s1, n1, in[2]->shape, in[2]->ndim, s2, &n2))
+        return ctx->status;
+    hd_dtype dt = promote_inputs(in + 1, 2);
+    plan_set(plan, dt, s2, n2);
+    plan->in_dtype[0] = HD_BOOL;
+    plan->in_dtype[1] = plan->in_dtype[2] = dt;
+    return HD_OK;
+}
+
+/* ---- reductions ---- */
+
+/* Which axes a reduction covers, as a bitmask over t's dims; duplicates
+ * and out-of-range axes are errors. naxes == 0 means all. */
+static hd_status reduce_mask(hd_ctx *ctx, hd_op op, const hd_tensor *t, const hd_attrs *attrs,
+                             unsigned *mask) {
+    *mask = 0;
+    if (attrs->naxes < 0 || attrs->naxes > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s: too many axes", hd_op_name(op));
+    if (attrs->naxes == 0) {
+        *mask = (1u << t->ndim) - 1;
+        return HD_OK;
+    }
+    for (int i = 0; i < attrs->naxes; i++) {
+        int a;
+        if (hd_norm_axis(ctx, attrs->axes[i], t->ndim, &a)) return ctx->status;
+        if (t->ndim == 0) continue;
+        if (*mask & (1u << a))
+            return hd_error(ctx, HD_ERR_RUNTIME, "%s: axis %d appears twice", hd_op_name(op), a);
+        *mask |= 1u << a;
+    }
+    return HD_OK;
+}
+
+static hd_status reduce_plan(hd_ctx *ctx, hd_op op, hd_tensor *const *in, const hd_attrs *attrs,
+                             hd_dtype out, int cast, hd_op_plan *plan) {
+    unsigned mask;
+    if (reduce_mask(ctx, op, in[0], attrs, &mask)) return ctx->status;
+    int64_t shape[HD_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < in[0]->ndim; i++) {
+        if (!(mask & (1u << i)))
+            shape[nd++] = in[0]->shape[i];
+        else if (attrs->keepdim)
+            shape[nd++] = 1;
+    }
+    plan_set(plan, out, shape, nd);
+    if (cast) plan->in_dtype[0] = out;
+    return HD_OK;
+}
+
+/* max, min, argmax, argmin have no value over zero elements. */
+static hd_status reduce_nonempty(hd_ctx *ctx, hd_op op, hd_tensor *const *in,
+                                 const hd_attrs *attrs) {
+    unsigned mask;
+    if (reduce_mask(ctx, op, in[0], attrs, &mask)) return ctx->status;
+    for (int i = 0; i < in[0]->ndim; i++)
+        if ((mask & (1u << i)) && in[0]->shape[i] == 0)
+            return hd_error(ctx, HD_ERR_RUNTIME, "%s over an empty axis has no value",
+                            hd_op_name(op));
+    return HD_OK;
+}
+
+SHAPE_FN(reduce_sum) {
+    HD_UNUSED(nin);
+    hd_dtype dt = hd_dtype_is_float(in[0]->dtype) ? in[0]->dtype : HD_I64;
+    return reduce_plan(ctx, op, in, attrs, dt, 1, plan);
+}
+
+SHAPE_FN(reduce_float) {
+    HD_UNUSED(nin);
+    if (op == HD_OP_LOGSUMEXP && reduce_nonempty(ctx, op, in, attrs)) return ctx->status;
+    return reduce_plan(ctx, op, in, attrs, float_of(in[0]->dtype), 1, plan);
+}
+
+SHAPE_FN(reduce_same) {
+    HD_UNUSED(nin);
+    if (reduce_nonempty(ctx, op, in, attrs)) return ctx->status;
+    return reduce_plan(ctx, op, in, attrs, in[0]->dtype, 0, plan);
+}
+
+SHAPE_FN(reduce_arg) {
+    HD_UNUSED(nin);
+    if (attrs->naxes > 1)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s takes one axis, got %d", hd_op_name(op),
+                        attrs->naxes);
+    if (reduce_nonempty(ctx, op, in, attrs)) return ctx->status;
+    return reduce_plan(ctx, op, in, attrs, HD_I64, 0, plan);
+}
+
+/* ---- matmul ---- */
+
+SHAPE_FN(matmul) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    const hd_tensor *a = in[0], *b = in[1];
+    char sa[128], sb[128];
+    if (a->ndim == 0 || b->ndim == 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "matmul needs tensors of at least 1 dim, got %s and %s",
+                        hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
+                        hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
+    hd_dtype dt = promote_inputs(in, 2);
+    if (dt == HD_BOOL) return err_dtype(ctx, op, dt);
+    int64_t m = a->ndim == 1 ? 1 : a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
+    int64_t k2 = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
+    int64_t n = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+    if (k != k2)
+        return hd_error(ctx, HD_ERR_RUNTIME, "matmul shapes %s and %s do not agree",
+                        hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
+                        hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
+    int64_t batch[HD_MAX_DIMS], shape[HD_MAX_DIMS];
+    int nb = 0;
+    int na_b = a->ndim > 2 ? a->ndim - 2 : 0, nb_b = b->ndim > 2 ? b->ndim - 2 : 0;
+    if (hd_broadcast_shapes(ctx, a->shape, na_b, b->shape, nb_b, batch, &nb)) {
+        return hd_error(ctx, HD_ERR_RUNTIME, "matmul batch dims of %s and %s do not broadcast",
+                        hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
+                        hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
+    }
+    int nd = nb;
+    memcpy(shape, batch, (size_t)nb * sizeof *batch);
+    if (a->ndim > 1) shape[nd++] = m;
+    if (b->ndim > 1) shape[nd++] = n;
+    if (nd > HD_MAX_DIMS) return hd_error(ctx, HD_ERR_RUNTIME, "matmul: too many dims");
+    plan_set(plan, dt, shape, nd);
+    plan->in_dtype[0] = plan->in_dtype[1] = dt;
+    return HD_OK;
+}
+
+/* ---- views ---- */
+
+SHAPE_FN(reshape) {
+    HD_UNUSED(nin);
+    const hd_tensor *t = in[0];
+    if (attrs->nshape < 0 || attrs->nshape > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "reshape: at most %d dims", HD_MAX_DIMS);
+    int64_t shape[HD_MAX_DIMS], known = 1;
+    int infer = -1;
+    for (int i = 0; i < attrs->nshape; i++) {
+        shape[i] = attrs->shape[i];
+        if (shape[i] == -1) {
+            if (infer >= 0) return hd_error(ctx, HD_ERR_RUNTIME, "reshape: only one -1 allowed");
+            infer = i;
+        } else if (shape[i] < 0) {
+            return hd_error(ctx, HD_ERR_RUNTIME, "reshape: invalid dimension %lld",
+                            (long long)shape[i]);
+        } else if (shape[i] && known > INT64_MAX / shape[i]) {
+            return hd_error(ctx, HD_ERR_RUNTIME, "reshape: shape too large");
+        } else {
+            known *= shape[i];
+        }
+    }
+    char sa[128], sb[128];
+    if (infer >= 0) {
+        if (known == 0 || t->numel % known)
+            return hd_error(ctx, HD_ERR_RUNTIME, "cannot reshape %s (%lld elements) into %s",
+                            hd_shape_str(t->shape, t->ndim, sa, sizeof sa), (long long)t->numel,
+                            hd_shape_str(attrs->shape, attrs->nshape, sb, sizeof sb));
+        shape[infer] = t->numel / known;
+        known *= shape[infer];
+    }
+    if (known != t->numel)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cannot reshape %s (%lld elements) into %s",
+                        hd_shape_str(t->shape, t->ndim, sa, sizeof sa), (long long)t->numel,
+                        hd_shape_str(attrs->shape, attrs->nshape, sb, sizeof sb));
+    plan_set(plan, t->dtype, shape, attrs->nshape);
+    HD_UNUSED(op);
+    return HD_OK;
+}
+
+SHAPE_FN(permute) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    const hd_tensor *t = in[0];
+    if (attrs->nshape != t->ndim)
+        return hd_error(ctx, HD_ERR_RUNTIME, "permute: %d axes given for a tensor of %d dims",
+                        attrs->nshape, t->ndim);
+    int64_t shape[HD_MAX_DIMS];
+    unsigned seen = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        int a;
+        if (hd_norm_axis(ctx, attrs->shape[i], t->ndim, &a)) return ctx->status;
+        if (seen & (1u << a))
+            return hd_error(ctx, HD_ERR_RUNTIME, "permute: axis %d appears twice", a);
+        seen |= 1u << a;
+        shape[i] = t->shape[a];
+    }
+    plan_set(plan, t->dtype, shape, t->ndim);
+    return HD_OK;
+}
+
+SHAPE_FN(expand) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    const hd_tensor *t = in[0];
+    char sa[128], sb[128];
+    int n = attrs->nshape;
+    if (n < t->ndim || n > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cannot expand %s to %s",
+                        hd_shape_str(t->shape, t->ndim, sa, sizeof sa),
+                        hd_shape_str(attrs->shape, n < 0 ? 0 : HD_MIN(n, HD_MAX_DIMS), sb, sizeof sb));
+    int64_t shape[HD_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        int j = i - (n - t->ndim);
+        int64_t want = attrs->shape[i];
+        int64_t have = j >= 0 ? t->shape[j] : 1;
+        if (want == -1 && j >= 0) want = have;
+        if (want < 0 || (have != 1 && have != want))
+            return hd_error(ctx, HD_ERR_RUNTIME, "cannot expand %s to %s",
+                            hd_shape_str(t->shape, t->ndim, sa, sizeof sa),
+                            hd_shape_str(attrs->shape, n, sb, sizeof sb));
+        shape[i] = want;
+    }
+    plan_set(plan, t->dtype, shape, n);
+    return HD_OK;
+}
+
+SHAPE_FN(slice) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    const hd_tensor *t = in[0];
+    int64_t shape[HD_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t st = attrs->start[i], step = attrs->step[i], len = attrs->len[i];
+        if (step <= 0 || len < 0 || st < 0 || (len > 0 && st + (len - 1) * step >= t->shape[i]))
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "index out of range: dim %d has size %lld (start %lld, step %lld, "
+                            "length %lld)",
+                            i, (long long)t->shape[i], (long long)st, (long long)step,
+                            (long long)len);
+        if (attrs->drop_mask & (1u << i)) {
+            if (len != 1) return hd_error(ctx, HD_ERR_RUNTIME, "index out of range on dim %d", i);
+            continue;
+        }
+        shape[nd++] = len;
+    }
+    plan_set(plan, t->dtype, shape, nd);
+    return HD_OK;
+}
+
+/* ---- copying shape ops and indexing ---- */
+
+SHAPE_FN(concat) {
+    HD_UNUSED(op);
+    if (nin < 1) return hd_error(ctx, HD_ERR_RUNTIME, "concat needs at least one tensor");
+    const hd_tensor *t0 = in[0];
+    if (t0->ndim == 0) return hd_error(ctx, HD_ERR_RUNTIME, "concat: 0-d tensors cannot be joined");
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], t0->ndim, &axis)) return ctx->status;
+    int64_t shape[HD_MAX_DIMS];
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[axis] = 0;
+    char sa[128], sb[128];
+    for (int k = 0; k < nin; k++) {
+        const hd_tensor *t = in[k];
+        int ok = t->ndim == t0->ndim;
+        for (int i = 0; ok && i < t->ndim; i++)
+            if (i != axis && t->shape[i] != t0->shape[i]) ok = 0;
+        if (!ok)
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "concat: shapes %s and %s differ outside axis %d",
+                            hd_shape_str(t0->shape, t0->ndim, sa, sizeof sa),
+                            hd_shape_str(t->shape, t->ndim, sb, sizeof sb), axis);
+        shape[axis] += t->shape[axis];
+    }
+    hd_dtype dt = promote_inputs(in, nin);
+    plan_set(plan, dt, shape, t0->ndim);
+    plan->in_dtype[0] = dt;
+    return HD_OK;
+}
+
+static hd_status check_index_dtype(hd_ctx *ctx, hd_op op, const hd_tensor *idx) {
+    if (!hd_dtype_is_int(idx->dtype))
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: indices must be an integer tensor, got %s",
+                        hd_op_name(op), hd_dtype_name(idx->dtype));
+    return HD_OK;
+}
+
+SHAPE_FN(index_select) {
+    HD_UNUSED(nin);
+    const hd_tensor *x = in[0], *idx = in[1];
+    if (check_index_dtype(ctx, op, idx)) return ctx->status;
+    if (x->ndim == 0) return hd_error(ctx, HD_ERR_RUNTIME, "cannot index a 0-d tensor");
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], x->ndim, &axis)) return ctx->status;
+    int nd = x->ndim - 1 + idx->ndim;
+    if (nd > HD_MAX_DIMS) return hd_error(ctx, HD_ERR_RUNTIME, "index_select: too many dims");
+    int64_t shape[HD_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < axis; i++) shape[k++] = x->shape[i];
+    for (int i = 0; i < idx->ndim; i++) shape[k++] = idx->shape[i];
+    for (int i = axis + 1; i < x->ndim; i++) shape[k++] = x->shape[i];
+    plan_set(plan, x->dtype, shape, nd);
+    plan->in_dtype[1] = HD_I64;
+    return HD_OK;
+}
+
+SHAPE_FN(one_hot) {
+    HD_UNUSED(nin);
+    const hd_tensor *idx = in[0];
+    if (check_index_dtype(ctx, op, idx)) return ctx->status;
+    if (attrs->ints[0] <= 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "one_hot: number of classes must be positive");
+    if (idx->ndim + 1 > HD_MAX_DIMS) return hd_error(ctx, HD_ERR_RUNTIME, "one_hot: too many dims");
+    int64_t shape[HD_MAX_DIMS];
+    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof *shape);
+    shape[idx->ndim] = attrs->ints[0];
+    plan_set(plan, HD_I64, shape, idx->ndim + 1);
+    plan->in_dtype[0] = HD_I64;
+    return HD_OK;
+}
+
+SHAPE_FN(assign) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    const hd_tensor *dst = in[0], *src = in[1];
+    int64_t shape[HD_MAX_DIMS];
+    int nd;
+    char sa[128], sb[128];
+    if (hd_broadcast_shapes(ctx, dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd) ||
+        nd != dst->ndim || memcmp(shape, dst->shape, (size_t)nd * sizeof *shape))
+        return hd_error(ctx, HD_ERR_RUNTIME, "cannot assign a tensor of shape %s to one of shape %s",
+                        hd_shape_str(src->shape, src->ndim, sa, sizeof sa),
+                        hd_shape_str(dst->shape, dst->ndim, sb, sizeof sb));
+    plan_set(plan, dst->dtype, dst->shape, dst->ndim);
+    plan->in_dtype[1] = dst->dtype;
+    return HD_OK;
+}
+
+/* ---- nn ---- */
+
+SHAPE_FN(softmax) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis)) return ctx->status;
+    hd_dtype dt = float_of(in[0]->dtype);
+    plan_set(plan, dt, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(cross_entropy) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    const hd_tensor *x = in[0], *y = in[1];
+    char sa[128], sb[128];
+    if (check_index_dtype(ctx, op, y)) return ctx->status;
+    int ok = (x->ndim == 2 && y->ndim == 1 && y->shape[0] == x->shape[0]) ||
+             (x->ndim == 1 && y->ndim == 0);
+    if (!ok)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "cross_entropy: logits %s and labels %s do not agree (want [N, C] and [N])",
+                        hd_shape_str(x->shape, x->ndim, sa, sizeof sa),
+                        hd_shape_str(y->shape, y->ndim, sb, sizeof sb));
+    if (x->shape[x->ndim - 1] == 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: no classes");
+    hd_dtype dt = float_of(x->dtype);
+    plan_set(plan, dt, NULL, 0);
+    plan->in_dtype[0] = dt;
+    plan->in_dtype[1] = HD_I64;
+    return HD_OK;
+}
+
+SHAPE_FN(mse) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    HD_UNUSED(op);
+    int64_t shape[HD_MAX_DIMS];
+    int nd;
+    if (hd_broadcast_shapes(ctx, in[0]->shape, in[0]->ndim, in[1]->shape, in[1]->ndim, shape, &nd))
+        return ctx->status;
+    hd_dtype dt = float_of(promote_inputs(in, 2));
+    plan_set(plan, dt, NULL, 0);
+    plan->in_dtype[0] = plan->in_dtype[1] = dt;
+    return HD_OK;
+}
+
+/* Output length of a sliding window; <= 0 means the window does not fit. */
+static int64_t window_out(int64_t size, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    int64_t span = dil * (k - 1) + 1;
+    if (size + 2 * pad < span) return 0;
+    return (size + 2 * pad - span) / stride + 1;
+}
+
+SHAPE_FN(conv2d) {
+    HD_UNUSED(op);
+    char sa[128], sb[128];
+    if (nin != 2 && nin != 3)
+        return hd_error(ctx, HD_ERR_RUNTIME, "conv2d takes input, weight and an optional bias");
+    const hd_tensor *x = in[0], *w = in[1];
+    int64_t sh = attrs->ints[0], sw = attrs->ints[1], ph = attrs->ints[2], pw = attrs->ints[3];
+    int64_t dh = attrs->ints[4] ? attrs->ints[4] : 1, dw = attrs->ints[5] ? attrs->ints[5] : 1;
+    int64_t g = attrs->ints[6] ? attrs->ints[6] : 1;
+    if (sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || dh <= 0 || dw <= 0 || g <= 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "conv2d: stride, dilation and groups must be positive "
+                                             "and padding non-negative");
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1] * g || w->shape[0] % g)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "conv2d: input %s and weight %s do not agree (want [N, C, H, W] and "
+                        "[O, C/groups, kH, kW])",
+                        hd_shape_str(x->shape, x->ndim, sa, sizeof sa),
+                        hd_shape_str(w->shape, w->ndim, sb, sizeof sb));
+    if (nin == 3 && (in[2]->ndim != 1 || in[2]->shape[0] != w->shape[0]))
+        return hd_error(ctx, HD_ERR_RUNTIME, "conv2d: bias %s does not match %lld output channels",
+                        hd_shape_str(in[2]->shape, in[2]->ndim, sa, sizeof sa),
+                        (long long)w->shape[0]);
+    int64_t oh = window_out(x->shape[2], w->shape[2], sh, ph, dh);
+    int64_t ow = window_out(x->shape[3], w->shape[3], sw, pw, dw);
+    if (oh <= 0 || ow <= 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "conv2d: kernel %s is larger than padded input %s",
+                        hd_shape_str(w->shape + 2, 2, sa, sizeof sa),
+                        hd_shape_str(x->shape + 2, 2, sb, sizeof sb));
+    hd_dtype dt = float_of(promote_inputs(in, nin));
+    int64_t shape[4] = {x->shape[0], w->shape[0], oh, ow};
+    plan_set(plan, dt, shape, 4);
+    plan->in_dtype[0] = plan->in_dtype[1] = plan->in_dtype[2] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(pool2d) {
+    HD_UNUSED(nin);
+    char sa[128];
+    const hd_tensor *x = in[0];
+    int64_t kh = attrs->ints[0], kw = attrs->ints[1];
+    int64_t sh = attrs->ints[2] ? attrs->ints[2] : kh, sw = attrs->ints[3] ? attrs->ints[3] : kw;
+    int64_t ph = attrs->ints[4], pw = attrs->ints[5];
+    if (x->ndim != 4)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: input %s must be [N, C, H, W]", hd_op_name(op),
+                        hd_shape_str(x->shape, x->ndim, sa, sizeof sa));
+    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || ph * 2 > kh ||
+        pw * 2 > kw)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s: kernel and stride must be positive, padding at most half the kernel",
+                        hd_op_name(op));
+    int64_t oh = window_out(x->shape[2], kh, sh, ph, 1), ow = window_out(x->shape[3], kw, sw, pw, 1);
+    if (oh <= 0 || ow <= 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: kernel is larger than the input %s",
+                        hd_op_name(op), hd_shape_str(x->shape + 2, 2, sa, sizeof sa));
+    hd_dtype dt = float_of(x->dtype);
+    int64_t shape[4] = {x->shape[0], x->shape[1], oh, ow};
+    plan_set(plan, dt, shape, 4);
+    plan->in_dtype[0] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(dropout) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    double p = attrs->scalar[0];
+    if (!(p >= 0 && p <= 1)) return hd_error(ctx, HD_ERR_RUNTIME, "dropout: p must be in [0, 1]");
+    hd_dtype dt = float_of(in[0]->dtype);
+    plan_set(plan, dt, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(layer_norm) {
+    HD_UNUSED(op);
+    char sa[128], sb[128];
+    if (nin != 1 && nin != 3)
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm takes input and optionally weight and bias");
+    const hd_tensor *x = in[0];
+    int64_t k = attrs->ints[0] ? attrs->ints[0] : 1;
+    if (k < 1 || k > x->ndim)
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm: cannot normalise %lld dims of %s",
+                        (long long)k, hd_shape_str(x->shape, x->ndim, sa, sizeof sa));
+    for (int j = 1; j < nin; j++) {
+        const hd_tensor *p = in[j];
+        if (p->ndim != k || memcmp(p->shape, x->shape + x->ndim - k, (size_t)k * sizeof(int64_t)))
+            return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm: %s %s does not match input %s",
+                            j == 1 ? "weight" : "bias",
+                            hd_shape_str(p->shape, p->ndim, sa, sizeof sa),
+                            hd_shape_str(x->shape, x->ndim, sb, sizeof sb));
+    }
+    hd_dtype dt = float_of(promote_inputs(in, nin));
+    plan_set(plan, dt, x->shape, x->ndim);
+    plan->in_dtype[0] = plan->in_dtype[1] = plan->in_dtype[2] = dt;
+    return HD_OK;
+}
