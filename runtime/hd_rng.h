@@ -1,0 +1,34 @@
+/* hd_rng: Philox4x32-10 counter-based random numbers.
+ *
+ * A stream is (key = ctx->rng_seed, counter). Element i of a draw that
+ * starts at counter block c uses block c + i / 4, lane i % 4, so any device
+ * can produce element i independently and every backend gives the same
+ * numbers for the same seed. Each draw of n elements advances
+ * ctx->rng_offset by ceil(n / 4) blocks (normals: by ceil(n / 2) since the
+ * Box-Muller transform uses two uniforms per pair of normals... see
+ * hd_rng.c for the exact layout). */
+#ifndef HD_RNG_H
+#define HD_RNG_H
+
+#include "hd_base.h"
+
+/* One Philox4x32-10 block: 4 random words for (key, counter). */
+void hd_philox4x32(uint64_t key, uint64_t counter, uint32_t out[4]);
+
+/* Set the seed and rewind the stream (manual_seed). */
+void hd_rng_seed(hd_ctx *ctx, uint64_t seed);
+
+/* Reserve the counter blocks for a draw of n values; returns the first
+ * block. Draws are laid out so element i only depends on (key, base, i). */
+uint64_t hd_rng_reserve(hd_ctx *ctx, int64_t n);
+
+/* Uniform in [0, 1) from element i of the draw starting at block base:
+ * 24 random bits for f32 precision, 53 for f64. */
+float hd_rng_uniform_f32(uint64_t key, uint64_t base, int64_t i);
+double hd_rng_uniform_f64(uint64_t key, uint64_t base, int64_t i);
+/* Standard normal for element i (Box-Muller over a pair of uniforms from
+ * the same block: elements 2j and 2j+1 share lanes). */
+float hd_rng_normal_f32(uint64_t key, uint64_t base, int64_t i);
+double hd_rng_normal_f64(uint64_t key, uint64_t base, int64_t i);
+
+#endif
