@@ -1,12 +1,14 @@
 /* hd_rng: Philox4x32-10 counter-based random numbers.
  *
- * A stream is (key = ctx->rng_seed, counter). Element i of a draw that
- * starts at counter block c uses block c + i / 4, lane i % 4, so any device
- * can produce element i independently and every backend gives the same
- * numbers for the same seed. Each draw of n elements advances
- * ctx->rng_offset by ceil(n / 4) blocks (normals: by ceil(n / 2) since the
- * Box-Muller transform uses two uniforms per pair of normals... see
- * hd_rng.c for the exact layout). */
+ * A stream is (key = ctx->rng_seed, counter). A draw of n values reserves
+ * ceil(n / 2) counter blocks starting at ctx->rng_offset. Element i uses
+ * block base + i / 2: uniforms take the 64-bit word made of lanes
+ * 2*(i%2) and 2*(i%2)+1 (top 24 bits for f32, top 53 for f64); normals take
+ * the block's two 64-bit words as u1, u2 of Box-Muller and element i is
+ * r*cos(t) when i is even, r*sin(t) when odd. So element i depends only on
+ * (key, base, i): any device produces it independently, and every backend
+ * gives the same numbers for the same seed.
+ */
 #ifndef HD_RNG_H
 #define HD_RNG_H
 
