@@ -1,0 +1,51 @@
+/* vm: one interpreter instance: its runtime context, globals, builtins,
+ * loaded modules and error state. Used by the CLI, the REPL and (later) the
+ * embedding API. No global mutable state: many VMs per process. */
+#ifndef HD_VM_H
+#define HD_VM_H
+
+#include "value.h"
+
+typedef struct hd_vm_options {
+    size_t memory_limit; /* 0: none */
+    uint64_t max_steps;  /* 0: none */
+    int allow_io;        /* file builtins and path imports */
+    int argc;            /* args() of the program */
+    char **argv;
+} hd_vm_options;
+
+hd_vm *hd_vm_new(const hd_vm_options *opts); /* NULL opts: defaults, io allowed */
+void hd_vm_free(hd_vm *vm);
+
+/* Run a chunk of source. In REPL mode the value of each top-level
+ * expression statement that is not none is printed, and globals persist
+ * between chunks. Returns HD_OK, HD_ERR_SYNTAX (also when *incomplete is
+ * set: the input ended inside an open construct), HD_ERR_RUNTIME, ... */
+typedef struct hd_eval_opts {
+    int repl;        /* print expression statement values */
+    int check_only;  /* parse and resolve, do not run (hodu check) */
+} hd_eval_opts;
+hd_status hd_vm_eval(hd_vm *vm, const char *source, size_t len, const char *chunk,
+                     const hd_eval_opts *opts, int *incomplete);
+hd_status hd_vm_eval_file(hd_vm *vm, const char *path, const hd_eval_opts *opts);
+
+/* The full text of the last error: "file:line:col: error: message", the
+ * source line, a caret, and the call trace (several errors for syntax and
+ * name errors). Empty if none. */
+const char *hd_vm_error_text(hd_vm *vm);
+void hd_vm_clear_error(hd_vm *vm);
+
+/* Ask a running evaluation to stop at the next statement with an
+ * "interrupted" error (async-signal-safe: sets a flag). */
+void hd_vm_interrupt(hd_vm *vm);
+
+/* REPL support: global names (builtins and user globals), a global's
+ * value (borrowed, NULL if none), and the member names of a value. */
+void hd_vm_global_names(hd_vm *vm, void (*fn)(const char *name, void *ud), void *ud);
+hd_value *hd_vm_get_global(hd_vm *vm, const char *name);
+void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void *ud), void *ud);
+
+/* Redirect print output (default: stdout). */
+void hd_vm_set_writer(hd_vm *vm, void (*write)(void *ud, const char *s, size_t n), void *ud);
+
+#endif
