@@ -9,7 +9,7 @@
 #define CPU_PAR_MIN 32768
 
 #define CPU_KERNEL(family)                                                                         \
-    hd_status hd_cpu_##family(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,        \
+    hd_status hd_cpu_##family(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,         \
                               int nin, const hd_attrs *attrs);                                     \
     int hd_cpu_##family##_supports(hd_op op, hd_dtype dt);
 
