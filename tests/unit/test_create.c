@@ -184,6 +184,19 @@ static void test_linspace(hd_ctx *ctx) {
         CHECK(v[0] == 0 && v[1] == 0.25 && v[2] == 0.5 && v[3] == 0.75 && v[4] == 1);
         hd_tensor_unref(t);
     }
+    /* f64 follows torch's two-sided formula exactly; a one-sided
+     * start + i * step would end at 2.0799999999999996 here */
+    double s2[3] = {-2.19, 2.08, 0};
+    CHECK(run_create(ctx, HD_OP_LINSPACE, HD_F64, NULL, 0, s2, 50, &t) == HD_OK);
+    if (t) {
+        const double *v = hd_tensor_data(t);
+        double step = (2.08 - -2.19) / 49;
+        int bad = 0;
+        for (int i = 0; i < 50; i++)
+            if (v[i] != (i < 25 ? -2.19 + i * step : 2.08 - (49 - i) * step)) bad++;
+        CHECK(bad == 0 && v[49] == 2.08);
+        hd_tensor_unref(t);
+    }
     CHECK(run_create(ctx, HD_OP_LINSPACE, HD_F32, NULL, 0, s, -1, &t) == HD_ERR_RUNTIME);
 }
 
