@@ -11,7 +11,7 @@
 
 /* full: store the value once (converted as hd_dtype_store converts), then
  * double the filled prefix with memcpy. */
-static void create_full(hd_tensor *out, double v) {
+static void cpu_full(hd_tensor *out, double v) {
     char *p = hd_tensor_data(out);
     size_t es = (size_t)hd_dtype_size(out->dtype), total = hd_tensor_nbytes(out);
     hd_dtype_store(out->dtype, p, 0, v);
@@ -24,17 +24,17 @@ static void create_full(hd_tensor *out, double v) {
 
 /* Integer arange with integral bounds is done in int64 so that it stays
  * exact past 2^53; the check keeps start + i * step far from overflow. */
-static int arange_int_exact(hd_dtype dt, double start, double step, int64_t n) {
+static int cpu_arange_exact(hd_dtype dt, double start, double step, int64_t n) {
     return !hd_dtype_is_float(dt) && start == floor(start) && step == floor(step) &&
            fabs(start) + (double)n * fabs(step) < 4611686018427387904.0; /* 2^62 */
 }
 
 /* arange: element i = start + i * step (in double, then stored). */
-static void create_arange(hd_tensor *out, double start, double step) {
+static void cpu_arange(hd_tensor *out, double start, double step) {
     void *p = hd_tensor_data(out);
     int64_t n = out->numel;
     hd_dtype dt = out->dtype;
-    if (!arange_int_exact(dt, start, step, n)) {
+    if (!cpu_arange_exact(dt, start, step, n)) {
         for (int64_t i = 0; i < n; i++) hd_dtype_store(dt, p, i, start + (double)i * step);
         return;
     }
@@ -49,7 +49,7 @@ static void create_arange(hd_tensor *out, double start, double step) {
 
 /* linspace as torch computes it: the first half steps up from start, the
  * second half steps down from end, so both ends are exact. */
-static void create_linspace(hd_tensor *out, double a, double b) {
+static void cpu_linspace(hd_tensor *out, double a, double b) {
     void *p = hd_tensor_data(out);
     int64_t n = out->numel, half = n / 2;
     if (n == 1) {
@@ -64,7 +64,7 @@ static void create_linspace(hd_tensor *out, double a, double b) {
 }
 
 /* eye: zeros with ones on the main diagonal of a 2-D output. */
-static void create_eye(hd_tensor *out) {
+static void cpu_eye(hd_tensor *out) {
     char *p = hd_tensor_data(out);
     memset(p, 0, hd_tensor_nbytes(out));
     int64_t m = HD_MIN(out->shape[0], out->shape[1]);
@@ -79,11 +79,11 @@ typedef struct {
     uint64_t key, base;
     double mean, std;
     void *p;
-} rng_job;
+} cpu_rng_job;
 
 /* f16/bf16 take the f32 uniform rounded to nearest; the few values that
  * round up to 1 become the largest value below 1, so rand stays in [0, 1). */
-static uint16_t rng_half_uniform(hd_dtype dt, float u) {
+static uint16_t cpu_rng_half_uniform(hd_dtype dt, float u) {
     if (dt == HD_F16) {
         uint16_t h = hd_f32_to_f16(u);
         return h == 0x3c00 ? 0x3bff : h;
@@ -92,7 +92,8 @@ static uint16_t rng_half_uniform(hd_dtype dt, float u) {
     return h == 0x3f80 ? 0x3f7f : h;
 }
 
-static void rng_chunk(const rng_job *j, int64_t i0, int64_t i1) {
+/* Fill elements [i0, i1) of the draw. */
+static void cpu_rng_chunk(const cpu_rng_job *j, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; i++) {
         if (j->dt == HD_F64) {
             ((double *)j->p)[i] = j->normal
@@ -105,7 +106,7 @@ static void rng_chunk(const rng_job *j, int64_t i0, int64_t i1) {
         if (j->dt == HD_F32)
             ((float *)j->p)[i] = v;
         else if (!j->normal)
-            ((uint16_t *)j->p)[i] = rng_half_uniform(j->dt, v);
+            ((uint16_t *)j->p)[i] = cpu_rng_half_uniform(j->dt, v);
         else
             ((uint16_t *)j->p)[i] = j->dt == HD_F16 ? hd_f32_to_f16(v) : hd_f32_to_bf16(v);
     }
@@ -114,11 +115,11 @@ static void rng_chunk(const rng_job *j, int64_t i0, int64_t i1) {
 /* rand / randn (scalar[0] mean, scalar[1] std): reserve the counter blocks
  * once, then fill chunks in parallel; the numbers do not depend on the
  * number of threads. */
-static hd_status create_random(hd_ctx *ctx, hd_op op, hd_tensor *out, const hd_attrs *attrs) {
+static hd_status cpu_random(hd_ctx *ctx, hd_op op, hd_tensor *out, const hd_attrs *attrs) {
     if (!hd_dtype_is_float(out->dtype))
         return hd_error(ctx, HD_ERR_RUNTIME, "%s needs a float dtype, got %s", hd_op_name(op),
                         hd_dtype_name(out->dtype));
-    rng_job j = {op == HD_OP_RANDN, out->dtype, ctx->rng_seed, 0, 0, 1, hd_tensor_data(out)};
+    cpu_rng_job j = {op == HD_OP_RANDN, out->dtype, ctx->rng_seed, 0, 0, 1, hd_tensor_data(out)};
     if (j.normal) {
         j.mean = attrs->scalar[0];
         j.std = attrs->scalar[1];
@@ -130,7 +131,7 @@ static hd_status create_random(hd_ctx *ctx, hd_op op, hd_tensor *out, const hd_a
     int par = n >= CPU_PAR_MIN && ctx->nthreads > 1;
 #pragma omp parallel for num_threads(ctx->nthreads) if (par) schedule(static)
     for (int64_t c = 0; c < nchunk; c++)
-        rng_chunk(&j, c * RNG_CHUNK, HD_MIN(n, (c + 1) * RNG_CHUNK));
+        cpu_rng_chunk(&j, c * RNG_CHUNK, HD_MIN(n, (c + 1) * RNG_CHUNK));
     return HD_OK;
 }
 
@@ -141,15 +142,15 @@ hd_status hd_cpu_create(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     if (!hd_tensor_is_contiguous(out))
         return hd_error(ctx, HD_ERR_RUNTIME, "%s: the output must be contiguous", hd_op_name(op));
     switch (op) {
-    case HD_OP_FULL: create_full(out, attrs->scalar[0]); return HD_OK;
-    case HD_OP_ARANGE: create_arange(out, attrs->scalar[0], attrs->scalar[2]); return HD_OK;
-    case HD_OP_LINSPACE: create_linspace(out, attrs->scalar[0], attrs->scalar[1]); return HD_OK;
+    case HD_OP_FULL: cpu_full(out, attrs->scalar[0]); return HD_OK;
+    case HD_OP_ARANGE: cpu_arange(out, attrs->scalar[0], attrs->scalar[2]); return HD_OK;
+    case HD_OP_LINSPACE: cpu_linspace(out, attrs->scalar[0], attrs->scalar[1]); return HD_OK;
     case HD_OP_EYE:
         if (out->ndim != 2) return hd_error(ctx, HD_ERR_RUNTIME, "eye: output must have 2 dims");
-        create_eye(out);
+        cpu_eye(out);
         return HD_OK;
     case HD_OP_RAND:
-    case HD_OP_RANDN: return create_random(ctx, op, out, attrs);
+    case HD_OP_RANDN: return cpu_random(ctx, op, out, attrs);
     default:
         return hd_error(ctx, HD_ERR_RUNTIME, "%s is not a cpu creation kernel", hd_op_name(op));
     }

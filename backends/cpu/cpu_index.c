@@ -6,7 +6,7 @@
 
 /* Copy the i64 index tensor idx into a new contiguous buffer of idx->numel
  * values (*buf, freed by the caller with hd_ctx_free(n * 8)). */
-static hd_status index_load(hd_ctx *ctx, const hd_tensor *idx, int64_t **buf) {
+static hd_status cpu_index_load(hd_ctx *ctx, const hd_tensor *idx, int64_t **buf) {
     if (idx->dtype != HD_I64)
         return hd_error(ctx, HD_ERR_RUNTIME, "indices must be i64 here, got %s",
                         hd_dtype_name(idx->dtype));
@@ -21,7 +21,7 @@ static hd_status index_load(hd_ctx *ctx, const hd_tensor *idx, int64_t **buf) {
 
 /* Turn negative indices into positions from the end; the first index
  * outside [-size, size) is an error that names it. */
-static hd_status index_normalise(hd_ctx *ctx, int64_t *ix, int64_t n, int axis, int64_t size) {
+static hd_status cpu_index_normalise(hd_ctx *ctx, int64_t *ix, int64_t n, int axis, int64_t size) {
     for (int64_t j = 0; j < n; j++) {
         int64_t v = ix[j] < 0 ? ix[j] + size : ix[j];
         if (v < 0 || v >= size)
@@ -39,10 +39,10 @@ typedef struct {
     int nd, es;
     int64_t shape[HD_MAX_DIMS], xs[HD_MAX_DIMS], os[HD_MAX_DIMS];
     int64_t inner; /* elements after the axis: output distance between slabs */
-} gather_geom;
+} cpu_gather_geom;
 
-static void gather_geom_init(gather_geom *g, const hd_tensor *x, const hd_tensor *out, int axis,
-                             int idx_ndim) {
+static void cpu_gather_geom_init(cpu_gather_geom *g, const hd_tensor *x, const hd_tensor *out,
+                                 int axis, int idx_ndim) {
     g->nd = 0;
     g->es = hd_dtype_size(x->dtype);
     g->inner = 1;
@@ -65,11 +65,11 @@ static hd_status cpu_index_select(hd_ctx *ctx, hd_tensor *out, hd_tensor *const 
     int axis;
     if (hd_norm_axis(ctx, attrs->ints[0], x->ndim, &axis)) return ctx->status;
     int64_t *ix = NULL, n = idx->numel;
-    if (index_load(ctx, idx, &ix)) return ctx->status;
-    hd_status st = index_normalise(ctx, ix, n, axis, x->shape[axis]);
+    if (cpu_index_load(ctx, idx, &ix)) return ctx->status;
+    hd_status st = cpu_index_normalise(ctx, ix, n, axis, x->shape[axis]);
     if (st) goto done;
-    gather_geom g;
-    gather_geom_init(&g, x, out, axis, idx->ndim);
+    cpu_gather_geom g;
+    cpu_gather_geom_init(&g, x, out, axis, idx->ndim);
     const char *xb = hd_tensor_data(x);
     char *ob = hd_tensor_data(out);
     int64_t xstride = x->strides[axis];
@@ -93,7 +93,7 @@ static hd_status cpu_one_hot(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in,
         return hd_error(ctx, HD_ERR_RUNTIME, "one_hot: output must be i64 with %lld classes",
                         (long long)classes);
     int64_t *ix = NULL;
-    if (index_load(ctx, idx, &ix)) return ctx->status;
+    if (cpu_index_load(ctx, idx, &ix)) return ctx->status;
     hd_status st = HD_OK;
     for (int64_t j = 0; j < n && !st; j++)
         if (ix[j] < 0 || ix[j] >= classes)
@@ -110,7 +110,7 @@ static hd_status cpu_one_hot(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in,
 }
 
 /* First and one-past-last byte a view can touch in its storage. */
-static void view_extent(const hd_tensor *t, int64_t *lo, int64_t *hi) {
+static void cpu_view_extent(const hd_tensor *t, int64_t *lo, int64_t *hi) {
     int64_t a = t->offset, b = t->offset;
     for (int d = 0; d < t->ndim; d++) {
         int64_t span = (t->shape[d] - 1) * t->strides[d];
@@ -124,17 +124,17 @@ static void view_extent(const hd_tensor *t, int64_t *lo, int64_t *hi) {
     *hi = (b + 1) * es;
 }
 
-static int views_overlap(const hd_tensor *a, const hd_tensor *b) {
+static int cpu_views_overlap(const hd_tensor *a, const hd_tensor *b) {
     if (a->storage != b->storage || a->numel == 0 || b->numel == 0) return 0;
     int64_t alo, ahi, blo, bhi;
-    view_extent(a, &alo, &ahi);
-    view_extent(b, &blo, &bhi);
+    cpu_view_extent(a, &alo, &ahi);
+    cpu_view_extent(b, &blo, &bhi);
     return alo < bhi && blo < ahi;
 }
 
 /* A destination where two positions share one element (an expanded view)
  * has no well-defined result; refuse it as PyTorch does. */
-static hd_status assign_check_dst(hd_ctx *ctx, const hd_tensor *dst) {
+static hd_status cpu_assign_check_dst(hd_ctx *ctx, const hd_tensor *dst) {
     for (int d = 0; d < dst->ndim; d++)
         if (dst->strides[d] == 0 && dst->shape[d] > 1) {
             char sa[128];
@@ -154,9 +154,9 @@ static hd_status cpu_assign(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in) {
     if (out != dst || src->dtype != dst->dtype)
         return hd_error(ctx, HD_ERR_RUNTIME, "assign: source %s must match destination %s",
                         hd_dtype_name(src->dtype), hd_dtype_name(dst->dtype));
-    if (assign_check_dst(ctx, dst)) return ctx->status;
+    if (cpu_assign_check_dst(ctx, dst)) return ctx->status;
     int es = hd_dtype_size(dst->dtype);
-    if (views_overlap(dst, src)) {
+    if (cpu_views_overlap(dst, src)) {
         tmp = hd_tensor_new(ctx, src->dtype, src->shape, src->ndim);
         if (!tmp) return ctx->status;
         hd_cpu_copy_strided(ctx->nthreads, es, src->ndim, src->shape, hd_tensor_data(tmp),

@@ -14,13 +14,13 @@ typedef struct {
     int64_t ds[HD_MAX_DIMS], ss[HD_MAX_DIMS];
     char *dst;
     const char *src;
-} copy_geom;
+} cpu_copy_geom;
 
 /* Drop size-1 dims and merge neighbours that are contiguous in both views,
  * so a contiguous-to-contiguous copy becomes one run. Always leaves at
  * least one dim. */
-static void copy_geom_init(copy_geom *g, int ndim, const int64_t *shape, const int64_t *dstride,
-                           const int64_t *sstride) {
+static void cpu_copy_geom_init(cpu_copy_geom *g, int ndim, const int64_t *shape,
+                               const int64_t *dstride, const int64_t *sstride) {
     int k = 0;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 1) continue;
@@ -45,7 +45,7 @@ static void copy_geom_init(copy_geom *g, int ndim, const int64_t *shape, const i
 }
 
 /* Copy n elements with element strides ds and ss. */
-static void copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, int es) {
+static void cpu_copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, int es) {
     if (ds == 1 && ss == 1) {
         memcpy(d, s, (size_t)n * (size_t)es);
         return;
@@ -72,7 +72,7 @@ static void copy_run(char *d, int64_t ds, const char *s, int64_t ss, int64_t n, 
 }
 
 /* Copy piece p (of `pieces` per run) of row r. */
-static void copy_task(const copy_geom *g, int64_t r, int64_t p, int64_t pieces) {
+static void cpu_copy_task(const cpu_copy_geom *g, int64_t r, int64_t p, int64_t pieces) {
     int64_t doff = 0, soff = 0;
     for (int k = g->nd - 2; k >= 0; k--) {
         int64_t i = r % g->shape[k];
@@ -86,21 +86,21 @@ static void copy_task(const copy_geom *g, int64_t r, int64_t p, int64_t pieces) 
     if (n <= 0) return;
     doff += start * g->ds[last];
     soff += start * g->ss[last];
-    copy_run(g->dst + doff * g->es, g->ds[last], g->src + soff * g->es, g->ss[last], n, g->es);
+    cpu_copy_run(g->dst + doff * g->es, g->ds[last], g->src + soff * g->es, g->ss[last], n, g->es);
 }
 
 void hd_cpu_copy_strided(int nthreads, int es, int ndim, const int64_t *shape, void *dst,
                          const int64_t *dstride, const void *src, const int64_t *sstride) {
     int64_t numel = hd_shape_numel(shape, ndim);
     if (numel <= 0) return;
-    copy_geom g;
-    copy_geom_init(&g, ndim, shape, dstride, sstride);
+    cpu_copy_geom g;
+    cpu_copy_geom_init(&g, ndim, shape, dstride, sstride);
     g.es = es;
     g.dst = dst;
     g.src = src;
     int64_t len = g.shape[g.nd - 1], rows = numel / len;
     if (nthreads <= 1 || numel < CPU_PAR_MIN) {
-        for (int64_t r = 0; r < rows; r++) copy_task(&g, r, 0, 1);
+        for (int64_t r = 0; r < rows; r++) cpu_copy_task(&g, r, 0, 1);
         return;
     }
     /* Few long runs: split each run so every thread gets work. */
@@ -108,7 +108,7 @@ void hd_cpu_copy_strided(int nthreads, int es, int ndim, const int64_t *shape, v
     if (rows < nthreads) pieces = HD_MAX(1, HD_MIN(nthreads, len / COPY_PIECE_MIN));
     int64_t ntask = rows * pieces;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t t = 0; t < ntask; t++) copy_task(&g, t / pieces, t % pieces, pieces);
+    for (int64_t t = 0; t < ntask; t++) cpu_copy_task(&g, t / pieces, t % pieces, pieces);
 }
 
 /* concat: each input is copied into its slab of the output, a view with the

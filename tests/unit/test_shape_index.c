@@ -486,6 +486,45 @@ static void test_assign_large_and_errors(hd_ctx *ctx) {
     hd_tensor_unref(r4);
 }
 
+/* Fail each allocation in turn: an error or a result, never a crash or a
+ * leak. */
+static void test_alloc_failures(void) {
+    hd_ctx c;
+    hd_ctx_init(&c, NULL, NULL);
+    int64_t s[2] = {3, 4}, si[1] = {2}, iv[2] = {2, -1};
+    int tr[2] = {1, 0};
+    for (long k = 0; k < 12; k++) {
+        hd_tensor *x = mk(&c, HD_F32, s, 2, 0), *idx = mk_i64(&c, si, 1, iv);
+        hd_tensor *lo = x && idx ? slice(&c, x, 0, 0, 1, 2) : NULL;
+        hd_tensor *hi = lo ? slice(&c, x, 0, 1, 1, 2) : NULL;
+        hd_tensor *xt = hi ? permute(&c, x, tr) : NULL;
+        if (!xt) {
+            hd_tensor *all[5] = {x, idx, lo, hi, xt};
+            unref_all(all, 5);
+            continue;
+        }
+        c.fail_countdown = k;
+        hd_tensor *out = NULL, *in[2] = {x, idx}, *cin[2] = {x, x}, *ain[2] = {hi, lo};
+        hd_attrs a;
+        memset(&a, 0, sizeof a);
+        hd_status st = hd_op_run(&c, HD_OP_INDEX_SELECT, in, 2, &a, &out);
+        CHECK((st == HD_OK) == (out != NULL) && (st == HD_OK || st == HD_ERR_MEMORY));
+        hd_tensor_unref(out);
+        out = NULL;
+        st = hd_op_run(&c, HD_OP_CONCAT, cin, 2, &a, &out);
+        CHECK((st == HD_OK) == (out != NULL));
+        hd_tensor_unref(out);
+        out = NULL;
+        st = hd_op_run(&c, HD_OP_ASSIGN, ain, 2, NULL, &out);
+        CHECK((st == HD_OK) == (out != NULL) && (st == HD_OK || st == HD_ERR_MEMORY));
+        hd_tensor_unref(out);
+        c.fail_countdown = -1;
+        hd_tensor *all[5] = {x, idx, lo, hi, xt};
+        unref_all(all, 5);
+    }
+    CHECK(c.mem_used == 0);
+}
+
 static void test_supports(void) {
     for (int d = 0; d < NDT; d++) {
         CHECK(hd_cpu_backend.supports_op(HD_OP_CONCAT, all_dtypes[d]));
@@ -506,6 +545,7 @@ int main(void) {
     test_one_hot(&ctx);
     test_assign(&ctx);
     test_assign_large_and_errors(&ctx);
+    test_alloc_failures();
     test_supports();
     CHECK(ctx.mem_used == 0);
     TEST_END();
