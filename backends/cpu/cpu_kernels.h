@@ -23,4 +23,11 @@ CPU_KERNEL(nn)          /* cpu_nn.c */
 
 #undef CPU_KERNEL
 
+/* Copy a strided view into another of the same shape: es bytes per element,
+ * strides in elements (0 broadcasts a source dim), the two must not overlap.
+ * Merges dims that are contiguous in both and copies unit-stride runs with
+ * memcpy; uses up to nthreads threads for large copies. In cpu_shape.c. */
+void hd_cpu_copy_strided(int nthreads, int es, int ndim, const int64_t *shape, void *dst,
+                         const int64_t *dstride, const void *src, const int64_t *sstride);
+
 #endif
