@@ -211,6 +211,7 @@ hd_status hd_io_read_csv_buffer(hd_ctx *ctx, const char *name, const void *buf, 
                                 hd_tensor **out, hd_io_strings *header) {
     *out = NULL;
     if (header) memset(header, 0, sizeof *header);
+    if (!buf) buf = "", n = 0;
     hd_io_csv c = {ctx, name, buf, buf, (const unsigned char *)buf + n, 1};
     size_t rows = 0, cols = 0;
     if (hd_io_csv_scan(&c, NULL, NULL, 0, &rows, &cols)) return ctx->status;

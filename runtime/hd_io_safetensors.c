@@ -212,6 +212,8 @@ static json_object *hd_io_st_json(hd_ctx *ctx, const char *name, const char *tex
         hd_error(ctx, HD_ERR_MEMORY, "out of memory");
         return NULL;
     }
+    /* strict: no comments, single quotes or other extensions; UTF-8 checked */
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     json_object *root = json_tokener_parse_ex(tok, text, (int)n);
     enum json_tokener_error err = json_tokener_get_error(tok);
     size_t used = json_tokener_get_parse_end(tok);

@@ -329,10 +329,7 @@ hd_status hd_io_load_npz_buffer(hd_ctx *ctx, const char *name, const void *buf, 
     for (size_t i = 0; !st && i < z.count; i++) st = hd_io_zip_member_load(&z, &z.m[i], out);
     if (!st) st = hd_io_list_check_unique(ctx, name, out);
     if (z.m) hd_ctx_free(ctx, z.m, z.count * sizeof *z.m);
-    if (st) {
-        hd_io_list_free(ctx, out);
-        if (!ctx->status) st = hd_error(ctx, st, "%s: cannot load", name);
-    }
+    if (st) hd_io_list_free(ctx, out);
     return st;
 }
 

@@ -495,6 +495,7 @@ static void test_csv(void) {
     CHECK(csv("1,2\n3,\n", &t, NULL) == HD_ERR_IO && msg_has("t.csv:2: column 2 is empty"));
     CHECK(csv("1,x\n", &t, NULL) == HD_ERR_IO && msg_has("t.csv:1: column 2"));
     CHECK(csv("", &t, NULL) == HD_ERR_IO && msg_has("empty"));
+    CHECK(hd_io_read_csv_buffer(&ctx, "n", NULL, 0, &t, NULL) == HD_ERR_IO && msg_has("empty"));
     CHECK(csv("\n  \n\r\n", &t, NULL) == HD_ERR_IO && msg_has("empty"));
     CHECK(csv("1,\"2\n", &t, NULL) == HD_ERR_IO && msg_has("never closed"));
     CHECK(csv("1,\"2\"x\n", &t, NULL) == HD_ERR_IO && msg_has("after a closing quote"));
@@ -586,6 +587,9 @@ static void test_bad_npy(void) {
     /* truncated at every length: magic, version, header length, header, data */
     for (size_t k = 0; k < good.len; k++) BAD(0, good.data, k, NULL);
     BAD(0, good.data, 0, "not a .npy file");
+    BAD(0, NULL, 0, "not a .npy file");
+    BAD(1, NULL, 0, "not a ZIP");
+    BAD(2, NULL, 0, "no header");
     BAD(0, good.data, 8, "no header length");
     BAD(0, good.data, 60, "runs past the end");
     BAD(0, good.data, good.len - 1, "needs 24 data bytes, the file has 23");
@@ -835,7 +839,7 @@ static void test_bad_safetensors(void) {
         {"hello", 0, "not valid JSON"},
         {"[1, 2]", 0, "single JSON object"},
         {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}", 4, "too soon"},
-        {"{} x", 0, "single JSON object"},
+        {"{} x", 0, "JSON"},
         {"{}\0   ", 0, NULL},
         {"{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 4, "outside"},
         {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4, "outside"},
@@ -868,6 +872,11 @@ static void test_bad_safetensors(void) {
         {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [-4, 0]}}", 4,
          "data_offsets"},
         {"{\"a\": [1, 2]}", 0, "not a JSON object"},
+        {"{\"a\": 'x'}", 0, "not valid JSON"},
+        {"{/* c */}", 0, "not valid JSON"},
+        {"{\"\xff\": {}}", 0, "not valid JSON"},
+        {"{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4],}}", 4,
+         "not valid JSON"},
         {"{\"a\": null}", 0, "null"},
         {"{\"__metadata__\": {\"k\": 1}}", 0, "must be strings"},
         {"{\"__metadata__\": \"x\"}", 0, "not a JSON object"},
