@@ -270,11 +270,12 @@ RED_EXT_FLOAT(min_f32, float, <)
 RED_EXT_FLOAT(max_f64, double, >)
 RED_EXT_FLOAT(min_f64, double, <)
 
-/* Integer extremes of n elements at p with stride s, from m. */
-#define RED_EXT_INT(NAME, T, CMP)                                                                  \
+/* Integer extremes of n elements at p with stride s, from m0 (clamped to
+ * T's range: accumulators start at the int64 extremes). */
+#define RED_EXT_INT(NAME, T, TMIN, TMAX, CMP)                                                      \
     static int64_t NAME(const char *p, int64_t s, int64_t n, int64_t m0) {                         \
         const T *x = (const T *)p;                                                                 \
-        T m = (T)m0;                                                                               \
+        T m = (T)(m0 < TMIN ? TMIN : m0 > TMAX ? TMAX : m0);                                       \
         int64_t i = 0;                                                                             \
         if (s == 1) {                                                                              \
             T lane[16];                                                                            \
@@ -287,14 +288,14 @@ RED_EXT_FLOAT(min_f64, double, <)
         return m;                                                                                  \
     }
 
-RED_EXT_INT(max_i8, int8_t, >)
-RED_EXT_INT(min_i8, int8_t, <)
-RED_EXT_INT(max_u8, uint8_t, >)
-RED_EXT_INT(min_u8, uint8_t, <)
-RED_EXT_INT(max_i32, int32_t, >)
-RED_EXT_INT(min_i32, int32_t, <)
-RED_EXT_INT(max_i64, int64_t, >)
-RED_EXT_INT(min_i64, int64_t, <)
+RED_EXT_INT(max_i8, int8_t, INT8_MIN, INT8_MAX, >)
+RED_EXT_INT(min_i8, int8_t, INT8_MIN, INT8_MAX, <)
+RED_EXT_INT(max_u8, uint8_t, 0, UINT8_MAX, >)
+RED_EXT_INT(min_u8, uint8_t, 0, UINT8_MAX, <)
+RED_EXT_INT(max_i32, int32_t, INT32_MIN, INT32_MAX, >)
+RED_EXT_INT(min_i32, int32_t, INT32_MIN, INT32_MAX, <)
+RED_EXT_INT(max_i64, int64_t, INT64_MIN, INT64_MAX, >)
+RED_EXT_INT(min_i64, int64_t, INT64_MIN, INT64_MAX, <)
 
 static double run_extf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, int ismax,
                        double m) {
