@@ -103,47 +103,6 @@ static void mm_job_init(mm_job *j, hd_tensor *out, hd_tensor *a, hd_tensor *b) {
     j->out = hd_tensor_data(out);
 }
 
-/* ---- contiguous copies ---- */
-
-/* Copy every distinct matrix of op (its batch dims that are not broadcast)
- * into one contiguous buffer and point op at it. *buf receives the buffer,
- * *nbytes its size, for the caller to free. */
-static hd_status mm_compact(hd_ctx *ctx, const mm_job *j, mm_operand *op, char **buf,
-                            size_t *nbytes) {
-    int64_t cshape[HD_MAX_DIMS], cstride[HD_MAX_DIMS], mat = op->rows * op->cols, ncopy = 1;
-    for (int d = j->nb - 1; d >= 0; d--) {
-        cshape[d] = op->bstride[d] ? j->bshape[d] : 1;
-        cstride[d] = op->bstride[d] ? ncopy * mat : 0;
-        ncopy *= cshape[d];
-    }
-    size_t n;
-    if (!hd_mul_overflow((size_t)(ncopy * mat), (size_t)j->es, &n))
-        return hd_error(ctx, HD_ERR_MEMORY, "out of memory: matmul operand copy too large");
-    char *dst = hd_ctx_alloc(ctx, n);
-    if (!dst) return ctx->status;
-    int es = j->es;
-    for (int64_t c = 0; c < ncopy; c++) {
-        int64_t off = 0, rem = c;
-        for (int d = j->nb - 1; d >= 0; d--) {
-            off += (rem % cshape[d]) * op->bstride[d];
-            rem /= cshape[d];
-        }
-        const char *src = op->data + off * es;
-        char *q = dst + (size_t)(c * mat) * (size_t)es;
-        for (int64_t r = 0; r < op->rows; r++)
-            for (int64_t col = 0; col < op->cols; col++)
-                memcpy(q + (r * op->cols + col) * es, src + (r * op->rs + col * op->cs) * es,
-                       (size_t)es);
-    }
-    op->data = dst;
-    op->rs = op->cols;
-    op->cs = 1;
-    memcpy(op->bstride, cstride, sizeof cstride);
-    *buf = dst;
-    *nbytes = n;
-    return HD_OK;
-}
-
 /* ---- plain loops (integers, and floats without BLAS) ---- */
 
 /* Rows [i0, i1) of one batch: C[i, :] = sum_k A[i, k] * B[k, :], in blocks of
@@ -225,9 +184,49 @@ static hd_status mm_plain(hd_ctx *ctx, const mm_job *j) {
     return HD_OK;
 }
 
-/* ---- BLAS ---- */
+/* ---- BLAS: operand copies, layouts, gemm and gemv ---- */
 
 #ifdef HODU_HAVE_BLAS
+
+/* Copy every distinct matrix of op (its batch dims that are not broadcast)
+ * into one contiguous buffer and point op at it. *buf receives the buffer,
+ * *nbytes its size, for the caller to free. */
+static hd_status mm_compact(hd_ctx *ctx, const mm_job *j, mm_operand *op, char **buf,
+                            size_t *nbytes) {
+    int64_t cshape[HD_MAX_DIMS], cstride[HD_MAX_DIMS], mat = op->rows * op->cols, ncopy = 1;
+    for (int d = j->nb - 1; d >= 0; d--) {
+        cshape[d] = op->bstride[d] ? j->bshape[d] : 1;
+        cstride[d] = op->bstride[d] ? ncopy * mat : 0;
+        ncopy *= cshape[d];
+    }
+    size_t n;
+    if (!hd_mul_overflow((size_t)(ncopy * mat), (size_t)j->es, &n))
+        return hd_error(ctx, HD_ERR_MEMORY, "out of memory: matmul operand copy too large");
+    char *dst = hd_ctx_alloc(ctx, n);
+    if (!dst) return ctx->status;
+    int es = j->es;
+    for (int64_t c = 0; c < ncopy; c++) {
+        int64_t off = 0, rem = c;
+        for (int d = j->nb - 1; d >= 0; d--) {
+            off += (rem % cshape[d]) * op->bstride[d];
+            rem /= cshape[d];
+        }
+        const char *src = op->data + off * es;
+        char *q = dst + (size_t)(c * mat) * (size_t)es;
+        for (int64_t r = 0; r < op->rows; r++)
+            for (int64_t col = 0; col < op->cols; col++)
+                memcpy(q + (r * op->cols + col) * es, src + (r * op->rs + col * op->cs) * es,
+                       (size_t)es);
+    }
+    op->data = dst;
+    op->rs = op->cols;
+    op->cs = 1;
+    memcpy(op->bstride, cstride, sizeof cstride);
+    *buf = dst;
+    *nbytes = n;
+    return HD_OK;
+}
+
 /* How BLAS reads op: 1 and the transpose flag and leading dimension, or 0
  * if the strides need a copy. A dim of size 1 may have any stride. */
 static int mm_layout(const mm_operand *op, enum CBLAS_TRANSPOSE *tr, int64_t *ld) {
