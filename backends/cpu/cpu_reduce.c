@@ -26,7 +26,7 @@
 #include <omp.h>
 #include <string.h>
 
-enum { RED_BLOCK = 256, RED_LANES = 16, RED_CHUNK = 1024, RED_TILE = 256, RED_MAX_THREADS = 64 };
+enum { RED_BLOCK = 256, RED_LANES = 16, RED_CHUNK = 1024, RED_TILE = 2048, RED_MAX_THREADS = 64 };
 
 typedef struct {
     int ndim;
@@ -132,10 +132,12 @@ static void gather_i64(hd_dtype dt, const char *p, int64_t s, int64_t n, int64_t
 /* ---- sums ---- */
 
 /* Blocked sum: 256-element blocks in 16 f32 lanes, block sums in f64. The
- * lanes make the loop vectorise without reassociating one accumulator. */
-static double sum_f32(const float *x, int64_t n) {
+ * lanes make the loop vectorise without reassociating one accumulator. (c is
+ * unused: the signature is shared with the other float kernels.) */
+static double sum_f32(const float *x, int64_t n, double c) {
     double total = 0;
     int64_t i = 0;
+    HD_UNUSED(c);
     for (; i + RED_BLOCK <= n; i += RED_BLOCK) {
         float acc[RED_LANES] = {0};
         for (int b = 0; b < RED_BLOCK; b += RED_LANES)
@@ -148,9 +150,10 @@ static double sum_f32(const float *x, int64_t n) {
     return total;
 }
 
-static double sum_f64(const double *x, int64_t n) {
+static double sum_f64(const double *x, int64_t n, double c) {
     double total = 0;
     int64_t i = 0;
+    HD_UNUSED(c);
     for (; i + RED_BLOCK <= n; i += RED_BLOCK) {
         double acc[RED_LANES] = {0};
         for (int b = 0; b < RED_BLOCK; b += RED_LANES)
@@ -163,9 +166,57 @@ static double sum_f64(const double *x, int64_t n) {
     return total;
 }
 
-static double run_sumf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n) {
-    if (s == 1 && dt == HD_F32) return sum_f32((const float *)p, n);
-    if (s == 1 && dt == HD_F64) return sum_f64((const double *)p, n);
+/* Sum of (x - c)^2 in 8 f64 lanes. */
+static double sqdev_f32(const float *x, int64_t n, double c) {
+    double acc[8] = {0}, total = 0;
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) {
+            double d = (double)x[k + l] - c;
+            acc[l] += d * d;
+        }
+    for (; k < n; k++) total += ((double)x[k] - c) * ((double)x[k] - c);
+    for (int l = 0; l < 8; l++) total += acc[l];
+    return total;
+}
+
+static double sqdev_f64(const double *x, int64_t n, double c) {
+    double acc[8] = {0}, total = 0;
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++) {
+            double d = x[k + l] - c;
+            acc[l] += d * d;
+        }
+    for (; k < n; k++) total += (x[k] - c) * (x[k] - c);
+    for (int l = 0; l < 8; l++) total += acc[l];
+    return total;
+}
+
+/* Sum of exp(x - c); f32 inputs use expf (c is one of them, the max, so
+ * x - c <= 0 loses nothing that matters at f32 precision), summed in f64. */
+static double sumexp_f32(const float *x, int64_t n, double c) {
+    double total = 0;
+    float fc = (float)c;
+    for (int64_t k = 0; k < n; k++) total += expf(x[k] - fc);
+    return total;
+}
+
+static double sumexp_f64(const double *x, int64_t n, double c) {
+    double total = 0;
+    for (int64_t k = 0; k < n; k++) total += exp(x[k] - c);
+    return total;
+}
+
+typedef double (*red_f32_fn)(const float *, int64_t, double);
+typedef double (*red_f64_fn)(const double *, int64_t, double);
+
+/* The sum of a float kernel over a run: contiguous f32/f64 runs are read in
+ * place, others gathered in chunks (f16/bf16 as f32, f64 as f64). */
+static double run_floats(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, double c,
+                         red_f32_fn k32, red_f64_fn k64) {
+    if (s == 1 && dt == HD_F32) return k32((const float *)p, n, c);
+    if (s == 1 && dt == HD_F64) return k64((const double *)p, n, c);
     double total = 0;
     for (int64_t i = 0; i < n; i += RED_CHUNK) {
         int64_t m = HD_MIN(RED_CHUNK, n - i);
@@ -173,11 +224,11 @@ static double run_sumf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n)
         if (dt == HD_F64) {
             double buf[RED_CHUNK];
             gather_f64(dt, q, s, m, buf);
-            total += sum_f64(buf, m);
+            total += k64(buf, m, c);
         } else {
             float buf[RED_CHUNK];
             gather_f32(dt, q, s, m, buf);
-            total += sum_f32(buf, m);
+            total += k32(buf, m, c);
         }
     }
     return total;
@@ -211,39 +262,6 @@ static uint64_t run_prodi(const char *p, int64_t s, int64_t n) {
     uint64_t r = 1;
     for (int64_t i = 0; i < n; i++) r *= (uint64_t)x[i * s];
     return r;
-}
-
-/* Sum of (x - c)^2 or of exp(x - c) in f64. */
-static double run_sqdev(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, double c) {
-    double total = 0, buf[RED_CHUNK];
-    for (int64_t i = 0; i < n; i += RED_CHUNK) {
-        int64_t m = HD_MIN(RED_CHUNK, n - i);
-        const double *x = buf;
-        if (dt == HD_F64 && s == 1)
-            x = (const double *)p + i;
-        else
-            gather_f64(dt, p + i * s * es, s, m, buf);
-        double acc[8] = {0};
-        int64_t k = 0;
-        for (; k + 8 <= m; k += 8)
-            for (int l = 0; l < 8; l++) {
-                double d = x[k + l] - c;
-                acc[l] += d * d;
-            }
-        for (; k < m; k++) total += (x[k] - c) * (x[k] - c);
-        for (int l = 0; l < 8; l++) total += acc[l];
-    }
-    return total;
-}
-
-static double run_sumexp(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, double c) {
-    double total = 0, buf[RED_CHUNK];
-    for (int64_t i = 0; i < n; i += RED_CHUNK) {
-        int64_t m = HD_MIN(RED_CHUNK, n - i);
-        gather_f64(dt, p + i * s * es, s, m, buf);
-        for (int64_t k = 0; k < m; k++) total += exp(buf[k] - c);
-    }
-    return total;
 }
 
 /* ---- max and min ---- */
@@ -339,32 +357,49 @@ static int64_t run_exti(hd_dtype dt, const char *p, int64_t s, int64_t n, int is
     }
 }
 
+/* Index of the first element equal to v, or of the first NaN if v is NaN. */
+#define RED_FIND(NAME, T)                                                                          \
+    static int64_t NAME(const T *x, int64_t n, T v) {                                              \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            if (x[i] == v || (v != v && x[i] != x[i])) return i;                                   \
+        return 0;                                                                                  \
+    }
+
+RED_FIND(find_f32, float)
+RED_FIND(find_f64, double)
+RED_FIND(find_i64, int64_t)
+
 /* First index of the extreme in a run whose first element has inner index
- * k. A NaN is the extreme; the first one wins and ends the search. */
+ * k, chunk by chunk: the chunk's extreme (vectorised), then, only if it beats
+ * the best so far, where it first occurs. A NaN is the extreme and the first
+ * one ends the search; ties keep the earlier index. */
 static void run_arg(const red_job *j, const char *p, int64_t s, int64_t n, int64_t k, int ismax,
                     red_acc *a) {
-    if (a->nan) return;
-    for (int64_t i = 0; i < n; i += RED_CHUNK) {
+    for (int64_t i = 0; i < n && !a->nan; i += RED_CHUNK) {
         int64_t m = HD_MIN(RED_CHUNK, n - i);
         const char *q = p + i * s * j->esize;
-        if (j->isfloat) {
+        if (j->dt == HD_F64) {
             double buf[RED_CHUNK];
-            gather_f64(j->dt, q, s, m, buf);
-            for (int64_t t = 0; t < m; t++) {
-                double v = buf[t];
-                if (v != v) {
-                    a->nan = 1, a->f = v, a->idx = k + i + t;
-                    return;
-                }
-                if (a->idx < 0 || (ismax ? v > a->f : v < a->f)) a->f = v, a->idx = k + i + t;
-            }
+            const double *x = s == 1 ? (const double *)q : buf;
+            if (s != 1) gather_f64(j->dt, q, s, m, buf);
+            double e = ismax ? max_f64(x, m, -INFINITY) : min_f64(x, m, INFINITY);
+            if (e != e || a->idx < 0 || (ismax ? e > a->f : e < a->f))
+                a->f = e, a->nan = e != e, a->idx = k + i + find_f64(x, m, e);
+        } else if (j->isfloat) {
+            float buf[RED_CHUNK];
+            const float *x = (s == 1 && j->dt == HD_F32) ? (const float *)q : buf;
+            if (x == buf) gather_f32(j->dt, q, s, m, buf);
+            float e = ismax ? max_f32(x, m, -INFINITY) : min_f32(x, m, INFINITY);
+            if (e != e || a->idx < 0 || (ismax ? e > a->f : e < a->f))
+                a->f = e, a->nan = e != e, a->idx = k + i + find_f32(x, m, e);
         } else {
             int64_t buf[RED_CHUNK];
-            gather_i64(j->dt, q, s, m, buf);
-            for (int64_t t = 0; t < m; t++) {
-                int64_t v = buf[t];
-                if (a->idx < 0 || (ismax ? v > a->v : v < a->v)) a->v = v, a->idx = k + i + t;
-            }
+            const int64_t *x = (s == 1 && j->dt == HD_I64) ? (const int64_t *)q : buf;
+            if (x == buf) gather_i64(j->dt, q, s, m, buf);
+            int64_t e = ismax ? max_i64((const char *)x, 1, m, INT64_MIN)
+                              : min_i64((const char *)x, 1, m, INT64_MAX);
+            if (a->idx < 0 || (ismax ? e > a->v : e < a->v))
+                a->v = e, a->idx = k + i + find_i64(x, m, e);
         }
     }
 }
@@ -393,7 +428,7 @@ static void acc_init(const red_job *j, red_kind kind, red_acc *a) {
 static void acc_run(const red_job *j, red_kind kind, const char *p, int64_t s, int64_t n, int64_t k,
                     double param, red_acc *a) {
     switch (kind) {
-    case RK_SUMF: a->f += run_sumf(j->dt, j->esize, p, s, n); break;
+    case RK_SUMF: a->f += run_floats(j->dt, j->esize, p, s, n, 0, sum_f32, sum_f64); break;
     case RK_SUMI: a->u += run_sumi(p, s, n); break;
     case RK_PRODF: a->f *= run_prodf(j->dt, j->esize, p, s, n); break;
     case RK_PRODI: a->u *= run_prodi(p, s, n); break;
@@ -406,8 +441,10 @@ static void acc_run(const red_job *j, red_kind kind, const char *p, int64_t s, i
         break;
     case RK_ARGMAX: run_arg(j, p, s, n, k, 1, a); break;
     case RK_ARGMIN: run_arg(j, p, s, n, k, 0, a); break;
-    case RK_SQDEV: a->f += run_sqdev(j->dt, j->esize, p, s, n, param); break;
-    case RK_SUMEXP: a->f += run_sumexp(j->dt, j->esize, p, s, n, param); break;
+    case RK_SQDEV: a->f += run_floats(j->dt, j->esize, p, s, n, param, sqdev_f32, sqdev_f64); break;
+    case RK_SUMEXP:
+        a->f += run_floats(j->dt, j->esize, p, s, n, param, sumexp_f32, sumexp_f64);
+        break;
     case RK_NONE: break;
     }
 }
@@ -503,6 +540,17 @@ static int red_param(const red_job *j, const red_acc *a1, double *param) {
     return 0;
 }
 
+/* An integer result (its value fits the dtype); bool stores v != 0. */
+static void red_store_int(hd_dtype dt, void *dst, int64_t o, int64_t v) {
+    switch (dt) {
+    case HD_I8: ((int8_t *)dst)[o] = (int8_t)v; break;
+    case HD_U8: ((uint8_t *)dst)[o] = (uint8_t)v; break;
+    case HD_BOOL: ((uint8_t *)dst)[o] = v != 0; break;
+    case HD_I32: ((int32_t *)dst)[o] = (int32_t)v; break;
+    default: ((int64_t *)dst)[o] = v; break;
+    }
+}
+
 /* Write the result of one output element from its accumulators. */
 static void red_store(const red_job *j, hd_tensor *out, int64_t o, const red_acc *a1,
                       const red_acc *a2) {
@@ -523,13 +571,7 @@ static void red_store(const red_job *j, hd_tensor *out, int64_t o, const red_acc
     case HD_OP_MAX:
     case HD_OP_MIN:
         if (!j->isfloat) {
-            switch (odt) {
-            case HD_I8: ((int8_t *)dst)[o] = (int8_t)a1->v; break;
-            case HD_U8:
-            case HD_BOOL: ((uint8_t *)dst)[o] = (uint8_t)a1->v; break;
-            case HD_I32: ((int32_t *)dst)[o] = (int32_t)a1->v; break;
-            default: ((int64_t *)dst)[o] = a1->v; break;
-            }
+            red_store_int(odt, dst, o, a1->v);
             return;
         }
         r = a1->f;
@@ -624,67 +666,176 @@ static void red_split(const red_job *j, hd_tensor *out, int nt) {
     }
 }
 
-/* ---- vertical sums ---- */
+/* ---- vertical reductions ---- */
 
-/* acc[t] += x[row + t] for t < tw, over every inner element's row. */
-#define RED_VERT(NAME, T, ACC, LOAD)                                                               \
-    static void NAME(const red_job *j, const char *base, int tw, ACC *acc) {                       \
+/* STEP(acc[t], x[row + t]) for t < tw, over the rows of every inner element:
+ * the tile of accumulators stays in cache while memory is read in order.
+ * Four rows per pass over the tile (same order of operations as one by one)
+ * so that the accumulators are loaded and stored a quarter as often. */
+#define RED_VERT(NAME, T, ACC, LOAD, STEP)                                                         \
+    static void NAME(const red_job *j, const char *base, int tw, void *accp) {                     \
+        ACC *acc = accp;                                                                           \
         const red_geom *g = &j->inner;                                                             \
         int nd = g->ndim;                                                                          \
         int64_t len = g->shape[nd - 1], s = g->stride[nd - 1], idx[HD_MAX_DIMS] = {0}, off = 0;    \
         for (int64_t k = 0; k < j->count; k += len) {                                              \
-            for (int64_t r = 0; r < len; r++) {                                                    \
-                const T *x = (const T *)base + off + r * s;                                        \
-                _Pragma("omp simd") for (int t = 0; t < tw; t++) acc[t] += LOAD(x[t]);             \
+            const T *x = (const T *)base + off;                                                    \
+            int64_t r = 0;                                                                         \
+            for (; r + 4 <= len; r += 4) {                                                         \
+                const T *x0 = x + r * s, *x1 = x0 + s, *x2 = x1 + s, *x3 = x2 + s;                 \
+                _Pragma("omp simd") for (int t = 0; t < tw; t++) {                                 \
+                    ACC a = acc[t], v0 = LOAD(x0[t]), v1 = LOAD(x1[t]), v2 = LOAD(x2[t]),          \
+                        v3 = LOAD(x3[t]);                                                          \
+                    STEP(a, v0);                                                                   \
+                    STEP(a, v1);                                                                   \
+                    STEP(a, v2);                                                                   \
+                    STEP(a, v3);                                                                   \
+                    acc[t] = a;                                                                    \
+                }                                                                                  \
+            }                                                                                      \
+            for (; r < len; r++) {                                                                 \
+                const T *x0 = x + r * s;                                                           \
+                _Pragma("omp simd") for (int t = 0; t < tw; t++) {                                 \
+                    ACC v = LOAD(x0[t]);                                                           \
+                    STEP(acc[t], v);                                                               \
+                }                                                                                  \
             }                                                                                      \
             geom_next(g, nd - 1, idx, &off);                                                       \
         }                                                                                          \
     }
 
-#define RED_LOAD_SAME(v) (v)
-#define RED_LOAD_U64(v)  ((uint64_t)(v))
-RED_VERT(vert_f32, float, double, RED_LOAD_SAME)
-RED_VERT(vert_f64, double, double, RED_LOAD_SAME)
-RED_VERT(vert_f16, uint16_t, double, hd_f16_to_f32)
-RED_VERT(vert_bf16, uint16_t, double, hd_bf16_to_f32)
-RED_VERT(vert_i64, int64_t, uint64_t, RED_LOAD_U64)
+#define RED_LOAD(v)        (v)
+#define RED_LOAD_U64(v)    ((uint64_t)(v))
+#define RED_STEP_ADD(a, v) ((a) += (v))
+/* NaN-sticky, as the lanes of the float max/min kernels */
+#define RED_STEP_MAX(a, v) ((a) = ((v) > (a) || (v) != (v)) ? (v) : (a))
+#define RED_STEP_MIN(a, v) ((a) = ((v) < (a) || (v) != (v)) ? (v) : (a))
 
-/* One tile of tw consecutive outputs starting at flat output o. */
-static void red_vert_tile(const red_job *j, hd_tensor *out, int64_t o, const char *base, int tw) {
-    double acc[RED_TILE] = {0};
-    uint64_t iacc[RED_TILE] = {0};
-    void *dst = hd_tensor_data(out);
-    switch (j->dt) {
-    case HD_F32: vert_f32(j, base, tw, acc); break;
-    case HD_F64: vert_f64(j, base, tw, acc); break;
-    case HD_F16: vert_f16(j, base, tw, acc); break;
-    case HD_BF16: vert_bf16(j, base, tw, acc); break;
-    default: vert_i64(j, base, tw, iacc); break;
-    }
-    double scale = j->op == HD_OP_MEAN ? 1.0 / (double)j->count : 1.0;
-    for (int t = 0; t < tw; t++) {
-        if (j->isfloat)
-            hd_dtype_store(out->dtype, dst, o + t, acc[t] * scale);
-        else
-            ((int64_t *)dst)[o + t] = (int64_t)iacc[t];
+RED_VERT(vsum_f32, float, double, RED_LOAD, RED_STEP_ADD)
+RED_VERT(vsum_f64, double, double, RED_LOAD, RED_STEP_ADD)
+RED_VERT(vsum_f16, uint16_t, double, hd_f16_to_f32, RED_STEP_ADD)
+RED_VERT(vsum_bf16, uint16_t, double, hd_bf16_to_f32, RED_STEP_ADD)
+RED_VERT(vsum_i64, int64_t, uint64_t, RED_LOAD_U64, RED_STEP_ADD)
+RED_VERT(vmax_f32, float, float, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmax_f64, double, double, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmax_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MAX)
+RED_VERT(vmax_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MAX)
+RED_VERT(vmax_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmax_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmax_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmax_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MAX)
+RED_VERT(vmin_f32, float, float, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vmin_f64, double, double, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vmin_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MIN)
+RED_VERT(vmin_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MIN)
+RED_VERT(vmin_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vmin_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vmin_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vmin_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MIN)
+
+typedef void (*red_vert_fn)(const red_job *, const char *, int, void *);
+
+/* Accumulators are f64 for sums of floats, u64 for i64 sums, and the input's
+ * own type (f32 for f16/bf16) for max/min; bool max/min work on the bytes. */
+static const red_vert_fn red_vsum[HD_DTYPE_COUNT] = {
+    [HD_F16] = vsum_f16, [HD_BF16] = vsum_bf16, [HD_F32] = vsum_f32,
+    [HD_F64] = vsum_f64, [HD_I64] = vsum_i64,
+};
+static const red_vert_fn red_vmax[HD_DTYPE_COUNT] = {
+    [HD_F16] = vmax_f16, [HD_BF16] = vmax_bf16, [HD_F32] = vmax_f32,
+    [HD_F64] = vmax_f64, [HD_I8] = vmax_i8,     [HD_U8] = vmax_u8,
+    [HD_I32] = vmax_i32, [HD_I64] = vmax_i64,   [HD_BOOL] = vmax_u8,
+};
+static const red_vert_fn red_vmin[HD_DTYPE_COUNT] = {
+    [HD_F16] = vmin_f16, [HD_BF16] = vmin_bf16, [HD_F32] = vmin_f32,
+    [HD_F64] = vmin_f64, [HD_I8] = vmin_i8,     [HD_U8] = vmin_u8,
+    [HD_I32] = vmin_i32, [HD_I64] = vmin_i64,   [HD_BOOL] = vmin_u8,
+};
+
+static red_vert_fn red_vert_kernel(hd_op op, hd_dtype dt) {
+    switch (op) {
+    case HD_OP_SUM:
+    case HD_OP_MEAN: return red_vsum[dt];
+    case HD_OP_MAX: return red_vmax[dt];
+    case HD_OP_MIN: return red_vmin[dt];
+    default: return NULL;
     }
 }
 
-/* Sum/mean when the last outer dim is contiguous and the inner ones are not:
- * whole rows are added into tiles of accumulators, so memory is read in
- * order. Work items are (outer row, tile) pairs. */
-static void red_vertical(const red_job *j, hd_tensor *out, int nt) {
+typedef union {
+    double f64[RED_TILE];
+    float f32[RED_TILE];
+    uint64_t u64[RED_TILE];
+    int64_t i64[RED_TILE];
+    int32_t i32[RED_TILE];
+    int8_t i8[RED_TILE];
+    uint8_t u8[RED_TILE];
+} red_tile;
+
+/* Fill the first tw accumulators with the reduction's identity. */
+static void red_tile_init(const red_job *j, red_tile *acc, int tw) {
+    int ismax = j->op == HD_OP_MAX;
+    if (j->op == HD_OP_SUM || j->op == HD_OP_MEAN) {
+        memset(acc, 0, (size_t)tw * 8);
+        return;
+    }
+    for (int t = 0; t < tw; t++) switch (j->dt) {
+        case HD_F64: acc->f64[t] = ismax ? -INFINITY : INFINITY; break;
+        case HD_F32:
+        case HD_F16:
+        case HD_BF16: acc->f32[t] = ismax ? -INFINITY : INFINITY; break;
+        case HD_I8: acc->i8[t] = ismax ? INT8_MIN : INT8_MAX; break;
+        case HD_I32: acc->i32[t] = ismax ? INT32_MIN : INT32_MAX; break;
+        case HD_I64: acc->i64[t] = ismax ? INT64_MIN : INT64_MAX; break;
+        default: acc->u8[t] = ismax ? 0 : UINT8_MAX; break;
+        }
+}
+
+/* Output element o + t from accumulator t. */
+static void red_tile_store(const red_job *j, hd_tensor *out, int64_t o, const red_tile *acc,
+                           int tw) {
+    void *dst = hd_tensor_data(out);
+    hd_dtype odt = out->dtype;
+    int sum = j->op == HD_OP_SUM || j->op == HD_OP_MEAN;
+    double scale = j->op == HD_OP_MEAN ? 1.0 / (double)j->count : 1.0;
+    for (int t = 0; t < tw; t++) switch (j->dt) {
+        case HD_F64:
+            hd_dtype_store(odt, dst, o + t, sum ? acc->f64[t] * scale : acc->f64[t]);
+            break;
+        case HD_F32:
+        case HD_F16:
+        case HD_BF16:
+            hd_dtype_store(odt, dst, o + t, sum ? acc->f64[t] * scale : acc->f32[t]);
+            break;
+        case HD_I8: red_store_int(odt, dst, o + t, acc->i8[t]); break;
+        case HD_I32: red_store_int(odt, dst, o + t, acc->i32[t]); break;
+        case HD_I64:
+            red_store_int(odt, dst, o + t, sum ? (int64_t)acc->u64[t] : acc->i64[t]);
+            break;
+        default: red_store_int(odt, dst, o + t, acc->u8[t]); break;
+        }
+}
+
+/* When the last outer dim is contiguous and the inner ones are not (sum
+ * over axis 0 of a row-major matrix), whole rows are folded into tiles of
+ * accumulators. Work items are (outer row, tile) pairs; tiles narrow when
+ * there are fewer items than threads. */
+static void red_vertical(const red_job *j, red_vert_fn f, hd_tensor *out, int nt) {
     const red_geom *g = &j->outer;
-    int64_t w = g->shape[g->ndim - 1], tiles = (w + RED_TILE - 1) / RED_TILE;
-    int64_t items = (out->numel / w) * tiles;
+    int64_t w = g->shape[g->ndim - 1], rows = out->numel / w, tw = HD_MIN(w, RED_TILE);
+    if (rows * ((w + tw - 1) / tw) < nt) tw = HD_MAX(64, (w + nt - 1) / nt);
+    int64_t tiles = (w + tw - 1) / tw, items = rows * tiles;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t it = 0; it < items; it++) {
-        int64_t row = it / tiles, t0 = (it % tiles) * RED_TILE, idx[HD_MAX_DIMS];
-        red_geom rows = *g;
-        rows.ndim = g->ndim - 1;
-        int64_t off = geom_start(&rows, row, idx) + t0;
-        red_vert_tile(j, out, row * w + t0, j->data + off * j->esize,
-                      (int)HD_MIN(RED_TILE, w - t0));
+        int64_t row = it / tiles, t0 = (it % tiles) * tw, idx[HD_MAX_DIMS];
+        int n = (int)HD_MIN(tw, w - t0);
+        red_geom rg = *g;
+        rg.ndim = g->ndim - 1;
+        int64_t off = geom_start(&rg, row, idx) + t0;
+        red_tile acc;
+        red_tile_init(j, &acc, n);
+        f(j, j->data + off * j->esize, n, &acc);
+        red_tile_store(j, out, row * w + t0, &acc, n);
     }
 }
 
@@ -778,11 +929,13 @@ static void red_setup(red_job *j, hd_op op, const hd_tensor *x, const hd_attrs *
     j->count = hd_shape_numel(j->inner.shape, j->inner.ndim);
 }
 
-static int red_is_vertical(const red_job *j) {
+/* The vertical kernel for j, or NULL when the per-output walk is better. */
+static red_vert_fn red_vertical_for(const red_job *j) {
     const red_geom *o = &j->outer, *in = &j->inner;
-    return (j->op == HD_OP_SUM || j->op == HD_OP_MEAN) && o->ndim > 0 &&
-           o->stride[o->ndim - 1] == 1 && o->shape[o->ndim - 1] >= 8 && j->count > 1 &&
-           in->stride[in->ndim - 1] != 1;
+    if (o->ndim == 0 || o->stride[o->ndim - 1] != 1 || o->shape[o->ndim - 1] < 8 || j->count < 2 ||
+        in->stride[in->ndim - 1] == 1)
+        return NULL;
+    return red_vert_kernel(j->op, j->dt);
 }
 
 hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
@@ -795,8 +948,9 @@ hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     double work = (double)out->numel * (double)j.count;
     int nt = HD_MIN(HD_MAX(ctx->nthreads, 1), RED_MAX_THREADS);
     if (work < CPU_PAR_MIN) nt = 1;
-    if (red_is_vertical(&j))
-        red_vertical(&j, out, nt);
+    red_vert_fn vf = red_vertical_for(&j);
+    if (vf)
+        red_vertical(&j, vf, out, nt);
     else if (nt > 1 && out->numel < nt && j.count >= CPU_PAR_MIN)
         red_split(&j, out, nt);
     else
