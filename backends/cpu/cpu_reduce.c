@@ -11,9 +11,9 @@
  *
  * Threads: over output elements when there are at least as many as threads;
  * otherwise each output's inner elements are split across threads and the
- * partial accumulators merged in order. Sums whose output dim is the
- * contiguous one (sum over axis 0 of a row-major matrix) take a "vertical"
- * path that adds whole rows into a tile of accumulators.
+ * partial accumulators merged in order. Sum, mean, max and min whose last
+ * output dim is the contiguous one (sum over axis 0 of a row-major matrix)
+ * take a "vertical" path that folds whole rows into a tile of accumulators.
  *
  * Numerics: float sums add blocks of 256 elements in 16 lanes (f32 lanes for
  * f16/bf16/f32, f64 lanes for f64) and accumulate the block sums in f64;
@@ -88,24 +88,15 @@ static void gather_f32(hd_dtype dt, const char *p, int64_t s, int64_t n, float *
     }
 }
 
-/* n elements at p (stride s) of any dtype, as f64 (exact except i64). */
+/* n elements at p (stride s) of a float dtype, as f64. */
 static void gather_f64(hd_dtype dt, const char *p, int64_t s, int64_t n, double *buf) {
-    switch (dt) {
-    case HD_F16:
-    case HD_BF16:
-    case HD_F32: {
-        float tmp[RED_CHUNK];
-        gather_f32(dt, p, s, n, tmp);
-        for (int64_t i = 0; i < n; i++) buf[i] = tmp[i];
-        break;
-    }
-    case HD_F64:
+    if (dt == HD_F64) {
         for (int64_t i = 0; i < n; i++) buf[i] = ((const double *)p)[i * s];
-        break;
-    default:
-        for (int64_t i = 0; i < n; i++) buf[i] = hd_dtype_load(dt, p, i * s);
-        break;
+        return;
     }
+    float tmp[RED_CHUNK];
+    gather_f32(dt, p, s, n, tmp);
+    for (int64_t i = 0; i < n; i++) buf[i] = tmp[i];
 }
 
 /* n elements at p (stride s) of an integer or bool dtype, as i64. */
