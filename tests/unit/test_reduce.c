@@ -513,6 +513,46 @@ static void test_special_values(hd_ctx *ctx) {
     hd_tensor_unref(x);
 }
 
+/* NaN and infinities through every path: vertical (axis 0), per output
+ * (axis 1), all axes, permuted views, and a long run split across threads. */
+static void test_nan_paths(hd_ctx *ctx) {
+    static const hd_op ops[] = {HD_OP_SUM,    HD_OP_MEAN,   HD_OP_MAX, HD_OP_MIN,
+                                HD_OP_ARGMAX, HD_OP_ARGMIN, HD_OP_VAR, HD_OP_LOGSUMEXP};
+    int64_t shape[2] = {16, 9};
+    int bad = 0;
+    for (int di = 0; di < 4; di++)
+        for (int lay = 0; lay < 2; lay++)
+            for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+                hd_tensor *x = make_layout(ctx, float_dtypes[di], shape, 2, lay, ops[k]);
+                /* specials in the storage: some rows and columns get NaN, +inf, -inf */
+                void *p = x->storage->data;
+                int64_t n = (int64_t)(x->storage->nbytes / (size_t)hd_dtype_size(x->dtype));
+                hd_dtype_store(x->dtype, p, 5, NAN);
+                hd_dtype_store(x->dtype, p, 40, NAN);
+                hd_dtype_store(x->dtype, p, 23, INFINITY);
+                hd_dtype_store(x->dtype, p, 70, -INFINITY);
+                hd_dtype_store(x->dtype, p, n - 1, NAN);
+                for (int ax = -1; ax < 2; ax++) {
+                    hd_attrs at = {0};
+                    at.naxes = ax >= 0, at.axes[0] = ax, at.ints[0] = 1;
+                    bad += !check_op(ctx, ops[k], x, &at, "with NaN and inf");
+                }
+                hd_tensor_unref(x);
+            }
+    int save = ctx->nthreads;
+    ctx->nthreads = 2;
+    int64_t n = 70000;
+    hd_tensor *v = make_layout(ctx, HD_F32, &n, 1, LAY_CONTIG, HD_OP_SUM);
+    ((float *)hd_tensor_data(v))[65000] = NAN;
+    ((float *)hd_tensor_data(v))[60000] = NAN;
+    hd_attrs all = {0};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+        bad += !check_op(ctx, ops[k], v, &all, "long, NaN late");
+    ctx->nthreads = save;
+    hd_tensor_unref(v);
+    CHECK_MSG(bad == 0, "%d NaN cases wrong", bad);
+}
+
 /* ---- shapes at the edges ---- */
 
 static void test_empty_and_scalar(hd_ctx *ctx) {
@@ -726,6 +766,7 @@ int main(void) {
     test_four_dims(&ctx);
     test_long_sums(&ctx);
     test_special_values(&ctx);
+    test_nan_paths(&ctx);
     test_empty_and_scalar(&ctx);
     test_large(&ctx);
     test_errors(&ctx);
