@@ -26,6 +26,16 @@ typedef struct {
     int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 } pool_geom;
 
+/* The outputs q in [*lo, *hi) of a row of n whose input column q * stride +
+ * off lies inside [0, size); the others read padding. */
+static void conv_valid_range(int64_t off, int64_t stride, int64_t size, int64_t n, int64_t *lo,
+                             int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int64_t h = size - 1 - off < 0 ? 0 : (size - 1 - off) / stride + 1;
+    *lo = HD_MIN(l, n);
+    *hi = HD_MAX(HD_MIN(h, n), *lo);
+}
+
 #define NN_T    float
 #define NN_S    f32
 #define NN_GEMM cblas_sgemm

@@ -16,12 +16,8 @@ static void NN_FN(conv_im2col)(const NN_T *x, NN_T *col, const conv_geom *g, int
     for (int64_t r = 0; r < g->k; r++) {
         int64_t c = r / kk, i = (r / g->kw) % g->kh, j = r % g->kw;
         const NN_T *xc = x + c * g->h * g->w;
-        int64_t woff = j * g->dw - g->pw; /* input column = ow * sw + woff */
-        /* ow in [lo, hi) reads inside the row; outside it reads padding */
-        int64_t lo = woff >= 0 ? 0 : (-woff + g->sw - 1) / g->sw;
-        int64_t hi = g->w - 1 - woff < 0 ? 0 : (g->w - 1 - woff) / g->sw + 1;
-        lo = HD_MIN(lo, OW);
-        hi = HD_MAX(HD_MIN(hi, OW), lo);
+        int64_t woff = j * g->dw - g->pw, lo, hi; /* input column = ow * sw + woff */
+        conv_valid_range(woff, g->sw, g->w, OW, &lo, &hi);
         for (int64_t oh = 0; oh < g->oh; oh++) {
             NN_T *d = col + r * g->p + oh * OW;
             int64_t ih = oh * g->sh - g->ph + i * g->dh;
@@ -31,10 +27,14 @@ static void NN_FN(conv_im2col)(const NN_T *x, NN_T *col, const conv_geom *g, int
             }
             const NN_T *xr = xc + ih * g->w;
             for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0;
-            if (g->sw == 1)
+            if (g->sw == 1) {
+#pragma omp simd
                 for (int64_t ow = lo; ow < hi; ow++) d[ow] = xr[ow + woff];
-            else
-                for (int64_t ow = lo; ow < hi; ow++) d[ow] = xr[ow * g->sw + woff];
+            } else {
+                int64_t sw = g->sw;
+#pragma omp simd
+                for (int64_t ow = lo; ow < hi; ow++) d[ow] = xr[ow * sw + woff];
+            }
             for (int64_t ow = hi; ow < OW; ow++) d[ow] = 0;
         }
     }
@@ -52,6 +52,7 @@ static void NN_FN(conv_gemm)(int64_t m, int64_t n, int64_t k, const NN_T *a, con
             NN_T av = a[i * k + t];
             const NN_T *br = b + t * n;
             NN_T *cr = c + i * n;
+#pragma omp simd
             for (int64_t j = 0; j < n; j++) cr[j] += av * br[j];
         }
 #endif
@@ -71,14 +72,16 @@ static void NN_FN(conv_direct1)(const NN_T *x, const NN_T *w, NN_T *y, const con
                 const NN_T *xr = x + ih * g->w;
                 for (int64_t j = 0; j < g->kw; j++) {
                     NN_T wv = wo[i * g->kw + j];
-                    int64_t woff = j * g->dw - g->pw;
-                    int64_t lo = woff >= 0 ? 0 : (-woff + g->sw - 1) / g->sw;
-                    int64_t hi = g->w - 1 - woff < 0 ? 0 : (g->w - 1 - woff) / g->sw + 1;
-                    hi = HD_MIN(hi, g->ow);
-                    if (g->sw == 1)
+                    int64_t woff = j * g->dw - g->pw, lo, hi;
+                    conv_valid_range(woff, g->sw, g->w, g->ow, &lo, &hi);
+                    int64_t sw = g->sw;
+                    if (sw == 1) {
+#pragma omp simd
                         for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + woff];
-                    else
-                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * g->sw + woff];
+                    } else {
+#pragma omp simd
+                        for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + woff];
+                    }
                 }
             }
         }
@@ -90,6 +93,7 @@ static void NN_FN(conv_fill_bias)(NN_T *y, const NN_T *bias, const conv_geom *g)
     for (int64_t no = 0; no < g->n * g->o; no++) {
         NN_T v = bias ? bias[no % g->o] : 0;
         NN_T *yr = y + no * g->p;
+#pragma omp simd
         for (int64_t q = 0; q < g->p; q++) yr[q] = v;
     }
 }
@@ -148,31 +152,36 @@ done:
 
 /* ---- pools ---- */
 
-/* One [H, W] plane. Max pads with -inf and propagates NaN (as torch);
- * avg counts the padding zeros in the divisor kh * kw (torch's default
- * count_include_pad), accumulating in double. */
+/* One [H, W] plane, an output row at a time: each input row and kernel
+ * column of the window is one pass over the output row, so the inner loops
+ * run along memory. Max pads with -inf and propagates NaN (as torch); avg
+ * counts the padding zeros in the divisor kh * kw (torch's default
+ * count_include_pad). */
 static void NN_FN(pool_plane)(const NN_T *x, NN_T *y, const pool_geom *g, int max) {
-    double inv = 1.0 / (double)(g->kh * g->kw);
+    NN_T inv = (NN_T)(1.0 / (double)(g->kh * g->kw));
     for (int64_t oh = 0; oh < g->oh; oh++) {
+        NN_T *yr = y + oh * g->ow;
         int64_t h0 = oh * g->sh - g->ph, h1 = HD_MIN(h0 + g->kh, g->h);
-        h0 = HD_MAX(h0, 0);
-        for (int64_t ow = 0; ow < g->ow; ow++) {
-            int64_t w0 = ow * g->sw - g->pw, w1 = HD_MIN(w0 + g->kw, g->w);
-            w0 = HD_MAX(w0, 0);
-            if (max) {
-                NN_T m = -(NN_T)INFINITY;
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) {
-                        NN_T v = x[h * g->w + w];
-                        if (v > m || v != v) m = v;
+        for (int64_t ow = 0; ow < g->ow; ow++) yr[ow] = max ? -(NN_T)INFINITY : 0;
+        for (int64_t h = HD_MAX(h0, 0); h < h1; h++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const NN_T *xr = x + h * g->w;
+                int64_t woff = j - g->pw, sw = g->sw, lo, hi;
+                conv_valid_range(woff, sw, g->w, g->ow, &lo, &hi);
+                if (max) {
+#pragma omp simd
+                    for (int64_t ow = lo; ow < hi; ow++) {
+                        NN_T v = xr[ow * sw + woff];
+                        yr[ow] = (v > yr[ow] || v != v) ? v : yr[ow];
                     }
-                y[oh * g->ow + ow] = m;
-            } else {
-                double s = 0;
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) s += x[h * g->w + w];
-                y[oh * g->ow + ow] = (NN_T)(s * inv);
+                } else {
+#pragma omp simd
+                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] += xr[ow * sw + woff];
+                }
             }
+        if (!max) {
+#pragma omp simd
+            for (int64_t ow = 0; ow < g->ow; ow++) yr[ow] *= inv;
         }
     }
 }

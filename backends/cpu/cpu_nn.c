@@ -7,10 +7,105 @@
 #include <math.h>
 #include <string.h>
 
+/* hd_f16_to_f32 without branches, so that conversion loops vectorize:
+ * the half's exponent and mantissa shifted into float position, times
+ * 2^112 to rebias (exact, subnormals included); Inf and NaN keep an
+ * all-ones exponent. Bit-identical to hd_f16_to_f32 for all 65536 inputs. */
+static inline float nn_f16_to_f32(uint16_t h) {
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16, bits;
+    float f;
+    memcpy(&f, &em, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    uint32_t special = 0u - (uint32_t)(em >= (0x7c00u << 13));
+    bits = (bits & ~special) | ((em | 0x7f800000u) & special) | sign;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* hd_f32_to_f16 and hd_f32_to_bf16 without branches (selects only), so
+ * that conversion loops vectorize. f16: round to nearest even by adding
+ * 0xfff plus the kept lsb; half subnormals by adding 0.5f, which makes the
+ * FPU round at the subnormal's last place. Bit-identical to the hd_dtype.h
+ * conversions for all 2^32 inputs. */
+static inline uint16_t nn_f32_to_f16(float f) {
+    uint32_t x, sb;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    uint32_t rn = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    float sf;
+    memcpy(&sf, &a, 4);
+    sf += 0.5f;
+    memcpy(&sb, &sf, 4);
+    /* all-ones masks: half subnormal, overflow or Inf, NaN */
+    uint32_t sub = 0u - (uint32_t)(a < 0x38800000u), big = 0u - (uint32_t)(a >= 0x477ff000u);
+    uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+    uint32_t r = ((sb - 0x3f000000u) & sub) | (rn & ~sub);
+    r = (0x7c00u & big) | (r & ~big);
+    r = ((0x7e00u | ((a >> 13) & 0x3ffu)) & nan) | (r & ~nan);
+    return (uint16_t)(r | sign);
+}
+
+static inline uint16_t nn_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t nan = 0u - (uint32_t)((x & 0x7fffffffu) > 0x7f800000u);
+    return (uint16_t)((((x >> 16) | 0x40u) & nan) | (r & ~nan));
+}
+
+/* expf for the softmax family, written so that loops over it vectorize:
+ * no calls and no float compares (which -ftrapping-math keeps as
+ * branches), only integer masks. Cody-Waite reduction x = n ln2 + r with
+ * |r| <= ln2 / 2, Cephes' degree-6 polynomial for e^r, 2^n from exponent
+ * bits. Within 1 ulp of exp for x in [-87.33, 88.37]; 0 below (where exp
+ * is a subnormal), 2^127 * e^r above; NaN stays NaN. */
+static inline float nn_expf(float x) {
+    int32_t ix, lo = -1028740017 /* bits of -87.33654f */, hi = 0x42b0c0a5 /* 88.37626f */;
+    memcpy(&ix, &x, 4);
+    int32_t under = -(int32_t)((ix < 0) & (ix > lo)); /* also -inf and negative NaNs */
+    int32_t over = -(int32_t)(ix > hi);               /* also +inf and positive NaNs */
+    int32_t nan = -(int32_t)((ix & 0x7fffffff) > 0x7f800000);
+    int32_t cb = (ix & ~under & ~over) | (lo & under) | (hi & over);
+    float xc, t, r, p, s, y;
+    memcpy(&xc, &cb, 4);
+    t = xc * 1.44269504088896341f + 12582912.0f; /* n + 1.5 * 2^23: n in the low bits */
+    float n = t - 12582912.0f;
+    r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t tb, sb;
+    memcpy(&tb, &t, 4);
+    sb = (tb - 0x4b400000u + 127u) << 23;
+    memcpy(&s, &sb, 4);
+    y = p * s;
+    int32_t yb;
+    memcpy(&yb, &y, 4);
+    yb = (yb & ~under & ~nan) | (ix & nan);
+    memcpy(&y, &yb, 4);
+    return y;
+}
+
+/* Uniforms of elements 2j and 2j + 1 of the draw at block base: one
+ * Philox block holds both (hd_rng.h's layout: the top 24 bits of lanes 0
+ * and 2), so this equals hd_rng_uniform_f32 for each at half the cost. */
+static void nn_uniform_pair(uint64_t key, uint64_t base, int64_t j, float u[2]) {
+    uint32_t w[4];
+    hd_philox4x32(key, base + (uint64_t)j, w);
+    u[0] = (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+    u[1] = (float)(w[2] >> 8) * (1.0f / 16777216.0f);
+}
+
 #define NN_T      float
 #define NN_S      f32
 #define NN_DT     HD_F32
-#define NN_EXP(x) expf(x)
+#define NN_EXP(x) nn_expf(x)
 #define NN_LOG(x) logf(x)
 #include "cpu_nn_tmpl.h"
 #undef NN_T

@@ -16,12 +16,22 @@ static void NN_FN(nn_read_run)(hd_dtype dt, const void *data, int64_t off, int64
     switch (dt) {
     case HD_F16: {
         const uint16_t *p = (const uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)hd_f16_to_f32(p[i * stride]);
+        if (stride == 1) {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)nn_f16_to_f32(p[i]);
+        } else {
+            for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)nn_f16_to_f32(p[i * stride]);
+        }
         break;
     }
     case HD_BF16: {
         const uint16_t *p = (const uint16_t *)data + off;
-        for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)hd_bf16_to_f32(p[i * stride]);
+        if (stride == 1) {
+#pragma omp simd
+            for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)hd_bf16_to_f32(p[i]);
+        } else {
+            for (int64_t i = 0; i < n; i++) dst[i] = (NN_T)hd_bf16_to_f32(p[i * stride]);
+        }
         break;
     }
     case HD_F32: {
@@ -100,12 +110,12 @@ void NN_FN(hd_cpu_nn_finish)(hd_ctx *ctx, hd_tensor *out, NN_T *buf) {
     uint16_t *h = hd_tensor_data(out);
     switch (out->dtype) {
     case HD_F16:
-#pragma omp parallel for num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) h[i] = hd_f32_to_f16((float)buf[i]);
+#pragma omp parallel for simd num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) h[i] = nn_f32_to_f16((float)buf[i]);
         break;
     case HD_BF16:
-#pragma omp parallel for num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
-        for (int64_t i = 0; i < n; i++) h[i] = hd_f32_to_bf16((float)buf[i]);
+#pragma omp parallel for simd num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
+        for (int64_t i = 0; i < n; i++) h[i] = nn_f32_to_bf16((float)buf[i]);
         break;
     default:
         for (int64_t i = 0; i < n; i++) hd_dtype_store(out->dtype, hd_tensor_data(out), i, buf[i]);
@@ -129,16 +139,20 @@ static void NN_FN(nn_softmax_rows)(const NN_T *x, NN_T *y, int64_t rows, int64_t
         for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
         double s = 0;
         if (logsm) {
+#pragma omp simd reduction(+ : s)
             for (int64_t j = 0; j < n; j++) s += NN_EXP(xr[j] - m);
             NN_T ls = (NN_T)NN_LOG((NN_T)s);
+#pragma omp simd
             for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - m) - ls;
         } else {
+#pragma omp simd reduction(+ : s)
             for (int64_t j = 0; j < n; j++) {
                 NN_T e = NN_EXP(xr[j] - m);
                 yr[j] = e;
                 s += e;
             }
             NN_T inv = (NN_T)(1.0 / s);
+#pragma omp simd
             for (int64_t j = 0; j < n; j++) yr[j] *= inv;
         }
     }
@@ -160,25 +174,39 @@ static void NN_FN(nn_softmax_cols)(const NN_T *x, NN_T *y, int64_t outer, int64_
         NN_T m[NN_TILE], f[NN_TILE];
         double s[NN_TILE];
         for (int64_t k = 0; k < w; k++) m[k] = -(NN_T)INFINITY, s[k] = 0;
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t k = 0; k < w; k++)
-                m[k] = xb[j * inner + k] > m[k] ? xb[j * inner + k] : m[k];
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t k = 0; k < w; k++) {
-                NN_T e = NN_EXP(xb[j * inner + k] - m[k]);
-                if (!logsm) yb[j * inner + k] = e;
-                s[k] += e;
+        for (int64_t j = 0; j < n; j++) {
+            const NN_T *xj = xb + j * inner;
+#pragma omp simd
+            for (int64_t k = 0; k < w; k++) m[k] = xj[k] > m[k] ? xj[k] : m[k];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const NN_T *xj = xb + j * inner;
+            NN_T *yj = yb + j * inner;
+            if (logsm) {
+#pragma omp simd
+                for (int64_t k = 0; k < w; k++) s[k] += NN_EXP(xj[k] - m[k]);
+            } else {
+#pragma omp simd
+                for (int64_t k = 0; k < w; k++) {
+                    NN_T e = NN_EXP(xj[k] - m[k]);
+                    yj[k] = e;
+                    s[k] += e;
+                }
             }
+        }
         for (int64_t k = 0; k < w; k++)
             f[k] = logsm ? (NN_T)NN_LOG((NN_T)s[k]) : (NN_T)(1.0 / s[k]);
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t k = 0; k < w; k++) {
-                NN_T *yv = &yb[j * inner + k];
-                if (logsm)
-                    *yv = (xb[j * inner + k] - m[k]) - f[k];
-                else
-                    *yv *= f[k];
+        for (int64_t j = 0; j < n; j++) {
+            const NN_T *xj = xb + j * inner;
+            NN_T *yj = yb + j * inner;
+            if (logsm) {
+#pragma omp simd
+                for (int64_t k = 0; k < w; k++) yj[k] = (xj[k] - m[k]) - f[k];
+            } else {
+#pragma omp simd
+                for (int64_t k = 0; k < w; k++) yj[k] *= f[k];
             }
+        }
     }
 }
 
@@ -191,7 +219,13 @@ static hd_status NN_FN(nn_softmax)(hd_ctx *ctx, hd_tensor *out, hd_tensor *x, in
     }
     int owned;
     const NN_T *xs = NN_FN(hd_cpu_nn_load)(ctx, x, &owned);
-    NN_T *ys = xs ? NN_FN(hd_cpu_nn_outbuf)(ctx, out) : NULL;
+    NN_T *ys = NULL;
+    if (owned && out->dtype != NN_DT) { /* a converted copy: compute in place, finish frees it */
+        ys = (NN_T *)xs;
+        owned = 0;
+    } else if (xs) {
+        ys = NN_FN(hd_cpu_nn_outbuf)(ctx, out);
+    }
     if (!ys) goto done;
     if (inner == 1)
         NN_FN(nn_softmax_rows)(xs, ys, outer, n, logsm, ctx->nthreads);
@@ -212,6 +246,7 @@ static double NN_FN(nn_ce_row)(const NN_T *x, int64_t c, int64_t label) {
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
     double s = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < c; j++) s += NN_EXP(x[j] - m);
     return ((double)m - (double)x[label]) + log(s);
 }
@@ -234,22 +269,26 @@ static hd_status NN_FN(nn_ce_rows)(hd_ctx *ctx, const hd_tensor *logits, const i
 /* Training: element i (flat, row-major) is dropped when the i-th uniform of
  * a fresh draw of numel values is < p, else scaled to x / (1 - p), computed
  * in double so survivors are x / (1 - p) correctly rounded. Not training:
- * a copy. */
+ * a copy, and no draw. */
 static hd_status NN_FN(nn_dropout)(hd_ctx *ctx, hd_tensor *out, hd_tensor *x, double p,
                                    int training) {
     NN_T *y = NN_FN(hd_cpu_nn_outbuf)(ctx, out);
     if (!y) return ctx->status;
     int64_t n = x->numel, nblocks = (n + NN_BLOCK - 1) / NN_BLOCK;
 #pragma omp parallel for num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
-    for (int64_t b = 0; b < nblocks; b++)
-        NN_FN(hd_cpu_nn_read)
-        (x, b * NN_BLOCK, HD_MIN(NN_BLOCK, n - b * NN_BLOCK), y + b * NN_BLOCK);
+    for (int64_t b = 0; b < nblocks; b++) NN_FN(hd_cpu_nn_read)
+    (x, b * NN_BLOCK, HD_MIN(NN_BLOCK, n - b * NN_BLOCK), y + b * NN_BLOCK);
     if (training) {
         uint64_t key = ctx->rng_seed, base = hd_rng_reserve(ctx, n);
         double keep = 1.0 - p;
+        int64_t npairs = (n + 1) / 2;
 #pragma omp parallel for num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN / 8) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            y[i] = hd_rng_uniform_f32(key, base, i) < p ? (NN_T)0 : (NN_T)((double)y[i] / keep);
+        for (int64_t j = 0; j < npairs; j++) {
+            float u[2];
+            nn_uniform_pair(key, base, j, u);
+            for (int64_t i = 2 * j; i < HD_MIN(2 * j + 2, n); i++)
+                y[i] = u[i - 2 * j] < p ? (NN_T)0 : (NN_T)((double)y[i] / keep);
+        }
     }
     NN_FN(hd_cpu_nn_finish)(ctx, out, y);
     return HD_OK;
@@ -272,10 +311,13 @@ static void NN_FN(nn_layer_norm_rows)(const NN_T *x, const NN_T *w, const NN_T *
 #pragma omp simd reduction(+ : v)
         for (int64_t j = 0; j < d; j++) v += ((double)xr[j] - mean) * ((double)xr[j] - mean);
         NN_T mu = (NN_T)mean, rs = (NN_T)(1.0 / sqrt(v / (double)d + eps));
-        if (w)
+        if (w) {
+#pragma omp simd
             for (int64_t j = 0; j < d; j++) yr[j] = (xr[j] - mu) * rs * w[j] + b[j];
-        else
+        } else {
+#pragma omp simd
             for (int64_t j = 0; j < d; j++) yr[j] = (xr[j] - mu) * rs;
+        }
     }
 }
 
@@ -288,7 +330,12 @@ static hd_status NN_FN(nn_layer_norm)(hd_ctx *ctx, hd_tensor *out, hd_tensor *co
     NN_T *y = NULL;
     for (int i = 0; i < nin; i++)
         if (!(buf[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &own[i]))) goto done;
-    if (!(y = NN_FN(hd_cpu_nn_outbuf)(ctx, out))) goto done;
+    if (own[0] && out->dtype != NN_DT) { /* a converted copy: normalise in place */
+        y = (NN_T *)buf[0];
+        own[0] = 0;
+    } else if (!(y = NN_FN(hd_cpu_nn_outbuf)(ctx, out))) {
+        goto done;
+    }
     NN_FN(nn_layer_norm_rows)(buf[0], buf[1], buf[2], y, rows, d, eps, ctx->nthreads);
     NN_FN(hd_cpu_nn_finish)(ctx, out, y);
 done:
