@@ -108,9 +108,8 @@ static void NN_FN(conv_groups)(const NN_T *x, const NN_T *w, NN_T *y, NN_T *col,
     schedule(static)
         for (int64_t t = 0; t < g->n * g->groups; t++) {
             int64_t img = t / g->groups, grp = t % g->groups;
-            NN_FN(conv_direct1)
-            (x + (img * g->c + grp) * g->h * g->w, w + grp * g->og * g->k,
-             y + (img * g->o + grp * g->og) * g->p, g);
+            const NN_T *xg = x + (img * g->c + grp) * g->h * g->w, *wg = w + grp * g->og * g->k;
+            NN_FN(conv_direct1)(xg, wg, y + (img * g->o + grp * g->og) * g->p, g);
         }
         return;
     }
@@ -123,6 +122,8 @@ static void NN_FN(conv_groups)(const NN_T *x, const NN_T *w, NN_T *y, NN_T *col,
         }
 }
 
+/* Load x, w[, bias] as contiguous W arrays, then bias and the groups into
+ * out (through W scratch for half dtypes). */
 static hd_status NN_FN(conv_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                                  const conv_geom *g) {
     int own[3] = {0, 0, 0};
@@ -186,6 +187,7 @@ static void NN_FN(pool_plane)(const NN_T *x, NN_T *y, const pool_geom *g, int ma
     }
 }
 
+/* Every [H, W] plane of x, pooled into out; planes run in parallel. */
 static hd_status NN_FN(pool_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *x, const pool_geom *g,
                                  int max) {
     int owned;

@@ -210,6 +210,8 @@ static void NN_FN(nn_softmax_cols)(const NN_T *x, NN_T *y, int64_t outer, int64_
     }
 }
 
+/* softmax (logsm 0) or log_softmax (1) of x along axis into out: the
+ * contiguous-row kernel when the axis is the last dim, else the tiled one. */
 static hd_status NN_FN(nn_softmax)(hd_ctx *ctx, hd_tensor *out, hd_tensor *x, int axis, int logsm) {
     int64_t outer = 1, n = 1, inner = 1;
     for (int d = 0; d < x->ndim; d++) {
@@ -276,8 +278,10 @@ static hd_status NN_FN(nn_dropout)(hd_ctx *ctx, hd_tensor *out, hd_tensor *x, do
     if (!y) return ctx->status;
     int64_t n = x->numel, nblocks = (n + NN_BLOCK - 1) / NN_BLOCK;
 #pragma omp parallel for num_threads(ctx->nthreads) if (n >= CPU_PAR_MIN) schedule(static)
-    for (int64_t b = 0; b < nblocks; b++) NN_FN(hd_cpu_nn_read)
-    (x, b * NN_BLOCK, HD_MIN(NN_BLOCK, n - b * NN_BLOCK), y + b * NN_BLOCK);
+    for (int64_t b = 0; b < nblocks; b++) {
+        int64_t i0 = b * NN_BLOCK;
+        NN_FN(hd_cpu_nn_read)(x, i0, HD_MIN(NN_BLOCK, n - i0), y + i0);
+    }
     if (training) {
         uint64_t key = ctx->rng_seed, base = hd_rng_reserve(ctx, n);
         double keep = 1.0 - p;
@@ -321,6 +325,8 @@ static void NN_FN(nn_layer_norm_rows)(const NN_T *x, const NN_T *w, const NN_T *
     }
 }
 
+/* layer_norm of in[0] over its last k dims, with in[1], in[2] as weight
+ * and bias when nin == 3. */
 static hd_status NN_FN(nn_layer_norm)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                                       int64_t k, double eps) {
     const hd_tensor *x = in[0];

@@ -3,6 +3,7 @@
  * loop in double, in f32, f64, f16 and bf16, with non-contiguous inputs,
  * negative axes, zero-size tensors and the errors of the shape rules. */
 #include "hd_test.h"
+#include "hd_backend.h"
 #include "hd_op.h"
 #include "hd_rng.h"
 
@@ -843,6 +844,43 @@ static void test_layer_norm_errors(void) {
     for (int i = 0; i < 3; i++) hd_tensor_unref(in[i]);
 }
 
+/* ---- zero-size tensors, dtype support ---- */
+
+static void test_zero_size(void) {
+    int64_t xs[4] = {0, 2, 4, 4}, v[1] = {0}, m[2] = {0, 4};
+    hd_tensor *x = hd_tensor_zeros(&C, HD_F32, xs, 4);
+    hd_attrs at = {0};
+    at.ints[0] = at.ints[1] = 2;
+    hd_tensor *y = run(HD_OP_AVG_POOL2D, &x, 1, &at);
+    CHECK(y && y->ndim == 4 && y->numel == 0 && y->shape[1] == 2 && y->shape[2] == 2);
+    hd_tensor_unref(y);
+    hd_tensor_unref(x);
+    x = hd_tensor_zeros(&C, HD_F16, v, 1);
+    uint64_t off = C.rng_offset;
+    y = dropout(x, 0.5, 1);
+    CHECK(y && y->numel == 0 && y->dtype == HD_F16 && C.rng_offset == off);
+    hd_tensor_unref(y);
+    hd_tensor_unref(x);
+    x = hd_tensor_zeros(&C, HD_F64, m, 2);
+    memset(&at, 0, sizeof at);
+    y = run(HD_OP_LAYER_NORM, &x, 1, &at);
+    CHECK(y && y->ndim == 2 && y->numel == 0 && y->shape[1] == 4);
+    hd_tensor_unref(y);
+    hd_tensor_unref(x);
+}
+
+static void test_supports(void) {
+    const hd_backend *be = &hd_cpu_backend;
+    hd_op ops[9] = {HD_OP_SOFTMAX,    HD_OP_LOG_SOFTMAX, HD_OP_CROSS_ENTROPY,
+                    HD_OP_MSE,        HD_OP_CONV2D,      HD_OP_MAX_POOL2D,
+                    HD_OP_AVG_POOL2D, HD_OP_DROPOUT,     HD_OP_LAYER_NORM};
+    int ok = 1;
+    for (int i = 0; i < 9; i++)
+        for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+            ok &= be->supports_op(ops[i], (hd_dtype)dt) == hd_dtype_is_float((hd_dtype)dt);
+    CHECK(ok);
+}
+
 /* ---- allocation failures ---- */
 
 /* Fail each allocation of f16 ops in turn (f16 needs the most scratch):
@@ -892,6 +930,8 @@ int main(void) {
     test_half_roundtrip();
     test_layer_norm();
     test_layer_norm_errors();
+    test_zero_size();
+    test_supports();
     test_alloc_failures();
     CHECK(C.mem_used == 0);
     TEST_END();
