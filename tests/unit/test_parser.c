@@ -454,7 +454,7 @@ static void check_diag_format(void) {
     /* A span past the source, and a small buffer: still terminated. */
     hd_span far = {9, 3, 9, 4};
     size_t n = hd_diag_format(buf, 8, "c", "x", &far, "error", "m");
-    CHECK(n == strlen("c:9:3: error: m\n  \n    ^\n") && strlen(buf) == 7);
+    CHECK(n == strlen("c:9:3: error: m\n  \n  ^\n") && strlen(buf) == 7);
 }
 
 /* The REPL asks for more only when the input stopped inside something. */
