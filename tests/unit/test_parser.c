@@ -385,6 +385,15 @@ static void check_spans(void) {
         CHECK(span_is(member, 4, 3, 4, 5));
     }
     hd_parse_free(&p);
+    p = parse_ok("x[ :2, 1:, ::3]");
+    if (p.program) {
+        hd_ast *ix = p.program->items[0]->a;
+        CHECK(span_is(ix, 1, 1, 1, 15));
+        CHECK(span_is(ix->items[0], 1, 4, 1, 5));
+        CHECK(span_is(ix->items[1], 1, 8, 1, 9));
+        CHECK(span_is(ix->items[2], 1, 12, 1, 14));
+    }
+    hd_parse_free(&p);
     p = parse_ok("fn f(a, b = 2) {\n  a + b\n}");
     if (p.program) {
         hd_ast *def = p.program->items[0];
