@@ -1,4 +1,4 @@
-/* ast.c: the arena, the parser's node helpers and diagnostics, the debug
+/* ast.c: the arena, the parser's node constructors and diagnostics, the debug
  * dump and the diagnostic formatter. */
 #include <stdio.h>
 #include <stdlib.h>
