@@ -394,7 +394,19 @@ EW_SIGNED_UNARY(i64, int64_t, uint64_t, INT64_MIN, INT64_MAX)
 EW_UN(k_neg_u8, uint8_t, uint8_t, 0u - x)
 EW_UN(k_sign_u8, uint8_t, uint8_t, x > 0)
 EW_CLAMP_I(u8, uint8_t, 0, UINT8_MAX)
-EW_CLAMP_I(b, uint8_t, 0, 1)
+
+/* bool clamp: clamp 0/1 in the integers, then "!= 0" as a cast to bool. */
+static void k_clamp_b(void *restrict o_, const void *restrict a_, int64_t n, const ew_par *p) {
+    uint8_t *restrict o = o_;
+    const uint8_t *restrict a = a_;
+    const int64_t lo = ew_bound(p->lo, 1, INT64_MIN, INT64_MAX);
+    const int64_t hi = ew_bound(p->hi, 0, INT64_MIN, INT64_MAX);
+    EW_LOOP(i, n, {
+        int64_t y = a[i] != 0;
+        y = y < lo ? lo : y;
+        o[i] = (y > hi ? hi : y) != 0;
+    });
+}
 EW_UN(k_not_b, uint8_t, uint8_t, x == 0)
 
 /* Marks ops that are a plain copy for a dtype (integer floor, abs of bool,
