@@ -944,6 +944,9 @@ static void test_unary_special(void) {
         {HD_OP_SIN, INFINITY, NAN},
         {HD_OP_TANH, INFINITY, 1},
         {HD_OP_TANH, -INFINITY, -1},
+        {HD_OP_TANH, -0.0, -0.0},
+        {HD_OP_EXP, 88.8, INFINITY},
+        {HD_OP_EXP, -104, 0},
         {HD_OP_SIGMOID, INFINITY, 1},
         {HD_OP_SIGMOID, -INFINITY, 0},
         {HD_OP_SIGMOID, NAN, NAN},
@@ -986,6 +989,8 @@ static void test_unary_special(void) {
             if (cases[k].op == HD_OP_SOFTPLUS && cases[k].x == 19.5)
                 want = round_to(fdt[d], log1p(exp(19.5)));
             hd_tensor *x = from_doubles(fdt[d], &cases[k].x, 1), *y = NULL;
+            if (cases[k].op == HD_OP_EXP && fabs(cases[k].x) > 50) /* near the f32 limits */
+                want = round_to(fdt[d], exp(hd_tensor_get(x, 0)));
             CHECK(hd_op_run(CTX, cases[k].op, &x, 1, &at, &y) == HD_OK);
             double got = y ? hd_tensor_get(y, 0) : -999;
             int ok = isnan(want) ? isnan(got)
@@ -1141,6 +1146,39 @@ static void test_int_special(void) {
     hd_tensor_unref(x);
 }
 
+/* f32 exp, tanh, sigmoid and silu over a dense sweep of magnitudes, tiny
+ * to overflowing, against double: relative error only (2e-6), so small
+ * results cannot hide behind an absolute tolerance. */
+static void test_transcendental_sweep(void) {
+    enum { N = 24001 };
+    static double v[2 * N];
+    for (int i = 0; i < N; i++) {
+        v[i] = -110.0 + 0.0083 * i;                                  /* -110 .. 89.2 */
+        v[N + i] = (i % 2 ? -1 : 1) * pow(10.0, -38.0 + 0.0017 * i); /* 1e-38 .. 1.2e3 */
+    }
+    const hd_op ops[4] = {HD_OP_EXP, HD_OP_TANH, HD_OP_SIGMOID, HD_OP_SILU};
+    hd_tensor *x = from_doubles(HD_F32, v, 2 * N);
+    for (int k = 0; k < 4; k++) {
+        hd_tensor *y = NULL;
+        CHECK(hd_op_unary(CTX, ops[k], x, &y) == HD_OK);
+        int bad = 0;
+        for (int64_t i = 0; y && i < 2 * N; i++) {
+            double xv = hd_tensor_get(x, i);
+            if ((ops[k] == HD_OP_SIGMOID || ops[k] == HD_OP_SILU) && fabs(xv) > 85)
+                continue; /* exp(-x) overflows f32 there, as in torch */
+            double want = round_to(HD_F32, ref_unary_f(ops[k], xv, NULL));
+            double got = hd_tensor_get(y, i);
+            if (!hd_test_close(got, want, 2e-6, 1e-44)) {
+                bad++;
+                report_elem(hd_op_name(ops[k]), i, got, want);
+            }
+        }
+        CHECK_MSG(bad == 0, "%s sweep: %d wrong", hd_op_name(ops[k]), bad);
+        hd_tensor_unref(y);
+    }
+    hd_tensor_unref(x);
+}
+
 /* ---- large inputs through the threaded path ---- */
 
 static void test_large(void) {
@@ -1275,6 +1313,7 @@ int main(void) {
     test_unary_special();
     test_binary_special();
     test_int_special();
+    test_transcendental_sweep();
     test_large();
     test_errors();
     test_alloc_failures();
