@@ -860,18 +860,23 @@ static void test_half_conversions(void) {
         ((uint16_t *)h->storage->data)[i] = (uint16_t)i;
         ((uint16_t *)b->storage->data)[i] = (uint16_t)i;
     }
-    hd_tensor *hf = NULL, *bf = NULL;
+    /* f32 targets may take a hardware path (F16C); f64 targets the portable one */
+    hd_tensor *hf = NULL, *bf = NULL, *hd = NULL;
     CHECK(hd_op_cast(CTX, h, HD_F32, &hf) == HD_OK && hd_op_cast(CTX, b, HD_F32, &bf) == HD_OK);
+    CHECK(hd_op_cast(CTX, h, HD_F64, &hd) == HD_OK);
     int bad = 0;
-    for (int64_t i = 0; hf && bf && i < 65536; i++) {
+    for (int64_t i = 0; hf && bf && hd && i < 65536; i++) {
         float x = ((float *)hf->storage->data)[i], want = hd_f16_to_f32((uint16_t)i);
         float y = ((float *)bf->storage->data)[i], wantb = hd_bf16_to_f32((uint16_t)i);
-        if (isnan(want) ? !isnan(x) : memcmp(&x, &want, 4) != 0) bad++;
+        float z = (float)((double *)hd->storage->data)[i];
+        if (isnan(want) ? !isnan(x) || !isnan(z) : memcmp(&x, &want, 4) || memcmp(&z, &want, 4))
+            bad++;
         if (isnan(wantb) ? !isnan(y) : memcmp(&y, &wantb, 4) != 0) bad++;
     }
-    CHECK_MSG(bad == 0, "%d f16/bf16 -> f32 mismatches", bad);
+    CHECK_MSG(bad == 0, "%d f16/bf16 -> f32/f64 mismatches", bad);
     hd_tensor_unref(hf);
     hd_tensor_unref(bf);
+    hd_tensor_unref(hd);
     hd_tensor_unref(h);
     hd_tensor_unref(b);
 
@@ -886,18 +891,27 @@ static void test_half_conversions(void) {
         uint32_t u = (uint32_t)i * 4099u + (uint32_t)(i >> 9);
         fp[i] = i < 16 ? edges[i] : u;
     }
-    hd_tensor *fh = NULL, *fb = NULL;
+    /* f32 -> f16 may take F16C; f64 -> f16 (the same values) the portable code */
+    hd_tensor *fh = NULL, *fb = NULL, *fd = NULL, *dh = NULL;
     CHECK(hd_op_cast(CTX, f, HD_F16, &fh) == HD_OK && hd_op_cast(CTX, f, HD_BF16, &fb) == HD_OK);
+    CHECK(hd_op_cast(CTX, f, HD_F64, &fd) == HD_OK && fd &&
+          hd_op_cast(CTX, fd, HD_F16, &dh) == HD_OK);
     bad = 0;
-    for (int64_t i = 0; fh && fb && i < n[0]; i++) {
+    for (int64_t i = 0; fh && fb && dh && i < n[0]; i++) {
         float x;
         memcpy(&x, &fp[i], 4);
-        if (((uint16_t *)fh->storage->data)[i] != hd_f32_to_f16(x)) bad++;
+        uint16_t want = hd_f32_to_f16(x);
+        if (((uint16_t *)fh->storage->data)[i] != want) bad++;
+        if (!isnan(x) && ((uint16_t *)dh->storage->data)[i] != want)
+            bad++; /* f64 NaN payloads differ */
+        if (isnan(x) && (((uint16_t *)dh->storage->data)[i] & 0x7e00) != 0x7e00) bad++;
         if (((uint16_t *)fb->storage->data)[i] != hd_f32_to_bf16(x)) bad++;
     }
     CHECK_MSG(bad == 0, "%d f32 -> f16/bf16 mismatches", bad);
     hd_tensor_unref(fh);
     hd_tensor_unref(fb);
+    hd_tensor_unref(fd);
+    hd_tensor_unref(dh);
     hd_tensor_unref(f);
 }
 
