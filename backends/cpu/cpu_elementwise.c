@@ -702,6 +702,12 @@ static void ew_f2bf_n(uint16_t *restrict d, const float *restrict s, int64_t n) 
     EW_LOOP(i, n, d[i] = ew_f2bf(s[i]));
 }
 
+/* dst[i * st] = src[i] for n elements of es bytes (st in elements). */
+static void ew_scatter(char *restrict dst, const char *restrict src, int64_t st, int64_t n,
+                       int es) {
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * st * es, src + i * es, (size_t)es);
+}
+
 /* f16/bf16 (dt) at src with stride st (0 repeats one) -> n floats. */
 static void ew_widen(float *restrict d, const char *src, int64_t st, int64_t n, hd_dtype dt) {
     const uint16_t *s = (const uint16_t *)src;
@@ -747,6 +753,8 @@ typedef struct {
     ew_bin3 bin;
     ew_where_fn where;
     ew_par par;
+    hd_cpu_iter_fn inner;           /* for a strided output: the driver it wraps */
+    int es_op[HD_CPU_ITER_MAX_OPS]; /* bytes per element of each operand */
 } ew_job;
 
 static void ew_run_copy(char *const *p, const int64_t *s, int64_t n, void *ud) {
@@ -852,6 +860,29 @@ static void ew_run_where(char *const *p, const int64_t *s, int64_t n, void *ud) 
     }
 }
 
+/* An output that is not contiguous (a view written in place): run the
+ * wrapped driver into a stack block, then scatter the block. */
+static void ew_run_strided_out(char *const *p, const int64_t *s, int64_t n, void *ud) {
+    const ew_job *j = ud;
+    if (s[0] == 1) {
+        j->inner(p, s, n, ud);
+        return;
+    }
+    ew_buf o;
+    char *q[HD_CPU_ITER_MAX_OPS];
+    int64_t t[HD_CPU_ITER_MAX_OPS];
+    memcpy(t, s, sizeof t);
+    t[0] = 1;
+    q[0] = o.c;
+    for (int64_t i = 0; i < n; i += EW_BLOCK) {
+        int64_t m = HD_MIN(EW_BLOCK, n - i);
+        for (int k = 1; k < HD_CPU_ITER_MAX_OPS && j->es_op[k]; k++)
+            q[k] = p[k] + i * s[k] * j->es_op[k];
+        j->inner(q, t, m, ud);
+        ew_scatter(p[0] + i * s[0] * j->es_op[0], o.c, s[0], m, j->es_op[0]);
+    }
+}
+
 /* ---- entry ---- */
 
 static hd_status ew_bad_dtypes(hd_ctx *ctx, hd_op op, const hd_tensor *out, hd_tensor *const *in,
@@ -921,12 +952,21 @@ hd_status hd_cpu_elementwise(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *c
                         hd_shape_str(in[bad]->shape, in[bad]->ndim, si, sizeof si),
                         hd_shape_str(out->shape, out->ndim, so, sizeof so));
     }
+    for (int d = 0; d < out->ndim; d++)
+        if (out->strides[d] == 0 && out->shape[d] > 1)
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "%s: the output overlaps itself (a broadcast view)", hd_op_name(op));
     ew_job job;
     hd_cpu_iter_fn fn = NULL;
     if (ew_job_init(ctx, op, out, in, nin, attrs ? attrs : &no_attrs, &job, &fn))
         return ctx->status;
     hd_cpu_iter it;
     hd_cpu_iter_init(&it, out, in, nin);
+    for (int k = 0; k < HD_CPU_ITER_MAX_OPS; k++) job.es_op[k] = k < it.nop ? it.elsize[k] : 0;
+    if (!hd_tensor_is_contiguous(out)) {
+        job.inner = fn;
+        fn = ew_run_strided_out;
+    }
     hd_cpu_iter_run(&it, ctx->nthreads, fn, &job);
     return HD_OK;
 }

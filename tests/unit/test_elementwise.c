@@ -1236,6 +1236,67 @@ static void test_large(void) {
     g_ctx.nthreads = saved;
 }
 
+/* The kernel called directly with an output that is a view (as an in-place
+ * write would): transposed and stepped outputs get the right elements and
+ * nothing else; a broadcast output is refused. */
+static void test_view_outputs(void) {
+    int64_t s[2] = {40, 30};
+    for (int lay = LAY_TRANS; lay <= LAY_STEP; lay++) {
+        const hd_op ops[3] = {HD_OP_ADD, HD_OP_EXP, HD_OP_WHERE};
+        for (int k = 0; k < 3; k++) {
+            hd_tensor *out = make(HD_F16, s, 2, lay, DOM_ANY, 1);
+            hd_tensor *a = make(HD_F16, s, 2, LAY_CONTIG, DOM_ANY, 2);
+            hd_tensor *b = make(HD_F16, s + 1, 1, LAY_STEP, DOM_ANY, 3);
+            hd_tensor *c = make(HD_BOOL, s, 2, LAY_TRANS, DOM_ANY, 4);
+            hd_tensor *in[3] = {a, b, b};
+            if (ops[k] == HD_OP_WHERE) in[0] = c, in[1] = a;
+            int64_t nb = (int64_t)(out->storage->nbytes / 2);
+            uint16_t *before = malloc((size_t)nb * 2);
+            memcpy(before, out->storage->data, (size_t)nb * 2);
+            CHECK(hd_cpu_backend.run_op(CTX, ops[k], out, in, hd_op_infos[ops[k]].arity, NULL) ==
+                  HD_OK);
+            int bad = 0;
+            for (int64_t i = 0; i < out->numel; i++) {
+                double x = hd_tensor_get(a, i), y = hd_tensor_get(b, i % s[1]), want;
+                if (ops[k] == HD_OP_ADD)
+                    want = x + y;
+                else if (ops[k] == HD_OP_EXP)
+                    want = exp(x);
+                else
+                    want = hd_tensor_get(c, i) != 0 ? x : y;
+                if (!hd_test_close(hd_tensor_get(out, i), round_to(HD_F16, want), 1e-3, 1e-3))
+                    bad++;
+            }
+            /* elements outside the view are untouched */
+            char *seen = calloc((size_t)nb, 1);
+            for (int64_t i = 0; i < out->numel; i++) seen[hd_tensor_elem_offset(out, i)] = 1;
+            for (int64_t i = 0; i < nb; i++)
+                if (!seen[i] && ((uint16_t *)out->storage->data)[i] != before[i]) bad++;
+            CHECK_MSG(bad == 0, "%s into a %s view: %d wrong", hd_op_name(ops[k]), lay_name[lay],
+                      bad);
+            free(seen);
+            free(before);
+            hd_tensor_unref(c);
+            hd_tensor_unref(b);
+            hd_tensor_unref(a);
+            hd_tensor_unref(out);
+        }
+    }
+    int64_t one[2] = {1, 30};
+    hd_tensor *e = make(HD_F32, one, 2, LAY_CONTIG, DOM_ANY, 0), *v = NULL, *x = NULL;
+    hd_attrs at = {0};
+    at.nshape = 2;
+    at.shape[0] = 40;
+    at.shape[1] = 30;
+    CHECK(hd_op_run(CTX, HD_OP_EXPAND, &e, 1, &at, &v) == HD_OK);
+    x = make(HD_F32, s, 2, LAY_CONTIG, DOM_ANY, 0);
+    CHECK(hd_cpu_backend.run_op(CTX, HD_OP_NEG, v, &x, 1, NULL) == HD_ERR_RUNTIME);
+    CHECK(strstr(hd_error_message(CTX), "overlaps") != NULL);
+    hd_tensor_unref(x);
+    hd_tensor_unref(v);
+    hd_tensor_unref(e);
+}
+
 /* ---- errors, support table, allocation failures ---- */
 
 static void test_errors(void) {
@@ -1329,6 +1390,7 @@ int main(void) {
     test_int_special();
     test_transcendental_sweep();
     test_large();
+    test_view_outputs();
     test_errors();
     test_alloc_failures();
     CHECK(g_ctx.mem_used == 0);
