@@ -2,13 +2,16 @@
  * where.
  *
  * Every op goes through the strided iterator of cpu_iter.h: the output is
- * fresh and contiguous, inputs are broadcast views with any strides; dims
- * contiguous in every operand are merged and each inner run goes to a 1-D
- * driver here. A driver calls one loop per (op, dtype) written over
+ * usually fresh and contiguous, inputs are broadcast views with any strides;
+ * dims contiguous in every operand are merged and each inner run goes to a
+ * 1-D driver here. A driver calls one loop per (op, dtype) written over
  * contiguous arrays, or one array and one scalar (the broadcast operand), in
- * the plain form GCC vectorizes. Inputs with other strides are first
+ * the plain form GCC -O2 vectorizes. Inputs with other strides are first
  * gathered into stack blocks of EW_BLOCK elements; f16 and bf16 inputs are
- * widened block by block to f32, computed by the f32 loop and rounded back.
+ * widened block by block to f32, computed by the f32 loop and rounded back
+ * (f16 <-> f32 with F16C instructions where the CPU has them). An output
+ * view that is not contiguous is written through a block too. The output
+ * must not overlap the inputs.
  *
  * Semantics follow PyTorch unless said otherwise:
  * - bool tensors hold 0/1: add and maximum are "or", mul and minimum "and";
@@ -16,7 +19,11 @@
  *   undefined); integer x % 0 gives 0 where torch raises, and x % -1 is 0;
  * - integer pow by squaring; a negative exponent gives 0 except for bases 1
  *   and -1; integer floor, ceil and round are the identity;
+ * - integer clamp keeps the integers within [lo, hi] (ceil(lo), floor(hi)),
+ *   saturated to the type; bool clamp is that, then "!= 0";
  * - maximum and minimum propagate NaN; sign(NaN) is NaN (torch gives 0);
+ * - f32 exp and tanh (and so sigmoid and silu) use the vectorizable
+ *   ew_expf / ew_tanhf below, within 1.4 ulp; the rest is libm;
  * - casts from float to an integer truncate toward zero, saturate at the
  *   type's limits and send NaN to 0 (hd_dtype_store's rule); casts between
  *   integers wrap; any cast to bool is "!= 0". */
