@@ -115,12 +115,15 @@ hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double 
     hd_value v = a->v[i];
     *out = def;
     if (!hd_targ_has(a, i)) return HD_OK;
-    if (v.type == HD_V_INT) *out = (double)v.as.i;
-    else if (v.type == HD_V_FLOAT) *out = v.as.f;
+    if (v.type == HD_V_INT)
+        *out = (double)v.as.i;
+    else if (v.type == HD_V_FLOAT)
+        *out = v.as.f;
     else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && v.as.t->storage &&
              hd_tensor_is_cpu(v.as.t))
         *out = hd_tensor_get(v.as.t, 0);
-    else return hd_targ_type_error(vm, a, i, "a number");
+    else
+        return hd_targ_type_error(vm, a, i, "a number");
     return HD_OK;
 }
 
@@ -257,8 +260,8 @@ static hd_tensor *number_tensor(hd_ctx *ctx, hd_value v, int exact) {
     }
 }
 
-hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact,
-                             hd_dtype float_dt, hd_tensor **out) {
+hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact, hd_dtype float_dt,
+                             hd_tensor **out) {
     *out = NULL;
     switch (v.type) {
     case HD_V_TENSOR: *out = hd_tensor_ref(v.as.t); return HD_OK;
@@ -403,7 +406,7 @@ hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_
     *out = NULL;
     if (nest_shape(&s, data, 0)) return HD_ERR_RUNTIME;
     if (dt < 0) {
-        dt = !s.have                    ? (int)float_dt
+        dt = !s.have                ? (int)float_dt
              : s.cat == HD_CAT_BOOL ? HD_BOOL
              : s.cat == HD_CAT_INT  ? HD_I64
                                     : (int)float_dt;
@@ -434,8 +437,8 @@ static hd_status need_host(hd_vm *vm, const hd_tensor *t, const char *fname) {
     if (!t->storage)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the tensor has no data (symbolic)", fname);
     if (!hd_tensor_is_cpu(t))
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: move the tensor to the cpu first (x.to(\"cpu\"))",
-                           fname);
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s: move the tensor to the cpu first (x.to(\"cpu\"))", fname);
     return HD_OK;
 }
 
@@ -548,8 +551,8 @@ static void full_slice(const hd_tensor *t, hd_attrs *at) {
     }
 }
 
-hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int64_t len,
-                         int drop, hd_tensor **out) {
+hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int64_t len, int drop,
+                         hd_tensor **out) {
     hd_attrs at;
     full_slice(t, &at);
     at.start[axis] = start;
@@ -561,7 +564,8 @@ hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int
 hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, hd_tensor **out) {
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    if (nd > HD_MAX_DIMS) return hd_error(ctx, HD_ERR_RUNTIME, "reshape: at most %d dims", HD_MAX_DIMS);
+    if (nd > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_RUNTIME, "reshape: at most %d dims", HD_MAX_DIMS);
     memcpy(at.shape, shape, (size_t)nd * sizeof *shape);
     at.nshape = nd;
     return hd_op_run(ctx, HD_OP_RESHAPE, &t, 1, &at, out);
@@ -569,9 +573,8 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 
 /* ---- registration ---- */
 
-static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math,
-                                               &hd_tfuncs_shape,  &hd_tfuncs_nn,
-                                               &hd_tfuncs_misc,   &hd_tfuncs_io};
+static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
+                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io};
 
 hd_status hd_builtins_tensor_open(hd_vm *vm) {
     for (int d = 0; d < HD_DTYPE_COUNT; d++)

@@ -45,11 +45,11 @@ extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, h
 
 typedef struct hd_targs {
     const hd_tfunc *f;
-    int n;                           /* parameters */
-    char names[HD_TARGS_MAX][24];    /* parameter names */
-    hd_value v[HD_TARGS_MAX];        /* borrowed; type HD_V_COUNT when not given */
-    hd_value all[HD_TARGS_MAX + 1];  /* self and the positional arguments */
-    const hd_value *rest;            /* positionals past the last, for a `*name` */
+    int n;                          /* parameters */
+    char names[HD_TARGS_MAX][24];   /* parameter names */
+    hd_value v[HD_TARGS_MAX];       /* borrowed; type HD_V_COUNT when not given */
+    hd_value all[HD_TARGS_MAX + 1]; /* self and the positional arguments */
+    const hd_value *rest;           /* positionals past the last, for a `*name` */
     int nrest;
 } hd_targs;
 
@@ -92,8 +92,8 @@ hd_status hd_targ_type_error(hd_vm *vm, const hd_targs *a, int i, const char *wa
  * (or plain 0-d tensors when exact is set: i64 and f64), lists are
  * converted as tensor() does (floats as float_dt). Error "what must be a
  * tensor" otherwise. */
-hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact,
-                             hd_dtype float_dt, hd_tensor **out);
+hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact, hd_dtype float_dt,
+                             hd_tensor **out);
 /* tensor(data): nested lists of numbers, bools and tensors; dt < 0 infers
  * (bools -> bool, ints -> i64, floats -> float_dt). */
 hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_dt,
@@ -116,8 +116,8 @@ hd_status hd_tfail(hd_vm *vm, const char *fname);
 void hd_tunref_all(hd_tensor **t, int n);
 
 /* View helpers over SLICE and RESHAPE. */
-hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int64_t len,
-                         int drop, hd_tensor **out);
+hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int64_t len, int drop,
+                         hd_tensor **out);
 hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, hd_tensor **out);
 
 #endif

@@ -21,8 +21,8 @@ static hd_status shape_args(hd_vm *vm, hd_targs *a, hd_attrs *at) {
     return HD_OK;
 }
 
-static hd_status fill(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
-                      const hd_kwarg *kw, int nkw, hd_value *out, void *data, double value) {
+static hd_status fill(hd_vm *vm, hd_value self, const hd_value *args, int nargs, const hd_kwarg *kw,
+                      int nkw, hd_value *out, void *data, double value) {
     HD_TARGS_BIND(a);
     hd_attrs at;
     memset(&at, 0, sizeof at);
@@ -35,8 +35,12 @@ static hd_status fill(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
     return create(vm, a.f->name, HD_OP_FULL, &at, out);
 }
 
-static HD_TF_FN(tf_zeros) { return fill(vm, self, args, nargs, kw, nkw, out, data, 0); }
-static HD_TF_FN(tf_ones) { return fill(vm, self, args, nargs, kw, nkw, out, data, 1); }
+static HD_TF_FN(tf_zeros) {
+    return fill(vm, self, args, nargs, kw, nkw, out, data, 0);
+}
+static HD_TF_FN(tf_ones) {
+    return fill(vm, self, args, nargs, kw, nkw, out, data, 1);
+}
 
 /* The dtype a Hodu number gives a tensor: bool, i64, or f32. */
 static int number_dtype(hd_value v) {
@@ -50,7 +54,8 @@ static HD_TF_FN(tf_full) {
     int dt;
     double v;
     if (shape_args(vm, &a, &at) || hd_targ_float(vm, &a, 1, 0, &v)) return HD_ERR_RUNTIME;
-    if (a.v[1].type == HD_V_BOOL) v = a.v[1].as.b;
+    if (a.v[1].type == HD_V_BOOL)
+        v = a.v[1].as.b;
     else if (!hd_targ_has(&a, 1) || a.v[1].type == HD_V_TENSOR)
         return hd_targ_type_error(vm, &a, 1, "a number or a bool");
     if (hd_targ_dtype(vm, &a, 2, number_dtype(a.v[1]), &dt) || hd_targ_device(vm, &a, 3))
@@ -185,8 +190,12 @@ static hd_status fill_like(hd_vm *vm, hd_value self, const hd_value *args, int n
     return create(vm, a.f->name, HD_OP_FULL, &at, out);
 }
 
-static HD_TF_FN(tf_zeros_like) { return fill_like(vm, self, args, nargs, kw, nkw, out, data, 0); }
-static HD_TF_FN(tf_ones_like) { return fill_like(vm, self, args, nargs, kw, nkw, out, data, 1); }
+static HD_TF_FN(tf_zeros_like) {
+    return fill_like(vm, self, args, nargs, kw, nkw, out, data, 0);
+}
+static HD_TF_FN(tf_ones_like) {
+    return fill_like(vm, self, args, nargs, kw, nkw, out, data, 1);
+}
 
 static HD_TF_FN(tf_tensor) {
     HD_TARGS_BIND(a); /* data, dtype=, device= */

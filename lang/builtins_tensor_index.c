@@ -1,6 +1,7 @@
 /* What the evaluator calls for tensors: operators, x[...] and x[...] = v,
  * and members (attributes and methods). */
 #include "builtins_tensor.h"
+#include "hd_backend.h"
 
 #include <string.h>
 
@@ -15,12 +16,10 @@ static const struct {
     hd_op op;
     const char *sym;
 } binops[] = {
-    {HD_TOK_PLUS, HD_OP_ADD, "+"},     {HD_TOK_MINUS, HD_OP_SUB, "-"},
-    {HD_TOK_STAR, HD_OP_MUL, "*"},     {HD_TOK_SLASH, HD_OP_DIV, "/"},
-    {HD_TOK_PERCENT, HD_OP_MOD, "%"},  {HD_TOK_POW, HD_OP_POW, "**"},
-    {HD_TOK_AT, HD_OP_MATMUL, "@"},    {HD_TOK_EQ, HD_OP_EQ, "=="},
-    {HD_TOK_NE, HD_OP_NE, "!="},       {HD_TOK_LT, HD_OP_LT, "<"},
-    {HD_TOK_LE, HD_OP_LE, "<="},       {HD_TOK_GT, HD_OP_GT, ">"},
+    {HD_TOK_PLUS, HD_OP_ADD, "+"},  {HD_TOK_MINUS, HD_OP_SUB, "-"},   {HD_TOK_STAR, HD_OP_MUL, "*"},
+    {HD_TOK_SLASH, HD_OP_DIV, "/"}, {HD_TOK_PERCENT, HD_OP_MOD, "%"}, {HD_TOK_POW, HD_OP_POW, "**"},
+    {HD_TOK_AT, HD_OP_MATMUL, "@"}, {HD_TOK_EQ, HD_OP_EQ, "=="},      {HD_TOK_NE, HD_OP_NE, "!="},
+    {HD_TOK_LT, HD_OP_LT, "<"},     {HD_TOK_LE, HD_OP_LE, "<="},      {HD_TOK_GT, HD_OP_GT, ">"},
     {HD_TOK_GE, HD_OP_GE, ">="},
 };
 
@@ -78,7 +77,7 @@ typedef struct ixplan {
     hd_attrs at;
     int nones[HD_MAX_DIMS]; /* positions of inserted dims, in the output */
     int nnone;
-    int tpos; /* output position of the tensor part, or -1 */
+    int tpos;   /* output position of the tensor part, or -1 */
     int tnones; /* nones before the tensor part */
     const hd_tensor *idx;
     int is_mask;
@@ -104,8 +103,8 @@ static int part_dims(const hd_index_part *p) {
 static hd_status ix_slice(hd_vm *vm, const hd_index_part *p, int64_t n, int d, hd_attrs *at) {
     int64_t step = p->has_step ? p->step : 1;
     if (step <= 0)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, step == 0 ? "slice step cannot be zero"
-                                                         : "slice step must be positive");
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           step == 0 ? "slice step cannot be zero" : "slice step must be positive");
     int64_t lo = p->has_start ? p->start : 0, hi = p->has_stop ? p->stop : n;
     if (lo < 0) lo += n;
     if (hi < 0) hi += n;
@@ -131,7 +130,8 @@ static hd_status ix_int(hd_vm *vm, int64_t i, int64_t n, int d, hd_attrs *at) {
 
 static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, int out) {
     if (p->v.type != HD_V_TENSOR)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "an index must be an int, a slice or a tensor, got %s",
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "an index must be an int, a slice or a tensor, got %s",
                            hd_value_type_name(p->v));
     const hd_tensor *t = p->v.as.t;
     if (pl->idx) return hd_vm_error(vm, HD_ERR_RUNTIME, "only one tensor index is supported");
@@ -158,7 +158,8 @@ static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *par
         used += part_dims(&parts[i]);
         ell += parts[i].kind == HD_IDX_ELLIPSIS;
     }
-    if (ell > 1) return hd_vm_error(vm, HD_ERR_RUNTIME, "an index can only have one ellipsis (...)");
+    if (ell > 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "an index can only have one ellipsis (...)");
     if (used > x->ndim) return ix_error_shape(vm, "too many indices", x, used);
     for (int d = 0; d < x->ndim; d++) {
         pl->at.step[d] = 1;
@@ -329,12 +330,12 @@ static hd_status expand_to(hd_vm *vm, hd_tensor *src, const int64_t *shape, int 
     int64_t b[HD_MAX_DIMS];
     int nb;
     hd_ctx *ctx = hd_vm_ctx(vm);
-    if (src->ndim > nd ||
-        hd_broadcast_shapes(ctx, src->shape, src->ndim, shape, nd, b, &nb) || nb != nd ||
-        memcmp(b, shape, (size_t)nd * sizeof *b)) {
+    if (src->ndim > nd || hd_broadcast_shapes(ctx, src->shape, src->ndim, shape, nd, b, &nb) ||
+        nb != nd || memcmp(b, shape, (size_t)nd * sizeof *b)) {
         char s0[128], s1[128];
         hd_error_clear(ctx);
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot assign a tensor of shape %s to one of shape %s",
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "cannot assign a tensor of shape %s to one of shape %s",
                            hd_shape_str(src->shape, src->ndim, s0, sizeof s0),
                            hd_shape_str(shape, nd, s1, sizeof s1));
     }
@@ -407,10 +408,10 @@ static hd_status assign_mask_scalar(hd_vm *vm, hd_tensor *dst, int pos, const hd
     hd_tensor *m = NULL, *w = NULL, *s = NULL;
     hd_ctx *ctx = hd_vm_ctx(vm);
     int64_t none[1];
-    hd_status st = hd_treshape(ctx, (hd_tensor *)mask, shape, nd, &m) ||
-                           hd_treshape(ctx, src, none, 0, &s)
-                       ? hd_tfail(vm, NULL)
-                       : HD_OK;
+    hd_status st =
+        hd_treshape(ctx, (hd_tensor *)mask, shape, nd, &m) || hd_treshape(ctx, src, none, 0, &s)
+            ? hd_tfail(vm, NULL)
+            : HD_OK;
     hd_tensor *in[3] = {m, s, dst};
     if (!st) st = hd_trun_t(vm, NULL, HD_OP_WHERE, in, 3, NULL, &w);
     if (!st) st = assign(vm, dst, w);
@@ -432,11 +433,14 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
         st = assign(vm, v, src);
     } else if (!st && pl.is_mask) {
         st = ix_mask(vm, v, pos, pl.idx, &p); /* checks the mask's shape */
-        if (!st && src->numel == 1) st = assign_mask_scalar(vm, v, pos, pl.idx, src);
-        else if (!st) st = assign_positions(vm, v, pos, pl.idx->ndim, pl.idx->shape, p, src);
+        if (!st && src->numel == 1)
+            st = assign_mask_scalar(vm, v, pos, pl.idx, src);
+        else if (!st)
+            st = assign_positions(vm, v, pos, pl.idx->ndim, pl.idx->shape, p, src);
     } else if (!st) {
         if (pl.idx->ndim > 1)
-            st = hd_vm_error(vm, HD_ERR_RUNTIME, "assignment through an index tensor needs a 1-D index");
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "assignment through an index tensor needs a 1-D index");
         else if (!(st = ix_indices(vm, pl.idx, v->shape[pos], pos, 1, &p)))
             st = assign_positions(vm, v, pos, 1, v->shape + pos, p, src);
     }
@@ -448,7 +452,7 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
 
 /* ---- members ---- */
 
-static const char *const attrs[] = {"shape", "dtype", "device", "ndim",
+static const char *const attrs[] = {"shape", "dtype", "device",        "ndim",
                                     "numel", "grad",  "requires_grad", "T"};
 
 static hd_status shape_list(hd_vm *vm, const hd_tensor *t, hd_value *out) {
@@ -465,8 +469,10 @@ static hd_status shape_list(hd_vm *vm, const hd_tensor *t, hd_value *out) {
 
 static hd_status device_str(hd_vm *vm, const hd_tensor *t, hd_value *out) {
     const hd_storage *s = t->storage;
-    if (!s || strcmp(s->backend->name, "cpu") == 0) *out = hd_str_from(vm, "cpu");
-    else *out = hd_str_fmt(vm, "%s:%d", s->backend->name, s->device);
+    if (!s || strcmp(s->backend->name, "cpu") == 0)
+        *out = hd_str_from(vm, "cpu");
+    else
+        *out = hd_str_fmt(vm, "%s:%d", s->backend->name, s->device);
     return hd_vm_failed(vm) ? HD_ERR_MEMORY : HD_OK;
 }
 

@@ -50,9 +50,9 @@ static HD_TF_FN(tf_save) {
         if (!st && hd_io_save(ctx, path, NULL, &l)) st = hd_tfail(vm, "save");
         hd_io_list_free(ctx, &l);
     } else {
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "save: cannot tell the format of \"%s\" (use .npy, .npz or .safetensors)",
-                           path);
+        return hd_vm_error(
+            vm, HD_ERR_RUNTIME,
+            "save: cannot tell the format of \"%s\" (use .npy, .npz or .safetensors)", path);
     }
     if (!st) *out = hd_none();
     return st;
@@ -87,8 +87,10 @@ static HD_TF_FN(tf_load) {
     hd_io_list l;
     hd_io_list_init(&l);
     hd_status st = hd_io_load(ctx, path, &t, &l) ? hd_tfail(vm, "load") : HD_OK;
-    if (!st && t) *out = hd_tensor_value(t);
-    else if (!st) st = list_dict(vm, &l, out);
+    if (!st && t)
+        *out = hd_tensor_value(t);
+    else if (!st)
+        st = list_dict(vm, &l, out);
     hd_io_list_free(ctx, &l);
     return st;
 }
@@ -107,11 +109,10 @@ static HD_TF_FN(tf_read_csv) {
 
 static HD_TF_FN(tf_no_io) {
     HD_TARGS_BIND(a);
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: file input and output are not built in",
-                       a.f->name);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: file input and output are not built in", a.f->name);
 }
-#define tf_save tf_no_io
-#define tf_load tf_no_io
+#define tf_save     tf_no_io
+#define tf_load     tf_no_io
 #define tf_read_csv tf_no_io
 
 #endif

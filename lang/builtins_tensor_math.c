@@ -10,7 +10,8 @@ static hd_status run_n(hd_vm *vm, hd_targs *a, int n, const hd_attrs *at, hd_val
     hd_tensor *in[4] = {NULL, NULL, NULL, NULL};
     hd_status st = HD_OK;
     for (int i = 0; i < n && !st; i++) st = hd_targ_tensor(vm, a, i, &in[i]);
-    if (!st) st = hd_trun(vm, a->f->name, (hd_op)a->f->op, in, n, at, hd_targs_numbers_only(a), out);
+    if (!st)
+        st = hd_trun(vm, a->f->name, (hd_op)a->f->op, in, n, at, hd_targs_numbers_only(a), out);
     hd_tunref_all(in, n);
     return st;
 }
@@ -42,8 +43,8 @@ static HD_TF_FN(tf_clamp) {
             hd_tensor *in[2] = {x, NULL};
             if (hd_targ_tensor(vm, &a, i, &b)) goto fail;
             in[1] = b;
-            hd_status st = hd_trun_t(vm, "clamp", i == 1 ? HD_OP_MAXIMUM : HD_OP_MINIMUM, in, 2,
-                                     NULL, &r);
+            hd_status st =
+                hd_trun_t(vm, "clamp", i == 1 ? HD_OP_MAXIMUM : HD_OP_MINIMUM, in, 2, NULL, &r);
             hd_tensor_unref(b);
             if (st) goto fail;
             hd_tensor_unref(x);
@@ -57,7 +58,8 @@ static HD_TF_FN(tf_clamp) {
     }
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    if (hd_targ_float(vm, &a, 1, NAN, &at.scalar[0]) || hd_targ_float(vm, &a, 2, NAN, &at.scalar[1]))
+    if (hd_targ_float(vm, &a, 1, NAN, &at.scalar[0]) ||
+        hd_targ_float(vm, &a, 2, NAN, &at.scalar[1]))
         return HD_ERR_RUNTIME;
     return run_n(vm, &a, 1, &at, out);
 }
@@ -102,7 +104,8 @@ static HD_TF_FN(tf_dot) {
     if (!st) st = hd_targ_tensor(vm, &a, 1, &in[1]);
     if (!st && (in[0]->ndim != 1 || in[1]->ndim != 1 || in[0]->shape[0] != in[1]->shape[0])) {
         char s0[128], s1[128];
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "dot needs two 1-D tensors of one length, got %s and %s",
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "dot needs two 1-D tensors of one length, got %s and %s",
                          hd_shape_str(in[0]->shape, in[0]->ndim, s0, sizeof s0),
                          hd_shape_str(in[1]->shape, in[1]->ndim, s1, sizeof s1));
     }
@@ -135,8 +138,10 @@ static HD_TF_FN(tf_outer) {
     return st;
 }
 
-#define UNARY(name, OP) {name, tf_unary, "x", HD_OP_##OP, HD_TF_BOTH}
-#define REDUCE(name, OP) {name, tf_reduce, "x, axis=, keepdim=", HD_OP_##OP, HD_TF_BOTH}
+#define UNARY(name, OP)                                                                            \
+    { name, tf_unary, "x", HD_OP_##OP, HD_TF_BOTH }
+#define REDUCE(name, OP)                                                                           \
+    { name, tf_reduce, "x, axis=, keepdim=", HD_OP_##OP, HD_TF_BOTH }
 
 static const hd_tfunc rows[] = {
     UNARY("abs", ABS),

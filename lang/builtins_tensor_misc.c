@@ -36,7 +36,8 @@ static HD_TF_FN(tf_to) {
     } else if (hd_targ_has(&a, 1)) {
         if (a.v[1].type != HD_V_DTYPE)
             st = hd_targ_type_error(vm, &a, 1, "a dtype or a device string");
-        else dt = a.v[1].as.dt;
+        else
+            dt = a.v[1].as.dt;
     }
     if (!st && dt < 0) st = hd_targ_dtype(vm, &a, 2, -1, &dt);
     if (!st) st = hd_targ_device(vm, &a, 3);

@@ -94,9 +94,9 @@ static HD_TF_FN(tf_layer_norm) {
     const hd_tensor *x = in[0];
     if (k < 1 || k > x->ndim || memcmp(shape, x->shape + x->ndim - k, (size_t)k * sizeof *shape)) {
         char s0[128], s1[128];
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "layer_norm: shape %s is not the end of input shape %s",
-                         hd_shape_str(shape, k, s0, sizeof s0),
-                         hd_shape_str(x->shape, x->ndim, s1, sizeof s1));
+        st = hd_vm_error(
+            vm, HD_ERR_RUNTIME, "layer_norm: shape %s is not the end of input shape %s",
+            hd_shape_str(shape, k, s0, sizeof s0), hd_shape_str(x->shape, x->ndim, s1, sizeof s1));
     }
     at.ints[0] = k;
     int n = hd_targ_has(&a, 2) || hd_targ_has(&a, 3) ? 3 : 1;

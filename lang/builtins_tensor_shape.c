@@ -3,6 +3,7 @@
  * expand, concat, stack (RESHAPE + CONCAT), split (SLICE), one_hot. */
 #include "builtins_tensor.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* The row's function on its first parameter as a tensor. */
@@ -112,9 +113,8 @@ static HD_TF_FN(tf_flatten) {
     int64_t s, e, shape[HD_MAX_DIMS];
     int is = 0, ie = 0, nd = 0;
     hd_tensor *r = NULL;
-    hd_status st = (hd_targ_int(vm, &a, 1, 0, &s) || hd_targ_int(vm, &a, 2, -1, &e))
-                       ? HD_ERR_RUNTIME
-                       : HD_OK;
+    hd_status st =
+        (hd_targ_int(vm, &a, 1, 0, &s) || hd_targ_int(vm, &a, 2, -1, &e)) ? HD_ERR_RUNTIME : HD_OK;
     if (!st && (hd_norm_axis(hd_vm_ctx(vm), s, x->ndim, &is) ||
                 hd_norm_axis(hd_vm_ctx(vm), e, x->ndim, &ie)))
         st = hd_tfail(vm, "flatten");
@@ -144,8 +144,10 @@ static HD_TF_FN(tf_squeeze) {
     hd_status st = hd_targ_axes(vm, &a, 1, &at);
     for (int i = 0; !st && i < at.naxes; i++) {
         int ax;
-        if (hd_norm_axis(hd_vm_ctx(vm), at.axes[i], x->ndim, &ax)) st = hd_tfail(vm, "squeeze");
-        else drop |= 1u << ax;
+        if (hd_norm_axis(hd_vm_ctx(vm), at.axes[i], x->ndim, &ax))
+            st = hd_tfail(vm, "squeeze");
+        else
+            drop |= 1u << ax;
     }
     if (!at.naxes) drop = ~0u;
     for (int i = 0; i < x->ndim; i++)
@@ -163,8 +165,8 @@ static HD_TF_FN(tf_unsqueeze) {
     hd_status st = hd_targ_int(vm, &a, 1, 0, &axis);
     if (!st && hd_norm_axis(hd_vm_ctx(vm), axis, x->ndim + 1, &ax)) st = hd_tfail(vm, "unsqueeze");
     if (!st && x->ndim == HD_MAX_DIMS)
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "unsqueeze: tensors have at most %d dims",
-                         HD_MAX_DIMS);
+        st =
+            hd_vm_error(vm, HD_ERR_RUNTIME, "unsqueeze: tensors have at most %d dims", HD_MAX_DIMS);
     if (!st) {
         for (int i = 0, k = 0; i <= x->ndim; i++) shape[i] = i == ax ? 1 : x->shape[k++];
         st = reshape(vm, "unsqueeze", x, shape, x->ndim + 1, &r);
@@ -179,7 +181,8 @@ static hd_status tensor_list(hd_vm *vm, hd_targs *a, hd_tensor ***ts, int64_t *n
     hd_value v = a->v[0];
     if (v.type != HD_V_LIST) return hd_targ_type_error(vm, a, 0, "a list of tensors");
     hd_list *l = hd_as_list(v);
-    if (l->len == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s needs at least one tensor", a->f->name);
+    if (l->len == 0)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s needs at least one tensor", a->f->name);
     hd_tensor **t = hd_ctx_calloc(hd_vm_ctx(vm), (size_t)l->len, sizeof *t);
     if (!t) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     char what[64];
@@ -207,7 +210,8 @@ static HD_TF_FN(tf_concat) {
     int64_t n;
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    if (hd_targ_int(vm, &a, 1, 0, &at.ints[0]) || tensor_list(vm, &a, &t, &n)) return HD_ERR_RUNTIME;
+    if (hd_targ_int(vm, &a, 1, 0, &at.ints[0]) || tensor_list(vm, &a, &t, &n))
+        return HD_ERR_RUNTIME;
     hd_status st = n > 1 << 20 ? hd_vm_error(vm, HD_ERR_RUNTIME, "concat: too many tensors")
                                : hd_trun_t(vm, "concat", HD_OP_CONCAT, t, (int)n, &at, &r);
     free_list(vm, t, n);
@@ -298,7 +302,8 @@ static HD_TF_FN(tf_split) {
     int ax = 0;
     hd_value list = hd_none();
     hd_status st = hd_targ_int(vm, &a, 2, 0, &axis);
-    if (!st && x->ndim == 0) st = hd_vm_error(vm, HD_ERR_RUNTIME, "split: cannot split a 0-d tensor");
+    if (!st && x->ndim == 0)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "split: cannot split a 0-d tensor");
     if (!st && hd_norm_axis(ctx, axis, x->ndim, &ax)) st = hd_tfail(vm, "split");
     if (!st) st = split_sizes(vm, &a, x->shape[ax], &sizes, &n);
     if (!st) {
@@ -307,8 +312,10 @@ static HD_TF_FN(tf_split) {
     }
     for (int64_t i = 0, at = 0; i < n && !st; at += sizes[i], i++) {
         hd_tensor *p = NULL;
-        if (hd_tslice_axis(ctx, x, ax, at, sizes[i], 0, &p)) st = hd_tfail(vm, "split");
-        else st = hd_list_push(vm, list, hd_tensor_value(p));
+        if (hd_tslice_axis(ctx, x, ax, at, sizes[i], 0, &p))
+            st = hd_tfail(vm, "split");
+        else
+            st = hd_list_push(vm, list, hd_tensor_value(p));
     }
     if (sizes) hd_ctx_free(ctx, sizes, (size_t)(n ? n : 1) * sizeof *sizes);
     hd_tensor_unref(x);
