@@ -514,8 +514,8 @@ static hd_status widen_numbers(hd_vm *vm, hd_op op, hd_tensor **in, int nin,
     if (plan.dtype != HD_F32) return HD_OK;
     for (int i = 0; i < nin; i++) {
         if (hd_dtype_is_float(in[i]->dtype)) continue;
-        hd_tensor *c = hd_tensor_scalar(ctx, HD_F64, hd_tensor_get(in[i], 0));
-        if (!c) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+        hd_tensor *c = NULL;
+        if (hd_op_cast(ctx, in[i], HD_F64, &c)) return hd_tfail(vm, hd_op_name(op));
         hd_tensor_unref(in[i]);
         in[i] = c;
     }
@@ -525,10 +525,6 @@ static hd_status widen_numbers(hd_vm *vm, hd_op op, hd_tensor **in, int nin,
 hd_status hd_trun(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
                   const hd_attrs *attrs, int numbers, hd_value *out) {
     hd_tensor *t = NULL;
-    if (numbers) {
-        for (int i = 0; i < nin; i++)
-            if (in[i]->ndim != 0) numbers = 0;
-    }
     if (numbers && widen_numbers(vm, op, in, nin, attrs)) return HD_ERR_RUNTIME;
     if (hd_trun_t(vm, fname, op, in, nin, attrs, &t)) return HD_ERR_RUNTIME;
     if (numbers && t->ndim == 0) {

@@ -53,11 +53,11 @@ static HD_TF_FN(tf_full) {
     memset(&at, 0, sizeof at);
     int dt;
     double v;
-    if (shape_args(vm, &a, &at) || hd_targ_float(vm, &a, 1, 0, &v)) return HD_ERR_RUNTIME;
-    if (a.v[1].type == HD_V_BOOL)
-        v = a.v[1].as.b;
-    else if (!hd_targ_has(&a, 1) || a.v[1].type == HD_V_TENSOR)
+    hd_vtype vt = a.v[1].type;
+    if (vt != HD_V_BOOL && vt != HD_V_INT && vt != HD_V_FLOAT)
         return hd_targ_type_error(vm, &a, 1, "a number or a bool");
+    v = vt == HD_V_BOOL ? a.v[1].as.b : vt == HD_V_INT ? (double)a.v[1].as.i : a.v[1].as.f;
+    if (shape_args(vm, &a, &at)) return HD_ERR_RUNTIME;
     if (hd_targ_dtype(vm, &a, 2, number_dtype(a.v[1]), &dt) || hd_targ_device(vm, &a, 3))
         return HD_ERR_RUNTIME;
     at.dtype = (hd_dtype)dt;
