@@ -123,6 +123,14 @@ struct hd_ast {
     hd_ast_fn *fn;
     hd_ref ref;   /* resolver */
     int nslots;   /* resolver: BLOCK, PROGRAM */
+    /* resolver, BLOCK: the slots declared in it that hold cells (captured
+     * variables); each entry to the block makes fresh ones, so closures
+     * made in different loop iterations see different variables. */
+    int *cells;
+    int ncells;
+    int nhoist;      /* resolver, BLOCK and PROGRAM: FNDEF and CLASS statements, bound at entry */
+    int frame_slots; /* resolver, PROGRAM: frame size for the top level's block-local variables */
+    void *cache;     /* evaluator: a STR literal's string object, made on first use */
 };
 
 /* Token kinds the parser and evaluator share (operators in ops). */

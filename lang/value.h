@@ -34,6 +34,7 @@ typedef enum {
     HD_V_MODULE,
     HD_V_BOUND,  /* a method bound to its receiver */
     HD_V_HANDLE, /* an opaque C object with a type name and a free hook (scripts, strategies, ...) */
+    HD_V_CELL,   /* internal: a captured variable's box; never a program-visible value */
     HD_V_COUNT
 } hd_vtype;
 
@@ -54,11 +55,13 @@ struct hd_obj {
     int refcount;
     hd_vtype type;
     hd_obj *prev, *next; /* the VM's list of live objects */
+    int64_t gc;          /* scratch for the cycle collector */
 };
 
 typedef struct hd_str {
     hd_obj obj;
     size_t len;
+    size_t ulen; /* code points (UTF-8); == len for ASCII, which makes indexing O(1) */
     uint32_t hash;
     char chars[]; /* len bytes, then a NUL */
 } hd_str;
