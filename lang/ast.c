@@ -125,7 +125,9 @@ typedef struct hd_parse_node_ {
     int big;    /* INT 2^63 not yet taken by a unary minus */
 } hd_parse_node_;
 
-static hd_parse_node_ *hd_pn(hd_ast *n) { return (hd_parse_node_ *)n; }
+static hd_parse_node_ *hd_pn(hd_ast *n) {
+    return (hd_parse_node_ *)n;
+}
 
 hd_ast *hd_parse_node(hd_parser *p, hd_ast_kind kind, hd_span span) {
     hd_parse_node_ *n = hd_parse_alloc(p, sizeof *n);
@@ -168,8 +170,7 @@ hd_ast *hd_parse_done(hd_parser *p, hd_ast *n) {
     return n;
 }
 
-hd_ast *hd_parse_mk(hd_parser *p, hd_ast_kind kind, hd_span span, hd_ast *a, hd_ast *b,
-                    hd_ast *c) {
+hd_ast *hd_parse_mk(hd_parser *p, hd_ast_kind kind, hd_span span, hd_ast *a, hd_ast *b, hd_ast *c) {
     hd_ast *n = hd_parse_node(p, kind, span);
     if (!n) return NULL;
     n->a = a;
@@ -194,8 +195,7 @@ hd_ast *hd_parse_unary(hd_parser *p, int op, hd_span span, hd_ast *a) {
     return hd_parse_op(p, HD_AST_UNARY, op, span, a, NULL);
 }
 
-hd_ast *hd_parse_named(hd_parser *p, hd_ast_kind kind, const char *name, hd_span span,
-                       hd_ast *a) {
+hd_ast *hd_parse_named(hd_parser *p, hd_ast_kind kind, const char *name, hd_span span, hd_ast *a) {
     hd_ast *n = hd_parse_node(p, kind, span);
     if (!n) return NULL;
     n->name = name;
@@ -257,10 +257,18 @@ hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts) {
 static const char *hd_parse_target_what(const hd_ast *t) {
     switch (t->kind) {
     case HD_AST_CALL: return "a function call";
-    case HD_AST_NONE: case HD_AST_TRUE: case HD_AST_FALSE: case HD_AST_INT: case HD_AST_FLOAT:
-    case HD_AST_STR: case HD_AST_LIST: case HD_AST_DICT: return "a literal";
-    case HD_AST_UNARY: case HD_AST_BINARY: case HD_AST_AND: case HD_AST_OR:
-        return "an operator expression";
+    case HD_AST_NONE:
+    case HD_AST_TRUE:
+    case HD_AST_FALSE:
+    case HD_AST_INT:
+    case HD_AST_FLOAT:
+    case HD_AST_STR:
+    case HD_AST_LIST:
+    case HD_AST_DICT: return "a literal";
+    case HD_AST_UNARY:
+    case HD_AST_BINARY:
+    case HD_AST_AND:
+    case HD_AST_OR: return "an operator expression";
     case HD_AST_FN: return "a function";
     case HD_AST_SCRIPT: return "a script";
     default: return "this expression";
@@ -338,8 +346,9 @@ void hd_parse_check_args(hd_parser *p, hd_parse_list *args, int named_only) {
         hd_ast *a = args->items[i];
         if (!a->name) {
             if (named_only)
-                hd_parse_error(p, a->span, "compiled options are named: compiled(compiler = "
-                                           "\"llvm\", device = \"cpu\")");
+                hd_parse_error(p, a->span,
+                               "compiled options are named: compiled(compiler = "
+                               "\"llvm\", device = \"cpu\")");
             else if (named)
                 hd_parse_error(p, a->span, "positional argument after a named argument");
             continue;
@@ -368,7 +377,9 @@ static void hd_dump_raw(hd_dump *d, const char *s, size_t k) {
     d->len += k;
 }
 
-static void hd_dump_s(hd_dump *d, const char *s) { hd_dump_raw(d, s, strlen(s)); }
+static void hd_dump_s(hd_dump *d, const char *s) {
+    hd_dump_raw(d, s, strlen(s));
+}
 
 static void hd_dump_f(hd_dump *d, const char *fmt, ...) {
     char tmp[64];
@@ -383,11 +394,16 @@ static void hd_dump_str(hd_dump *d, const char *s, size_t n) {
     hd_dump_s(d, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') hd_dump_f(d, "\\%c", c);
-        else if (c == '\n') hd_dump_s(d, "\\n");
-        else if (c == '\t') hd_dump_s(d, "\\t");
-        else if (c < 0x20 || c == 0x7f) hd_dump_f(d, "\\x%02x", c);
-        else hd_dump_raw(d, (const char *)&c, 1);
+        if (c == '"' || c == '\\')
+            hd_dump_f(d, "\\%c", c);
+        else if (c == '\n')
+            hd_dump_s(d, "\\n");
+        else if (c == '\t')
+            hd_dump_s(d, "\\t");
+        else if (c < 0x20 || c == 0x7f)
+            hd_dump_f(d, "\\x%02x", c);
+        else
+            hd_dump_raw(d, (const char *)&c, 1);
     }
     hd_dump_s(d, "\"");
 }
@@ -404,33 +420,55 @@ static void hd_dump_float(hd_dump *d, double v) {
 
 static const char *hd_dump_op(int op) {
     static const char *const names[] = {
-        "+", "-", "*", "/", "%", "@", "**", "==", "!=", "<", "<=", ">", ">=", "..",
-        "not", "=", "+=", "-=", "*=", "/=",
+        "+",  "-", "*",  "/",  "%",   "@", "**", "==", "!=", "<",
+        "<=", ">", ">=", "..", "not", "=", "+=", "-=", "*=", "/=",
     };
     if (op >= HD_TOK_PLUS && op <= HD_TOK_SLASH_ASSIGN) return names[op - HD_TOK_PLUS];
     return "?";
 }
 
 static const char *const hd_dump_names[HD_AST_KIND_COUNT] = {
-    [HD_AST_LIST] = "list",         [HD_AST_DICT] = "dict",       [HD_AST_PAIR] = "pair",
-    [HD_AST_UNARY] = "unary",       [HD_AST_BINARY] = "binary",   [HD_AST_AND] = "and",
-    [HD_AST_OR] = "or",             [HD_AST_CALL] = "call",       [HD_AST_ARG] = "arg",
-    [HD_AST_INDEX] = "index",       [HD_AST_SLICE] = "slice",     [HD_AST_MEMBER] = "member",
-    [HD_AST_FN] = "fn",             [HD_AST_SCRIPT] = "script",   [HD_AST_BLOCK] = "block",
-    [HD_AST_EXPR] = "expr",         [HD_AST_LET] = "let",         [HD_AST_ASSIGN] = "assign",
-    [HD_AST_IF] = "if",             [HD_AST_WHILE] = "while",     [HD_AST_FOR] = "for",
-    [HD_AST_BREAK] = "break",       [HD_AST_CONTINUE] = "continue", [HD_AST_RETURN] = "return",
-    [HD_AST_FNDEF] = "fndef",       [HD_AST_CLASS] = "class",     [HD_AST_IMPORT] = "import",
-    [HD_AST_NO_GRAD] = "no_grad",   [HD_AST_GRAD_CTX] = "grad_context",
-    [HD_AST_COMPILED] = "compiled", [HD_AST_PROGRAM] = "program",
+    [HD_AST_LIST] = "list",
+    [HD_AST_DICT] = "dict",
+    [HD_AST_PAIR] = "pair",
+    [HD_AST_UNARY] = "unary",
+    [HD_AST_BINARY] = "binary",
+    [HD_AST_AND] = "and",
+    [HD_AST_OR] = "or",
+    [HD_AST_CALL] = "call",
+    [HD_AST_ARG] = "arg",
+    [HD_AST_INDEX] = "index",
+    [HD_AST_SLICE] = "slice",
+    [HD_AST_MEMBER] = "member",
+    [HD_AST_FN] = "fn",
+    [HD_AST_SCRIPT] = "script",
+    [HD_AST_BLOCK] = "block",
+    [HD_AST_EXPR] = "expr",
+    [HD_AST_LET] = "let",
+    [HD_AST_ASSIGN] = "assign",
+    [HD_AST_IF] = "if",
+    [HD_AST_WHILE] = "while",
+    [HD_AST_FOR] = "for",
+    [HD_AST_BREAK] = "break",
+    [HD_AST_CONTINUE] = "continue",
+    [HD_AST_RETURN] = "return",
+    [HD_AST_FNDEF] = "fndef",
+    [HD_AST_CLASS] = "class",
+    [HD_AST_IMPORT] = "import",
+    [HD_AST_NO_GRAD] = "no_grad",
+    [HD_AST_GRAD_CTX] = "grad_context",
+    [HD_AST_COMPILED] = "compiled",
+    [HD_AST_PROGRAM] = "program",
 };
 
 static void hd_dump_node(hd_dump *d, const hd_ast *n);
 
 static void hd_dump_child(hd_dump *d, const hd_ast *n) {
     hd_dump_s(d, " ");
-    if (n) hd_dump_node(d, n);
-    else hd_dump_s(d, "_");
+    if (n)
+        hd_dump_node(d, n);
+    else
+        hd_dump_s(d, "_");
 }
 
 /* fn payload: NAME|_ (PARAMS) [compiled] [expr] BODY */
@@ -490,8 +528,10 @@ static void hd_dump_node(hd_dump *d, const hd_ast *n) {
     }
     if (n->kind == HD_AST_IMPORT) {
         hd_dump_s(d, " ");
-        if (n->is_path) hd_dump_str(d, n->str ? n->str : "", n->slen);
-        else hd_dump_s(d, n->str ? n->str : "?");
+        if (n->is_path)
+            hd_dump_str(d, n->str ? n->str : "", n->slen);
+        else
+            hd_dump_s(d, n->str ? n->str : "?");
     }
     if (n->kind == HD_AST_MEMBER) {
         hd_dump_child(d, n->a);
@@ -521,8 +561,10 @@ static void hd_dump_node(hd_dump *d, const hd_ast *n) {
 
 size_t hd_ast_dump(char *buf, size_t n, const hd_ast *node) {
     hd_dump d = {buf, n, 0};
-    if (node) hd_dump_node(&d, node);
-    else hd_dump_s(&d, "_");
+    if (node)
+        hd_dump_node(&d, node);
+    else
+        hd_dump_s(&d, "_");
     if (n) buf[d.len < n ? d.len : n - 1] = 0;
     return d.len;
 }
@@ -556,7 +598,8 @@ size_t hd_diag_format(char *buf, size_t n, const char *chunk, const char *source
     size_t col = span->col > 0 ? (size_t)span->col - 1 : 0;
     for (size_t i = 0; i < col; i++) hd_dump_raw(&d, i < len && line[i] == '\t' ? "\t" : " ", 1);
     hd_dump_s(&d, "^");
-    size_t end = span->end_line > span->line ? len : (size_t)(span->end_col > 0 ? span->end_col : 0);
+    size_t end =
+        span->end_line > span->line ? len : (size_t)(span->end_col > 0 ? span->end_col : 0);
     if (end > len) end = len;
     for (size_t i = col + 1; i < end; i++) hd_dump_s(&d, "~");
     hd_dump_s(&d, "\n");

@@ -7,7 +7,8 @@
  * Newlines end statements, except where one cannot: a newline is dropped
  *  - inside ( ) and [ ] (but not inside { }, where blocks live),
  *  - after a token that needs something after it (binary operators,
- *    `not`, `=` and its compound forms, `,` `:` `.` and opening brackets),
+ *    `not`, `=` and its compound forms, `,` `:` `.`, opening brackets, and
+ *    the header keywords `if` `else` `while` `for` `in` `as`),
  *  - before `}` `)` `]` `.` and `else`, which never start a statement, so
  *    `}` on its own line closes a dict or a block, `} else {` may be split
  *    after `}`, and a method chain may start its lines with `.`.
@@ -275,6 +276,16 @@ static int hd_lex_stray(hd_parser *p, hd_lex_token *t) {
     return HD_T_HD_YYerror;
 }
 
+/* 'text': a string, raw, with an error. */
+static int hd_lex_quote(hd_parser *p, hd_lex_token *t) {
+    hd_lexer *lx = &p->lex;
+    hd_lex_tok(lx, t, HD_T_STRING);
+    hd_parse_error(p, t->span, "strings are written in double quotes: \"...\"");
+    t->v.s = hd_parse_strdup(p, (const char *)t->text + 1, t->text_len - 2);
+    t->v.len = t->text_len - 2;
+    return t->v.s ? HD_T_STRING : HD_T_END;
+}
+
 static int hd_lex_name(hd_parser *p, hd_lex_token *t) {
     hd_lexer *lx = &p->lex;
     hd_lex_tok(lx, t, HD_T_NAME);
@@ -346,6 +357,7 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
             float { return hd_lex_float(p, t); }
             badnum { return hd_lex_fail(p, t, HD_T_INT, "invalid number literal"); }
             ["] { return hd_lex_string(p, t); }
+            ['] [^'\n]* ['] { return hd_lex_quote(p, t); }
 
             "(" { return hd_lex_tok(lx, t, HD_T_LPAREN); }
             ")" { return hd_lex_tok(lx, t, HD_T_RPAREN); }
@@ -397,7 +409,8 @@ static int hd_lex_needs_more(int k) {
     case HD_T_GT: case HD_T_GE: case HD_T_RANGE: case HD_T_AND: case HD_T_OR: case HD_T_NOT:
     case HD_T_ASSIGN: case HD_T_PLUS_ASSIGN: case HD_T_MINUS_ASSIGN: case HD_T_STAR_ASSIGN:
     case HD_T_SLASH_ASSIGN: case HD_T_COMMA: case HD_T_COLON: case HD_T_DOT:
-    case HD_T_LPAREN: case HD_T_LBRACKET: case HD_T_LBRACE: return 1;
+    case HD_T_LPAREN: case HD_T_LBRACKET: case HD_T_LBRACE: case HD_T_IN: case HD_T_AS:
+    case HD_T_IF: case HD_T_WHILE: case HD_T_FOR: case HD_T_ELSE: return 1;
     default: return 0;
     }
 }

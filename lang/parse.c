@@ -46,8 +46,8 @@ hd_status hd_parse_source(hd_ctx *ctx, const char *source, size_t len, const cha
     memset(p, 0, sizeof *p);
     p->ctx = ctx;
     p->arena = hd_ast_arena_new(ctx);
-    hd_status st = p->arena ? hd_parse_run(p, source ? source : "", source ? len : 0)
-                            : HD_ERR_MEMORY;
+    hd_status st =
+        p->arena ? hd_parse_run(p, source ? source : "", source ? len : 0) : HD_ERR_MEMORY;
     if (st == HD_ERR_MEMORY) {
         hd_ast_arena_free(p->arena);
         hd_ctx_free(ctx, p, sizeof *p);

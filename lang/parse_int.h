@@ -22,9 +22,9 @@
 typedef struct hd_lex_value {
     const char *s; /* NAME: the name; STRING: decoded bytes (arena, NUL-terminated) */
     size_t len;
-    int64_t i;     /* INT */
-    double f;      /* FLOAT */
-    int big;       /* INT: the literal is 9223372036854775808, valid only after a unary minus */
+    int64_t i; /* INT */
+    double f;  /* FLOAT */
+    int big;   /* INT: the literal is 9223372036854775808, valid only after a unary minus */
 } hd_lex_value;
 
 typedef struct hd_lex_token {
@@ -45,7 +45,7 @@ typedef struct hd_lexer {
     int line;
     int depth;
     unsigned char open[HD_PARSE_MAX_DEPTH];
-    int prev;       /* kind of the last token handed out; -1 before the first */
+    int prev;        /* kind of the last token handed out; -1 before the first */
     int eof_newline; /* the synthetic NEWLINE before end of input was handed out */
     int has_pending;
     hd_lex_token pending;
@@ -95,12 +95,10 @@ char *hd_parse_strdup(hd_parser *p, const char *s, size_t n);
  * nested too deeply and an integer literal too large that no minus took. */
 hd_ast *hd_parse_node(hd_parser *p, hd_ast_kind kind, hd_span span);
 hd_ast *hd_parse_done(hd_parser *p, hd_ast *n);
-hd_ast *hd_parse_mk(hd_parser *p, hd_ast_kind kind, hd_span span, hd_ast *a, hd_ast *b,
-                    hd_ast *c);
+hd_ast *hd_parse_mk(hd_parser *p, hd_ast_kind kind, hd_span span, hd_ast *a, hd_ast *b, hd_ast *c);
 hd_ast *hd_parse_op(hd_parser *p, hd_ast_kind kind, int op, hd_span span, hd_ast *a, hd_ast *b);
 hd_ast *hd_parse_unary(hd_parser *p, int op, hd_span span, hd_ast *a);
-hd_ast *hd_parse_named(hd_parser *p, hd_ast_kind kind, const char *name, hd_span span,
-                       hd_ast *a);
+hd_ast *hd_parse_named(hd_parser *p, hd_ast_kind kind, const char *name, hd_span span, hd_ast *a);
 hd_ast *hd_parse_int(hd_parser *p, const hd_lex_value *v, hd_span span);
 hd_ast *hd_parse_float(hd_parser *p, double f, hd_span span);
 hd_ast *hd_parse_str(hd_parser *p, const hd_lex_value *v, hd_span span);

@@ -12,7 +12,7 @@
 %define api.token.prefix {HD_T_}
 %define api.location.type {hd_span}
 %define parse.error custom
-%define lr.type ielr
+%define lr.type canonical-lr
 %define lr.default-reduction accepting
 %locations
 %param {hd_parser *p}
@@ -68,7 +68,7 @@ static void hd_yyerror(hd_span *loc, hd_parser *p, const char *msg);
 }
 
 %token END 0 "end of input"
-%token <tok> NAME "name" INT "integer" FLOAT "float" STRING "string"
+%token <tok> NAME "name" INT "number" FLOAT "float" STRING "string"
 %token NEWLINE "end of line"
 %token RPAREN "')'" RBRACKET "']'" RBRACE "'}'" COMMA "','" SEMI "';'" COLON "':'"
 %token LPAREN "'('" LBRACKET "'['" LBRACE "'{'" DOT "'.'" ELLIPSIS "'...'"
@@ -499,7 +499,7 @@ static void hd_yy_unexpected(hd_yy_msg *m, hd_parser *p, yysymbol_kind_t k) {
     size_t n = t->text_len < 32 ? t->text_len : 32;
     if (k == YYSYMBOL_NEWLINE && t->synthetic) k = YYSYMBOL_YYEOF;
     hd_yy_put(m, "unexpected ");
-    hd_yy_put(m, yysymbol_name(k));
+    hd_yy_put(m, k == YYSYMBOL_FLOAT ? "number" : yysymbol_name(k));
     if (k == YYSYMBOL_NAME || k == YYSYMBOL_INT || k == YYSYMBOL_FLOAT) {
         memcpy(text, t->text, n);
         text[n] = 0;
@@ -515,16 +515,19 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
     int stmt = hd_yy_has(e, n, YYSYMBOL_LET), expr = hd_yy_has(e, n, YYSYMBOL_INT);
     int newline = hd_yy_has(e, n, YYSYMBOL_NEWLINE);
     int header = hd_yy_has(e, n, YYSYMBOL_LBRACE) && !expr;
+    int method = hd_yy_has(e, n, YYSYMBOL_FN) && !expr && !stmt;
     int k = 0;
-    *phrase = stmt ? "a statement" : expr ? "an expression" : NULL;
+    *phrase = stmt ? "a statement" : expr ? "an expression" : method ? "a method" : NULL;
     for (int i = 0; i < n; i++) {
         yysymbol_kind_t s = e[i];
         if (stmt && hd_yy_starts_stmt(s)) continue;
+        if (method && (s == YYSYMBOL_FN || s == YYSYMBOL_COMPILED)) continue;
+        if ((s == YYSYMBOL_NEWLINE || s == YYSYMBOL_SEMI) && (stmt || method)) continue;
+        if (s == YYSYMBOL_YYEOF && (newline || stmt)) continue;
         if (expr && hd_yy_starts_expr(s)) continue;
         if (!expr && hd_yy_continues_expr(s)) continue;
         if (s == YYSYMBOL_ASSIGN && hd_yy_has(e, n, YYSYMBOL_PLUS_ASSIGN)) continue;
-        if (s == YYSYMBOL_SEMI && (newline || stmt)) continue;
-        if (s == YYSYMBOL_NEWLINE && stmt) continue;
+        if (s == YYSYMBOL_SEMI && newline) continue;
         if (s == YYSYMBOL_NEWLINE && header) continue;
         e[k++] = s;
     }
