@@ -572,7 +572,18 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
                                                &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io};
 
+/* The evaluator refers to the tensor API weakly (it runs without it), and
+ * a static library only contributes the objects something refers to
+ * strongly: this table ties them to the prelude, which the VM opens. */
+static void (*const volatile api_keep[])(void) = {
+    (void (*)(void))hd_tensor_binop,      (void (*)(void))hd_tensor_unop,
+    (void (*)(void))hd_tensor_get_index,  (void (*)(void))hd_tensor_set_index,
+    (void (*)(void))hd_tensor_get_member, (void (*)(void))hd_tensor_set_member,
+    (void (*)(void))hd_tensor_member_names, (void (*)(void))hd_tensor_format,
+};
+
 hd_status hd_builtins_tensor_open(hd_vm *vm) {
+    if (!api_keep[0]) return HD_ERR_RUNTIME;
     for (int d = 0; d < HD_DTYPE_COUNT; d++)
         if (hd_vm_def_value(vm, hd_dtype_name((hd_dtype)d), hd_dtype_value((hd_dtype)d)))
             return HD_ERR_MEMORY;
