@@ -280,6 +280,7 @@ static hd_status split_sizes(hd_vm *vm, hd_targs *a, int64_t dim, int64_t **size
     for (int64_t i = 0; i < l->len; i++) {
         if (l->items[i].type != HD_V_INT || l->items[i].as.i < 0) {
             hd_ctx_free(ctx, *sizes, (size_t)(l->len ? l->len : 1) * sizeof **sizes);
+            *sizes = NULL;
             return hd_vm_error(vm, HD_ERR_RUNTIME, "split: sections must be non-negative ints");
         }
         (*sizes)[i] = l->items[i].as.i;
@@ -287,6 +288,7 @@ static hd_status split_sizes(hd_vm *vm, hd_targs *a, int64_t dim, int64_t **size
     }
     if (total != dim) {
         hd_ctx_free(ctx, *sizes, (size_t)(l->len ? l->len : 1) * sizeof **sizes);
+        *sizes = NULL;
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "split: sections add up to %lld but the axis has size %lld",
                            (long long)total, (long long)dim);
