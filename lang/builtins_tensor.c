@@ -588,9 +588,9 @@ static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_mat
  * a static library only contributes the objects something refers to
  * strongly: this table ties them to the prelude, which the VM opens. */
 static void (*const volatile api_keep[])(void) = {
-    (void (*)(void))hd_tensor_binop,      (void (*)(void))hd_tensor_unop,
-    (void (*)(void))hd_tensor_get_index,  (void (*)(void))hd_tensor_set_index,
-    (void (*)(void))hd_tensor_get_member, (void (*)(void))hd_tensor_set_member,
+    (void (*)(void))hd_tensor_binop,        (void (*)(void))hd_tensor_unop,
+    (void (*)(void))hd_tensor_get_index,    (void (*)(void))hd_tensor_set_index,
+    (void (*)(void))hd_tensor_get_member,   (void (*)(void))hd_tensor_set_member,
     (void (*)(void))hd_tensor_member_names, (void (*)(void))hd_tensor_format,
 };
 

@@ -68,8 +68,10 @@ static pid_t start(const char *hodu, const char *home, int *fd) {
     struct winsize ws = {24, 80, 0, 0};
     pid_t pid = forkpty(fd, NULL, NULL, &ws);
     if (pid == 0) {
-        if (home) setenv("HOME", home, 1);
-        else unsetenv("HOME");
+        if (home)
+            setenv("HOME", home, 1);
+        else
+            unsetenv("HOME");
         setenv("TERM", "dumb", 1);
         execl(hodu, hodu, (char *)NULL);
         _exit(127);
@@ -83,7 +85,8 @@ static int finish(pid_t pid, int fd) {
     double end = now() + 10;
     while (now() < end) {
         char tmp[512];
-        while (read(fd, tmp, sizeof tmp) > 0) {}
+        while (read(fd, tmp, sizeof tmp) > 0) {
+        }
         pid_t w = waitpid(pid, &status, WNOHANG);
         if (w == pid) break;
         usleep(20000);
@@ -127,6 +130,24 @@ static void session(const char *hodu, const char *home) {
     check(expect(fd, "^C", 5) && expect(fd, ">>> ", 5), "Ctrl-C cancels the line");
     send_str(fd, "[1, 2]\r");
     check(expect(fd, "[1, 2]\r\n", 5) && expect(fd, ">>> ", 5), "input works after Ctrl-C");
+
+    send_str(fd, "let n = 0\r");
+    check(expect(fd, ">>> ", 5), "let n");
+    send_str(fd, "while true { n = n + 1 }\r");
+    usleep(300000);
+    send_str(fd, "\x03");
+    check(expect(fd, "interrupted", 10) && expect(fd, ">>> ", 5),
+          "Ctrl-C interrupts a running loop");
+    send_str(fd, "n > 0\r");
+    check(expect(fd, "true\r\n", 5) && expect(fd, ">>> ", 5), "state survives the interrupt");
+
+    send_str(fd, ":type zeros([2, 3])\r");
+    check(expect(fd, "tensor(shape=[2, 3], dtype=f32, device=cpu)", 5) && expect(fd, ">>> ", 5),
+          ":type of a tensor");
+    send_str(fd, "let t = ones(2)\r");
+    check(expect(fd, ">>> ", 5), "let t");
+    send_str(fd, "t.resh\t(2, 1).shape\r");
+    check(expect(fd, "[2, 1]\r\n", 5) && expect(fd, ">>> ", 5), "tab completes a tensor method");
 
     send_str(fd, ":help\r");
     check(expect(fd, ":quit", 5) && expect(fd, ">>> ", 5), ":help");
