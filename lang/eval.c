@@ -47,15 +47,13 @@ static hd_value fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return hd_err_value();
 }
 
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt,
-                      ...)
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
 
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt,
-                      ...) {
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(vm->errmsg, sizeof vm->errmsg, fmt, ap);
@@ -249,7 +247,9 @@ static hd_value concat(hd_vm *vm, hd_value a, hd_value b) {
     return out;
 }
 
-static int is_num(hd_value v) { return v.type == HD_V_INT || v.type == HD_V_FLOAT; }
+static int is_num(hd_value v) {
+    return v.type == HD_V_INT || v.type == HD_V_FLOAT;
+}
 static int tensor_operand(hd_value v) {
     return v.type == HD_V_TENSOR || is_num(v) || v.type == HD_V_BOOL;
 }
@@ -415,9 +415,16 @@ static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_va
     return 1;
 }
 
+static void frame_bases(hd_frame *f) {
+    for (int i = 0; i <= HD_REF_BUILTIN; i++) f->base[i] = NULL;
+    f->base[HD_REF_LOCAL] = f->slots;
+    f->base[HD_REF_GLOBAL] = f->globals;
+}
+
 /* ---- closures, classes, blocks ---- */
 
-static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast_fn *fn) {
+static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n,
+                                         const hd_ast_fn *fn) {
     hd_value v = hd_closure_new(vm, fn, f->chunk, f->mod);
     if (v.type != HD_V_FUNC) return fail(vm, f, n);
     hd_closure *c = (hd_closure *)v.as.o;
@@ -476,18 +483,115 @@ static int block_enter(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     return HD_FLOW_NORMAL;
 }
 
-static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+#define HD_ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* The slot of a local or global variable, or NULL for other names. */
+static HD_ALWAYS_INLINE hd_value *plain_slot(const hd_frame *f, const hd_ast *n) {
+    hd_value *b = f->base[n->ref.kind];
+    return b ? b + n->ref.index : NULL;
+}
+
+/* An int operand that needs no evaluation: a literal or a local or global
+ * variable holding an int. */
+static HD_ALWAYS_INLINE int leaf_int(const hd_frame *f, const hd_ast *n, int64_t *out) {
+    if (n->kind == HD_AST_INT) {
+        *out = n->ival;
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p) return 0;
+    *out = p->as.i;
+    return p->type == HD_V_INT;
+}
+
+/* x OP y on ints when it cannot fail; 0 otherwise (overflow, division,
+ * other operators: the general path reports or handles them). */
+static HD_ALWAYS_INLINE int int_op_fast(int op, int64_t x, int64_t y, hd_value *out) {
+    int64_t r;
+    switch (op) {
+    case HD_TOK_PLUS:
+        if (__builtin_add_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_MINUS:
+        if (__builtin_sub_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_STAR:
+        if (__builtin_mul_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_LT: *out = hd_bool(x < y); return 1;
+    case HD_TOK_LE: *out = hd_bool(x <= y); return 1;
+    case HD_TOK_GT: *out = hd_bool(x > y); return 1;
+    case HD_TOK_GE: *out = hd_bool(x >= y); return 1;
+    case HD_TOK_EQ: *out = hd_bool(x == y); return 1;
+    case HD_TOK_NE: *out = hd_bool(x != y); return 1;
+    default: return 0;
+    }
+}
+
+/* A value computed without calls, allocation or refcounts: int literals,
+ * local and global variables holding bools, ints or floats, and int
+ * arithmetic and comparisons on leaves. 0: use ev (which also reports
+ * every error). */
+static HD_ALWAYS_INLINE int fast_value(const hd_frame *f, const hd_ast *n, hd_value *out) {
+    int64_t x, y;
+    if (n->kind == HD_AST_BINARY)
+        return leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, out);
+    if (n->kind == HD_AST_INT) {
+        *out = hd_int(n->ival);
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p || (unsigned)p->type - (unsigned)HD_V_BOOL > (unsigned)(HD_V_FLOAT - HD_V_BOOL))
+        return 0;
+    *out = *p;
+    return 1;
+}
+
+/* One statement, with `x = simple` and `x OP= simple` on plain variables
+ * done in line: the inner statements of hot loops. */
+static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    if (s->kind == HD_AST_ASSIGN && s->a->kind == HD_AST_NAME) {
+        hd_value *p = plain_slot(f, s->a), v;
+        if (p && s->op == HD_TOK_ASSIGN && fast_value(f, s->b, &v)) {
+            hd_value old = *p;
+            *p = v;
+            hd_vunref(vm, old);
+            return HD_FLOW_NORMAL;
+        }
+        int64_t y;
+        if (p && p->type == HD_V_INT && s->op != HD_TOK_SLASH_ASSIGN && fast_value(f, s->b, &v) &&
+            v.type == HD_V_INT && (y = v.as.i, 1) &&
+            int_op_fast(s->op - HD_TOK_PLUS_ASSIGN + HD_TOK_PLUS, p->as.i, y, &v)) {
+            *p = v;
+            return HD_FLOW_NORMAL;
+        }
+    }
+    return ex(vm, f, s);
+}
+
+static HD_ALWAYS_INLINE int run_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     if ((b->ncells || b->nhoist) && block_enter(vm, f, b)) return HD_FLOW_ERROR;
     for (int i = 0; i < b->n; i++) {
-        int fl = ex(vm, f, b->items[i]);
+        int fl = run_stmt(vm, f, b->items[i]);
         if (fl) return fl;
     }
     return HD_FLOW_NORMAL;
 }
 
+static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    return run_block(vm, f, b);
+}
+
 /* ---- calls ---- */
 
-static const char *fn_name(const hd_ast_fn *fn) { return fn->name ? fn->name : "<anonymous>"; }
+static const char *fn_name(const hd_ast_fn *fn) {
+    return fn->name ? fn->name : "<anonymous>";
+}
 
 static int find_param(const hd_ast_fn *fn, const char *name) {
     for (int i = 0; i < fn->nparams; i++)
@@ -521,8 +625,8 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
     for (int k = 0; k < nkw; k++) {
         int i = find_param(fn, kw[k].name);
         if (i < 0 || (has_self && i == 0))
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'",
-                               fn_name(fn), kw[k].name);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'", fn_name(fn),
+                               kw[k].name);
         if (bound[i])
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", fn_name(fn),
                                kw[k].name);
@@ -538,8 +642,7 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
 
 /* Defaults run in the callee's frame, at each call, left to right; then
  * captured parameters are boxed. */
-static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn,
-                         const unsigned char *bound) {
+static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn, const unsigned char *bound) {
     for (int i = 0; i < fn->nparams; i++) {
         if (!bound[i]) {
             hd_value v = ev(vm, fr, fn->params[i].def);
@@ -616,6 +719,7 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
     fr.at = NULL;
     fr.ret = hd_none();
     fr.nslots = nslots;
+    frame_bases(&fr);
     if (st == HD_OK) {
         vm->frame = &fr;
         vm->depth++;
@@ -631,8 +735,7 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
         }
     }
     for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);
-    if (slots != stack_slots)
-        hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
+    if (slots != stack_slots) hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
     return st;
 }
 
@@ -756,10 +859,14 @@ static hd_status module_member(hd_vm *vm, hd_module *m, const char *name, hd_val
 
 static hd_status range_member(hd_vm *vm, hd_value x, const char *name, hd_value *out) {
     hd_range *r = (hd_range *)x.as.o;
-    if (strcmp(name, "start") == 0) *out = hd_int(r->start);
-    else if (strcmp(name, "stop") == 0) *out = hd_int(r->stop);
-    else if (strcmp(name, "step") == 0) *out = hd_int(r->step);
-    else return HD_ERR_ARGUMENT;
+    if (strcmp(name, "start") == 0)
+        *out = hd_int(r->start);
+    else if (strcmp(name, "stop") == 0)
+        *out = hd_int(r->stop);
+    else if (strcmp(name, "step") == 0)
+        *out = hd_int(r->step);
+    else
+        return HD_ERR_ARGUMENT;
     return HD_OK;
 }
 
@@ -834,8 +941,8 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
         return HD_OK;
     }
     default:
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set member '%s' on a value of type %s",
-                           name, hd_value_type_name(x));
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set member '%s' on a value of type %s", name,
+                           hd_value_type_name(x));
     }
 }
 
@@ -848,15 +955,19 @@ static int64_t slice_bounds(int64_t len, const hd_index_part *s, int64_t *start,
     int64_t a, b;
     if (s->has_start) {
         a = s->start;
-        if (a < 0) a = a + len < lower ? lower : a + len;
-        else if (a > upper) a = upper;
+        if (a < 0)
+            a = a + len < lower ? lower : a + len;
+        else if (a > upper)
+            a = upper;
     } else {
         a = st > 0 ? lower : upper;
     }
     if (s->has_stop) {
         b = s->stop;
-        if (b < 0) b = b + len < lower ? lower : b + len;
-        else if (b > upper) b = upper;
+        if (b < 0)
+            b = b + len < lower ? lower : b + len;
+        else if (b > upper)
+            b = upper;
     } else {
         b = st > 0 ? upper : lower;
     }
@@ -884,7 +995,8 @@ static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_v
         *out = hd_list_new(vm, count);
         if (out->type != HD_V_LIST) return vm->err;
         hd_list *o = hd_as_list(*out);
-        for (int64_t k = 0; k < count; k++) hd_vref(o->items[o->len++] = l->items[start + k * step]);
+        for (int64_t k = 0; k < count; k++)
+            hd_vref(o->items[o->len++] = l->items[start + k * step]);
         return HD_OK;
     }
     if (x.type == HD_V_STR) {
@@ -918,8 +1030,9 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
             return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
                                hd_value_type_name(k));
         hd_value *v = hd_dict_get_str(x, hd_as_str(k));
-        if (!v) return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
-                                   hd_as_str(k)->chars);
+        if (!v)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
+                               hd_as_str(k)->chars);
         hd_vref(*out = *v);
         return HD_OK;
     }
@@ -1053,9 +1166,7 @@ static hd_status index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, co
                                hd_value_type_name(x));
         return slice_value(vm, x, p, out);
     }
-    hd_value k = p->kind == HD_IDX_INT    ? hd_int(p->i)
-                 : p->kind == HD_IDX_NONE ? hd_none()
-                                          : p->v;
+    hd_value k = p->kind == HD_IDX_INT ? hd_int(p->i) : p->kind == HD_IDX_NONE ? hd_none() : p->v;
     if (p->kind == HD_IDX_ELLIPSIS)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "... indexes tensors only");
     return set ? set_item(vm, x, k, *set) : get_item(vm, x, k, out);
@@ -1246,7 +1357,8 @@ static HD_NOINLINE hd_value ev_and_or(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return ev(vm, f, n->b);
 }
 
-static HD_NOINLINE hd_value ev_binary_slow(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b) {
+static HD_NOINLINE hd_value ev_binary_slow(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a,
+                                           hd_value b) {
     hd_value r = hd_eval_binop(vm, n->op, a, b);
     hd_vunref(vm, a);
     hd_vunref(vm, b);
@@ -1275,6 +1387,11 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         return v;
     }
     case HD_AST_BINARY: {
+        int64_t x, y;
+        hd_value r;
+        /* ints from literals and plain variables: no calls, no counts */
+        if (leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, &r))
+            return r;
         hd_value a = ev(vm, f, n->a);
         if (HD_UNLIKELY(a.type == HD_V_ERR)) return a;
         hd_value b = ev(vm, f, n->b);
@@ -1283,25 +1400,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             return b;
         }
         if (HD_LIKELY(a.type == HD_V_INT && b.type == HD_V_INT)) {
-            int64_t r, x = a.as.i, y = b.as.i;
-            switch (n->op) {
-            case HD_TOK_PLUS:
-                if (!__builtin_add_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_MINUS:
-                if (!__builtin_sub_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_STAR:
-                if (!__builtin_mul_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_LT: return hd_bool(x < y);
-            case HD_TOK_LE: return hd_bool(x <= y);
-            case HD_TOK_GT: return hd_bool(x > y);
-            case HD_TOK_GE: return hd_bool(x >= y);
-            case HD_TOK_EQ: return hd_bool(x == y);
-            case HD_TOK_NE: return hd_bool(x != y);
-            default: break;
-            }
+            if (int_op_fast(n->op, a.as.i, b.as.i, &r)) return r;
         } else if (a.type == HD_V_FLOAT && b.type == HD_V_FLOAT) {
             switch (n->op) {
             case HD_TOK_PLUS: return hd_float(a.as.f + b.as.f);
@@ -1332,8 +1431,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_LIST: return ev_list(vm, f, n);
     case HD_AST_DICT: return ev_dict(vm, f, n);
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
-    case HD_AST_SCRIPT:
-        return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
+    case HD_AST_SCRIPT: return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
     default:
         return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
                      (int)n->kind);
@@ -1342,7 +1440,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 
 /* ---- statements ---- */
 
-static int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+static HD_NOINLINE int truth_slow(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
     hd_value c = ev(vm, f, cond);
     if (c.type == HD_V_ERR) return 0;
     if (c.type == HD_V_BOOL) {
@@ -1354,6 +1452,15 @@ static int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
     hd_vunref(vm, c);
     if (!ok) fail(vm, f, cond);
     return ok;
+}
+
+static HD_ALWAYS_INLINE int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+    hd_value c;
+    if (fast_value(f, cond, &c) && c.type == HD_V_BOOL) {
+        *t = c.as.b;
+        return 1;
+    }
+    return truth_slow(vm, f, cond, t);
 }
 
 /* Bind a loop variable: a fresh cell per iteration when it is captured. */
@@ -1377,14 +1484,16 @@ static int bind_loop_var(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
 
 /* Run one iteration's body; returns a flow code for the loop to act on:
  * NORMAL (go on), BREAK (stop normally), or RETURN/ERROR (propagate). */
-static inline int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+static HD_ALWAYS_INLINE int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (HD_UNLIKELY(tick(vm))) return flow_fail(vm, f, n);
-    int fl = ex_block(vm, f, n->body);
+    int fl = run_block(vm, f, n->body);
     if (HD_LIKELY(fl == HD_FLOW_NORMAL || fl == HD_FLOW_CONTINUE)) return HD_FLOW_NORMAL;
     return fl;
 }
 
-static int loop_result(int fl) { return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl; }
+static int loop_result(int fl) {
+    return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl;
+}
 
 static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t b,
                         int64_t step) {
@@ -1557,7 +1666,8 @@ static hd_value combine(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, h
     return r.type == HD_V_ERR ? fail(vm, f, n) : r;
 }
 
-static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t, hd_value v) {
+static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
+                                      hd_value v) {
     if (n->op != HD_TOK_ASSIGN) {
         hd_value *p = name_slot(vm, f, t, &t->ref);
         if (!p) {
@@ -1578,7 +1688,7 @@ static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, c
 }
 
 static HD_NOINLINE int ex_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
-                            hd_value v) {
+                                        hd_value v) {
     hd_value x = ev(vm, f, t->a);
     int fl = HD_FLOW_ERROR;
     if (x.type == HD_V_ERR) goto done;
@@ -1605,7 +1715,7 @@ done:
 }
 
 static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
-                           hd_value v) {
+                                       hd_value v) {
     hd_index_part stack_parts[4];
     hd_index_part *parts = stack_parts;
     int fl = HD_FLOW_ERROR;
@@ -1780,6 +1890,7 @@ hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl) {
     fr.at = NULL;
     fr.ret = hd_none();
     fr.nslots = nslots;
+    frame_bases(&fr);
     vm->frame = &fr;
     int fl = HD_FLOW_NORMAL;
     if (prog->nhoist) fl = block_enter(vm, &fr, prog);

@@ -189,7 +189,9 @@ hd_value hd_value_ref(hd_value v) {
     return v;
 }
 
-void hd_value_unref(hd_vm *vm, hd_value v) { hd_vunref(vm, v); }
+void hd_value_unref(hd_vm *vm, hd_value v) {
+    hd_vunref(vm, v);
+}
 
 /* ---- the cycle collector ----
  * CPython's scheme: subtract the references objects hold to each other
@@ -356,7 +358,9 @@ hd_value hd_str_new(hd_vm *vm, const char *s, size_t len) {
     return hd_obj_value(&str->obj);
 }
 
-hd_value hd_str_from(hd_vm *vm, const char *s) { return hd_str_new(vm, s, strlen(s)); }
+hd_value hd_str_from(hd_vm *vm, const char *s) {
+    return hd_str_new(vm, s, strlen(s));
+}
 
 hd_value hd_str_fmt(hd_vm *vm, const char *fmt, ...) {
     char small[256];
@@ -781,8 +785,8 @@ static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     case HD_V_TENSOR: return a.as.t == b.as.t;
     case HD_V_STR: {
         hd_str *x = hd_as_str(a), *y = hd_as_str(b);
-        return x == y || (x->len == y->len && x->hash == y->hash &&
-                          memcmp(x->chars, y->chars, x->len) == 0);
+        return x == y ||
+               (x->len == y->len && x->hash == y->hash && memcmp(x->chars, y->chars, x->len) == 0);
     }
     case HD_V_LIST: {
         hd_list *x = hd_as_list(a), *y = hd_as_list(b);
@@ -801,21 +805,22 @@ static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     }
     case HD_V_BOUND: {
         hd_bound *x = (hd_bound *)a.as.o, *y = (hd_bound *)b.as.o;
-        return x == y || (hd_value_equal_depth(x->self, y->self, depth + 1) &&
-                          x->fn.as.o == y->fn.as.o);
+        return x == y ||
+               (hd_value_equal_depth(x->self, y->self, depth + 1) && x->fn.as.o == y->fn.as.o);
     }
     default: return a.as.o == b.as.o;
     }
 }
 
-int hd_value_equal(hd_value a, hd_value b) { return hd_value_equal_depth(a, b, 0); }
+int hd_value_equal(hd_value a, hd_value b) {
+    return hd_value_equal_depth(a, b, 0);
+}
 
 int hd_value_compare(hd_value a, hd_value b, int *ok) {
     *ok = 1;
     if ((a.type == HD_V_INT || a.type == HD_V_FLOAT) &&
         (b.type == HD_V_INT || b.type == HD_V_FLOAT)) {
-        if (a.type == HD_V_INT && b.type == HD_V_INT)
-            return (a.as.i > b.as.i) - (a.as.i < b.as.i);
+        if (a.type == HD_V_INT && b.type == HD_V_INT) return (a.as.i > b.as.i) - (a.as.i < b.as.i);
         double x = a.type == HD_V_INT ? (double)a.as.i : a.as.f;
         double y = b.type == HD_V_INT ? (double)b.as.i : b.as.f;
         return (x > y) - (x < y);
@@ -930,7 +935,9 @@ void hd_buf_add(hd_buf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
-void hd_buf_adds(hd_buf *b, const char *s) { hd_buf_add(b, s, strlen(s)); }
+void hd_buf_adds(hd_buf *b, const char *s) {
+    hd_buf_add(b, s, strlen(s));
+}
 
 void hd_buf_addf(hd_buf *b, const char *fmt, ...) {
     char small[256];
@@ -1093,7 +1100,9 @@ static void hd_buf_value_rec(hd_buf *b, hd_value v, int quote, const hd_print_se
     case HD_V_FUNC:
     case HD_V_NATIVE:
     case HD_V_BOUND: hd_buf_addf(b, "<fn %s>", hd_fn_name(v)); break;
-    case HD_V_CLASS: hd_buf_addf(b, "<class %s>", hd_as_str(((hd_class *)v.as.o)->name)->chars); break;
+    case HD_V_CLASS:
+        hd_buf_addf(b, "<class %s>", hd_as_str(((hd_class *)v.as.o)->name)->chars);
+        break;
     case HD_V_OBJECT: hd_buf_addf(b, "<%s object>", hd_value_type_name(v)); break;
     case HD_V_MODULE: hd_buf_addf(b, "<module %s>", ((hd_module *)v.as.o)->name); break;
     case HD_V_HANDLE: hd_buf_addf(b, "<%s>", hd_value_type_name(v)); break;
@@ -1101,7 +1110,9 @@ static void hd_buf_value_rec(hd_buf *b, hd_value v, int quote, const hd_print_se
     }
 }
 
-void hd_buf_value(hd_buf *b, hd_value v, int quote) { hd_buf_value_rec(b, v, quote, NULL); }
+void hd_buf_value(hd_buf *b, hd_value v, int quote) {
+    hd_buf_value_rec(b, v, quote, NULL);
+}
 
 hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
     if (v.type == HD_V_STR) return hd_value_ref(v);
