@@ -5,6 +5,7 @@
  * error), 2 usage error (unknown option, missing or unreadable file). */
 #include "vm.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,12 +49,24 @@ static int hd_usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* Print the VM's error (the text ends in a newline) and map it to 1 or 2. */
+/* Print the VM's error (the text ends in a newline). */
 static int hd_report(hd_vm *vm, hd_status st) {
     if (st == HD_OK) return 0;
     fflush(stdout);
     fputs(hd_vm_error_text(vm), stderr);
-    return st == HD_ERR_IO ? 2 : 1;
+    return 1;
+}
+
+/* A file argument that cannot be read is a usage error (2), reported
+ * before anything starts. */
+static int hd_readable(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        fprintf(stderr, "hodu: cannot read %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    fclose(fp);
+    return 1;
 }
 
 static hd_vm *hd_make_vm(int argc, char **argv) {
@@ -87,6 +100,7 @@ static char *hd_read_stream(FILE *fp, size_t *len) {
 enum { HD_RUN_FILE, HD_RUN_CODE, HD_RUN_STDIN };
 
 static int hd_run(int mode, const char *what, int argc, char **argv) {
+    if (mode == HD_RUN_FILE && !hd_readable(what)) return 2;
     hd_vm *vm = hd_make_vm(argc, argv);
     if (!vm) return 1;
     hd_running_vm = vm;
@@ -119,6 +133,10 @@ static int hd_check(int argc, char **argv) {
     if (argc == 0) return hd_usage_error("%s", "check needs a file");
     int rc = 0;
     for (int i = 0; i < argc; i++) {
+        if (!hd_readable(argv[i])) {
+            rc = 2;
+            continue;
+        }
         hd_vm *vm = hd_make_vm(0, NULL);
         if (!vm) return 1;
         hd_eval_opts opts = {0, 1};

@@ -432,18 +432,20 @@ static hd_status import_path(hd_vm *vm, hd_frame *f, const hd_ast *node, char *p
     const char *what = node->str ? node->str : "";
     if (node->is_path) {
         if (!vm->opts.allow_io)
-            return hd_vm_error(vm, HD_ERR_IO, "import by path is disabled (file access is off)");
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "import by path is disabled (file access is off)");
         if (what[0] == '/')
             snprintf(path, n, "%s", what);
         else
             snprintf(path, n, "%s/%s", f->mod->dir ? f->mod->dir : ".", what);
-        if (!is_file(path)) return hd_vm_error(vm, HD_ERR_IO, "cannot find module file %s", path);
+        if (!is_file(path))
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot find module file %s", path);
         return HD_OK;
     }
     if (strchr(what, '/') || !what[0])
         return hd_vm_error(vm, HD_ERR_RUNTIME, "bad module name '%s'", what);
     if (!find_module(vm, f->mod->dir, what, path, n))
-        return hd_vm_error(vm, HD_ERR_IO,
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "cannot find module '%s' (looked for %s.hodu next to this file, in "
                            "HODU_PATH and in %s)",
                            what, what, vm->stdlib_dir);
@@ -503,7 +505,8 @@ hd_status hd_vm_import(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_value *out
     char path[PATH_MAX], canon[PATH_MAX];
     hd_status st = import_path(vm, f, node, path, sizeof path);
     if (st != HD_OK) return st;
-    if (!realpath(path, canon)) return hd_vm_error(vm, HD_ERR_IO, "cannot read %s", path);
+    if (!realpath(path, canon))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot read %s", path);
     hd_value *cached = hd_dict_get(vm->modules, canon);
     if (cached) return import_cached(vm, (hd_module *)cached->as.o, out);
     return import_load(vm, f, node, path, canon, out);
