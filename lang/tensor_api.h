@@ -23,18 +23,17 @@ hd_status hd_tensor_unop(hd_vm *vm, int op, hd_value x, hd_value *out);
 typedef enum { HD_IDX_INT, HD_IDX_SLICE, HD_IDX_ELLIPSIS, HD_IDX_NONE, HD_IDX_TENSOR } hd_idx_kind;
 typedef struct hd_index_part {
     hd_idx_kind kind;
-    int64_t i;                        /* INT */
+    int64_t i;                         /* INT */
     int has_start, has_stop, has_step; /* SLICE: which bounds were given */
     int64_t start, stop, step;
-    hd_value v;                       /* TENSOR (borrowed): an integer or bool tensor */
+    hd_value v; /* TENSOR (borrowed): an integer or bool tensor */
 } hd_index_part;
 
 /* x[parts] (views for ints, slices, ellipsis; a gather for a tensor part). */
 hd_status hd_tensor_get_index(hd_vm *vm, hd_value x, const hd_index_part *parts, int n,
                               hd_value *out);
 /* x[parts] = v, in place (v: tensor or number, broadcast). */
-hd_status hd_tensor_set_index(hd_vm *vm, hd_value x, const hd_index_part *parts, int n,
-                              hd_value v);
+hd_status hd_tensor_set_index(hd_vm *vm, hd_value x, const hd_index_part *parts, int n, hd_value v);
 
 /* x.name: attributes (shape, dtype, device, ndim, numel, grad, requires_grad,
  * T) and methods (item, tolist, to, detach, clone, sum, reshape, ...) as

@@ -22,8 +22,8 @@ void hd_vm_free(hd_vm *vm);
  * between chunks. Returns HD_OK, HD_ERR_SYNTAX (also when *incomplete is
  * set: the input ended inside an open construct), HD_ERR_RUNTIME, ... */
 typedef struct hd_eval_opts {
-    int repl;        /* print expression statement values */
-    int check_only;  /* parse and resolve, do not run (hodu check) */
+    int repl;       /* print expression statement values */
+    int check_only; /* parse and resolve, do not run (hodu check) */
 } hd_eval_opts;
 hd_status hd_vm_eval(hd_vm *vm, const char *source, size_t len, const char *chunk,
                      const hd_eval_opts *opts, int *incomplete);

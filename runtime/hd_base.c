@@ -123,7 +123,9 @@ void hd_error_clear(hd_ctx *ctx) {
     ctx->errmsg[0] = 0;
 }
 
-const char *hd_error_message(const hd_ctx *ctx) { return ctx->errmsg; }
+const char *hd_error_message(const hd_ctx *ctx) {
+    return ctx->errmsg;
+}
 
 int hd_mul_overflow(size_t a, size_t b, size_t *out) {
     if (a && b > SIZE_MAX / a) return 0;

@@ -30,14 +30,14 @@ typedef void *(*hd_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
-    size_t mem_used;   /* bytes currently allocated through this context */
-    size_t mem_peak;   /* high-water mark of mem_used */
-    size_t mem_limit;  /* 0: no limit */
+    size_t mem_used;     /* bytes currently allocated through this context */
+    size_t mem_peak;     /* high-water mark of mem_used */
+    size_t mem_limit;    /* 0: no limit */
     long fail_countdown; /* tests: the allocation that brings this to 0 fails; <0 off */
-    int nthreads;      /* threads for large kernels; 1 = single-threaded */
-    uint64_t rng_seed; /* Philox key */
+    int nthreads;        /* threads for large kernels; 1 = single-threaded */
+    uint64_t rng_seed;   /* Philox key */
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
-    hd_status status;  /* last error */
+    hd_status status;    /* last error */
     char errmsg[HD_ERRMSG_MAX];
 } hd_ctx;
 

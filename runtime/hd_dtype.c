@@ -36,7 +36,9 @@ hd_dtype hd_dtype_promote(hd_dtype a, hd_dtype b) {
     return hd_dtype_size(a) >= hd_dtype_size(b) ? a : b;
 }
 
-void hd_promo_init(hd_promo *p) { memset(p, 0, sizeof *p); }
+void hd_promo_init(hd_promo *p) {
+    memset(p, 0, sizeof *p);
+}
 
 void hd_promo_add(hd_promo *p, hd_dtype dt, hd_prio prio) {
     p->dt[prio] = p->have[prio] ? hd_dtype_promote(p->dt[prio], dt) : dt;
@@ -122,10 +124,10 @@ void hd_dtype_store(hd_dtype dt, void *p, int64_t i, double v) {
     case HD_U8: ((uint8_t *)p)[i] = (uint8_t)hd_sat_i64(v, 0, 255); break;
     case HD_I32: ((int32_t *)p)[i] = (int32_t)hd_sat_i64(v, -2147483648.0, 2147483647.0); break;
     case HD_I64:
-        ((int64_t *)p)[i] = isnan(v)                      ? 0
-                            : v >= 9.2233720368547758e18  ? INT64_MAX
+        ((int64_t *)p)[i] = isnan(v)                     ? 0
+                            : v >= 9.2233720368547758e18 ? INT64_MAX
                             : v < -9.2233720368547758e18 ? INT64_MIN
-                                                          : (int64_t)v;
+                                                         : (int64_t)v;
         break;
     case HD_BOOL: ((uint8_t *)p)[i] = v != 0; break;
     default: break;

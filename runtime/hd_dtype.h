@@ -26,16 +26,24 @@ typedef struct {
     const char *name; /* "f32" */
     int size;         /* bytes per element */
     hd_dtype_cat cat;
-    const char *npy;  /* numpy descr, e.g. "<f4"; NULL where numpy has none */
-    const char *st;   /* safetensors dtype, e.g. "F32" */
+    const char *npy; /* numpy descr, e.g. "<f4"; NULL where numpy has none */
+    const char *st;  /* safetensors dtype, e.g. "F32" */
 } hd_dtype_info;
 
 extern const hd_dtype_info hd_dtype_infos[HD_DTYPE_COUNT];
 
-static inline int hd_dtype_size(hd_dtype dt) { return hd_dtype_infos[dt].size; }
-static inline const char *hd_dtype_name(hd_dtype dt) { return hd_dtype_infos[dt].name; }
-static inline int hd_dtype_is_float(hd_dtype dt) { return hd_dtype_infos[dt].cat == HD_CAT_FLOAT; }
-static inline int hd_dtype_is_int(hd_dtype dt) { return hd_dtype_infos[dt].cat == HD_CAT_INT; }
+static inline int hd_dtype_size(hd_dtype dt) {
+    return hd_dtype_infos[dt].size;
+}
+static inline const char *hd_dtype_name(hd_dtype dt) {
+    return hd_dtype_infos[dt].name;
+}
+static inline int hd_dtype_is_float(hd_dtype dt) {
+    return hd_dtype_infos[dt].cat == HD_CAT_FLOAT;
+}
+static inline int hd_dtype_is_int(hd_dtype dt) {
+    return hd_dtype_infos[dt].cat == HD_CAT_INT;
+}
 /* Look a dtype up by name ("f32"); -1 if unknown. */
 int hd_dtype_from_name(const char *name);
 
@@ -90,7 +98,8 @@ static inline uint16_t hd_f32_to_f16(float f) {
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) /* Inf or NaN */
-        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
+        return (uint16_t)(sign | 0x7c00 |
+                          (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow to Inf */
     if (absx < 0x38800000u) {                                  /* subnormal or zero */
         if (absx < 0x33000000u) return (uint16_t)sign;

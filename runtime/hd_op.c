@@ -46,8 +46,8 @@ static int view_strides(const hd_tensor *t, const int64_t *shape, int nd, int64_
     int64_t tensor_numel = 1, view_numel = 1;
     for (int td = t->ndim - 1; td >= 0; td--) {
         tensor_numel *= t->shape[td];
-        if (td == 0 || (t->shape[td - 1] != 1 &&
-                        t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
+        if (td == 0 ||
+            (t->shape[td - 1] != 1 && t->strides[td - 1] != tensor_numel * chunk_base_stride)) {
             while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
                 strides[view_d] = view_numel * chunk_base_stride;
                 view_numel *= shape[view_d];
@@ -150,9 +150,7 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
     hd_status st = HD_OK;
     for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
     for (int i = 0; i < nin && !st; i++) {
-        int want = op == HD_OP_CONCAT ? plan.in_dtype[0]
-                   : i < HD_OP_MAX_IN  ? plan.in_dtype[i]
-                                       : -1;
+        int want = op == HD_OP_CONCAT ? plan.in_dtype[0] : i < HD_OP_MAX_IN ? plan.in_dtype[i] : -1;
         if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
         hd_tensor *c = NULL;
         st = hd_op_cast(ctx, in[i], (hd_dtype)want, &c);

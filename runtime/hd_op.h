@@ -20,10 +20,10 @@ typedef enum {
     HD_KIND_TERNARY, /* where */
     HD_KIND_REDUCE,  /* reductions over axes */
     HD_KIND_MATMUL,
-    HD_KIND_VIEW,    /* shares storage, no kernel */
-    HD_KIND_SHAPE,   /* copying shape ops: concat */
-    HD_KIND_INDEX,   /* index_select, one_hot, assign */
-    HD_KIND_NN,      /* softmax family, losses, conv, pooling, dropout, layer_norm */
+    HD_KIND_VIEW,  /* shares storage, no kernel */
+    HD_KIND_SHAPE, /* copying shape ops: concat */
+    HD_KIND_INDEX, /* index_select, one_hot, assign */
+    HD_KIND_NN,    /* softmax family, losses, conv, pooling, dropout, layer_norm */
     HD_KIND_COUNT
 } hd_op_kind;
 
@@ -69,7 +69,9 @@ typedef struct hd_op_info {
 
 extern const hd_op_info hd_op_infos[HD_OP_COUNT];
 
-static inline const char *hd_op_name(hd_op op) { return hd_op_infos[op].name; }
+static inline const char *hd_op_name(hd_op op) {
+    return hd_op_infos[op].name;
+}
 /* Look an op up by name; -1 if unknown. */
 int hd_op_from_name(const char *name);
 
@@ -92,8 +94,8 @@ hd_status hd_op_cast(hd_ctx *ctx, hd_tensor *a, hd_dtype dt, hd_tensor **out);
 hd_status hd_tensor_copy_into(hd_ctx *ctx, hd_tensor *dst, hd_tensor *src);
 
 /* Shape rules, one per `shape` column value of hd_ops.def. */
-#define X(NAME, name, arity, kind, shape, diff)                                                   \
-    hd_status hd_shape_##shape(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,             \
+#define X(NAME, name, arity, kind, shape, diff)                                                    \
+    hd_status hd_shape_##shape(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,               \
                                const hd_attrs *attrs, hd_op_plan *plan);
 #include "hd_ops.def"
 #undef X

@@ -29,7 +29,9 @@ static hd_dtype promote_inputs(hd_tensor *const *in, int n) {
     return hd_promo_result(&p);
 }
 
-static hd_dtype float_of(hd_dtype dt) { return hd_dtype_is_float(dt) ? dt : HD_F32; }
+static hd_dtype float_of(hd_dtype dt) {
+    return hd_dtype_is_float(dt) ? dt : HD_F32;
+}
 
 static hd_status err_dtype(hd_ctx *ctx, hd_op op, hd_dtype dt) {
     return hd_error(ctx, HD_ERR_RUNTIME, "%s is not defined for %s tensors", hd_op_name(op),
@@ -134,12 +136,11 @@ SHAPE_FN(cast) {
     return HD_OK;
 }
 
-static hd_status binary_plan(hd_ctx *ctx, hd_tensor *const *in, hd_dtype compute,
-                             hd_dtype out, hd_op_plan *plan) {
+static hd_status binary_plan(hd_ctx *ctx, hd_tensor *const *in, hd_dtype compute, hd_dtype out,
+                             hd_op_plan *plan) {
     int64_t shape[HD_MAX_DIMS];
     int nd;
-    if (hd_broadcast_shapes(ctx, in[0]->shape, in[0]->ndim, in[1]->shape, in[1]->ndim, shape,
-                            &nd))
+    if (hd_broadcast_shapes(ctx, in[0]->shape, in[0]->ndim, in[1]->shape, in[1]->ndim, shape, &nd))
         return ctx->status;
     plan_set(plan, out, shape, nd);
     plan->in_dtype[0] = plan->in_dtype[1] = compute;
@@ -281,7 +282,8 @@ SHAPE_FN(matmul) {
     const hd_tensor *a = in[0], *b = in[1];
     char sa[128], sb[128];
     if (a->ndim == 0 || b->ndim == 0)
-        return hd_error(ctx, HD_ERR_RUNTIME, "matmul needs tensors of at least 1 dim, got %s and %s",
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "matmul needs tensors of at least 1 dim, got %s and %s",
                         hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
                         hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
     hd_dtype dt = promote_inputs(in, 2);
@@ -380,9 +382,10 @@ SHAPE_FN(expand) {
     char sa[128], sb[128];
     int n = attrs->nshape;
     if (n < t->ndim || n > HD_MAX_DIMS)
-        return hd_error(ctx, HD_ERR_RUNTIME, "cannot expand %s to %s",
-                        hd_shape_str(t->shape, t->ndim, sa, sizeof sa),
-                        hd_shape_str(attrs->shape, n < 0 ? 0 : HD_MIN(n, HD_MAX_DIMS), sb, sizeof sb));
+        return hd_error(
+            ctx, HD_ERR_RUNTIME, "cannot expand %s to %s",
+            hd_shape_str(t->shape, t->ndim, sa, sizeof sa),
+            hd_shape_str(attrs->shape, n < 0 ? 0 : HD_MIN(n, HD_MAX_DIMS), sb, sizeof sb));
     int64_t shape[HD_MAX_DIMS];
     for (int i = 0; i < n; i++) {
         int j = i - (n - t->ndim);
@@ -442,8 +445,7 @@ SHAPE_FN(concat) {
         for (int i = 0; ok && i < t->ndim; i++)
             if (i != axis && t->shape[i] != t0->shape[i]) ok = 0;
         if (!ok)
-            return hd_error(ctx, HD_ERR_RUNTIME,
-                            "concat: shapes %s and %s differ outside axis %d",
+            return hd_error(ctx, HD_ERR_RUNTIME, "concat: shapes %s and %s differ outside axis %d",
                             hd_shape_str(t0->shape, t0->ndim, sa, sizeof sa),
                             hd_shape_str(t->shape, t->ndim, sb, sizeof sb), axis);
         shape[axis] += t->shape[axis];
@@ -505,7 +507,8 @@ SHAPE_FN(assign) {
     char sa[128], sb[128];
     if (hd_broadcast_shapes(ctx, dst->shape, dst->ndim, src->shape, src->ndim, shape, &nd) ||
         nd != dst->ndim || memcmp(shape, dst->shape, (size_t)nd * sizeof *shape))
-        return hd_error(ctx, HD_ERR_RUNTIME, "cannot assign a tensor of shape %s to one of shape %s",
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "cannot assign a tensor of shape %s to one of shape %s",
                         hd_shape_str(src->shape, src->ndim, sa, sizeof sa),
                         hd_shape_str(dst->shape, dst->ndim, sb, sizeof sb));
     plan_set(plan, dst->dtype, dst->shape, dst->ndim);
@@ -579,8 +582,9 @@ SHAPE_FN(conv2d) {
     int64_t dh = attrs->ints[4] ? attrs->ints[4] : 1, dw = attrs->ints[5] ? attrs->ints[5] : 1;
     int64_t g = attrs->ints[6] ? attrs->ints[6] : 1;
     if (sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || dh <= 0 || dw <= 0 || g <= 0)
-        return hd_error(ctx, HD_ERR_RUNTIME, "conv2d: stride, dilation and groups must be positive "
-                                             "and padding non-negative");
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "conv2d: stride, dilation and groups must be positive "
+                        "and padding non-negative");
     if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1] * g || w->shape[0] % g)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "conv2d: input %s and weight %s do not agree (want [N, C, H, W] and "
@@ -614,12 +618,12 @@ SHAPE_FN(pool2d) {
     if (x->ndim != 4)
         return hd_error(ctx, HD_ERR_RUNTIME, "%s: input %s must be [N, C, H, W]", hd_op_name(op),
                         hd_shape_str(x->shape, x->ndim, sa, sizeof sa));
-    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || ph * 2 > kh ||
-        pw * 2 > kw)
+    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || ph * 2 > kh || pw * 2 > kw)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "%s: kernel and stride must be positive, padding at most half the kernel",
                         hd_op_name(op));
-    int64_t oh = window_out(x->shape[2], kh, sh, ph, 1), ow = window_out(x->shape[3], kw, sw, pw, 1);
+    int64_t oh = window_out(x->shape[2], kh, sh, ph, 1),
+            ow = window_out(x->shape[3], kw, sw, pw, 1);
     if (oh <= 0 || ow <= 0)
         return hd_error(ctx, HD_ERR_RUNTIME, "%s: kernel is larger than the input %s",
                         hd_op_name(op), hd_shape_str(x->shape + 2, 2, sa, sizeof sa));
@@ -645,7 +649,8 @@ SHAPE_FN(layer_norm) {
     HD_UNUSED(op);
     char sa[128], sb[128];
     if (nin != 1 && nin != 3)
-        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm takes input and optionally weight and bias");
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "layer_norm takes input and optionally weight and bias");
     const hd_tensor *x = in[0];
     int64_t k = attrs->ints[0] ? attrs->ints[0] : 1;
     if (k < 1 || k > x->ndim)

@@ -248,7 +248,8 @@ char *hd_shape_str(const int64_t *shape, int ndim, char *buf, size_t n) {
     buf[0] = 0;
     used += (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < ndim && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        used +=
+            (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (used < n) snprintf(buf + used, n - used, "]");
     return buf;
 }

@@ -16,20 +16,20 @@ struct hd_backend;
 
 typedef struct hd_storage {
     int refcount;
-    int borrowed;   /* host memory owned by someone else: never freed here */
-    int device;     /* device index within the backend */
+    int borrowed; /* host memory owned by someone else: never freed here */
+    int device;   /* device index within the backend */
     size_t nbytes;
     void *data;
     uint64_t version; /* bumped by every in-place write */
     const struct hd_backend *backend;
-    hd_ctx *ctx;    /* the context whose allocator owns this storage */
+    hd_ctx *ctx; /* the context whose allocator owns this storage */
 } hd_storage;
 
 typedef struct hd_tensor {
     int refcount;
     hd_dtype dtype;
     int ndim;
-    int number;     /* made from a Hodu number: lowest promotion priority */
+    int number; /* made from a Hodu number: lowest promotion priority */
     int64_t shape[HD_MAX_DIMS];
     int64_t strides[HD_MAX_DIMS]; /* in elements; 0 for broadcast dims */
     int64_t offset;               /* in elements */

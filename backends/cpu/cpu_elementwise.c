@@ -1,7 +1,7 @@
 #include "cpu_kernels.h"
 
 hd_status hd_cpu_elementwise(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
-                    const hd_attrs *attrs) {
+                             const hd_attrs *attrs) {
     HD_UNUSED(out);
     HD_UNUSED(in);
     HD_UNUSED(nin);

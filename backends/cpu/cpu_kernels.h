@@ -9,7 +9,7 @@
 #define CPU_PAR_MIN 32768
 
 #define CPU_KERNEL(family)                                                                         \
-    hd_status hd_cpu_##family(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,        \
+    hd_status hd_cpu_##family(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,         \
                               int nin, const hd_attrs *attrs);                                     \
     int hd_cpu_##family##_supports(hd_op op, hd_dtype dt);
 
@@ -22,5 +22,12 @@ CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign */
 CPU_KERNEL(nn)          /* cpu_nn.c */
 
 #undef CPU_KERNEL
+
+/* Copy a strided view into another of the same shape: es bytes per element,
+ * strides in elements (0 broadcasts a source dim), the two must not overlap.
+ * Merges dims that are contiguous in both and copies unit-stride runs with
+ * memcpy; uses up to nthreads threads for large copies. In cpu_shape.c. */
+void hd_cpu_copy_strided(int nthreads, int es, int ndim, const int64_t *shape, void *dst,
+                         const int64_t *dstride, const void *src, const int64_t *sstride);
 
 #endif

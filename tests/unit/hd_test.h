@@ -17,7 +17,7 @@ static int hd_test_pass, hd_test_fail;
             hd_test_pass++;                                                                        \
         } else {                                                                                   \
             hd_test_fail++;                                                                        \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);              \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
         }                                                                                          \
     } while (0)
 

@@ -55,9 +55,9 @@ static void test_half(void) {
     CHECK(hd_f32_to_f16(1.0f) == 0x3c00);
     CHECK(hd_f32_to_f16(-2.0f) == 0xc000);
     CHECK(hd_f32_to_f16(65504.0f) == 0x7bff);
-    CHECK(hd_f32_to_f16(65520.0f) == 0x7c00); /* rounds to inf */
+    CHECK(hd_f32_to_f16(65520.0f) == 0x7c00);               /* rounds to inf */
     CHECK(hd_f32_to_f16(5.960464477539063e-08f) == 0x0001); /* smallest subnormal */
-    CHECK(hd_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);      /* tie to even */
+    CHECK(hd_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);     /* tie to even */
     CHECK(hd_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);
     CHECK(hd_f16_to_f32(0x3555) == 0.333251953125f);
     CHECK(hd_f16_to_f32(0x0001) == 5.960464477539063e-08f);

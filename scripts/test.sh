@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Build and run the whole test suite: the normal build, then the same suite
+# under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${HODU_JOBS:-$(nproc)}
+scripts/build.sh build
+ctest --test-dir build --output-on-failure -j "$jobs"
+scripts/build.sh build-asan -DHODU_SANITIZE=ON
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
