@@ -3,6 +3,7 @@
  *
  * Exit status: 0 success, 1 the program failed (syntax, name or runtime
  * error), 2 usage error (unknown option, missing or unreadable file). */
+#include "repl.h"
 #include "vm.h"
 
 #include <errno.h>
@@ -11,11 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The REPL lives in frontend/repl.c; without it a terminal just feeds stdin
- * to the interpreter like a pipe. */
-int hd_repl_run(hd_vm *vm);
-#pragma weak hd_repl_run
 
 static const char hd_usage[] =
     "usage: hodu [options] [FILE | -e CODE | -] [args...]\n"
@@ -148,7 +144,7 @@ static int hd_check(int argc, char **argv) {
 }
 
 static int hd_interactive(void) {
-    if (!hd_repl_run || !isatty(STDIN_FILENO)) return hd_run(HD_RUN_STDIN, NULL, 0, NULL);
+    if (!isatty(STDIN_FILENO)) return hd_run(HD_RUN_STDIN, NULL, 0, NULL);
     hd_vm *vm = hd_make_vm(0, NULL);
     if (!vm) return 1;
     int rc = hd_repl_run(vm);

@@ -8,13 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The tensor layer may be absent from a build; calls check for it. */
-#pragma weak hd_tensor_binop
-#pragma weak hd_tensor_unop
-#pragma weak hd_tensor_get_index
-#pragma weak hd_tensor_set_index
-#pragma weak hd_tensor_get_member
-#pragma weak hd_tensor_set_member
 
 #if defined(__GNUC__)
 #define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
@@ -66,10 +59,6 @@ static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, con
 static int flow_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     fail(vm, f, n);
     return HD_FLOW_ERROR;
-}
-
-static hd_status no_tensors(hd_vm *vm) {
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "tensors are not available in this build");
 }
 
 /* Loop back-edges and calls: interrupts and the step limit. */
@@ -258,7 +247,6 @@ hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
     if (a.type == HD_V_INT && b.type == HD_V_INT) return int_binop(vm, op, a.as.i, b.as.i);
     if (a.type == HD_V_TENSOR || b.type == HD_V_TENSOR) {
         if (tensor_operand(a) && tensor_operand(b) && op != HD_TOK_RANGE) {
-            if (!hd_tensor_binop) return no_tensors(vm), hd_err_value();
             hd_value out;
             if (hd_tensor_binop(vm, op, a, b, &out) != HD_OK) {
                 if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
@@ -313,7 +301,6 @@ static HD_NOINLINE hd_value unop(hd_vm *vm, int op, hd_value x) {
         return hd_int(-x.as.i);
     case HD_V_FLOAT: return op == HD_TOK_PLUS ? x : hd_float(-x.as.f);
     case HD_V_TENSOR: {
-        if (!hd_tensor_unop) return no_tensors(vm), hd_err_value();
         hd_value out;
         if (hd_tensor_unop(vm, op, x, &out) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
@@ -875,7 +862,6 @@ hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *
     int pass_self;
     switch (x.type) {
     case HD_V_TENSOR:
-        if (!hd_tensor_get_member) return no_tensors(vm);
         if (hd_tensor_get_member(vm, x, name, out) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
             return vm->err;
@@ -924,7 +910,6 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
     case HD_V_OBJECT: hd_vref(v); return hd_dict_set(vm, ((hd_object *)x.as.o)->fields, name, v);
     case HD_V_DICT: hd_vref(v); return hd_dict_set(vm, x, name, v);
     case HD_V_TENSOR:
-        if (!hd_tensor_set_member) return no_tensors(vm);
         if (hd_tensor_set_member(vm, x, name, v) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
             return vm->err;
@@ -1145,7 +1130,6 @@ static hd_status tensor_index(hd_vm *vm, hd_value x, hd_index_part *parts, int n
                                "a tensor index must be an int, slice, ..., none or a tensor, "
                                "not %s",
                                hd_value_type_name(parts[i].v));
-    if (!hd_tensor_get_index || !hd_tensor_set_index) return no_tensors(vm);
     hd_status st = set ? hd_tensor_set_index(vm, x, parts, n, *set)
                        : hd_tensor_get_index(vm, x, parts, n, out);
     if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);

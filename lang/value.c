@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tensor layer is linked in when present; printing falls back without it. */
-#pragma weak hd_tensor_format
 
 /* ---- object headers ---- */
 
@@ -1044,10 +1042,6 @@ static void hd_buf_container(hd_buf *b, hd_value v, const hd_print_seen *seen) {
 }
 
 static void hd_buf_tensor(hd_buf *b, const hd_tensor *t) {
-    if (!hd_tensor_format) {
-        hd_buf_adds(b, "<tensor>");
-        return;
-    }
     hd_value s = hd_tensor_format(b->vm, t);
     if (s.type == HD_V_STR)
         hd_buf_add(b, hd_as_str(s)->chars, hd_as_str(s)->len);

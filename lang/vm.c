@@ -12,9 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Registered when the tensor layer is linked in. */
-#pragma weak hd_builtins_tensor_open
-#pragma weak hd_tensor_member_names
 
 #ifndef PATH_MAX
 #define PATH_MAX 4096
@@ -557,7 +554,7 @@ void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void
     case HD_V_MODULE: keys_of(((hd_module *)v.as.o)->names, fn, ud); break;
     case HD_V_CLASS: keys_of(((hd_class *)v.as.o)->methods, fn, ud); break;
     case HD_V_TENSOR:
-        if (hd_tensor_member_names) hd_tensor_member_names(fn, ud);
+        hd_tensor_member_names(fn, ud);
         break;
     default: break;
     }
@@ -592,7 +589,7 @@ static hd_status vm_init(hd_vm *vm) {
     vm->main->state = HD_MOD_READY;
     /* The tensor prelude first: core builtins that share a name with a
      * tensor function (abs, min, max) keep it and hand tensors to it. */
-    if (hd_builtins_tensor_open && hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
+    if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
     return hd_builtins_core_open(vm);
 }
 
