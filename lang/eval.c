@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 #if defined(__GNUC__)
 #define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HD_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -153,7 +152,10 @@ static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
     case HD_TOK_LE: return hd_bool(x <= y);
     case HD_TOK_GT: return hd_bool(x > y);
     case HD_TOK_GE: return hd_bool(x >= y);
-    case HD_TOK_RANGE: return hd_range_new(vm, x, y, 1);
+    case HD_TOK_RANGE: {
+        hd_value r = hd_range_new(vm, x, y, 1);
+        return r.type == HD_V_RANGE ? r : hd_err_value();
+    }
     default: return type_error(vm, op, hd_int(x), hd_int(y));
     }
     hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- object headers ---- */
 
 static void hd_obj_link(hd_vm *vm, hd_obj *o) {

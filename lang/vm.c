@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 #ifndef PATH_MAX
 #define PATH_MAX 4096
 #endif
@@ -502,8 +501,7 @@ hd_status hd_vm_import(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_value *out
     char path[PATH_MAX], canon[PATH_MAX];
     hd_status st = import_path(vm, f, node, path, sizeof path);
     if (st != HD_OK) return st;
-    if (!realpath(path, canon))
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot read %s", path);
+    if (!realpath(path, canon)) return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot read %s", path);
     hd_value *cached = hd_dict_get(vm->modules, canon);
     if (cached) return import_cached(vm, (hd_module *)cached->as.o, out);
     return import_load(vm, f, node, path, canon, out);
@@ -553,9 +551,7 @@ void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void
     case HD_V_LIST: keys_of(vm->methods[v.type], fn, ud); break;
     case HD_V_MODULE: keys_of(((hd_module *)v.as.o)->names, fn, ud); break;
     case HD_V_CLASS: keys_of(((hd_class *)v.as.o)->methods, fn, ud); break;
-    case HD_V_TENSOR:
-        hd_tensor_member_names(fn, ud);
-        break;
+    case HD_V_TENSOR: hd_tensor_member_names(fn, ud); break;
     default: break;
     }
 }

@@ -160,8 +160,10 @@ static int run(const char *hodu, const char *file, const expect *e, const char *
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", file);
         char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(dir, sizeof dir, ".");
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
         for (int i = 0; i < e->nenv; i++) put_env(e->env[i], dir);
         /* Sanitizer reports must not pass for the program's own exit 1. */
         const char *asan = getenv("ASAN_OPTIONS");
@@ -235,7 +237,8 @@ static void check_stderr(const char *file, const expect *e, const char *err) {
     for (int i = 0; i < e->nat; i++) {
         char want[4200];
         snprintf(want, sizeof want, "%s:%s: error:", file, e->at[i]);
-        if (!strstr(err, want)) fail(file, "expected an error at %s; stderr was:\n%s", e->at[i], err);
+        if (!strstr(err, want))
+            fail(file, "expected an error at %s; stderr was:\n%s", e->at[i], err);
     }
 }
 
