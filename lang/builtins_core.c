@@ -163,7 +163,8 @@ static hd_status extend(hd_vm *vm, hd_value list, hd_value x, const char *fn) {
         int64_t n = hd_range_len(r);
         if (hd_list_reserve(vm, hd_as_list(list), hd_as_list(list)->len + n) != HD_OK)
             return vm->err;
-        for (int64_t i = 0; i < n; i++) hd_list_push(vm, list, hd_int(r->start + i * r->step));
+        for (int64_t i = 0; i < n; i++)
+            hd_list_push(vm, list, hd_int(hd_range_at(r->start, r->step, i)));
         return HD_OK;
     }
     case HD_V_DICT: {

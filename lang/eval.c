@@ -60,19 +60,21 @@ static int flow_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return HD_FLOW_ERROR;
 }
 
-/* Loop back-edges and calls: interrupts and the step limit. */
-static inline int tick(hd_vm *vm) {
-    if (HD_UNLIKELY(vm->interrupted)) {
+static HD_NOINLINE int tick_fail(hd_vm *vm) {
+    if (vm->interrupted) {
         vm->interrupted = 0;
         hd_vm_error(vm, HD_ERR_LIMIT, "interrupted");
-        return 1;
-    }
-    if (HD_UNLIKELY(++vm->steps > vm->max_steps)) {
+    } else {
         hd_vm_error(vm, HD_ERR_LIMIT, "step limit (%llu) exceeded",
                     (unsigned long long)vm->max_steps);
-        return 1;
     }
-    return 0;
+    return 1;
+}
+
+/* Loop back-edges and calls: interrupts and the step limit, one branch. */
+static inline int tick(hd_vm *vm) {
+    if (HD_LIKELY(!(vm->interrupted | (vm->steps++ >= vm->max_steps)))) return 0;
+    return tick_fail(vm);
 }
 
 const char *hd_eval_op_name(int op) {
@@ -631,9 +633,10 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
 
 /* Defaults run in the callee's frame, at each call, left to right; then
  * captured parameters are boxed. */
+/* bound NULL: every parameter was given. */
 static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn, const unsigned char *bound) {
     for (int i = 0; i < fn->nparams; i++) {
-        if (!bound[i]) {
+        if (bound && !bound[i]) {
             hd_value v = ev(vm, fr, fn->params[i].def);
             if (v.type == HD_V_ERR) return 0;
             fr->slots[i] = v;
@@ -658,9 +661,12 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
     int last = b->n - 1;
     for (int i = 0; i < b->n; i++) {
         const hd_ast *s = b->items[i];
-        if (i == last && expr_body && s && s->kind == HD_AST_EXPR) {
-            hd_value v = ev(vm, f, s->a);
-            if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        if (s->kind == HD_AST_RETURN || (i == last && expr_body && s->kind == HD_AST_EXPR)) {
+            hd_value v = hd_none();
+            if (s->a && !fast_value(f, s->a, &v)) {
+                v = ev(vm, f, s->a);
+                if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+            }
             f->ret = v;
             return HD_FLOW_RETURN;
         }
@@ -670,8 +676,7 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
     return HD_FLOW_NORMAL;
 }
 
-static void maybe_collect(hd_vm *vm) {
-    if (vm->nobjects < vm->gc_threshold) return;
+static HD_NOINLINE void maybe_collect(hd_vm *vm) {
     hd_vm_collect(vm);
     size_t next = vm->nobjects * 2;
     vm->gc_threshold = next > 100000 ? next : 100000;
@@ -684,8 +689,9 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
     if (HD_UNLIKELY(vm->depth >= vm->max_depth))
         return hd_vm_error(vm, HD_ERR_LIMIT, "maximum call depth (%d) exceeded", vm->max_depth);
     if (tick(vm)) return vm->err;
-    maybe_collect(vm);
-    int nslots = fn->nslots > fn->nparams ? fn->nslots : fn->nparams;
+    if (HD_UNLIKELY(vm->nobjects >= vm->gc_threshold)) maybe_collect(vm);
+    int np = fn->nparams;
+    int nslots = fn->nslots > np ? fn->nslots : np;
     hd_value stack_slots[HD_STACK_SLOTS];
     unsigned char stack_bound[HD_STACK_SLOTS];
     hd_value *slots = stack_slots;
@@ -695,9 +701,20 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
         if (!slots) return hd_vm_oom(vm);
         bound = (unsigned char *)(slots + nslots);
     }
-    for (int i = 0; i < nslots; i++) slots[i] = hd_none();
-    memset(bound, 0, (size_t)(fn->nparams ? fn->nparams : 1));
-    hd_status st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+    hd_status st = HD_OK;
+    /* Every parameter given by position (the usual call): no binding table,
+     * no defaults. */
+    int simple = !nkw && has_self + nargs == np;
+    if (simple) {
+        if (has_self) hd_vref(slots[0] = self);
+        for (int i = 0; i < nargs; i++) hd_vref(slots[has_self + i] = args[i]);
+        bound = NULL;
+    } else {
+        for (int i = 0; i < np; i++) slots[i] = hd_none();
+        memset(bound, 0, (size_t)(np ? np : 1));
+        st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+    }
+    for (int i = np; i < nslots; i++) slots[i] = hd_none();
     hd_frame fr;
     fr.parent = vm->frame;
     fr.slots = slots;
@@ -713,7 +730,8 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
         vm->frame = &fr;
         vm->depth++;
         int fl = HD_FLOW_ERROR;
-        if (finish_params(vm, &fr, fn, bound)) fl = ex_body(vm, &fr, fn->body, fn->expr_body);
+        if ((!bound && !fn->param_is_cell) || finish_params(vm, &fr, fn, bound))
+            fl = ex_body(vm, &fr, fn->body, fn->expr_body);
         vm->depth--;
         vm->frame = fr.parent;
         if (fl == HD_FLOW_ERROR) {
@@ -1002,8 +1020,19 @@ static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_v
     if (x.type == HD_V_RANGE) {
         hd_range *r = (hd_range *)x.as.o;
         count = slice_bounds(hd_range_len(r), s, &start, &step);
-        int64_t first = r->start + start * r->step, st = r->step * step;
-        *out = hd_range_new(vm, first, first + count * st, st);
+        int64_t first = hd_range_at(r->start, r->step, start), st, stop;
+        if (__builtin_mul_overflow(r->step, step, &st)) {
+            if (count > 1)
+                return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
+            st = (r->step > 0) == (step > 0) ? 1 : -1;
+        }
+        /* One past the last element; at the ends of i64 the range stops short. */
+        int64_t last = hd_range_at(first, st, count - 1);
+        if (!count)
+            stop = first;
+        else if (__builtin_add_overflow(last, st > 0 ? 1 : -1, &stop))
+            stop = last;
+        *out = hd_range_new(vm, first, stop, st);
         return out->type == HD_V_RANGE ? HD_OK : vm->err;
     }
     return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot slice a value of type %s",
@@ -1038,7 +1067,7 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
     if (x.type == HD_V_RANGE) {
         hd_range *r = (hd_range *)x.as.o;
         if (seq_index(vm, x, hd_range_len(r), k.as.i, &j) != HD_OK) return vm->err;
-        *out = hd_int(r->start + j * r->step);
+        *out = hd_int(hd_range_at(r->start, r->step, j));
         return HD_OK;
     }
     hd_str *s = hd_as_str(x);
@@ -1270,8 +1299,11 @@ static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, in
     for (int i = 0; i < n->n; i++) {
         const hd_ast *arg = n->items[i];
         const hd_ast *e = arg->kind == HD_AST_ARG ? arg->a : arg;
-        hd_value v = ev(vm, f, e);
-        if (v.type == HD_V_ERR) return 0;
+        hd_value v;
+        if (!fast_value(f, e, &v)) {
+            v = ev(vm, f, e);
+            if (v.type == HD_V_ERR) return 0;
+        }
         if (arg->kind == HD_AST_ARG && arg->name) {
             for (int k = 0; k < *nkw; k++)
                 if (strcmp(kw[k].name, arg->name) == 0) {
@@ -1317,9 +1349,11 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         fail(vm, f, n);
     } else if (eval_args(vm, f, n, args, &nargs, kw, &nkw)) {
         f->at = n;
-        if (call_value(vm, callee, recv, pass_self, args, nargs, kw, nkw, &out) != HD_OK) {
-            out = fail(vm, f, n);
-        }
+        hd_status st = callee.type == HD_V_FUNC
+                           ? call_closure(vm, (hd_closure *)callee.as.o, recv, pass_self, args,
+                                          nargs, kw, nkw, &out)
+                           : call_value(vm, callee, recv, pass_self, args, nargs, kw, nkw, &out);
+        if (st != HD_OK) out = fail(vm, f, n);
     }
     for (int i = 0; i < nargs; i++) hd_vunref(vm, args[i]);
     for (int i = 0; i < nkw; i++) hd_vunref(vm, kw[i].value);
@@ -1489,7 +1523,7 @@ static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int6
         hd_value *slot = &f->slots[n->ref.index];
         for (int64_t k = 0; k < count; k++) {
             hd_value old = *slot;
-            *slot = hd_int(a + k * step);
+            *slot = hd_int(hd_range_at(a, step, k));
             hd_vunref(vm, old);
             int fl = loop_body(vm, f, n);
             if (fl) return loop_result(fl);
@@ -1497,7 +1531,7 @@ static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int6
         return HD_FLOW_NORMAL;
     }
     for (int64_t k = 0; k < count; k++) {
-        if (!bind_loop_var(vm, f, n, hd_int(a + k * step))) return HD_FLOW_ERROR;
+        if (!bind_loop_var(vm, f, n, hd_int(hd_range_at(a, step, k)))) return HD_FLOW_ERROR;
         int fl = loop_body(vm, f, n);
         if (fl) return loop_result(fl);
     }

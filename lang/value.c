@@ -590,12 +590,12 @@ hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step) {
 
 int64_t hd_range_len(const hd_range *r) {
     /* Computed in unsigned arithmetic: stop - start may not fit in i64. */
+    uint64_t n = 0;
     if (r->step > 0 && r->start < r->stop)
-        return (int64_t)(((uint64_t)r->stop - (uint64_t)r->start - 1) / (uint64_t)r->step + 1);
-    if (r->step < 0 && r->start > r->stop)
-        return (int64_t)(((uint64_t)r->start - (uint64_t)r->stop - 1) / (0 - (uint64_t)r->step) +
-                         1);
-    return 0;
+        n = ((uint64_t)r->stop - (uint64_t)r->start - 1) / (uint64_t)r->step + 1;
+    else if (r->step < 0 && r->start > r->stop)
+        n = ((uint64_t)r->start - (uint64_t)r->stop - 1) / (0 - (uint64_t)r->step) + 1;
+    return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
 }
 
 hd_cell *hd_cell_new(hd_vm *vm, hd_value v) {

@@ -191,6 +191,11 @@ void hd_obj_clear(hd_vm *vm, hd_obj *o);     /* drop what o holds; o stays valid
 hd_cell *hd_cell_new(hd_vm *vm, hd_value v); /* takes v */
 hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step);
 int64_t hd_range_len(const hd_range *r);
+/* Element i of a range; in unsigned arithmetic because i * step alone may
+ * leave i64 even when the element does not. */
+static inline int64_t hd_range_at(int64_t start, int64_t step, int64_t i) {
+    return (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+}
 hd_value hd_closure_new(hd_vm *vm, const hd_ast_fn *fn, hd_chunk *chunk, hd_module *mod);
 hd_value hd_class_new(hd_vm *vm, const char *name);
 hd_value hd_object_new(hd_vm *vm, hd_class *cls);
