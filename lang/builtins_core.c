@@ -12,7 +12,7 @@
 #include <time.h>
 
 #define NATIVE(name)                                                                               \
-    static hd_status name(hd_vm *vm, hd_value self, const hd_value *args, int nargs,             \
+    static hd_status name(hd_vm *vm, hd_value self, const hd_value *args, int nargs,               \
                           const hd_kwarg *kw, int nkw, hd_value *result, void *data)
 
 /* ---- argument checks ---- */
@@ -23,10 +23,11 @@ static hd_status arity(hd_vm *vm, const char *fn, int nargs, int min, int max) {
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given", fn,
                            min, min == 1 ? "" : "s", nargs);
     if (nargs < min)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes at least %d argument%s but %d were given",
-                           fn, min, min == 1 ? "" : "s", nargs);
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes at most %d argument%s but %d were given",
-                       fn, max, max == 1 ? "" : "s", nargs);
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s() takes at least %d argument%s but %d were given", fn, min,
+                           min == 1 ? "" : "s", nargs);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes at most %d argument%s but %d were given", fn,
+                       max, max == 1 ? "" : "s", nargs);
 }
 
 /* Reject named arguments other than those listed (NULL-terminated). */
@@ -162,7 +163,8 @@ static hd_status extend(hd_vm *vm, hd_value list, hd_value x, const char *fn) {
         int64_t n = hd_range_len(r);
         if (hd_list_reserve(vm, hd_as_list(list), hd_as_list(list)->len + n) != HD_OK)
             return vm->err;
-        for (int64_t i = 0; i < n; i++) hd_list_push(vm, list, hd_int(r->start + i * r->step));
+        for (int64_t i = 0; i < n; i++)
+            hd_list_push(vm, list, hd_int(hd_range_at(r->start, r->step, i)));
         return HD_OK;
     }
     case HD_V_DICT: {
@@ -213,7 +215,8 @@ static hd_status tensor_item(hd_vm *vm, hd_value t, hd_value *out) {
 
 static hd_status float_to_int(hd_vm *vm, double d, hd_value *result) {
     if (isnan(d) || isinf(d))
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot convert %s to int", isnan(d) ? "nan" : "inf");
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot convert %s to int",
+                           isnan(d) ? "nan" : "inf");
     if (d >= 9223372036854775808.0 || d < -9223372036854775808.0)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "integer overflow");
     *result = hd_int((int64_t)d);
@@ -241,9 +244,12 @@ static int parse_int(const char *s, int base, int64_t *out) {
     if (*b == '+' || *b == '-') neg = *b++ == '-';
     if (base == 0) {
         base = 10;
-        if (b[0] == '0' && (b[1] == 'x' || b[1] == 'X')) base = 16, b += 2;
-        else if (b[0] == '0' && (b[1] == 'o' || b[1] == 'O')) base = 8, b += 2;
-        else if (b[0] == '0' && (b[1] == 'b' || b[1] == 'B')) base = 2, b += 2;
+        if (b[0] == '0' && (b[1] == 'x' || b[1] == 'X'))
+            base = 16, b += 2;
+        else if (b[0] == '0' && (b[1] == 'o' || b[1] == 'O'))
+            base = 8, b += 2;
+        else if (b[0] == '0' && (b[1] == 'b' || b[1] == 'B'))
+            base = 2, b += 2;
     }
     if (!*b || *b == '+' || *b == '-') return 0;
     errno = 0;
@@ -318,8 +324,7 @@ NATIVE(bi_float) {
         return st;
     }
     default:
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot convert %s to float",
-                           hd_value_type_name(x));
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot convert %s to float", hd_value_type_name(x));
     }
 }
 
@@ -339,8 +344,8 @@ NATIVE(bi_bool) {
 
 /* The prelude function this one replaced (registered before the core), for
  * tensor arguments and named arguments such as axis=. */
-static hd_status delegate(hd_vm *vm, const char *fn, hd_value prev, const hd_value *args,
-                          int nargs, const hd_kwarg *kw, int nkw, hd_value *result) {
+static hd_status delegate(hd_vm *vm, const char *fn, hd_value prev, const hd_value *args, int nargs,
+                          const hd_kwarg *kw, int nkw, hd_value *result) {
     if (prev.type == HD_V_NONE)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() of a %s is not available", fn,
                            nargs ? hd_value_type_name(args[0]) : "value");
@@ -354,7 +359,8 @@ static int any_tensor(const hd_value *args, int nargs) {
 }
 
 NATIVE(bi_abs) {
-    if (nkw || any_tensor(args, nargs)) return delegate(vm, "abs", self, args, nargs, kw, nkw, result);
+    if (nkw || any_tensor(args, nargs))
+        return delegate(vm, "abs", self, args, nargs, kw, nkw, result);
     if (arity(vm, "abs", nargs, 1, 1) != HD_OK) return vm->err;
     hd_value x = args[0];
     if (x.type == HD_V_INT) {
@@ -377,8 +383,8 @@ static hd_status min_max(hd_vm *vm, const char *fn, int sign, hd_value prev, con
     int64_t n = nargs;
     if (nargs == 1) {
         if (args[0].type != HD_V_LIST)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() of one argument needs a list, not %s",
-                               fn, hd_value_type_name(args[0]));
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() of one argument needs a list, not %s", fn,
+                               hd_value_type_name(args[0]));
         items = hd_as_list(args[0])->items;
         n = hd_as_list(args[0])->len;
         if (n == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() of an empty list", fn);
@@ -395,8 +401,12 @@ static hd_status min_max(hd_vm *vm, const char *fn, int sign, hd_value prev, con
     return HD_OK;
 }
 
-NATIVE(bi_min) { return min_max(vm, "min", -1, self, args, nargs, kw, nkw, result); }
-NATIVE(bi_max) { return min_max(vm, "max", 1, self, args, nargs, kw, nkw, result); }
+NATIVE(bi_min) {
+    return min_max(vm, "min", -1, self, args, nargs, kw, nkw, result);
+}
+NATIVE(bi_max) {
+    return min_max(vm, "max", 1, self, args, nargs, kw, nkw, result);
+}
 
 /* ---- program services ---- */
 
@@ -444,7 +454,9 @@ NATIVE(bi_collect) {
 
 /* ---- str methods ---- */
 
-static hd_str *S(hd_value v) { return hd_as_str(v); }
+static hd_str *S(hd_value v) {
+    return hd_as_str(v);
+}
 
 static hd_status str_arg(hd_vm *vm, const char *fn, const hd_value *args, int i) {
     return want(vm, fn, args[i], HD_V_STR, "a string");
@@ -455,7 +467,8 @@ NATIVE(str_upper) {
     hd_value r = hd_str_new(vm, S(self)->chars, S(self)->len);
     if (r.type != HD_V_STR) return vm->err;
     /* Strings are immutable once shared; this one is not shared yet. */
-    for (size_t i = 0; i < S(r)->len; i++) S(r)->chars[i] = (char)toupper((unsigned char)S(r)->chars[i]);
+    for (size_t i = 0; i < S(r)->len; i++)
+        S(r)->chars[i] = (char)toupper((unsigned char)S(r)->chars[i]);
     S(r)->hash = hd_str_hash(S(r)->chars, S(r)->len);
     *result = r;
     return HD_OK;
@@ -465,7 +478,8 @@ NATIVE(str_lower) {
     if (plain(vm, "lower", nargs, 0, 0, nkw) != HD_OK) return vm->err;
     hd_value r = hd_str_new(vm, S(self)->chars, S(self)->len);
     if (r.type != HD_V_STR) return vm->err;
-    for (size_t i = 0; i < S(r)->len; i++) S(r)->chars[i] = (char)tolower((unsigned char)S(r)->chars[i]);
+    for (size_t i = 0; i < S(r)->len; i++)
+        S(r)->chars[i] = (char)tolower((unsigned char)S(r)->chars[i]);
     S(r)->hash = hd_str_hash(S(r)->chars, S(r)->len);
     *result = r;
     return HD_OK;
@@ -544,8 +558,12 @@ static hd_status affix(hd_vm *vm, const char *fn, hd_value self, const hd_value 
     return HD_OK;
 }
 
-NATIVE(str_startswith) { return affix(vm, "startswith", self, args, nargs, nkw, 0, result); }
-NATIVE(str_endswith) { return affix(vm, "endswith", self, args, nargs, nkw, 1, result); }
+NATIVE(str_startswith) {
+    return affix(vm, "startswith", self, args, nargs, nkw, 0, result);
+}
+NATIVE(str_endswith) {
+    return affix(vm, "endswith", self, args, nargs, nkw, 1, result);
+}
 
 NATIVE(str_replace) {
     if (plain(vm, "replace", nargs, 2, 2, nkw) != HD_OK ||
@@ -683,7 +701,9 @@ NATIVE(str_format) {
 
 /* ---- list methods ---- */
 
-static hd_list *L(hd_value v) { return hd_as_list(v); }
+static hd_list *L(hd_value v) {
+    return hd_as_list(v);
+}
 
 NATIVE(list_append) {
     if (plain(vm, "append", nargs, 1, 1, nkw) != HD_OK) return vm->err;
@@ -978,8 +998,8 @@ NATIVE(dict_clear) {
 
 typedef struct {
     hd_vm *vm;
-    hd_value out;      /* list of tensors */
-    hd_value seen;     /* list of visited containers (identity) */
+    hd_value out;  /* list of tensors */
+    hd_value seen; /* list of visited containers (identity) */
     int depth;
 } param_walk;
 
@@ -1009,7 +1029,8 @@ static hd_status walk_params(param_walk *w, hd_value v) {
     if (v.type == HD_V_TENSOR) return walk_tensor(w, v);
     if (v.type != HD_V_LIST && v.type != HD_V_DICT && v.type != HD_V_OBJECT) return HD_OK;
     if (seen_before(w, v)) return HD_OK;
-    if (++w->depth > 200) return hd_vm_error(w->vm, HD_ERR_RUNTIME, "parameters(): nested too deeply");
+    if (++w->depth > 200)
+        return hd_vm_error(w->vm, HD_ERR_RUNTIME, "parameters(): nested too deeply");
     if (hd_list_push(w->vm, w->seen, hd_value_ref(v)) != HD_OK) return w->vm->err;
     hd_status st = HD_OK;
     if (v.type == HD_V_LIST) {
@@ -1026,8 +1047,8 @@ static hd_status walk_params(param_walk *w, hd_value v) {
 NATIVE(obj_parameters) {
     if (plain(vm, "parameters", nargs, 0, 0, nkw) != HD_OK) return vm->err;
     param_walk w = {vm, hd_list_new(vm, 0), hd_list_new(vm, 0), 0};
-    hd_status st = w.out.type == HD_V_LIST && w.seen.type == HD_V_LIST ? walk_params(&w, self)
-                                                                      : vm->err;
+    hd_status st =
+        w.out.type == HD_V_LIST && w.seen.type == HD_V_LIST ? walk_params(&w, self) : vm->err;
     hd_vunref(vm, w.seen);
     if (st != HD_OK) {
         hd_vunref(vm, w.out);
@@ -1045,9 +1066,9 @@ typedef struct {
 } native_entry;
 
 static const native_entry hd_core_functions[] = {
-    {"print", bi_print}, {"str", bi_str},     {"repr", bi_repr},   {"type", bi_type},
-    {"len", bi_len},     {"range", bi_range}, {"list", bi_list},   {"int", bi_int},
-    {"float", bi_float}, {"bool", bi_bool},   {"args", bi_args},   {"clock", bi_clock},
+    {"print", bi_print},   {"str", bi_str},     {"repr", bi_repr}, {"type", bi_type},
+    {"len", bi_len},       {"range", bi_range}, {"list", bi_list}, {"int", bi_int},
+    {"float", bi_float},   {"bool", bi_bool},   {"args", bi_args}, {"clock", bi_clock},
     {"assert", bi_assert}, {"gc", bi_collect},
 };
 
@@ -1060,24 +1081,24 @@ static const native_entry hd_core_shared[] = {
 };
 
 static const native_entry hd_str_methods[] = {
-    {"upper", str_upper},     {"lower", str_lower},       {"strip", str_strip},
-    {"lstrip", str_lstrip},   {"rstrip", str_rstrip},     {"find", str_find},
+    {"upper", str_upper},       {"lower", str_lower},     {"strip", str_strip},
+    {"lstrip", str_lstrip},     {"rstrip", str_rstrip},   {"find", str_find},
     {"contains", str_contains}, {"count", str_count},     {"startswith", str_startswith},
     {"endswith", str_endswith}, {"replace", str_replace}, {"split", str_split},
-    {"join", str_join},       {"format", str_format},
+    {"join", str_join},         {"format", str_format},
 };
 
 static const native_entry hd_list_methods[] = {
-    {"append", list_append}, {"extend", list_extend},   {"pop", list_pop},
-    {"insert", list_insert}, {"index", list_index},     {"contains", list_contains},
-    {"count", list_count},   {"remove", list_remove},   {"reverse", list_reverse},
-    {"sort", list_sort},     {"copy", list_copy},       {"clear", list_clear},
+    {"append", list_append}, {"extend", list_extend}, {"pop", list_pop},
+    {"insert", list_insert}, {"index", list_index},   {"contains", list_contains},
+    {"count", list_count},   {"remove", list_remove}, {"reverse", list_reverse},
+    {"sort", list_sort},     {"copy", list_copy},     {"clear", list_clear},
 };
 
 static const native_entry hd_dict_methods[] = {
-    {"keys", dict_keys}, {"values", dict_values}, {"items", dict_items},   {"get", dict_get},
-    {"has", dict_has},   {"pop", dict_pop},       {"copy", dict_copy},     {"update", dict_update},
-    {"clear", dict_clear},
+    {"keys", dict_keys}, {"values", dict_values}, {"items", dict_items},
+    {"get", dict_get},   {"has", dict_has},       {"pop", dict_pop},
+    {"copy", dict_copy}, {"update", dict_update}, {"clear", dict_clear},
 };
 
 static hd_status def_methods(hd_vm *vm, hd_vtype t, const native_entry *e, size_t n) {
@@ -1090,8 +1111,7 @@ static hd_status def_methods(hd_vm *vm, hd_vtype t, const native_entry *e, size_
 
 hd_status hd_builtins_core_open(hd_vm *vm) {
     for (size_t i = 0; i < COUNT(hd_core_functions); i++)
-        if (hd_vm_def_native(vm, hd_core_functions[i].name, hd_core_functions[i].fn, NULL) !=
-            HD_OK)
+        if (hd_vm_def_native(vm, hd_core_functions[i].name, hd_core_functions[i].fn, NULL) != HD_OK)
             return vm->err;
     for (size_t i = 0; i < COUNT(hd_core_shared); i++) {
         /* The earlier definition rides as the native's bound receiver, so

@@ -8,14 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The tensor layer may be absent from a build; calls check for it. */
-#pragma weak hd_tensor_binop
-#pragma weak hd_tensor_unop
-#pragma weak hd_tensor_get_index
-#pragma weak hd_tensor_set_index
-#pragma weak hd_tensor_get_member
-#pragma weak hd_tensor_set_member
-
 #if defined(__GNUC__)
 #define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define HD_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -47,15 +39,13 @@ static hd_value fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return hd_err_value();
 }
 
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt,
-                      ...)
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
 
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt,
-                      ...) {
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(vm->errmsg, sizeof vm->errmsg, fmt, ap);
@@ -70,23 +60,21 @@ static int flow_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return HD_FLOW_ERROR;
 }
 
-static hd_status no_tensors(hd_vm *vm) {
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "tensors are not available in this build");
-}
-
-/* Loop back-edges and calls: interrupts and the step limit. */
-static inline int tick(hd_vm *vm) {
-    if (HD_UNLIKELY(vm->interrupted)) {
+static HD_NOINLINE int tick_fail(hd_vm *vm) {
+    if (vm->interrupted) {
         vm->interrupted = 0;
         hd_vm_error(vm, HD_ERR_LIMIT, "interrupted");
-        return 1;
-    }
-    if (HD_UNLIKELY(++vm->steps > vm->max_steps)) {
+    } else {
         hd_vm_error(vm, HD_ERR_LIMIT, "step limit (%llu) exceeded",
                     (unsigned long long)vm->max_steps);
-        return 1;
     }
-    return 0;
+    return 1;
+}
+
+/* Loop back-edges and calls: interrupts and the step limit, one branch. */
+static inline int tick(hd_vm *vm) {
+    if (HD_LIKELY(!(vm->interrupted | (vm->steps++ >= vm->max_steps)))) return 0;
+    return tick_fail(vm);
 }
 
 const char *hd_eval_op_name(int op) {
@@ -166,7 +154,10 @@ static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
     case HD_TOK_LE: return hd_bool(x <= y);
     case HD_TOK_GT: return hd_bool(x > y);
     case HD_TOK_GE: return hd_bool(x >= y);
-    case HD_TOK_RANGE: return hd_range_new(vm, x, y, 1);
+    case HD_TOK_RANGE: {
+        hd_value r = hd_range_new(vm, x, y, 1);
+        return r.type == HD_V_RANGE ? r : hd_err_value();
+    }
     default: return type_error(vm, op, hd_int(x), hd_int(y));
     }
     hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");
@@ -249,7 +240,9 @@ static hd_value concat(hd_vm *vm, hd_value a, hd_value b) {
     return out;
 }
 
-static int is_num(hd_value v) { return v.type == HD_V_INT || v.type == HD_V_FLOAT; }
+static int is_num(hd_value v) {
+    return v.type == HD_V_INT || v.type == HD_V_FLOAT;
+}
 static int tensor_operand(hd_value v) {
     return v.type == HD_V_TENSOR || is_num(v) || v.type == HD_V_BOOL;
 }
@@ -258,7 +251,6 @@ hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
     if (a.type == HD_V_INT && b.type == HD_V_INT) return int_binop(vm, op, a.as.i, b.as.i);
     if (a.type == HD_V_TENSOR || b.type == HD_V_TENSOR) {
         if (tensor_operand(a) && tensor_operand(b) && op != HD_TOK_RANGE) {
-            if (!hd_tensor_binop) return no_tensors(vm), hd_err_value();
             hd_value out;
             if (hd_tensor_binop(vm, op, a, b, &out) != HD_OK) {
                 if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
@@ -313,7 +305,6 @@ static HD_NOINLINE hd_value unop(hd_vm *vm, int op, hd_value x) {
         return hd_int(-x.as.i);
     case HD_V_FLOAT: return op == HD_TOK_PLUS ? x : hd_float(-x.as.f);
     case HD_V_TENSOR: {
-        if (!hd_tensor_unop) return no_tensors(vm), hd_err_value();
         hd_value out;
         if (hd_tensor_unop(vm, op, x, &out) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
@@ -415,9 +406,16 @@ static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_va
     return 1;
 }
 
+static void frame_bases(hd_frame *f) {
+    for (int i = 0; i <= HD_REF_BUILTIN; i++) f->base[i] = NULL;
+    f->base[HD_REF_LOCAL] = f->slots;
+    f->base[HD_REF_GLOBAL] = f->globals;
+}
+
 /* ---- closures, classes, blocks ---- */
 
-static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast_fn *fn) {
+static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n,
+                                         const hd_ast_fn *fn) {
     hd_value v = hd_closure_new(vm, fn, f->chunk, f->mod);
     if (v.type != HD_V_FUNC) return fail(vm, f, n);
     hd_closure *c = (hd_closure *)v.as.o;
@@ -476,18 +474,115 @@ static int block_enter(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     return HD_FLOW_NORMAL;
 }
 
-static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+#define HD_ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* The slot of a local or global variable, or NULL for other names. */
+static HD_ALWAYS_INLINE hd_value *plain_slot(const hd_frame *f, const hd_ast *n) {
+    hd_value *b = f->base[n->ref.kind];
+    return b ? b + n->ref.index : NULL;
+}
+
+/* An int operand that needs no evaluation: a literal or a local or global
+ * variable holding an int. */
+static HD_ALWAYS_INLINE int leaf_int(const hd_frame *f, const hd_ast *n, int64_t *out) {
+    if (n->kind == HD_AST_INT) {
+        *out = n->ival;
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p) return 0;
+    *out = p->as.i;
+    return p->type == HD_V_INT;
+}
+
+/* x OP y on ints when it cannot fail; 0 otherwise (overflow, division,
+ * other operators: the general path reports or handles them). */
+static HD_ALWAYS_INLINE int int_op_fast(int op, int64_t x, int64_t y, hd_value *out) {
+    int64_t r;
+    switch (op) {
+    case HD_TOK_PLUS:
+        if (__builtin_add_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_MINUS:
+        if (__builtin_sub_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_STAR:
+        if (__builtin_mul_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_LT: *out = hd_bool(x < y); return 1;
+    case HD_TOK_LE: *out = hd_bool(x <= y); return 1;
+    case HD_TOK_GT: *out = hd_bool(x > y); return 1;
+    case HD_TOK_GE: *out = hd_bool(x >= y); return 1;
+    case HD_TOK_EQ: *out = hd_bool(x == y); return 1;
+    case HD_TOK_NE: *out = hd_bool(x != y); return 1;
+    default: return 0;
+    }
+}
+
+/* A value computed without calls, allocation or refcounts: int literals,
+ * local and global variables holding bools, ints or floats, and int
+ * arithmetic and comparisons on leaves. 0: use ev (which also reports
+ * every error). */
+static HD_ALWAYS_INLINE int fast_value(const hd_frame *f, const hd_ast *n, hd_value *out) {
+    int64_t x, y;
+    if (n->kind == HD_AST_BINARY)
+        return leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, out);
+    if (n->kind == HD_AST_INT) {
+        *out = hd_int(n->ival);
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p || (unsigned)p->type - (unsigned)HD_V_BOOL > (unsigned)(HD_V_FLOAT - HD_V_BOOL))
+        return 0;
+    *out = *p;
+    return 1;
+}
+
+/* One statement, with `x = simple` and `x OP= simple` on plain variables
+ * done in line: the inner statements of hot loops. */
+static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    if (s->kind == HD_AST_ASSIGN && s->a->kind == HD_AST_NAME) {
+        hd_value *p = plain_slot(f, s->a), v;
+        if (p && s->op == HD_TOK_ASSIGN && fast_value(f, s->b, &v)) {
+            hd_value old = *p;
+            *p = v;
+            hd_vunref(vm, old);
+            return HD_FLOW_NORMAL;
+        }
+        int64_t y;
+        if (p && p->type == HD_V_INT && s->op != HD_TOK_SLASH_ASSIGN && fast_value(f, s->b, &v) &&
+            v.type == HD_V_INT && (y = v.as.i, 1) &&
+            int_op_fast(s->op - HD_TOK_PLUS_ASSIGN + HD_TOK_PLUS, p->as.i, y, &v)) {
+            *p = v;
+            return HD_FLOW_NORMAL;
+        }
+    }
+    return ex(vm, f, s);
+}
+
+static HD_ALWAYS_INLINE int run_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     if ((b->ncells || b->nhoist) && block_enter(vm, f, b)) return HD_FLOW_ERROR;
     for (int i = 0; i < b->n; i++) {
-        int fl = ex(vm, f, b->items[i]);
+        int fl = run_stmt(vm, f, b->items[i]);
         if (fl) return fl;
     }
     return HD_FLOW_NORMAL;
 }
 
+static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    return run_block(vm, f, b);
+}
+
 /* ---- calls ---- */
 
-static const char *fn_name(const hd_ast_fn *fn) { return fn->name ? fn->name : "<anonymous>"; }
+static const char *fn_name(const hd_ast_fn *fn) {
+    return fn->name ? fn->name : "<anonymous>";
+}
 
 static int find_param(const hd_ast_fn *fn, const char *name) {
     for (int i = 0; i < fn->nparams; i++)
@@ -521,8 +616,8 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
     for (int k = 0; k < nkw; k++) {
         int i = find_param(fn, kw[k].name);
         if (i < 0 || (has_self && i == 0))
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'",
-                               fn_name(fn), kw[k].name);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'", fn_name(fn),
+                               kw[k].name);
         if (bound[i])
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", fn_name(fn),
                                kw[k].name);
@@ -538,10 +633,10 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
 
 /* Defaults run in the callee's frame, at each call, left to right; then
  * captured parameters are boxed. */
-static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn,
-                         const unsigned char *bound) {
+/* bound NULL: every parameter was given. */
+static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn, const unsigned char *bound) {
     for (int i = 0; i < fn->nparams; i++) {
-        if (!bound[i]) {
+        if (bound && !bound[i]) {
             hd_value v = ev(vm, fr, fn->params[i].def);
             if (v.type == HD_V_ERR) return 0;
             fr->slots[i] = v;
@@ -566,9 +661,12 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
     int last = b->n - 1;
     for (int i = 0; i < b->n; i++) {
         const hd_ast *s = b->items[i];
-        if (i == last && expr_body && s && s->kind == HD_AST_EXPR) {
-            hd_value v = ev(vm, f, s->a);
-            if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        if (s->kind == HD_AST_RETURN || (i == last && expr_body && s->kind == HD_AST_EXPR)) {
+            hd_value v = hd_none();
+            if (s->a && !fast_value(f, s->a, &v)) {
+                v = ev(vm, f, s->a);
+                if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+            }
             f->ret = v;
             return HD_FLOW_RETURN;
         }
@@ -578,8 +676,7 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
     return HD_FLOW_NORMAL;
 }
 
-static void maybe_collect(hd_vm *vm) {
-    if (vm->nobjects < vm->gc_threshold) return;
+static HD_NOINLINE void maybe_collect(hd_vm *vm) {
     hd_vm_collect(vm);
     size_t next = vm->nobjects * 2;
     vm->gc_threshold = next > 100000 ? next : 100000;
@@ -592,8 +689,9 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
     if (HD_UNLIKELY(vm->depth >= vm->max_depth))
         return hd_vm_error(vm, HD_ERR_LIMIT, "maximum call depth (%d) exceeded", vm->max_depth);
     if (tick(vm)) return vm->err;
-    maybe_collect(vm);
-    int nslots = fn->nslots > fn->nparams ? fn->nslots : fn->nparams;
+    if (HD_UNLIKELY(vm->nobjects >= vm->gc_threshold)) maybe_collect(vm);
+    int np = fn->nparams;
+    int nslots = fn->nslots > np ? fn->nslots : np;
     hd_value stack_slots[HD_STACK_SLOTS];
     unsigned char stack_bound[HD_STACK_SLOTS];
     hd_value *slots = stack_slots;
@@ -603,9 +701,20 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
         if (!slots) return hd_vm_oom(vm);
         bound = (unsigned char *)(slots + nslots);
     }
-    for (int i = 0; i < nslots; i++) slots[i] = hd_none();
-    memset(bound, 0, (size_t)(fn->nparams ? fn->nparams : 1));
-    hd_status st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+    hd_status st = HD_OK;
+    /* Every parameter given by position (the usual call): no binding table,
+     * no defaults. */
+    int simple = !nkw && has_self + nargs == np;
+    if (simple) {
+        if (has_self) hd_vref(slots[0] = self);
+        for (int i = 0; i < nargs; i++) hd_vref(slots[has_self + i] = args[i]);
+        bound = NULL;
+    } else {
+        for (int i = 0; i < np; i++) slots[i] = hd_none();
+        memset(bound, 0, (size_t)(np ? np : 1));
+        st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+    }
+    for (int i = np; i < nslots; i++) slots[i] = hd_none();
     hd_frame fr;
     fr.parent = vm->frame;
     fr.slots = slots;
@@ -616,11 +725,13 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
     fr.at = NULL;
     fr.ret = hd_none();
     fr.nslots = nslots;
+    frame_bases(&fr);
     if (st == HD_OK) {
         vm->frame = &fr;
         vm->depth++;
         int fl = HD_FLOW_ERROR;
-        if (finish_params(vm, &fr, fn, bound)) fl = ex_body(vm, &fr, fn->body, fn->expr_body);
+        if ((!bound && !fn->param_is_cell) || finish_params(vm, &fr, fn, bound))
+            fl = ex_body(vm, &fr, fn->body, fn->expr_body);
         vm->depth--;
         vm->frame = fr.parent;
         if (fl == HD_FLOW_ERROR) {
@@ -631,8 +742,7 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
         }
     }
     for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);
-    if (slots != stack_slots)
-        hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
+    if (slots != stack_slots) hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
     return st;
 }
 
@@ -756,10 +866,14 @@ static hd_status module_member(hd_vm *vm, hd_module *m, const char *name, hd_val
 
 static hd_status range_member(hd_vm *vm, hd_value x, const char *name, hd_value *out) {
     hd_range *r = (hd_range *)x.as.o;
-    if (strcmp(name, "start") == 0) *out = hd_int(r->start);
-    else if (strcmp(name, "stop") == 0) *out = hd_int(r->stop);
-    else if (strcmp(name, "step") == 0) *out = hd_int(r->step);
-    else return HD_ERR_ARGUMENT;
+    if (strcmp(name, "start") == 0)
+        *out = hd_int(r->start);
+    else if (strcmp(name, "stop") == 0)
+        *out = hd_int(r->stop);
+    else if (strcmp(name, "step") == 0)
+        *out = hd_int(r->step);
+    else
+        return HD_ERR_ARGUMENT;
     return HD_OK;
 }
 
@@ -768,7 +882,6 @@ hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *
     int pass_self;
     switch (x.type) {
     case HD_V_TENSOR:
-        if (!hd_tensor_get_member) return no_tensors(vm);
         if (hd_tensor_get_member(vm, x, name, out) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
             return vm->err;
@@ -817,7 +930,6 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
     case HD_V_OBJECT: hd_vref(v); return hd_dict_set(vm, ((hd_object *)x.as.o)->fields, name, v);
     case HD_V_DICT: hd_vref(v); return hd_dict_set(vm, x, name, v);
     case HD_V_TENSOR:
-        if (!hd_tensor_set_member) return no_tensors(vm);
         if (hd_tensor_set_member(vm, x, name, v) != HD_OK) {
             if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
             return vm->err;
@@ -834,8 +946,8 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
         return HD_OK;
     }
     default:
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set member '%s' on a value of type %s",
-                           name, hd_value_type_name(x));
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set member '%s' on a value of type %s", name,
+                           hd_value_type_name(x));
     }
 }
 
@@ -848,15 +960,19 @@ static int64_t slice_bounds(int64_t len, const hd_index_part *s, int64_t *start,
     int64_t a, b;
     if (s->has_start) {
         a = s->start;
-        if (a < 0) a = a + len < lower ? lower : a + len;
-        else if (a > upper) a = upper;
+        if (a < 0)
+            a = a + len < lower ? lower : a + len;
+        else if (a > upper)
+            a = upper;
     } else {
         a = st > 0 ? lower : upper;
     }
     if (s->has_stop) {
         b = s->stop;
-        if (b < 0) b = b + len < lower ? lower : b + len;
-        else if (b > upper) b = upper;
+        if (b < 0)
+            b = b + len < lower ? lower : b + len;
+        else if (b > upper)
+            b = upper;
     } else {
         b = st > 0 ? upper : lower;
     }
@@ -884,7 +1000,8 @@ static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_v
         *out = hd_list_new(vm, count);
         if (out->type != HD_V_LIST) return vm->err;
         hd_list *o = hd_as_list(*out);
-        for (int64_t k = 0; k < count; k++) hd_vref(o->items[o->len++] = l->items[start + k * step]);
+        for (int64_t k = 0; k < count; k++)
+            hd_vref(o->items[o->len++] = l->items[start + k * step]);
         return HD_OK;
     }
     if (x.type == HD_V_STR) {
@@ -903,8 +1020,19 @@ static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_v
     if (x.type == HD_V_RANGE) {
         hd_range *r = (hd_range *)x.as.o;
         count = slice_bounds(hd_range_len(r), s, &start, &step);
-        int64_t first = r->start + start * r->step, st = r->step * step;
-        *out = hd_range_new(vm, first, first + count * st, st);
+        int64_t first = hd_range_at(r->start, r->step, start), st, stop;
+        if (__builtin_mul_overflow(r->step, step, &st)) {
+            if (count > 1)
+                return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
+            st = (r->step > 0) == (step > 0) ? 1 : -1;
+        }
+        /* One past the last element; at the ends of i64 the range stops short. */
+        int64_t last = hd_range_at(first, st, count - 1);
+        if (!count)
+            stop = first;
+        else if (__builtin_add_overflow(last, st > 0 ? 1 : -1, &stop))
+            stop = last;
+        *out = hd_range_new(vm, first, stop, st);
         return out->type == HD_V_RANGE ? HD_OK : vm->err;
     }
     return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot slice a value of type %s",
@@ -918,8 +1046,9 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
             return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
                                hd_value_type_name(k));
         hd_value *v = hd_dict_get_str(x, hd_as_str(k));
-        if (!v) return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
-                                   hd_as_str(k)->chars);
+        if (!v)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
+                               hd_as_str(k)->chars);
         hd_vref(*out = *v);
         return HD_OK;
     }
@@ -938,7 +1067,7 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
     if (x.type == HD_V_RANGE) {
         hd_range *r = (hd_range *)x.as.o;
         if (seq_index(vm, x, hd_range_len(r), k.as.i, &j) != HD_OK) return vm->err;
-        *out = hd_int(r->start + j * r->step);
+        *out = hd_int(hd_range_at(r->start, r->step, j));
         return HD_OK;
     }
     hd_str *s = hd_as_str(x);
@@ -1032,7 +1161,6 @@ static hd_status tensor_index(hd_vm *vm, hd_value x, hd_index_part *parts, int n
                                "a tensor index must be an int, slice, ..., none or a tensor, "
                                "not %s",
                                hd_value_type_name(parts[i].v));
-    if (!hd_tensor_get_index || !hd_tensor_set_index) return no_tensors(vm);
     hd_status st = set ? hd_tensor_set_index(vm, x, parts, n, *set)
                        : hd_tensor_get_index(vm, x, parts, n, out);
     if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);
@@ -1053,9 +1181,7 @@ static hd_status index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, co
                                hd_value_type_name(x));
         return slice_value(vm, x, p, out);
     }
-    hd_value k = p->kind == HD_IDX_INT    ? hd_int(p->i)
-                 : p->kind == HD_IDX_NONE ? hd_none()
-                                          : p->v;
+    hd_value k = p->kind == HD_IDX_INT ? hd_int(p->i) : p->kind == HD_IDX_NONE ? hd_none() : p->v;
     if (p->kind == HD_IDX_ELLIPSIS)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "... indexes tensors only");
     return set ? set_item(vm, x, k, *set) : get_item(vm, x, k, out);
@@ -1173,8 +1299,11 @@ static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, in
     for (int i = 0; i < n->n; i++) {
         const hd_ast *arg = n->items[i];
         const hd_ast *e = arg->kind == HD_AST_ARG ? arg->a : arg;
-        hd_value v = ev(vm, f, e);
-        if (v.type == HD_V_ERR) return 0;
+        hd_value v;
+        if (!fast_value(f, e, &v)) {
+            v = ev(vm, f, e);
+            if (v.type == HD_V_ERR) return 0;
+        }
         if (arg->kind == HD_AST_ARG && arg->name) {
             for (int k = 0; k < *nkw; k++)
                 if (strcmp(kw[k].name, arg->name) == 0) {
@@ -1220,9 +1349,11 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         fail(vm, f, n);
     } else if (eval_args(vm, f, n, args, &nargs, kw, &nkw)) {
         f->at = n;
-        if (call_value(vm, callee, recv, pass_self, args, nargs, kw, nkw, &out) != HD_OK) {
-            out = fail(vm, f, n);
-        }
+        hd_status st = callee.type == HD_V_FUNC
+                           ? call_closure(vm, (hd_closure *)callee.as.o, recv, pass_self, args,
+                                          nargs, kw, nkw, &out)
+                           : call_value(vm, callee, recv, pass_self, args, nargs, kw, nkw, &out);
+        if (st != HD_OK) out = fail(vm, f, n);
     }
     for (int i = 0; i < nargs; i++) hd_vunref(vm, args[i]);
     for (int i = 0; i < nkw; i++) hd_vunref(vm, kw[i].value);
@@ -1246,7 +1377,8 @@ static HD_NOINLINE hd_value ev_and_or(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return ev(vm, f, n->b);
 }
 
-static HD_NOINLINE hd_value ev_binary_slow(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b) {
+static HD_NOINLINE hd_value ev_binary_slow(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a,
+                                           hd_value b) {
     hd_value r = hd_eval_binop(vm, n->op, a, b);
     hd_vunref(vm, a);
     hd_vunref(vm, b);
@@ -1275,6 +1407,11 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         return v;
     }
     case HD_AST_BINARY: {
+        int64_t x, y;
+        hd_value r;
+        /* ints from literals and plain variables: no calls, no counts */
+        if (leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, &r))
+            return r;
         hd_value a = ev(vm, f, n->a);
         if (HD_UNLIKELY(a.type == HD_V_ERR)) return a;
         hd_value b = ev(vm, f, n->b);
@@ -1283,25 +1420,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             return b;
         }
         if (HD_LIKELY(a.type == HD_V_INT && b.type == HD_V_INT)) {
-            int64_t r, x = a.as.i, y = b.as.i;
-            switch (n->op) {
-            case HD_TOK_PLUS:
-                if (!__builtin_add_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_MINUS:
-                if (!__builtin_sub_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_STAR:
-                if (!__builtin_mul_overflow(x, y, &r)) return hd_int(r);
-                break;
-            case HD_TOK_LT: return hd_bool(x < y);
-            case HD_TOK_LE: return hd_bool(x <= y);
-            case HD_TOK_GT: return hd_bool(x > y);
-            case HD_TOK_GE: return hd_bool(x >= y);
-            case HD_TOK_EQ: return hd_bool(x == y);
-            case HD_TOK_NE: return hd_bool(x != y);
-            default: break;
-            }
+            if (int_op_fast(n->op, a.as.i, b.as.i, &r)) return r;
         } else if (a.type == HD_V_FLOAT && b.type == HD_V_FLOAT) {
             switch (n->op) {
             case HD_TOK_PLUS: return hd_float(a.as.f + b.as.f);
@@ -1332,8 +1451,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_LIST: return ev_list(vm, f, n);
     case HD_AST_DICT: return ev_dict(vm, f, n);
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
-    case HD_AST_SCRIPT:
-        return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
+    case HD_AST_SCRIPT: return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
     default:
         return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
                      (int)n->kind);
@@ -1342,7 +1460,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 
 /* ---- statements ---- */
 
-static int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+static HD_NOINLINE int truth_slow(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
     hd_value c = ev(vm, f, cond);
     if (c.type == HD_V_ERR) return 0;
     if (c.type == HD_V_BOOL) {
@@ -1354,6 +1472,15 @@ static int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
     hd_vunref(vm, c);
     if (!ok) fail(vm, f, cond);
     return ok;
+}
+
+static HD_ALWAYS_INLINE int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+    hd_value c;
+    if (fast_value(f, cond, &c) && c.type == HD_V_BOOL) {
+        *t = c.as.b;
+        return 1;
+    }
+    return truth_slow(vm, f, cond, t);
 }
 
 /* Bind a loop variable: a fresh cell per iteration when it is captured. */
@@ -1377,14 +1504,16 @@ static int bind_loop_var(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
 
 /* Run one iteration's body; returns a flow code for the loop to act on:
  * NORMAL (go on), BREAK (stop normally), or RETURN/ERROR (propagate). */
-static inline int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+static HD_ALWAYS_INLINE int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (HD_UNLIKELY(tick(vm))) return flow_fail(vm, f, n);
-    int fl = ex_block(vm, f, n->body);
+    int fl = run_block(vm, f, n->body);
     if (HD_LIKELY(fl == HD_FLOW_NORMAL || fl == HD_FLOW_CONTINUE)) return HD_FLOW_NORMAL;
     return fl;
 }
 
-static int loop_result(int fl) { return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl; }
+static int loop_result(int fl) {
+    return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl;
+}
 
 static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t b,
                         int64_t step) {
@@ -1394,7 +1523,7 @@ static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int6
         hd_value *slot = &f->slots[n->ref.index];
         for (int64_t k = 0; k < count; k++) {
             hd_value old = *slot;
-            *slot = hd_int(a + k * step);
+            *slot = hd_int(hd_range_at(a, step, k));
             hd_vunref(vm, old);
             int fl = loop_body(vm, f, n);
             if (fl) return loop_result(fl);
@@ -1402,7 +1531,7 @@ static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int6
         return HD_FLOW_NORMAL;
     }
     for (int64_t k = 0; k < count; k++) {
-        if (!bind_loop_var(vm, f, n, hd_int(a + k * step))) return HD_FLOW_ERROR;
+        if (!bind_loop_var(vm, f, n, hd_int(hd_range_at(a, step, k)))) return HD_FLOW_ERROR;
         int fl = loop_body(vm, f, n);
         if (fl) return loop_result(fl);
     }
@@ -1557,7 +1686,8 @@ static hd_value combine(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, h
     return r.type == HD_V_ERR ? fail(vm, f, n) : r;
 }
 
-static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t, hd_value v) {
+static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
+                                      hd_value v) {
     if (n->op != HD_TOK_ASSIGN) {
         hd_value *p = name_slot(vm, f, t, &t->ref);
         if (!p) {
@@ -1578,7 +1708,7 @@ static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, c
 }
 
 static HD_NOINLINE int ex_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
-                            hd_value v) {
+                                        hd_value v) {
     hd_value x = ev(vm, f, t->a);
     int fl = HD_FLOW_ERROR;
     if (x.type == HD_V_ERR) goto done;
@@ -1605,7 +1735,7 @@ done:
 }
 
 static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
-                           hd_value v) {
+                                       hd_value v) {
     hd_index_part stack_parts[4];
     hd_index_part *parts = stack_parts;
     int fl = HD_FLOW_ERROR;
@@ -1780,6 +1910,7 @@ hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl) {
     fr.at = NULL;
     fr.ret = hd_none();
     fr.nslots = nslots;
+    frame_bases(&fr);
     vm->frame = &fr;
     int fl = HD_FLOW_NORMAL;
     if (prog->nhoist) fl = block_enter(vm, &fr, prog);

@@ -506,6 +506,10 @@ static void rs_function(rs *r, rs_fn *parent, hd_ast_fn *fn) {
     if (fn->body) rs_block(r, &f, fn->body);
     rs_block_pop(r, &f, NULL);
     fn->nslots = f.maxslots;
+    /* NULL when no parameter is captured: calls skip the boxing pass. */
+    int any_cell = 0;
+    for (int i = 0; i < fn->nparams && fn->param_is_cell; i++) any_cell |= fn->param_is_cell[i];
+    if (!any_cell) fn->param_is_cell = NULL;
     fn->ncaptures = f.ncaps;
     if (f.ncaps) {
         fn->captures = rs_alloc(r, r->p->arena, (size_t)f.ncaps * sizeof(hd_ast_capture));

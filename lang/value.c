@@ -10,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tensor layer is linked in when present; printing falls back without it. */
-#pragma weak hd_tensor_format
-
 /* ---- object headers ---- */
 
 static void hd_obj_link(hd_vm *vm, hd_obj *o) {
@@ -189,7 +186,9 @@ hd_value hd_value_ref(hd_value v) {
     return v;
 }
 
-void hd_value_unref(hd_vm *vm, hd_value v) { hd_vunref(vm, v); }
+void hd_value_unref(hd_vm *vm, hd_value v) {
+    hd_vunref(vm, v);
+}
 
 /* ---- the cycle collector ----
  * CPython's scheme: subtract the references objects hold to each other
@@ -356,7 +355,9 @@ hd_value hd_str_new(hd_vm *vm, const char *s, size_t len) {
     return hd_obj_value(&str->obj);
 }
 
-hd_value hd_str_from(hd_vm *vm, const char *s) { return hd_str_new(vm, s, strlen(s)); }
+hd_value hd_str_from(hd_vm *vm, const char *s) {
+    return hd_str_new(vm, s, strlen(s));
+}
 
 hd_value hd_str_fmt(hd_vm *vm, const char *fmt, ...) {
     char small[256];
@@ -589,12 +590,12 @@ hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step) {
 
 int64_t hd_range_len(const hd_range *r) {
     /* Computed in unsigned arithmetic: stop - start may not fit in i64. */
+    uint64_t n = 0;
     if (r->step > 0 && r->start < r->stop)
-        return (int64_t)(((uint64_t)r->stop - (uint64_t)r->start - 1) / (uint64_t)r->step + 1);
-    if (r->step < 0 && r->start > r->stop)
-        return (int64_t)(((uint64_t)r->start - (uint64_t)r->stop - 1) / (0 - (uint64_t)r->step) +
-                         1);
-    return 0;
+        n = ((uint64_t)r->stop - (uint64_t)r->start - 1) / (uint64_t)r->step + 1;
+    else if (r->step < 0 && r->start > r->stop)
+        n = ((uint64_t)r->start - (uint64_t)r->stop - 1) / (0 - (uint64_t)r->step) + 1;
+    return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
 }
 
 hd_cell *hd_cell_new(hd_vm *vm, hd_value v) {
@@ -781,8 +782,8 @@ static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     case HD_V_TENSOR: return a.as.t == b.as.t;
     case HD_V_STR: {
         hd_str *x = hd_as_str(a), *y = hd_as_str(b);
-        return x == y || (x->len == y->len && x->hash == y->hash &&
-                          memcmp(x->chars, y->chars, x->len) == 0);
+        return x == y ||
+               (x->len == y->len && x->hash == y->hash && memcmp(x->chars, y->chars, x->len) == 0);
     }
     case HD_V_LIST: {
         hd_list *x = hd_as_list(a), *y = hd_as_list(b);
@@ -801,21 +802,22 @@ static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     }
     case HD_V_BOUND: {
         hd_bound *x = (hd_bound *)a.as.o, *y = (hd_bound *)b.as.o;
-        return x == y || (hd_value_equal_depth(x->self, y->self, depth + 1) &&
-                          x->fn.as.o == y->fn.as.o);
+        return x == y ||
+               (hd_value_equal_depth(x->self, y->self, depth + 1) && x->fn.as.o == y->fn.as.o);
     }
     default: return a.as.o == b.as.o;
     }
 }
 
-int hd_value_equal(hd_value a, hd_value b) { return hd_value_equal_depth(a, b, 0); }
+int hd_value_equal(hd_value a, hd_value b) {
+    return hd_value_equal_depth(a, b, 0);
+}
 
 int hd_value_compare(hd_value a, hd_value b, int *ok) {
     *ok = 1;
     if ((a.type == HD_V_INT || a.type == HD_V_FLOAT) &&
         (b.type == HD_V_INT || b.type == HD_V_FLOAT)) {
-        if (a.type == HD_V_INT && b.type == HD_V_INT)
-            return (a.as.i > b.as.i) - (a.as.i < b.as.i);
+        if (a.type == HD_V_INT && b.type == HD_V_INT) return (a.as.i > b.as.i) - (a.as.i < b.as.i);
         double x = a.type == HD_V_INT ? (double)a.as.i : a.as.f;
         double y = b.type == HD_V_INT ? (double)b.as.i : b.as.f;
         return (x > y) - (x < y);
@@ -930,7 +932,9 @@ void hd_buf_add(hd_buf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
-void hd_buf_adds(hd_buf *b, const char *s) { hd_buf_add(b, s, strlen(s)); }
+void hd_buf_adds(hd_buf *b, const char *s) {
+    hd_buf_add(b, s, strlen(s));
+}
 
 void hd_buf_addf(hd_buf *b, const char *fmt, ...) {
     char small[256];
@@ -1037,10 +1041,6 @@ static void hd_buf_container(hd_buf *b, hd_value v, const hd_print_seen *seen) {
 }
 
 static void hd_buf_tensor(hd_buf *b, const hd_tensor *t) {
-    if (!hd_tensor_format) {
-        hd_buf_adds(b, "<tensor>");
-        return;
-    }
     hd_value s = hd_tensor_format(b->vm, t);
     if (s.type == HD_V_STR)
         hd_buf_add(b, hd_as_str(s)->chars, hd_as_str(s)->len);
@@ -1093,7 +1093,9 @@ static void hd_buf_value_rec(hd_buf *b, hd_value v, int quote, const hd_print_se
     case HD_V_FUNC:
     case HD_V_NATIVE:
     case HD_V_BOUND: hd_buf_addf(b, "<fn %s>", hd_fn_name(v)); break;
-    case HD_V_CLASS: hd_buf_addf(b, "<class %s>", hd_as_str(((hd_class *)v.as.o)->name)->chars); break;
+    case HD_V_CLASS:
+        hd_buf_addf(b, "<class %s>", hd_as_str(((hd_class *)v.as.o)->name)->chars);
+        break;
     case HD_V_OBJECT: hd_buf_addf(b, "<%s object>", hd_value_type_name(v)); break;
     case HD_V_MODULE: hd_buf_addf(b, "<module %s>", ((hd_module *)v.as.o)->name); break;
     case HD_V_HANDLE: hd_buf_addf(b, "<%s>", hd_value_type_name(v)); break;
@@ -1101,7 +1103,9 @@ static void hd_buf_value_rec(hd_buf *b, hd_value v, int quote, const hd_print_se
     }
 }
 
-void hd_buf_value(hd_buf *b, hd_value v, int quote) { hd_buf_value_rec(b, v, quote, NULL); }
+void hd_buf_value(hd_buf *b, hd_value v, int quote) {
+    hd_buf_value_rec(b, v, quote, NULL);
+}
 
 hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
     if (v.type == HD_V_STR) return hd_value_ref(v);

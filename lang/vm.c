@@ -12,17 +12,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Registered when the tensor layer is linked in. */
-#pragma weak hd_builtins_tensor_open
-#pragma weak hd_tensor_member_names
-
 #ifndef PATH_MAX
 #define PATH_MAX 4096
 #endif
 
 /* ---- errors ---- */
 
-hd_ctx *hd_vm_ctx(hd_vm *vm) { return &vm->ctx; }
+hd_ctx *hd_vm_ctx(hd_vm *vm) {
+    return &vm->ctx;
+}
 
 hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...) {
     va_list ap;
@@ -41,7 +39,9 @@ hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st) {
     return st;
 }
 
-int hd_vm_failed(hd_vm *vm) { return vm->err != HD_OK; }
+int hd_vm_failed(hd_vm *vm) {
+    return vm->err != HD_OK;
+}
 
 void hd_vm_clear_error(hd_vm *vm) {
     vm->err = HD_OK;
@@ -94,16 +94,29 @@ static void frame_name(hd_vm *vm, const hd_frame *f, char *buf, size_t n) {
         snprintf(buf, n, "<module %s>", f->mod->name);
 }
 
-/* "  in f at file:line:col" for f (at span) and every frame below it. */
+/* "  in f at file:line:col" for f (at span) and every frame below it. A
+ * line repeated by deep recursion is shown three times, then counted. */
 static void errtext_trace(hd_vm *vm, const hd_frame *f, const hd_span *span) {
-    char name[128];
+    char line[512], prev[512] = "";
+    int same = 0;
     for (; f; f = f->parent) {
         if (span) {
+            char name[128];
             frame_name(vm, f, name, sizeof name);
-            errtext_add(vm, "  in %s at %s:%d:%d\n", name, f->chunk->name, span->line, span->col);
+            snprintf(line, sizeof line, "  in %s at %s:%d:%d\n", name, f->chunk->name, span->line,
+                     span->col);
+            if (strcmp(line, prev) == 0) {
+                if (++same <= 2) errtext_add(vm, "%s", line);
+            } else {
+                if (same > 2) errtext_add(vm, "  ... repeated %d more times\n", same - 2);
+                same = 0;
+                errtext_add(vm, "%s", line);
+                memcpy(prev, line, sizeof prev);
+            }
         }
         span = f->parent && f->parent->at ? &f->parent->at->span : NULL;
     }
+    if (same > 2) errtext_add(vm, "  ... repeated %d more times\n", same - 2);
 }
 
 void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
@@ -136,9 +149,9 @@ hd_status hd_vm_def_value(hd_vm *vm, const char *name, hd_value v) {
     }
     if (vm->nbuiltins == vm->builtins_cap) {
         int cap = vm->builtins_cap ? vm->builtins_cap * 2 : 64;
-        hd_value *b = hd_ctx_realloc(&vm->ctx, vm->builtins,
-                                     (size_t)vm->builtins_cap * sizeof(hd_value),
-                                     (size_t)cap * sizeof(hd_value));
+        hd_value *b =
+            hd_ctx_realloc(&vm->ctx, vm->builtins, (size_t)vm->builtins_cap * sizeof(hd_value),
+                           (size_t)cap * sizeof(hd_value));
         if (!b) {
             hd_vunref(vm, v);
             return hd_vm_oom(vm);
@@ -198,7 +211,9 @@ void hd_vm_set_writer(hd_vm *vm, void (*write)(void *ud, const char *s, size_t n
     vm->write_ud = ud;
 }
 
-void hd_vm_interrupt(hd_vm *vm) { vm->interrupted = 1; }
+void hd_vm_interrupt(hd_vm *vm) {
+    vm->interrupted = 1;
+}
 
 /* ---- modules ---- */
 
@@ -325,8 +340,7 @@ static hd_chunk *chunk_new(hd_vm *vm, const char *source, size_t len, char *owne
 }
 
 /* Parse and resolve c against mod; the chunk is freed on failure. */
-static hd_status chunk_prepare(hd_vm *vm, hd_chunk *c, hd_module *mod, int repl,
-                               int *incomplete) {
+static hd_status chunk_prepare(hd_vm *vm, hd_chunk *c, hd_module *mod, int repl, int *incomplete) {
     hd_status st = hd_parse_source(&vm->ctx, c->source, c->len, c->name, &c->parse);
     c->parsed = 1;
     if (incomplete) *incomplete = c->parse.incomplete;
@@ -414,18 +428,20 @@ static hd_status import_path(hd_vm *vm, hd_frame *f, const hd_ast *node, char *p
     const char *what = node->str ? node->str : "";
     if (node->is_path) {
         if (!vm->opts.allow_io)
-            return hd_vm_error(vm, HD_ERR_IO, "import by path is disabled (file access is off)");
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "import by path is disabled (file access is off)");
         if (what[0] == '/')
             snprintf(path, n, "%s", what);
         else
             snprintf(path, n, "%s/%s", f->mod->dir ? f->mod->dir : ".", what);
-        if (!is_file(path)) return hd_vm_error(vm, HD_ERR_IO, "cannot find module file %s", path);
+        if (!is_file(path))
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot find module file %s", path);
         return HD_OK;
     }
     if (strchr(what, '/') || !what[0])
         return hd_vm_error(vm, HD_ERR_RUNTIME, "bad module name '%s'", what);
     if (!find_module(vm, f->mod->dir, what, path, n))
-        return hd_vm_error(vm, HD_ERR_IO,
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "cannot find module '%s' (looked for %s.hodu next to this file, in "
                            "HODU_PATH and in %s)",
                            what, what, vm->stdlib_dir);
@@ -485,7 +501,7 @@ hd_status hd_vm_import(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_value *out
     char path[PATH_MAX], canon[PATH_MAX];
     hd_status st = import_path(vm, f, node, path, sizeof path);
     if (st != HD_OK) return st;
-    if (!realpath(path, canon)) return hd_vm_error(vm, HD_ERR_IO, "cannot read %s", path);
+    if (!realpath(path, canon)) return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot read %s", path);
     hd_value *cached = hd_dict_get(vm->modules, canon);
     if (cached) return import_cached(vm, (hd_module *)cached->as.o, out);
     return import_load(vm, f, node, path, canon, out);
@@ -514,8 +530,7 @@ static void keys_of(hd_value dict, void (*fn)(const char *name, void *ud), void 
     for (int64_t i = 0; i < d->len; i++) fn(d->keys[i]->chars, ud);
 }
 
-void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void *ud),
-                        void *ud) {
+void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void *ud), void *ud) {
     switch (v.type) {
     case HD_V_OBJECT:
         keys_of(((hd_object *)v.as.o)->fields, fn, ud);
@@ -536,9 +551,7 @@ void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void
     case HD_V_LIST: keys_of(vm->methods[v.type], fn, ud); break;
     case HD_V_MODULE: keys_of(((hd_module *)v.as.o)->names, fn, ud); break;
     case HD_V_CLASS: keys_of(((hd_class *)v.as.o)->methods, fn, ud); break;
-    case HD_V_TENSOR:
-        if (hd_tensor_member_names) hd_tensor_member_names(fn, ud);
-        break;
+    case HD_V_TENSOR: hd_tensor_member_names(fn, ud); break;
     default: break;
     }
 }
@@ -572,7 +585,7 @@ static hd_status vm_init(hd_vm *vm) {
     vm->main->state = HD_MOD_READY;
     /* The tensor prelude first: core builtins that share a name with a
      * tensor function (abs, min, max) keep it and hand tensors to it. */
-    if (hd_builtins_tensor_open && hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
+    if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
     return hd_builtins_core_open(vm);
 }
 

@@ -15,7 +15,7 @@
 
 /* Default limit on nested Hodu calls; see docs/language.md. */
 #define HD_DEFAULT_MAX_DEPTH 1000
-#define HD_ERRTEXT_MAX 16384
+#define HD_ERRTEXT_MAX       16384
 
 static inline hd_value hd_err_value(void) {
     hd_value v;
@@ -32,7 +32,9 @@ static inline hd_value hd_uninit(void) {
     v.as.i = 1;
     return v;
 }
-static inline int hd_is_uninit(hd_value v) { return v.type == HD_V_NONE && v.as.i == 1; }
+static inline int hd_is_uninit(hd_value v) {
+    return v.type == HD_V_NONE && v.as.i == 1;
+}
 
 typedef struct hd_cell {
     hd_obj obj;
@@ -104,6 +106,9 @@ typedef struct hd_frame {
     const hd_ast *at; /* the call or import in progress, for the trace */
     hd_value ret;
     int nslots;
+    /* base[ref.kind] + ref.index is a plain variable's slot: slots for
+     * HD_REF_LOCAL, globals for HD_REF_GLOBAL, NULL for the other kinds. */
+    hd_value *base[HD_REF_BUILTIN + 1];
 } hd_frame;
 
 struct hd_vm {
@@ -152,7 +157,8 @@ struct hd_vm {
 void hd_obj_release(hd_vm *vm, hd_obj *o); /* refcount reached zero */
 
 /* One unsigned compare selects tensors and objects (and skips HD_V_ERR). */
-#define HD_V_COUNTED(t) ((unsigned)(t) - (unsigned)HD_V_TENSOR < (unsigned)(HD_V_COUNT - HD_V_TENSOR))
+#define HD_V_COUNTED(t)                                                                            \
+    ((unsigned)(t) - (unsigned)HD_V_TENSOR < (unsigned)(HD_V_COUNT - HD_V_TENSOR))
 
 static inline void hd_vref(hd_value v) {
     if (HD_V_COUNTED(v.type)) {
@@ -181,10 +187,15 @@ static inline hd_value hd_obj_value(hd_obj *o) {
 /* ---- objects (value.c) ---- */
 void *hd_obj_new(hd_vm *vm, hd_vtype type, size_t size); /* linked, refcount 1; NULL on OOM */
 size_t hd_obj_size(const hd_obj *o);
-void hd_obj_clear(hd_vm *vm, hd_obj *o); /* drop what o holds; o stays valid and empty */
+void hd_obj_clear(hd_vm *vm, hd_obj *o);     /* drop what o holds; o stays valid and empty */
 hd_cell *hd_cell_new(hd_vm *vm, hd_value v); /* takes v */
 hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step);
 int64_t hd_range_len(const hd_range *r);
+/* Element i of a range; in unsigned arithmetic because i * step alone may
+ * leave i64 even when the element does not. */
+static inline int64_t hd_range_at(int64_t start, int64_t step, int64_t i) {
+    return (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+}
 hd_value hd_closure_new(hd_vm *vm, const hd_ast_fn *fn, hd_chunk *chunk, hd_module *mod);
 hd_value hd_class_new(hd_vm *vm, const char *name);
 hd_value hd_object_new(hd_vm *vm, hd_class *cls);
@@ -194,7 +205,7 @@ hd_module *hd_module_new(hd_vm *vm, const char *name, const char *path);
 hd_value hd_native_bound(hd_vm *vm, const hd_native *n, hd_value self);
 
 hd_status hd_list_reserve(hd_vm *vm, hd_list *l, int64_t cap);
-hd_status hd_list_insert(hd_vm *vm, hd_list *l, int64_t at, hd_value item); /* takes item */
+hd_status hd_list_insert(hd_vm *vm, hd_list *l, int64_t at, hd_value item);     /* takes item */
 hd_status hd_dict_set_str(hd_vm *vm, hd_value dict, hd_str *key, hd_value val); /* takes val */
 hd_value *hd_dict_get_str(hd_value dict, const hd_str *key);
 hd_value *hd_dict_getn(hd_value dict, const char *key, size_t len);
@@ -248,8 +259,7 @@ hd_value *hd_vm_find_method(hd_vm *vm, hd_vtype type, const char *name);
 /* ---- evaluator (eval.c) ---- */
 hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl);
 hd_status hd_eval_call(hd_vm *vm, hd_value callee, hd_value self, int has_self,
-                       const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
-                       hd_value *out);
+                       const hd_value *args, int nargs, const hd_kwarg *kw, int nkw, hd_value *out);
 /* Truthiness with errors (a tensor with several elements is ambiguous). */
 int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok);
 /* x.name for any value; out is a new reference. */
