@@ -29,7 +29,7 @@ static hd_status dict_list(hd_vm *vm, hd_value d, hd_io_list *l) {
 
 static HD_TF_FN(tf_save) {
     HD_TARGS_BIND(a); /* path, value */
-    const char *path;
+    const char *path = NULL;
     if (path_arg(vm, &a, &path)) return HD_ERR_RUNTIME;
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_value v = a.v[1];
@@ -74,7 +74,7 @@ static hd_status list_dict(hd_vm *vm, hd_io_list *l, hd_value *out) {
 
 static HD_TF_FN(tf_load) {
     HD_TARGS_BIND(a); /* path */
-    const char *path;
+    const char *path = NULL;
     if (path_arg(vm, &a, &path)) return HD_ERR_RUNTIME;
     hd_ctx *ctx = hd_vm_ctx(vm);
     if (hd_io_format_of(path) == HD_IO_CSV) {
@@ -97,7 +97,7 @@ static HD_TF_FN(tf_load) {
 
 static HD_TF_FN(tf_read_csv) {
     HD_TARGS_BIND(a); /* path */
-    const char *path;
+    const char *path = NULL;
     if (path_arg(vm, &a, &path)) return HD_ERR_RUNTIME;
     hd_tensor *t = NULL;
     if (hd_io_read_csv(hd_vm_ctx(vm), path, &t, NULL)) return hd_tfail(vm, "read_csv");
