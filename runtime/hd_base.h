@@ -27,6 +27,17 @@ typedef void *(*hd_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
 #define HD_ERRMSG_MAX 1024
 
+/* A gradient context (grad_context blocks; the outermost one is built into
+ * hd_ctx). Managed by hd_autograd.c: records made while it is innermost are
+ * linked here so that clear_tape() and the block's end can free them. */
+typedef struct hd_grad_scope {
+    struct hd_grad_scope *parent;
+    struct hd_grad_node *records; /* live records made in this context */
+    size_t nrecords;
+    uint64_t id;        /* tensors name their context by id: ids are never reused */
+    int outer_disabled; /* grad mode to restore when the block ends */
+} hd_grad_scope;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -39,6 +50,11 @@ typedef struct hd_ctx {
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
     hd_status status;    /* last error */
     char errmsg[HD_ERRMSG_MAX];
+    int grad_disabled; /* no_grad: ops are not recorded for gradients */
+    uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
+    /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
+    hd_grad_scope grad_root;
+    hd_grad_scope *grad_scope;
 } hd_ctx;
 
 /* Project invariants only; never for conditions a user, file or host causes. */
