@@ -812,3 +812,29 @@ SHAPE_FN(pool2d_bwd) {
     for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
     return HD_OK;
 }
+
+/* layer_norm_bwd (x, g[, w]): ints[1] == 0 gives dx (x's shape), 1 gives
+ * the weight's gradient (the normalized dims' shape). */
+SHAPE_FN(layer_norm_bwd) {
+    if (nin < 2 || nin > 3 || (attrs->ints[1] == 1 && nin != 2))
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm_bwd takes x, g and, for dx, a weight");
+    for (int i = 0; i < nin; i++)
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+    const hd_tensor *x = in[0];
+    if (!same_shape(in[1], x->shape, x->ndim))
+        return grad_shape_mismatch(ctx, op, x->shape, x->ndim, in[1]->shape, in[1]->ndim);
+    hd_tensor *fwd_in[3] = {in[0], nin == 3 ? in[2] : NULL, nin == 3 ? in[2] : NULL};
+    hd_op_plan fwd; /* checks the normalized dims and the weight's shape */
+    if (hd_shape_layer_norm(ctx, HD_OP_LAYER_NORM, fwd_in, nin == 3 ? 3 : 1, attrs, &fwd))
+        return ctx->status;
+    int k = (int)(attrs->ints[0] ? attrs->ints[0] : 1);
+    hd_dtype dt = grad_dtype(in, nin);
+    if (attrs->ints[1] == 1)
+        plan_set(plan, dt, x->shape + x->ndim - k, k);
+    else if (attrs->ints[1] == 0)
+        plan_set(plan, dt, x->shape, x->ndim);
+    else
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm_bwd: ints[1] must be 0 or 1");
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}
