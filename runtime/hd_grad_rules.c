@@ -640,27 +640,21 @@ RULE(dropout, 0) {
     gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_DROPOUT_BWD, &g, 1, &at));
 }
 
-/* xhat = (x - mean) * rstd over the last k dims;
- * dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), gw = g * w;
- * dw = g * xhat and db = g, summed over the leading dims by backward. */
+/* fused: dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) with gw = g w, and
+ * dw = sum over rows of g xhat; db = g, summed over rows by backward */
 RULE(layer_norm, SAVE_X | HD_GRAD_SAVE_IN(1)) {
-    hd_tensor *a = IN(0), *w = n->nin == 3 ? IN(1) : NULL;
-    int64_t k = n->attrs.ints[0] ? n->attrs.ints[0] : 1;
-    double eps = n->attrs.scalar[0] != 0 ? n->attrs.scalar[0] : 1e-5;
-    unsigned m = 0;
-    for (int i = a->ndim - (int)k; i < a->ndim; i++) m |= 1u << i;
-    hd_tensor *xc = sub(x, a, reduce(x, HD_OP_MEAN, a, m));
-    hd_tensor *var = reduce(x, HD_OP_MEAN, mul(x, xc, xc), m);
-    hd_tensor *rstd = un(x, HD_OP_RSQRT, add(x, var, num(x, eps)));
-    hd_tensor *xhat = mul(x, xc, rstd);
+    hd_attrs at = n->attrs;
     if (need[0]) {
-        hd_tensor *gw = w ? mul(x, g, w) : g;
-        hd_tensor *t = sub(x, gw, reduce(x, HD_OP_MEAN, gw, m));
-        t = sub(x, t, mul(x, xhat, reduce(x, HD_OP_MEAN, mul(x, gw, xhat), m)));
-        gin[0] = hd_gx_out(x, mul(x, rstd, t));
+        hd_tensor *in[3] = {IN(0), g, n->nin == 3 ? IN(1) : NULL};
+        at.ints[1] = 0;
+        gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_LAYER_NORM_BWD, in, n->nin == 3 ? 3 : 2, &at));
     }
-    if (w && need[1]) gin[1] = hd_gx_out(x, mul(x, g, xhat));
-    if (w && need[2]) gin[2] = hd_gx_out(x, g);
+    if (n->nin == 3 && need[1]) {
+        hd_tensor *in[2] = {IN(0), g};
+        at.ints[1] = 1;
+        gin[1] = hd_gx_out(x, hd_gx_run(x, HD_OP_LAYER_NORM_BWD, in, 2, &at));
+    }
+    if (n->nin == 3 && need[2]) gin[2] = hd_gx_out(x, g);
 }
 
 /* ---- the table ---- */

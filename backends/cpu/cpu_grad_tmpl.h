@@ -262,6 +262,68 @@ static void GR_FN(conv_bwd_weight)(const GR_T *x, const GR_T *g, GR_T *dw, GR_T 
         }
 }
 
+/* ---- layer_norm ---- */
+
+/* Mean and 1 / sqrt(biased var + eps) of a row of d, in double, as the
+ * forward computes them. */
+static void GR_FN(ln_stats)(const GR_T *x, int64_t d, double eps, double *mean, double *rstd) {
+    double s = 0, v = 0;
+    for (int64_t j = 0; j < d; j++) s += x[j];
+    double m = s / (double)d;
+    for (int64_t j = 0; j < d; j++) v += ((double)x[j] - m) * ((double)x[j] - m);
+    *mean = m;
+    *rstd = 1.0 / sqrt(v / (double)d + eps);
+}
+
+/* dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) per row, gw = g w */
+static void GR_FN(ln_bwd_dx)(const GR_T *x, const GR_T *g, const GR_T *w, GR_T *dx, int64_t rows,
+                             int64_t d, double eps, int nt) {
+#pragma omp parallel for num_threads(nt) if (rows * d >= CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const GR_T *xr = x + r * d, *gr = g + r * d;
+        double m, rs, a = 0, b = 0;
+        GR_FN(ln_stats)(xr, d, eps, &m, &rs);
+        for (int64_t j = 0; j < d; j++) {
+            double gw = (double)gr[j] * (w ? (double)w[j] : 1.0);
+            a += gw;
+            b += gw * ((double)xr[j] - m) * rs;
+        }
+        a /= (double)d, b /= (double)d;
+        for (int64_t j = 0; j < d; j++) {
+            double gw = (double)gr[j] * (w ? (double)w[j] : 1.0);
+            dx[r * d + j] = (GR_T)(rs * (gw - a - ((double)xr[j] - m) * rs * b));
+        }
+    }
+}
+
+/* dw[j] = sum over rows of g xhat, by blocks of columns (each thread owns
+ * its columns, so the sums need no reduction across threads) */
+static hd_status GR_FN(ln_bwd_dw)(hd_ctx *ctx, const GR_T *x, const GR_T *g, GR_T *dw, int64_t rows,
+                                  int64_t d, double eps) {
+    double *st = hd_ctx_alloc(ctx, (size_t)(rows ? rows : 1) * 2 * sizeof(double));
+    if (!st) return ctx->status;
+    int nt = ctx->nthreads;
+#pragma omp parallel for num_threads(nt) if (rows * d >= CPU_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        GR_FN(ln_stats)(x + r * d, d, eps, &st[2 * r], &st[2 * r + 1]);
+    enum { BLK = 64 };
+    int64_t nblk = (d + BLK - 1) / BLK;
+#pragma omp parallel for num_threads(nt) if (rows * d >= CPU_PAR_MIN) schedule(static)
+    for (int64_t bk = 0; bk < nblk; bk++) {
+        int64_t j0 = bk * BLK, j1 = HD_MIN(j0 + BLK, d);
+        double acc[BLK] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const GR_T *xr = x + r * d, *gr = g + r * d;
+            double m = st[2 * r], rs = st[2 * r + 1];
+            for (int64_t j = j0; j < j1; j++)
+                acc[j - j0] += (double)gr[j] * ((double)xr[j] - m) * rs;
+        }
+        for (int64_t j = j0; j < j1; j++) dw[j] = (GR_T)acc[j - j0];
+    }
+    hd_ctx_free(ctx, st, (size_t)(rows ? rows : 1) * 2 * sizeof(double));
+    return HD_OK;
+}
+
 /* ---- entry points: load the inputs, run, free ---- */
 
 static hd_status GR_FN(run_like)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
@@ -364,6 +426,26 @@ static hd_status GR_FN(run_conv)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tenso
     hd_ctx_free(ctx, col, colsz);
     if (a) GR_FN(grad_free)(ctx, in[0], a, own[0]);
     if (b) GR_FN(grad_free)(ctx, in[1], b, own[1]);
+    return st;
+}
+
+static hd_status GR_FN(run_ln)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                               const hd_attrs *attrs) {
+    int64_t k = attrs->ints[0] ? attrs->ints[0] : 1, d = 1;
+    for (int i = in[0]->ndim - (int)k; i < in[0]->ndim; i++) d *= in[0]->shape[i];
+    int64_t rows = d ? in[0]->numel / d : 0;
+    double eps = attrs->scalar[0] != 0 ? attrs->scalar[0] : 1e-5;
+    int own[3] = {0, 0, 0};
+    const GR_T *buf[3] = {NULL, NULL, NULL};
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin && !st; i++)
+        if (!(buf[i] = GR_FN(grad_load)(ctx, in[i], &own[i]))) st = ctx->status;
+    if (!st && attrs->ints[1] == 1)
+        st = GR_FN(ln_bwd_dw)(ctx, buf[0], buf[1], hd_tensor_data(out), rows, d, eps);
+    else if (!st)
+        GR_FN(ln_bwd_dx)(buf[0], buf[1], buf[2], hd_tensor_data(out), rows, d, eps, ctx->nthreads);
+    for (int i = 0; i < nin; i++)
+        if (buf[i]) GR_FN(grad_free)(ctx, in[i], buf[i], own[i]);
     return st;
 }
 
