@@ -324,6 +324,7 @@ hd_status hd_grad_set(hd_ctx *ctx, hd_tensor *t, hd_tensor *g) {
         v = detached_view(ctx, g);
     hd_grad_set_enabled(ctx, was);
     if (!v) return ctx->status;
+    v->number = 0; /* a gradient is a tensor, even one given as a number */
     hd_tensor_unref(gi->grad);
     gi->grad = v;
     return HD_OK;
@@ -703,7 +704,9 @@ static hd_status make_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_ten
                         hd_shape_str(loss->shape, loss->ndim, sb, sizeof sb));
     if (grad->dtype != loss->dtype) return hd_op_cast(ctx, grad, loss->dtype, seed);
     *seed = detached_view(ctx, grad);
-    return *seed ? HD_OK : ctx->status;
+    if (!*seed) return ctx->status;
+    (*seed)->number = 0; /* promotes like the loss it stands for */
+    return HD_OK;
 }
 
 static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed) {
