@@ -268,32 +268,52 @@ static void GR_FN(conv_bwd_weight)(const GR_T *x, const GR_T *g, GR_T *dw, GR_T 
  * forward computes them. */
 static void GR_FN(ln_stats)(const GR_T *x, int64_t d, double eps, double *mean, double *rstd) {
     double s = 0, v = 0;
+#pragma omp simd reduction(+ : s)
     for (int64_t j = 0; j < d; j++) s += x[j];
     double m = s / (double)d;
+#pragma omp simd reduction(+ : v)
     for (int64_t j = 0; j < d; j++) v += ((double)x[j] - m) * ((double)x[j] - m);
     *mean = m;
     *rstd = 1.0 / sqrt(v / (double)d + eps);
 }
 
-/* dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) per row, gw = g w */
+/* One row: dx = rstd (gw - mean(gw)) - (x - mean) rstd^2 mean(gw (x - mean)),
+ * gw = g w (w NULL: 1). */
+static void GR_FN(ln_dx_row)(const GR_T *x, const GR_T *g, const GR_T *w, GR_T *dx, int64_t d,
+                             double eps) {
+    double m, rs, a = 0, b = 0;
+    GR_FN(ln_stats)(x, d, eps, &m, &rs);
+    if (w) {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = 0; j < d; j++) {
+            double gw = (double)g[j] * (double)w[j];
+            a += gw;
+            b += gw * ((double)x[j] - m);
+        }
+    } else {
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t j = 0; j < d; j++) {
+            a += g[j];
+            b += (double)g[j] * ((double)x[j] - m);
+        }
+    }
+    double c0 = rs * a / (double)d, c1 = rs * rs * rs * b / (double)d;
+    if (w) {
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++)
+            dx[j] = (GR_T)(rs * (double)g[j] * (double)w[j] - c0 - ((double)x[j] - m) * c1);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < d; j++)
+            dx[j] = (GR_T)(rs * (double)g[j] - c0 - ((double)x[j] - m) * c1);
+    }
+}
+
 static void GR_FN(ln_bwd_dx)(const GR_T *x, const GR_T *g, const GR_T *w, GR_T *dx, int64_t rows,
                              int64_t d, double eps, int nt) {
 #pragma omp parallel for num_threads(nt) if (rows * d >= CPU_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const GR_T *xr = x + r * d, *gr = g + r * d;
-        double m, rs, a = 0, b = 0;
-        GR_FN(ln_stats)(xr, d, eps, &m, &rs);
-        for (int64_t j = 0; j < d; j++) {
-            double gw = (double)gr[j] * (w ? (double)w[j] : 1.0);
-            a += gw;
-            b += gw * ((double)xr[j] - m) * rs;
-        }
-        a /= (double)d, b /= (double)d;
-        for (int64_t j = 0; j < d; j++) {
-            double gw = (double)gr[j] * (w ? (double)w[j] : 1.0);
-            dx[r * d + j] = (GR_T)(rs * (gw - a - ((double)xr[j] - m) * rs * b));
-        }
-    }
+    for (int64_t r = 0; r < rows; r++)
+        GR_FN(ln_dx_row)(x + r * d, g + r * d, w, dx + r * d, d, eps);
 }
 
 /* dw[j] = sum over rows of g xhat, by blocks of columns (each thread owns
