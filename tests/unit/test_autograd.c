@@ -378,6 +378,75 @@ static void test_long_chain(hd_ctx *ctx) {
     unref_all((hd_tensor *[]){w, one}, 2);
 }
 
+/* ---- threads ---- */
+
+static hd_tensor *filled(hd_ctx *ctx, hd_dtype dt, const int64_t *shape, int nd, double phase) {
+    hd_tensor *t = hd_tensor_new(ctx, dt, shape, nd);
+    for (int64_t i = 0; i < t->numel; i++)
+        hd_dtype_store(dt, t->storage->data, i, sin(phase + 0.61 * (double)i));
+    return t;
+}
+
+/* A network big enough for the parallel paths of the backward kernels:
+ * conv2d, max and avg pools, layer_norm, softmax, dropout, index_select,
+ * cross_entropy. Returns the gradients of its parameters, in order. */
+static void big_net_grads(int nthreads, double *out, int nout) {
+    hd_ctx c;
+    hd_ctx_init(&c, NULL, NULL);
+    c.nthreads = nthreads;
+    int64_t xs[4] = {8, 8, 32, 32}, ws[4] = {8, 8, 3, 3}, es[2] = {64, 512}, is[1] = {64};
+    hd_tensor *x = param(&c, filled(&c, HD_F32, xs, 4, 0.1));
+    hd_tensor *w = param(&c, filled(&c, HD_F32, ws, 4, 0.2));
+    hd_tensor *emb = param(&c, filled(&c, HD_F32, es, 2, 0.3));
+    hd_tensor *idx = hd_tensor_new(&c, HD_I64, is, 1);
+    for (int i = 0; i < 64; i++) ((int64_t *)idx->storage->data)[i] = (i * 7) % 64;
+    hd_attrs ca, pa, la, da, sa;
+    memset(&ca, 0, sizeof ca), memset(&pa, 0, sizeof pa), memset(&la, 0, sizeof la);
+    memset(&da, 0, sizeof da), memset(&sa, 0, sizeof sa);
+    ca.ints[0] = ca.ints[1] = ca.ints[2] = ca.ints[3] = 1;
+    pa.ints[0] = pa.ints[1] = 2;
+    la.ints[0] = 1;
+    da.scalar[0] = 0.2, da.ints[0] = 1;
+    sa.ints[0] = -1;
+    hd_tensor *cin[2] = {x, w}, *cv = NULL, *e = NULL, *in2[2] = {emb, idx};
+    hd_op_run(&c, HD_OP_CONV2D, cin, 2, &ca, &cv);
+    hd_tensor *mp = op1(&c, HD_OP_MAX_POOL2D, cv, &pa), *ap = op1(&c, HD_OP_AVG_POOL2D, cv, &pa);
+    hd_tensor *pp = op2(&c, HD_OP_MUL, mp, ap); /* [8, 8, 16, 16] */
+    hd_attrs ra;
+    memset(&ra, 0, sizeof ra);
+    ra.nshape = 2, ra.shape[0] = 64, ra.shape[1] = 256;
+    hd_tensor *flat = op1(&c, HD_OP_RESHAPE, pp, &ra);
+    hd_op_run(&c, HD_OP_INDEX_SELECT, in2, 2, NULL, &e); /* [64, 512] */
+    hd_tensor *ln = op1(&c, HD_OP_LAYER_NORM, e, &la), *dr = op1(&c, HD_OP_DROPOUT, ln, &da);
+    hd_tensor *sm = op1(&c, HD_OP_LOG_SOFTMAX, dr, &sa);
+    ra.shape[0] = 256, ra.shape[1] = 128;
+    hd_tensor *smr = op1(&c, HD_OP_RESHAPE, sm, &ra);
+    hd_tensor *logits = op2(&c, HD_OP_MATMUL, flat, smr); /* [64, 128] */
+    hd_tensor *loss = op2(&c, HD_OP_CROSS_ENTROPY, logits, idx);
+    CHECK(loss && backward(&c, loss) == HD_OK);
+    hd_tensor *ps[3] = {w, emb, x};
+    int k = 0;
+    for (int p = 0; p < 3; p++)
+        for (int64_t i = 0; hd_grad_get(ps[p]) && i < hd_grad_get(ps[p])->numel && k < nout;
+             i += 97)
+            out[k++] = hd_tensor_get(hd_grad_get(ps[p]), i);
+    unref_all(
+        (hd_tensor *[]){x, w, emb, idx, cv, e, mp, ap, pp, flat, ln, dr, sm, smr, logits, loss},
+        16);
+    CHECK(c.mem_used == 0);
+}
+
+static void test_threads(void) {
+    enum { N = 2000 };
+    double one[N], many[N];
+    memset(one, 0, sizeof one), memset(many, 0, sizeof many);
+    big_net_grads(1, one, N);
+    big_net_grads(4, many, N);
+    int same = 1;
+    for (int i = 0; i < N; i++) same &= hd_test_close(many[i], one[i], 1e-5, 1e-7);
+    CHECK(same && one[0] != 0);
+}
+
 /* ---- memory over a training loop ---- */
 
 /* Linear regression, 100 samples x 3 features, plain SGD through
@@ -537,6 +606,7 @@ int main(void) {
     test_long_chain(&ctx);
     hd_grad_shutdown(&ctx);
     CHECK_MSG(ctx.mem_used == 0, "%zu bytes leaked", ctx.mem_used);
+    test_threads();
     test_memory_flat();
     test_alloc_failures();
     TEST_END();

@@ -216,6 +216,8 @@ SET(axism1, a->ints[0] = -1)
 SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
     a->ints[5] = 2; a->ints[6] = 2)
 SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
+SET(conv_dw, a->ints[0] = 1; a->ints[1] = 1; a->ints[2] = 2; a->ints[3] = 1; a->ints[4] = 2;
+    a->ints[5] = 1; a->ints[6] = 3)
 SET(conv_s2, a->ints[0] = 2; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 1)
 SET(pool_2, a->ints[0] = 2; a->ints[1] = 2)
 SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; a->ints[4] = 1;
@@ -362,6 +364,7 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_MSE, .in = {"n:3x4:t", "n:3x4:s"}},
     {.op = HD_OP_CONV2D, .in = {"n:2x4x5x7", "n:6x2x3x3", "n:6"}, .set = conv_a},
     {.op = HD_OP_CONV2D, .in = {"n:2x3x4x4", "n:5x3x1x1"}, .set = conv_1},
+    {.op = HD_OP_CONV2D, .in = {"n:1x3x5x4:t", "n:6x1x3x2", "n:6"}, .set = conv_dw},
     {.op = HD_OP_CONV2D, .in = {"n:1x2x5x5:s", "n:3x2x3x3", "n:3"}, .set = conv_s2},
     {.op = HD_OP_MAX_POOL2D, .in = {"n:2x3x4x6"}, .set = pool_2},
     {.op = HD_OP_MAX_POOL2D, .in = {"n:1x2x5x5:t"}, .set = pool_3s2p1},
