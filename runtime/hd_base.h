@@ -35,6 +35,17 @@ typedef struct hd_cached_block {
     size_t n;
 } hd_cached_block;
 
+/* A gradient context (grad_context blocks; the outermost one is built into
+ * hd_ctx). Managed by hd_autograd.c: records made while it is innermost are
+ * linked here so that clear_tape() and the block's end can free them. */
+typedef struct hd_grad_scope {
+    struct hd_grad_scope *parent;
+    struct hd_grad_node *records; /* live records made in this context */
+    size_t nrecords;
+    uint64_t id;        /* tensors name their context by id: ids are never reused */
+    int outer_disabled; /* grad mode to restore when the block ends */
+} hd_grad_scope;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -51,6 +62,11 @@ typedef struct hd_ctx {
     hd_cached_block cache[HD_BLOCK_CACHE_SLOTS];
     hd_status status; /* last error */
     char errmsg[HD_ERRMSG_MAX];
+    int grad_disabled; /* no_grad: ops are not recorded for gradients */
+    uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
+    /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
+    hd_grad_scope grad_root;
+    hd_grad_scope *grad_scope;
 } hd_ctx;
 
 /* Project invariants only; never for conditions a user, file or host causes. */

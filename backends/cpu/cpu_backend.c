@@ -71,6 +71,7 @@ static const struct {
     [HD_KIND_SHAPE] = {hd_cpu_shape, hd_cpu_shape_supports},
     [HD_KIND_INDEX] = {hd_cpu_index, hd_cpu_index_supports},
     [HD_KIND_NN] = {hd_cpu_nn, hd_cpu_nn_supports},
+    [HD_KIND_GRAD] = {hd_cpu_grad, hd_cpu_grad_supports},
 };
 
 static int cpu_supports_op(hd_op op, hd_dtype dt) {
