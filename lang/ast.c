@@ -1,4 +1,4 @@
-/* ast.c: the arena, the parser's node helpers and diagnostics, the debug
+/* ast.c: the arena, the parser's node constructors and diagnostics, the debug
  * dump and the diagnostic formatter. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -571,37 +571,49 @@ size_t hd_ast_dump(char *buf, size_t n, const hd_ast *node) {
 
 /* ---- diagnostics ---- */
 
-/* "chunk:line:col: kind: message", the source line, and a caret line:
- * '^' under the span's start, '~' to its end on that line. The caret
- * line's padding copies the source line's tabs so the caret lines up. */
+/* Line `line` (1-based) of a NUL-terminated source, without its newline;
+ * "" past the end. */
+static const char *hd_diag_line(const char *source, int line, size_t *len) {
+    const char *s = source ? source : "";
+    for (int i = 1; i < line && s; i++) {
+        s = strchr(s, '\n');
+        if (s) s++;
+    }
+    if (!s) s = "";
+    *len = strcspn(s, "\n");
+    if (*len > 0 && s[*len - 1] == '\r') (*len)--;
+    return s;
+}
+
+/* '^' under column `col`, '~' to `end` (both 1-based, inclusive); the
+ * padding copies the line's tabs so the caret lines up under them. */
+static void hd_diag_caret(hd_dump *d, const char *line, size_t len, const hd_span *span) {
+    size_t col = span->col > 0 ? (size_t)span->col - 1 : 0;
+    if (col > len) col = len;
+    size_t end =
+        span->end_line > span->line ? len : (size_t)(span->end_col > 0 ? span->end_col : 0);
+    if (end > len) end = len;
+    for (size_t i = 0; i < col; i++) hd_dump_raw(d, line[i] == '\t' ? "\t" : " ", 1);
+    hd_dump_s(d, "^");
+    for (size_t i = col + 1; i < end; i++) hd_dump_s(d, "~");
+}
+
+/* "chunk:line:col: kind: message", then the source line and the caret
+ * line, each indented by two spaces. */
 size_t hd_diag_format(char *buf, size_t n, const char *chunk, const char *source,
                       const hd_span *span, const char *kind, const char *message) {
     hd_dump d = {buf, n, 0};
-    const char *line = source ? source : "";
-    for (int i = 1; i < span->line && line; i++) {
-        line = strchr(line, '\n');
-        if (line) line++;
-    }
-    if (!line) line = "";
-    size_t len = strcspn(line, "\n");
-    if (len > 0 && line[len - 1] == '\r') len--;
-    char head[64];
-    snprintf(head, sizeof head, ":%d:%d: ", span->line, span->col);
+    size_t len;
+    const char *line = hd_diag_line(source, span->line, &len);
     hd_dump_s(&d, chunk ? chunk : "<input>");
-    hd_dump_s(&d, head);
+    hd_dump_f(&d, ":%d:%d: ", span->line, span->col);
     hd_dump_s(&d, kind ? kind : "error");
     hd_dump_s(&d, ": ");
     hd_dump_s(&d, message ? message : "");
     hd_dump_s(&d, "\n  ");
     hd_dump_raw(&d, line, len);
     hd_dump_s(&d, "\n  ");
-    size_t col = span->col > 0 ? (size_t)span->col - 1 : 0;
-    for (size_t i = 0; i < col; i++) hd_dump_raw(&d, i < len && line[i] == '\t' ? "\t" : " ", 1);
-    hd_dump_s(&d, "^");
-    size_t end =
-        span->end_line > span->line ? len : (size_t)(span->end_col > 0 ? span->end_col : 0);
-    if (end > len) end = len;
-    for (size_t i = col + 1; i < end; i++) hd_dump_s(&d, "~");
+    hd_diag_caret(&d, line, len, span);
     hd_dump_s(&d, "\n");
     if (n) buf[d.len < n ? d.len : n - 1] = 0;
     return d.len;

@@ -1,5 +1,5 @@
 /* parse_int: what the lexer (lexer.re), the grammar (parser.y), the node
- * helpers (ast.c) and the driver (parse.c) share. Not part of the AST
+ * constructors (ast.c) and the driver (parse.c) share. Not part of the AST
  * contract: the resolver and the evaluator only see ast.h.
  *
  * Memory: every node, list, string and diagnostic lives in the parse's
@@ -90,7 +90,7 @@ void hd_parse_error(hd_parser *p, hd_span span, const char *fmt, ...)
 void *hd_parse_alloc(hd_parser *p, size_t n);
 char *hd_parse_strdup(hd_parser *p, const char *s, size_t n);
 
-/* Node helpers (ast.c). Each returns NULL only when memory ran out. A node
+/* Node constructors (ast.c). Each returns NULL only when memory ran out. A node
  * is finished by hd_parse_done, which records its height, reports a tree
  * nested too deeply and an integer literal too large that no minus took. */
 hd_ast *hd_parse_node(hd_parser *p, hd_ast_kind kind, hd_span span);

@@ -4,7 +4,13 @@
  * stacks come from the context's allocator. Statements end at NEWLINE or
  * ';' (the lexer drops the newlines that cannot end one, see lexer.re). A
  * syntax error is recorded and the parser resumes at the next statement
- * boundary, so one run reports several errors. */
+ * boundary, so one run reports several errors.
+ *
+ * Canonical LR without default reductions: errors are detected on the
+ * offending token with its exact expected set, so messages say "expected
+ * ')' or ','" rather than everything some merged state could take. (LAC
+ * would give the same with smaller tables, but its stack is allocated
+ * where the context is out of reach.) */
 
 %require "3.8"
 %define api.pure full
@@ -53,6 +59,16 @@ int hd_yylex(HD_YYSTYPE *lval, hd_span *lloc, hd_parser *p);
     do {                                                                                           \
         if (!(x)) YYNOMEM;                                                                         \
     } while (0)
+
+/* A slice without a start begins at its first ':', not where the empty
+ * start was reduced (the end of the '['). */
+static hd_span hd_yy_slice_span(hd_span all, const hd_ast *start, hd_span colon) {
+    if (!start) {
+        all.line = colon.line;
+        all.col = colon.col;
+    }
+    return all;
+}
 
 static void *hd_yy_stack_alloc(hd_parser *p, size_t n);
 static void hd_yy_stack_free(hd_parser *p, void *ptr);
@@ -393,9 +409,11 @@ subscripts
 subscript
     : expr
     | ELLIPSIS { HD_NEED($$ = hd_parse_node(p, HD_AST_ELLIPSIS, @$)); }
-    | opt_expr COLON opt_expr { HD_NEED($$ = hd_parse_mk(p, HD_AST_SLICE, @$, $1, $3, NULL)); }
+    | opt_expr COLON opt_expr {
+        HD_NEED($$ = hd_parse_mk(p, HD_AST_SLICE, hd_yy_slice_span(@$, $1, @2), $1, $3, NULL));
+    }
     | opt_expr COLON opt_expr COLON opt_expr {
-        HD_NEED($$ = hd_parse_mk(p, HD_AST_SLICE, @$, $1, $3, $5));
+        HD_NEED($$ = hd_parse_mk(p, HD_AST_SLICE, hd_yy_slice_span(@$, $1, @2), $1, $3, $5));
     }
     ;
 

@@ -385,6 +385,15 @@ static void check_spans(void) {
         CHECK(span_is(member, 4, 3, 4, 5));
     }
     hd_parse_free(&p);
+    p = parse_ok("x[ :2, 1:, ::3]");
+    if (p.program) {
+        hd_ast *ix = p.program->items[0]->a;
+        CHECK(span_is(ix, 1, 1, 1, 15));
+        CHECK(span_is(ix->items[0], 1, 4, 1, 5));
+        CHECK(span_is(ix->items[1], 1, 8, 1, 9));
+        CHECK(span_is(ix->items[2], 1, 12, 1, 14));
+    }
+    hd_parse_free(&p);
     p = parse_ok("fn f(a, b = 2) {\n  a + b\n}");
     if (p.program) {
         hd_ast *def = p.program->items[0];
@@ -454,7 +463,7 @@ static void check_diag_format(void) {
     /* A span past the source, and a small buffer: still terminated. */
     hd_span far = {9, 3, 9, 4};
     size_t n = hd_diag_format(buf, 8, "c", "x", &far, "error", "m");
-    CHECK(n == strlen("c:9:3: error: m\n  \n    ^\n") && strlen(buf) == 7);
+    CHECK(n == strlen("c:9:3: error: m\n  \n  ^\n") && strlen(buf) == 7);
 }
 
 /* The REPL asks for more only when the input stopped inside something. */
