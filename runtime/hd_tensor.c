@@ -235,8 +235,10 @@ void hd_broadcast_strides(const hd_tensor *t, const int64_t *shape, int ndim, in
 }
 
 hd_status hd_norm_axis(hd_ctx *ctx, int64_t axis, int ndim, int *out) {
-    int64_t a = axis < 0 ? axis + ndim : axis;
-    if (a < 0 || a >= (ndim > 0 ? ndim : 1))
+    /* A 0-d tensor accepts axis 0 and -1, as PyTorch does. */
+    int64_t n = ndim > 0 ? ndim : 1;
+    int64_t a = axis < 0 ? axis + n : axis;
+    if (a < 0 || a >= n)
         return hd_error(ctx, HD_ERR_RUNTIME, "axis %lld is out of range for a tensor of %d dims",
                         (long long)axis, ndim);
     *out = (int)a;
