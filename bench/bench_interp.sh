@@ -8,6 +8,8 @@
 #   REPEAT=9 bench/bench_interp.sh
 #   INSTR=1 bench/bench_interp.sh     also count instructions (valgrind) for
 #                                     Hodu and Lua: steady on a loaded machine
+#                                     (needs a build configured with
+#                                     -DHODU_NATIVE=OFF)
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 hodu="${1:-$here/../build/hodu}"
@@ -36,13 +38,20 @@ best_time() {
     echo "$best"
 }
 
-# instructions CMD... : instructions executed, counted by callgrind.
+# instructions CMD... : instructions executed, counted by callgrind; "-"
+# when the program does not finish under valgrind (a -march=native build can
+# use AVX-512, which valgrind does not know: configure with -DHODU_NATIVE=OFF).
 instructions() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
-        awk '/refs:/ { gsub(",", "", $NF); print $NF }'
+    local log
+    log="$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null)"
+    if [ $? -ne 0 ] || printf '%s' "$log" | grep -q "Unrecognised instruction"; then
+        echo "-"
+        return
+    fi
+    printf '%s\n' "$log" | awk '/refs:/ { gsub(",", "", $NF); print $NF }'
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
 
 printf "%-8s %9s %9s %9s %10s %12s\n" program hodu lua python hodu/lua hodu/python
 status=0
