@@ -26,6 +26,7 @@ enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_
 #define HD_STACK_SLOTS 32
 
 static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n);
+static hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n);
 static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n);
 static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b);
 static hd_status call_value(hd_vm *vm, hd_value callee, hd_value self, int has_self,
@@ -653,6 +654,18 @@ static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
         hd_value v;
         if (d != &hd_nofast && fast_eval(f, d, &v)) {
             hd_value *dst = f->base[d->dst_kind] + d->dst_index;
+            hd_value old = *dst;
+            *dst = v;
+            hd_vunref(vm, old);
+            return HD_FLOW_NORMAL;
+        }
+        /* x = f(...) on a plain variable: straight to the call. */
+        hd_value *dst;
+        if (s->op == HD_TOK_ASSIGN && s->b->kind == HD_AST_CALL && s->a->kind == HD_AST_NAME &&
+            (dst = plain_slot(f, s->a))) {
+            v = ev_call(vm, f, s->b);
+            if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+            dst = plain_slot(f, s->a);
             hd_value old = *dst;
             *dst = v;
             hd_vunref(vm, old);
@@ -1429,8 +1442,13 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             return fail(vm, f, c);
         }
     } else {
-        callee = ev(vm, f, c);
-        if (callee.type == HD_V_ERR) return callee;
+        hd_value *p = c->kind == HD_AST_NAME ? plain_slot(f, c) : NULL;
+        if (p && !hd_is_uninit(*p)) {
+            hd_vref(callee = *p);
+        } else {
+            callee = ev(vm, f, c);
+            if (callee.type == HD_V_ERR) return callee;
+        }
     }
     int cap = n->n ? n->n : 1;
     hd_value args_buf[8];
