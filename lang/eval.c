@@ -1,5 +1,5 @@
 /* eval: see eval.h. The dispatch (ev for expressions, ex for statements)
- * is one switch each; everything slower lives in helpers below them. */
+ * is one switch each; everything slower lives in the functions around them. */
 #include "eval.h"
 #include "tensor_api.h"
 
