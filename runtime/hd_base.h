@@ -39,6 +39,11 @@ typedef struct hd_ctx {
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
     hd_status status;    /* last error */
     char errmsg[HD_ERRMSG_MAX];
+    /* tracing (hd_trace.h): while a trace is active, hd_op_run records graph
+     * nodes instead of computing; serials tell one trace's tensors from
+     * another's */
+    struct hd_trace *trace;
+    uint32_t trace_serial;
 } hd_ctx;
 
 /* Project invariants only; never for conditions a user, file or host causes. */
