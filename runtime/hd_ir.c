@@ -281,6 +281,12 @@ int hd_ir_add_node(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_at
     static const hd_attrs no_attrs;
     hd_op_plan plan;
     if (!attrs) attrs = &no_attrs;
+    /* graphs are functional: an in-place write could reach a caller's input
+     * or a constant */
+    if (op == HD_OP_ASSIGN) {
+        hd_error(g->ctx, HD_ERR_RUNTIME, "assign (in-place) cannot be a graph node");
+        return -1;
+    }
     if (hd_ir_plan(g, op, in, nin, attrs, &plan)) return -1;
     hd_ir_node *n = ir_new_node(g, op, in, nin);
     if (!n) return -1;
@@ -290,6 +296,21 @@ int hd_ir_add_node(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_at
     n->out = v;
     g->nnodes++;
     return v;
+}
+
+void hd_ir_detach_nodes(hd_ir_graph *g, hd_ir_node **old, int *nold) {
+    *old = g->nodes;
+    *nold = g->nnodes;
+    g->nodes = NULL;
+    g->nnodes = g->cap_nodes = 0;
+}
+
+hd_status hd_ir_append(hd_ir_graph *g, const hd_ir_node *n) {
+    if (!IR_GROW(g, g->nodes, g->cap_nodes, g->nnodes + 1)) return g->ctx->status;
+    g->nodes[g->nnodes] = *n;
+    if (n->out >= 0 && n->out < g->nvalues) g->values[n->out].index = g->nnodes;
+    g->nnodes++;
+    return HD_OK;
 }
 
 hd_status hd_ir_add_callback(hd_ir_graph *g, const hd_ir_callback *cb, const int *in, int nin) {

@@ -140,6 +140,12 @@ hd_status hd_ir_plan(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_
  * compare, hash and save equal. */
 void hd_ir_attrs_canon(hd_op op, const hd_attrs *in, hd_attrs *out);
 
+/* For passes that insert nodes: detach the node list (*old stays valid in
+ * the arena) and add nodes again in the new order with hd_ir_append, which
+ * keeps each node's value and links it to the new position. */
+void hd_ir_detach_nodes(hd_ir_graph *g, hd_ir_node **old, int *nold);
+hd_status hd_ir_append(hd_ir_graph *g, const hd_ir_node *n);
+
 /* Lookups; -1 if absent. */
 int hd_ir_find_input(const hd_ir_graph *g, const char *name);
 int hd_ir_find_output(const hd_ir_graph *g, const char *name);
