@@ -69,8 +69,8 @@ hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *cons
         char want[160], got[160];
         hd_ir_type_str(v->dtype, v->shape, v->ndim, want, sizeof want);
         if (!t)
-            return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' (%s) is missing",
-                            g->inputs[i].name, want);
+            return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' (%s) is missing", g->inputs[i].name,
+                            want);
         type_of(t, got, sizeof got);
         if (t->dtype != v->dtype || t->ndim != v->ndim ||
             memcmp(t->shape, v->shape, (size_t)v->ndim * sizeof *v->shape))

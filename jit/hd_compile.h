@@ -32,11 +32,11 @@ typedef struct hd_jit_stats {
     double compile_seconds;
     double run_seconds; /* total over all runs */
     uint64_t runs;
-    int nodes_traced;  /* nodes of the graph given to compile */
-    int nodes;         /* after the passes */
-    int kernels;       /* kernel launches per run (interp: non-view nodes) */
-    int groups;        /* fusion groups */
-    int consts;        /* constants placed on the device */
+    int nodes_traced; /* nodes of the graph given to compile */
+    int nodes;        /* after the passes */
+    int kernels;      /* kernel launches per run (interp: non-view nodes) */
+    int groups;       /* fusion groups */
+    int consts;       /* constants placed on the device */
     size_t const_bytes;
     size_t planned_bytes; /* intermediate buffers after the memory plan */
     size_t naive_bytes;   /* one buffer per intermediate, as eager mode */
@@ -71,8 +71,7 @@ hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compi
 extern const char *const hd_jit_compiler_names[];
 
 /* Run the pass pipeline on g (in place) as compilers do. */
-hd_status hd_jit_optimize(hd_ctx *ctx, hd_ir_graph *g, const hd_jit_options *opt,
-                          hd_jit_stats *st);
+hd_status hd_jit_optimize(hd_ctx *ctx, hd_ir_graph *g, const hd_jit_options *opt, hd_jit_stats *st);
 
 /* Check run-time inputs against a graph's inputs: the error names the input,
  * what it expects and what it got. */

@@ -60,11 +60,12 @@ static void interp_free(hd_ctx *ctx, hd_jit_exec *e) {
         for (int b = 0; b < e->plan.nbuffers; b++) hd_tensor_unref(e->buffers[b]);
     if (e->own_in)
         for (int i = 0; i < ni; i++) hd_tensor_unref(e->own_in[i]);
-    hd_ctx_free(ctx, e->vals, (size_t)nv * sizeof *e->vals);
-    hd_ctx_free(ctx, e->results, (size_t)nv * sizeof *e->results);
+    /* every table has one spare entry, so that none is of size 0 */
+    hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
+    hd_ctx_free(ctx, e->results, (size_t)(nv + 1) * sizeof *e->results);
     hd_ctx_free(ctx, e->fresh, (size_t)nv + 1);
-    hd_ctx_free(ctx, e->buffers, (size_t)e->plan.nbuffers * sizeof *e->buffers);
-    hd_ctx_free(ctx, e->own_in, (size_t)ni * sizeof *e->own_in);
+    hd_ctx_free(ctx, e->buffers, (size_t)(e->plan.nbuffers + 1) * sizeof *e->buffers);
+    hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
     hd_ctx_free(ctx, e->steps, e->steps_cap * sizeof *e->steps);
     hd_ctx_free(ctx, e->step_in, e->step_in_cap * sizeof *e->step_in);
     hd_ir_graph_free(e->g);
@@ -270,8 +271,7 @@ static hd_status interp_bind_input(hd_jit_exec *e, int i, hd_tensor *t) {
         !(e->own_in[i] = hd_tensor_new_on(ctx, e->be, e->device, t->dtype, t->shape, t->ndim)))
         return ctx->status;
     static const hd_attrs none;
-    if (t->numel && e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none))
-        return ctx->status;
+    if (t->numel && e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none)) return ctx->status;
     slot->storage->data = e->own_in[i]->storage->data;
     return HD_OK;
 }
@@ -282,7 +282,8 @@ static hd_status interp_bind_outputs(hd_jit_exec *e) {
         int v = g->outputs[i].value;
         if (!e->fresh[v] || e->results[v]) continue;
         const hd_ir_value *val = &g->values[v];
-        e->results[v] = hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        e->results[v] =
+            hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
         if (!e->results[v]) return e->ctx->status;
         e->vals[v]->storage->data = e->results[v]->storage->data;
     }

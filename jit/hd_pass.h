@@ -56,9 +56,9 @@ hd_status hd_pass_fuse(hd_ir_graph *g);
  * has its shape and dtype writes over that input (in place). Graph outputs
  * get fresh memory at every run. Lives in the graph's arena. */
 typedef struct hd_ir_memplan {
-    int *buffer;     /* per value: buffer index, or -1 (inputs, constants, views, outputs) */
-    int *root;       /* per value: the value whose memory it is or views */
-    int *last_use;   /* per value: index of the last node that reads it (nnodes: the end) */
+    int *buffer;   /* per value: buffer index, or -1 (inputs, constants, views, outputs) */
+    int *root;     /* per value: the value whose memory it is or views */
+    int *last_use; /* per value: index of the last node that reads it (nnodes: the end) */
     size_t *buffer_bytes;
     int nbuffers;
     int ninplace;         /* nodes that write over their input */
@@ -71,8 +71,7 @@ typedef struct hd_pass_memplan_options {
     int no_inplace; /* never write over an input */
 } hd_pass_memplan_options;
 
-hd_status hd_pass_memplan(hd_ir_graph *g, const hd_pass_memplan_options *opt,
-                          hd_ir_memplan *plan);
+hd_status hd_pass_memplan(hd_ir_graph *g, const hd_pass_memplan_options *opt, hd_ir_memplan *plan);
 
 /* The standard pipeline: lower, then fold / simplify / CSE / DCE until
  * nothing changes, layout, compaction, verification and fusion grouping.

@@ -33,8 +33,7 @@ static void layout_view(const hd_ir_graph *g, const hd_ir_node *n, const layout 
         int lead = y->ndim - x->ndim;
         for (int i = 0; i < y->ndim; i++) {
             int j = i - lead;
-            out->strides[i] =
-                j < 0 || (x->shape[j] == 1 && y->shape[i] != 1) ? 0 : in->strides[j];
+            out->strides[i] = j < 0 || (x->shape[j] == 1 && y->shape[i] != 1) ? 0 : in->strides[j];
         }
         break;
     }

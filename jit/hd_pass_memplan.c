@@ -111,8 +111,7 @@ static void memplan_node(memplan_state *s, int i) {
     if (v >= 0 && p->root[v] == v && p->last_use[v] < 0) memplan_release(s, v);
 }
 
-hd_status hd_pass_memplan(hd_ir_graph *g, const hd_pass_memplan_options *opt,
-                          hd_ir_memplan *plan) {
+hd_status hd_pass_memplan(hd_ir_graph *g, const hd_pass_memplan_options *opt, hd_ir_memplan *plan) {
     static const hd_pass_memplan_options defaults;
     memplan_state s = {g, plan, opt ? opt : &defaults, NULL, NULL, NULL, 0};
     size_t nv = (size_t)g->nvalues + 1;

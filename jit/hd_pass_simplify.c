@@ -66,6 +66,7 @@ static int simplify_to_input(const hd_ir_graph *g, const hd_ir_node *n) {
 
 /* reshape(reshape(y)) -> reshape(y); permute(permute(y)) -> one permute. */
 static int simplify_chain(const hd_ir_graph *g, hd_ir_node *n) {
+    if (n->op != HD_OP_RESHAPE && n->op != HD_OP_PERMUTE) return 0;
     const hd_ir_node *p = producer(g, n->in[0]);
     if (!p || p->op != n->op) return 0;
     if (n->op == HD_OP_RESHAPE) {

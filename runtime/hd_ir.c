@@ -419,9 +419,9 @@ fail:
 
 static hd_status ir_verify_node(hd_ir_graph *g, int i, const int *defined_at) {
     const hd_ir_node *n = &g->nodes[i];
+    if (n->op != HD_IR_CALLBACK && (n->op < 0 || n->op >= HD_OP_COUNT || n->op == HD_OP_ASSIGN))
+        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d: op %d cannot be a graph node", i, n->op);
     const char *name = n->op >= 0 ? hd_op_name((hd_op)n->op) : "callback";
-    if (n->op != HD_IR_CALLBACK && (n->op < 0 || n->op >= HD_OP_COUNT))
-        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d: unknown op %d", i, n->op);
     if (n->nin < 0 || ir_check_ids(g, n->in, n->nin, name)) return g->ctx->status;
     for (int k = 0; k < n->nin; k++)
         if (defined_at[n->in[k]] >= i)
