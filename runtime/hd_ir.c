@@ -88,7 +88,7 @@ hd_ir_graph *hd_ir_graph_new(hd_ctx *ctx, const char *name) {
     }
     g->ctx = ctx;
     g->arena = a;
-    g->name = hd_ir_arena_strdup(&g->arena, name ? name : "graph");
+    g->name = hd_ir_arena_strdup(&g->arena, name && *name ? name : "graph");
     if (!g->name) {
         hd_ir_graph_free(g);
         return NULL;

@@ -57,7 +57,9 @@ hd_status hd_trace_end(hd_ctx *ctx, hd_ir_graph **out) {
     ctx->trace = NULL;
     hd_ir_graph *g = tr->g;
     trace_free(ctx, tr);
-    if (hd_ir_verify(g)) {
+    /* canonical numbering (inputs, constants, nodes): equal programs give
+     * equal graphs, hashes and files */
+    if (hd_ir_compact(g) || hd_ir_verify(g)) {
         hd_ir_graph_free(g);
         return ctx->status;
     }
