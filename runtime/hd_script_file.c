@@ -520,6 +520,33 @@ static hd_status r_const(rbuf *r, hd_ir_graph *g, uint64_t *total) {
     return v < 0 ? r->ctx->status : HD_OK;
 }
 
+/* Bounds on attributes before a shape rule sees them: the rules compute
+ * with these values (slice ends, convolution windows) and a hostile file
+ * must not make that arithmetic overflow. */
+static int r_check_attrs(rbuf *r, hd_ir_graph *g, int op, const hd_attrs *a, const int *in,
+                         int nin) {
+    const int64_t small = INT32_MAX, big = (int64_t)1 << 62;
+    for (int i = 0; i < HD_MAX_DIMS; i++) {
+        if (a->axes[i] < -small || a->axes[i] > small || a->shape[i] < -big || a->shape[i] > big ||
+            a->start[i] < 0 || a->start[i] > big || a->step[i] < 0 || a->step[i] > big ||
+            a->len[i] < 0 || a->len[i] > big)
+            return r_fail(r, "attribute out of range"), 0;
+        int64_t span;
+        if (a->len[i] > 0 &&
+            (__builtin_mul_overflow(a->len[i] - 1, a->step[i], &span) || span > big - a->start[i]))
+            return r_fail(r, "slice out of range"), 0;
+    }
+    for (int i = 0; i < 8; i++)
+        if (a->ints[i] < -small || a->ints[i] > small)
+            return r_fail(r, "attribute out of range"), 0;
+    if (op == HD_OP_CONV2D || op == HD_OP_MAX_POOL2D || op == HD_OP_AVG_POOL2D)
+        for (int k = 0; k < nin; k++)
+            for (int d = 0; d < g->values[in[k]].ndim; d++)
+                if (g->values[in[k]].shape[d] > small)
+                    return r_fail(r, "convolution or pooling dims out of range"), 0;
+    return 1;
+}
+
 static hd_status r_node(rbuf *r, hd_ir_graph *g, int **ins, size_t *ins_cap) {
     char name[64];
     uint64_t nin, id = 0;
@@ -544,7 +571,9 @@ static hd_status r_node(rbuf *r, hd_ir_graph *g, int **ins, size_t *ins_cap) {
     hd_dtype dt;
     int64_t shape[HD_MAX_DIMS];
     int nd;
-    if (!r_attrs(r, &a) || !r_type(r, &dt, shape, &nd)) return r->ctx->status;
+    if (!r_attrs(r, &a) || !r_type(r, &dt, shape, &nd) ||
+        !r_check_attrs(r, g, op, &a, *ins, (int)nin))
+        return r->ctx->status;
     int v = hd_ir_add_node(g, (hd_op)op, *ins, (int)nin, &a);
     if (v < 0) {
         if (r->ctx->status == HD_ERR_MEMORY) return HD_ERR_MEMORY;

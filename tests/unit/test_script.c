@@ -273,9 +273,16 @@ typedef struct mut {
     size_t n;
 } mut;
 
+/* A copy of the first n bytes of d (n may exceed the file: zeros follow). */
 static mut copy_of(const unsigned char *d, size_t n) {
-    mut m = {malloc(n + 64), n};
+    mut m = {calloc(1, n + 64), n};
     memcpy(m.d, d, n);
+    return m;
+}
+
+static mut copy_grown(const unsigned char *d, size_t size, size_t n) {
+    mut m = {calloc(1, n + 64), n};
+    memcpy(m.d, d, size);
     return m;
 }
 
@@ -341,7 +348,7 @@ static void test_header_damage(const unsigned char *d, size_t size) {
     fix_crc(m.d, m.n);
     BAD(m.d, m.n, "constant bytes differ");
     /* one more byte at the end, with a consistent header */
-    mut big = copy_of(d, size + 1);
+    mut big = copy_grown(d, size, size + 1);
     memmove(big.d + size - 3, big.d + size - 4, 4);
     big.d[size - 4] = 0;
     fix_crc(big.d, big.n);
@@ -408,7 +415,10 @@ static void test_field_damage(const unsigned char *d, size_t size, const layout 
     size_t n4 = L->node_at[4];
     size_t a4 = n4 + 1 + d[n4] + 2 + 4 * rd(d + n4 + 1 + d[n4], 2);
     CHECK(d[a4 + 1] == 6 && d[a4 + 3] == 7); /* tags: dtype, slice */
-    POKE(a4 + 7, 50, 8, "index out of range");
+    POKE(a4 + 5, 50, 8, "index out of range");
+    POKE(a4 + 37, (uint64_t)1 << 62, 8, "slice out of range"); /* len * step overflows */
+    POKE(a4 + 5, (uint64_t)-1, 8, "attribute out of range");
+    POKE(a3 + 3, (uint64_t)1 << 40, 8, "attribute out of range");
     /* outputs */
     size_t o0 = L->outputs;
     POKE(o0 + 2 + rd(d + o0, 2), 4000, 4, "unknown value");
