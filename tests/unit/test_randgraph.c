@@ -7,6 +7,7 @@
  * eager and the traced run build the same graph. On a failure the seed and
  * the graph's IR are printed: HODU_RANDGRAPH_SEED=n reruns one. */
 #include "hd_compile.h"
+#include "hd_script.h"
 #include "hd_test.h"
 #include "hd_trace.h"
 
@@ -402,6 +403,12 @@ static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
         }
     }
     if (ok && getenv("HODU_RANDGRAPH_PRINT")) report(ctx, seed, g, e);
+    const char *dir = getenv("HODU_RANDGRAPH_SAVE"); /* seeds for the script fuzzer */
+    if (ok && dir && seed <= 60) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/rand%03llu.hoduscript", dir, (unsigned long long)seed);
+        ok = hd_script_save_graph(ctx, g, path) == HD_OK;
+    }
     if (ok)
         r->ok++;
     else
