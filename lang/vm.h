@@ -45,6 +45,17 @@ void hd_vm_global_names(hd_vm *vm, void (*fn)(const char *name, void *ud), void 
 hd_value *hd_vm_get_global(hd_vm *vm, const char *name);
 void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void *ud), void *ud);
 
+/* Gradient blocks: `no_grad { }` and `grad_context { }` call enter (kind is
+ * HD_AST_NO_GRAD or HD_AST_GRAD_CTX from ast.h) before the block and exit
+ * after it, also when the block fails. The autograd layer installs them;
+ * without hooks the blocks just run their body. */
+typedef hd_status (*hd_grad_enter_fn)(hd_vm *vm, int kind, void **state);
+typedef void (*hd_grad_exit_fn)(hd_vm *vm, int kind, void *state);
+void hd_vm_set_grad_hooks(hd_vm *vm, hd_grad_enter_fn enter, hd_grad_exit_fn exit);
+
+/* Limit on nested Hodu calls (default 1000); returns the previous one. */
+int hd_vm_set_max_depth(hd_vm *vm, int depth);
+
 /* Redirect print output (default: stdout). */
 void hd_vm_set_writer(hd_vm *vm, void (*write)(void *ud, const char *s, size_t n), void *ud);
 

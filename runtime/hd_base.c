@@ -93,6 +93,70 @@ void hd_ctx_free(hd_ctx *ctx, void *p, size_t nbytes) {
     ctx->mem_used -= nbytes;
 }
 
+void hd_ctx_trim(hd_ctx *ctx) {
+    for (int i = 0; i < ctx->cache_count; i++) hd_ctx_free(ctx, ctx->cache[i].p, ctx->cache[i].n);
+    ctx->cache_count = 0;
+    ctx->cache_bytes = 0;
+}
+
+void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes) {
+    ctx->cache_limit = bytes;
+    if (ctx->cache_bytes > bytes) hd_ctx_trim(ctx);
+}
+
+void hd_ctx_release(hd_ctx *ctx) {
+    hd_ctx_trim(ctx);
+}
+
+/* Best fit among cached blocks of size in [nbytes, nbytes * 4/3]. */
+static int hd_cache_find(const hd_ctx *ctx, size_t nbytes) {
+    int best = -1;
+    for (int i = 0; i < ctx->cache_count; i++) {
+        size_t n = ctx->cache[i].n;
+        if (n < nbytes || n - nbytes > nbytes / 3) continue;
+        if (best < 0 || n < ctx->cache[best].n) best = i;
+    }
+    return best;
+}
+
+void *hd_ctx_alloc_block(hd_ctx *ctx, size_t nbytes, size_t *got) {
+    int i = nbytes >= HD_BLOCK_CACHE_MIN ? hd_cache_find(ctx, nbytes) : -1;
+    if (i >= 0) {
+        void *p = ctx->cache[i].p;
+        *got = ctx->cache[i].n;
+        ctx->cache_bytes -= *got;
+        ctx->cache[i] = ctx->cache[--ctx->cache_count];
+        return p;
+    }
+    if (ctx->cache_count && ctx->mem_limit && nbytes <= ctx->mem_limit &&
+        ctx->mem_used > ctx->mem_limit - nbytes)
+        hd_ctx_trim(ctx);
+    *got = nbytes;
+    return hd_ctx_alloc(ctx, nbytes);
+}
+
+void hd_ctx_free_block(hd_ctx *ctx, void *p, size_t size) {
+    if (!p) return;
+    if (size >= HD_BLOCK_CACHE_MIN && size <= ctx->cache_limit) {
+        if (ctx->cache_count == HD_BLOCK_CACHE_SLOTS ||
+            ctx->cache_bytes + size > ctx->cache_limit) {
+            /* make room by dropping the oldest entry */
+            if (ctx->cache_count == 0) goto release;
+            hd_ctx_free(ctx, ctx->cache[0].p, ctx->cache[0].n);
+            ctx->cache_bytes -= ctx->cache[0].n;
+            memmove(ctx->cache, ctx->cache + 1, (size_t)(--ctx->cache_count) * sizeof *ctx->cache);
+            if (ctx->cache_bytes + size > ctx->cache_limit) goto release;
+        }
+        ctx->cache[ctx->cache_count].p = p;
+        ctx->cache[ctx->cache_count].n = size;
+        ctx->cache_count++;
+        ctx->cache_bytes += size;
+        return;
+    }
+release:
+    hd_ctx_free(ctx, p, size);
+}
+
 char *hd_ctx_strdup(hd_ctx *ctx, const char *s) {
     size_t n = strlen(s) + 1;
     char *d = hd_ctx_alloc(ctx, n);

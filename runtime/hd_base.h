@@ -27,6 +27,25 @@ typedef void *(*hd_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
 #define HD_ERRMSG_MAX 1024
 
+/* Freed large blocks kept for reuse (see hd_ctx_alloc_block). */
+#define HD_BLOCK_CACHE_SLOTS 16
+#define HD_BLOCK_CACHE_MIN   ((size_t)1 << 20)
+typedef struct hd_cached_block {
+    void *p;
+    size_t n;
+} hd_cached_block;
+
+/* A gradient context (grad_context blocks; the outermost one is built into
+ * hd_ctx). Managed by hd_autograd.c: records made while it is innermost are
+ * linked here so that clear_tape() and the block's end can free them. */
+typedef struct hd_grad_scope {
+    struct hd_grad_scope *parent;
+    struct hd_grad_node *records; /* live records made in this context */
+    size_t nrecords;
+    uint64_t id;        /* tensors name their context by id: ids are never reused */
+    int outer_disabled; /* grad mode to restore when the block ends */
+} hd_grad_scope;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -37,8 +56,17 @@ typedef struct hd_ctx {
     int nthreads;        /* threads for large kernels; 1 = single-threaded */
     uint64_t rng_seed;   /* Philox key */
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
-    hd_status status;    /* last error */
+    size_t cache_limit;  /* bytes of freed large blocks kept for reuse; 0: off */
+    size_t cache_bytes;
+    int cache_count;
+    hd_cached_block cache[HD_BLOCK_CACHE_SLOTS];
+    hd_status status; /* last error */
     char errmsg[HD_ERRMSG_MAX];
+    int grad_disabled; /* no_grad: ops are not recorded for gradients */
+    uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
+    /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
+    hd_grad_scope grad_root;
+    hd_grad_scope *grad_scope;
     /* tracing (hd_trace.h): while a trace is active, hd_op_run records graph
      * nodes instead of computing; serials tell one trace's tensors from
      * another's */
@@ -67,6 +95,20 @@ void *hd_ctx_alloc(hd_ctx *ctx, size_t nbytes);
 void *hd_ctx_calloc(hd_ctx *ctx, size_t n, size_t size);
 void *hd_ctx_realloc(hd_ctx *ctx, void *p, size_t osize, size_t nsize);
 void hd_ctx_free(hd_ctx *ctx, void *p, size_t nbytes);
+/* Large blocks (tensor storage). With a cache limit set, freed blocks of at
+ * least HD_BLOCK_CACHE_MIN bytes are kept and handed out again for requests
+ * of up to the same size (and no less than 3/4 of it), so a loop that makes
+ * and drops big tensors does not pay the system's page faults each time.
+ * Cached bytes stay counted in mem_used; an allocation that would pass the
+ * memory limit empties the cache first. *got receives the block's size,
+ * which must be passed back to hd_ctx_free_block. */
+void *hd_ctx_alloc_block(hd_ctx *ctx, size_t nbytes, size_t *got);
+void hd_ctx_free_block(hd_ctx *ctx, void *p, size_t size);
+void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes);
+/* Return every cached block to the allocator. */
+void hd_ctx_trim(hd_ctx *ctx);
+/* Release what the context holds (the block cache). */
+void hd_ctx_release(hd_ctx *ctx);
 char *hd_ctx_strdup(hd_ctx *ctx, const char *s);
 void hd_ctx_strfree(hd_ctx *ctx, char *s);
 

@@ -1,15 +1,20 @@
 /* Eager dispatch: one entry point (hd_op_run) for every op of the table. */
 #include "hd_op.h"
+#include "hd_autograd.h"
 #include "hd_backend.h"
 #include "hd_trace.h"
 
 #include <string.h>
 
+#define HD_GRAD(rule) 1
+#define HD_NOGRAD     0
 const hd_op_info hd_op_infos[HD_OP_COUNT] = {
-#define X(NAME, name, arity, kind, shape, diff) {name, arity, kind, hd_shape_##shape, diff},
+#define X(NAME, name, arity, kind, shape, grad) {name, arity, kind, hd_shape_##shape, grad},
 #include "hd_ops.def"
 #undef X
 };
+#undef HD_GRAD
+#undef HD_NOGRAD
 
 _Static_assert(sizeof hd_op_infos / sizeof hd_op_infos[0] == HD_OP_COUNT, "op table size");
 
@@ -131,6 +136,69 @@ static void unref_casts(hd_tensor **cast, int n) {
     for (int i = 0; i < n; i++) hd_tensor_unref(cast[i]);
 }
 
+/* Cast the inputs to the plan's dtypes and run the kernel; when rec is
+ * set, record the op for backward with the inputs the kernel saw. */
+static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                            const hd_attrs *attrs, const hd_op_plan *plan, const hd_backend *be,
+                            int device, int rec, hd_tensor **out) {
+    enum { MAX_CAST = 64 };
+    uint64_t rng_base = ctx->rng_offset; /* dropout's draw starts here */
+    hd_tensor *cast_buf[MAX_CAST];
+    hd_tensor **cast = nin <= MAX_CAST ? cast_buf : hd_ctx_calloc(ctx, (size_t)nin, sizeof *cast);
+    if (!cast) return ctx->status;
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
+    for (int i = 0; i < nin && !st; i++) {
+        int want = op == HD_OP_CONCAT ? plan->in_dtype[0]
+                   : i < HD_OP_MAX_IN ? plan->in_dtype[i]
+                                      : -1;
+        if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
+        hd_tensor *c = NULL;
+        st = hd_op_cast(ctx, in[i], (hd_dtype)want, &c);
+        hd_tensor_unref(cast[i]);
+        cast[i] = c;
+    }
+    if (st) goto done;
+    if (!be->supports_op(op, nin ? cast[0]->dtype : plan->dtype)) {
+        st = hd_error(ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
+                      hd_op_name(op), hd_dtype_name(nin ? cast[0]->dtype : plan->dtype), be->name);
+        goto done;
+    }
+    hd_tensor *res;
+    if (op == HD_OP_ASSIGN) {
+        res = hd_tensor_ref(cast[0]);
+        if (res->storage) res->storage->version++;
+    } else {
+        res = hd_tensor_new_on(ctx, be, device, plan->dtype, plan->shape, plan->ndim);
+        if (!res) {
+            st = ctx->status;
+            goto done;
+        }
+    }
+    if (res->numel > 0) st = be->run_op(ctx, op, res, cast, nin, attrs);
+    if (!st && rec) st = hd_autograd_record(ctx, op, in, cast, nin, attrs, res, rng_base);
+    if (st)
+        hd_tensor_unref(res);
+    else
+        *out = res;
+done:
+    unref_casts(cast, nin);
+    if (cast != cast_buf) hd_ctx_free(ctx, cast, (size_t)nin * sizeof *cast);
+    return st;
+}
+
+static hd_status op_view(hd_ctx *ctx, hd_op op, hd_tensor *const *in, const hd_attrs *attrs,
+                         const hd_op_plan *plan, int rec, hd_tensor **out) {
+    hd_tensor *res = NULL;
+    hd_status st = make_view(ctx, op, in[0], attrs, plan, &res);
+    if (!st && rec) st = hd_autograd_record(ctx, op, in, in, 1, attrs, res, 0);
+    if (st)
+        hd_tensor_unref(res);
+    else
+        *out = res;
+    return st;
+}
+
 hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
                     hd_tensor **out) {
     static const hd_attrs no_attrs;
@@ -144,48 +212,16 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
     int device;
     const hd_backend *be = inputs_backend(ctx, op, in, nin, &device);
     if (!be) return ctx->status;
-    const hd_op_info *info = &hd_op_infos[op];
-    if (info->kind == HD_KIND_VIEW) return make_view(ctx, op, in[0], attrs, &plan, out);
-
-    enum { MAX_CAST = 64 };
-    hd_tensor *cast_buf[MAX_CAST];
-    hd_tensor **cast = nin <= MAX_CAST ? cast_buf : hd_ctx_calloc(ctx, (size_t)nin, sizeof *cast);
-    if (!cast) return ctx->status;
-    hd_status st = HD_OK;
-    for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
-    for (int i = 0; i < nin && !st; i++) {
-        int want = op == HD_OP_CONCAT ? plan.in_dtype[0] : i < HD_OP_MAX_IN ? plan.in_dtype[i] : -1;
-        if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
-        hd_tensor *c = NULL;
-        st = hd_op_cast(ctx, in[i], (hd_dtype)want, &c);
-        hd_tensor_unref(cast[i]);
-        cast[i] = c;
-    }
-    if (st) goto done;
-    if (!be->supports_op(op, nin ? cast[0]->dtype : plan.dtype)) {
-        st = hd_error(ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
-                      hd_op_name(op), hd_dtype_name(nin ? cast[0]->dtype : plan.dtype), be->name);
-        goto done;
-    }
-    hd_tensor *res;
-    if (op == HD_OP_ASSIGN) {
-        res = hd_tensor_ref(cast[0]);
-        if (res->storage) res->storage->version++;
-    } else {
-        res = hd_tensor_new_on(ctx, be, device, plan.dtype, plan.shape, plan.ndim);
-        if (!res) {
-            st = ctx->status;
-            goto done;
-        }
-    }
-    if (res->numel > 0) st = be->run_op(ctx, op, res, cast, nin, attrs);
-    if (st)
-        hd_tensor_unref(res);
-    else
-        *out = res;
-done:
-    unref_casts(cast, nin);
-    if (cast != cast_buf) hd_ctx_free(ctx, cast, (size_t)nin * sizeof *cast);
+    int rec = hd_autograd_wants(ctx, op, in, nin, plan.dtype);
+    if (rec < 0) return ctx->status;
+    /* ops run inside this one (input casts, reshape's copy) are not recorded:
+     * the record links the output to the inputs as given */
+    int was_disabled = ctx->grad_disabled;
+    ctx->grad_disabled = 1;
+    hd_status st = hd_op_infos[op].kind == HD_KIND_VIEW
+                       ? op_view(ctx, op, in, attrs, &plan, rec, out)
+                       : op_execute(ctx, op, in, nin, attrs, &plan, be, device, rec, out);
+    ctx->grad_disabled = was_disabled;
     return st;
 }
 

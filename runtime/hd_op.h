@@ -24,6 +24,7 @@ typedef enum {
     HD_KIND_SHAPE, /* copying shape ops: concat */
     HD_KIND_INDEX, /* index_select, one_hot, assign */
     HD_KIND_NN,    /* softmax family, losses, conv, pooling, dropout, layer_norm */
+    HD_KIND_GRAD,  /* backward kernels the gradient rules use (index_add, conv2d_bwd_*, ...) */
     HD_KIND_COUNT
 } hd_op_kind;
 
@@ -64,7 +65,7 @@ typedef struct hd_op_info {
     int arity;
     hd_op_kind kind;
     hd_shape_fn shape;
-    int differentiable;
+    int differentiable; /* has a gradient rule (hd_grad_rules.c) */
 } hd_op_info;
 
 extern const hd_op_info hd_op_infos[HD_OP_COUNT];
@@ -81,7 +82,9 @@ hd_status hd_op_plan_make(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
 
 /* Eager dispatch: check, plan, cast inputs, allocate the output on the
  * inputs' device and run the backend's kernel (views: make the view).
- * *out receives a new reference. Errors name the op, shapes and dtypes. */
+ * *out receives a new reference. Errors name the op, shapes and dtypes.
+ * When gradients are on and an input requires grad in the current gradient
+ * context, the op is recorded for backward (hd_autograd.h). */
 hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
                     hd_tensor **out);
 

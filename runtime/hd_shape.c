@@ -669,3 +669,172 @@ SHAPE_FN(layer_norm) {
     plan->in_dtype[0] = plan->in_dtype[1] = plan->in_dtype[2] = dt;
     return HD_OK;
 }
+
+/* ---- gradients ---- */
+
+/* Backward kernels compute in f64 when a float input is f64, else in f32. */
+static hd_dtype grad_dtype(hd_tensor *const *in, int nin) {
+    for (int i = 0; i < nin; i++)
+        if (in[i]->dtype == HD_F64) return HD_F64;
+    return HD_F32;
+}
+
+static hd_status grad_need_float(hd_ctx *ctx, hd_op op, const hd_tensor *t) {
+    if (!hd_dtype_is_float(t->dtype)) return err_dtype(ctx, op, t->dtype);
+    return HD_OK;
+}
+
+static int same_shape(const hd_tensor *a, const int64_t *shape, int ndim) {
+    return a->ndim == ndim && (ndim == 0 || !memcmp(a->shape, shape, (size_t)ndim * sizeof *shape));
+}
+
+static hd_status grad_shape_mismatch(hd_ctx *ctx, hd_op op, const int64_t *a, int na,
+                                     const int64_t *b, int nb) {
+    char sa[128], sb[128];
+    return hd_error(ctx, HD_ERR_RUNTIME, "%s: shapes %s and %s do not agree", hd_op_name(op),
+                    hd_shape_str(a, na, sa, sizeof sa), hd_shape_str(b, nb, sb, sizeof sb));
+}
+
+/* A metadata-only stand-in for a tensor of the given shape, so backward
+ * rules can reuse the forward shape rules. */
+static void grad_fake(hd_tensor *t, hd_dtype dt, const int64_t *shape, int ndim) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = hd_shape_numel(shape, ndim);
+}
+
+/* Output shaped like in[0]; every input float and of that shape. */
+SHAPE_FN(grad_like) {
+    for (int i = 0; i < nin; i++) {
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+        if (!same_shape(in[i], in[0]->shape, in[0]->ndim))
+            return grad_shape_mismatch(ctx, op, in[0]->shape, in[0]->ndim, in[i]->shape,
+                                       in[i]->ndim);
+    }
+    int axis;
+    if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) &&
+        hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis))
+        return ctx->status;
+    hd_dtype dt = grad_dtype(in, nin);
+    plan_set(plan, dt, in[0]->shape, in[0]->ndim);
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}
+
+SHAPE_FN(index_add) {
+    HD_UNUSED(nin);
+    const hd_tensor *src = in[0], *idx = in[1];
+    if (grad_need_float(ctx, op, src) || check_index_dtype(ctx, op, idx) ||
+        check_shape_attr(ctx, op, attrs))
+        return ctx->status;
+    int nd = attrs->nshape, axis;
+    if (nd < 1) return hd_error(ctx, HD_ERR_RUNTIME, "index_add: the output needs a dim");
+    if (hd_norm_axis(ctx, attrs->ints[0], nd, &axis)) return ctx->status;
+    int64_t want[HD_MAX_DIMS];
+    int k = 0;
+    if (nd - 1 + idx->ndim > HD_MAX_DIMS)
+        return hd_error(ctx, HD_ERR_RUNTIME, "index_add: too many dims");
+    for (int i = 0; i < axis; i++) want[k++] = attrs->shape[i];
+    for (int i = 0; i < idx->ndim; i++) want[k++] = idx->shape[i];
+    for (int i = axis + 1; i < nd; i++) want[k++] = attrs->shape[i];
+    if (!same_shape(src, want, k))
+        return grad_shape_mismatch(ctx, op, src->shape, src->ndim, want, k);
+    hd_dtype dt = grad_dtype(in, 1);
+    plan_set(plan, dt, attrs->shape, nd);
+    plan->in_dtype[0] = dt;
+    plan->in_dtype[1] = HD_I64;
+    return HD_OK;
+}
+
+SHAPE_FN(cross_entropy_bwd) {
+    HD_UNUSED(nin);
+    hd_op_plan fwd;
+    if (hd_shape_cross_entropy(ctx, HD_OP_CROSS_ENTROPY, in, 2, attrs, &fwd) ||
+        grad_need_float(ctx, op, in[0]) || grad_need_float(ctx, op, in[2]))
+        return ctx->status;
+    if (in[2]->numel != 1)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy_bwd: the gradient must be one element");
+    hd_tensor *fl[2] = {in[0], in[2]};
+    hd_dtype dt = grad_dtype(fl, 2);
+    plan_set(plan, dt, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = plan->in_dtype[2] = dt;
+    plan->in_dtype[1] = HD_I64;
+    return HD_OK;
+}
+
+/* conv2d_bwd_input (g, w) -> input shape; conv2d_bwd_weight (x, g) ->
+ * weight shape; both given in attrs.shape and checked by running conv2d's
+ * rule forward and comparing with g. */
+SHAPE_FN(conv2d_bwd) {
+    HD_UNUSED(nin);
+    if (grad_need_float(ctx, op, in[0]) || grad_need_float(ctx, op, in[1])) return ctx->status;
+    if (attrs->nshape != 4)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: attrs.shape must have 4 dims", hd_op_name(op));
+    int input = op == HD_OP_CONV2D_BWD_INPUT;
+    const hd_tensor *g = input ? in[0] : in[1];
+    hd_tensor fake, *fwd_in[2];
+    grad_fake(&fake, g->dtype, attrs->shape, 4);
+    fwd_in[0] = input ? &fake : in[0];
+    fwd_in[1] = input ? in[1] : &fake;
+    hd_op_plan fwd;
+    if (hd_shape_conv2d(ctx, HD_OP_CONV2D, fwd_in, 2, attrs, &fwd)) return ctx->status;
+    if (!same_shape(g, fwd.shape, fwd.ndim))
+        return grad_shape_mismatch(ctx, op, g->shape, g->ndim, fwd.shape, fwd.ndim);
+    hd_dtype dt = grad_dtype(in, 2);
+    plan_set(plan, dt, attrs->shape, 4);
+    plan->in_dtype[0] = plan->in_dtype[1] = dt;
+    return HD_OK;
+}
+
+/* max_pool2d_bwd (x, g) -> x's shape; avg_pool2d_bwd (g) -> attrs.shape. */
+SHAPE_FN(pool2d_bwd) {
+    for (int i = 0; i < nin; i++)
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+    int max = op == HD_OP_MAX_POOL2D_BWD;
+    const hd_tensor *g = in[nin - 1];
+    hd_tensor fake, *x = in[0];
+    if (!max) {
+        if (attrs->nshape != 4)
+            return hd_error(ctx, HD_ERR_RUNTIME, "%s: attrs.shape must have 4 dims",
+                            hd_op_name(op));
+        grad_fake(&fake, g->dtype, attrs->shape, 4);
+        x = &fake;
+    }
+    hd_op_plan fwd;
+    hd_op fop = max ? HD_OP_MAX_POOL2D : HD_OP_AVG_POOL2D;
+    if (hd_shape_pool2d(ctx, fop, &x, 1, attrs, &fwd)) return ctx->status;
+    if (!same_shape(g, fwd.shape, fwd.ndim))
+        return grad_shape_mismatch(ctx, op, g->shape, g->ndim, fwd.shape, fwd.ndim);
+    hd_dtype dt = grad_dtype(in, nin);
+    plan_set(plan, dt, x->shape, 4);
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}
+
+/* layer_norm_bwd (x, g[, w]): ints[1] == 0 gives dx (x's shape), 1 gives
+ * the weight's gradient (the normalized dims' shape). */
+SHAPE_FN(layer_norm_bwd) {
+    if (nin < 2 || nin > 3 || (attrs->ints[1] == 1 && nin != 2))
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm_bwd takes x, g and, for dx, a weight");
+    for (int i = 0; i < nin; i++)
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+    const hd_tensor *x = in[0];
+    if (!same_shape(in[1], x->shape, x->ndim))
+        return grad_shape_mismatch(ctx, op, x->shape, x->ndim, in[1]->shape, in[1]->ndim);
+    hd_tensor *fwd_in[3] = {in[0], nin == 3 ? in[2] : NULL, nin == 3 ? in[2] : NULL};
+    hd_op_plan fwd; /* checks the normalized dims and the weight's shape */
+    if (hd_shape_layer_norm(ctx, HD_OP_LAYER_NORM, fwd_in, nin == 3 ? 3 : 1, attrs, &fwd))
+        return ctx->status;
+    int k = (int)(attrs->ints[0] ? attrs->ints[0] : 1);
+    hd_dtype dt = grad_dtype(in, nin);
+    if (attrs->ints[1] == 1)
+        plan_set(plan, dt, x->shape + x->ndim - k, k);
+    else if (attrs->ints[1] == 0)
+        plan_set(plan, dt, x->shape, x->ndim);
+    else
+        return hd_error(ctx, HD_ERR_RUNTIME, "layer_norm_bwd: ints[1] must be 0 or 1");
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}

@@ -1,4 +1,5 @@
 #include "hd_tensor.h"
+#include "hd_autograd.h"
 #include "hd_backend.h"
 
 #include <stdio.h>
@@ -162,7 +163,7 @@ hd_tensor *hd_tensor_ref(hd_tensor *t) {
 
 void hd_tensor_unref(hd_tensor *t) {
     if (!t || --t->refcount > 0) return;
-    HD_ASSERT(t->grad_info == NULL);
+    if (t->grad_info) hd_autograd_tensor_free(t);
     hd_storage_unref(t->storage);
     hd_ctx_free(t->ctx, t, sizeof *t);
 }

@@ -9,25 +9,40 @@ static hd_status cpu_available(hd_ctx *ctx, int device) {
 }
 
 /* 64-byte aligned so vector loads never straddle a cache line at the start.
- * The allocation goes through the context's allocator (STYLE 6): we keep
- * the raw pointer just before the aligned block. */
+ * The block comes from the context (STYLE 6), possibly reused from its
+ * block cache; a small header before the aligned data keeps the block's
+ * address and size for cpu_free. */
+typedef struct cpu_block_header {
+    void *raw;
+    size_t size;
+} cpu_block_header;
+
+#define CPU_ALIGN 64
+#define CPU_PAD   (CPU_ALIGN + sizeof(cpu_block_header))
+
 static void *cpu_alloc(hd_ctx *ctx, int device, size_t nbytes) {
     HD_UNUSED(device);
-    if (nbytes > SIZE_MAX - 64 - sizeof(void *)) {
+    if (nbytes > SIZE_MAX - CPU_PAD) {
         hd_error(ctx, HD_ERR_MEMORY, "out of memory: %zu bytes requested", nbytes);
         return NULL;
     }
-    char *raw = hd_ctx_alloc(ctx, nbytes + 64 + sizeof(void *));
+    size_t got;
+    char *raw = hd_ctx_alloc_block(ctx, nbytes + CPU_PAD, &got);
     if (!raw) return NULL;
-    uintptr_t a = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
-    ((void **)a)[-1] = raw;
+    uintptr_t a =
+        ((uintptr_t)(raw + sizeof(cpu_block_header)) + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1);
+    cpu_block_header *h = (cpu_block_header *)a - 1;
+    h->raw = raw;
+    h->size = got;
     return (void *)a;
 }
 
 static void cpu_free(hd_ctx *ctx, int device, void *p, size_t nbytes) {
     HD_UNUSED(device);
+    HD_UNUSED(nbytes);
     if (!p) return;
-    hd_ctx_free(ctx, ((void **)p)[-1], nbytes + 64 + sizeof(void *));
+    cpu_block_header *h = (cpu_block_header *)p - 1;
+    hd_ctx_free_block(ctx, h->raw, h->size);
 }
 
 static hd_status cpu_copy(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
@@ -56,6 +71,7 @@ static const struct {
     [HD_KIND_SHAPE] = {hd_cpu_shape, hd_cpu_shape_supports},
     [HD_KIND_INDEX] = {hd_cpu_index, hd_cpu_index_supports},
     [HD_KIND_NN] = {hd_cpu_nn, hd_cpu_nn_supports},
+    [HD_KIND_GRAD] = {hd_cpu_grad, hd_cpu_grad_supports},
 };
 
 static int cpu_supports_op(hd_op op, hd_dtype dt) {

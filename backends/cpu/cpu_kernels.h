@@ -20,6 +20,7 @@ CPU_KERNEL(matmul)      /* cpu_matmul.c */
 CPU_KERNEL(shape)       /* cpu_shape.c: concat */
 CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign */
 CPU_KERNEL(nn)          /* cpu_nn.c */
+CPU_KERNEL(grad)        /* cpu_grad.c: backward kernels (index_add, conv2d_bwd_*, ...) */
 
 #undef CPU_KERNEL
 

@@ -19,7 +19,7 @@ static void test_cpu_coverage(void) {
         hd_op op = (hd_op)i;
         if (hd_op_infos[op].kind == HD_KIND_VIEW) continue;
         hd_dtype dt = HD_F32;
-        if (op == HD_OP_NOT) dt = HD_BOOL;
+        if (op == HD_OP_NOT || op == HD_OP_WHERE) dt = HD_BOOL; /* the condition */
         if (op == HD_OP_ONE_HOT) dt = HD_I64;
         CHECK_MSG(hd_cpu_backend.supports_op(op, dt), "cpu has no %s kernel for %s", hd_op_name(op),
                   hd_dtype_name(dt));

@@ -1,0 +1,123 @@
+/* builtins_tensor: what the files of the tensor prelude share (internal).
+ *
+ * Every tensor function is one row of a table (hd_tfunc): its name, its
+ * native, its parameter list and, for thin wrappers, the op it runs. The
+ * same row serves `sum(x, axis = 1)` and `x.sum(axis = 1)`: a method call
+ * passes the receiver as `self`, which the binder puts first. */
+#ifndef HD_BUILTINS_TENSOR_H
+#define HD_BUILTINS_TENSOR_H
+
+#include "hd_op.h"
+#include "tensor_api.h"
+
+enum {
+    HD_TF_GLOBAL = 1, /* a prelude name */
+    HD_TF_METHOD = 2, /* a member of tensors */
+    HD_TF_BOTH = 3,
+};
+
+typedef struct hd_tfunc {
+    const char *name;
+    hd_native_fn fn;
+    /* Parameter names, ", "-separated; `name=` is optional, a last `*name`
+     * also takes every further positional argument (x.reshape(2, -1)). */
+    const char *sig;
+    int op; /* the hd_op a thin wrapper runs, or -1 */
+    unsigned flags;
+} hd_tfunc;
+
+typedef struct hd_tfunc_table {
+    const hd_tfunc *rows;
+    int n;
+} hd_tfunc_table;
+
+extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, hd_tfuncs_nn,
+    hd_tfuncs_misc, hd_tfuncs_io;
+
+/* A native's signature, as the rows use it. */
+#define HD_TF_FN(name)                                                                             \
+    hd_status name(hd_vm *vm, hd_value self, const hd_value *args, int nargs, const hd_kwarg *kw,  \
+                   int nkw, hd_value *out, void *data)
+
+/* ---- arguments ---- */
+
+#define HD_TARGS_MAX 16
+
+typedef struct hd_targs {
+    const hd_tfunc *f;
+    int n;                          /* parameters */
+    char names[HD_TARGS_MAX][24];   /* parameter names */
+    hd_value v[HD_TARGS_MAX];       /* borrowed; type HD_V_COUNT when not given */
+    hd_value all[HD_TARGS_MAX + 1]; /* self and the positional arguments */
+    const hd_value *rest;           /* positionals past the last, for a `*name` */
+    int nrest;
+} hd_targs;
+
+/* Match self, positional and keyword arguments to f's parameters. Errors
+ * name the function: too many arguments, an unknown or repeated keyword, a
+ * missing required argument. */
+hd_status hd_targs_bind(hd_vm *vm, const hd_tfunc *f, hd_value self, const hd_value *args,
+                        int nargs, const hd_kwarg *kw, int nkw, hd_targs *a);
+#define HD_TARGS_BIND(a)                                                                           \
+    hd_targs a;                                                                                    \
+    if (hd_targs_bind(vm, (const hd_tfunc *)data, self, args, nargs, kw, nkw, &a))                 \
+        return HD_ERR_RUNTIME;
+
+/* Given and not none. */
+static inline int hd_targ_has(const hd_targs *a, int i) {
+    return a->v[i].type != HD_V_COUNT && a->v[i].type != HD_V_NONE;
+}
+
+hd_status hd_targ_int(hd_vm *vm, const hd_targs *a, int i, int64_t def, int64_t *out);
+hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double *out);
+hd_status hd_targ_bool(hd_vm *vm, const hd_targs *a, int i, int def, int *out);
+hd_status hd_targ_dtype(hd_vm *vm, const hd_targs *a, int i, int def, int *out); /* -1: none */
+/* A device string or none: only "cpu" exists; "cuda" names the missing backend. */
+hd_status hd_targ_device(hd_vm *vm, const hd_targs *a, int i);
+/* A shape: an int, a list of ints, or (a `*name` parameter) several ints. */
+hd_status hd_targ_shape(hd_vm *vm, const hd_targs *a, int i, int64_t *shape, int *nd);
+/* Axes into attrs->axes/naxes: none (all), an int, or a list of ints. */
+hd_status hd_targ_axes(hd_vm *vm, const hd_targs *a, int i, hd_attrs *attrs);
+/* A pair of ints (conv and pool geometry) from an int or a list of two. */
+hd_status hd_targ_pair(hd_vm *vm, const hd_targs *a, int i, int64_t def, int64_t *out2);
+/* A tensor from a tensor, number or nested list (new reference). */
+hd_status hd_targ_tensor(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out);
+/* 1 when no tensor is among the parameters given: numbers in, number out. */
+int hd_targs_numbers_only(const hd_targs *a);
+hd_status hd_targ_type_error(hd_vm *vm, const hd_targs *a, int i, const char *want);
+
+/* ---- values and tensors ---- */
+
+/* v as a tensor: tensors are referenced, numbers become hd_tensor_number
+ * (or plain 0-d tensors when exact is set: i64 and f64), lists are
+ * converted as tensor() does (floats as float_dt). Error "what must be a
+ * tensor" otherwise. */
+hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact, hd_dtype float_dt,
+                             hd_tensor **out);
+/* tensor(data): nested lists of numbers, bools and tensors; dt < 0 infers
+ * (bools -> bool, ints -> i64, floats -> float_dt). */
+hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_dt,
+                               hd_tensor **out);
+/* A 0-d or one-element tensor's value as a number of its kind. */
+hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out);
+hd_status hd_tensor_tolist(hd_vm *vm, const hd_tensor *t, hd_value *out);
+
+/* Run op; on failure turn ctx's error into the VM's, prefixed with fname
+ * when the message does not name it already. numbers: the inputs are
+ * plain numbers; an integer input of a float op is computed in f64 and a
+ * 0-d result comes back as a number. */
+hd_status hd_trun(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
+                  const hd_attrs *attrs, int numbers, hd_value *out);
+/* Same, keeping the result a tensor (new reference in *t). */
+hd_status hd_trun_t(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
+                    const hd_attrs *attrs, hd_tensor **t);
+/* The ctx's pending error as the VM's, with the function's name. */
+hd_status hd_tfail(hd_vm *vm, const char *fname);
+void hd_tunref_all(hd_tensor **t, int n);
+
+/* View helpers over SLICE and RESHAPE. */
+hd_status hd_tslice_axis(hd_ctx *ctx, hd_tensor *t, int axis, int64_t start, int64_t len, int drop,
+                         hd_tensor **out);
+hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, hd_tensor **out);
+
+#endif

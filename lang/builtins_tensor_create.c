@@ -1,0 +1,234 @@
+/* Creation: tensor, zeros, ones, full, rand, randn, arange, linspace, eye,
+ * zeros_like, ones_like, manual_seed. */
+#include "builtins_tensor.h"
+#include "hd_rng.h"
+
+#include <math.h>
+#include <string.h>
+
+static hd_status create(hd_vm *vm, const char *fname, hd_op op, hd_attrs *at, hd_value *out) {
+    hd_tensor *t = NULL;
+    if (hd_trun_t(vm, fname, op, NULL, 0, at, &t)) return HD_ERR_RUNTIME;
+    *out = hd_tensor_value(t);
+    return HD_OK;
+}
+
+/* zeros(2, 3) as well as zeros([2, 3]): the leading int arguments. */
+static hd_status shape_args(hd_vm *vm, hd_targs *a, hd_attrs *at) {
+    int nd;
+    if (hd_targ_shape(vm, a, 0, at->shape, &nd)) return HD_ERR_RUNTIME;
+    at->nshape = nd;
+    return HD_OK;
+}
+
+static hd_status fill(hd_vm *vm, hd_value self, const hd_value *args, int nargs, const hd_kwarg *kw,
+                      int nkw, hd_value *out, void *data, double value) {
+    HD_TARGS_BIND(a);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    if (shape_args(vm, &a, &at) || hd_targ_dtype(vm, &a, 1, HD_F32, &dt) ||
+        hd_targ_device(vm, &a, 2))
+        return HD_ERR_RUNTIME;
+    at.dtype = (hd_dtype)dt;
+    at.scalar[0] = value;
+    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+}
+
+static HD_TF_FN(tf_zeros) {
+    return fill(vm, self, args, nargs, kw, nkw, out, data, 0);
+}
+static HD_TF_FN(tf_ones) {
+    return fill(vm, self, args, nargs, kw, nkw, out, data, 1);
+}
+
+/* The dtype a Hodu number gives a tensor: bool, i64, or f32. */
+static int number_dtype(hd_value v) {
+    return v.type == HD_V_BOOL ? HD_BOOL : v.type == HD_V_INT ? HD_I64 : HD_F32;
+}
+
+static HD_TF_FN(tf_full) {
+    HD_TARGS_BIND(a); /* shape, value, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    double v;
+    hd_vtype vt = a.v[1].type;
+    if (vt != HD_V_BOOL && vt != HD_V_INT && vt != HD_V_FLOAT)
+        return hd_targ_type_error(vm, &a, 1, "a number or a bool");
+    v = vt == HD_V_BOOL ? a.v[1].as.b : vt == HD_V_INT ? (double)a.v[1].as.i : a.v[1].as.f;
+    if (shape_args(vm, &a, &at)) return HD_ERR_RUNTIME;
+    if (hd_targ_dtype(vm, &a, 2, number_dtype(a.v[1]), &dt) || hd_targ_device(vm, &a, 3))
+        return HD_ERR_RUNTIME;
+    at.dtype = (hd_dtype)dt;
+    at.scalar[0] = v;
+    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+}
+
+static HD_TF_FN(tf_rand) {
+    HD_TARGS_BIND(a); /* shape, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    if (shape_args(vm, &a, &at) || hd_targ_dtype(vm, &a, 1, HD_F32, &dt) ||
+        hd_targ_device(vm, &a, 2))
+        return HD_ERR_RUNTIME;
+    at.dtype = (hd_dtype)dt;
+    at.scalar[1] = 1; /* [0, 1) */
+    return create(vm, a.f->name, HD_OP_RAND, &at, out);
+}
+
+/* randn draws standard normals, then scales: x * std + mean. */
+static HD_TF_FN(tf_randn) {
+    HD_TARGS_BIND(a); /* shape, mean=, std=, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    double mean, sd;
+    if (shape_args(vm, &a, &at) || hd_targ_float(vm, &a, 1, 0, &mean) ||
+        hd_targ_float(vm, &a, 2, 1, &sd) || hd_targ_dtype(vm, &a, 3, HD_F32, &dt) ||
+        hd_targ_device(vm, &a, 4))
+        return HD_ERR_RUNTIME;
+    at.dtype = (hd_dtype)dt;
+    at.scalar[1] = 1;
+    hd_tensor *t = NULL;
+    if (hd_trun_t(vm, "randn", HD_OP_RANDN, NULL, 0, &at, &t)) return HD_ERR_RUNTIME;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_status st = HD_OK;
+    for (int k = 0; k < 2 && !st; k++) {
+        double s = k == 0 ? sd : mean;
+        if (s == (k == 0 ? 1 : 0)) continue;
+        hd_tensor *n = hd_tensor_number(ctx, HD_F64, s), *r = NULL;
+        hd_tensor *in[2] = {t, n};
+        st = n ? hd_trun_t(vm, "randn", k == 0 ? HD_OP_MUL : HD_OP_ADD, in, 2, NULL, &r)
+               : hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+        hd_tensor_unref(n);
+        if (!st) {
+            hd_tensor_unref(t);
+            t = r;
+        }
+    }
+    if (st) {
+        hd_tensor_unref(t);
+        return st;
+    }
+    *out = hd_tensor_value(t);
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_arange) {
+    HD_TARGS_BIND(a); /* start, end=, step=, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    double s0, s1, step;
+    int all_int = 1, dt;
+    for (int i = 0; i < 3; i++) {
+        if (!hd_targ_has(&a, i)) continue;
+        if (a.v[i].type != HD_V_INT && a.v[i].type != HD_V_FLOAT)
+            return hd_targ_type_error(vm, &a, i, "a number");
+        if (a.v[i].type == HD_V_FLOAT) all_int = 0;
+    }
+    if (hd_targ_float(vm, &a, 0, 0, &s0) || hd_targ_float(vm, &a, 1, 0, &s1) ||
+        hd_targ_float(vm, &a, 2, 1, &step) ||
+        hd_targ_dtype(vm, &a, 3, all_int ? HD_I64 : HD_F32, &dt) || hd_targ_device(vm, &a, 4))
+        return HD_ERR_RUNTIME;
+    if (!hd_targ_has(&a, 1)) { /* arange(n) */
+        s1 = s0;
+        s0 = 0;
+    }
+    at.scalar[0] = s0;
+    at.scalar[1] = s1;
+    at.scalar[2] = step;
+    at.dtype = (hd_dtype)dt;
+    return create(vm, a.f->name, HD_OP_ARANGE, &at, out);
+}
+
+static HD_TF_FN(tf_linspace) {
+    HD_TARGS_BIND(a); /* start, end, n, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    if (hd_targ_float(vm, &a, 0, 0, &at.scalar[0]) || hd_targ_float(vm, &a, 1, 0, &at.scalar[1]) ||
+        hd_targ_int(vm, &a, 2, 0, &at.ints[0]) || hd_targ_dtype(vm, &a, 3, HD_F32, &dt) ||
+        hd_targ_device(vm, &a, 4))
+        return HD_ERR_RUNTIME;
+    at.dtype = (hd_dtype)dt;
+    return create(vm, a.f->name, HD_OP_LINSPACE, &at, out);
+}
+
+static HD_TF_FN(tf_eye) {
+    HD_TARGS_BIND(a); /* n, m=, dtype=, device= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    if (hd_targ_int(vm, &a, 0, 0, &at.shape[0]) ||
+        hd_targ_int(vm, &a, 1, at.shape[0], &at.shape[1]) ||
+        hd_targ_dtype(vm, &a, 2, HD_F32, &dt) || hd_targ_device(vm, &a, 3))
+        return HD_ERR_RUNTIME;
+    at.nshape = 2;
+    at.dtype = (hd_dtype)dt;
+    return create(vm, a.f->name, HD_OP_EYE, &at, out);
+}
+
+static hd_status fill_like(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                           const hd_kwarg *kw, int nkw, hd_value *out, void *data, double v) {
+    HD_TARGS_BIND(a); /* x, dtype= */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int dt;
+    if (hd_targ_dtype(vm, &a, 1, x->dtype, &dt)) {
+        hd_tensor_unref(x);
+        return HD_ERR_RUNTIME;
+    }
+    at.dtype = (hd_dtype)dt;
+    at.nshape = x->ndim;
+    memcpy(at.shape, x->shape, sizeof at.shape);
+    at.scalar[0] = v;
+    hd_tensor_unref(x);
+    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+}
+
+static HD_TF_FN(tf_zeros_like) {
+    return fill_like(vm, self, args, nargs, kw, nkw, out, data, 0);
+}
+static HD_TF_FN(tf_ones_like) {
+    return fill_like(vm, self, args, nargs, kw, nkw, out, data, 1);
+}
+
+static HD_TF_FN(tf_tensor) {
+    HD_TARGS_BIND(a); /* data, dtype=, device= */
+    int dt;
+    if (hd_targ_dtype(vm, &a, 1, -1, &dt) || hd_targ_device(vm, &a, 2)) return HD_ERR_RUNTIME;
+    hd_tensor *t = NULL;
+    if (hd_tensor_from_value(vm, a.v[0], dt, HD_F32, &t)) return HD_ERR_RUNTIME;
+    *out = hd_tensor_value(t);
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_manual_seed) {
+    HD_TARGS_BIND(a); /* seed */
+    int64_t seed;
+    if (hd_targ_int(vm, &a, 0, 0, &seed)) return HD_ERR_RUNTIME;
+    hd_rng_seed(hd_vm_ctx(vm), (uint64_t)seed);
+    *out = hd_none();
+    return HD_OK;
+}
+
+static const hd_tfunc rows[] = {
+    {"tensor", tf_tensor, "data, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"zeros", tf_zeros, "*shape, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"ones", tf_ones, "*shape, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"full", tf_full, "shape, value, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"rand", tf_rand, "*shape, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"randn", tf_randn, "*shape, mean=, std=, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"arange", tf_arange, "start, end=, step=, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"linspace", tf_linspace, "start, end, n, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"eye", tf_eye, "n, m=, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"zeros_like", tf_zeros_like, "x, dtype=", -1, HD_TF_GLOBAL},
+    {"ones_like", tf_ones_like, "x, dtype=", -1, HD_TF_GLOBAL},
+    {"manual_seed", tf_manual_seed, "seed", -1, HD_TF_GLOBAL},
+};
+
+const hd_tfunc_table hd_tfuncs_create = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -1,0 +1,513 @@
+/* What the evaluator calls for tensors: operators, x[...] and x[...] = v,
+ * and members (attributes and methods). */
+#include "builtins_tensor.h"
+#include "hd_backend.h"
+
+#include <string.h>
+
+const hd_tfunc *hd_tfunc_method(const char *name);
+void hd_tfunc_method_names(void (*fn)(const char *name, void *ud), void *ud);
+hd_status hd_tensor_T(hd_vm *vm, hd_tensor *x, hd_value *out);
+
+/* ---- operators ---- */
+
+static const struct {
+    int tok;
+    hd_op op;
+    const char *sym;
+} binops[] = {
+    {HD_TOK_PLUS, HD_OP_ADD, "+"},  {HD_TOK_MINUS, HD_OP_SUB, "-"},   {HD_TOK_STAR, HD_OP_MUL, "*"},
+    {HD_TOK_SLASH, HD_OP_DIV, "/"}, {HD_TOK_PERCENT, HD_OP_MOD, "%"}, {HD_TOK_POW, HD_OP_POW, "**"},
+    {HD_TOK_AT, HD_OP_MATMUL, "@"}, {HD_TOK_EQ, HD_OP_EQ, "=="},      {HD_TOK_NE, HD_OP_NE, "!="},
+    {HD_TOK_LT, HD_OP_LT, "<"},     {HD_TOK_LE, HD_OP_LE, "<="},      {HD_TOK_GT, HD_OP_GT, ">"},
+    {HD_TOK_GE, HD_OP_GE, ">="},
+};
+
+static int tensorable(hd_value v) {
+    return v.type == HD_V_TENSOR || v.type == HD_V_INT || v.type == HD_V_FLOAT ||
+           v.type == HD_V_BOOL || v.type == HD_V_LIST;
+}
+
+hd_status hd_tensor_binop(hd_vm *vm, int op, hd_value a, hd_value b, hd_value *out) {
+    int k = -1;
+    for (size_t i = 0; i < sizeof binops / sizeof binops[0]; i++)
+        if (binops[i].tok == op) k = (int)i;
+    if (k < 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "this operator does not apply to tensors");
+    if (!tensorable(a) || !tensorable(b)) {
+        /* x == none is false, x != none true: a tensor never equals a non-number */
+        if (op == HD_TOK_EQ || op == HD_TOK_NE) {
+            *out = hd_bool(op == HD_TOK_NE);
+            return HD_OK;
+        }
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "unsupported operand types for %s: %s and %s",
+                           binops[k].sym, hd_value_type_name(a), hd_value_type_name(b));
+    }
+    hd_tensor *in[2] = {NULL, NULL}, *r = NULL;
+    hd_status st = hd_value_to_tensor(vm, a, "the left operand", 0, HD_F32, &in[0]);
+    if (!st) st = hd_value_to_tensor(vm, b, "the right operand", 0, HD_F32, &in[1]);
+    if (!st) st = hd_trun_t(vm, NULL, binops[k].op, in, 2, NULL, &r);
+    hd_tunref_all(in, 2);
+    if (st) return st;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+hd_status hd_tensor_unop(hd_vm *vm, int op, hd_value x, hd_value *out) {
+    if (x.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
+    if (op == HD_TOK_PLUS) {
+        *out = hd_value_ref(x);
+        return HD_OK;
+    }
+    hd_op o = op == HD_TOK_MINUS ? HD_OP_NEG : HD_OP_NOT;
+    if (op != HD_TOK_MINUS && op != HD_TOK_NOT)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "this operator does not apply to tensors");
+    hd_tensor *t = x.as.t, *r = NULL;
+    if (o == HD_OP_NEG && t->dtype == HD_BOOL)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "unary - is not defined for bool tensors (use not)");
+    if (hd_trun_t(vm, NULL, o, &t, 1, NULL, &r)) return HD_ERR_RUNTIME;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* ---- indexing ---- */
+
+/* How x[parts] is taken: one SLICE over x, size-1 dims inserted for each
+ * none, then at most one tensor index applied at its position. */
+typedef struct ixplan {
+    hd_attrs at;
+    int nones[HD_MAX_DIMS]; /* positions of inserted dims, in the output */
+    int nnone;
+    int tpos;   /* output position of the tensor part, or -1 */
+    int tnones; /* nones before the tensor part */
+    const hd_tensor *idx;
+    int is_mask;
+} ixplan;
+
+static hd_status ix_error_shape(hd_vm *vm, const char *what, const hd_tensor *x, int n) {
+    char s[128];
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s for a tensor of shape %s: %d given", what,
+                       hd_shape_str(x->shape, x->ndim, s, sizeof s), n);
+}
+
+static int part_dims(const hd_index_part *p) {
+    switch (p->kind) {
+    case HD_IDX_INT:
+    case HD_IDX_SLICE: return 1;
+    case HD_IDX_TENSOR:
+        return p->v.type == HD_V_TENSOR && p->v.as.t->dtype == HD_BOOL ? p->v.as.t->ndim : 1;
+    default: return 0;
+    }
+}
+
+/* Python's slice.indices for a positive step: bounds clamped to [0, n]. */
+static hd_status ix_slice(hd_vm *vm, const hd_index_part *p, int64_t n, int d, hd_attrs *at) {
+    int64_t step = p->has_step ? p->step : 1;
+    if (step <= 0)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           step == 0 ? "slice step cannot be zero" : "slice step must be positive");
+    int64_t lo = p->has_start ? p->start : 0, hi = p->has_stop ? p->stop : n;
+    if (lo < 0) lo += n;
+    if (hi < 0) hi += n;
+    lo = lo < 0 ? 0 : lo > n ? n : lo;
+    hi = hi < 0 ? 0 : hi > n ? n : hi;
+    at->start[d] = lo;
+    at->step[d] = step;
+    at->len[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
+    if (at->len[d] == 0) at->start[d] = 0;
+    return HD_OK;
+}
+
+static hd_status ix_int(hd_vm *vm, int64_t i, int64_t n, int d, hd_attrs *at) {
+    int64_t j = i < 0 ? i + n : i;
+    if (j < 0 || j >= n)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "index %lld is out of range for dim %d of size %lld",
+                           (long long)i, d, (long long)n);
+    at->start[d] = j;
+    at->len[d] = 1;
+    at->drop_mask |= 1u << d;
+    return HD_OK;
+}
+
+static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, int out) {
+    if (p->v.type != HD_V_TENSOR)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "an index must be an int, a slice or a tensor, got %s",
+                           hd_value_type_name(p->v));
+    const hd_tensor *t = p->v.as.t;
+    if (pl->idx) return hd_vm_error(vm, HD_ERR_RUNTIME, "only one tensor index is supported");
+    if (t->dtype != HD_BOOL && !hd_dtype_is_int(t->dtype))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be integers or bools, got %s",
+                           hd_dtype_name(t->dtype));
+    if (t->dtype == HD_BOOL && t->ndim == 0)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "a bool index needs at least one dim");
+    if (!t->storage || !hd_tensor_is_cpu(t))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be on the cpu");
+    pl->idx = t;
+    pl->is_mask = t->dtype == HD_BOOL;
+    pl->tpos = out;
+    pl->tnones = pl->nnone;
+    return HD_OK;
+}
+
+static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
+                         ixplan *pl) {
+    memset(pl, 0, sizeof *pl);
+    pl->tpos = -1;
+    int used = 0, ell = 0;
+    for (int i = 0; i < n; i++) {
+        used += part_dims(&parts[i]);
+        ell += parts[i].kind == HD_IDX_ELLIPSIS;
+    }
+    if (ell > 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "an index can only have one ellipsis (...)");
+    if (used > x->ndim) return ix_error_shape(vm, "too many indices", x, used);
+    for (int d = 0; d < x->ndim; d++) {
+        pl->at.step[d] = 1;
+        pl->at.len[d] = x->shape[d];
+    }
+    int d = 0, out = 0;
+    for (int i = 0; i < n; i++) {
+        const hd_index_part *p = &parts[i];
+        switch (p->kind) {
+        case HD_IDX_ELLIPSIS:
+            d += x->ndim - used;
+            out += x->ndim - used;
+            break;
+        case HD_IDX_NONE:
+            if (x->ndim + pl->nnone + 1 > HD_MAX_DIMS)
+                return hd_vm_error(vm, HD_ERR_RUNTIME, "tensors have at most %d dims", HD_MAX_DIMS);
+            pl->nones[pl->nnone++] = out++;
+            break;
+        case HD_IDX_INT:
+            if (ix_int(vm, p->i, x->shape[d], d, &pl->at)) return HD_ERR_RUNTIME;
+            d++;
+            break;
+        case HD_IDX_SLICE:
+            if (ix_slice(vm, p, x->shape[d], d, &pl->at)) return HD_ERR_RUNTIME;
+            d++;
+            out++;
+            break;
+        case HD_IDX_TENSOR:
+            if (ix_tensor_part(vm, p, pl, out)) return HD_ERR_RUNTIME;
+            d += part_dims(p);
+            out += part_dims(p);
+            break;
+        }
+    }
+    return HD_OK;
+}
+
+/* The basic part of the index: a view of x. */
+static hd_status ix_view(hd_vm *vm, hd_tensor *x, const ixplan *pl, int with_nones,
+                         hd_tensor **out) {
+    hd_tensor *v = NULL;
+    if (hd_trun_t(vm, NULL, HD_OP_SLICE, &x, 1, &pl->at, &v)) return HD_ERR_RUNTIME;
+    if (!with_nones || !pl->nnone) {
+        *out = v;
+        return HD_OK;
+    }
+    int64_t shape[HD_MAX_DIMS];
+    int nd = v->ndim + pl->nnone;
+    for (int j = 0, k = 0, m = 0; j < nd; j++) {
+        if (m < pl->nnone && pl->nones[m] == j) {
+            shape[j] = 1;
+            m++;
+        } else {
+            shape[j] = v->shape[k++];
+        }
+    }
+    hd_status st = hd_treshape(hd_vm_ctx(vm), v, shape, nd, out) ? hd_tfail(vm, NULL) : HD_OK;
+    hd_tensor_unref(v);
+    return st;
+}
+
+/* Integer indices checked against a dim of size n and wrapped when
+ * negative: a new i64 tensor (flattened when flat is set). */
+static hd_status ix_indices(hd_vm *vm, const hd_tensor *idx, int64_t n, int d, int flat,
+                            hd_tensor **out) {
+    int64_t one = idx->numel;
+    hd_tensor *t = flat ? hd_tensor_new(hd_vm_ctx(vm), HD_I64, &one, 1)
+                        : hd_tensor_new(hd_vm_ctx(vm), HD_I64, idx->shape, idx->ndim);
+    if (!t) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    int64_t *p = t->storage->data;
+    for (int64_t i = 0; i < idx->numel; i++) {
+        int64_t v = hd_tensor_get_i64(idx, i), j = v < 0 ? v + n : v;
+        if (j < 0 || j >= n) {
+            hd_tensor_unref(t);
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "index %lld is out of range for dim %d of size %lld", (long long)v,
+                               d, (long long)n);
+        }
+        p[i] = j;
+    }
+    *out = t;
+    return HD_OK;
+}
+
+/* A bool mask over dims pos..pos+k-1 of v: checked, and the flat
+ * positions of its true elements as an i64 tensor. */
+static hd_status ix_mask(hd_vm *vm, const hd_tensor *v, int pos, const hd_tensor *mask,
+                         hd_tensor **out) {
+    int k = mask->ndim;
+    if (pos + k > v->ndim || memcmp(mask->shape, v->shape + pos, (size_t)k * sizeof(int64_t))) {
+        char s0[128], s1[128];
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "bool index of shape %s does not match the indexed shape %s",
+                           hd_shape_str(mask->shape, k, s0, sizeof s0),
+                           hd_shape_str(v->shape + pos, HD_MIN(k, v->ndim - pos), s1, sizeof s1));
+    }
+    int64_t c = 0;
+    for (int64_t i = 0; i < mask->numel; i++) c += hd_tensor_get(mask, i) != 0;
+    hd_tensor *t = hd_tensor_new(hd_vm_ctx(vm), HD_I64, &c, 1);
+    if (!t) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    int64_t *p = t->storage->data;
+    for (int64_t i = 0, j = 0; i < mask->numel; i++)
+        if (hd_tensor_get(mask, i) != 0) p[j++] = i;
+    *out = t;
+    return HD_OK;
+}
+
+static hd_status ix_select(hd_vm *vm, hd_tensor *v, int axis, hd_tensor *idx, hd_tensor **out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = axis;
+    hd_tensor *in[2] = {v, idx};
+    return hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
+}
+
+/* x[mask] with the mask over k dims at pos: those dims merged into one,
+ * then gathered. */
+static hd_status ix_gather_mask(hd_vm *vm, hd_tensor *v, const ixplan *pl, hd_tensor **out) {
+    hd_tensor *pos = NULL, *m = NULL;
+    int k = pl->idx->ndim, p = pl->tpos;
+    if (ix_mask(vm, v, p, pl->idx, &pos)) return HD_ERR_RUNTIME;
+    int64_t shape[HD_MAX_DIMS], n = 1;
+    int nd = 0;
+    for (int i = 0; i < p; i++) shape[nd++] = v->shape[i];
+    for (int i = p; i < p + k; i++) n *= v->shape[i];
+    shape[nd++] = n;
+    for (int i = p + k; i < v->ndim; i++) shape[nd++] = v->shape[i];
+    hd_status st = hd_treshape(hd_vm_ctx(vm), v, shape, nd, &m) ? hd_tfail(vm, NULL) : HD_OK;
+    if (!st) st = ix_select(vm, m, p, pos, out);
+    hd_tensor_unref(m);
+    hd_tensor_unref(pos);
+    return st;
+}
+
+hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts, int n,
+                              hd_value *out) {
+    if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
+    hd_tensor *x = xv.as.t, *v = NULL, *r = NULL, *idx = NULL;
+    ixplan pl;
+    if (ix_plan(vm, x, parts, n, &pl) || ix_view(vm, x, &pl, 1, &v)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    if (!pl.idx) {
+        r = v;
+        v = NULL;
+    } else if (pl.is_mask) {
+        st = ix_gather_mask(vm, v, &pl, &r);
+    } else {
+        st = ix_indices(vm, pl.idx, v->shape[pl.tpos], pl.tpos, 0, &idx);
+        if (!st) st = ix_select(vm, v, pl.tpos, idx, &r);
+    }
+    hd_tensor_unref(idx);
+    hd_tensor_unref(v);
+    if (st) return st;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* ---- x[...] = v ---- */
+
+static hd_status assign(hd_vm *vm, hd_tensor *dst, hd_tensor *src) {
+    if (hd_tensor_copy_into(hd_vm_ctx(vm), dst, src)) return hd_tfail(vm, NULL);
+    return HD_OK;
+}
+
+/* src broadcast to shape (error in the words of assignment). */
+static hd_status expand_to(hd_vm *vm, hd_tensor *src, const int64_t *shape, int nd,
+                           hd_tensor **out) {
+    int64_t b[HD_MAX_DIMS];
+    int nb;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (src->ndim > nd || hd_broadcast_shapes(ctx, src->shape, src->ndim, shape, nd, b, &nb) ||
+        nb != nd || memcmp(b, shape, (size_t)nd * sizeof *b)) {
+        char s0[128], s1[128];
+        hd_error_clear(ctx);
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "cannot assign a tensor of shape %s to one of shape %s",
+                           hd_shape_str(src->shape, src->ndim, s0, sizeof s0),
+                           hd_shape_str(shape, nd, s1, sizeof s1));
+    }
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    memcpy(at.shape, shape, (size_t)nd * sizeof *shape);
+    at.nshape = nd;
+    return hd_trun_t(vm, NULL, HD_OP_EXPAND, &src, 1, &at, out);
+}
+
+/* dst[..., i_pos.., ...] (k dims from pos, dropped) = src_b[..., j, ...]
+ * for one position j of the gathered axis. */
+static hd_status assign_one(hd_vm *vm, hd_tensor *dst, int pos, const int64_t *ix, int k,
+                            hd_tensor *src_b, int64_t j) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    for (int d = 0; d < dst->ndim; d++) {
+        at.step[d] = 1;
+        at.len[d] = dst->shape[d];
+    }
+    for (int d = 0; d < k; d++) {
+        at.start[pos + d] = ix[d];
+        at.len[pos + d] = 1;
+        at.drop_mask |= 1u << (pos + d);
+    }
+    hd_tensor *dv = NULL, *sv = NULL;
+    hd_status st = hd_op_run(ctx, HD_OP_SLICE, &dst, 1, &at, &dv) ||
+                           hd_tslice_axis(ctx, src_b, pos, j, 1, 1, &sv)
+                       ? hd_tfail(vm, NULL)
+                       : HD_OK;
+    if (!st) st = assign(vm, dv, sv);
+    hd_tensor_unref(dv);
+    hd_tensor_unref(sv);
+    return st;
+}
+
+/* dst[idx] = src along pos, for a list of positions (flat within the k
+ * dims of a mask, or plain indices when k == 1). */
+static hd_status assign_positions(hd_vm *vm, hd_tensor *dst, int pos, int k, const int64_t *kshape,
+                                  const hd_tensor *p, hd_tensor *src) {
+    int64_t g[HD_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < pos; i++) g[nd++] = dst->shape[i];
+    g[nd++] = p->numel;
+    for (int i = pos + k; i < dst->ndim; i++) g[nd++] = dst->shape[i];
+    hd_tensor *sb = NULL;
+    if (expand_to(vm, src, g, nd, &sb)) return HD_ERR_RUNTIME;
+    const int64_t *pp = p->storage->data;
+    hd_status st = HD_OK;
+    for (int64_t j = 0; j < p->numel && !st; j++) {
+        int64_t ix[HD_MAX_DIMS], rem = pp[j];
+        for (int d = k - 1; d >= 0; d--) {
+            ix[d] = rem % kshape[d];
+            rem /= kshape[d];
+        }
+        st = assign_one(vm, dst, pos, ix, k, sb, j);
+    }
+    hd_tensor_unref(sb);
+    return st;
+}
+
+/* dst[mask] = scalar: where(mask, src, dst) written back. */
+static hd_status assign_mask_scalar(hd_vm *vm, hd_tensor *dst, int pos, const hd_tensor *mask,
+                                    hd_tensor *src) {
+    int64_t shape[HD_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < mask->ndim; i++) shape[nd++] = mask->shape[i];
+    for (int i = pos + mask->ndim; i < dst->ndim; i++) shape[nd++] = 1;
+    hd_tensor *m = NULL, *w = NULL, *s = NULL;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int64_t none[1];
+    hd_status st =
+        hd_treshape(ctx, (hd_tensor *)mask, shape, nd, &m) || hd_treshape(ctx, src, none, 0, &s)
+            ? hd_tfail(vm, NULL)
+            : HD_OK;
+    hd_tensor *in[3] = {m, s, dst};
+    if (!st) st = hd_trun_t(vm, NULL, HD_OP_WHERE, in, 3, NULL, &w);
+    if (!st) st = assign(vm, dst, w);
+    hd_tensor_unref(m);
+    hd_tensor_unref(s);
+    hd_tensor_unref(w);
+    return st;
+}
+
+hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts, int n,
+                              hd_value val) {
+    if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
+    hd_tensor *x = xv.as.t, *v = NULL, *src = NULL, *p = NULL;
+    ixplan pl;
+    if (ix_plan(vm, x, parts, n, &pl) || ix_view(vm, x, &pl, 0, &v)) return HD_ERR_RUNTIME;
+    hd_status st = hd_value_to_tensor(vm, val, "the assigned value", 0, HD_F32, &src);
+    int pos = pl.tpos - pl.tnones;
+    if (!st && !pl.idx) {
+        st = assign(vm, v, src);
+    } else if (!st && pl.is_mask) {
+        st = ix_mask(vm, v, pos, pl.idx, &p); /* checks the mask's shape */
+        if (!st && src->numel == 1)
+            st = assign_mask_scalar(vm, v, pos, pl.idx, src);
+        else if (!st)
+            st = assign_positions(vm, v, pos, pl.idx->ndim, pl.idx->shape, p, src);
+    } else if (!st) {
+        if (pl.idx->ndim > 1)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "assignment through an index tensor needs a 1-D index");
+        else if (!(st = ix_indices(vm, pl.idx, v->shape[pos], pos, 1, &p)))
+            st = assign_positions(vm, v, pos, 1, v->shape + pos, p, src);
+    }
+    hd_tensor_unref(p);
+    hd_tensor_unref(src);
+    hd_tensor_unref(v);
+    return st;
+}
+
+/* ---- members ---- */
+
+static const char *const attrs[] = {"shape", "dtype", "device",        "ndim",
+                                    "numel", "grad",  "requires_grad", "T"};
+
+static hd_status shape_list(hd_vm *vm, const hd_tensor *t, hd_value *out) {
+    hd_value l = hd_list_new(vm, t->ndim);
+    if (hd_vm_failed(vm)) return HD_ERR_MEMORY;
+    for (int i = 0; i < t->ndim; i++)
+        if (hd_list_push(vm, l, hd_int(t->shape[i]))) {
+            hd_value_unref(vm, l);
+            return HD_ERR_MEMORY;
+        }
+    *out = l;
+    return HD_OK;
+}
+
+static hd_status device_str(hd_vm *vm, const hd_tensor *t, hd_value *out) {
+    const hd_storage *s = t->storage;
+    if (!s || strcmp(s->backend->name, "cpu") == 0)
+        *out = hd_str_from(vm, "cpu");
+    else
+        *out = hd_str_fmt(vm, "%s:%d", s->backend->name, s->device);
+    return hd_vm_failed(vm) ? HD_ERR_MEMORY : HD_OK;
+}
+
+hd_status hd_tensor_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *out) {
+    hd_tensor *t = x.as.t;
+    if (strcmp(name, "shape") == 0) return shape_list(vm, t, out);
+    if (strcmp(name, "dtype") == 0) return *out = hd_dtype_value(t->dtype), HD_OK;
+    if (strcmp(name, "device") == 0) return device_str(vm, t, out);
+    if (strcmp(name, "ndim") == 0) return *out = hd_int(t->ndim), HD_OK;
+    if (strcmp(name, "numel") == 0) return *out = hd_int(t->numel), HD_OK;
+    if (strcmp(name, "grad") == 0) return *out = hd_none(), HD_OK;
+    if (strcmp(name, "requires_grad") == 0) return *out = hd_bool(0), HD_OK;
+    if (strcmp(name, "T") == 0) return hd_tensor_T(vm, t, out);
+    const hd_tfunc *f = hd_tfunc_method(name);
+    if (!f) return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor has no member '%s'", name);
+    hd_value m = hd_native_new(vm, f->name, f->fn, (void *)f);
+    if (hd_vm_failed(vm)) return HD_ERR_MEMORY;
+    ((hd_native *)m.as.o)->self = hd_value_ref(x);
+    *out = m;
+    return HD_OK;
+}
+
+hd_status hd_tensor_set_member(hd_vm *vm, hd_value x, const char *name, hd_value v) {
+    HD_UNUSED(x);
+    if (strcmp(name, "requires_grad") != 0)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set tensor member '%s'", name);
+    if (v.type != HD_V_BOOL)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "requires_grad must be true or false, got %s",
+                           hd_value_type_name(v));
+    if (v.as.b)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "requires_grad: gradients are not available yet");
+    return HD_OK;
+}
+
+void hd_tensor_member_names(void (*fn)(const char *name, void *ud), void *ud) {
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) fn(attrs[i], ud);
+    hd_tfunc_method_names(fn, ud);
+}

@@ -1,0 +1,110 @@
+/* Conversions and the rest: item, tolist, to, detach, clone, contiguous
+ * (methods) and param. */
+#include "builtins_tensor.h"
+#include "hd_backend.h"
+
+#include <string.h>
+
+static HD_TF_FN(tf_item) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = hd_tensor_item(vm, x, out);
+    hd_tensor_unref(x);
+    return st;
+}
+
+static HD_TF_FN(tf_tolist) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = hd_tensor_tolist(vm, x, out);
+    hd_tensor_unref(x);
+    return st;
+}
+
+/* to(f16), to("cpu"), to(dtype = f16, device = "cpu"). */
+static HD_TF_FN(tf_to) {
+    HD_TARGS_BIND(a); /* x, target=, dtype=, device= */
+    hd_tensor *x = NULL, *r = NULL;
+    int dt = -1;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    if (a.v[1].type == HD_V_STR) {
+        a.v[3] = a.v[1];
+        st = hd_targ_device(vm, &a, 3);
+    } else if (hd_targ_has(&a, 1)) {
+        if (a.v[1].type != HD_V_DTYPE)
+            st = hd_targ_type_error(vm, &a, 1, "a dtype or a device string");
+        else
+            dt = a.v[1].as.dt;
+    }
+    if (!st && dt < 0) st = hd_targ_dtype(vm, &a, 2, -1, &dt);
+    if (!st) st = hd_targ_device(vm, &a, 3);
+    if (!st && dt >= 0 && (hd_dtype)dt != x->dtype) {
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        at.dtype = (hd_dtype)dt;
+        st = hd_trun_t(vm, "to", HD_OP_CAST, &x, 1, &at, &r);
+    } else if (!st) {
+        r = hd_tensor_ref(x);
+    }
+    hd_tensor_unref(x);
+    if (st) return st;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* detach: a new tensor over the same storage, outside any gradient record. */
+static HD_TF_FN(tf_detach) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_tensor *r = hd_tensor_view(hd_vm_ctx(vm), x, x->shape, x->strides, x->ndim, x->offset);
+    hd_tensor_unref(x);
+    if (!r) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_clone) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL, *r = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = hd_trun_t(vm, a.f->name, HD_OP_COPY, &x, 1, NULL, &r);
+    hd_tensor_unref(x);
+    if (st) return st;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_contiguous) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_tensor *r = hd_tensor_contiguous(hd_vm_ctx(vm), x);
+    hd_tensor_unref(x);
+    if (!r) return hd_tfail(vm, "contiguous");
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* param(t): t itself, for now; gradients will mark it requires_grad. */
+static HD_TF_FN(tf_param) {
+    HD_TARGS_BIND(a); /* t */
+    if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
+    *out = hd_value_ref(a.v[0]);
+    return HD_OK;
+}
+
+static const hd_tfunc rows[] = {
+    {"item", tf_item, "x", -1, HD_TF_METHOD},
+    {"tolist", tf_tolist, "x", -1, HD_TF_METHOD},
+    {"to", tf_to, "x, target=, dtype=, device=", -1, HD_TF_METHOD},
+    {"detach", tf_detach, "x", -1, HD_TF_METHOD},
+    {"clone", tf_clone, "x", -1, HD_TF_METHOD},
+    {"contiguous", tf_contiguous, "x", -1, HD_TF_METHOD},
+    {"param", tf_param, "t", -1, HD_TF_GLOBAL},
+};
+
+const hd_tfunc_table hd_tfuncs_misc = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -1,0 +1,1927 @@
+/* eval: see eval.h. The dispatch (ev for expressions, ex for statements)
+ * is one switch each; everything slower lives in helpers below them. */
+#include "eval.h"
+#include "tensor_api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HD_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Kept out of ev/ex so that their frames stay small: every level of a deep
+ * recursion pays for the largest frame on the path. */
+#define HD_NOINLINE __attribute__((noinline))
+#else
+#define HD_LIKELY(x)   (x)
+#define HD_UNLIKELY(x) (x)
+#define HD_NOINLINE
+#endif
+
+enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_ERROR };
+
+/* Frames up to this many slots live on the C stack. */
+#define HD_STACK_SLOTS 32
+
+static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n);
+static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n);
+static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b);
+static hd_status call_value(hd_vm *vm, hd_value callee, hd_value self, int has_self,
+                            const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                            hd_value *out);
+
+/* ---- errors ---- */
+
+static hd_value fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_vm_locate(vm, f, &n->span);
+    return hd_err_value();
+}
+
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(vm->errmsg, sizeof vm->errmsg, fmt, ap);
+    va_end(ap);
+    vm->err = st;
+    vm->err_located = 0;
+    return fail(vm, f, n);
+}
+
+static int flow_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    fail(vm, f, n);
+    return HD_FLOW_ERROR;
+}
+
+static HD_NOINLINE int tick_fail(hd_vm *vm) {
+    if (vm->interrupted) {
+        vm->interrupted = 0;
+        hd_vm_error(vm, HD_ERR_LIMIT, "interrupted");
+    } else {
+        hd_vm_error(vm, HD_ERR_LIMIT, "step limit (%llu) exceeded",
+                    (unsigned long long)vm->max_steps);
+    }
+    return 1;
+}
+
+/* Loop back-edges and calls: interrupts and the step limit, one branch. */
+static inline int tick(hd_vm *vm) {
+    if (HD_LIKELY(!(vm->interrupted | (vm->steps++ >= vm->max_steps)))) return 0;
+    return tick_fail(vm);
+}
+
+const char *hd_eval_op_name(int op) {
+    switch (op) {
+    case HD_TOK_PLUS: return "+";
+    case HD_TOK_MINUS: return "-";
+    case HD_TOK_STAR: return "*";
+    case HD_TOK_SLASH: return "/";
+    case HD_TOK_PERCENT: return "%";
+    case HD_TOK_AT: return "@";
+    case HD_TOK_POW: return "**";
+    case HD_TOK_EQ: return "==";
+    case HD_TOK_NE: return "!=";
+    case HD_TOK_LT: return "<";
+    case HD_TOK_LE: return "<=";
+    case HD_TOK_GT: return ">";
+    case HD_TOK_GE: return ">=";
+    case HD_TOK_RANGE: return "..";
+    case HD_TOK_NOT: return "not";
+    case HD_TOK_PLUS_ASSIGN: return "+=";
+    case HD_TOK_MINUS_ASSIGN: return "-=";
+    case HD_TOK_STAR_ASSIGN: return "*=";
+    case HD_TOK_SLASH_ASSIGN: return "/=";
+    default: return "?";
+    }
+}
+
+/* ---- arithmetic ---- */
+
+static hd_value type_error(hd_vm *vm, int op, hd_value a, hd_value b) {
+    hd_vm_error(vm, HD_ERR_RUNTIME, "unsupported operand types for %s: %s and %s",
+                hd_eval_op_name(op), hd_value_type_name(a), hd_value_type_name(b));
+    return hd_err_value();
+}
+
+static hd_value overflow(hd_vm *vm) {
+    hd_vm_error(vm, HD_ERR_RUNTIME, "integer overflow");
+    return hd_err_value();
+}
+
+static hd_value int_pow(hd_vm *vm, int64_t base, int64_t e) {
+    if (e < 0) return hd_float(pow((double)base, (double)e));
+    int64_t r = 1;
+    while (e) {
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return overflow(vm);
+        e >>= 1;
+        if (e && __builtin_mul_overflow(base, base, &base)) return overflow(vm);
+    }
+    return hd_int(r);
+}
+
+static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
+    int64_t r;
+    switch (op) {
+    case HD_TOK_PLUS:
+        if (__builtin_add_overflow(x, y, &r)) return overflow(vm);
+        return hd_int(r);
+    case HD_TOK_MINUS:
+        if (__builtin_sub_overflow(x, y, &r)) return overflow(vm);
+        return hd_int(r);
+    case HD_TOK_STAR:
+        if (__builtin_mul_overflow(x, y, &r)) return overflow(vm);
+        return hd_int(r);
+    case HD_TOK_SLASH:
+        if (y == 0) break;
+        return hd_float((double)x / (double)y);
+    case HD_TOK_PERCENT:
+        if (y == 0) break;
+        if (y == -1) return hd_int(0); /* INT64_MIN % -1 traps in C */
+        r = x % y;
+        if (r != 0 && ((r < 0) != (y < 0))) r += y;
+        return hd_int(r);
+    case HD_TOK_POW: return int_pow(vm, x, y);
+    case HD_TOK_EQ: return hd_bool(x == y);
+    case HD_TOK_NE: return hd_bool(x != y);
+    case HD_TOK_LT: return hd_bool(x < y);
+    case HD_TOK_LE: return hd_bool(x <= y);
+    case HD_TOK_GT: return hd_bool(x > y);
+    case HD_TOK_GE: return hd_bool(x >= y);
+    case HD_TOK_RANGE: {
+        hd_value r = hd_range_new(vm, x, y, 1);
+        return r.type == HD_V_RANGE ? r : hd_err_value();
+    }
+    default: return type_error(vm, op, hd_int(x), hd_int(y));
+    }
+    hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");
+    return hd_err_value();
+}
+
+static hd_value float_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
+    double x = a.type == HD_V_INT ? (double)a.as.i : a.as.f;
+    double y = b.type == HD_V_INT ? (double)b.as.i : b.as.f;
+    switch (op) {
+    case HD_TOK_PLUS: return hd_float(x + y);
+    case HD_TOK_MINUS: return hd_float(x - y);
+    case HD_TOK_STAR: return hd_float(x * y);
+    case HD_TOK_SLASH:
+        if (y == 0) break;
+        return hd_float(x / y);
+    case HD_TOK_PERCENT: {
+        if (y == 0) break;
+        double r = fmod(x, y);
+        if (r != 0 && ((r < 0) != (y < 0))) r += y;
+        return hd_float(r);
+    }
+    case HD_TOK_POW: return hd_float(pow(x, y));
+    case HD_TOK_EQ: return hd_bool(x == y);
+    case HD_TOK_NE: return hd_bool(x != y);
+    case HD_TOK_LT: return hd_bool(x < y);
+    case HD_TOK_LE: return hd_bool(x <= y);
+    case HD_TOK_GT: return hd_bool(x > y);
+    case HD_TOK_GE: return hd_bool(x >= y);
+    default: return type_error(vm, op, a, b);
+    }
+    hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");
+    return hd_err_value();
+}
+
+static hd_value repeat(hd_vm *vm, hd_value seq, int64_t times) {
+    if (times < 0) times = 0;
+    if (seq.type == HD_V_STR) {
+        hd_str *s = hd_as_str(seq);
+        if (s->len && (uint64_t)times > ((uint64_t)1 << 40) / s->len)
+            return hd_vm_error(vm, HD_ERR_MEMORY, "string too large"), hd_err_value();
+        hd_buf b;
+        hd_buf_init(&b, vm);
+        for (int64_t i = 0; i < times && !b.oom; i++) hd_buf_add(&b, s->chars, s->len);
+        hd_value r = hd_buf_to_str(&b);
+        return r.type == HD_V_STR ? r : hd_err_value();
+    }
+    hd_list *l = hd_as_list(seq);
+    if (l->len && (uint64_t)times > ((uint64_t)1 << 32) / (uint64_t)l->len)
+        return hd_vm_error(vm, HD_ERR_MEMORY, "list too large"), hd_err_value();
+    hd_value out = hd_list_new(vm, l->len * times);
+    if (out.type != HD_V_LIST) return hd_err_value();
+    hd_list *o = hd_as_list(out);
+    int64_t n = l->len;
+    for (int64_t t = 0; t < times; t++)
+        for (int64_t i = 0; i < n; i++) {
+            hd_vref(l->items[i]);
+            o->items[o->len++] = l->items[i];
+        }
+    return out;
+}
+
+static hd_value concat(hd_vm *vm, hd_value a, hd_value b) {
+    if (a.type == HD_V_STR) {
+        hd_str *x = hd_as_str(a), *y = hd_as_str(b);
+        hd_value r;
+        hd_buf buf;
+        hd_buf_init(&buf, vm);
+        hd_buf_add(&buf, x->chars, x->len);
+        hd_buf_add(&buf, y->chars, y->len);
+        r = hd_buf_to_str(&buf);
+        return r.type == HD_V_STR ? r : hd_err_value();
+    }
+    hd_list *x = hd_as_list(a), *y = hd_as_list(b);
+    hd_value out = hd_list_new(vm, x->len + y->len);
+    if (out.type != HD_V_LIST) return hd_err_value();
+    hd_list *o = hd_as_list(out);
+    for (int64_t i = 0; i < x->len; i++) hd_vref(o->items[o->len++] = x->items[i]);
+    for (int64_t i = 0; i < y->len; i++) hd_vref(o->items[o->len++] = y->items[i]);
+    return out;
+}
+
+static int is_num(hd_value v) {
+    return v.type == HD_V_INT || v.type == HD_V_FLOAT;
+}
+static int tensor_operand(hd_value v) {
+    return v.type == HD_V_TENSOR || is_num(v) || v.type == HD_V_BOOL;
+}
+
+hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
+    if (a.type == HD_V_INT && b.type == HD_V_INT) return int_binop(vm, op, a.as.i, b.as.i);
+    if (a.type == HD_V_TENSOR || b.type == HD_V_TENSOR) {
+        if (tensor_operand(a) && tensor_operand(b) && op != HD_TOK_RANGE) {
+            hd_value out;
+            if (hd_tensor_binop(vm, op, a, b, &out) != HD_OK) {
+                if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+                return hd_err_value();
+            }
+            return out;
+        }
+        if (op == HD_TOK_EQ || op == HD_TOK_NE)
+            return hd_bool((a.type == b.type && a.as.t == b.as.t) == (op == HD_TOK_EQ));
+        return type_error(vm, op, a, b);
+    }
+    if (is_num(a) && is_num(b) && op != HD_TOK_RANGE && op != HD_TOK_AT)
+        return float_binop(vm, op, a, b);
+    switch (op) {
+    case HD_TOK_EQ: return hd_bool(hd_value_equal(a, b));
+    case HD_TOK_NE: return hd_bool(!hd_value_equal(a, b));
+    case HD_TOK_PLUS:
+        if ((a.type == HD_V_STR || a.type == HD_V_LIST) && a.type == b.type)
+            return concat(vm, a, b);
+        break;
+    case HD_TOK_STAR:
+        if ((a.type == HD_V_STR || a.type == HD_V_LIST) && b.type == HD_V_INT)
+            return repeat(vm, a, b.as.i);
+        if ((b.type == HD_V_STR || b.type == HD_V_LIST) && a.type == HD_V_INT)
+            return repeat(vm, b, a.as.i);
+        break;
+    case HD_TOK_LT:
+    case HD_TOK_LE:
+    case HD_TOK_GT:
+    case HD_TOK_GE: {
+        int ok, c = hd_value_compare(a, b, &ok);
+        if (!ok) break;
+        return hd_bool(op == HD_TOK_LT   ? c < 0
+                       : op == HD_TOK_LE ? c <= 0
+                       : op == HD_TOK_GT ? c > 0
+                                         : c >= 0);
+    }
+    default: break;
+    }
+    return type_error(vm, op, a, b);
+}
+
+static HD_NOINLINE hd_value unop(hd_vm *vm, int op, hd_value x) {
+    if (op == HD_TOK_NOT && x.type != HD_V_TENSOR) {
+        int ok, t = hd_eval_truthy(vm, x, &ok);
+        return ok ? hd_bool(!t) : hd_err_value();
+    }
+    switch (x.type) {
+    case HD_V_INT:
+        if (op == HD_TOK_PLUS) return x;
+        if (x.as.i == INT64_MIN) return overflow(vm);
+        return hd_int(-x.as.i);
+    case HD_V_FLOAT: return op == HD_TOK_PLUS ? x : hd_float(-x.as.f);
+    case HD_V_TENSOR: {
+        hd_value out;
+        if (hd_tensor_unop(vm, op, x, &out) != HD_OK) {
+            if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+            return hd_err_value();
+        }
+        return out;
+    }
+    default:
+        hd_vm_error(vm, HD_ERR_RUNTIME, "unsupported operand type for unary %s: %s",
+                    hd_eval_op_name(op), hd_value_type_name(x));
+        return hd_err_value();
+    }
+}
+
+int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok) {
+    *ok = 1;
+    if (v.type != HD_V_TENSOR) return hd_value_truthy(v);
+    const hd_tensor *t = v.as.t;
+    if (t->numel != 1) {
+        hd_vm_error(vm, HD_ERR_RUNTIME,
+                    "the truth value of a tensor with %lld elements is ambiguous",
+                    (long long)t->numel);
+        *ok = 0;
+        return 0;
+    }
+    if (!t->storage) {
+        hd_vm_error(vm, HD_ERR_RUNTIME,
+                    "a branch on a traced tensor's value: use where(cond, a, b) instead");
+        *ok = 0;
+        return 0;
+    }
+    if (hd_tensor_is_cpu(t)) return hd_tensor_get(t, 0) != 0.0;
+    hd_value item, r;
+    if (hd_eval_get_member(vm, v, "item", &item) != HD_OK) {
+        *ok = 0;
+        return 0;
+    }
+    hd_status st = call_value(vm, item, hd_none(), 0, NULL, 0, NULL, 0, &r);
+    hd_vunref(vm, item);
+    if (st != HD_OK) {
+        *ok = 0;
+        return 0;
+    }
+    int truth = hd_value_truthy(r);
+    hd_vunref(vm, r);
+    return truth;
+}
+
+/* ---- names ---- */
+
+static HD_NOINLINE hd_value undefined(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    return failf(vm, f, n, HD_ERR_RUNTIME, "'%s' is used before its definition", n->name);
+}
+
+static hd_value *cell_of(hd_frame *f, int slot) {
+    hd_value c = f->slots[slot];
+    return c.type == HD_V_CELL ? &((hd_cell *)c.as.o)->v : NULL;
+}
+
+/* Where a name lives; NULL (with an error located at n) if it cannot be
+ * read. */
+static hd_value *name_slot(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r) {
+    hd_value *p = NULL;
+    switch (r->kind) {
+    case HD_REF_LOCAL: return &f->slots[r->index];
+    case HD_REF_GLOBAL: p = &f->globals[r->index]; break;
+    case HD_REF_CELL: p = cell_of(f, r->index); break;
+    case HD_REF_UPVALUE: p = &f->closure->cells[r->index]->v; break;
+    case HD_REF_BUILTIN: return &vm->builtins[r->index];
+    default: break;
+    }
+    if (!p) {
+        failf(vm, f, n, HD_ERR_RUNTIME, "internal error: unresolved name '%s'",
+              n->name ? n->name : "?");
+        return NULL;
+    }
+    return p;
+}
+
+/* Store v (taken) into the variable r. */
+static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_value v) {
+    hd_value *p;
+    switch (r->kind) {
+    case HD_REF_LOCAL: p = &f->slots[r->index]; break;
+    case HD_REF_GLOBAL: p = &f->globals[r->index]; break;
+    case HD_REF_CELL: p = cell_of(f, r->index); break;
+    case HD_REF_UPVALUE: p = &f->closure->cells[r->index]->v; break;
+    default: p = NULL; break;
+    }
+    if (!p) {
+        hd_vunref(vm, v);
+        failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot store to '%s'",
+              n->name ? n->name : "?");
+        return 0;
+    }
+    hd_value old = *p;
+    *p = v;
+    hd_vunref(vm, old);
+    return 1;
+}
+
+static void frame_bases(hd_frame *f) {
+    for (int i = 0; i <= HD_REF_BUILTIN; i++) f->base[i] = NULL;
+    f->base[HD_REF_LOCAL] = f->slots;
+    f->base[HD_REF_GLOBAL] = f->globals;
+}
+
+/* ---- closures, classes, blocks ---- */
+
+static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n,
+                                         const hd_ast_fn *fn) {
+    hd_value v = hd_closure_new(vm, fn, f->chunk, f->mod);
+    if (v.type != HD_V_FUNC) return fail(vm, f, n);
+    hd_closure *c = (hd_closure *)v.as.o;
+    for (int i = 0; i < fn->ncaptures; i++) {
+        const hd_ast_capture *cap = &fn->captures[i];
+        hd_cell *cell = NULL;
+        if (cap->from_parent_cell) {
+            hd_value s = f->slots[cap->index];
+            if (s.type == HD_V_CELL) cell = (hd_cell *)s.as.o;
+        } else if (f->closure) {
+            cell = f->closure->cells[cap->index];
+        }
+        if (!cell) {
+            hd_vunref(vm, v);
+            return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: bad capture");
+        }
+        cell->obj.refcount++;
+        c->cells[i] = cell;
+    }
+    return v;
+}
+
+static hd_value make_class(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value cls = hd_class_new(vm, n->name);
+    if (cls.type != HD_V_CLASS) return fail(vm, f, n);
+    hd_class *c = (hd_class *)cls.as.o;
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *m = n->items[i];
+        if (!m || !m->fn || !m->name) continue;
+        hd_value fn = make_closure(vm, f, m, m->fn);
+        if (fn.type == HD_V_ERR || hd_dict_set(vm, c->methods, m->name, fn) != HD_OK) {
+            hd_vunref(vm, cls);
+            return fail(vm, f, m);
+        }
+    }
+    return cls;
+}
+
+/* Fresh cells for the block's captured variables, then its functions and
+ * classes (hoisting). */
+static int block_enter(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    for (int i = 0; i < b->ncells; i++) {
+        hd_cell *c = hd_cell_new(vm, hd_uninit());
+        if (!c) return flow_fail(vm, f, b);
+        hd_value old = f->slots[b->cells[i]];
+        f->slots[b->cells[i]] = hd_obj_value(&c->obj);
+        hd_vunref(vm, old);
+    }
+    for (int i = 0, done = 0; i < b->n && done < b->nhoist; i++) {
+        const hd_ast *s = b->items[i];
+        if (!s || (s->kind != HD_AST_FNDEF && s->kind != HD_AST_CLASS) || !s->name) continue;
+        done++;
+        hd_value v = s->kind == HD_AST_FNDEF ? make_closure(vm, f, s, s->fn) : make_class(vm, f, s);
+        if (v.type == HD_V_ERR || !store(vm, f, s, &s->ref, v)) return HD_FLOW_ERROR;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+#define HD_ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* The slot of a local or global variable, or NULL for other names. */
+static HD_ALWAYS_INLINE hd_value *plain_slot(const hd_frame *f, const hd_ast *n) {
+    hd_value *b = f->base[n->ref.kind];
+    return b ? b + n->ref.index : NULL;
+}
+
+/* An int operand that needs no evaluation: a literal or a local or global
+ * variable holding an int. */
+static HD_ALWAYS_INLINE int leaf_int(const hd_frame *f, const hd_ast *n, int64_t *out) {
+    if (n->kind == HD_AST_INT) {
+        *out = n->ival;
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p) return 0;
+    *out = p->as.i;
+    return p->type == HD_V_INT;
+}
+
+/* x OP y on ints when it cannot fail; 0 otherwise (overflow, division,
+ * other operators: the general path reports or handles them). */
+static HD_ALWAYS_INLINE int int_op_fast(int op, int64_t x, int64_t y, hd_value *out) {
+    int64_t r;
+    switch (op) {
+    case HD_TOK_PLUS:
+        if (__builtin_add_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_MINUS:
+        if (__builtin_sub_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_STAR:
+        if (__builtin_mul_overflow(x, y, &r)) return 0;
+        *out = hd_int(r);
+        return 1;
+    case HD_TOK_LT: *out = hd_bool(x < y); return 1;
+    case HD_TOK_LE: *out = hd_bool(x <= y); return 1;
+    case HD_TOK_GT: *out = hd_bool(x > y); return 1;
+    case HD_TOK_GE: *out = hd_bool(x >= y); return 1;
+    case HD_TOK_EQ: *out = hd_bool(x == y); return 1;
+    case HD_TOK_NE: *out = hd_bool(x != y); return 1;
+    default: return 0;
+    }
+}
+
+/* A value computed without calls, allocation or refcounts: int literals,
+ * local and global variables holding bools, ints or floats, and int
+ * arithmetic and comparisons on leaves. 0: use ev (which also reports
+ * every error). */
+static HD_ALWAYS_INLINE int fast_value(const hd_frame *f, const hd_ast *n, hd_value *out) {
+    int64_t x, y;
+    if (n->kind == HD_AST_BINARY)
+        return leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, out);
+    if (n->kind == HD_AST_INT) {
+        *out = hd_int(n->ival);
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME) return 0;
+    const hd_value *p = plain_slot(f, n);
+    if (!p || (unsigned)p->type - (unsigned)HD_V_BOOL > (unsigned)(HD_V_FLOAT - HD_V_BOOL))
+        return 0;
+    *out = *p;
+    return 1;
+}
+
+/* One statement, with `x = simple` and `x OP= simple` on plain variables
+ * done in line: the inner statements of hot loops. */
+static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    if (s->kind == HD_AST_ASSIGN && s->a->kind == HD_AST_NAME) {
+        hd_value *p = plain_slot(f, s->a), v;
+        if (p && s->op == HD_TOK_ASSIGN && fast_value(f, s->b, &v)) {
+            hd_value old = *p;
+            *p = v;
+            hd_vunref(vm, old);
+            return HD_FLOW_NORMAL;
+        }
+        int64_t y;
+        if (p && p->type == HD_V_INT && s->op != HD_TOK_SLASH_ASSIGN && fast_value(f, s->b, &v) &&
+            v.type == HD_V_INT && (y = v.as.i, 1) &&
+            int_op_fast(s->op - HD_TOK_PLUS_ASSIGN + HD_TOK_PLUS, p->as.i, y, &v)) {
+            *p = v;
+            return HD_FLOW_NORMAL;
+        }
+    }
+    return ex(vm, f, s);
+}
+
+static HD_ALWAYS_INLINE int run_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    if ((b->ncells || b->nhoist) && block_enter(vm, f, b)) return HD_FLOW_ERROR;
+    for (int i = 0; i < b->n; i++) {
+        int fl = run_stmt(vm, f, b->items[i]);
+        if (fl) return fl;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    return run_block(vm, f, b);
+}
+
+/* ---- calls ---- */
+
+static const char *fn_name(const hd_ast_fn *fn) {
+    return fn->name ? fn->name : "<anonymous>";
+}
+
+static int find_param(const hd_ast_fn *fn, const char *name) {
+    for (int i = 0; i < fn->nparams; i++)
+        if (strcmp(fn->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Put arguments into parameter slots (new references). Returns HD_OK, or an
+ * unlocated error naming the function and the parameter. */
+static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsigned char *bound,
+                           hd_value self, int has_self, const hd_value *args, int nargs,
+                           const hd_kwarg *kw, int nkw) {
+    int np = fn->nparams, pos = 0;
+    if (has_self) {
+        if (np == 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes no arguments, not even self",
+                               fn_name(fn));
+        hd_vref(slots[0] = self);
+        bound[0] = 1;
+        pos = 1;
+    }
+    if (pos + nargs > np) {
+        int shown = np - has_self;
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given",
+                           fn_name(fn), shown, shown == 1 ? "" : "s", nargs);
+    }
+    for (int i = 0; i < nargs; i++) {
+        hd_vref(slots[pos + i] = args[i]);
+        bound[pos + i] = 1;
+    }
+    for (int k = 0; k < nkw; k++) {
+        int i = find_param(fn, kw[k].name);
+        if (i < 0 || (has_self && i == 0))
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'", fn_name(fn),
+                               kw[k].name);
+        if (bound[i])
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", fn_name(fn),
+                               kw[k].name);
+        hd_vref(slots[i] = kw[k].value);
+        bound[i] = 1;
+    }
+    for (int i = 0; i < np; i++)
+        if (!bound[i] && !fn->params[i].def)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() missing argument '%s'", fn_name(fn),
+                               fn->params[i].name);
+    return HD_OK;
+}
+
+/* Defaults run in the callee's frame, at each call, left to right; then
+ * captured parameters are boxed. */
+/* bound NULL: every parameter was given. */
+static int finish_params(hd_vm *vm, hd_frame *fr, const hd_ast_fn *fn, const unsigned char *bound) {
+    for (int i = 0; i < fn->nparams; i++) {
+        if (bound && !bound[i]) {
+            hd_value v = ev(vm, fr, fn->params[i].def);
+            if (v.type == HD_V_ERR) return 0;
+            fr->slots[i] = v;
+        }
+        if (fn->param_is_cell && fn->param_is_cell[i]) {
+            hd_cell *c = hd_cell_new(vm, fr->slots[i]);
+            fr->slots[i] = hd_none();
+            if (!c) {
+                fail(vm, fr, fn->body);
+                return 0;
+            }
+            fr->slots[i] = hd_obj_value(&c->obj);
+        }
+    }
+    return 1;
+}
+
+/* A function body: a block whose last expression statement may be the
+ * result (fn (x) { x * 2 }). */
+static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
+    if ((b->ncells || b->nhoist) && block_enter(vm, f, b)) return HD_FLOW_ERROR;
+    int last = b->n - 1;
+    for (int i = 0; i < b->n; i++) {
+        const hd_ast *s = b->items[i];
+        if (s->kind == HD_AST_RETURN || (i == last && expr_body && s->kind == HD_AST_EXPR)) {
+            hd_value v = hd_none();
+            if (s->a && !fast_value(f, s->a, &v)) {
+                v = ev(vm, f, s->a);
+                if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+            }
+            f->ret = v;
+            return HD_FLOW_RETURN;
+        }
+        int fl = ex(vm, f, s);
+        if (fl) return fl;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static HD_NOINLINE void maybe_collect(hd_vm *vm) {
+    hd_vm_collect(vm);
+    size_t next = vm->nobjects * 2;
+    vm->gc_threshold = next > 100000 ? next : 100000;
+}
+
+static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
+                              const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                              hd_value *out) {
+    const hd_ast_fn *fn = c->fn;
+    if (HD_UNLIKELY(vm->depth >= vm->max_depth))
+        return hd_vm_error(vm, HD_ERR_LIMIT, "maximum call depth (%d) exceeded", vm->max_depth);
+    if (tick(vm)) return vm->err;
+    if (HD_UNLIKELY(vm->nobjects >= vm->gc_threshold)) maybe_collect(vm);
+    int np = fn->nparams;
+    int nslots = fn->nslots > np ? fn->nslots : np;
+    hd_value stack_slots[HD_STACK_SLOTS];
+    unsigned char stack_bound[HD_STACK_SLOTS];
+    hd_value *slots = stack_slots;
+    unsigned char *bound = stack_bound;
+    if (nslots > HD_STACK_SLOTS) {
+        slots = hd_ctx_alloc(&vm->ctx, (size_t)nslots * (sizeof(hd_value) + 1));
+        if (!slots) return hd_vm_oom(vm);
+        bound = (unsigned char *)(slots + nslots);
+    }
+    hd_status st = HD_OK;
+    /* Every parameter given by position (the usual call): no binding table,
+     * no defaults. */
+    int simple = !nkw && has_self + nargs == np;
+    if (simple) {
+        if (has_self) hd_vref(slots[0] = self);
+        for (int i = 0; i < nargs; i++) hd_vref(slots[has_self + i] = args[i]);
+        bound = NULL;
+    } else {
+        for (int i = 0; i < np; i++) slots[i] = hd_none();
+        memset(bound, 0, (size_t)(np ? np : 1));
+        st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+    }
+    for (int i = np; i < nslots; i++) slots[i] = hd_none();
+    hd_frame fr;
+    fr.parent = vm->frame;
+    fr.slots = slots;
+    fr.globals = c->mod->globals;
+    fr.closure = c;
+    fr.mod = c->mod;
+    fr.chunk = c->chunk;
+    fr.at = NULL;
+    fr.ret = hd_none();
+    fr.nslots = nslots;
+    frame_bases(&fr);
+    if (st == HD_OK) {
+        vm->frame = &fr;
+        vm->depth++;
+        int fl = HD_FLOW_ERROR;
+        if ((!bound && !fn->param_is_cell) || finish_params(vm, &fr, fn, bound))
+            fl = ex_body(vm, &fr, fn->body, fn->expr_body);
+        vm->depth--;
+        vm->frame = fr.parent;
+        if (fl == HD_FLOW_ERROR) {
+            st = vm->err ? vm->err : HD_ERR_RUNTIME;
+            hd_vunref(vm, fr.ret);
+        } else {
+            *out = fl == HD_FLOW_RETURN ? fr.ret : hd_none();
+        }
+    }
+    for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);
+    if (slots != stack_slots) hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
+    return st;
+}
+
+static hd_status construct(hd_vm *vm, hd_class *cls, const hd_value *args, int nargs,
+                           const hd_kwarg *kw, int nkw, hd_value *out) {
+    hd_value obj = hd_object_new(vm, cls);
+    if (obj.type != HD_V_OBJECT) return vm->err;
+    hd_value *init = hd_dict_get(cls->methods, "init");
+    if (!init) {
+        if (nargs || nkw) {
+            hd_vunref(vm, obj);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes no arguments (it has no init)",
+                               hd_as_str(cls->name)->chars);
+        }
+        *out = obj;
+        return HD_OK;
+    }
+    hd_value r;
+    hd_status st = call_value(vm, *init, obj, 1, args, nargs, kw, nkw, &r);
+    if (st != HD_OK) {
+        hd_vunref(vm, obj);
+        return st;
+    }
+    hd_vunref(vm, r);
+    *out = obj;
+    return HD_OK;
+}
+
+static hd_status call_value(hd_vm *vm, hd_value callee, hd_value self, int has_self,
+                            const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                            hd_value *out) {
+    switch (callee.type) {
+    case HD_V_FUNC:
+        return call_closure(vm, (hd_closure *)callee.as.o, self, has_self, args, nargs, kw, nkw,
+                            out);
+    case HD_V_NATIVE: {
+        hd_native *n = (hd_native *)callee.as.o;
+        *out = hd_none();
+        hd_status st = n->fn(vm, has_self ? self : n->self, args, nargs, kw, nkw, out, n->data);
+        if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);
+        return st;
+    }
+    case HD_V_BOUND: {
+        hd_bound *b = (hd_bound *)callee.as.o;
+        return call_value(vm, b->fn, b->self, 1, args, nargs, kw, nkw, out);
+    }
+    case HD_V_CLASS: return construct(vm, (hd_class *)callee.as.o, args, nargs, kw, nkw, out);
+    case HD_V_OBJECT: {
+        hd_object *o = (hd_object *)callee.as.o;
+        hd_value *fwd = hd_dict_get(o->cls->methods, "forward");
+        if (!fwd)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "%s object is not callable (its class has no forward method)",
+                               hd_value_type_name(callee));
+        return call_value(vm, *fwd, callee, 1, args, nargs, kw, nkw, out);
+    }
+    default:
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot call a value of type %s",
+                           hd_value_type_name(callee));
+    }
+}
+
+hd_status hd_eval_call(hd_vm *vm, hd_value callee, hd_value self, int has_self,
+                       const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                       hd_value *out) {
+    return call_value(vm, callee, self, has_self, args, nargs, kw, nkw, out);
+}
+
+hd_status hd_vm_call(hd_vm *vm, hd_value callee, const hd_value *args, int nargs,
+                     const hd_kwarg *kw, int nkw, hd_value *result) {
+    return call_value(vm, callee, hd_none(), 0, args, nargs, kw, nkw, result);
+}
+
+/* ---- members ---- */
+
+static hd_status no_member(hd_vm *vm, hd_value x, const char *name) {
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s has no member '%s'", hd_value_type_name(x), name);
+}
+
+/* What x.name(...) calls: *fn (new reference) and whether x is passed as the
+ * receiver. Avoids making a bound method for the common call form. */
+static hd_status find_method(hd_vm *vm, hd_value x, const char *name, hd_value *fn,
+                             int *pass_self) {
+    *pass_self = 0;
+    hd_value *p = NULL;
+    switch (x.type) {
+    case HD_V_OBJECT: {
+        hd_object *o = (hd_object *)x.as.o;
+        if ((p = hd_dict_get(o->fields, name))) break;
+        if ((p = hd_dict_get(o->cls->methods, name)) ||
+            (p = hd_vm_find_method(vm, HD_V_OBJECT, name)))
+            *pass_self = 1;
+        break;
+    }
+    case HD_V_DICT:
+        if ((p = hd_dict_get(x, name))) break;
+        /* fall through */
+    case HD_V_STR:
+    case HD_V_LIST:
+    case HD_V_RANGE:
+        if ((p = hd_vm_find_method(vm, x.type, name))) *pass_self = 1;
+        break;
+    case HD_V_CLASS: p = hd_dict_get(((hd_class *)x.as.o)->methods, name); break;
+    default: return hd_eval_get_member(vm, x, name, fn);
+    }
+    if (!p) return no_member(vm, x, name);
+    hd_vref(*fn = *p);
+    return HD_OK;
+}
+
+static hd_status module_member(hd_vm *vm, hd_module *m, const char *name, hd_value *out) {
+    hd_value *slot = hd_module_global(m, name);
+    if (!slot)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "module %s has no member '%s'", m->name, name);
+    if (hd_is_uninit(*slot))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "'%s' of module %s is used before its definition",
+                           name, m->name);
+    hd_vref(*out = *slot);
+    return HD_OK;
+}
+
+static hd_status range_member(hd_vm *vm, hd_value x, const char *name, hd_value *out) {
+    hd_range *r = (hd_range *)x.as.o;
+    if (strcmp(name, "start") == 0)
+        *out = hd_int(r->start);
+    else if (strcmp(name, "stop") == 0)
+        *out = hd_int(r->stop);
+    else if (strcmp(name, "step") == 0)
+        *out = hd_int(r->step);
+    else
+        return HD_ERR_ARGUMENT;
+    return HD_OK;
+}
+
+hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *out) {
+    hd_value fn;
+    int pass_self;
+    switch (x.type) {
+    case HD_V_TENSOR:
+        if (hd_tensor_get_member(vm, x, name, out) != HD_OK) {
+            if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+            return vm->err;
+        }
+        return HD_OK;
+    case HD_V_MODULE: return module_member(vm, (hd_module *)x.as.o, name, out);
+    case HD_V_HANDLE: {
+        hd_handle *h = (hd_handle *)x.as.o;
+        if (h->htype && h->htype->member) return h->htype->member(vm, x, name, out);
+        return no_member(vm, x, name);
+    }
+    case HD_V_RANGE:
+        if (range_member(vm, x, name, out) == HD_OK) return HD_OK;
+        break;
+    case HD_V_CLASS:
+        if (strcmp(name, "name") == 0) {
+            hd_vref(*out = ((hd_class *)x.as.o)->name);
+            return HD_OK;
+        }
+        break;
+    case HD_V_OBJECT:
+    case HD_V_DICT:
+    case HD_V_STR:
+    case HD_V_LIST: break;
+    default: return no_member(vm, x, name);
+    }
+    hd_status st = find_method(vm, x, name, &fn, &pass_self);
+    if (st != HD_OK) return st;
+    if (!pass_self) {
+        *out = fn;
+        return HD_OK;
+    }
+    if (fn.type == HD_V_NATIVE) {
+        hd_vref(x);
+        *out = hd_native_bound(vm, (hd_native *)fn.as.o, x);
+        hd_vunref(vm, fn);
+    } else {
+        hd_vref(x);
+        *out = hd_bound_new(vm, x, fn);
+    }
+    return out->type == HD_V_NONE ? vm->err : HD_OK;
+}
+
+static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v) {
+    switch (x.type) {
+    case HD_V_OBJECT: hd_vref(v); return hd_dict_set(vm, ((hd_object *)x.as.o)->fields, name, v);
+    case HD_V_DICT: hd_vref(v); return hd_dict_set(vm, x, name, v);
+    case HD_V_TENSOR:
+        if (hd_tensor_set_member(vm, x, name, v) != HD_OK) {
+            if (!hd_vm_failed(vm)) hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+            return vm->err;
+        }
+        return HD_OK;
+    case HD_V_MODULE: {
+        hd_module *m = (hd_module *)x.as.o;
+        hd_value *slot = hd_module_global(m, name);
+        if (!slot)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "module %s has no member '%s'", m->name, name);
+        hd_value old = *slot;
+        hd_vref(*slot = v);
+        hd_vunref(vm, old);
+        return HD_OK;
+    }
+    default:
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set member '%s' on a value of type %s", name,
+                           hd_value_type_name(x));
+    }
+}
+
+/* ---- indexing ---- */
+
+/* Python's slice rules: clamp, then count. */
+static int64_t slice_bounds(int64_t len, const hd_index_part *s, int64_t *start, int64_t *step) {
+    int64_t st = s->has_step ? s->step : 1;
+    int64_t lower = st > 0 ? 0 : -1, upper = st > 0 ? len : len - 1;
+    int64_t a, b;
+    if (s->has_start) {
+        a = s->start;
+        if (a < 0)
+            a = a + len < lower ? lower : a + len;
+        else if (a > upper)
+            a = upper;
+    } else {
+        a = st > 0 ? lower : upper;
+    }
+    if (s->has_stop) {
+        b = s->stop;
+        if (b < 0)
+            b = b + len < lower ? lower : b + len;
+        else if (b > upper)
+            b = upper;
+    } else {
+        b = st > 0 ? upper : lower;
+    }
+    *start = a;
+    *step = st;
+    if (st > 0) return b > a ? (b - a - 1) / st + 1 : 0;
+    return a > b ? (a - b - 1) / (-st) + 1 : 0;
+}
+
+static hd_status seq_index(hd_vm *vm, hd_value x, int64_t len, int64_t i, int64_t *out) {
+    int64_t j = i < 0 ? i + len : i;
+    if (j < 0 || j >= len)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s index %lld out of range (length %lld)",
+                           hd_value_type_name(x), (long long)i, (long long)len);
+    *out = j;
+    return HD_OK;
+}
+
+static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_value *out) {
+    if (s->has_step && s->step == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "slice step is zero");
+    int64_t start, step, count;
+    if (x.type == HD_V_LIST) {
+        hd_list *l = hd_as_list(x);
+        count = slice_bounds(l->len, s, &start, &step);
+        *out = hd_list_new(vm, count);
+        if (out->type != HD_V_LIST) return vm->err;
+        hd_list *o = hd_as_list(*out);
+        for (int64_t k = 0; k < count; k++)
+            hd_vref(o->items[o->len++] = l->items[start + k * step]);
+        return HD_OK;
+    }
+    if (x.type == HD_V_STR) {
+        hd_str *str = hd_as_str(x);
+        count = slice_bounds((int64_t)str->ulen, s, &start, &step);
+        hd_buf b;
+        hd_buf_init(&b, vm);
+        for (int64_t k = 0; k < count; k++) {
+            size_t off = hd_str_offset(str, start + k * step);
+            size_t end = hd_str_offset(str, start + k * step + 1);
+            hd_buf_add(&b, str->chars + off, end - off);
+        }
+        *out = hd_buf_to_str(&b);
+        return out->type == HD_V_STR ? HD_OK : vm->err;
+    }
+    if (x.type == HD_V_RANGE) {
+        hd_range *r = (hd_range *)x.as.o;
+        count = slice_bounds(hd_range_len(r), s, &start, &step);
+        int64_t first = hd_range_at(r->start, r->step, start), st, stop;
+        if (__builtin_mul_overflow(r->step, step, &st)) {
+            if (count > 1)
+                return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
+            st = (r->step > 0) == (step > 0) ? 1 : -1;
+        }
+        /* One past the last element; at the ends of i64 the range stops short. */
+        int64_t last = hd_range_at(first, st, count - 1);
+        if (!count)
+            stop = first;
+        else if (__builtin_add_overflow(last, st > 0 ? 1 : -1, &stop))
+            stop = last;
+        *out = hd_range_new(vm, first, stop, st);
+        return out->type == HD_V_RANGE ? HD_OK : vm->err;
+    }
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot slice a value of type %s",
+                       hd_value_type_name(x));
+}
+
+static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
+    int64_t j = 0;
+    if (x.type == HD_V_DICT) {
+        if (k.type != HD_V_STR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                               hd_value_type_name(k));
+        hd_value *v = hd_dict_get_str(x, hd_as_str(k));
+        if (!v)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
+                               hd_as_str(k)->chars);
+        hd_vref(*out = *v);
+        return HD_OK;
+    }
+    if (x.type != HD_V_LIST && x.type != HD_V_STR && x.type != HD_V_RANGE)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot index a value of type %s",
+                           hd_value_type_name(x));
+    if (k.type != HD_V_INT)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s indices must be ints, not %s",
+                           hd_value_type_name(x), hd_value_type_name(k));
+    if (x.type == HD_V_LIST) {
+        hd_list *l = hd_as_list(x);
+        if (seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
+        hd_vref(*out = l->items[j]);
+        return HD_OK;
+    }
+    if (x.type == HD_V_RANGE) {
+        hd_range *r = (hd_range *)x.as.o;
+        if (seq_index(vm, x, hd_range_len(r), k.as.i, &j) != HD_OK) return vm->err;
+        *out = hd_int(hd_range_at(r->start, r->step, j));
+        return HD_OK;
+    }
+    hd_str *s = hd_as_str(x);
+    if (seq_index(vm, x, (int64_t)s->ulen, k.as.i, &j) != HD_OK) return vm->err;
+    size_t off = hd_str_offset(s, j), end = hd_str_offset(s, j + 1);
+    *out = hd_str_new(vm, s->chars + off, end - off);
+    return out->type == HD_V_STR ? HD_OK : vm->err;
+}
+
+static hd_status set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v) {
+    if (x.type == HD_V_DICT) {
+        if (k.type != HD_V_STR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                               hd_value_type_name(k));
+        hd_vref(v);
+        return hd_dict_set_str(vm, x, hd_as_str(k), v);
+    }
+    if (x.type == HD_V_LIST) {
+        if (k.type != HD_V_INT)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "list indices must be ints, not %s",
+                               hd_value_type_name(k));
+        hd_list *l = hd_as_list(x);
+        int64_t j = 0;
+        if (seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
+        hd_value old = l->items[j];
+        hd_vref(l->items[j] = v);
+        hd_vunref(vm, old);
+        return HD_OK;
+    }
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "a value of type %s does not support item assignment",
+                       hd_value_type_name(x));
+}
+
+/* Evaluate the parts of x[...]. Tensor parts are new references, released
+ * by free_parts. Returns 0 on error (located). */
+static int eval_parts(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_index_part *parts) {
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *p = n->items[i];
+        hd_index_part *ip = &parts[i];
+        memset(ip, 0, sizeof *ip);
+        ip->v = hd_none();
+        if (p->kind == HD_AST_ELLIPSIS) {
+            ip->kind = HD_IDX_ELLIPSIS;
+            continue;
+        }
+        if (p->kind == HD_AST_SLICE) {
+            ip->kind = HD_IDX_SLICE;
+            const hd_ast *bounds[3] = {p->a, p->b, p->c};
+            int *has[3] = {&ip->has_start, &ip->has_stop, &ip->has_step};
+            int64_t *val[3] = {&ip->start, &ip->stop, &ip->step};
+            for (int k = 0; k < 3; k++) {
+                if (!bounds[k]) continue;
+                hd_value v = ev(vm, f, bounds[k]);
+                if (v.type == HD_V_ERR) return 0;
+                if (v.type == HD_V_NONE) continue;
+                if (v.type != HD_V_INT) {
+                    failf(vm, f, bounds[k], HD_ERR_RUNTIME, "slice bounds must be ints, not %s",
+                          hd_value_type_name(v));
+                    hd_vunref(vm, v);
+                    return 0;
+                }
+                *has[k] = 1;
+                *val[k] = v.as.i;
+            }
+            continue;
+        }
+        hd_value v = ev(vm, f, p);
+        if (v.type == HD_V_ERR) return 0;
+        if (v.type == HD_V_INT) {
+            ip->kind = HD_IDX_INT;
+            ip->i = v.as.i;
+        } else if (v.type == HD_V_NONE) {
+            ip->kind = HD_IDX_NONE;
+        } else {
+            ip->kind = HD_IDX_TENSOR;
+            ip->v = v;
+        }
+    }
+    return 1;
+}
+
+static void free_parts(hd_vm *vm, hd_index_part *parts, int n) {
+    for (int i = 0; i < n; i++) hd_vunref(vm, parts[i].v);
+}
+
+static hd_status tensor_index(hd_vm *vm, hd_value x, hd_index_part *parts, int n,
+                              const hd_value *set, hd_value *out) {
+    for (int i = 0; i < n; i++)
+        if (parts[i].kind == HD_IDX_TENSOR && parts[i].v.type != HD_V_TENSOR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "a tensor index must be an int, slice, ..., none or a tensor, "
+                               "not %s",
+                               hd_value_type_name(parts[i].v));
+    hd_status st = set ? hd_tensor_set_index(vm, x, parts, n, *set)
+                       : hd_tensor_get_index(vm, x, parts, n, out);
+    if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);
+    return st;
+}
+
+/* x[parts] for any value: get (set == NULL) or set. */
+static hd_status index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, const hd_value *set,
+                          hd_value *out) {
+    if (x.type == HD_V_TENSOR) return tensor_index(vm, x, parts, n, set, out);
+    if (n != 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "a %s takes one index, not %d",
+                           hd_value_type_name(x), n);
+    hd_index_part *p = &parts[0];
+    if (p->kind == HD_IDX_SLICE) {
+        if (set)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "slice assignment is not supported on a %s",
+                               hd_value_type_name(x));
+        return slice_value(vm, x, p, out);
+    }
+    hd_value k = p->kind == HD_IDX_INT ? hd_int(p->i) : p->kind == HD_IDX_NONE ? hd_none() : p->v;
+    if (p->kind == HD_IDX_ELLIPSIS)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "... indexes tensors only");
+    return set ? set_item(vm, x, k, *set) : get_item(vm, x, k, out);
+}
+
+/* ---- expressions ---- */
+
+static HD_NOINLINE hd_value ev_str(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_ast *node = (hd_ast *)n; /* the literal's string is made once and kept on the node */
+    if (!node->cache) {
+        hd_value s = hd_str_new(vm, n->str ? n->str : "", n->slen);
+        if (s.type != HD_V_STR) return fail(vm, f, n);
+        node->cache = s.as.o;
+    }
+    hd_obj *o = node->cache;
+    o->refcount++;
+    return hd_obj_value(o);
+}
+
+static HD_NOINLINE hd_value ev_list(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value l = hd_list_new(vm, n->n);
+    if (l.type != HD_V_LIST) return fail(vm, f, n);
+    for (int i = 0; i < n->n; i++) {
+        hd_value v = ev(vm, f, n->items[i]);
+        if (v.type == HD_V_ERR) {
+            hd_vunref(vm, l);
+            return v;
+        }
+        hd_list *lp = hd_as_list(l);
+        lp->items[lp->len++] = v;
+    }
+    return l;
+}
+
+static HD_NOINLINE hd_value ev_dict(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return fail(vm, f, n);
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *pair = n->items[i];
+        hd_value k = ev(vm, f, pair->a);
+        if (k.type == HD_V_ERR) goto fail;
+        if (k.type != HD_V_STR) {
+            failf(vm, f, pair->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                  hd_value_type_name(k));
+            hd_vunref(vm, k);
+            goto fail;
+        }
+        hd_value v = ev(vm, f, pair->b);
+        if (v.type == HD_V_ERR) {
+            hd_vunref(vm, k);
+            goto fail;
+        }
+        hd_status st = hd_dict_set_str(vm, d, hd_as_str(k), v);
+        hd_vunref(vm, k);
+        if (st != HD_OK) {
+            fail(vm, f, pair);
+            goto fail;
+        }
+    }
+    return d;
+fail:
+    hd_vunref(vm, d);
+    return hd_err_value();
+}
+
+static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value x = ev(vm, f, n->a);
+    if (x.type == HD_V_ERR) return x;
+    hd_value out = hd_err_value();
+    /* The common x[i] on a list with an int: no parts array. */
+    if (n->n == 1 && x.type == HD_V_LIST && n->items[0]->kind != HD_AST_SLICE &&
+        n->items[0]->kind != HD_AST_ELLIPSIS) {
+        hd_value k = ev(vm, f, n->items[0]);
+        if (k.type != HD_V_ERR) {
+            if (get_item(vm, x, k, &out) != HD_OK) out = fail(vm, f, n);
+            hd_vunref(vm, k);
+        }
+        hd_vunref(vm, x);
+        return out;
+    }
+    hd_index_part stack_parts[4];
+    hd_index_part *parts = stack_parts;
+    if (n->n > 4) {
+        parts = hd_ctx_alloc(&vm->ctx, (size_t)n->n * sizeof *parts);
+        if (!parts) {
+            hd_vm_oom(vm);
+            hd_vunref(vm, x);
+            return fail(vm, f, n);
+        }
+    }
+    memset(parts, 0, (size_t)(n->n ? n->n : 1) * sizeof *parts);
+    for (int i = 0; i < n->n; i++) parts[i].v = hd_none();
+    if (eval_parts(vm, f, n, parts)) {
+        if (index_op(vm, x, parts, n->n, NULL, &out) != HD_OK) out = fail(vm, f, n);
+    }
+    free_parts(vm, parts, n->n);
+    if (parts != stack_parts) hd_ctx_free(&vm->ctx, parts, (size_t)n->n * sizeof *parts);
+    hd_vunref(vm, x);
+    return out;
+}
+
+static HD_NOINLINE hd_value ev_member(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value x = ev(vm, f, n->a);
+    if (x.type == HD_V_ERR) return x;
+    hd_value out;
+    hd_status st = hd_eval_get_member(vm, x, n->name, &out);
+    hd_vunref(vm, x);
+    return st == HD_OK ? out : fail(vm, f, n);
+}
+
+/* Evaluate call arguments into args/kw (new references). */
+static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, int *nargs,
+                     hd_kwarg *kw, int *nkw) {
+    *nargs = *nkw = 0;
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *arg = n->items[i];
+        const hd_ast *e = arg->kind == HD_AST_ARG ? arg->a : arg;
+        hd_value v;
+        if (!fast_value(f, e, &v)) {
+            v = ev(vm, f, e);
+            if (v.type == HD_V_ERR) return 0;
+        }
+        if (arg->kind == HD_AST_ARG && arg->name) {
+            for (int k = 0; k < *nkw; k++)
+                if (strcmp(kw[k].name, arg->name) == 0) {
+                    hd_vunref(vm, v);
+                    failf(vm, f, arg, HD_ERR_RUNTIME, "argument '%s' given twice", arg->name);
+                    return 0;
+                }
+            kw[*nkw].name = arg->name;
+            kw[(*nkw)++].value = v;
+        } else {
+            args[(*nargs)++] = v;
+        }
+    }
+    return 1;
+}
+
+static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value callee, recv = hd_none();
+    int pass_self = 0;
+    const hd_ast *c = n->a;
+    if (c->kind == HD_AST_MEMBER) {
+        recv = ev(vm, f, c->a);
+        if (recv.type == HD_V_ERR) return recv;
+        if (find_method(vm, recv, c->name, &callee, &pass_self) != HD_OK) {
+            hd_vunref(vm, recv);
+            return fail(vm, f, c);
+        }
+    } else {
+        callee = ev(vm, f, c);
+        if (callee.type == HD_V_ERR) return callee;
+    }
+    int cap = n->n ? n->n : 1;
+    hd_value args_buf[8];
+    hd_kwarg kw_buf[4];
+    hd_value *args = cap <= 8 ? args_buf : NULL;
+    hd_kwarg *kw = cap <= 4 ? kw_buf : NULL;
+    hd_value out = hd_err_value();
+    int nargs = 0, nkw = 0;
+    if (!args) args = hd_ctx_alloc(&vm->ctx, (size_t)cap * sizeof *args);
+    if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)cap * sizeof *kw);
+    if (!args || !kw) {
+        hd_vm_oom(vm);
+        fail(vm, f, n);
+    } else if (eval_args(vm, f, n, args, &nargs, kw, &nkw)) {
+        f->at = n;
+        hd_status st = callee.type == HD_V_FUNC
+                           ? call_closure(vm, (hd_closure *)callee.as.o, recv, pass_self, args,
+                                          nargs, kw, nkw, &out)
+                           : call_value(vm, callee, recv, pass_self, args, nargs, kw, nkw, &out);
+        if (st != HD_OK) out = fail(vm, f, n);
+    }
+    for (int i = 0; i < nargs; i++) hd_vunref(vm, args[i]);
+    for (int i = 0; i < nkw; i++) hd_vunref(vm, kw[i].value);
+    if (args && args != args_buf) hd_ctx_free(&vm->ctx, args, (size_t)cap * sizeof *args);
+    if (kw && kw != kw_buf) hd_ctx_free(&vm->ctx, kw, (size_t)cap * sizeof *kw);
+    hd_vunref(vm, callee);
+    hd_vunref(vm, recv);
+    return out;
+}
+
+static HD_NOINLINE hd_value ev_and_or(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value a = ev(vm, f, n->a);
+    if (a.type == HD_V_ERR) return a;
+    int ok = 1, t = a.type == HD_V_BOOL ? a.as.b : hd_eval_truthy(vm, a, &ok);
+    if (a.type != HD_V_BOOL && !ok) {
+        hd_vunref(vm, a);
+        return fail(vm, f, n->a);
+    }
+    if ((n->kind == HD_AST_AND) != (t != 0)) return a;
+    hd_vunref(vm, a);
+    return ev(vm, f, n->b);
+}
+
+static HD_NOINLINE hd_value ev_binary_slow(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a,
+                                           hd_value b) {
+    hd_value r = hd_eval_binop(vm, n->op, a, b);
+    hd_vunref(vm, a);
+    hd_vunref(vm, b);
+    return r.type == HD_V_ERR ? fail(vm, f, n) : r;
+}
+
+static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    switch (n->kind) {
+    case HD_AST_INT: return hd_int(n->ival);
+    case HD_AST_NAME: {
+        hd_value v;
+        switch (n->ref.kind) {
+        case HD_REF_LOCAL: v = f->slots[n->ref.index]; break;
+        case HD_REF_GLOBAL:
+            v = f->globals[n->ref.index];
+            if (HD_UNLIKELY(hd_is_uninit(v))) return undefined(vm, f, n);
+            break;
+        default: {
+            hd_value *p = name_slot(vm, f, n, &n->ref);
+            if (!p) return hd_err_value();
+            v = *p;
+            if (HD_UNLIKELY(hd_is_uninit(v))) return undefined(vm, f, n);
+        }
+        }
+        hd_vref(v);
+        return v;
+    }
+    case HD_AST_BINARY: {
+        int64_t x, y;
+        hd_value r;
+        /* ints from literals and plain variables: no calls, no counts */
+        if (leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, &r))
+            return r;
+        hd_value a = ev(vm, f, n->a);
+        if (HD_UNLIKELY(a.type == HD_V_ERR)) return a;
+        hd_value b = ev(vm, f, n->b);
+        if (HD_UNLIKELY(b.type == HD_V_ERR)) {
+            hd_vunref(vm, a);
+            return b;
+        }
+        if (HD_LIKELY(a.type == HD_V_INT && b.type == HD_V_INT)) {
+            if (int_op_fast(n->op, a.as.i, b.as.i, &r)) return r;
+        } else if (a.type == HD_V_FLOAT && b.type == HD_V_FLOAT) {
+            switch (n->op) {
+            case HD_TOK_PLUS: return hd_float(a.as.f + b.as.f);
+            case HD_TOK_MINUS: return hd_float(a.as.f - b.as.f);
+            case HD_TOK_STAR: return hd_float(a.as.f * b.as.f);
+            default: break;
+            }
+        }
+        return ev_binary_slow(vm, f, n, a, b);
+    }
+    case HD_AST_FLOAT: return hd_float(n->fval);
+    case HD_AST_STR: return ev_str(vm, f, n);
+    case HD_AST_NONE: return hd_none();
+    case HD_AST_TRUE: return hd_bool(1);
+    case HD_AST_FALSE: return hd_bool(0);
+    case HD_AST_CALL: return ev_call(vm, f, n);
+    case HD_AST_MEMBER: return ev_member(vm, f, n);
+    case HD_AST_INDEX: return ev_index(vm, f, n);
+    case HD_AST_UNARY: {
+        hd_value x = ev(vm, f, n->a);
+        if (x.type == HD_V_ERR) return x;
+        hd_value r = unop(vm, n->op, x);
+        hd_vunref(vm, x);
+        return r.type == HD_V_ERR ? fail(vm, f, n) : r;
+    }
+    case HD_AST_AND:
+    case HD_AST_OR: return ev_and_or(vm, f, n);
+    case HD_AST_LIST: return ev_list(vm, f, n);
+    case HD_AST_DICT: return ev_dict(vm, f, n);
+    case HD_AST_FN: return make_closure(vm, f, n, n->fn);
+    case HD_AST_SCRIPT: return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
+    default:
+        return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
+                     (int)n->kind);
+    }
+}
+
+/* ---- statements ---- */
+
+static HD_NOINLINE int truth_slow(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+    hd_value c = ev(vm, f, cond);
+    if (c.type == HD_V_ERR) return 0;
+    if (c.type == HD_V_BOOL) {
+        *t = c.as.b;
+        return 1;
+    }
+    int ok;
+    *t = hd_eval_truthy(vm, c, &ok);
+    hd_vunref(vm, c);
+    if (!ok) fail(vm, f, cond);
+    return ok;
+}
+
+static HD_ALWAYS_INLINE int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
+    hd_value c;
+    if (fast_value(f, cond, &c) && c.type == HD_V_BOOL) {
+        *t = c.as.b;
+        return 1;
+    }
+    return truth_slow(vm, f, cond, t);
+}
+
+/* Bind a loop variable: a fresh cell per iteration when it is captured. */
+static int bind_loop_var(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
+    if (n->ref.kind == HD_REF_LOCAL) {
+        hd_value old = f->slots[n->ref.index];
+        f->slots[n->ref.index] = v;
+        hd_vunref(vm, old);
+        return 1;
+    }
+    if (n->ref.kind == HD_REF_CELL) {
+        hd_cell *c = hd_cell_new(vm, v);
+        if (!c) return flow_fail(vm, f, n), 0;
+        hd_value old = f->slots[n->ref.index];
+        f->slots[n->ref.index] = hd_obj_value(&c->obj);
+        hd_vunref(vm, old);
+        return 1;
+    }
+    return store(vm, f, n, &n->ref, v);
+}
+
+/* Run one iteration's body; returns a flow code for the loop to act on:
+ * NORMAL (go on), BREAK (stop normally), or RETURN/ERROR (propagate). */
+static HD_ALWAYS_INLINE int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    if (HD_UNLIKELY(tick(vm))) return flow_fail(vm, f, n);
+    int fl = run_block(vm, f, n->body);
+    if (HD_LIKELY(fl == HD_FLOW_NORMAL || fl == HD_FLOW_CONTINUE)) return HD_FLOW_NORMAL;
+    return fl;
+}
+
+static int loop_result(int fl) {
+    return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl;
+}
+
+static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t b,
+                        int64_t step) {
+    hd_range r = {.start = a, .stop = b, .step = step};
+    int64_t count = hd_range_len(&r);
+    if (n->ref.kind == HD_REF_LOCAL) {
+        hd_value *slot = &f->slots[n->ref.index];
+        for (int64_t k = 0; k < count; k++) {
+            hd_value old = *slot;
+            *slot = hd_int(hd_range_at(a, step, k));
+            hd_vunref(vm, old);
+            int fl = loop_body(vm, f, n);
+            if (fl) return loop_result(fl);
+        }
+        return HD_FLOW_NORMAL;
+    }
+    for (int64_t k = 0; k < count; k++) {
+        if (!bind_loop_var(vm, f, n, hd_int(hd_range_at(a, step, k)))) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static int ex_for_list(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
+    hd_list *l = hd_as_list(it);
+    for (int64_t i = 0; i < l->len; i++) {
+        hd_vref(l->items[i]);
+        if (!bind_loop_var(vm, f, n, l->items[i])) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static int ex_for_dict(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
+    hd_dict *d = hd_as_dict(it);
+    int64_t len = d->len;
+    for (int64_t i = 0; i < d->len; i++) {
+        if (d->len != len) break;
+        hd_obj *k = &d->keys[i]->obj;
+        k->refcount++;
+        if (!bind_loop_var(vm, f, n, hd_obj_value(k))) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+    if (d->len != len)
+        return failf(vm, f, n->a, HD_ERR_RUNTIME, "dict changed size during iteration"),
+               HD_FLOW_ERROR;
+    return HD_FLOW_NORMAL;
+}
+
+static int ex_for_str(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
+    hd_str *s = hd_as_str(it);
+    for (size_t off = 0; off < s->len;) {
+        size_t end = off + 1;
+        while (end < s->len && ((unsigned char)s->chars[end] & 0xC0) == 0x80) end++;
+        hd_value c = hd_str_new(vm, s->chars + off, end - off);
+        if (c.type != HD_V_STR) return flow_fail(vm, f, n);
+        if (!bind_loop_var(vm, f, n, c)) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+        off = end;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static int ex_for_tensor(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
+    const hd_tensor *t = it.as.t;
+    if (t->ndim == 0)
+        return failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a 0-d tensor"),
+               HD_FLOW_ERROR;
+    for (int64_t i = 0; i < t->shape[0]; i++) {
+        hd_index_part part;
+        memset(&part, 0, sizeof part);
+        part.kind = HD_IDX_INT;
+        part.i = i;
+        part.v = hd_none();
+        hd_value row;
+        if (tensor_index(vm, it, &part, 1, NULL, &row) != HD_OK) return flow_fail(vm, f, n->a);
+        if (!bind_loop_var(vm, f, n, row)) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+    return HD_FLOW_NORMAL;
+}
+
+static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    const hd_ast *it = n->a;
+    /* for i in a..b: no range object. */
+    if (it->kind == HD_AST_BINARY && it->op == HD_TOK_RANGE) {
+        hd_value a = ev(vm, f, it->a);
+        if (a.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_value b = ev(vm, f, it->b);
+        if (b.type == HD_V_ERR) {
+            hd_vunref(vm, a);
+            return HD_FLOW_ERROR;
+        }
+        if (a.type == HD_V_INT && b.type == HD_V_INT)
+            return ex_for_range(vm, f, n, a.as.i, b.as.i, 1);
+        hd_value r = ev_binary_slow(vm, f, it, a, b);
+        if (r.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_vunref(vm, r);
+        return failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over this range"), HD_FLOW_ERROR;
+    }
+    hd_value v = ev(vm, f, it);
+    if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+    int fl;
+    switch (v.type) {
+    case HD_V_RANGE: {
+        hd_range *r = (hd_range *)v.as.o;
+        fl = ex_for_range(vm, f, n, r->start, r->stop, r->step);
+        break;
+    }
+    case HD_V_LIST: fl = ex_for_list(vm, f, n, v); break;
+    case HD_V_DICT: fl = ex_for_dict(vm, f, n, v); break;
+    case HD_V_STR: fl = ex_for_str(vm, f, n, v); break;
+    case HD_V_TENSOR: fl = ex_for_tensor(vm, f, n, v); break;
+    default:
+        failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
+              hd_value_type_name(v));
+        fl = HD_FLOW_ERROR;
+    }
+    hd_vunref(vm, v);
+    return fl;
+}
+
+static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    for (;;) {
+        int t;
+        if (!truth_of(vm, f, n->a, &t)) return HD_FLOW_ERROR;
+        if (!t) return HD_FLOW_NORMAL;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+}
+
+static HD_NOINLINE int ex_if(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    for (;;) {
+        int t;
+        if (!truth_of(vm, f, n->a, &t)) return HD_FLOW_ERROR;
+        if (t) return ex_block(vm, f, n->body);
+        n = n->c;
+        if (!n) return HD_FLOW_NORMAL;
+        if (n->kind != HD_AST_IF) return ex_block(vm, f, n);
+    }
+}
+
+static int compound_op(int op) {
+    switch (op) {
+    case HD_TOK_PLUS_ASSIGN: return HD_TOK_PLUS;
+    case HD_TOK_MINUS_ASSIGN: return HD_TOK_MINUS;
+    case HD_TOK_STAR_ASSIGN: return HD_TOK_STAR;
+    case HD_TOK_SLASH_ASSIGN: return HD_TOK_SLASH;
+    default: return 0;
+    }
+}
+
+/* old OP rhs for `x OP= rhs`; takes neither. */
+static hd_value combine(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, hd_value rhs) {
+    int op = compound_op(n->op);
+    if (old.type == HD_V_INT && rhs.type == HD_V_INT && op != HD_TOK_SLASH) {
+        int64_t r;
+        int bad = op == HD_TOK_PLUS    ? __builtin_add_overflow(old.as.i, rhs.as.i, &r)
+                  : op == HD_TOK_MINUS ? __builtin_sub_overflow(old.as.i, rhs.as.i, &r)
+                                       : __builtin_mul_overflow(old.as.i, rhs.as.i, &r);
+        if (!bad) return hd_int(r);
+    }
+    hd_value r = hd_eval_binop(vm, op, old, rhs);
+    return r.type == HD_V_ERR ? fail(vm, f, n) : r;
+}
+
+static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
+                                      hd_value v) {
+    if (n->op != HD_TOK_ASSIGN) {
+        hd_value *p = name_slot(vm, f, t, &t->ref);
+        if (!p) {
+            hd_vunref(vm, v);
+            return HD_FLOW_ERROR;
+        }
+        if (hd_is_uninit(*p)) {
+            hd_vunref(vm, v);
+            undefined(vm, f, t);
+            return HD_FLOW_ERROR;
+        }
+        hd_value r = combine(vm, f, n, *p, v);
+        hd_vunref(vm, v);
+        if (r.type == HD_V_ERR) return HD_FLOW_ERROR;
+        v = r;
+    }
+    return store(vm, f, t, &t->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+}
+
+static HD_NOINLINE int ex_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
+                                        hd_value v) {
+    hd_value x = ev(vm, f, t->a);
+    int fl = HD_FLOW_ERROR;
+    if (x.type == HD_V_ERR) goto done;
+    if (n->op != HD_TOK_ASSIGN) {
+        hd_value old;
+        if (hd_eval_get_member(vm, x, t->name, &old) != HD_OK) {
+            fail(vm, f, t);
+            goto done;
+        }
+        hd_value r = combine(vm, f, n, old, v);
+        hd_vunref(vm, old);
+        if (r.type == HD_V_ERR) goto done;
+        hd_vunref(vm, v);
+        v = r;
+    }
+    if (set_member(vm, x, t->name, v) != HD_OK)
+        fail(vm, f, t);
+    else
+        fl = HD_FLOW_NORMAL;
+done:
+    hd_vunref(vm, x);
+    hd_vunref(vm, v);
+    return fl;
+}
+
+static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t,
+                                       hd_value v) {
+    hd_index_part stack_parts[4];
+    hd_index_part *parts = stack_parts;
+    int fl = HD_FLOW_ERROR;
+    hd_value x = ev(vm, f, t->a);
+    if (x.type == HD_V_ERR) {
+        hd_vunref(vm, v);
+        return fl;
+    }
+    if (t->n > 4 && !(parts = hd_ctx_alloc(&vm->ctx, (size_t)t->n * sizeof *parts))) {
+        hd_vm_oom(vm);
+        fail(vm, f, t);
+        parts = stack_parts;
+        goto done;
+    }
+    for (int i = 0; i < t->n; i++) {
+        memset(&parts[i], 0, sizeof parts[i]);
+        parts[i].v = hd_none();
+    }
+    if (!eval_parts(vm, f, t, parts)) goto done;
+    if (n->op != HD_TOK_ASSIGN) {
+        hd_value old;
+        if (index_op(vm, x, parts, t->n, NULL, &old) != HD_OK) {
+            fail(vm, f, t);
+            goto done;
+        }
+        hd_value r = combine(vm, f, n, old, v);
+        hd_vunref(vm, old);
+        if (r.type == HD_V_ERR) goto done;
+        hd_vunref(vm, v);
+        v = r;
+    }
+    if (index_op(vm, x, parts, t->n, &v, NULL) != HD_OK)
+        fail(vm, f, t);
+    else
+        fl = HD_FLOW_NORMAL;
+done:
+    free_parts(vm, parts, parts == stack_parts && t->n > 4 ? 0 : t->n);
+    if (parts != stack_parts) hd_ctx_free(&vm->ctx, parts, (size_t)t->n * sizeof *parts);
+    hd_vunref(vm, x);
+    hd_vunref(vm, v);
+    return fl;
+}
+
+static int ex_assign(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    const hd_ast *t = n->a;
+    hd_value v = ev(vm, f, n->b);
+    if (HD_UNLIKELY(v.type == HD_V_ERR)) return HD_FLOW_ERROR;
+    if (HD_LIKELY(t->kind == HD_AST_NAME)) {
+        if (HD_LIKELY(n->op == HD_TOK_ASSIGN)) {
+            hd_value *p;
+            if (t->ref.kind == HD_REF_LOCAL)
+                p = &f->slots[t->ref.index];
+            else if (t->ref.kind == HD_REF_GLOBAL)
+                p = &f->globals[t->ref.index];
+            else
+                return store(vm, f, t, &t->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+            hd_value old = *p;
+            *p = v;
+            hd_vunref(vm, old);
+            return HD_FLOW_NORMAL;
+        }
+        return ex_assign_name(vm, f, n, t, v);
+    }
+    if (t->kind == HD_AST_MEMBER) return ex_assign_member(vm, f, n, t, v);
+    return ex_assign_index(vm, f, n, t, v);
+}
+
+static HD_NOINLINE int ex_grad(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    /* Gradient hook point: the autograd layer installs enter/exit through
+     * hd_vm_set_grad_hooks; without it the block simply runs. */
+    void *state = NULL;
+    int kind = n->kind;
+    if (vm->grad_enter && vm->grad_enter(vm, kind, &state) != HD_OK) return flow_fail(vm, f, n);
+    int fl = ex_block(vm, f, n->body);
+    if (vm->grad_exit) vm->grad_exit(vm, kind, state);
+    return fl;
+}
+
+/* compiled { } and compiled(options) { }: run eagerly for now; the
+ * options are evaluated (so mistakes in them are reported) and dropped. */
+static HD_NOINLINE int ex_compiled(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *opt = n->items[i];
+        hd_value v = ev(vm, f, opt->kind == HD_AST_ARG ? opt->a : opt);
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_vunref(vm, v);
+    }
+    return ex_block(vm, f, n->body);
+}
+
+static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    switch (n->kind) {
+    case HD_AST_ASSIGN: return ex_assign(vm, f, n);
+    case HD_AST_EXPR: {
+        hd_value v = ev(vm, f, n->a);
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_vunref(vm, v);
+        return HD_FLOW_NORMAL;
+    }
+    case HD_AST_IF: return ex_if(vm, f, n);
+    case HD_AST_LET: {
+        hd_value v = n->a ? ev(vm, f, n->a) : hd_none();
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        return store(vm, f, n, &n->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+    }
+    case HD_AST_FOR: return ex_for(vm, f, n);
+    case HD_AST_WHILE: return ex_while(vm, f, n);
+    case HD_AST_RETURN: {
+        hd_value v = n->a ? ev(vm, f, n->a) : hd_none();
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_vunref(vm, f->ret);
+        f->ret = v;
+        return HD_FLOW_RETURN;
+    }
+    case HD_AST_BREAK: return HD_FLOW_BREAK;
+    case HD_AST_CONTINUE: return HD_FLOW_CONTINUE;
+    case HD_AST_FNDEF:
+    case HD_AST_CLASS: return HD_FLOW_NORMAL; /* bound when the block was entered */
+    case HD_AST_IMPORT: {
+        hd_value m;
+        f->at = n;
+        if (hd_vm_import(vm, f, n, &m) != HD_OK) return flow_fail(vm, f, n);
+        return store(vm, f, n, &n->ref, m) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+    }
+    case HD_AST_NO_GRAD:
+    case HD_AST_GRAD_CTX: return ex_grad(vm, f, n);
+    case HD_AST_COMPILED: return ex_compiled(vm, f, n);
+    case HD_AST_BLOCK: return ex_block(vm, f, n);
+    default: {
+        hd_value v = ev(vm, f, n);
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        hd_vunref(vm, v);
+        return HD_FLOW_NORMAL;
+    }
+    }
+}
+
+/* ---- chunks ---- */
+
+static HD_NOINLINE int repl_print(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    hd_value v = ev(vm, f, s->a);
+    if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+    if (v.type != HD_V_NONE) {
+        hd_value r = hd_value_repr(vm, v);
+        if (r.type == HD_V_STR) {
+            hd_vm_write(vm, hd_as_str(r)->chars, hd_as_str(r)->len);
+            hd_vm_write(vm, "\n", 1);
+        }
+        hd_vunref(vm, r);
+    }
+    hd_vunref(vm, v);
+    return HD_FLOW_NORMAL;
+}
+
+hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl) {
+    const hd_ast *prog = chunk->parse.program;
+    int nslots = prog->frame_slots;
+    hd_value stack_slots[HD_STACK_SLOTS];
+    hd_value *slots = stack_slots;
+    if (nslots > HD_STACK_SLOTS) {
+        slots = hd_ctx_alloc(&vm->ctx, (size_t)nslots * sizeof(hd_value));
+        if (!slots) return hd_vm_oom(vm);
+    }
+    for (int i = 0; i < nslots; i++) slots[i] = hd_none();
+    hd_frame fr;
+    fr.parent = vm->frame;
+    fr.slots = slots;
+    fr.globals = mod->globals;
+    fr.closure = NULL;
+    fr.mod = mod;
+    fr.chunk = chunk;
+    fr.at = NULL;
+    fr.ret = hd_none();
+    fr.nslots = nslots;
+    frame_bases(&fr);
+    vm->frame = &fr;
+    int fl = HD_FLOW_NORMAL;
+    if (prog->nhoist) fl = block_enter(vm, &fr, prog);
+    for (int i = 0; i < prog->n && fl == HD_FLOW_NORMAL; i++) {
+        const hd_ast *s = prog->items[i];
+        fl = repl && s->kind == HD_AST_EXPR ? repl_print(vm, &fr, s) : ex(vm, &fr, s);
+    }
+    vm->frame = fr.parent;
+    for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);
+    hd_vunref(vm, fr.ret);
+    if (slots != stack_slots) hd_ctx_free(&vm->ctx, slots, (size_t)nslots * sizeof(hd_value));
+    if (fl == HD_FLOW_ERROR) return vm->err ? vm->err : HD_ERR_RUNTIME;
+    return HD_OK;
+}

@@ -1,0 +1,20 @@
+/* eval: the tree-walking evaluator over the resolved AST.
+ *
+ * Names are slots (no hash look-ups), ints, floats and bools are never
+ * refcounted, and a failed expression returns a marker value (HD_V_ERR)
+ * with the message in the VM, so the hot path has no out-parameters. The
+ * entry points are declared in vm_internal.h: hd_eval_chunk, hd_eval_call,
+ * hd_eval_truthy, hd_eval_get_member. */
+#ifndef HD_EVAL_H
+#define HD_EVAL_H
+
+#include "vm_internal.h"
+
+/* Binary operator on two values (ints, floats, strings, lists, tensors...):
+ * a new reference, or HD_V_ERR with an unlocated message in the VM. */
+hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b);
+
+/* The text of an operator token ("+", "==", ".."). */
+const char *hd_eval_op_name(int op);
+
+#endif

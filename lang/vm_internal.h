@@ -1,0 +1,271 @@
+/* vm_internal: the VM's structure and the heap objects that only the
+ * language core sees (cells, closures, classes, objects, modules, bound
+ * methods), shared by value.c, vm.c, resolve.c, eval.c and builtins_core.c. */
+#ifndef HD_VM_INTERNAL_H
+#define HD_VM_INTERNAL_H
+
+#include <signal.h>
+
+#include "ast.h"
+#include "vm.h"
+
+/* The evaluator's failure marker: an expression that failed returns a value
+ * of this type (the message is in the VM). It is never stored anywhere. */
+#define HD_V_ERR ((hd_vtype)(HD_V_COUNT + 1))
+
+/* Default limit on nested Hodu calls; see docs/language.md. */
+#define HD_DEFAULT_MAX_DEPTH 1000
+#define HD_ERRTEXT_MAX       16384
+
+static inline hd_value hd_err_value(void) {
+    hd_value v;
+    v.type = HD_V_ERR;
+    v.as.i = 0;
+    return v;
+}
+
+/* A slot that was declared but whose `let` has not run yet: none with a
+ * marker, so that reading it early is an error instead of a silent none. */
+static inline hd_value hd_uninit(void) {
+    hd_value v;
+    v.type = HD_V_NONE;
+    v.as.i = 1;
+    return v;
+}
+static inline int hd_is_uninit(hd_value v) {
+    return v.type == HD_V_NONE && v.as.i == 1;
+}
+
+typedef struct hd_cell {
+    hd_obj obj;
+    hd_value v;
+} hd_cell;
+
+/* One parsed chunk of source. Functions point into its AST, so chunks live
+ * until the VM is freed (a REPL session keeps every line it ran). */
+typedef struct hd_chunk {
+    struct hd_chunk *next;
+    char *name;
+    char *source;
+    size_t len;
+    hd_parse parse;
+    int parsed;
+} hd_chunk;
+
+typedef struct hd_module {
+    hd_obj obj;
+    char *name;     /* "nn", or "<main>" */
+    char *path;     /* canonical file path, or NULL */
+    char *dir;      /* folder that relative imports start from */
+    hd_value names; /* dict: global name -> int slot */
+    hd_value *globals;
+    int nglobals, cap;
+    int state; /* HD_MOD_* */
+} hd_module;
+
+enum { HD_MOD_LOADING, HD_MOD_READY, HD_MOD_FAILED };
+
+typedef struct hd_class hd_class;
+
+typedef struct hd_closure {
+    hd_obj obj;
+    const hd_ast_fn *fn;
+    hd_chunk *chunk;
+    hd_module *mod; /* referenced: its globals */
+    int ncells;
+    hd_cell *cells[];
+} hd_closure;
+
+struct hd_class {
+    hd_obj obj;
+    hd_value name;    /* str */
+    hd_value methods; /* dict: name -> function */
+};
+
+typedef struct hd_object {
+    hd_obj obj;
+    hd_class *cls;   /* referenced */
+    hd_value fields; /* dict, in assignment order */
+} hd_object;
+
+typedef struct hd_bound {
+    hd_obj obj;
+    hd_value self;
+    hd_value fn;
+} hd_bound;
+
+/* One activation: a function call or a chunk's top level. Lives on the C
+ * stack of the call that owns it. */
+typedef struct hd_frame {
+    struct hd_frame *parent;
+    hd_value *slots;
+    hd_value *globals;
+    hd_closure *closure; /* NULL at a chunk's top level */
+    hd_module *mod;
+    hd_chunk *chunk;
+    const hd_ast *at; /* the call or import in progress, for the trace */
+    hd_value ret;
+    int nslots;
+    /* base[ref.kind] + ref.index is a plain variable's slot: slots for
+     * HD_REF_LOCAL, globals for HD_REF_GLOBAL, NULL for the other kinds. */
+    hd_value *base[HD_REF_BUILTIN + 1];
+} hd_frame;
+
+struct hd_vm {
+    hd_ctx ctx;
+    hd_vm_options opts;
+
+    /* heap objects */
+    hd_obj *objects;
+    size_t nobjects;
+    size_t gc_threshold;
+    int sweeping; /* hd_vm_free in progress: unref does not free */
+    hd_obj *pending_free;
+    int freeing;
+
+    /* prelude */
+    hd_value builtin_index; /* dict: name -> int */
+    hd_value *builtins;
+    int nbuiltins, builtins_cap;
+    hd_value methods[HD_V_COUNT]; /* per type: dict name -> native */
+
+    hd_module *main;
+    hd_value modules; /* dict: canonical path -> module */
+    hd_chunk *chunks;
+    char *stdlib_dir;
+
+    /* execution */
+    hd_frame *frame;
+    int depth, max_depth;
+    uint64_t steps, max_steps;
+    volatile sig_atomic_t interrupted;
+    int repl;
+
+    /* error state */
+    hd_status err;
+    int err_located; /* the text has its location and trace */
+    char errmsg[HD_ERRMSG_MAX];
+    char errtext[HD_ERRTEXT_MAX];
+
+    void (*write)(void *ud, const char *s, size_t n);
+    void *write_ud;
+    hd_grad_enter_fn grad_enter;
+    hd_grad_exit_fn grad_exit;
+};
+
+/* ---- refcounting, inline for the evaluator ---- */
+void hd_obj_release(hd_vm *vm, hd_obj *o); /* refcount reached zero */
+
+/* One unsigned compare selects tensors and objects (and skips HD_V_ERR). */
+#define HD_V_COUNTED(t)                                                                            \
+    ((unsigned)(t) - (unsigned)HD_V_TENSOR < (unsigned)(HD_V_COUNT - HD_V_TENSOR))
+
+static inline void hd_vref(hd_value v) {
+    if (HD_V_COUNTED(v.type)) {
+        if (v.type == HD_V_TENSOR)
+            hd_tensor_ref(v.as.t);
+        else
+            v.as.o->refcount++;
+    }
+}
+static inline void hd_vunref(hd_vm *vm, hd_value v) {
+    if (HD_V_COUNTED(v.type)) {
+        if (v.type == HD_V_TENSOR)
+            hd_tensor_unref(v.as.t);
+        else if (--v.as.o->refcount == 0) {
+            hd_obj_release(vm, v.as.o);
+        }
+    }
+}
+static inline hd_value hd_obj_value(hd_obj *o) {
+    hd_value v;
+    v.type = o->type;
+    v.as.o = o;
+    return v;
+}
+
+/* ---- objects (value.c) ---- */
+void *hd_obj_new(hd_vm *vm, hd_vtype type, size_t size); /* linked, refcount 1; NULL on OOM */
+size_t hd_obj_size(const hd_obj *o);
+void hd_obj_clear(hd_vm *vm, hd_obj *o);     /* drop what o holds; o stays valid and empty */
+hd_cell *hd_cell_new(hd_vm *vm, hd_value v); /* takes v */
+hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step);
+int64_t hd_range_len(const hd_range *r);
+/* Element i of a range; in unsigned arithmetic because i * step alone may
+ * leave i64 even when the element does not. */
+static inline int64_t hd_range_at(int64_t start, int64_t step, int64_t i) {
+    return (int64_t)((uint64_t)start + (uint64_t)i * (uint64_t)step);
+}
+hd_value hd_closure_new(hd_vm *vm, const hd_ast_fn *fn, hd_chunk *chunk, hd_module *mod);
+hd_value hd_class_new(hd_vm *vm, const char *name);
+hd_value hd_object_new(hd_vm *vm, hd_class *cls);
+hd_value hd_bound_new(hd_vm *vm, hd_value self, hd_value fn); /* takes both */
+hd_module *hd_module_new(hd_vm *vm, const char *name, const char *path);
+/* Native bound to a receiver (takes self). */
+hd_value hd_native_bound(hd_vm *vm, const hd_native *n, hd_value self);
+
+hd_status hd_list_reserve(hd_vm *vm, hd_list *l, int64_t cap);
+hd_status hd_list_insert(hd_vm *vm, hd_list *l, int64_t at, hd_value item);     /* takes item */
+hd_status hd_dict_set_str(hd_vm *vm, hd_value dict, hd_str *key, hd_value val); /* takes val */
+hd_value *hd_dict_get_str(hd_value dict, const hd_str *key);
+hd_value *hd_dict_getn(hd_value dict, const char *key, size_t len);
+int64_t hd_dict_find(const hd_dict *d, const char *key, size_t len, uint32_t hash);
+/* Remove key; *out receives its value (owned) when found. Returns 1 if found. */
+int hd_dict_remove(hd_vm *vm, hd_value dict, const char *key, size_t len, hd_value *out);
+void hd_dict_clear(hd_vm *vm, hd_dict *d);
+uint32_t hd_str_hash(const char *s, size_t len);
+size_t hd_utf8_count(const char *s, size_t len);
+/* Byte offset of code point i in s (i in 0..ulen). */
+size_t hd_str_offset(const hd_str *s, int64_t i);
+
+/* Float as Python's repr prints it ("1.0", "1e-05"); buf of 32 bytes. */
+void hd_format_float(char *buf, size_t n, double d);
+/* Structural comparison: <0, 0, >0; *ok = 0 if the types do not order. */
+int hd_value_compare(hd_value a, hd_value b, int *ok);
+
+/* Growable text buffer through the VM's allocator. */
+typedef struct hd_buf {
+    hd_vm *vm;
+    char *p;
+    size_t len, cap;
+    int oom;
+} hd_buf;
+void hd_buf_init(hd_buf *b, hd_vm *vm);
+void hd_buf_add(hd_buf *b, const char *s, size_t n);
+void hd_buf_adds(hd_buf *b, const char *s);
+void hd_buf_addf(hd_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Append str(v) (quote = 0) or repr(v) (quote = 1). */
+void hd_buf_value(hd_buf *b, hd_value v, int quote);
+hd_value hd_buf_to_str(hd_buf *b); /* frees the buffer */
+void hd_buf_free(hd_buf *b);
+
+/* Collect reference cycles now; returns the number of objects freed. */
+size_t hd_vm_collect(hd_vm *vm);
+
+/* ---- VM internals (vm.c) ---- */
+void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span);
+hd_status hd_vm_oom(hd_vm *vm);
+hd_status hd_vm_import(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_value *out);
+hd_value *hd_module_global(hd_module *m, const char *name);
+hd_status hd_module_grow(hd_vm *vm, hd_module *m, int n);
+/* Methods of builtin types: name -> native, for str, list, dict, range. */
+hd_status hd_vm_def_method(hd_vm *vm, hd_vtype type, const char *name, hd_native_fn fn);
+hd_value *hd_vm_find_method(hd_vm *vm, hd_vtype type, const char *name);
+
+/* ---- evaluator (eval.c) ---- */
+hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl);
+hd_status hd_eval_call(hd_vm *vm, hd_value callee, hd_value self, int has_self,
+                       const hd_value *args, int nargs, const hd_kwarg *kw, int nkw, hd_value *out);
+/* Truthiness with errors (a tensor with several elements is ambiguous). */
+int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok);
+/* x.name for any value; out is a new reference. */
+hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *out);
+
+/* ---- builtins ---- */
+hd_status hd_builtins_core_open(hd_vm *vm);
+
+#endif

@@ -1,0 +1,746 @@
+/* Autograd: per-tensor state, records, gradient contexts and backward. The
+ * per-op rules are in hd_grad_rules.c; docs/autograd.md explains the
+ * semantics. */
+#include "hd_autograd.h"
+
+#include <string.h>
+
+/* What t->grad_info points to. */
+typedef struct hd_grad_info {
+    int requires_grad;  /* a leaf marked by param / requires_grad */
+    uint64_t scope;     /* id of the gradient context it belongs to */
+    hd_grad_node *node; /* the record that made it (a reference), or NULL */
+    hd_tensor *grad;    /* accumulated gradient (leaves), or NULL */
+    hd_tensor *pending; /* backward: this pass's gradient, added to grad at the end */
+    uint64_t epoch;     /* backward pass that last touched pending */
+} hd_grad_info;
+
+static const char hd_grad_freed_msg[] =
+    "backward through records that were already freed (call backward once per forward, or keep "
+    "the graph with retain_graph)";
+
+/* ---- small helpers ---- */
+
+static hd_grad_scope *cur_scope(hd_ctx *ctx) {
+    return ctx->grad_scope ? ctx->grad_scope : &ctx->grad_root;
+}
+
+static uint64_t cur_scope_id(const hd_ctx *ctx) {
+    return ctx->grad_scope ? ctx->grad_scope->id : ctx->grad_root.id;
+}
+
+/* t takes part in the gradients of the context with id s: a leaf marked
+ * there, or the output of one of its records that has not been cleared. */
+static int tracked(const hd_tensor *t, uint64_t s) {
+    const hd_grad_info *gi = t->grad_info;
+    if (!gi || gi->scope != s) return 0;
+    return gi->node ? !gi->node->cleared : gi->requires_grad;
+}
+
+static hd_grad_info *info_get(hd_ctx *ctx, hd_tensor *t) {
+    if (!t->grad_info) t->grad_info = hd_ctx_calloc(ctx, 1, sizeof(hd_grad_info));
+    return t->grad_info;
+}
+
+/* A growable array of pointers through the context's allocator. */
+typedef struct {
+    void **p;
+    size_t n, cap;
+} hd_grad_vec;
+
+static hd_status vec_push(hd_ctx *ctx, hd_grad_vec *v, void *x) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 16;
+        void **p = hd_ctx_realloc(ctx, v->p, v->cap * sizeof *p, cap * sizeof *p);
+        if (!p) return ctx->status;
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->n++] = x;
+    return HD_OK;
+}
+
+static void vec_free(hd_ctx *ctx, hd_grad_vec *v) {
+    if (v->p) hd_ctx_free(ctx, v->p, v->cap * sizeof *v->p);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- records ---- */
+
+static void node_unlink(hd_grad_node *n) {
+    if (!n->pprev) return;
+    *n->pprev = n->next;
+    if (n->next) n->next->pprev = n->pprev;
+    n->scope->nrecords--;
+    n->next = NULL;
+    n->pprev = NULL;
+    n->scope = NULL;
+}
+
+static void node_link(hd_grad_scope *s, hd_grad_node *n) {
+    n->scope = s;
+    n->next = s->records;
+    n->pprev = &s->records;
+    if (s->records) s->records->pprev = &n->next;
+    s->records = n;
+    s->nrecords++;
+}
+
+/* Drop what a record holds (saved tensors, edges); records whose last
+ * reference goes are pushed on *stack for the caller to free, so freeing a
+ * long chain needs no recursion. */
+static void node_drop(hd_grad_node *n, hd_grad_node **stack) {
+    for (int i = 0; i <= n->nin; i++) {
+        hd_tensor_unref(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    for (int i = 0; i < n->nin; i++) {
+        hd_grad_edge *e = &n->edges[i];
+        if (e->node && --e->node->refcount == 0) {
+            e->node->free_next = *stack;
+            *stack = e->node;
+        }
+        e->node = NULL;
+        hd_tensor_unref(e->leaf); /* a leaf has no record: no recursion */
+        e->leaf = NULL;
+    }
+    n->live = 0;
+    node_unlink(n);
+}
+
+static void node_free_stack(hd_grad_node *stack) {
+    while (stack) {
+        hd_grad_node *m = stack;
+        stack = m->free_next;
+        node_drop(m, &stack);
+        hd_tensor_unref(m->grad);
+        hd_ctx_free(m->ctx, m, m->nbytes);
+    }
+}
+
+static void node_unref(hd_grad_node *n) {
+    if (!n || --n->refcount > 0) return;
+    n->free_next = NULL;
+    node_free_stack(n);
+}
+
+/* Free a record's contents now; the record itself stays while referenced. */
+static void node_release(hd_grad_node *n) {
+    hd_grad_node *stack = NULL;
+    node_drop(n, &stack);
+    node_free_stack(stack);
+}
+
+static hd_tensor *detached_view(hd_ctx *ctx, hd_tensor *t) {
+    hd_tensor *v = hd_tensor_view(ctx, t, t->shape, t->strides, t->ndim, t->offset);
+    if (v) v->number = t->number;
+    return v;
+}
+
+static int rule_saves(unsigned save, int i) {
+    if ((save & HD_GRAD_SAVE_ALL_IN) == HD_GRAD_SAVE_ALL_IN) return 1;
+    return i < 31 && (save & (1u << i));
+}
+
+static hd_grad_node *node_new(hd_ctx *ctx, int nin) {
+    size_t nb = sizeof(hd_grad_node) + (size_t)nin * sizeof(hd_grad_edge) +
+                (size_t)(nin + 1) * (sizeof(hd_tensor *) + sizeof(uint64_t));
+    hd_grad_node *n = hd_ctx_calloc(ctx, 1, nb);
+    if (!n) return NULL;
+    n->nbytes = nb;
+    n->ctx = ctx;
+    n->nin = nin;
+    n->edges = (hd_grad_edge *)(n + 1);
+    n->saved = (hd_tensor **)(n->edges + nin);
+    n->saved_version = (uint64_t *)(n->saved + nin + 1);
+    n->live = 1;
+    return n;
+}
+
+static hd_status node_save(hd_ctx *ctx, hd_grad_node *n, int i, hd_tensor *t) {
+    n->saved[i] = detached_view(ctx, t);
+    if (!n->saved[i]) return ctx->status;
+    n->saved_version[i] = t->storage ? t->storage->version : 0;
+    return HD_OK;
+}
+
+/* Edges to the inputs that take part in the current context; saved
+ * tensors as the rule asks. */
+static hd_status node_fill(hd_ctx *ctx, hd_grad_node *n, const hd_grad_rule *rule,
+                           hd_tensor *const *in, hd_tensor *const *kin, hd_tensor *out,
+                           uint64_t sid) {
+    for (int i = 0; i < n->nin; i++) {
+        hd_grad_edge *e = &n->edges[i];
+        e->dtype = in[i]->dtype;
+        e->ndim = in[i]->ndim;
+        memcpy(e->shape, in[i]->shape, sizeof e->shape);
+        if (tracked(in[i], sid)) {
+            hd_grad_info *gi = in[i]->grad_info;
+            if (gi->node) {
+                e->node = gi->node;
+                e->node->refcount++;
+            } else {
+                e->leaf = hd_tensor_ref(in[i]);
+            }
+        }
+        if (rule_saves(rule->save, i) && node_save(ctx, n, i, kin[i])) return ctx->status;
+    }
+    if ((rule->save & HD_GRAD_SAVE_OUT) && node_save(ctx, n, n->nin, out)) return ctx->status;
+    return HD_OK;
+}
+
+int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_dtype out_dtype) {
+    if (ctx->grad_disabled) return 0;
+    uint64_t sid = cur_scope_id(ctx);
+    int any = 0;
+    for (int i = 0; i < nin && !any; i++) any = in[i] && tracked(in[i], sid);
+    if (!any) return 0;
+    if (op == HD_OP_ASSIGN) {
+        const hd_grad_info *dst = in[0]->grad_info;
+        if (tracked(in[0], sid) && dst->node) {
+            hd_error(ctx, HD_ERR_RUNTIME,
+                     "in-place write into a tensor computed from tensors that require grad: its "
+                     "gradient would be wrong (write into a clone, build the value with "
+                     "where(...), or write under no_grad)");
+            return -1;
+        }
+        if (nin > 1 && in[1] && tracked(in[1], sid)) {
+            hd_error(ctx, HD_ERR_RUNTIME,
+                     "in-place write of a value that requires grad: writes are not recorded, so "
+                     "its gradient would be lost (build the tensor with concat or where, or "
+                     "detach the value)");
+            return -1;
+        }
+        return 0; /* writing into a leaf (e.g. an optimizer step) is allowed */
+    }
+    return hd_op_infos[op].differentiable && hd_dtype_is_float(out_dtype);
+}
+
+hd_status hd_autograd_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, hd_tensor *const *kin,
+                             int nin, const hd_attrs *attrs, hd_tensor *out, uint64_t rng_base) {
+    const hd_grad_rule *rule = hd_grad_rule_of(op);
+    if (!rule || !hd_dtype_is_float(out->dtype)) return HD_OK;
+    HD_ASSERT(out->grad_info == NULL);
+    hd_grad_scope *s = cur_scope(ctx);
+    hd_grad_node *n = node_new(ctx, nin);
+    hd_grad_info *gi = n ? hd_ctx_calloc(ctx, 1, sizeof *gi) : NULL;
+    if (!gi || node_fill(ctx, n, rule, in, kin, out, s->id)) {
+        hd_ctx_free(ctx, gi, sizeof *gi);
+        if (n) {
+            n->refcount = 1;
+            node_unref(n);
+        }
+        return ctx->status;
+    }
+    n->refcount = 1;
+    n->op = op;
+    n->attrs = *attrs;
+    n->out_dtype = out->dtype;
+    n->out_ndim = out->ndim;
+    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    n->rng_key = ctx->rng_seed;
+    n->rng_base = rng_base;
+    node_link(s, n);
+    gi->scope = s->id;
+    gi->node = n;
+    out->grad_info = gi;
+    return HD_OK;
+}
+
+void hd_autograd_tensor_free(hd_tensor *t) {
+    hd_grad_info *gi = t->grad_info;
+    t->grad_info = NULL;
+    node_unref(gi->node);
+    hd_tensor_unref(gi->grad);
+    hd_tensor_unref(gi->pending);
+    hd_ctx_free(t->ctx, gi, sizeof *gi);
+}
+
+/* ---- per-tensor API ---- */
+
+hd_status hd_grad_set_requires(hd_ctx *ctx, hd_tensor *t, int on) {
+    uint64_t sid = cur_scope_id(ctx);
+    hd_grad_info *gi = t->grad_info;
+    if (gi && gi->scope == sid && gi->node && !gi->node->cleared)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "requires_grad can only be changed on leaf tensors; this one was computed "
+                        "from tensors that require grad (use detach() to get a leaf)");
+    if (!on) {
+        if (gi && !gi->node) gi->requires_grad = 0;
+        return HD_OK;
+    }
+    if (!hd_dtype_is_float(t->dtype))
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "requires_grad: gradient of %s tensor (%s) is not defined; only float "
+                        "tensors can require grad",
+                        t->dtype == HD_BOOL ? "a bool" : "an integer", hd_dtype_name(t->dtype));
+    if (!(gi = info_get(ctx, t))) return ctx->status;
+    /* a tensor from another context, or one whose record was cleared,
+     * becomes a leaf of this one */
+    node_unref(gi->node);
+    gi->node = NULL;
+    gi->requires_grad = 1;
+    gi->scope = sid;
+    return HD_OK;
+}
+
+int hd_grad_requires(const hd_ctx *ctx, const hd_tensor *t) {
+    return tracked(t, cur_scope_id(ctx));
+}
+
+int hd_grad_is_leaf(const hd_ctx *ctx, const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    return !(gi && gi->node && !gi->node->cleared && gi->scope == cur_scope_id(ctx));
+}
+
+hd_tensor *hd_grad_get(const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    return gi ? gi->grad : NULL;
+}
+
+hd_status hd_grad_set(hd_ctx *ctx, hd_tensor *t, hd_tensor *g) {
+    hd_grad_info *gi = t->grad_info;
+    if (!g) {
+        if (gi) {
+            hd_tensor_unref(gi->grad);
+            gi->grad = NULL;
+        }
+        return HD_OK;
+    }
+    char sa[128], sb[128];
+    if (g->ndim != t->ndim || memcmp(g->shape, t->shape, (size_t)t->ndim * sizeof *t->shape))
+        return hd_error(ctx, HD_ERR_RUNTIME, "grad of shape %s assigned to a tensor of shape %s",
+                        hd_shape_str(g->shape, g->ndim, sa, sizeof sa),
+                        hd_shape_str(t->shape, t->ndim, sb, sizeof sb));
+    if (!hd_dtype_is_float(t->dtype))
+        return hd_error(ctx, HD_ERR_RUNTIME, "a %s tensor cannot have a gradient",
+                        hd_dtype_name(t->dtype));
+    if (!(gi = info_get(ctx, t))) return ctx->status;
+    hd_tensor *v = NULL;
+    int was = hd_grad_set_enabled(ctx, 0);
+    if (g->dtype != t->dtype)
+        hd_op_cast(ctx, g, t->dtype, &v);
+    else
+        v = detached_view(ctx, g);
+    hd_grad_set_enabled(ctx, was);
+    if (!v) return ctx->status;
+    v->number = 0; /* a gradient is a tensor, even one given as a number */
+    hd_tensor_unref(gi->grad);
+    gi->grad = v;
+    return HD_OK;
+}
+
+void hd_grad_zero(hd_ctx *ctx, hd_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (ts[i]) hd_grad_set(ctx, ts[i], NULL);
+}
+
+hd_tensor *hd_grad_detach(hd_ctx *ctx, hd_tensor *t) {
+    return detached_view(ctx, t);
+}
+
+int hd_grad_set_enabled(hd_ctx *ctx, int on) {
+    int was = !ctx->grad_disabled;
+    ctx->grad_disabled = !on;
+    return was;
+}
+
+int hd_grad_is_enabled(const hd_ctx *ctx) {
+    return !ctx->grad_disabled;
+}
+
+/* ---- gradient contexts ---- */
+
+/* Free every live record of s: pin them all (so none is freed while the
+ * list is walked), drop their contents, then unpin. Tensors keep the
+ * emptied records, marked cleared, until they go. */
+static void scope_clear(hd_grad_scope *s) {
+    hd_grad_node *chain = NULL;
+    for (hd_grad_node *n = s->records; n; n = n->next) {
+        n->refcount++;
+        n->cleared = 1;
+        n->free_next = chain;
+        chain = n;
+    }
+    hd_grad_node *stack = NULL;
+    for (hd_grad_node *n = chain; n; n = n->free_next) node_drop(n, &stack);
+    node_free_stack(stack); /* only records already emptied by backward */
+    while (chain) {
+        hd_grad_node *next = chain->free_next;
+        node_unref(chain);
+        chain = next;
+    }
+}
+
+hd_status hd_grad_context_push(hd_ctx *ctx) {
+    hd_grad_scope *s = hd_ctx_calloc(ctx, 1, sizeof *s);
+    if (!s) return ctx->status;
+    s->parent = ctx->grad_scope;
+    s->id = ++ctx->grad_ids;
+    s->outer_disabled = ctx->grad_disabled;
+    ctx->grad_disabled = 0;
+    ctx->grad_scope = s;
+    return HD_OK;
+}
+
+hd_status hd_grad_context_pop(hd_ctx *ctx) {
+    hd_grad_scope *s = ctx->grad_scope;
+    if (!s) return hd_error(ctx, HD_ERR_RUNTIME, "no gradient context to end");
+    scope_clear(s);
+    ctx->grad_scope = s->parent;
+    ctx->grad_disabled = s->outer_disabled;
+    hd_ctx_free(ctx, s, sizeof *s);
+    return HD_OK;
+}
+
+int hd_grad_context_depth(const hd_ctx *ctx) {
+    int d = 0;
+    for (const hd_grad_scope *s = ctx->grad_scope; s; s = s->parent) d++;
+    return d;
+}
+
+void hd_grad_clear_tape(hd_ctx *ctx) {
+    scope_clear(cur_scope(ctx));
+}
+
+size_t hd_grad_record_count(const hd_ctx *ctx) {
+    return ctx->grad_scope ? ctx->grad_scope->nrecords : ctx->grad_root.nrecords;
+}
+
+void hd_grad_shutdown(hd_ctx *ctx) {
+    while (ctx->grad_scope) hd_grad_context_pop(ctx);
+    scope_clear(&ctx->grad_root);
+}
+
+/* ---- backward ---- */
+
+typedef struct {
+    hd_ctx *ctx;
+    uint64_t epoch;
+    int retain;
+    hd_grad_vec nodes;  /* every record reached, pinned */
+    hd_grad_vec leaves; /* leaves that received a gradient, referenced */
+} hd_grad_pass;
+
+static hd_tensor *run1(hd_ctx *ctx, hd_op op, hd_tensor *a, const hd_attrs *attrs) {
+    hd_tensor *out = NULL;
+    hd_op_run(ctx, op, &a, 1, attrs, &out);
+    return out;
+}
+
+static hd_tensor *run2(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b) {
+    hd_tensor *in[2] = {a, b}, *out = NULL;
+    hd_op_run(ctx, op, in, 2, NULL, &out);
+    return out;
+}
+
+/* Sum g over the dims it was broadcast along so that it has the input's
+ * shape, then cast it to the input's dtype. Consumes *g. */
+static hd_status grad_to_input(hd_ctx *ctx, hd_tensor **g, const hd_grad_edge *e, hd_op op) {
+    hd_tensor *t = *g;
+    int same =
+        t->ndim == e->ndim && !memcmp(t->shape, e->shape, (size_t)e->ndim * sizeof *e->shape);
+    if (!same) {
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        int lead = t->ndim - e->ndim, ok = lead >= 0;
+        for (int i = 0; ok && i < t->ndim; i++) {
+            int64_t want = i < lead ? 1 : e->shape[i - lead];
+            if (i < lead || (want == 1 && t->shape[i] != 1))
+                at.axes[at.naxes++] = i;
+            else if (want != t->shape[i])
+                ok = 0;
+        }
+        if (!ok && t->numel != hd_shape_numel(e->shape, e->ndim)) {
+            char sa[128], sb[128];
+            hd_tensor_unref(t);
+            *g = NULL;
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "internal error: the gradient of %s has shape %s for an input of "
+                            "shape %s",
+                            hd_op_name(op), hd_shape_str(t->shape, t->ndim, sa, sizeof sa),
+                            hd_shape_str(e->shape, e->ndim, sb, sizeof sb));
+        }
+        hd_tensor *s = t;
+        if (ok && at.naxes) {
+            at.keepdim = 1;
+            s = run1(ctx, HD_OP_SUM, t, &at);
+            hd_tensor_unref(t);
+            if (!s) return *g = NULL, ctx->status;
+        }
+        memset(&at, 0, sizeof at);
+        at.nshape = e->ndim;
+        memcpy(at.shape, e->shape, sizeof at.shape);
+        t = run1(ctx, HD_OP_RESHAPE, s, &at);
+        hd_tensor_unref(s);
+        if (!t) return *g = NULL, ctx->status;
+    }
+    if (t->dtype != e->dtype) {
+        hd_tensor *c = NULL;
+        hd_op_cast(ctx, t, e->dtype, &c);
+        hd_tensor_unref(t);
+        t = c;
+    }
+    *g = t;
+    return t ? HD_OK : ctx->status;
+}
+
+/* *acc += g (consumes g). */
+static hd_status accumulate(hd_ctx *ctx, hd_tensor **acc, hd_tensor *g) {
+    if (!*acc) {
+        *acc = g;
+        return HD_OK;
+    }
+    hd_tensor *s = run2(ctx, HD_OP_ADD, *acc, g);
+    hd_tensor_unref(g);
+    if (!s) return ctx->status;
+    hd_tensor_unref(*acc);
+    *acc = s;
+    return HD_OK;
+}
+
+static hd_status leaf_accumulate(hd_grad_pass *p, hd_tensor *leaf, hd_tensor *g) {
+    hd_grad_info *gi = leaf->grad_info;
+    if (gi->epoch != p->epoch) {
+        if (vec_push(p->ctx, &p->leaves, leaf)) {
+            hd_tensor_unref(g);
+            return p->ctx->status;
+        }
+        hd_tensor_ref(leaf);
+        gi->epoch = p->epoch;
+        hd_tensor_unref(gi->pending);
+        gi->pending = NULL;
+    }
+    return accumulate(p->ctx, &gi->pending, g);
+}
+
+static hd_status check_saved(hd_ctx *ctx, const hd_grad_node *n) {
+    for (int i = 0; i <= n->nin; i++) {
+        const hd_tensor *t = n->saved[i];
+        if (t && t->storage && t->storage->version != n->saved_version[i])
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "a tensor needed by the gradient of %s was changed in place (after "
+                            "the forward pass used it; write into a clone instead)",
+                            hd_op_name(n->op));
+    }
+    return HD_OK;
+}
+
+/* Run n's rule and pass each input's gradient on: into the producing
+ * record's gradient, or into the leaf's pending gradient. */
+static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
+    hd_ctx *ctx = p->ctx;
+    enum { SMALL = 8 };
+    unsigned char need_buf[SMALL];
+    hd_tensor *gin_buf[SMALL];
+    int nin = n->nin, any = 0;
+    if (check_saved(ctx, n)) return ctx->status;
+    unsigned char *need = nin <= SMALL ? need_buf : hd_ctx_alloc(ctx, (size_t)nin);
+    hd_tensor **gin = nin <= SMALL ? gin_buf : hd_ctx_calloc(ctx, (size_t)nin, sizeof *gin);
+    hd_status st = need && gin ? HD_OK : ctx->status;
+    for (int i = 0; !st && i < nin; i++) {
+        need[i] = n->edges[i].node || n->edges[i].leaf;
+        gin[i] = NULL;
+        any |= need[i];
+    }
+    if (!st && any) {
+        hd_gx x = {ctx, HD_OK, 0, {NULL}};
+        hd_grad_rule_of(n->op)->fn(&x, n, n->grad, need, gin);
+        for (int i = 0; i < x.n; i++) hd_tensor_unref(x.tmp[i]);
+        st = x.st;
+    }
+    for (int i = 0; i < nin && need && gin; i++) {
+        hd_tensor *g = gin[i];
+        gin[i] = NULL;
+        if (!g || st || !need[i]) {
+            hd_tensor_unref(g);
+            continue;
+        }
+        hd_grad_edge *e = &n->edges[i];
+        st = grad_to_input(ctx, &g, e, n->op);
+        if (!st) st = e->node ? accumulate(ctx, &e->node->grad, g) : leaf_accumulate(p, e->leaf, g);
+    }
+    if (need != need_buf) hd_ctx_free(ctx, need, (size_t)nin);
+    if (gin != gin_buf) hd_ctx_free(ctx, gin, (size_t)nin * sizeof *gin);
+    return st;
+}
+
+/* Every record reachable from root, each pinned once, with the number of
+ * its users among them in pending. */
+static hd_status collect(hd_grad_pass *p, hd_grad_node *root) {
+    root->epoch = p->epoch;
+    root->pending = 0;
+    if (vec_push(p->ctx, &p->nodes, root)) return p->ctx->status;
+    root->refcount++;
+    for (size_t k = 0; k < p->nodes.n; k++) {
+        hd_grad_node *n = p->nodes.p[k];
+        if (!n->live) return hd_error(p->ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
+        for (int i = 0; i < n->nin; i++) {
+            hd_grad_node *m = n->edges[i].node;
+            if (!m) continue;
+            if (m->epoch != p->epoch) {
+                if (vec_push(p->ctx, &p->nodes, m)) return p->ctx->status;
+                m->refcount++;
+                m->epoch = p->epoch;
+                m->pending = 0;
+            }
+            m->pending++;
+        }
+    }
+    return HD_OK;
+}
+
+/* Process records once all their users have passed their gradient on. */
+static hd_status propagate(hd_grad_pass *p, hd_grad_node *root) {
+    hd_grad_vec ready = {0};
+    hd_status st = vec_push(p->ctx, &ready, root);
+    while (!st && ready.n) {
+        hd_grad_node *n = ready.p[--ready.n];
+        if (n->grad) st = node_backward(p, n);
+        hd_tensor_unref(n->grad);
+        n->grad = NULL;
+        if (!p->retain) /* saved tensors are not needed again: free them early */
+            for (int i = 0; i <= n->nin; i++) {
+                hd_tensor_unref(n->saved[i]);
+                n->saved[i] = NULL;
+            }
+        for (int i = 0; !st && i < n->nin; i++) {
+            hd_grad_node *m = n->edges[i].node;
+            if (m && --m->pending == 0) st = vec_push(p->ctx, &ready, m);
+        }
+    }
+    vec_free(p->ctx, &ready);
+    return st;
+}
+
+/* A gradient that becomes .grad must not share memory with anything else. */
+static hd_tensor *grad_own(hd_ctx *ctx, hd_tensor *g) {
+    if (g->refcount == 1 && g->storage && g->storage->refcount == 1 && !g->grad_info &&
+        hd_tensor_is_contiguous(g) && hd_tensor_nbytes(g) == g->storage->nbytes)
+        return hd_tensor_ref(g);
+    return run1(ctx, HD_OP_COPY, g, NULL);
+}
+
+/* .grad += pending for every leaf, all or nothing. */
+static hd_status commit(hd_grad_pass *p) {
+    hd_ctx *ctx = p->ctx;
+    size_t n = p->leaves.n;
+    hd_tensor **next = hd_ctx_calloc(ctx, n ? n : 1, sizeof *next);
+    if (!next) return ctx->status;
+    hd_status st = HD_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        hd_grad_info *gi = ((hd_tensor *)p->leaves.p[i])->grad_info;
+        if (!gi->pending) continue;
+        next[i] =
+            gi->grad ? run2(ctx, HD_OP_ADD, gi->grad, gi->pending) : grad_own(ctx, gi->pending);
+        if (!next[i]) st = ctx->status;
+    }
+    for (size_t i = 0; i < n; i++) {
+        hd_grad_info *gi = ((hd_tensor *)p->leaves.p[i])->grad_info;
+        if (st) {
+            hd_tensor_unref(next[i]);
+        } else if (next[i]) {
+            hd_tensor_unref(gi->grad);
+            gi->grad = next[i];
+        }
+    }
+    hd_ctx_free(ctx, next, (n ? n : 1) * sizeof *next);
+    return st;
+}
+
+static void pass_end(hd_grad_pass *p) {
+    for (size_t i = 0; i < p->leaves.n; i++) {
+        hd_tensor *t = p->leaves.p[i];
+        hd_grad_info *gi = t->grad_info;
+        hd_tensor_unref(gi->pending);
+        gi->pending = NULL;
+        hd_tensor_unref(t);
+    }
+    for (size_t i = 0; i < p->nodes.n; i++) {
+        hd_grad_node *n = p->nodes.p[i];
+        hd_tensor_unref(n->grad);
+        n->grad = NULL;
+        if (!p->retain) node_release(n); /* pinned: nothing is freed yet */
+    }
+    for (size_t i = 0; i < p->nodes.n; i++) node_unref(p->nodes.p[i]);
+    vec_free(p->ctx, &p->nodes);
+    vec_free(p->ctx, &p->leaves);
+}
+
+static hd_status check_root(hd_ctx *ctx, const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    if (!gi || (!gi->node && !gi->requires_grad))
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "backward: the tensor does not require grad (no op on a tensor that "
+                        "requires grad made it)");
+    if (gi->node && gi->node->cleared)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
+    if (gi->scope != cur_scope_id(ctx))
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "backward: the tensor belongs to another gradient context (tensors from "
+                        "other contexts are constants inside grad_context)");
+    if (gi->node && !gi->node->live) return hd_error(ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
+    return HD_OK;
+}
+
+static hd_status make_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_tensor **seed) {
+    *seed = NULL;
+    if (!grad) {
+        if (loss->numel != 1)
+            return hd_error(ctx, HD_ERR_RUNTIME, "backward needs a one-element tensor or grad=");
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        at.dtype = loss->dtype;
+        at.nshape = loss->ndim;
+        memcpy(at.shape, loss->shape, sizeof at.shape);
+        at.scalar[0] = 1;
+        return hd_op_run(ctx, HD_OP_FULL, NULL, 0, &at, seed);
+    }
+    char sa[128], sb[128];
+    if (grad->ndim != loss->ndim ||
+        memcmp(grad->shape, loss->shape, (size_t)loss->ndim * sizeof *loss->shape))
+        return hd_error(ctx, HD_ERR_RUNTIME, "backward: grad has shape %s but the tensor has %s",
+                        hd_shape_str(grad->shape, grad->ndim, sa, sizeof sa),
+                        hd_shape_str(loss->shape, loss->ndim, sb, sizeof sb));
+    if (grad->dtype != loss->dtype) return hd_op_cast(ctx, grad, loss->dtype, seed);
+    *seed = detached_view(ctx, grad);
+    if (!*seed) return ctx->status;
+    (*seed)->number = 0; /* promotes like the loss it stands for */
+    return HD_OK;
+}
+
+static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed) {
+    hd_grad_info *gi = loss->grad_info;
+    if (!gi->node) {
+        if (vec_push(p->ctx, &p->leaves, loss)) return p->ctx->status;
+        hd_tensor_ref(loss);
+        gi->epoch = p->epoch;
+        gi->pending = hd_tensor_ref(seed);
+        return commit(p);
+    }
+    hd_status st = collect(p, gi->node);
+    if (!st) {
+        gi->node->grad = hd_tensor_ref(seed);
+        st = propagate(p, gi->node);
+    }
+    return st ? st : commit(p);
+}
+
+hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
+    if (check_root(ctx, loss)) return ctx->status;
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_tensor *seed = NULL;
+    hd_status st = make_seed(ctx, loss, grad, &seed);
+    if (!st) {
+        hd_grad_pass p;
+        memset(&p, 0, sizeof p);
+        p.ctx = ctx;
+        p.epoch = ++ctx->grad_ids;
+        p.retain = retain_graph;
+        st = backward_run(&p, loss, seed);
+        pass_end(&p);
+    }
+    hd_tensor_unref(seed);
+    hd_grad_set_enabled(ctx, was);
+    return st;
+}

@@ -1,0 +1,178 @@
+/* hd_autograd: reverse-mode gradients over eager ops.
+ *
+ * When gradients are on (the default; off inside no_grad) and an input of an
+ * op requires grad in the current gradient context, hd_op_run records the op:
+ * a refcounted record (hd_grad_node) holding the op, its attributes, the
+ * tensors its gradient rule needs (detached views, with their storage
+ * versions) and references to the records of its inputs. The output tensor
+ * holds its record through t->grad_info. A record lives as long as a live
+ * tensor (or a later record) reaches it, so dropping the outputs of a step
+ * frees its records at once.
+ *
+ * backward() walks the records reachable from a tensor in topological order,
+ * runs each op's gradient rule (hd_grad_rules.c; rules are compositions of
+ * table ops, so a tracer sees backward as ordinary ops) and accumulates into
+ * the .grad of the leaves that require grad. The records it used are freed
+ * after it unless retain_graph is set.
+ *
+ * Gradient contexts (grad_context blocks) nest: records made in one belong to
+ * it, tensors of other contexts are constants there, and its records are
+ * freed when it is popped. docs/autograd.md has the user-level semantics. */
+#ifndef HD_AUTOGRAD_H
+#define HD_AUTOGRAD_H
+
+#include "hd_op.h"
+
+/* ---- the API the language binds ---- */
+
+/* x.requires_grad = on (param(x) is on = 1). Only float tensors can require
+ * grad, and only leaves (tensors no recorded op made) can change it. The
+ * tensor then belongs to the current gradient context. */
+hd_status hd_grad_set_requires(hd_ctx *ctx, hd_tensor *t, int on);
+/* x.requires_grad: a leaf marked in the current context, or a tensor a live
+ * record of the current context made. */
+int hd_grad_requires(const hd_ctx *ctx, const hd_tensor *t);
+/* No record made it (in the current context) */
+int hd_grad_is_leaf(const hd_ctx *ctx, const hd_tensor *t);
+
+/* x.grad: the accumulated gradient (borrowed; NULL means none). */
+hd_tensor *hd_grad_get(const hd_tensor *t);
+/* x.grad = g: stores a detached view of g (g == NULL: none). g must have
+ * t's shape; it is cast to t's dtype. */
+hd_status hd_grad_set(hd_ctx *ctx, hd_tensor *t, hd_tensor *g);
+/* zero_grad(params): sets each .grad to none (as PyTorch's default). */
+void hd_grad_zero(hd_ctx *ctx, hd_tensor *const *ts, int n);
+
+/* loss.backward(grad=, retain_graph=): grad is NULL for a one-element loss,
+ * else a tensor of the loss's shape. Accumulates into the .grad of the leaves
+ * of the current context that the loss depends on. */
+hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph);
+
+/* x.detach(): a new view sharing x's storage, with no record and
+ * requires_grad false. NULL with an error on allocation failure. */
+hd_tensor *hd_grad_detach(hd_ctx *ctx, hd_tensor *t);
+
+/* no_grad: hd_grad_set_enabled(ctx, 0) returns the previous mode, which the
+ * block's end passes back. */
+int hd_grad_set_enabled(hd_ctx *ctx, int on);
+int hd_grad_is_enabled(const hd_ctx *ctx);
+
+/* grad_context { }: push a new innermost gradient context (recording is on
+ * inside it); pop frees its records and restores the outer grad mode. */
+hd_status hd_grad_context_push(hd_ctx *ctx);
+hd_status hd_grad_context_pop(hd_ctx *ctx);
+int hd_grad_context_depth(const hd_ctx *ctx); /* 0: only the outermost */
+
+/* clear_tape(): free the current context's records now. Tensors they made
+ * act as constants afterwards; backward through them is an error. */
+void hd_grad_clear_tape(hd_ctx *ctx);
+/* Live records in the current context (statistics, tests). */
+size_t hd_grad_record_count(const hd_ctx *ctx);
+/* Pop every gradient context and free every record: for a VM's teardown. */
+void hd_grad_shutdown(hd_ctx *ctx);
+
+/* ---- hooks for the core (hd_op.c, hd_tensor.c) ---- */
+
+/* Before running op: 1 to record it, 0 not to, -1 (error set) when the op
+ * must not run, e.g. an in-place write into a tensor with recorded history. */
+int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_dtype out_dtype);
+/* After a successful run: record op. in: the inputs as given; kin: as the
+ * kernel saw them (cast); rng_base: the rng counter before the kernel ran. */
+hd_status hd_autograd_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, hd_tensor *const *kin,
+                             int nin, const hd_attrs *attrs, hd_tensor *out, uint64_t rng_base);
+/* t is being freed: release its grad_info. */
+void hd_autograd_tensor_free(hd_tensor *t);
+
+/* ---- records, for the gradient rules and a tracer ---- */
+
+typedef struct hd_grad_node hd_grad_node;
+
+/* One input of a record. The gradient flows to node (the input's record) or
+ * to leaf (the input itself, a leaf that requires grad); neither: a
+ * constant. dtype and shape are the input's, which its gradient takes. */
+typedef struct hd_grad_edge {
+    hd_grad_node *node;
+    hd_tensor *leaf;
+    hd_dtype dtype;
+    int ndim;
+    int64_t shape[HD_MAX_DIMS];
+} hd_grad_edge;
+
+struct hd_grad_node {
+    int refcount;          /* tensors made by it, and records using them */
+    unsigned char live;    /* holds its edges and saved tensors */
+    unsigned char cleared; /* freed by clear_tape or a context's end: outputs are constants */
+    hd_op op;
+    int nin;
+    hd_attrs attrs;
+    hd_grad_edge *edges;     /* [nin] */
+    hd_tensor **saved;       /* [nin + 1]: kernel inputs, then the output; NULL if not kept */
+    uint64_t *saved_version; /* storage versions at save time */
+    hd_dtype out_dtype;
+    int out_ndim;
+    int64_t out_shape[HD_MAX_DIMS];
+    uint64_t rng_key, rng_base;  /* dropout: the draw to replay */
+    size_t nbytes;               /* this allocation */
+    hd_ctx *ctx;                 /* whose allocator owns it */
+    hd_grad_scope *scope;        /* while live: the context whose list holds it */
+    hd_grad_node *next, **pprev; /* that list */
+    /* backward's scratch */
+    hd_grad_node *free_next;
+    hd_tensor *grad; /* gradient of the output, summed over its users */
+    uint64_t epoch;
+    int pending; /* users not yet processed */
+};
+
+/* Saved tensor i of a record (i == nin: the output), or NULL. */
+static inline hd_tensor *hd_grad_saved(const hd_grad_node *n, int i) {
+    return n->saved[i];
+}
+
+/* What a rule's forward pass keeps: bit i for kernel input i, and
+ * HD_GRAD_SAVE_OUT for the output. */
+#define HD_GRAD_SAVE_IN(i)  (1u << (i))
+#define HD_GRAD_SAVE_ALL_IN 0x7fffffffu
+#define HD_GRAD_SAVE_OUT    0x80000000u
+
+/* A rule's working state: ops run through it; the first failure sticks and
+ * makes later ops return NULL, so rules read as formulas. Temporaries are
+ * released when the rule returns. */
+#define HD_GX_MAX 48
+typedef struct hd_gx {
+    hd_ctx *ctx;
+    hd_status st;
+    int n;
+    hd_tensor *tmp[HD_GX_MAX];
+} hd_gx;
+
+/* A gradient rule: given the record and g (the output's gradient, in the
+ * output's dtype and shape), set gin[i] (a new reference, or NULL for a zero
+ * gradient) for every i with need[i]. The result may have the kernel
+ * input's dtype and any shape that broadcasts to the input's: backward sums
+ * and casts it to the input's shape and dtype. */
+typedef void (*hd_grad_fn)(hd_gx *x, const hd_grad_node *n, hd_tensor *g, const unsigned char *need,
+                           hd_tensor **gin);
+
+typedef struct hd_grad_rule {
+    hd_grad_fn fn;
+    unsigned save; /* HD_GRAD_SAVE_* */
+} hd_grad_rule;
+
+/* hd_grad_rules.c: one rule per HD_GRAD(name) of hd_ops.def */
+#define HD_GRAD(rule) extern const hd_grad_rule hd_grad_rule_##rule;
+#define HD_NOGRAD
+#define X(NAME, name, arity, kind, shape, grad) grad
+#include "hd_ops.def"
+#undef X
+#undef HD_GRAD
+#undef HD_NOGRAD
+
+/* The rule of op, or NULL. */
+const hd_grad_rule *hd_grad_rule_of(hd_op op);
+
+/* hd_gx: run op through the rule state (NULL after a failure). */
+hd_tensor *hd_gx_run(hd_gx *x, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs);
+/* A result the rule returns: a new reference (NULL stays NULL). */
+hd_tensor *hd_gx_out(hd_gx *x, hd_tensor *t);
+
+#endif

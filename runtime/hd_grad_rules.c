@@ -1,0 +1,674 @@
+/* Gradient rules: one per HD_GRAD(name) in hd_ops.def. Each is written with
+ * table ops only (forward ops and the HD_KIND_GRAD backward ops), through
+ * hd_gx, so it works on any backend and a tracer records backward as
+ * ordinary ops. A rule sees the record (attributes, saved tensors, input
+ * shapes) and g, the gradient of the output; it returns, for each input that
+ * needs one, a gradient that broadcasts to the input (backward sums it to
+ * the input's shape and casts it to its dtype). Subgradients and tie rules
+ * follow PyTorch. */
+#include "hd_autograd.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- hd_gx: ops with a sticky error ---- */
+
+hd_tensor *hd_gx_run(hd_gx *x, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    if (x->st) return NULL;
+    for (int i = 0; i < nin; i++)
+        if (!in[i]) {
+            x->st = hd_error(x->ctx, HD_ERR_RUNTIME, "internal error: %s rule lost an input",
+                             hd_op_name(op));
+            return NULL;
+        }
+    if (x->n == HD_GX_MAX) {
+        x->st = hd_error(x->ctx, HD_ERR_RUNTIME, "internal error: gradient rule too long");
+        return NULL;
+    }
+    hd_tensor *out = NULL;
+    x->st = hd_op_run(x->ctx, op, in, nin, attrs, &out);
+    if (x->st) return NULL;
+    x->tmp[x->n++] = out;
+    return out;
+}
+
+hd_tensor *hd_gx_out(hd_gx *x, hd_tensor *t) {
+    return t && !x->st ? hd_tensor_ref(t) : NULL;
+}
+
+static hd_tensor *gx_keep(hd_gx *x, hd_tensor *t) {
+    if (!t) {
+        if (!x->st) x->st = x->ctx->status;
+        return NULL;
+    }
+    if (x->n == HD_GX_MAX) {
+        hd_tensor_unref(t);
+        x->st = hd_error(x->ctx, HD_ERR_RUNTIME, "internal error: gradient rule too long");
+        return NULL;
+    }
+    x->tmp[x->n++] = t;
+    return t;
+}
+
+static hd_attrs no_attrs(void) {
+    hd_attrs a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+/* A Hodu number: never widens the tensor it meets. */
+static hd_tensor *num(hd_gx *x, double v) {
+    if (x->st) return NULL;
+    return gx_keep(x, hd_tensor_number(x->ctx, HD_F64, v));
+}
+
+static hd_tensor *un(hd_gx *x, hd_op op, hd_tensor *a) {
+    return hd_gx_run(x, op, &a, 1, NULL);
+}
+
+static hd_tensor *bin(hd_gx *x, hd_op op, hd_tensor *a, hd_tensor *b) {
+    hd_tensor *in[2] = {a, b};
+    return hd_gx_run(x, op, in, 2, NULL);
+}
+
+static hd_tensor *mul(hd_gx *x, hd_tensor *a, hd_tensor *b) {
+    return bin(x, HD_OP_MUL, a, b);
+}
+static hd_tensor *divide(hd_gx *x, hd_tensor *a, hd_tensor *b) {
+    return bin(x, HD_OP_DIV, a, b);
+}
+static hd_tensor *add(hd_gx *x, hd_tensor *a, hd_tensor *b) {
+    return bin(x, HD_OP_ADD, a, b);
+}
+static hd_tensor *sub(hd_gx *x, hd_tensor *a, hd_tensor *b) {
+    return bin(x, HD_OP_SUB, a, b);
+}
+static hd_tensor *neg(hd_gx *x, hd_tensor *a) {
+    return un(x, HD_OP_NEG, a);
+}
+
+static hd_tensor *where(hd_gx *x, hd_tensor *c, hd_tensor *a, hd_tensor *b) {
+    hd_tensor *in[3] = {c, a, b};
+    return hd_gx_run(x, HD_OP_WHERE, in, 3, NULL);
+}
+
+static hd_tensor *cast(hd_gx *x, hd_tensor *a, hd_dtype dt) {
+    hd_attrs at = no_attrs();
+    at.dtype = dt;
+    return hd_gx_run(x, HD_OP_CAST, &a, 1, &at);
+}
+
+static hd_tensor *shaped(hd_gx *x, hd_op op, hd_tensor *a, const int64_t *shape, int nd) {
+    hd_attrs at = no_attrs();
+    at.nshape = nd;
+    if (nd) memcpy(at.shape, shape, (size_t)nd * sizeof *shape);
+    return hd_gx_run(x, op, &a, 1, &at);
+}
+
+static hd_tensor *reshape(hd_gx *x, hd_tensor *a, const int64_t *shape, int nd) {
+    return shaped(x, HD_OP_RESHAPE, a, shape, nd);
+}
+
+static hd_tensor *expand(hd_gx *x, hd_tensor *a, const int64_t *shape, int nd) {
+    return shaped(x, HD_OP_EXPAND, a, shape, nd);
+}
+
+static hd_tensor *full(hd_gx *x, const int64_t *shape, int nd, hd_dtype dt, double v) {
+    hd_attrs at = no_attrs();
+    at.nshape = nd;
+    if (nd) memcpy(at.shape, shape, (size_t)nd * sizeof *shape);
+    at.dtype = dt;
+    at.scalar[0] = v;
+    return hd_gx_run(x, HD_OP_FULL, NULL, 0, &at);
+}
+
+/* Reduce op over the dims set in mask, keeping them as size 1. */
+static hd_tensor *reduce(hd_gx *x, hd_op op, hd_tensor *a, unsigned mask) {
+    hd_attrs at = no_attrs();
+    for (int i = 0; a && i < a->ndim; i++)
+        if (mask & (1u << i)) at.axes[at.naxes++] = i;
+    at.keepdim = 1;
+    if (a && a->ndim > 0 && at.naxes == 0) return a; /* nothing to reduce */
+    return hd_gx_run(x, op, &a, 1, &at);
+}
+
+/* Swap the last two dims (a view). */
+static hd_tensor *transpose(hd_gx *x, hd_tensor *a) {
+    if (!a) return hd_gx_run(x, HD_OP_PERMUTE, &a, 1, NULL);
+    int64_t order[HD_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) order[i] = i;
+    order[a->ndim - 1] = a->ndim - 2;
+    order[a->ndim - 2] = a->ndim - 1;
+    return shaped(x, HD_OP_PERMUTE, a, order, a->ndim);
+}
+
+#define IN(i)  (n->saved[(i)])
+#define OUT    (n->saved[n->nin])
+#define SAVE_X HD_GRAD_SAVE_IN(0)
+#define SAVE_Y HD_GRAD_SAVE_OUT
+
+/* Defines hd_grad_rule_<name> (declared through hd_ops.def) and its function. */
+#define RULE(name, save)                                                                           \
+    static void rule_##name(hd_gx *x, const hd_grad_node *n, hd_tensor *g,                         \
+                            const unsigned char *need, hd_tensor **gin);                           \
+    const hd_grad_rule hd_grad_rule_##name = {rule_##name, save};                                  \
+    static void rule_##name(hd_gx *x, const hd_grad_node *n, hd_tensor *g,                         \
+                            const unsigned char *need, hd_tensor **gin)
+
+#define UNUSED_RULE_ARGS()                                                                         \
+    do {                                                                                           \
+        HD_UNUSED(n);                                                                              \
+        HD_UNUSED(need);                                                                           \
+    } while (0)
+
+/* ---- elementwise, one input ---- */
+
+RULE(neg, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, neg(x, g));
+}
+
+/* sign(0) = 0: no gradient at 0, as torch */
+RULE(abs, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, un(x, HD_OP_SIGN, IN(0))));
+}
+
+RULE(exp, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, OUT));
+}
+
+RULE(log, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, divide(x, g, IN(0)));
+}
+
+RULE(sqrt, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, divide(x, g, mul(x, OUT, num(x, 2))));
+}
+
+/* d rsqrt(x) = -x^(-3/2) / 2 = -y^3 / 2 */
+RULE(rsqrt, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *y = OUT, *y3 = mul(x, mul(x, y, y), y);
+    gin[0] = hd_gx_out(x, mul(x, g, mul(x, y3, num(x, -0.5))));
+}
+
+RULE(sin, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, un(x, HD_OP_COS, IN(0))));
+}
+
+RULE(cos, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, neg(x, mul(x, g, un(x, HD_OP_SIN, IN(0)))));
+}
+
+RULE(tanh, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *y = OUT;
+    gin[0] = hd_gx_out(x, mul(x, g, sub(x, num(x, 1), mul(x, y, y))));
+}
+
+RULE(sigmoid, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *y = OUT;
+    gin[0] = hd_gx_out(x, mul(x, g, mul(x, y, sub(x, num(x, 1), y))));
+}
+
+/* no gradient where the output is 0 (x <= 0), as torch */
+RULE(relu, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, where(x, bin(x, HD_OP_GT, OUT, num(x, 0)), g, num(x, 0)));
+}
+
+RULE(gelu, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, bin(x, HD_OP_GELU_BWD, IN(0), g));
+}
+
+/* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
+RULE(silu, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *a = IN(0), *s = un(x, HD_OP_SIGMOID, a);
+    hd_tensor *d = mul(x, s, add(x, num(x, 1), mul(x, a, sub(x, num(x, 1), s))));
+    gin[0] = hd_gx_out(x, mul(x, g, d));
+}
+
+/* softplus'(x) = sigmoid(x); past the threshold (20) softplus is x */
+RULE(softplus, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *a = IN(0), *d = mul(x, g, un(x, HD_OP_SIGMOID, a));
+    gin[0] = hd_gx_out(x, where(x, bin(x, HD_OP_GT, a, num(x, 20)), g, d));
+}
+
+/* sign, floor, ceil, round: zero almost everywhere */
+RULE(zero, 0) {
+    UNUSED_RULE_ARGS();
+    const hd_grad_edge *e = &n->edges[0];
+    gin[0] = hd_gx_out(x, full(x, e->shape, e->ndim, g->dtype, 0));
+}
+
+/* gradient where lo <= x <= hi (bounds included, as torch); NaN: no bound */
+RULE(clamp, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    double lo = n->attrs.scalar[0], hi = n->attrs.scalar[1];
+    hd_tensor *r = g, *zero = num(x, 0);
+    if (!isnan(lo)) r = where(x, bin(x, HD_OP_GE, IN(0), num(x, lo)), r, zero);
+    if (!isnan(hi)) r = where(x, bin(x, HD_OP_LE, IN(0), num(x, hi)), r, zero);
+    gin[0] = hd_gx_out(x, r);
+}
+
+/* cast and copy: the gradient passes through (backward casts it back) */
+RULE(identity, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, g);
+}
+
+/* ---- elementwise, two or three inputs (backward sums broadcast dims) ---- */
+
+RULE(add, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, g);
+    gin[1] = hd_gx_out(x, g);
+}
+
+RULE(sub, 0) {
+    HD_UNUSED(n);
+    gin[0] = hd_gx_out(x, g);
+    if (need[1]) gin[1] = hd_gx_out(x, neg(x, g));
+}
+
+RULE(mul, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    if (need[0]) gin[0] = hd_gx_out(x, mul(x, g, IN(1)));
+    if (need[1]) gin[1] = hd_gx_out(x, mul(x, g, IN(0)));
+}
+
+/* d(a/b)/db = -(g / b) * a / b */
+RULE(div, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *ga = divide(x, g, IN(1));
+    if (need[0]) gin[0] = hd_gx_out(x, ga);
+    if (need[1]) gin[1] = hd_gx_out(x, neg(x, divide(x, mul(x, ga, IN(0)), IN(1))));
+}
+
+/* a mod b = a - floor(a / b) * b */
+RULE(mod, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    if (need[0]) gin[0] = hd_gx_out(x, g);
+    if (need[1]) {
+        hd_tensor *q = un(x, HD_OP_FLOOR, divide(x, IN(0), IN(1)));
+        gin[1] = hd_gx_out(x, neg(x, mul(x, g, q)));
+    }
+}
+
+/* torch: d/da = b a^(b-1), 0 where b == 0; d/db = y log(a), 0 where a == 0
+ * and b >= 0 */
+RULE(pow, SAVE_X | HD_GRAD_SAVE_IN(1) | SAVE_Y) {
+    hd_tensor *a = IN(0), *b = IN(1), *zero = num(x, 0);
+    if (need[0]) {
+        hd_tensor *d = mul(x, b, bin(x, HD_OP_POW, a, sub(x, b, num(x, 1))));
+        d = where(x, bin(x, HD_OP_EQ, b, zero), zero, d);
+        gin[0] = hd_gx_out(x, mul(x, g, d));
+    }
+    if (need[1]) {
+        hd_tensor *d = mul(x, OUT, un(x, HD_OP_LOG, a));
+        hd_tensor *keep = where(x, bin(x, HD_OP_GE, b, zero), zero, d);
+        d = where(x, bin(x, HD_OP_EQ, a, zero), keep, d);
+        gin[1] = hd_gx_out(x, mul(x, g, d));
+    }
+}
+
+/* The larger (smaller) input takes the gradient; ties split it evenly. */
+static void extremum(hd_gx *x, const hd_grad_node *n, hd_tensor *g, const unsigned char *need,
+                     hd_tensor **gin, hd_op wins) {
+    hd_tensor *a = IN(0), *b = IN(1), *zero = num(x, 0);
+    hd_tensor *tie = where(x, bin(x, HD_OP_EQ, a, b), mul(x, g, num(x, 0.5)), zero);
+    if (need[0]) gin[0] = hd_gx_out(x, where(x, bin(x, wins, a, b), g, tie));
+    if (need[1]) gin[1] = hd_gx_out(x, where(x, bin(x, wins, b, a), g, tie));
+}
+
+RULE(maximum, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    extremum(x, n, g, need, gin, HD_OP_GT);
+}
+
+RULE(minimum, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    extremum(x, n, g, need, gin, HD_OP_LT);
+}
+
+RULE(where, SAVE_X) {
+    hd_tensor *zero = num(x, 0);
+    if (need[1]) gin[1] = hd_gx_out(x, where(x, IN(0), g, zero));
+    if (need[2]) gin[2] = hd_gx_out(x, where(x, IN(0), zero, g));
+}
+
+/* ---- reductions ---- */
+
+/* The reduced dims of the record's input, as a mask. */
+static unsigned reduced_mask(const hd_grad_node *n) {
+    const hd_attrs *a = &n->attrs;
+    int nd = n->edges[0].ndim;
+    if (a->naxes == 0) return nd ? (1u << nd) - 1 : 0;
+    unsigned m = 0;
+    for (int i = 0; i < a->naxes; i++) {
+        int64_t ax = a->axes[i] < 0 ? a->axes[i] + nd : a->axes[i];
+        if (ax >= 0 && ax < nd) m |= 1u << ax;
+    }
+    return m;
+}
+
+/* Elements each output of the reduction covers. */
+static double reduced_count(const hd_grad_node *n, unsigned mask) {
+    double c = 1;
+    for (int i = 0; i < n->edges[0].ndim; i++)
+        if (mask & (1u << i)) c *= (double)n->edges[0].shape[i];
+    return c;
+}
+
+/* t (the reduction's output or its gradient) with the reduced dims back
+ * as size 1, so it broadcasts against the input. */
+static hd_tensor *keepdim(hd_gx *x, const hd_grad_node *n, hd_tensor *t, unsigned mask) {
+    if (n->attrs.keepdim) return t;
+    int64_t shape[HD_MAX_DIMS];
+    int nd = n->edges[0].ndim;
+    for (int i = 0; i < nd; i++) shape[i] = (mask & (1u << i)) ? 1 : n->edges[0].shape[i];
+    return reshape(x, t, shape, nd);
+}
+
+RULE(sum, 0) {
+    UNUSED_RULE_ARGS();
+    const hd_grad_edge *e = &n->edges[0];
+    gin[0] = hd_gx_out(x, expand(x, keepdim(x, n, g, reduced_mask(n)), e->shape, e->ndim));
+}
+
+RULE(mean, 0) {
+    UNUSED_RULE_ARGS();
+    const hd_grad_edge *e = &n->edges[0];
+    unsigned m = reduced_mask(n);
+    hd_tensor *gk = divide(x, keepdim(x, n, g, m), num(x, reduced_count(n, m)));
+    gin[0] = hd_gx_out(x, expand(x, gk, e->shape, e->ndim));
+}
+
+/* max/min: to every position equal to the result, split evenly (amax) */
+RULE(maxmin, SAVE_X | SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    unsigned m = reduced_mask(n);
+    hd_tensor *hit = cast(x, bin(x, HD_OP_EQ, IN(0), keepdim(x, n, OUT, m)), g->dtype);
+    hd_tensor *share = divide(x, keepdim(x, n, g, m), reduce(x, HD_OP_SUM, hit, m));
+    gin[0] = hd_gx_out(x, mul(x, hit, share));
+}
+
+/* prod: the product of the other elements. With no zero in a group that is
+ * y / x; with one zero, only the zero's position gets the product of the
+ * rest; with two or more, all are 0. */
+RULE(prod, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    unsigned m = reduced_mask(n);
+    hd_tensor *a = IN(0), *zero = num(x, 0);
+    hd_tensor *is0 = bin(x, HD_OP_EQ, a, zero);
+    hd_tensor *zeros = reduce(x, HD_OP_SUM, cast(x, is0, g->dtype), m);
+    hd_tensor *nz = where(x, is0, num(x, 1), a);
+    hd_tensor *p = reduce(x, HD_OP_PROD, nz, m);
+    hd_tensor *at_zero = where(x, is0, where(x, bin(x, HD_OP_EQ, zeros, num(x, 1)), p, zero), zero);
+    hd_tensor *d = where(x, bin(x, HD_OP_EQ, zeros, zero), divide(x, p, nz), at_zero);
+    gin[0] = hd_gx_out(x, mul(x, keepdim(x, n, g, m), d));
+}
+
+/* d var = gk * 2 (x - mean) / (N - correction) */
+static hd_tensor *var_grad(hd_gx *x, const hd_grad_node *n, hd_tensor *gk, unsigned m) {
+    double dof = reduced_count(n, m) - (double)n->attrs.ints[0];
+    hd_tensor *a = IN(0), *d = sub(x, a, reduce(x, HD_OP_MEAN, a, m));
+    return mul(x, mul(x, gk, d), num(x, 2.0 / dof));
+}
+
+RULE(var, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    unsigned m = reduced_mask(n);
+    gin[0] = hd_gx_out(x, var_grad(x, n, keepdim(x, n, g, m), m));
+}
+
+/* d std = d var / (2 std); 0 where std is 0, as torch */
+RULE(std, SAVE_X | SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    unsigned m = reduced_mask(n);
+    hd_tensor *y = keepdim(x, n, OUT, m), *zero = num(x, 0);
+    hd_tensor *gv = divide(x, keepdim(x, n, g, m), mul(x, y, num(x, 2)));
+    gv = where(x, bin(x, HD_OP_EQ, y, zero), zero, gv);
+    gin[0] = hd_gx_out(x, var_grad(x, n, gv, m));
+}
+
+RULE(logsumexp, SAVE_X | SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    unsigned m = reduced_mask(n);
+    hd_tensor *p = un(x, HD_OP_EXP, sub(x, IN(0), keepdim(x, n, OUT, m)));
+    gin[0] = hd_gx_out(x, mul(x, keepdim(x, n, g, m), p));
+}
+
+/* ---- matmul ---- */
+
+/* Drop dim d of t (a size-1 dim) with a reshape. */
+static hd_tensor *drop_dim(hd_gx *x, hd_tensor *t, int d) {
+    if (!t) return NULL;
+    int64_t shape[HD_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < t->ndim; i++)
+        if (i != d) shape[k++] = t->shape[i];
+    return reshape(x, t, shape, k);
+}
+
+/* 1-D operands are treated as [1, k] and [k, 1], g as batch + [m, n];
+ * then ga = g @ b^T and gb = a^T @ g, and backward sums broadcast batch
+ * dims. When b is 2-D and a has batch dims, gb folds the batch into one
+ * product instead of a batched product summed afterwards. */
+RULE(matmul, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *a = IN(0), *b = IN(1);
+    int na = a->ndim, nb = b->ndim;
+    int64_t k = a->shape[na - 1], m = na == 1 ? 1 : a->shape[na - 2];
+    int64_t nn = nb == 1 ? 1 : b->shape[nb - 1];
+    hd_tensor *a2 = na == 1 ? reshape(x, a, (int64_t[]){1, k}, 2) : a;
+    hd_tensor *b2 = nb == 1 ? reshape(x, b, (int64_t[]){k, 1}, 2) : b;
+    int64_t gs[HD_MAX_DIMS];
+    int nbatch = g->ndim - (na > 1) - (nb > 1);
+    memcpy(gs, g->shape, (size_t)nbatch * sizeof *gs);
+    gs[nbatch] = m;
+    gs[nbatch + 1] = nn;
+    hd_tensor *g2 = reshape(x, g, gs, nbatch + 2);
+    if (need[0]) {
+        hd_tensor *ga = bin(x, HD_OP_MATMUL, g2, transpose(x, b2));
+        gin[0] = hd_gx_out(x, na == 1 && ga ? drop_dim(x, ga, ga->ndim - 2) : ga);
+    }
+    if (need[1]) {
+        hd_tensor *gb;
+        if (nb == 2 && na > 2) {
+            hd_tensor *af = reshape(x, a, (int64_t[]){-1, k}, 2);
+            gb = bin(x, HD_OP_MATMUL, transpose(x, af), reshape(x, g2, (int64_t[]){-1, nn}, 2));
+        } else {
+            gb = bin(x, HD_OP_MATMUL, transpose(x, a2), g2);
+        }
+        gin[1] = hd_gx_out(x, nb == 1 && gb ? drop_dim(x, gb, gb->ndim - 1) : gb);
+    }
+}
+
+/* ---- views and copies ---- */
+
+RULE(reshape, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, reshape(x, g, n->edges[0].shape, n->edges[0].ndim));
+}
+
+RULE(permute, 0) {
+    UNUSED_RULE_ARGS();
+    int nd = n->edges[0].ndim;
+    int64_t inv[HD_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        int64_t a = n->attrs.shape[i] < 0 ? n->attrs.shape[i] + nd : n->attrs.shape[i];
+        inv[a] = i;
+    }
+    gin[0] = hd_gx_out(x, shaped(x, HD_OP_PERMUTE, g, inv, nd));
+}
+
+/* backward sums g over the expanded dims */
+RULE(expand, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, g);
+}
+
+/* g written into zeros at the sliced positions */
+RULE(slice, 0) {
+    UNUSED_RULE_ARGS();
+    const hd_grad_edge *e = &n->edges[0];
+    hd_tensor *z = full(x, e->shape, e->ndim, g->dtype, 0);
+    hd_tensor *view = hd_gx_run(x, HD_OP_SLICE, &z, 1, &n->attrs);
+    hd_tensor *in[2] = {view, g};
+    hd_gx_run(x, HD_OP_ASSIGN, in, 2, NULL);
+    gin[0] = hd_gx_out(x, z);
+}
+
+/* each input's part of g, as a view */
+RULE(concat, 0) {
+    int nd = n->edges[0].ndim;
+    int64_t axis = n->attrs.ints[0] < 0 ? n->attrs.ints[0] + nd : n->attrs.ints[0];
+    hd_attrs at = no_attrs();
+    for (int d = 0; d < nd; d++) {
+        at.step[d] = 1;
+        at.len[d] = g->shape[d];
+    }
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+        at.start[axis] = off;
+        at.len[axis] = n->edges[i].shape[axis];
+        off += at.len[axis];
+        if (need[i]) gin[i] = hd_gx_out(x, hd_gx_run(x, HD_OP_SLICE, &g, 1, &at));
+    }
+}
+
+/* scatter-add g back to the selected rows */
+RULE(index_select, HD_GRAD_SAVE_IN(1)) {
+    UNUSED_RULE_ARGS();
+    const hd_grad_edge *e = &n->edges[0];
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    at.nshape = e->ndim;
+    memcpy(at.shape, e->shape, sizeof at.shape);
+    hd_tensor *in[2] = {g, IN(1)};
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_INDEX_ADD, in, 2, &at));
+}
+
+/* ---- nn ---- */
+
+static hd_tensor *axis_bwd(hd_gx *x, const hd_grad_node *n, hd_op op, hd_tensor *g) {
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    hd_tensor *in[2] = {OUT, g};
+    return hd_gx_run(x, op, in, 2, &at);
+}
+
+RULE(softmax, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, axis_bwd(x, n, HD_OP_SOFTMAX_BWD, g));
+}
+
+RULE(log_softmax, SAVE_Y) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, axis_bwd(x, n, HD_OP_LOG_SOFTMAX_BWD, g));
+}
+
+/* fused and stable: g * (softmax(x) - one_hot(labels)) / N */
+RULE(cross_entropy, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *in[3] = {IN(0), IN(1), g};
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_CROSS_ENTROPY_BWD, in, 3, NULL));
+}
+
+/* d mse / da = 2 (a - b) / N */
+RULE(mse, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *d = sub(x, IN(0), IN(1));
+    hd_tensor *ga = d ? mul(x, d, mul(x, g, num(x, 2.0 / (double)d->numel))) : NULL;
+    if (need[0]) gin[0] = hd_gx_out(x, ga);
+    if (need[1]) gin[1] = hd_gx_out(x, neg(x, ga));
+}
+
+static hd_attrs with_shape(const hd_attrs *a, const hd_grad_edge *e) {
+    hd_attrs at = *a;
+    at.nshape = e->ndim;
+    memcpy(at.shape, e->shape, sizeof at.shape);
+    return at;
+}
+
+RULE(conv2d, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    if (need[0]) {
+        hd_attrs at = with_shape(&n->attrs, &n->edges[0]);
+        hd_tensor *in[2] = {g, IN(1)};
+        gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_CONV2D_BWD_INPUT, in, 2, &at));
+    }
+    if (need[1]) {
+        hd_attrs at = with_shape(&n->attrs, &n->edges[1]);
+        hd_tensor *in[2] = {IN(0), g};
+        gin[1] = hd_gx_out(x, hd_gx_run(x, HD_OP_CONV2D_BWD_WEIGHT, in, 2, &at));
+    }
+    if (n->nin == 3 && need[2]) {
+        hd_attrs at = no_attrs();
+        at.naxes = 3;
+        at.axes[0] = 0, at.axes[1] = 2, at.axes[2] = 3;
+        gin[2] = hd_gx_out(x, hd_gx_run(x, HD_OP_SUM, &g, 1, &at));
+    }
+}
+
+RULE(max_pool2d, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    hd_tensor *in[2] = {IN(0), g};
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_MAX_POOL2D_BWD, in, 2, &n->attrs));
+}
+
+RULE(avg_pool2d, 0) {
+    UNUSED_RULE_ARGS();
+    hd_attrs at = with_shape(&n->attrs, &n->edges[0]);
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_AVG_POOL2D_BWD, &g, 1, &at));
+}
+
+/* the same mask: replay the forward's draw */
+RULE(dropout, 0) {
+    UNUSED_RULE_ARGS();
+    if (!n->attrs.ints[0]) {
+        gin[0] = hd_gx_out(x, g);
+        return;
+    }
+    hd_attrs at = no_attrs();
+    at.scalar[0] = n->attrs.scalar[0];
+    at.ints[1] = (int64_t)n->rng_key;
+    at.ints[2] = (int64_t)n->rng_base;
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_DROPOUT_BWD, &g, 1, &at));
+}
+
+/* fused: dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) with gw = g w, and
+ * dw = sum over rows of g xhat; db = g, summed over rows by backward */
+RULE(layer_norm, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_attrs at = n->attrs;
+    if (need[0]) {
+        hd_tensor *in[3] = {IN(0), g, n->nin == 3 ? IN(1) : NULL};
+        at.ints[1] = 0;
+        gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_LAYER_NORM_BWD, in, n->nin == 3 ? 3 : 2, &at));
+    }
+    if (n->nin == 3 && need[1]) {
+        hd_tensor *in[2] = {IN(0), g};
+        at.ints[1] = 1;
+        gin[1] = hd_gx_out(x, hd_gx_run(x, HD_OP_LAYER_NORM_BWD, in, 2, &at));
+    }
+    if (n->nin == 3 && need[2]) gin[2] = hd_gx_out(x, g);
+}
+
+/* ---- the table ---- */
+
+static const hd_grad_rule *const hd_grad_rules[HD_OP_COUNT] = {
+#define HD_GRAD(rule)                           &hd_grad_rule_##rule
+#define HD_NOGRAD                               NULL
+#define X(NAME, name, arity, kind, shape, grad) grad,
+#include "hd_ops.def"
+#undef X
+#undef HD_GRAD
+#undef HD_NOGRAD
+};
+
+const hd_grad_rule *hd_grad_rule_of(hd_op op) {
+    return (unsigned)op < HD_OP_COUNT ? hd_grad_rules[op] : NULL;
+}

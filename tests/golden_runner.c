@@ -1,0 +1,293 @@
+/* golden_runner: runs the real hodu binary on one golden program and checks
+ * it against the expectations written inside it (STYLE 9):
+ *
+ *   # expect: TEXT           the next line of standard output is TEXT
+ *   # expect error: TEXT     the run fails (exit status 1) and standard error
+ *                            contains TEXT (several: each, in order)
+ *   # expect error at: L:C   standard error reports an error at FILE:L:C
+ *   # args: A B C            words passed to the program (args())
+ *   # mode: check            run `hodu check FILE` instead of running it
+ *   # env: NAME=VALUE        set in the program's environment; $DIR is the
+ *                            program's folder
+ *
+ * Output must match line for line (trailing blanks aside): no missing or
+ * extra lines. A program without
+ * `expect error` must exit 0 with nothing on standard error. Reports from
+ * the sanitizers (when hodu is an ASan/UBSan build) fail the test.
+ *
+ * usage: golden_runner HODU FILE.hodu */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_ITEMS 512
+
+typedef struct {
+    char *out[MAX_ITEMS];
+    int nout;
+    char *err[MAX_ITEMS];
+    int nerr;
+    char *at[MAX_ITEMS];
+    int nat;
+    char *args[64];
+    int nargs;
+    char *env[16];
+    int nenv;
+    int check;
+} expect;
+
+static void free_expect(expect *e) {
+    for (int i = 0; i < e->nout; i++) free(e->out[i]);
+    for (int i = 0; i < e->nerr; i++) free(e->err[i]);
+    for (int i = 0; i < e->nat; i++) free(e->at[i]);
+    for (int i = 0; i < e->nargs; i++) free(e->args[i]);
+    for (int i = 0; i < e->nenv; i++) free(e->env[i]);
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, fp);
+        if (n < cap) break;
+        char *b = realloc(buf, cap * 2 + 1);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b;
+        cap *= 2;
+    }
+    fclose(fp);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+static char *dup_trim(const char *s, size_t n) {
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\r')) n--;
+    char *d = malloc(n + 1);
+    if (!d) exit(2);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+/* The text after `key` in a comment line, or NULL. */
+static const char *after(const char *line, size_t len, const char *key, size_t *rest) {
+    const char *hash = memchr(line, '#', len);
+    if (!hash) return NULL;
+    const char *p = hash + 1;
+    while (p < line + len && *p == ' ') p++;
+    size_t k = strlen(key);
+    if ((size_t)(line + len - p) < k || memcmp(p, key, k) != 0) return NULL;
+    p += k;
+    if (p < line + len && *p == ' ') p++;
+    *rest = (size_t)(line + len - p);
+    return p;
+}
+
+static void split_words(expect *e, const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n && e->nargs < 63) {
+        while (i < n && s[i] == ' ') i++;
+        size_t start = i;
+        while (i < n && s[i] != ' ') i++;
+        if (i > start) e->args[e->nargs++] = dup_trim(s + start, i - start);
+    }
+}
+
+static void parse_expectations(expect *e, const char *src) {
+    memset(e, 0, sizeof *e);
+    for (const char *line = src; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *v;
+        size_t n;
+        if ((v = after(line, len, "expect error at:", &n))) {
+            if (e->nat < MAX_ITEMS) e->at[e->nat++] = dup_trim(v, n);
+        } else if ((v = after(line, len, "expect error:", &n))) {
+            if (e->nerr < MAX_ITEMS) e->err[e->nerr++] = dup_trim(v, n);
+        } else if ((v = after(line, len, "expect:", &n))) {
+            if (e->nout < MAX_ITEMS) e->out[e->nout++] = dup_trim(v, n);
+        } else if ((v = after(line, len, "args:", &n))) {
+            split_words(e, v, n);
+        } else if ((v = after(line, len, "mode:", &n))) {
+            e->check = n >= 5 && memcmp(v, "check", 5) == 0;
+        } else if ((v = after(line, len, "env:", &n))) {
+            if (e->nenv < 16) e->env[e->nenv++] = dup_trim(v, n);
+        }
+        line = nl ? nl + 1 : line + len;
+    }
+}
+
+/* NAME=VALUE with $DIR replaced by dir. */
+static void put_env(const char *spec, const char *dir) {
+    const char *eq = strchr(spec, '=');
+    if (!eq) return;
+    char name[256], value[4096];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - spec), spec);
+    size_t o = 0;
+    for (const char *p = eq + 1; *p && o + 1 < sizeof value;) {
+        if (strncmp(p, "$DIR", 4) == 0) {
+            o += (size_t)snprintf(value + o, sizeof value - o, "%s", dir);
+            if (o >= sizeof value) o = sizeof value - 1;
+            p += 4;
+        } else {
+            value[o++] = *p++;
+        }
+    }
+    value[o] = 0;
+    setenv(name, value, 1);
+}
+
+static int run(const char *hodu, const char *file, const expect *e, const char *outp,
+               const char *errp) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        FILE *o = freopen(outp, "wb", stdout);
+        FILE *r = freopen(errp, "wb", stderr);
+        if (!o || !r) _exit(120);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", file);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+        for (int i = 0; i < e->nenv; i++) put_env(e->env[i], dir);
+        /* Sanitizer reports must not pass for the program's own exit 1. */
+        const char *asan = getenv("ASAN_OPTIONS");
+        char opts[1024];
+        snprintf(opts, sizeof opts, "%s%sexitcode=86", asan ? asan : "", asan && *asan ? ":" : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+        setenv("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1:exitcode=87", 0);
+        char *argv[80];
+        int a = 0;
+        argv[a++] = (char *)hodu;
+        if (e->check) argv[a++] = "check";
+        argv[a++] = (char *)file;
+        for (int i = 0; i < e->nargs; i++) argv[a++] = e->args[i];
+        argv[a] = NULL;
+        execv(hodu, argv);
+        fprintf(stderr, "golden_runner: cannot run %s: %s\n", hodu, strerror(errno));
+        _exit(121);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+static int failures;
+
+static void fail(const char *file, const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "%s: ", file);
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    failures++;
+}
+
+static void check_line(const char *file, const expect *e, int i, char *line) {
+    /* Trailing blanks are invisible in the program text: not compared. */
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
+    if (i >= e->nout)
+        fail(file, "unexpected output line: %s%s", line, "");
+    else if (strcmp(line, e->out[i]) != 0)
+        fail(file, "expected output \"%s\", got \"%s\"", e->out[i], line);
+}
+
+static void check_stdout(const char *file, const expect *e, char *out) {
+    int i = 0;
+    size_t len = strlen(out);
+    if (len) {
+        if (out[len - 1] == '\n') out[len - 1] = 0;
+        for (char *line = out;; i++) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            check_line(file, e, i, line);
+            if (!nl) break;
+            line = nl + 1;
+        }
+        i++;
+    }
+    for (; i < e->nout; i++) fail(file, "missing output line: %s%s", e->out[i], "");
+}
+
+static void check_stderr(const char *file, const expect *e, const char *err) {
+    const char *from = err;
+    for (int i = 0; i < e->nerr; i++) {
+        const char *hit = strstr(from, e->err[i]);
+        if (!hit) {
+            fail(file, "expected an error containing \"%s\"; stderr was:\n%s", e->err[i], err);
+            return;
+        }
+        from = hit + strlen(e->err[i]);
+    }
+    for (int i = 0; i < e->nat; i++) {
+        char want[4200];
+        snprintf(want, sizeof want, "%s:%s: error:", file, e->at[i]);
+        if (!strstr(err, want))
+            fail(file, "expected an error at %s; stderr was:\n%s", e->at[i], err);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: golden_runner HODU FILE.hodu\n");
+        return 2;
+    }
+    const char *hodu = argv[1], *file = argv[2];
+    char *src = read_all(file, NULL);
+    if (!src) {
+        fprintf(stderr, "golden_runner: cannot read %s\n", file);
+        return 2;
+    }
+    expect e;
+    parse_expectations(&e, src);
+    char outp[] = "/tmp/hodu_golden_outXXXXXX", errp[] = "/tmp/hodu_golden_errXXXXXX";
+    int fo = mkstemp(outp), fe = mkstemp(errp);
+    if (fo < 0 || fe < 0) return 2;
+    close(fo);
+    close(fe);
+    int rc = run(hodu, file, &e, outp, errp);
+    char *out = read_all(outp, NULL), *err = read_all(errp, NULL);
+    unlink(outp);
+    unlink(errp);
+    if (!out || !err) {
+        free(out);
+        free(err);
+        free(src);
+        free_expect(&e);
+        return 2;
+    }
+    int want_rc = e.nerr || e.nat ? 1 : 0;
+    if (strstr(err, "Sanitizer") || strstr(err, "runtime error:"))
+        fail(file, "sanitizer report:\n%s%s", err, "");
+    if (rc != want_rc) {
+        char got[32], exp[32];
+        snprintf(got, sizeof got, "%d", rc);
+        snprintf(exp, sizeof exp, "%d", want_rc);
+        fail(file, "exit status %s, expected %s", got, exp);
+        if (!want_rc) fprintf(stderr, "stderr:\n%s", err);
+    }
+    if (!want_rc && *err && rc == 0) fail(file, "unexpected standard error:\n%s%s", err, "");
+    check_stdout(file, &e, out);
+    check_stderr(file, &e, err);
+    if (failures) fprintf(stderr, "%s: %d problem%s\n", file, failures, failures == 1 ? "" : "s");
+    free_expect(&e);
+    free(src);
+    free(out);
+    free(err);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,404 @@
+/* Gradient check: for every op with a gradient rule, the analytic gradient
+ * (backward) against central finite differences in f64, for every float
+ * input, on random inputs, broadcasting shapes and non-contiguous views.
+ * The table is checked against the op table: a differentiable op without a
+ * case here fails the test. */
+#include "hd_test.h"
+#include "hd_autograd.h"
+
+/* ---- input specs ----
+ * "gen:shape[:view]"
+ *   gen    n  uniform in [-2, 2]         p  uniform in [0.5, 2]
+ *          a  |v| in [0.3, 2], random sign (away from kinks at 0)
+ *          f  k + [0.2, 0.4], k in [-3, 3] (away from integers)
+ *          iK integers in [0, K) (i64)    b  bools
+ *          kV a Hodu number V (constant)
+ *   shape  "2x3", "s" for 0-d
+ *   view   t: a transposed view (last two dims); s: a stepped view (every
+ *          other element of the last dim, offset 1) */
+
+typedef struct {
+    hd_op op;
+    const char *in[4];
+    void (*set)(hd_attrs *);
+    unsigned nodiff;                 /* float inputs left constant */
+    double eps, tol;                 /* 0: 1e-6 and 1e-6 */
+    void (*fill)(hd_tensor **, int); /* adjust generated values, or NULL */
+} gc_case;
+
+static uint64_t gc_rng = 0x9e3779b97f4a7c15ULL;
+
+static double gc_uniform(void) {
+    gc_rng = gc_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(gc_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double gc_value(const char *gen) {
+    double u = gc_uniform();
+    switch (gen[0]) {
+    case 'p': return 0.5 + 1.5 * u;
+    case 'a': return (gc_uniform() < 0.5 ? -1 : 1) * (0.3 + 1.7 * u);
+    case 'f': return floor(gc_uniform() * 7) - 3 + 0.2 + 0.2 * u;
+    case 'i': return floor(u * atof(gen + 1));
+    case 'b': return u < 0.5;
+    default: return -2 + 4 * u;
+    }
+}
+
+static int parse_shape(const char *s, int64_t *shape) {
+    if (s[0] == 's') return 0;
+    int nd = 0;
+    while (*s && *s != ':') {
+        shape[nd++] = strtoll(s, (char **)&s, 10);
+        if (*s == 'x') s++;
+    }
+    return nd;
+}
+
+/* A leaf tensor for spec (a view of a larger base for ':t' and ':s'). */
+static hd_tensor *make_input(hd_ctx *ctx, const char *spec) {
+    char gen[16];
+    const char *colon = strchr(spec, ':');
+    size_t gl = colon ? (size_t)(colon - spec) : strlen(spec);
+    memcpy(gen, spec, gl);
+    gen[gl] = 0;
+    if (gen[0] == 'k') return hd_tensor_number(ctx, HD_F64, atof(gen + 1));
+    int64_t shape[HD_MAX_DIMS];
+    int nd = parse_shape(colon + 1, shape);
+    const char *view = strchr(colon + 1, ':');
+    hd_dtype dt = gen[0] == 'i' ? HD_I64 : gen[0] == 'b' ? HD_BOOL : HD_F64;
+    int64_t bshape[HD_MAX_DIMS], strides[HD_MAX_DIMS], offset = 0;
+    memcpy(bshape, shape, sizeof bshape);
+    char v = view ? view[1] : 0;
+    if (v == 't') {
+        bshape[nd - 1] = shape[nd - 2];
+        bshape[nd - 2] = shape[nd - 1];
+    } else if (v == 's') {
+        bshape[nd - 1] = 2 * shape[nd - 1] + 1;
+    }
+    hd_tensor *base = hd_tensor_new(ctx, dt, bshape, nd);
+    for (int64_t i = 0; i < base->numel; i++)
+        hd_dtype_store(dt, base->storage->data, i, gc_value(gen));
+    if (!v) return base;
+    memcpy(strides, base->strides, sizeof strides);
+    if (v == 't') {
+        strides[nd - 1] = base->strides[nd - 2];
+        strides[nd - 2] = base->strides[nd - 1];
+    } else {
+        strides[nd - 1] = 2;
+        offset = 1;
+    }
+    hd_tensor *t = hd_tensor_view(ctx, base, shape, strides, nd, offset);
+    hd_tensor_unref(base);
+    return t;
+}
+
+/* ---- the check ---- */
+
+/* sum(op(in) * r), computed with gradients off. */
+static double gc_objective(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_attrs *at,
+                           hd_tensor *r) {
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_tensor *y = NULL;
+    ctx->rng_offset = 777; /* dropout: the same mask every time */
+    hd_status st = hd_op_run(ctx, c->op, in, nin, at, &y);
+    hd_grad_set_enabled(ctx, was);
+    if (st) return NAN;
+    double s = 0;
+    for (int64_t i = 0; i < y->numel; i++) s += hd_tensor_get(y, i) * hd_tensor_get(r, i);
+    hd_tensor_unref(y);
+    return s;
+}
+
+static int is_diff(const gc_case *c, hd_tensor *t, int i) {
+    return !t->number && hd_dtype_is_float(t->dtype) && !(c->nodiff & (1u << i));
+}
+
+/* Analytic gradients for every differentiable input: backward of op(in)
+ * with grad = r. Returns 0 on failure (reported). */
+static int gc_analytic(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_attrs *at,
+                       hd_tensor **r) {
+    hd_tensor *y = NULL;
+    ctx->rng_offset = 777;
+    if (hd_op_run(ctx, c->op, in, nin, at, &y)) {
+        CHECK_MSG(0, "%s forward: %s", hd_op_name(c->op), hd_error_message(ctx));
+        return 0;
+    }
+    *r = hd_tensor_new(ctx, y->dtype, y->shape, y->ndim);
+    for (int64_t i = 0; i < y->numel; i++)
+        hd_dtype_store(y->dtype, (*r)->storage->data, i, -1 + 2 * gc_uniform());
+    hd_status st = hd_grad_backward(ctx, y, *r, 0);
+    CHECK_MSG(st == HD_OK, "%s backward: %s", hd_op_name(c->op), hd_error_message(ctx));
+    hd_tensor_unref(y);
+    return st == HD_OK;
+}
+
+/* Compare input i's analytic gradient with finite differences. */
+static void gc_compare(hd_ctx *ctx, const gc_case *c, int ci, hd_tensor **in, int nin, hd_attrs *at,
+                       hd_tensor *r, int i) {
+    double eps = c->eps ? c->eps : 1e-6, tol = c->tol ? c->tol : 1e-6;
+    hd_tensor *t = in[i], *g = hd_grad_get(t);
+    CHECK_MSG(g != NULL, "case %d (%s): input %d got no gradient", ci, hd_op_name(c->op), i);
+    if (!g) return;
+    CHECK_MSG(g->ndim == t->ndim && g->dtype == t->dtype, "case %d: grad shape/dtype", ci);
+    int bad = 0;
+    for (int64_t e = 0; e < t->numel && bad < 3; e++) {
+        int64_t off = hd_tensor_elem_offset(t, e);
+        double v = hd_dtype_load(t->dtype, t->storage->data, off);
+        hd_dtype_store(t->dtype, t->storage->data, off, v + eps);
+        double lp = gc_objective(ctx, c, in, nin, at, r);
+        hd_dtype_store(t->dtype, t->storage->data, off, v - eps);
+        double lm = gc_objective(ctx, c, in, nin, at, r);
+        hd_dtype_store(t->dtype, t->storage->data, off, v);
+        double fd = (lp - lm) / (2 * eps), an = hd_tensor_get(g, e);
+        if (!hd_test_close(an, fd, tol, tol)) {
+            bad++;
+            CHECK_MSG(0, "case %d (%s) input %d element %lld: analytic %.10g, numeric %.10g", ci,
+                      hd_op_name(c->op), i, (long long)e, an, fd);
+        }
+    }
+    if (!bad) CHECK(1);
+}
+
+static void gc_run(hd_ctx *ctx, const gc_case *c, int ci) {
+    hd_tensor *in[4] = {NULL, NULL, NULL, NULL};
+    int nin = 0;
+    while (nin < 4 && c->in[nin]) {
+        in[nin] = make_input(ctx, c->in[nin]);
+        nin++;
+    }
+    if (c->fill) c->fill(in, nin);
+    for (int i = 0; i < nin; i++)
+        if (is_diff(c, in[i], i)) CHECK(hd_grad_set_requires(ctx, in[i], 1) == HD_OK);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (c->set) c->set(&at);
+    hd_tensor *r = NULL;
+    if (gc_analytic(ctx, c, in, nin, &at, &r))
+        for (int i = 0; i < nin; i++)
+            if (is_diff(c, in[i], i)) gc_compare(ctx, c, ci, in, nin, &at, r, i);
+    hd_tensor_unref(r);
+    for (int i = 0; i < nin; i++) hd_tensor_unref(in[i]);
+    CHECK_MSG(hd_grad_record_count(ctx) == 0, "case %d (%s): records left", ci, hd_op_name(c->op));
+}
+
+/* ---- attributes ---- */
+
+#define SET(name, ...)                                                                             \
+    static void name(hd_attrs *a) {                                                                \
+        __VA_ARGS__;                                                                               \
+    }
+
+SET(ax0, a->naxes = 1; a->axes[0] = 0)
+SET(ax1k, a->naxes = 1; a->axes[0] = 1; a->keepdim = 1)
+SET(ax_m1, a->naxes = 1; a->axes[0] = -1)
+SET(ax02, a->naxes = 2; a->axes[0] = 0; a->axes[1] = 2)
+SET(var_c1, a->ints[0] = 1)
+SET(var_c0_ax1, a->ints[0] = 0; a->naxes = 1; a->axes[0] = 1)
+SET(clamp_both, a->scalar[0] = -0.5; a->scalar[1] = 0.7)
+SET(clamp_lo, a->scalar[0] = -0.5; a->scalar[1] = NAN)
+SET(to_f32, a->dtype = HD_F32)
+SET(to_f64, a->dtype = HD_F64)
+SET(sh_3x4, a->nshape = 2; a->shape[0] = 3; a->shape[1] = 4)
+SET(sh_m1x2, a->nshape = 2; a->shape[0] = -1; a->shape[1] = 2)
+SET(perm_201, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 0; a->shape[2] = 1)
+SET(perm_10, a->nshape = 2; a->shape[0] = 1; a->shape[1] = 0)
+SET(exp_2x3x4, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4)
+SET(exp_m1, a->nshape = 3; a->shape[0] = 2; a->shape[1] = -1; a->shape[2] = 4)
+/* x[1:4:2, :, 2] of a [5, 3, 4] */
+SET(slice_a, a->start[0] = 1; a->step[0] = 2; a->len[0] = 2; a->start[1] = 0; a->step[1] = 1;
+    a->len[1] = 3; a->start[2] = 2; a->step[2] = 1; a->len[2] = 1; a->drop_mask = 4)
+/* x[:, 1:3] of a [4, 5] */
+SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->len[1] = 2)
+SET(axis1, a->ints[0] = 1)
+SET(axis0, a->ints[0] = 0)
+SET(axism1, a->ints[0] = -1)
+SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
+    a->ints[5] = 2; a->ints[6] = 2)
+SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
+SET(conv_dw, a->ints[0] = 1; a->ints[1] = 1; a->ints[2] = 2; a->ints[3] = 1; a->ints[4] = 2;
+    a->ints[5] = 1; a->ints[6] = 3)
+SET(conv_s2, a->ints[0] = 2; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 1)
+SET(pool_2, a->ints[0] = 2; a->ints[1] = 2)
+SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; a->ints[4] = 1;
+    a->ints[5] = 1)
+SET(drop_train, a->scalar[0] = 0.3; a->ints[0] = 1)
+SET(drop_eval, a->scalar[0] = 0.3; a->ints[0] = 0)
+SET(ln_1, a->ints[0] = 1)
+SET(ln_2, a->ints[0] = 2; a->scalar[0] = 1e-3)
+
+/* ---- value adjustments ---- */
+
+/* mod: a = b * (k + frac), frac in [0.2, 0.8], so a / b is away from
+ * integers where the result jumps */
+static void fill_mod(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *a = in[0], *b = in[1];
+    for (int64_t i = 0; i < a->numel; i++) {
+        double bv = hd_tensor_get(b, b->numel == a->numel ? i : i % b->numel);
+        double q = floor(gc_uniform() * 5) - 2 + 0.2 + 0.6 * gc_uniform();
+        hd_dtype_store(a->dtype, a->storage->data, hd_tensor_elem_offset(a, i), bv * q);
+    }
+}
+
+/* prod over axis 1 of [4, 3]: a row with no zero, one zero, two zeros */
+static void fill_prod_zeros(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *t = in[0];
+    int64_t zeros[] = {3, 6, 8}; /* row 1: one zero; row 2: two */
+    for (int k = 0; k < 3; k++)
+        hd_dtype_store(t->dtype, t->storage->data, hd_tensor_elem_offset(t, zeros[k]), 0.0);
+}
+
+/* negative divisors for mod */
+static void fill_neg_b(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *b = in[1];
+    for (int64_t i = 0; i < b->numel; i++) {
+        int64_t off = hd_tensor_elem_offset(b, i);
+        hd_dtype_store(b->dtype, b->storage->data, off,
+                       -hd_dtype_load(b->dtype, b->storage->data, off));
+    }
+    fill_mod(in, nin);
+}
+
+/* ---- the table ---- */
+
+static const gc_case gc_cases[] = {
+    /* elementwise, one input */
+    {.op = HD_OP_NEG, .in = {"n:3x4:t"}},
+    {.op = HD_OP_ABS, .in = {"a:3x4"}},
+    {.op = HD_OP_EXP, .in = {"n:3x4:s"}},
+    {.op = HD_OP_LOG, .in = {"p:3x4"}},
+    {.op = HD_OP_SQRT, .in = {"p:3x4"}},
+    {.op = HD_OP_RSQRT, .in = {"p:3x4:t"}},
+    {.op = HD_OP_SIN, .in = {"n:3x4"}},
+    {.op = HD_OP_COS, .in = {"n:3x4"}},
+    {.op = HD_OP_TANH, .in = {"n:3x4"}},
+    {.op = HD_OP_SIGMOID, .in = {"n:3x4:s"}},
+    {.op = HD_OP_RELU, .in = {"a:3x4"}},
+    {.op = HD_OP_GELU, .in = {"n:3x4:t"}},
+    {.op = HD_OP_SILU, .in = {"n:3x4"}},
+    {.op = HD_OP_SOFTPLUS, .in = {"n:3x4"}},
+    {.op = HD_OP_SIGN, .in = {"a:3x4"}},
+    {.op = HD_OP_FLOOR, .in = {"f:3x4"}},
+    {.op = HD_OP_CEIL, .in = {"f:3x4"}},
+    {.op = HD_OP_ROUND, .in = {"f:3x4:t"}},
+    {.op = HD_OP_CLAMP, .in = {"n:4x5"}, .set = clamp_both},
+    {.op = HD_OP_CLAMP, .in = {"n:4x5:s"}, .set = clamp_lo},
+    {.op = HD_OP_CAST, .in = {"n:3x4:t"}, .set = to_f64},
+    {.op = HD_OP_CAST, .in = {"n:3x4"}, .set = to_f32, .eps = 1e-3, .tol = 1e-3},
+    {.op = HD_OP_COPY, .in = {"n:3x4:t"}},
+    /* elementwise, two or three inputs, with broadcasting */
+    {.op = HD_OP_ADD, .in = {"n:3x4", "n:4"}},
+    {.op = HD_OP_ADD, .in = {"n:2x1x4:s", "n:3x1"}},
+    {.op = HD_OP_ADD, .in = {"n:3x4", "k2.5"}},
+    {.op = HD_OP_SUB, .in = {"n:3x4:t", "n:3x1"}},
+    {.op = HD_OP_MUL, .in = {"n:3x4", "n:3x4:t"}},
+    {.op = HD_OP_MUL, .in = {"n:2x3x4", "n:s"}},
+    {.op = HD_OP_DIV, .in = {"n:3x4", "a:4"}},
+    {.op = HD_OP_DIV, .in = {"n:3x4:s", "a:3x4:t"}},
+    {.op = HD_OP_MOD, .in = {"n:3x4", "p:3x4"}, .fill = fill_mod},
+    {.op = HD_OP_MOD, .in = {"n:3x4", "p:4"}, .fill = fill_neg_b},
+    {.op = HD_OP_POW, .in = {"p:3x4", "n:3x4"}},
+    {.op = HD_OP_POW, .in = {"p:3x4:t", "n:4"}},
+    {.op = HD_OP_POW, .in = {"n:3x4", "k3"}},
+    {.op = HD_OP_MAXIMUM, .in = {"n:3x4", "n:4"}},
+    {.op = HD_OP_MAXIMUM, .in = {"n:3x4:t", "n:3x4"}},
+    {.op = HD_OP_MINIMUM, .in = {"n:3x4", "n:3x1"}},
+    {.op = HD_OP_WHERE, .in = {"b:3x4", "n:3x4", "n:4"}},
+    {.op = HD_OP_WHERE, .in = {"b:4", "n:3x1", "n:3x4:t"}},
+    /* reductions */
+    {.op = HD_OP_SUM, .in = {"n:3x4x2"}},
+    {.op = HD_OP_SUM, .in = {"n:3x4:t"}, .set = ax0},
+    {.op = HD_OP_SUM, .in = {"n:3x4x2"}, .set = ax1k},
+    {.op = HD_OP_MEAN, .in = {"n:3x4x2:s"}, .set = ax02},
+    {.op = HD_OP_MEAN, .in = {"n:3x4"}},
+    {.op = HD_OP_MAX, .in = {"n:3x4x2"}, .set = ax1k},
+    {.op = HD_OP_MAX, .in = {"n:4x5:t"}},
+    {.op = HD_OP_MIN, .in = {"n:4x5"}, .set = ax_m1},
+    {.op = HD_OP_PROD, .in = {"p:3x4"}, .set = ax_m1},
+    {.op = HD_OP_PROD, .in = {"n:4x3"}, .set = ax_m1, .fill = fill_prod_zeros},
+    {.op = HD_OP_PROD, .in = {"p:2x3:t"}},
+    {.op = HD_OP_VAR, .in = {"n:3x5"}, .set = var_c1},
+    {.op = HD_OP_VAR, .in = {"n:3x5x2:t"}, .set = var_c0_ax1},
+    {.op = HD_OP_STD, .in = {"n:4x5"}, .set = var_c1},
+    {.op = HD_OP_STD, .in = {"n:3x5x2"}, .set = var_c0_ax1},
+    {.op = HD_OP_LOGSUMEXP, .in = {"n:3x4"}, .set = ax1k},
+    {.op = HD_OP_LOGSUMEXP, .in = {"n:3x4:s"}},
+    /* matmul in all its forms */
+    {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:4x5"}},
+    {.op = HD_OP_MATMUL, .in = {"n:3x4:t", "n:4x5:t"}},
+    {.op = HD_OP_MATMUL, .in = {"n:4", "n:4"}},
+    {.op = HD_OP_MATMUL, .in = {"n:4", "n:4x3"}},
+    {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:4"}},
+    {.op = HD_OP_MATMUL, .in = {"n:2x3x4", "n:2x4x5"}},
+    {.op = HD_OP_MATMUL, .in = {"n:2x3x4:s", "n:4x5"}},
+    {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:2x4x5:t"}},
+    {.op = HD_OP_MATMUL, .in = {"n:2x1x3x4", "n:3x4x2"}},
+    {.op = HD_OP_MATMUL, .in = {"n:4", "n:2x4x3"}},
+    {.op = HD_OP_MATMUL, .in = {"n:2x3x4", "n:4"}},
+    /* views */
+    {.op = HD_OP_RESHAPE, .in = {"n:2x6"}, .set = sh_3x4},
+    {.op = HD_OP_RESHAPE, .in = {"n:4x3:t"}, .set = sh_m1x2},
+    {.op = HD_OP_PERMUTE, .in = {"n:2x3x4"}, .set = perm_201},
+    {.op = HD_OP_PERMUTE, .in = {"n:3x4:s"}, .set = perm_10},
+    {.op = HD_OP_EXPAND, .in = {"n:3x1"}, .set = exp_2x3x4},
+    {.op = HD_OP_EXPAND, .in = {"n:3x4"}, .set = exp_m1},
+    {.op = HD_OP_SLICE, .in = {"n:5x3x4"}, .set = slice_a},
+    {.op = HD_OP_SLICE, .in = {"n:4x5:t"}, .set = slice_b},
+    /* copies and indexing */
+    {.op = HD_OP_CONCAT, .in = {"n:2x3", "n:2x1:s", "n:2x2"}, .set = axis1},
+    {.op = HD_OP_CONCAT, .in = {"n:2x3:t", "n:1x3"}, .set = axis0},
+    {.op = HD_OP_INDEX_SELECT, .in = {"n:5x3", "i5:7"}, .set = axis0},
+    {.op = HD_OP_INDEX_SELECT, .in = {"n:3x4:t", "i4:2x3"}, .set = axis1},
+    /* nn */
+    {.op = HD_OP_SOFTMAX, .in = {"n:3x4"}, .set = axism1},
+    {.op = HD_OP_SOFTMAX, .in = {"n:3x4x2:t"}, .set = axis1},
+    {.op = HD_OP_LOG_SOFTMAX, .in = {"n:3x4"}, .set = axism1},
+    {.op = HD_OP_LOG_SOFTMAX, .in = {"n:3x4x2"}, .set = axis0},
+    {.op = HD_OP_CROSS_ENTROPY, .in = {"n:4x5", "i5:4"}},
+    {.op = HD_OP_CROSS_ENTROPY, .in = {"n:5:s", "i5:s"}},
+    {.op = HD_OP_CROSS_ENTROPY, .in = {"n:5x4:t", "i4:5"}},
+    {.op = HD_OP_MSE, .in = {"n:3x4", "n:4"}},
+    {.op = HD_OP_MSE, .in = {"n:3x4:t", "n:3x4:s"}},
+    {.op = HD_OP_CONV2D, .in = {"n:2x4x5x7", "n:6x2x3x3", "n:6"}, .set = conv_a},
+    {.op = HD_OP_CONV2D, .in = {"n:2x3x4x4", "n:5x3x1x1"}, .set = conv_1},
+    {.op = HD_OP_CONV2D, .in = {"n:1x3x5x4:t", "n:6x1x3x2", "n:6"}, .set = conv_dw},
+    {.op = HD_OP_CONV2D, .in = {"n:1x2x5x5:s", "n:3x2x3x3", "n:3"}, .set = conv_s2},
+    {.op = HD_OP_MAX_POOL2D, .in = {"n:2x3x4x6"}, .set = pool_2},
+    {.op = HD_OP_MAX_POOL2D, .in = {"n:1x2x5x5:t"}, .set = pool_3s2p1},
+    {.op = HD_OP_AVG_POOL2D, .in = {"n:2x3x4x6"}, .set = pool_2},
+    {.op = HD_OP_AVG_POOL2D, .in = {"n:1x2x5x5"}, .set = pool_3s2p1},
+    {.op = HD_OP_DROPOUT, .in = {"n:4x5"}, .set = drop_train},
+    {.op = HD_OP_DROPOUT, .in = {"n:4x5:t"}, .set = drop_eval},
+    {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5", "n:5", "n:5"}, .set = ln_1},
+    {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5:s", "n:4x5", "n:4x5"}, .set = ln_2},
+    {.op = HD_OP_LAYER_NORM, .in = {"n:3x6:t"}, .set = ln_1},
+};
+
+#define NCASES ((int)(sizeof gc_cases / sizeof gc_cases[0]))
+
+/* Every op with a gradient rule has a case, and only those do. */
+static void test_coverage(void) {
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        int n = 0;
+        for (int i = 0; i < NCASES; i++) n += gc_cases[i].op == (hd_op)op;
+        if (hd_op_infos[op].differentiable)
+            CHECK_MSG(n > 0, "%s has a gradient but no gradcheck case", hd_op_name((hd_op)op));
+        else
+            CHECK_MSG(n == 0, "%s has no gradient but a gradcheck case", hd_op_name((hd_op)op));
+        CHECK_MSG(hd_op_infos[op].differentiable == (hd_grad_rule_of((hd_op)op) != NULL),
+                  "%s: table and rules disagree", hd_op_name((hd_op)op));
+    }
+}
+
+int main(void) {
+    hd_ctx ctx;
+    hd_ctx_init(&ctx, NULL, NULL);
+    ctx.nthreads = 1;
+    test_coverage();
+    for (int i = 0; i < NCASES; i++) gc_run(&ctx, &gc_cases[i], i);
+    CHECK_MSG(ctx.mem_used == 0, "%zu bytes leaked", ctx.mem_used);
+    TEST_END();
+}
