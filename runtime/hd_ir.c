@@ -126,12 +126,14 @@ static hd_status ir_check_type(hd_ctx *ctx, hd_dtype dt, const int64_t *shape, i
     if (ndim < 0 || ndim > HD_MAX_DIMS)
         return hd_error(ctx, HD_ERR_ARGUMENT, "tensors have at most %d dims, got %d", HD_MAX_DIMS,
                         ndim);
+    /* bytes, with zero dims counted as 1: strides of an empty tensor are
+     * products of the other dims and must not overflow either */
     size_t n = (size_t)hd_dtype_size(dt);
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return hd_error(ctx, HD_ERR_ARGUMENT, "negative dimension %lld in shape",
                             (long long)shape[i]);
-        if (!hd_mul_overflow(n, (size_t)shape[i], &n) || n > ((size_t)1 << 62))
+        if (!hd_mul_overflow(n, (size_t)(shape[i] ? shape[i] : 1), &n) || n > ((size_t)1 << 62))
             return hd_error(ctx, HD_ERR_ARGUMENT, "tensor shape too large");
     }
     return HD_OK;

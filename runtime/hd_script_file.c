@@ -500,11 +500,14 @@ static hd_status r_const(rbuf *r, hd_ir_graph *g, uint64_t *total) {
     if (d >= HD_DTYPE_COUNT) return r_fail(r, "dtype out of range");
     if (nd > HD_MAX_DIMS) return r_fail(r, "too many dims");
     if (number > 1 || (number && nd)) return r_fail(r, "bad number flag");
-    size_t want = (size_t)hd_dtype_size((hd_dtype)d);
+    size_t want = (size_t)hd_dtype_size((hd_dtype)d), span = want;
     for (unsigned i = 0; i < nd; i++) {
         if (!r_i64(r, &shape[i])) return r->ctx->status;
         if (shape[i] < 0) return r_fail(r, "negative dimension");
-        if (!hd_mul_overflow(want, (size_t)shape[i], &want) || want > r->end)
+        /* nonzero dims bounded too: strides of an empty tensor are products */
+        if (!hd_mul_overflow(want, (size_t)shape[i], &want) ||
+            !hd_mul_overflow(span, (size_t)(shape[i] ? shape[i] : 1), &span) ||
+            span > ((size_t)1 << 62) || want > r->end)
             return r_fail(r, "constant too large for the file");
     }
     if (!r_uint(r, 8, &nbytes)) return r->ctx->status;
@@ -616,7 +619,9 @@ static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g) {
     if (ins) hd_ctx_free(r->ctx, ins, cap * sizeof *ins);
     if (st || r_outputs(r, g, h->noutputs)) return r->ctx->status;
     if (r->pos != r->end) return r_fail(r, "trailing bytes");
-    return hd_ir_verify(g) ? r_wrap(r) : HD_OK;
+    /* canonical numbering, unused constants dropped: a loaded graph hashes
+     * and saves as the graph a trace of the same program */
+    return hd_ir_compact(g) || hd_ir_verify(g) ? r_wrap(r) : HD_OK;
 }
 
 hd_status hd_script_decode(hd_ctx *ctx, const unsigned char *data, size_t size, hd_ir_graph **out) {

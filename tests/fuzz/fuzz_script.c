@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "hd_pass.h"
 #include "hd_script.h"
@@ -63,8 +64,23 @@ static void fuzz_decode(const uint8_t *data, size_t size, long fail_at) {
     fuzz_check(ctx.mem_used == 0);
 }
 
+/* The bytes with their size field and CRC made consistent, so that
+ * mutations reach the sections behind the checksum. */
+static void fuzz_decode_fixed(const uint8_t *data, size_t size) {
+    if (size < 52 || size > (1u << 20)) return;
+    uint8_t *d = malloc(size);
+    if (!d) return;
+    memcpy(d, data, size);
+    for (int i = 0; i < 8; i++) d[40 + i] = (uint8_t)((uint64_t)size >> (8 * i));
+    uLong crc = crc32(crc32(0L, Z_NULL, 0), d, (uInt)(size - 4));
+    for (int i = 0; i < 4; i++) d[size - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
+    fuzz_decode(d, size, -1);
+    fuzz_decode(d, size, (long)(data[size - 1] % 64));
+    free(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_decode(data, size, -1);
-    fuzz_decode(data, size, size ? (long)(data[size - 1] % 64) : 0);
+    fuzz_decode_fixed(data, size);
     return 0;
 }
