@@ -386,6 +386,46 @@ static void test_alloc_failures(hd_ctx *ctx) {
     for (int i = 0; i < 4; i++) hd_tensor_unref(p[i]);
 }
 
+/* cache keys: signatures, constants, what changed */
+static void test_cache_keys(hd_ctx *ctx) {
+    int64_t s23[2] = {2, 3}, s43[2] = {4, 3};
+    hd_tensor *a = seq(ctx, HD_F32, s23, 2, 1.0), *b = seq(ctx, HD_F32, s43, 2, 1.0);
+    hd_tensor *c = seq(ctx, HD_F32, s23, 2, 2.0);
+    hd_jit_signature sa, sb, sc;
+    hd_jit_signature_make(&sa, &a, 1);
+    hd_jit_signature_make(&sb, &b, 1);
+    hd_jit_signature_make(&sc, &c, 1);
+    CHECK(sa.hash != sb.hash && sa.hash == sc.hash); /* values do not matter */
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    hd_jit_key ka = {1, sa.hash, hd_jit_constants_hash(&a, 1, 1024), hd_jit_string_hash("interp"),
+                     hd_jit_options_hash(&o)};
+    hd_jit_key kb = ka;
+    CHECK(hd_jit_key_diff(&ka, &kb) == 0);
+    kb.inputs = sb.hash;
+    kb.compiler = hd_jit_string_hash("llvm");
+    char buf[512];
+    unsigned d = hd_jit_key_diff(&ka, &kb);
+    CHECK(d == (HD_JIT_KEY_INPUTS | HD_JIT_KEY_COMPILER));
+    hd_jit_key_describe(d, &sa, &sb, buf, sizeof buf);
+    CHECK(strcmp(buf, "input 0 changed: f32[2, 3] on cpu:0 -> f32[4, 3] on cpu:0; the compiler "
+                      "changed") == 0);
+    /* constants: bytes when small, identity and version when large */
+    uint64_t h1 = hd_jit_constants_hash(&a, 1, 1024), h0 = hd_jit_constants_hash(&a, 1, 0);
+    ((float *)a->storage->data)[0] += 1;
+    CHECK(hd_jit_constants_hash(&a, 1, 1024) != h1);
+    CHECK(hd_jit_constants_hash(&a, 1, 0) == h0); /* a write not seen by the runtime */
+    hd_tensor *one = hd_tensor_number(ctx, HD_F32, 1.0);
+    CHECK(hd_tensor_copy_into(ctx, a, one) == HD_OK); /* bumps the storage version */
+    CHECK(hd_jit_constants_hash(&a, 1, 0) != h0);
+    o.opt_level = 0;
+    CHECK(hd_jit_options_hash(&o) != ka.options);
+    hd_tensor_unref(one);
+    hd_tensor_unref(a);
+    hd_tensor_unref(b);
+    hd_tensor_unref(c);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -398,6 +438,7 @@ int main(void) {
     test_compiler_lookup(&ctx);
     test_empty(&ctx);
     test_alloc_failures(&ctx);
+    test_cache_keys(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
