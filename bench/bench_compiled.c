@@ -1,6 +1,8 @@
 /* Compiled vs eager: the d2l hybridize MLP (512 -> 256 -> 128 -> 2, relu,
  * batch 1), called 1000 times eagerly through hd_op_run and through a
  * traced graph compiled by interp; and the compile time of that graph.
+ * A narrow MLP (16 -> 16 -> 16 -> 2) follows, where per-op dispatch
+ * rather than matmul dominates.
  *
  *   build/bench/bench_compiled [calls]                                  */
 #include "hd_compile.h"
@@ -58,15 +60,13 @@ static void die(hd_ctx *ctx) {
     exit(1);
 }
 
-int main(int argc, char **argv) {
-    int calls = argc > 1 ? atoi(argv[1]) : 1000;
-    if (calls < 1) calls = 1000;
+static void bench(int calls, int64_t d0, int64_t d1, int64_t d2) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
-    hd_tensor *p[6] = {randn(&ctx, 512, 256, 0.05), randn(&ctx, 256, 0, 0.01),
-                       randn(&ctx, 256, 128, 0.05), randn(&ctx, 128, 0, 0.01),
-                       randn(&ctx, 128, 2, 0.05),   randn(&ctx, 2, 0, 0.01)};
-    hd_tensor *x = randn(&ctx, 1, 512, 1.0);
+    hd_tensor *p[6] = {randn(&ctx, d0, d1, 0.05), randn(&ctx, d1, 0, 0.01),
+                       randn(&ctx, d1, d2, 0.05), randn(&ctx, d2, 0, 0.01),
+                       randn(&ctx, d2, 2, 0.05),  randn(&ctx, 2, 0, 0.01)};
+    hd_tensor *x = randn(&ctx, 1, d0, 1.0);
     for (int i = 0; i < 6; i++)
         if (!p[i] || !x) die(&ctx);
 
@@ -120,7 +120,8 @@ int main(int argc, char **argv) {
     }
     hd_jit_stats st;
     hd_jit_interp.stats(e, &st);
-    printf("mlp 512-256-128-2, batch 1, %d calls, %d thread(s)\n", calls, ctx.nthreads);
+    printf("mlp %lld-%lld-%lld-2, batch 1, %d calls, %d thread(s)\n", (long long)d0, (long long)d1,
+           (long long)d2, calls, ctx.nthreads);
     printf("  eager (hd_op_run)    %8.2f us/call\n", best_eager);
     printf("  compiled (interp)    %8.2f us/call\n", best_comp);
     printf("  eager / compiled     %8.2fx\n", best_eager / best_comp);
@@ -137,5 +138,12 @@ int main(int argc, char **argv) {
     hd_tensor_unref(sy);
     hd_tensor_unref(x);
     for (int i = 0; i < 6; i++) hd_tensor_unref(p[i]);
+}
+
+int main(int argc, char **argv) {
+    int calls = argc > 1 ? atoi(argv[1]) : 1000;
+    if (calls < 1) calls = 1000;
+    bench(calls, 512, 256, 128);
+    bench(calls, 16, 16, 16);
     return 0;
 }
