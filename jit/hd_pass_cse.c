@@ -84,7 +84,7 @@ static hd_status cse_consts(hd_ir_graph *g, hd_pass_map *m, int *count) {
     if (cse_init(&t, g->ctx, g->nconsts)) return g->ctx->status;
     for (int i = 0; i < g->nconsts; i++) {
         const hd_tensor *c = g->consts[i].t;
-        if (!hd_tensor_is_cpu(c) || c->numel > 65536) continue;
+        if (!hd_tensor_is_cpu(c) || c->numel > 4096) continue;
         hd_ir_hasher h;
         hd_ir_hash_init(&h);
         hd_ir_hash_tensor(&h, c);
