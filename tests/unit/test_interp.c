@@ -63,14 +63,14 @@ static hd_ir_graph *trace_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, 
     if (hd_trace_begin(ctx, "body")) return NULL;
     hd_status st = HD_OK;
     for (int i = 0; i < nin && !st; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "x%d", i);
         sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim);
         if (!sym[i]) st = ctx->status;
     }
     if (!st) st = body(ctx, sym, out, ud);
     for (int i = 0; i < nout && !st; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "y%d", i);
         st = hd_trace_output(ctx, name, out[i]);
     }

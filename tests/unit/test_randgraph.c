@@ -339,14 +339,14 @@ static hd_ir_graph *trace_program(hd_ctx *ctx, uint64_t seed, hd_dtype dt, hd_te
     hd_trace_begin(ctx, "rand");
     hd_status st = HD_OK;
     for (int i = 0; i < nin && !st; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "in%d", i);
         if (!(sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim)))
             st = ctx->status;
     }
     if (!st) st = program(&p, sym, nin, out, &nout);
     for (int i = 0; i < nout && !st; i++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "out%d", i);
         st = hd_trace_output(ctx, name, out[i]);
     }
