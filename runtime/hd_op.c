@@ -2,6 +2,7 @@
 #include "hd_op.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_trace.h"
 
 #include <string.h>
 
@@ -205,6 +206,9 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
     *out = NULL;
     if (!attrs) attrs = &no_attrs;
     if (hd_op_plan_make(ctx, op, in, nin, attrs, &plan)) return ctx->status;
+    /* inside compiled code the op becomes a graph node; the rule above has
+     * already validated it */
+    if (ctx->trace) return hd_trace_record(ctx, op, in, nin, attrs, &plan, out);
     int device;
     const hd_backend *be = inputs_backend(ctx, op, in, nin, &device);
     if (!be) return ctx->status;
