@@ -131,9 +131,13 @@ static void node_release(hd_grad_node *n) {
     node_free_stack(stack);
 }
 
+/* The same geometry: inside a trace it stands for the same IR value. */
 static hd_tensor *detached_view(hd_ctx *ctx, hd_tensor *t) {
     hd_tensor *v = hd_tensor_view(ctx, t, t->shape, t->strides, t->ndim, t->offset);
-    if (v) v->number = t->number;
+    if (v) {
+        v->number = t->number;
+        v->trace_ref = t->trace_ref;
+    }
     return v;
 }
 
