@@ -333,7 +333,7 @@ hd_status hd_trace_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
 }
 
 hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what) {
-    if (t->storage) return HD_OK;
+    if (t->storage && !hd_trace_stands_for_input(ctx, t)) return HD_OK;
     if (!what) what = "this";
     int cond = strcmp(what, "if") == 0 || strcmp(what, "while") == 0 ||
                strcmp(what, "condition") == 0 || strcmp(what, "and") == 0 ||
