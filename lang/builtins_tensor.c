@@ -2,6 +2,7 @@
  * Hodu values and tensors, and running ops with errors the user can read.
  * The functions themselves are rows of the tables in builtins_tensor_*.c. */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_backend.h"
 #include "tensor_print.h"
 
@@ -446,8 +447,11 @@ static hd_value elem_value(const hd_tensor *t, int64_t off) {
 }
 
 static hd_status need_host(hd_vm *vm, const hd_tensor *t, const char *fname) {
-    if (!t->storage)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the tensor has no data (symbolic)", fname);
+    if (!t->storage || hd_vm_ctx(vm)->trace) {
+        char what[32];
+        snprintf(what, sizeof what, "%s()", fname);
+        if (hd_compiled_check_data(vm, t, what)) return HD_ERR_RUNTIME;
+    }
     if (!hd_tensor_is_cpu(t))
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "%s: move the tensor to the cpu first (x.to(\"cpu\"))", fname);
