@@ -1951,5 +1951,6 @@ static hd_status bi_compiled_stats(hd_vm *vm, hd_value self, const hd_value *arg
 
 hd_status hd_builtins_compiled_open(hd_vm *vm) {
     hd_compiled_init(vm);
-    return hd_vm_def_native(vm, "compiled_stats", bi_compiled_stats, NULL);
+    if (hd_vm_def_native(vm, "compiled_stats", bi_compiled_stats, NULL)) return vm->err;
+    return hd_builtins_script_open(vm);
 }

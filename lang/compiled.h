@@ -42,6 +42,12 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
  * compiled code runs. HD_OK otherwise. */
 hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what);
 
+/* script("name") { } at frame f (builtins_script.c): a script object, or
+ * HD_V_ERR with a located error. */
+hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n);
+/* input, output and load_script. */
+hd_status hd_builtins_script_open(hd_vm *vm);
+
 /* The IR of the graph compiled last (for the REPL's :ir), or NULL. */
 const char *hd_compiled_last_ir(hd_vm *vm);
 /* Remember g's text as the last compiled graph. */

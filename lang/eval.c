@@ -1604,7 +1604,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_LIST: return ev_list(vm, f, n);
     case HD_AST_DICT: return ev_dict(vm, f, n);
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
-    case HD_AST_SCRIPT: return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
+    case HD_AST_SCRIPT: return hd_script_eval(vm, f, n);
     default:
         return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
                      (int)n->kind);
