@@ -281,7 +281,7 @@ static hd_status stats_fill(hd_vm *vm, const hd_script *s, hd_value d) {
     hd_script_stats_get(s, &st);
     const hd_jit_stats *j = &st.jit;
     const hd_ir_graph *g = hd_script_graph(s);
-    return put(vm, d, "compiled", hd_bool(st.compiled)) ||
+    return put(vm, d, "is_compiled", hd_bool(st.compiled)) ||
            put(vm, d, "compiles", hd_int((int64_t)st.compiles)) ||
            put(vm, d, "runs", hd_int((int64_t)st.runs)) ||
            put(vm, d, "compile_seconds", hd_float(j->compile_seconds)) ||
