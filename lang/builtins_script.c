@@ -160,6 +160,14 @@ static hd_value script_value(hd_vm *vm, hd_script *s) {
     return v;
 }
 
+/* d[k] = the string text (an error when the string cannot be made). */
+static hd_status put_str(hd_vm *vm, hd_value d, const char *k, const char *text) {
+    hd_value v = hd_str_from(vm, text);
+    if (v.type != HD_V_STR)
+        return vm->err ? vm->err : hd_vm_error(vm, HD_ERR_MEMORY, "out of memory");
+    return hd_dict_set(vm, d, k, v);
+}
+
 /* [{name, shape, dtype}, ...] of the inputs or the outputs. */
 static hd_status ports(hd_vm *vm, const hd_script *s, int outputs, hd_value *out) {
     int n = outputs ? hd_script_noutputs(s) : hd_script_ninputs(s);
@@ -174,7 +182,7 @@ static hd_status ports(hd_vm *vm, const hd_script *s, int outputs, hd_value *out
         hd_value d = hd_dict_new(vm), shape = hd_list_new(vm, p.ndim);
         hd_status st = d.type == HD_V_DICT && shape.type == HD_V_LIST ? HD_OK : vm->err;
         for (int k = 0; !st && k < p.ndim; k++) st = hd_list_push(vm, shape, hd_int(p.shape[k]));
-        if (!st) st = hd_dict_set(vm, d, "name", hd_str_from(vm, p.name));
+        if (!st) st = put_str(vm, d, "name", p.name);
         if (!st) st = hd_dict_set(vm, d, "shape", hd_value_ref(shape));
         if (!st) st = hd_dict_set(vm, d, "dtype", hd_dtype_value(p.dtype));
         if (!st) st = hd_list_push(vm, l, hd_value_ref(d));
@@ -212,8 +220,7 @@ SCRIPT_METHOD(sm_set_input) {
 
 static hd_status compiled_now(hd_vm *vm, hd_script *s) {
     if (hd_script_compile(s)) return script_fail(vm, s);
-    hd_compiled_set_last_ir(vm, hd_script_compiled_graph(s));
-    return HD_OK;
+    return hd_compiled_set_last_ir(vm, hd_script_compiled_graph(s));
 }
 
 SCRIPT_METHOD(sm_compile) {
@@ -294,8 +301,8 @@ static hd_status stats_fill(hd_vm *vm, const hd_script *s, hd_value d) {
            put(vm, d, "planned_bytes", hd_int((int64_t)j->planned_bytes)) ||
            put(vm, d, "naive_bytes", hd_int((int64_t)j->naive_bytes)) ||
            put(vm, d, "inplace", hd_int(j->inplace)) ||
-           put(vm, d, "compiler", hd_str_from(vm, hd_script_compiler(s))) ||
-           put(vm, d, "device", hd_str_from(vm, hd_script_device(s)));
+           put_str(vm, d, "compiler", hd_script_compiler(s)) ||
+           put_str(vm, d, "device", hd_script_device(s));
 }
 
 SCRIPT_METHOD(sm_stats) {

@@ -145,6 +145,7 @@ typedef struct cp_session {
     int nguards, capguards;
     uint64_t *seen; /* guard path hashes */
     int nseen, capseen;
+    int oom; /* a read could not be recorded */
     /* outputs */
     hd_tensor **outs; /* held */
     char **outnames;
@@ -393,7 +394,7 @@ static cp_entry *cache_find(hd_vm *vm, cp_body *b, const cp_roots *r, uint64_t k
     for (int i = 0; i < b->nentries; i++) {
         cp_entry *e = b->entries[i];
         hd_tensor **in = hd_ctx_calloc(&vm->ctx, (size_t)(e->ninputs + 1), sizeof *in);
-        if (!in) return NULL;
+        if (!in) return hd_vm_oom(vm), NULL;
         if (entry_match(vm, e, r, kw_hash, key, in, i ? tmp : why, i ? sizeof tmp : n)) {
             *inputs = in;
             body_promote(b, i);
@@ -609,9 +610,11 @@ static cp_session *session_of(hd_vm *vm) {
     return vm->compiled ? vm->compiled->session : NULL;
 }
 
-/* A read failed to record for want of memory: the trace fails at its end. */
-static int note_oom(hd_vm *vm) {
-    hd_vm_clear_error(vm);
+/* A read failed to record for want of memory: the trace fails at its end
+ * (reads happen inside the evaluator, which does not expect errors there). */
+static int note_oom(cp_session *s) {
+    hd_vm_clear_error(s->vm);
+    s->oom = 1;
     return 1;
 }
 
@@ -685,14 +688,14 @@ static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t 
 static int session_seen(cp_session *s, uint64_t h) {
     for (int i = 0; i < s->nseen; i++)
         if (s->seen[i] == h) return 1;
-    if (!GROW(s->vm, s->seen, s->capseen, s->nseen)) return note_oom(s->vm);
+    if (!GROW(s->vm, s->seen, s->capseen, s->nseen)) return note_oom(s);
     s->seen[s->nseen++] = h;
     return 0;
 }
 
 static void session_guard(cp_session *s, cp_path *p, hd_value v) {
     if (!GROW(s->vm, s->guards, s->capguards, s->nguards)) {
-        note_oom(s->vm);
+        note_oom(s);
         cp_path_free(s->vm, p);
         return;
     }
@@ -704,7 +707,7 @@ void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v) {
     if (!s || session_seen(s, cp_hash_root(CP_ROOT_GLOBAL, slot, m))) return;
     cp_path p;
     if (cp_path_root(&s->roots, CP_ROOT_GLOBAL, slot, m, &p)) {
-        note_oom(vm);
+        note_oom(s);
         return;
     }
     session_guard(s, &p, v);
@@ -716,7 +719,7 @@ void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v) {
     if (node < 0 || session_seen(s, s->pre.nodes[node].hash)) return;
     cp_path p;
     if (cp_scan_path(&s->pre, &s->roots, node, &p)) {
-        note_oom(vm);
+        note_oom(s);
         return;
     }
     session_guard(s, &p, v);
@@ -741,13 +744,13 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
     if (session_seen(s, cp_hash_step(s->pre.nodes[node].hash, &step))) return;
     cp_path base, p;
     if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
-        note_oom(vm);
+        note_oom(s);
         return;
     }
     hd_status st = cp_path_extend(vm, &base, step.kind, i, name, &p);
     cp_path_free(vm, &base);
     if (st) {
-        note_oom(vm);
+        note_oom(s);
         return;
     }
     session_guard(s, &p, v);
@@ -761,7 +764,7 @@ static hd_status session_root_guard(cp_session *s, cp_root_kind kind, int index,
         if (cp_path_root(&s->roots, kind, index, NULL, &p)) return s->vm->err;
         session_guard(s, &p, v);
     }
-    return hd_vm_failed(s->vm) ? s->vm->err : HD_OK;
+    return s->oom ? hd_vm_oom(s->vm) : HD_OK;
 }
 
 static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,
@@ -854,7 +857,8 @@ static void session_restore(cp_session *s) {
     err_save(vm, &saved);
     vm->trace_reads = 0;
     cp_scan post;
-    if (!cp_scan_build(&post, &s->roots)) {
+    memset(&post, 0, sizeof post);
+    if (s->roots.vm && !cp_scan_build(&post, &s->roots)) {
         for (int i = 0; i < post.n; i++) {
             hd_value v = post.nodes[i].v;
             if (v.type != HD_V_TENSOR || v.as.t->storage || cp_scan_is_arg(&post, i)) continue;
@@ -1189,8 +1193,7 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
     b->compile_seconds += dt;
     vm->compiled->compile_seconds += dt;
     vm->compiled->compiles++;
-    hd_compiled_set_last_ir(vm, e->jc->graph(e->exec));
-    return HD_OK;
+    return hd_compiled_set_last_ir(vm, e->jc->graph(e->exec));
 }
 
 static hd_status entry_inputs_session(cp_session *s, cp_entry *e) {
@@ -1213,6 +1216,7 @@ static hd_status session_finish(cp_session *s, const hd_value *ret, hd_value *sy
                                 cp_entry *e, hd_tensor ***first) {
     hd_vm *vm = s->vm;
     vm->trace_reads = 0;
+    if (s->oom) return hd_vm_oom(vm);
     hd_status st = ret ? tmpl_build(s, *ret, &e->ret, 0) : HD_OK;
     if (!st) st = wb_scan(s);
     if (!st) st = wb_writes(s);
@@ -1869,16 +1873,14 @@ const char *hd_compiled_last_ir(hd_vm *vm) {
     return vm->compiled ? vm->compiled->last_ir : NULL;
 }
 
-void hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g) {
+hd_status hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g) {
     hd_compiled_state *cs = state_of(vm);
-    if (!cs || !g) return;
-    char *text = hd_ir_to_text(g);
-    if (!text) {
-        hd_error_clear(&vm->ctx);
-        return;
-    }
+    if (!cs) return vm->err;
+    char *text = g ? hd_ir_to_text(g) : NULL;
+    if (g && !text) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     if (cs->last_ir) hd_ctx_strfree(&vm->ctx, cs->last_ir);
     cs->last_ir = text;
+    return HD_OK;
 }
 
 void hd_compiled_init(hd_vm *vm) {

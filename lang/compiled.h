@@ -51,7 +51,7 @@ hd_status hd_builtins_script_open(hd_vm *vm);
 /* The IR of the graph compiled last (for the REPL's :ir), or NULL. */
 const char *hd_compiled_last_ir(hd_vm *vm);
 /* Remember g's text as the last compiled graph. */
-void hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g);
+hd_status hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g);
 
 /* Read HODU_LOG and HODU_COMPILE_ALL (at VM creation). */
 void hd_compiled_init(hd_vm *vm);

@@ -412,14 +412,16 @@ static const void *identity(hd_value v) {
     }
 }
 
-/* Add a node for v reached from parent by step (or a root); values seen
- * before get a node only when reached through a new cell. */
+/* Add a node for v reached from parent by step (or a root); containers
+ * seen before get a node only when reached through a new cell. */
 static hd_status scan_add(cp_scan *s, hd_value v, hd_obj *alias, const cp_node *proto) {
     const void *key = identity(v);
     if ((!key && !alias) || !usable(v) || s->n >= CP_MAX_NODES) return HD_OK;
     int seen_key = key && cp_scan_find(s, key) >= 0;
     int seen_alias = alias && cp_scan_find(s, alias) >= 0;
-    if (seen_key && (!alias || seen_alias)) return HD_OK;
+    /* every place of a tensor gets a node (an assigned tensor is written
+     * back to each); containers are walked once */
+    if (seen_key && (!alias || seen_alias) && v.type != HD_V_TENSOR) return HD_OK;
     if (s->n == s->cap && nodes_grow(s)) return s->vm->err;
     int i = s->n++;
     cp_node *n = &s->nodes[i];
