@@ -112,6 +112,11 @@ hd_status hd_targ_int(hd_vm *vm, const hd_targs *a, int i, int64_t def, int64_t 
     return HD_OK;
 }
 
+hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what) {
+    if (t->storage && !hd_vm_ctx(vm)->trace) return HD_OK;
+    return hd_compiled_check_data(vm, t, what);
+}
+
 hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double *out) {
     hd_value v = a->v[i];
     *out = def;
@@ -120,8 +125,10 @@ hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double 
         *out = (double)v.as.i;
     else if (v.type == HD_V_FLOAT)
         *out = v.as.f;
-    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && v.as.t->storage &&
-             hd_tensor_is_cpu(v.as.t))
+    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 &&
+             hd_tensor_need_data(vm, v.as.t, a->names[i]))
+        return HD_ERR_RUNTIME;
+    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && hd_tensor_is_cpu(v.as.t))
         *out = hd_tensor_get(v.as.t, 0);
     else
         return hd_targ_type_error(vm, a, i, "a number");
@@ -398,6 +405,7 @@ static hd_status nest_fill(nest *s, hd_value v) {
             if (nest_fill(s, hd_as_list(v)->items[i])) return HD_ERR_RUNTIME;
         return HD_OK;
     case HD_V_TENSOR:
+        if (hd_tensor_need_data(s->vm, v.as.t, "tensor()")) return HD_ERR_RUNTIME;
         for (int64_t i = 0; i < v.as.t->numel; i++) {
             if (hd_dtype_is_float(v.as.t->dtype))
                 hd_dtype_store(s->dt, s->data, s->k++, hd_tensor_get(v.as.t, i));
