@@ -871,7 +871,7 @@ static hd_status closure_run(hd_vm *vm, hd_closure *c, hd_value self, int has_se
 static HD_ALWAYS_INLINE hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self,
                                                int has_self, const hd_value *args, int nargs,
                                                const hd_kwarg *kw, int nkw, hd_value *out) {
-    if (HD_UNLIKELY((c->fn->compiled | vm->compile_all) && !vm->ctx.trace))
+    if (HD_UNLIKELY(c->fn->compiled | vm->compile_all))
         return hd_compiled_call(vm, c, self, has_self, args, nargs, kw, nkw, out);
     return closure_run(vm, c, self, has_self, args, nargs, kw, nkw, out);
 }
@@ -1976,6 +1976,10 @@ hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return ev(vm, f, n);
 }
 
+int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt) {
+    return ex(vm, f, stmt);
+}
+
 static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     switch (n->kind) {
     case HD_AST_ASSIGN: return ex_assign(vm, f, n);
@@ -2066,7 +2070,12 @@ hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl) {
     if (prog->nhoist) fl = block_enter(vm, &fr, prog);
     for (int i = 0; i < prog->n && fl == HD_FLOW_NORMAL; i++) {
         const hd_ast *s = prog->items[i];
-        fl = repl && s->kind == HD_AST_EXPR ? repl_print(vm, &fr, s) : ex(vm, &fr, s);
+        if (repl && s->kind == HD_AST_EXPR)
+            fl = repl_print(vm, &fr, s);
+        else if (HD_UNLIKELY(vm->compile_all))
+            fl = hd_compiled_statement(vm, &fr, s);
+        else
+            fl = ex(vm, &fr, s);
     }
     vm->frame = fr.parent;
     for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);

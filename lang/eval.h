@@ -25,6 +25,7 @@ enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_
  * expression (HD_V_ERR on error, located), and call a closure eagerly
  * (never through its compiled cache). */
 int hd_eval_block(hd_vm *vm, hd_frame *f, const hd_ast *block);
+int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt);
 hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
 hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
