@@ -44,6 +44,16 @@ typedef struct cp_input {
     char *name;
 } cp_input;
 
+/* An output that views an input: made again from the caller's tensor at
+ * each run (so that it shares its storage, as in eager mode) instead of
+ * being copied. */
+typedef struct cp_view {
+    int input; /* -1: the output is computed */
+    int nops;
+    hd_op *ops;
+    hd_attrs *attrs;
+} cp_view;
+
 typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD } cp_wb_kind;
 
 /* What to do with an output after a run. */
@@ -83,7 +93,7 @@ typedef struct cp_entry {
     const hd_jit_compiler *jc;
     hd_jit_exec *exec;
     int noutputs;
-    int *out_input; /* per output: the input it is, or -1 */
+    cp_view *views; /* per output */
     cp_wb *wbs;
     int nwbs, capwbs;
     cp_tmpl ret;
@@ -99,6 +109,7 @@ typedef struct cp_body {
     cp_entry *entries[CP_MAX_ENTRIES];
     int nentries;
     int traces, warned, no_compile, analysed;
+    int implicit; /* traced only because of HODU_COMPILE_ALL */
     uint64_t calls, hits, eager_calls;
     double compile_seconds;
     /* names for paths: captured variables (functions), slots (blocks) */
@@ -286,8 +297,11 @@ static void entry_free(hd_vm *vm, cp_entry *e) {
         hd_ctx_free(&vm->ctx, e->inputs, (size_t)(e->ninputs + 1) * sizeof *e->inputs);
     }
     if (e->exec) e->jc->free(&vm->ctx, e->exec);
-    if (e->out_input)
-        hd_ctx_free(&vm->ctx, e->out_input, (size_t)(e->noutputs + 1) * sizeof *e->out_input);
+    for (int k = 0; e->views && k < e->noutputs; k++) {
+        hd_ctx_free(&vm->ctx, e->views[k].ops, (size_t)e->views[k].nops * sizeof(hd_op));
+        hd_ctx_free(&vm->ctx, e->views[k].attrs, (size_t)e->views[k].nops * sizeof(hd_attrs));
+    }
+    if (e->views) hd_ctx_free(&vm->ctx, e->views, (size_t)(e->noutputs + 1) * sizeof *e->views);
     wbs_free(vm, e->wbs, e->nwbs);
     ptr_free(vm, e->wbs, e->capwbs, sizeof *e->wbs);
     tmpl_free(vm, &e->ret);
@@ -428,6 +442,20 @@ static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tenso
     return HD_OK;
 }
 
+static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd_tensor **out) {
+    hd_tensor *t = hd_tensor_ref(inputs[v->input]);
+    for (int i = 0; t && i < v->nops; i++) {
+        hd_tensor *u = NULL;
+        hd_op_run(&vm->ctx, v->ops[i], &t, 1, &v->attrs[i], &u);
+        hd_tensor_unref(t);
+        t = u;
+    }
+    if (!t) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    hd_tensor_unref(*out);
+    *out = t;
+    return HD_OK;
+}
+
 /* Run e on inputs; write back; *ret (may be NULL) gets the returned value. */
 static hd_status entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
                            hd_value *ret) {
@@ -436,11 +464,8 @@ static hd_status entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor 
     if (!outs) return hd_vm_oom(vm);
     hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
     if (st) st = hd_vm_from_ctx(vm, st);
-    for (int k = 0; !st && k < e->noutputs; k++) {
-        if (e->out_input[k] < 0) continue;
-        hd_tensor_unref(outs[k]);
-        outs[k] = hd_tensor_ref(inputs[e->out_input[k]]);
-    }
+    for (int k = 0; !st && k < e->noutputs; k++)
+        if (e->views[k].input >= 0) st = view_remake(vm, &e->views[k], inputs, &outs[k]);
     for (int i = 0; !st && i < e->nwbs; i++) st = wb_apply(vm, &e->wbs[i], r, inputs, outs);
     if (!st && ret) st = tmpl_value(vm, &e->ret, r, outs, ret);
     for (int k = 0; k < e->noutputs; k++) hd_tensor_unref(outs[k]);
@@ -566,14 +591,16 @@ static void reads_walk(const hd_ast *n, unsigned char *mark, int count, int dept
     for (int i = 0; i < n->n; i++) reads_walk(n->items[i], mark, count, depth + 1);
 }
 
-static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *n) {
+static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body,
+                               int stmt) {
+    HD_UNUSED(stmt);
     int count = f->nslots;
     b->nslots = count;
     if (count <= 0) return HD_OK;
     unsigned char *mark = hd_ctx_calloc(&vm->ctx, (size_t)count, 1);
     if (!mark) return hd_vm_oom(vm);
     b->slot_decl = mark;
-    decl_walk(n->body, mark, count, 0);
+    decl_walk(body, mark, count, 0);
     int *reads = hd_ctx_calloc(&vm->ctx, (size_t)count, sizeof *reads);
     if (!reads) return hd_vm_oom(vm);
     b->slot_reads = reads;
@@ -581,7 +608,7 @@ static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const h
     unsigned char *tmp = hd_ctx_alloc(&vm->ctx, (size_t)count);
     if (!tmp) return hd_vm_oom(vm);
     memcpy(tmp, mark, (size_t)count);
-    reads_walk(n->body, tmp, count, 0);
+    reads_walk(body, tmp, count, 0);
     int nr = 0;
     for (int i = 0; i < count; i++)
         if (tmp[i] == 2) reads[nr++] = i;
@@ -777,7 +804,7 @@ static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_op
     s->serial = vm->ctx.trace_serial;
     hd_trace_set_lift(&vm->ctx, session_lift, s);
     vm->compiled->session = s;
-    vm->compiled->traces++;
+    if (!b->implicit) vm->compiled->traces++;
     b->traces++;
     return HD_OK;
 }
@@ -1146,14 +1173,45 @@ static hd_status entry_inputs(cp_session *s, const hd_ir_graph *g, cp_entry *e, 
     return HD_OK;
 }
 
-static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
-    e->out_input = hd_ctx_calloc(&vm->ctx, (size_t)(g->noutputs + 1), sizeof *e->out_input);
-    if (!e->out_input) return hd_vm_oom(vm);
-    e->noutputs = g->noutputs;
-    for (int k = 0; k < g->noutputs; k++) {
-        const hd_ir_value *v = &g->values[g->outputs[k].value];
-        e->out_input[k] = v->kind == HD_IR_VALUE_INPUT ? v->index : -1;
+/* Does value v view an input through view ops only? *n gets their count. */
+static int view_chain(const hd_ir_graph *g, int v, int *n) {
+    *n = 0;
+    while (g->values[v].kind == HD_IR_VALUE_NODE) {
+        const hd_ir_node *nd = &g->nodes[g->values[v].index];
+        if (nd->op < 0 || hd_op_infos[nd->op].kind != HD_KIND_VIEW) return -1;
+        v = nd->in[0];
+        ++*n;
     }
+    return g->values[v].kind == HD_IR_VALUE_INPUT ? g->values[v].index : -1;
+}
+
+static hd_status view_make(hd_vm *vm, const hd_ir_graph *g, int v, cp_view *out) {
+    int n;
+    out->input = view_chain(g, v, &n);
+    if (out->input < 0 || !n) return HD_OK;
+    out->ops = hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->ops);
+    out->attrs = out->ops ? hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->attrs) : NULL;
+    if (!out->attrs) {
+        hd_ctx_free(&vm->ctx, out->ops, (size_t)n * sizeof *out->ops);
+        out->ops = NULL;
+        return hd_vm_oom(vm);
+    }
+    out->nops = n;
+    for (int i = n - 1; i >= 0; i--) { /* the chain runs from the input */
+        const hd_ir_node *nd = &g->nodes[g->values[v].index];
+        out->ops[i] = (hd_op)nd->op;
+        out->attrs[i] = nd->attrs;
+        v = nd->in[0];
+    }
+    return HD_OK;
+}
+
+static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
+    e->views = hd_ctx_calloc(&vm->ctx, (size_t)(g->noutputs + 1), sizeof *e->views);
+    if (!e->views) return hd_vm_oom(vm);
+    e->noutputs = g->noutputs;
+    for (int k = 0; k < g->noutputs; k++)
+        if (view_make(vm, g, g->outputs[k].value, &e->views[k])) return vm->err;
     return HD_OK;
 }
 
@@ -1190,9 +1248,16 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
         e->jc->compile(ctx, g, &j, &e->exec))
         return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     double dt = now_seconds() - t0;
+    if (vm->compiled->log == 2) {
+        char secs[64];
+        snprintf(secs, sizeof secs, "%.3f ms", dt * 1e3);
+        logf_line(vm, "hodu: compile %s in %s", b->where, secs);
+    }
     b->compile_seconds += dt;
-    vm->compiled->compile_seconds += dt;
-    vm->compiled->compiles++;
+    if (!b->implicit) {
+        vm->compiled->compile_seconds += dt;
+        vm->compiled->compiles++;
+    }
     return hd_compiled_set_last_ir(vm, e->jc->graph(e->exec));
 }
 
@@ -1247,7 +1312,14 @@ static void first_free(hd_vm *vm, cp_entry *e, hd_tensor **first) {
     if (first) hd_ctx_free(&vm->ctx, first, (size_t)(e->ninputs + 1) * sizeof *first);
 }
 
+static hd_status implicit_check(hd_vm *vm);
+
 /* ---- compiled fn ---- */
+
+static void count_eager(hd_vm *vm, cp_body *b) {
+    b->eager_calls++;
+    if (!b->implicit) vm->compiled->eager_calls++;
+}
 
 /* One call's arguments, flattened: self (if any), positional, named. */
 typedef struct cp_call {
@@ -1317,8 +1389,7 @@ static void call_roots(const cp_call *k, hd_vm *vm, const cp_body *b, const hd_v
 }
 
 static hd_status call_eager(hd_vm *vm, cp_body *b, const cp_call *k, hd_value *out) {
-    if (b) b->eager_calls++;
-    if (vm->compiled) vm->compiled->eager_calls++;
+    if (b) count_eager(vm, b);
     const hd_value *all = k->all;
     hd_kwarg kwbuf[16], *kw = k->nkw <= 16 ? kwbuf : NULL;
     if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)k->nkw * sizeof *kw);
@@ -1435,7 +1506,7 @@ static int any_tensor(const cp_call *k) {
  * when the caller should run eagerly. */
 static int miss_eager(hd_vm *vm, cp_body *b, const char *why) {
     if (b->traces >= CP_MAX_COMPILES) {
-        if (!b->warned && !vm->compile_all) {
+        if (!b->warned && !b->implicit) {
             fflush(stdout);
             fprintf(stderr,
                     "hodu: warning: %s was compiled %d times; calls with a new key run eagerly "
@@ -1459,7 +1530,7 @@ static hd_status call_hit(hd_vm *vm, cp_body *b, cp_entry *e, cp_call *k, hd_ten
         call_roots(k, vm, b, k->all, &r);
         st = entry_run(vm, e, &r, in, out);
         b->hits++;
-        vm->compiled->hits++;
+        if (!b->implicit) vm->compiled->hits++;
     }
     hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
     return st;
@@ -1492,6 +1563,10 @@ static hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out)
 hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                            const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
                            hd_value *out) {
+    if (vm->ctx.trace) { /* inside compiled code: inline */
+        if (c->fn->compiled && implicit_check(vm)) return vm->err;
+        return hd_eval_closure(vm, c, self, has_self, args, nargs, kw, nkw, out);
+    }
     cp_call k;
     if (call_flatten(vm, &k, c, self, has_self, args, nargs, kw, nkw)) return vm->err;
     hd_status st;
@@ -1503,8 +1578,9 @@ hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self
                body_upvals(vm, b, c)) {
         st = vm->err;
     } else {
+        b->implicit = !c->fn->compiled;
         b->calls++;
-        vm->compiled->calls++;
+        if (!b->implicit) vm->compiled->calls++;
         st = b->no_compile ? call_eager(vm, b, &k, out) : call_compiled(vm, b, &k, out);
     }
     call_free(vm, &k);
@@ -1579,10 +1655,21 @@ static void block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
     r->slot_names = b->slot_names;
 }
 
-static int block_eager(hd_vm *vm, cp_body *b, hd_frame *f, const hd_ast *n) {
-    b->eager_calls++;
-    vm->compiled->eager_calls++;
-    return hd_eval_block(vm, f, n->body);
+/* What a block run compiles: a compiled { } block, or (HODU_COMPILE_ALL)
+ * one statement of a chunk's top level. */
+typedef struct cp_block {
+    const hd_ast *node; /* identity and place */
+    const hd_ast *body;
+    int stmt;
+} cp_block;
+
+static int block_run_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
+    return k->stmt ? hd_eval_stmt(vm, f, k->body) : hd_eval_block(vm, f, k->body);
+}
+
+static int block_eager(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
+    count_eager(vm, b);
+    return block_run_body(vm, f, k);
 }
 
 static int block_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
@@ -1590,38 +1677,53 @@ static int block_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return HD_FLOW_ERROR;
 }
 
-static hd_status block_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    int fl = hd_eval_block(vm, f, n->body);
+static hd_status block_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
+    int fl = block_run_body(vm, f, k);
     if (fl == HD_FLOW_ERROR) return vm->err ? vm->err : HD_ERR_RUNTIME;
     if (fl != HD_FLOW_NORMAL) {
         hd_vm_error(vm, HD_ERR_RUNTIME,
                     "break, continue and return cannot leave a compiled block (its loops must "
                     "end inside it)");
-        hd_vm_locate(vm, f, &n->span);
+        hd_vm_locate(vm, f, &k->node->span);
         return vm->err;
     }
     return HD_OK;
 }
 
-static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const hd_ast *n, const hd_jit_key *fixed,
-                       const cp_opts *o) {
+/* Guards on the outer slots the block reads, with their values now. */
+static hd_status block_guards(cp_session *s, const cp_body *b, hd_frame *f, const cp_roots *r) {
+    hd_status st = HD_OK;
+    for (int i = 0; !st && i < b->nreads && b->slot_reads[i] >= 0; i++) {
+        int k = b->slot_reads[i];
+        hd_value v = k < r->nslots ? f->slots[k] : hd_none();
+        if (v.type == HD_V_CELL) v = ((hd_cell *)v.as.o)->v;
+        st = session_root_guard(s, CP_ROOT_SLOT, k, v);
+    }
+    return st;
+}
+
+/* HODU_COMPILE_ALL: a statement that does not compile runs eagerly. */
+static int block_fallback(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
+    log_eager(vm, b, vm->errmsg);
+    hd_vm_clear_error(vm);
+    b->no_compile = 1;
+    return block_eager(vm, b, f, k);
+}
+
+static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
+                       const hd_jit_key *fixed, const cp_opts *o) {
     cp_session s;
     cp_roots r;
     cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
     hd_tensor **first = NULL;
-    if (!e) return hd_vm_oom(vm), block_fail(vm, f, n);
+    if (!e) return hd_vm_oom(vm), block_fail(vm, f, k->node);
     e->ret.v = hd_none();
     e->key = *fixed;
     block_roots(vm, b, f, &r);
     hd_status st = session_begin(vm, &s, b, o, "compiled");
     if (!st) st = session_scan(&s, &r);
-    for (int i = 0; !st && i < b->nreads && b->slot_reads[i] >= 0; i++) {
-        int k = b->slot_reads[i];
-        hd_value v = k < r.nslots ? f->slots[k] : hd_none();
-        if (v.type == HD_V_CELL) v = ((hd_cell *)v.as.o)->v;
-        st = session_root_guard(&s, CP_ROOT_SLOT, k, v);
-    }
-    if (!st) st = block_body(vm, f, n);
+    if (!st) st = block_guards(&s, b, f, &r);
+    if (!st) st = block_body(vm, f, k);
     if (!st) st = session_finish(&s, NULL, NULL, 0, e, &first);
     if (!st) entry_take(&s, e, 0, 0);
     if (!st && !e->eager) st = entry_run(vm, e, &r, first, NULL);
@@ -1633,28 +1735,21 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const hd_ast *n, cons
     session_free(&s);
     if (st) {
         entry_free(vm, e);
-        return block_fail(vm, f, n);
+        if (b->implicit) return block_fallback(vm, b, f, k);
+        return block_fail(vm, f, k->node);
     }
     e->hits = 0;
     body_add(vm, b, e);
     if (!e->eager) return HD_FLOW_NORMAL;
     log_eager(vm, b, "a value it assigns needs gradients");
-    return block_eager(vm, b, f, n);
+    return block_eager(vm, b, f, k);
 }
 
-int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    cp_opts o;
-    if (!block_opts(vm, f, n, &o)) return HD_FLOW_ERROR;
-    if (vm->ctx.trace) return hd_eval_block(vm, f, n->body); /* inside compiled code: inline */
-    cp_body *b = body_get(vm, n, "compiled block", f->chunk, &n->span);
-    if (!b) return block_fail(vm, f, n);
-    if (!b->analysed && (block_analyse(vm, b, f, n) || body_upvals(vm, b, f->closure)))
-        return block_fail(vm, f, n);
-    b->analysed = 1;
+static int block_cached(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k, const cp_opts *o) {
     b->calls++;
-    vm->compiled->calls++;
+    if (!b->implicit) vm->compiled->calls++;
     hd_jit_key fixed;
-    key_fixed(b, &o, &fixed);
+    key_fixed(b, o, &fixed);
     cp_roots r;
     block_roots(vm, b, f, &r);
     hd_tensor **in = NULL;
@@ -1663,14 +1758,71 @@ int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (e) {
         hd_status st = e->eager ? HD_OK : entry_run(vm, e, &r, in, NULL);
         hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
-        if (e->eager) return block_eager(vm, b, f, n);
+        if (e->eager) return block_eager(vm, b, f, k);
         b->hits++;
-        vm->compiled->hits++;
-        return st ? block_fail(vm, f, n) : HD_FLOW_NORMAL;
+        if (!b->implicit) vm->compiled->hits++;
+        return st ? block_fail(vm, f, k->node) : HD_FLOW_NORMAL;
     }
-    if (hd_vm_failed(vm)) return block_fail(vm, f, n);
-    if (miss_eager(vm, b, why)) return block_eager(vm, b, f, n);
-    return block_trace(vm, b, f, n, &fixed, &o);
+    if (hd_vm_failed(vm)) return block_fail(vm, f, k->node);
+    if (miss_eager(vm, b, why)) return block_eager(vm, b, f, k);
+    return block_trace(vm, b, f, k, &fixed, o);
+}
+
+static int block_enter(hd_vm *vm, hd_frame *f, const cp_block *k, const char *what,
+                       const cp_opts *o) {
+    cp_body *b = body_get(vm, k->node, what, f->chunk, &k->node->span);
+    if (!b) return block_fail(vm, f, k->node);
+    if (!b->analysed) {
+        b->implicit = k->stmt;
+        if (block_analyse(vm, b, f, k->body, k->stmt) || body_upvals(vm, b, f->closure))
+            return block_fail(vm, f, k->node);
+        b->analysed = 1;
+    }
+    if (b->no_compile) return block_eager(vm, b, f, k);
+    return block_cached(vm, b, f, k, o);
+}
+
+/* Explicit compiled code reached while a statement or a function is traced
+ * only because of HODU_COMPILE_ALL: that trace gives up (and runs eagerly),
+ * so that compiled code keeps its own caches and counts. */
+static hd_status implicit_check(hd_vm *vm) {
+    const cp_session *s = session_of(vm);
+    if (s && s->body->implicit)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled code inside a traced statement");
+    return HD_OK;
+}
+
+int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    cp_opts o;
+    if (!block_opts(vm, f, n, &o)) return HD_FLOW_ERROR;
+    if (vm->ctx.trace) { /* inside compiled code: inline */
+        if (implicit_check(vm)) return block_fail(vm, f, n);
+        return hd_eval_block(vm, f, n->body);
+    }
+    cp_block k = {n, n->body, 0};
+    return block_enter(vm, f, &k, "compiled block", &o);
+}
+
+/* Statements worth tracing: not definitions, not explicit compiled blocks. */
+static int traceable_stmt(const hd_ast *s) {
+    switch (s->kind) {
+    case HD_AST_FNDEF:
+    case HD_AST_CLASS:
+    case HD_AST_IMPORT:
+    case HD_AST_COMPILED:
+    case HD_AST_BREAK:
+    case HD_AST_CONTINUE:
+    case HD_AST_RETURN: return 0;
+    default: return 1;
+    }
+}
+
+int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    if (vm->ctx.trace || !traceable_stmt(s) || !state_of(vm)) return hd_eval_stmt(vm, f, s);
+    cp_opts o;
+    opts_default(vm, &o);
+    cp_block k = {s, s, 1};
+    return block_enter(vm, f, &k, "statement", &o);
 }
 
 /* ---- print inside compiled code ---- */
@@ -1887,7 +2039,11 @@ void hd_compiled_init(hd_vm *vm) {
     const char *log = getenv("HODU_LOG");
     const char *all = getenv("HODU_COMPILE_ALL");
     vm->compile_all = all && *all && strcmp(all, "0") != 0;
-    if (log && strstr(log, "recompile") && state_of(vm)) vm->compiled->log = 1;
+    if (!log || !state_of(vm)) return;
+    /* "compile" (every compile) also matches inside "recompile" */
+    if (strstr(log, "recompile")) vm->compiled->log = 1;
+    for (const char *p = log; (p = strstr(p, "compile")); p += 7)
+        if (p == log || p[-1] == ',') vm->compiled->log = 2;
 }
 
 void hd_compiled_free(hd_vm *vm) {

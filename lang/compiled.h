@@ -25,6 +25,10 @@ hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self
  * (HD_FLOW_*); errors are located. */
 int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n);
 
+/* A statement of a chunk's top level under HODU_COMPILE_ALL=1: traced and
+ * run as a compiled block when it can be, else eagerly. A flow code. */
+int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s);
+
 /* print(...) while a trace is active: a callback node that prints at every
  * run with that run's values. sep and end may be NULL. */
 hd_status hd_compiled_print(hd_vm *vm, const hd_value *args, int nargs, const hd_value *sep,
