@@ -173,6 +173,7 @@ typedef struct hd_compiled_state {
     size_t last_ir_size;
     uint64_t traces, compiles, hits, eager_calls, calls;
     double compile_seconds;
+    char compiler[16]; /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
 } hd_compiled_state;
 
 /* ---- small helpers ---- */
@@ -1115,8 +1116,16 @@ static const char *default_compiler(hd_ctx *ctx) {
 }
 
 static void opts_default(hd_vm *vm, cp_opts *o) {
+    hd_compiled_state *cs = state_of(vm);
     memset(o, 0, sizeof *o);
-    snprintf(o->compiler, sizeof o->compiler, "%s", default_compiler(&vm->ctx));
+    if (!cs) {
+        hd_vm_clear_error(vm); /* the compile that follows fails the same way */
+        snprintf(o->compiler, sizeof o->compiler, "%s", default_compiler(&vm->ctx));
+    } else {
+        if (!cs->compiler[0])
+            snprintf(cs->compiler, sizeof cs->compiler, "%s", default_compiler(&vm->ctx));
+        memcpy(o->compiler, cs->compiler, sizeof o->compiler);
+    }
     snprintf(o->device, sizeof o->device, "cpu");
     o->opt_level = 1;
 }
@@ -2072,11 +2081,13 @@ static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
         return stat_put(vm, d, "calls", b->calls) || stat_put(vm, d, "hits", b->hits) ||
                stat_put(vm, d, "compiles", (uint64_t)b->traces) ||
                stat_put(vm, d, "entries", (uint64_t)b->nentries) ||
-               stat_put(vm, d, "eager_calls", b->eager_calls);
+               stat_put(vm, d, "eager_calls", b->eager_calls) ||
+               hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
     return stat_put(vm, d, "calls", cs ? cs->calls : z) ||
            stat_put(vm, d, "hits", cs ? cs->hits : z) ||
            stat_put(vm, d, "compiles", cs ? cs->traces : z) ||
-           stat_put(vm, d, "eager_calls", cs ? cs->eager_calls : z);
+           stat_put(vm, d, "eager_calls", cs ? cs->eager_calls : z) ||
+           hd_dict_set(vm, d, "compile_seconds", hd_float(cs ? cs->compile_seconds : 0));
 }
 
 static hd_status bi_compiled_stats(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
