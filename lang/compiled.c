@@ -142,6 +142,7 @@ typedef struct cp_session {
     cp_body *body;
     cp_roots roots;
     cp_scan pre;
+    cp_snapshot snap;
     uint32_t serial;
     cp_opts opts;
     cp_cap *caps;
@@ -163,6 +164,8 @@ typedef struct cp_session {
     int nouts, capouts, capoutnames;
     cp_wb *wbs;
     int nwbs, capwbs;
+    hd_tensor **gradded; /* tensors whose .grad a path writes back (held) */
+    int ngradded, capgradded;
 } cp_session;
 
 typedef struct hd_compiled_state {
@@ -813,7 +816,8 @@ static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_op
 /* Start reading: the roots are set; scan the heap they reach. */
 static hd_status session_scan(cp_session *s, const cp_roots *r) {
     s->roots = *r;
-    if (cp_scan_build(&s->pre, r)) return s->vm->err;
+    if (cp_scan_build(&s->pre, r) || cp_snapshot_take(&s->snap, s->vm, &s->pre, r))
+        return s->vm->err;
     s->vm->trace_reads = 1;
     return HD_OK;
 }
@@ -846,6 +850,9 @@ static void session_free(cp_session *s) {
     wbs_free(vm, s->wbs, s->nwbs);
     ptr_free(vm, s->wbs, s->capwbs, sizeof *s->wbs);
     cp_scan_free(&s->pre);
+    cp_snapshot_free(&s->snap);
+    for (int i = 0; i < s->ngradded; i++) hd_tensor_unref(s->gradded[i]);
+    ptr_free(vm, s->gradded, s->capgradded, sizeof *s->gradded);
 }
 
 /* ---- errors kept while the heap is put back ---- */
@@ -876,30 +883,15 @@ static void err_restore(hd_vm *vm, cp_err *e) {
     }
 }
 
-/* After a failed trace: every outer place the body filled with a traced
- * tensor gets its value from before the trace (none if it had none), and
- * every captured tensor its gradient. The trace has ended. */
+/* After a failed trace (or one whose results run eagerly): the heap the
+ * call reaches as it was before, and every captured tensor's gradient.
+ * The trace has ended. */
 static void session_restore(cp_session *s) {
     hd_vm *vm = s->vm;
     cp_err saved;
     err_save(vm, &saved);
     vm->trace_reads = 0;
-    cp_scan post;
-    memset(&post, 0, sizeof post);
-    if (s->roots.vm && !cp_scan_build(&post, &s->roots)) {
-        for (int i = 0; i < post.n; i++) {
-            hd_value v = post.nodes[i].v;
-            if (v.type != HD_V_TENSOR || v.as.t->storage || cp_scan_is_arg(&post, i)) continue;
-            int j = cp_scan_find_hash(&s->pre, post.nodes[i].hash);
-            hd_value old = j >= 0 ? s->pre.nodes[j].v : hd_none();
-            if (old.type == HD_V_TENSOR && !old.as.t->storage) old = hd_none();
-            cp_path p;
-            if (cp_scan_path(&post, &s->roots, i, &p)) break;
-            cp_path_set(&s->roots, &p, old);
-            cp_path_free(vm, &p);
-        }
-    }
-    cp_scan_free(&post);
+    cp_snapshot_restore(&s->snap);
     for (int i = 0; i < s->ncaps; i++) {
         hd_tensor *g = hd_grad_get(s->caps[i].t);
         if (g && !g->storage) hd_grad_set(&vm->ctx, s->caps[i].t, s->caps[i].grad_before);
@@ -1013,15 +1005,31 @@ static cp_wb *wb_new(cp_session *s, cp_wb_kind kind, int out) {
 /* Outer places the body filled with traced tensors: outputs written back
  * after each run (the arguments themselves and .grad are not: gradients
  * are written back from the captured tensors). */
+/* A traced gradient on a tensor at a path: written back through the path
+ * (t.grad); remembered so that wb_grads does not write it again. */
+static int wb_is_grad(cp_session *s, const cp_scan *post, int i) {
+    const cp_node *n = &post->nodes[i];
+    if (n->parent < 0 || n->step.kind != CP_GRAD || cp_scan_under_grad(post, n->parent)) return -1;
+    hd_value t = post->nodes[n->parent].v;
+    if (!GROW(s->vm, s->gradded, s->capgradded, s->ngradded)) return 0;
+    s->gradded[s->ngradded++] = hd_tensor_ref(t.as.t);
+    return 1;
+}
+
 static hd_status wb_scan(cp_session *s) {
     hd_vm *vm = s->vm;
     cp_scan post;
     hd_status st = cp_scan_build(&post, &s->roots);
     for (int i = 0; !st && i < post.n; i++) {
         hd_value v = post.nodes[i].v;
-        if (v.type != HD_V_TENSOR || !is_symbolic_here(vm, v.as.t) || cp_scan_is_arg(&post, i) ||
-            cp_scan_under_grad(&post, i))
+        if (v.type != HD_V_TENSOR || !is_symbolic_here(vm, v.as.t) || cp_scan_is_arg(&post, i))
             continue;
+        int g = cp_scan_under_grad(&post, i) ? wb_is_grad(s, &post, i) : -1;
+        if (!g) {
+            st = vm->err;
+            break;
+        }
+        if (g < 0 && cp_scan_under_grad(&post, i)) continue;
         cp_path p;
         if ((st = cp_scan_path(&post, &s->roots, i, &p))) break;
         cp_wb *w = wb_new(s, CP_WB_SET, out_add(s, v.as.t, p.text));
@@ -1074,11 +1082,19 @@ static hd_status wb_grad(cp_session *s, hd_tensor *t, int input) {
 }
 
 /* Gradients backward() left on captured tensors and on arguments. */
+static int gradded(const cp_session *s, const hd_tensor *t) {
+    for (int i = 0; i < s->ngradded; i++)
+        if (s->gradded[i] == t) return 1;
+    return 0;
+}
+
 static hd_status wb_grads(cp_session *s, hd_value *sym, int nsym) {
     for (int i = 0; i < s->ncaps; i++)
-        if (wb_grad(s, s->caps[i].t, s->caps[i].input)) return s->vm->err;
+        if (!gradded(s, s->caps[i].t) && wb_grad(s, s->caps[i].t, s->caps[i].input))
+            return s->vm->err;
     for (int i = 0, k = 0; i < nsym; i++) {
-        if (sym[i].type != HD_V_TENSOR || sym[i].as.t->storage) continue;
+        if (sym[i].type != HD_V_TENSOR || sym[i].as.t->storage || gradded(s, sym[i].as.t))
+            continue;
         while (k < s->ninputs && s->inputs[k].arg != i) k++;
         if (k < s->ninputs && wb_grad(s, sym[i].as.t, k)) return s->vm->err;
     }

@@ -110,6 +110,22 @@ static inline int cp_scan_is_arg(const cp_scan *s, int i) {
     return s->nodes[i].parent < 0 && s->nodes[i].root == CP_ROOT_ARG;
 }
 
+/* ---- snapshots: the heap a trace may change, put back when it fails ---- */
+
+typedef struct cp_snap cp_snap;
+typedef struct cp_snapshot {
+    hd_vm *vm;
+    cp_snap *items;
+    int n, cap;
+    uint64_t rng_seed, rng_offset;
+} cp_snapshot;
+
+/* Keep the contents of every container, cell and module the scan reached,
+ * the frame's slots, tensors' .grad and the random stream. */
+hd_status cp_snapshot_take(cp_snapshot *sn, hd_vm *vm, const cp_scan *pre, const cp_roots *r);
+void cp_snapshot_restore(cp_snapshot *sn);
+void cp_snapshot_free(cp_snapshot *sn);
+
 /* ---- guards: what a graph's body read, checked before it runs again ---- */
 
 typedef enum {

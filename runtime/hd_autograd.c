@@ -732,6 +732,12 @@ static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed)
 
 hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
     if (check_root(ctx, loss)) return ctx->status;
+    /* inside compiled code backward becomes graph nodes: its records must
+     * be the trace's own (eager ones would be used up by the trace) */
+    if (ctx->trace && loss->storage)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "backward() inside compiled code needs a loss computed inside it (this "
+                        "one was computed eagerly, before the compiled code ran)");
     int was = hd_grad_set_enabled(ctx, 0);
     hd_tensor *seed = NULL;
     hd_status st = make_seed(ctx, loss, grad, &seed);
