@@ -1101,8 +1101,14 @@ static hd_status wb_grads(cp_session *s, hd_value *sym, int nsym) {
     return HD_OK;
 }
 
+/* A traced result with gradient history (a record of any context): a graph
+ * would drop it. */
+static int has_history(const hd_tensor *t) {
+    return t->grad_info != NULL;
+}
+
 static int tmpl_needs_grad(const cp_session *s, const cp_tmpl *t) {
-    if (t->kind == CP_T_OUT) return hd_grad_requires(&s->vm->ctx, s->outs[t->out]);
+    if (t->kind == CP_T_OUT) return has_history(s->outs[t->out]);
     for (int i = 0; i < t->n; i++)
         if (tmpl_needs_grad(s, &t->kids[i])) return 1;
     return 0;
@@ -1111,10 +1117,8 @@ static int tmpl_needs_grad(const cp_session *s, const cp_tmpl *t) {
 /* Does a result need gradients (running the graph would lose its
  * history)? */
 static int needs_grad(const cp_session *s, const cp_tmpl *ret) {
-    hd_ctx *ctx = &s->vm->ctx;
-    if (!hd_grad_is_enabled(ctx)) return 0;
     for (int i = 0; i < s->nwbs; i++)
-        if (s->wbs[i].kind == CP_WB_SET && hd_grad_requires(ctx, s->outs[s->wbs[i].out])) return 1;
+        if (s->wbs[i].kind == CP_WB_SET && has_history(s->outs[s->wbs[i].out])) return 1;
     return ret && tmpl_needs_grad(s, ret);
 }
 
@@ -1527,6 +1531,19 @@ static int any_tensor(const cp_call *k) {
     return 0;
 }
 
+/* A tensor argument with gradient history (made by recorded ops): inside
+ * the graph it would be a new leaf, cut from that history, so the call
+ * runs eagerly. */
+static int arg_with_history(hd_vm *vm, const cp_call *k) {
+    for (int i = 0; i < k->nall; i++) {
+        hd_value v = k->all[i];
+        if (v.type == HD_V_TENSOR && hd_grad_requires(&vm->ctx, v.as.t) &&
+            !hd_grad_is_leaf(&vm->ctx, v.as.t))
+            return 1;
+    }
+    return 0;
+}
+
 /* A miss: trace again unless the body was compiled too often. Returns 1
  * when the caller should run eagerly. */
 static int miss_eager(hd_vm *vm, cp_body *b, const char *why) {
@@ -1573,6 +1590,10 @@ static hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out)
     cp_entry *e = cache_find(vm, b, &r, k->kw_hash, &fixed, &in, why, sizeof why);
     if (e) return call_hit(vm, b, e, k, in, out);
     if (hd_vm_failed(vm)) return vm->err;
+    if (arg_with_history(vm, k)) {
+        log_eager(vm, b, "an argument carries gradient history (its graph would cut it)");
+        return call_eager(vm, b, k, out);
+    }
     if (miss_eager(vm, b, why)) return call_eager(vm, b, k, out);
     hd_status st = call_trace(vm, b, k, &fixed, &o, out);
     if (st && vm->compile_all && !k->c->fn->compiled) {
