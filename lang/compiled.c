@@ -1101,10 +1101,9 @@ static hd_status wb_grads(cp_session *s, hd_value *sym, int nsym) {
     return HD_OK;
 }
 
-/* A traced result with gradient history (a record of any context): a graph
- * would drop it. */
+/* A traced result with gradient history: a graph would drop it. */
 static int has_history(const hd_tensor *t) {
-    return t->grad_info != NULL;
+    return hd_grad_has_history(t);
 }
 
 static int tmpl_needs_grad(const cp_session *s, const cp_tmpl *t) {

@@ -292,6 +292,12 @@ int hd_grad_requires(const hd_ctx *ctx, const hd_tensor *t) {
     return tracked(t, cur_scope_id(ctx));
 }
 
+int hd_grad_has_history(const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    if (!gi) return 0;
+    return gi->node ? gi->node->live || gi->node->cleared : gi->requires_grad;
+}
+
 int hd_grad_is_leaf(const hd_ctx *ctx, const hd_tensor *t) {
     const hd_grad_info *gi = t->grad_info;
     return !(gi && gi->node && !gi->node->cleared && gi->scope == cur_scope_id(ctx));
