@@ -549,8 +549,15 @@ static hd_status widen_numbers(hd_vm *vm, hd_op op, hd_tensor **in, int nin,
 hd_status hd_trun(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
                   const hd_attrs *attrs, int numbers, hd_value *out) {
     hd_tensor *t = NULL;
-    if (numbers && widen_numbers(vm, op, in, nin, attrs)) return HD_ERR_RUNTIME;
-    if (hd_trun_t(vm, fname, op, in, nin, attrs, &t)) return HD_ERR_RUNTIME;
+    /* numbers in, number out: computed now, also inside compiled code
+     * (a number there is a constant of the trace, not a graph value) */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    struct hd_trace *trace = ctx->trace;
+    if (numbers) ctx->trace = NULL;
+    hd_status st = numbers ? widen_numbers(vm, op, in, nin, attrs) : HD_OK;
+    if (!st) st = hd_trun_t(vm, fname, op, in, nin, attrs, &t);
+    ctx->trace = trace;
+    if (st) return HD_ERR_RUNTIME;
     if (numbers && t->ndim == 0) {
         hd_status st = hd_tensor_item(vm, t, out);
         hd_tensor_unref(t);
