@@ -81,7 +81,9 @@ static inline int hd_tensor_is_symbolic(const hd_tensor *t) {
 /* Reading a symbolic tensor's data (item(), printing values, a condition)
  * is an error: HD_ERR_RUNTIME with a message that starts with
  * "branch on tensor data inside compiled code" for a condition (what names
- * the reader: "if", "while", "item()", "print"). HD_OK for a tensor with data. */
+ * the reader: "if", "while", "item()", "print"). The same for a tensor with
+ * data that stands for an input of the active trace (lifted or written in
+ * place); HD_OK for any other tensor with data. */
 hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what);
 
 /* The hook hd_op_run calls while a trace is active (after the shape rule
