@@ -1093,8 +1093,7 @@ static hd_status wb_grads(cp_session *s, hd_value *sym, int nsym) {
         if (!gradded(s, s->caps[i].t) && wb_grad(s, s->caps[i].t, s->caps[i].input))
             return s->vm->err;
     for (int i = 0, k = 0; i < nsym; i++) {
-        if (sym[i].type != HD_V_TENSOR || sym[i].as.t->storage || gradded(s, sym[i].as.t))
-            continue;
+        if (sym[i].type != HD_V_TENSOR || sym[i].as.t->storage || gradded(s, sym[i].as.t)) continue;
         while (k < s->ninputs && s->inputs[k].arg != i) k++;
         if (k < s->ninputs && wb_grad(s, sym[i].as.t, k)) return s->vm->err;
     }
@@ -1472,15 +1471,36 @@ static void log_eager(hd_vm *vm, const cp_body *b, const char *why) {
     logf_line(vm, "hodu: %s runs eagerly: %s", line, why);
 }
 
+/* The body on symbolic arguments, then the new entry run for this call
+ * (unless its results need gradients: e->eager). */
+static hd_status call_trace_body(cp_session *s, cp_call *k, hd_value *sym, cp_entry *e,
+                                 hd_value *out) {
+    hd_vm *vm = s->vm;
+    cp_roots sroots, rroots;
+    hd_value ret = hd_none();
+    hd_tensor **first = NULL;
+    hd_status st = call_symbolic(s, k, sym);
+    call_roots(k, vm, s->body, sym, &sroots);
+    call_roots(k, vm, s->body, k->all, &rroots);
+    if (!st) st = session_scan(s, &sroots);
+    for (int i = 0; !st && i < k->nall; i++) st = session_root_guard(s, CP_ROOT_ARG, i, k->all[i]);
+    if (!st) st = call_body(vm, k, sym, &ret);
+    if (!st) st = session_finish(s, &ret, sym, k->nall, e, &first);
+    hd_vunref(vm, ret);
+    if (!st) entry_take(s, e, k->nall, k->kw_hash);
+    if (!st && !e->eager) st = entry_run(vm, e, &rroots, first, out);
+    e->hits = 0;
+    first_free(vm, e, first);
+    return st;
+}
+
 /* Trace the call, compile, run; or run eagerly when a result needs
  * gradients. */
 static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key *fixed,
                             const cp_opts *o, hd_value *out) {
     cp_session s;
-    cp_roots sroots, rroots;
-    hd_value ret = hd_none(), *sym = hd_ctx_calloc(&vm->ctx, (size_t)(k->nall + 1), sizeof *sym);
+    hd_value *sym = hd_ctx_calloc(&vm->ctx, (size_t)(k->nall + 1), sizeof *sym);
     cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
-    hd_tensor **first = NULL;
     if (!sym || !e) {
         hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
         hd_ctx_free(&vm->ctx, e, sizeof *e);
@@ -1488,28 +1508,12 @@ static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key 
     }
     e->ret.v = hd_none();
     e->key = *fixed;
-    const char *name = k->c->fn->name ? k->c->fn->name : "fn";
-    hd_status st = session_begin(vm, &s, b, o, name);
-    if (!st) st = call_symbolic(&s, k, sym);
-    call_roots(k, vm, b, sym, &sroots);
-    call_roots(k, vm, b, k->all, &rroots);
-    if (!st) st = session_scan(&s, &sroots);
-    for (int i = 0; !st && i < k->nall; i++) st = session_root_guard(&s, CP_ROOT_ARG, i, k->all[i]);
-    if (!st) st = call_body(vm, k, sym, &ret);
-    if (!st) st = session_finish(&s, &ret, sym, k->nall, e, &first);
-    hd_vunref(vm, ret);
-    if (!st && !e->eager) {
-        entry_take(&s, e, k->nall, k->kw_hash);
-        st = entry_run(vm, e, &rroots, first, out);
-        e->hits = 0;
-    } else if (!st) {
-        entry_take(&s, e, k->nall, k->kw_hash);
-    }
+    hd_status st = session_begin(vm, &s, b, o, k->c->fn->name ? k->c->fn->name : "fn");
+    if (!st) st = call_trace_body(&s, k, sym, e, out);
     if (st || e->eager) {
         hd_trace_abort(&vm->ctx);
         session_restore(&s);
     }
-    first_free(vm, e, first);
     session_free(&s);
     for (int i = 0; i < k->nall; i++) hd_vunref(vm, sym[i]);
     hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);

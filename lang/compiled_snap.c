@@ -9,7 +9,13 @@
 
 #include <string.h>
 
-typedef enum { CP_SNAP_LIST, CP_SNAP_DICT, CP_SNAP_MODULE, CP_SNAP_SLOTS, CP_SNAP_CELL } cp_snap_kind;
+typedef enum {
+    CP_SNAP_LIST,
+    CP_SNAP_DICT,
+    CP_SNAP_MODULE,
+    CP_SNAP_SLOTS,
+    CP_SNAP_CELL
+} cp_snap_kind;
 
 struct cp_snap {
     cp_snap_kind kind;
