@@ -110,6 +110,7 @@ typedef struct cp_body {
     int nentries;
     int traces, warned, no_compile, analysed;
     int implicit; /* traced only because of HODU_COMPILE_ALL */
+    int noted;    /* said that it runs eagerly for gradients */
     uint64_t calls, hits, eager_calls;
     double compile_seconds;
     /* names for paths: captured variables (functions), slots (blocks) */
@@ -1471,6 +1472,20 @@ static void log_eager(hd_vm *vm, const cp_body *b, const char *why) {
     logf_line(vm, "hodu: %s runs eagerly: %s", line, why);
 }
 
+/* Compiled code whose result needs gradients runs eagerly: said once per
+ * body on standard error (a silent loss of speed would puzzle), and at
+ * every such key under HODU_LOG=recompile. */
+static void note_grad_eager(hd_vm *vm, cp_body *b) {
+    static const char why[] =
+        "its result needs gradients (call it under no_grad, or call backward() inside it)";
+    if (!b->implicit && !b->noted && !(vm->compiled && vm->compiled->log)) {
+        fflush(stdout);
+        fprintf(stderr, "hodu: note: %s runs eagerly while gradients are on: %s\n", b->where, why);
+    }
+    b->noted = 1;
+    log_eager(vm, b, why);
+}
+
 /* The body on symbolic arguments, then the new entry run for this call
  * (unless its results need gradients: e->eager). */
 static hd_status call_trace_body(cp_session *s, cp_call *k, hd_value *sym, cp_entry *e,
@@ -1523,8 +1538,7 @@ static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key 
     }
     body_add(vm, b, e);
     if (!e->eager) return HD_OK;
-    log_eager(vm, b,
-              "a result needs gradients (call backward() inside it, or call it under no_grad)");
+    note_grad_eager(vm, b);
     return call_eager(vm, b, k, out);
 }
 
@@ -1790,7 +1804,7 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
     e->hits = 0;
     body_add(vm, b, e);
     if (!e->eager) return HD_FLOW_NORMAL;
-    log_eager(vm, b, "a value it assigns needs gradients");
+    note_grad_eager(vm, b);
     return block_eager(vm, b, f, k);
 }
 
