@@ -726,6 +726,12 @@ static int session_seen(cp_session *s, uint64_t h) {
 }
 
 static void session_guard(cp_session *s, cp_path *p, hd_value v) {
+    /* a tensor this trace made was stored by the body itself: reading it
+     * back says nothing about the state before the call */
+    if (v.type == HD_V_TENSOR && is_symbolic_here(s->vm, v.as.t)) {
+        cp_path_free(s->vm, p);
+        return;
+    }
     if (!GROW(s->vm, s->guards, s->capguards, s->nguards)) {
         note_oom(s);
         cp_path_free(s->vm, p);
