@@ -189,18 +189,6 @@ static hd_compiled_state *state_of(hd_vm *vm) {
     return vm->compiled;
 }
 
-/* Grow *p (elem bytes each) to hold n + 1. */
-static int grow(hd_vm *vm, void **p, int *cap, int n, size_t elem) {
-    if (n < *cap) return 1;
-    int c = *cap ? *cap * 2 : 8;
-    void *q = hd_ctx_realloc(&vm->ctx, *p, (size_t)*cap * elem, (size_t)c * elem);
-    if (!q) return hd_vm_oom(vm), 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
-#define GROW(vm, arr, cap, n) grow((vm), (void **)&(arr), &(cap), (n), sizeof *(arr))
-
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -217,10 +205,6 @@ static void logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b) 
 
 static int is_symbolic_here(const hd_vm *vm, const hd_tensor *t) {
     return !t->storage && (uint32_t)(t->trace_ref >> 32) == vm->ctx.trace_serial;
-}
-
-static void ptr_free(hd_vm *vm, void *p, int cap, size_t elem) {
-    if (cap) hd_ctx_free(&vm->ctx, p, (size_t)cap * elem);
 }
 
 /* ---- templates of returned values ---- */
@@ -294,9 +278,9 @@ static void wbs_free(hd_vm *vm, cp_wb *w, int n) {
 static void entry_free(hd_vm *vm, cp_entry *e) {
     if (!e) return;
     for (int i = 0; i < e->nguards; i++) cp_guard_free(vm, &e->guards[i]);
-    ptr_free(vm, e->guards, e->capguards, sizeof *e->guards);
+    cp_free_array(vm, e->guards, e->capguards, sizeof *e->guards);
     for (int i = 0; i < e->nstate; i++) cp_path_free(vm, &e->state[i]);
-    ptr_free(vm, e->state, e->capstate, sizeof *e->state);
+    cp_free_array(vm, e->state, e->capstate, sizeof *e->state);
     if (e->inputs) {
         inputs_free(vm, e->inputs, e->ninputs);
         hd_ctx_free(&vm->ctx, e->inputs, (size_t)(e->ninputs + 1) * sizeof *e->inputs);
@@ -308,7 +292,7 @@ static void entry_free(hd_vm *vm, cp_entry *e) {
     }
     if (e->views) hd_ctx_free(&vm->ctx, e->views, (size_t)(e->noutputs + 1) * sizeof *e->views);
     wbs_free(vm, e->wbs, e->nwbs);
-    ptr_free(vm, e->wbs, e->capwbs, sizeof *e->wbs);
+    cp_free_array(vm, e->wbs, e->capwbs, sizeof *e->wbs);
     tmpl_free(vm, &e->ret);
     hd_ctx_free(&vm->ctx, e, sizeof *e);
 }
@@ -665,8 +649,8 @@ static void unique_name(const cp_session *s, const char *base, char *buf, size_t
 static hd_status session_input(cp_session *s, const char *base, int arg, int state, hd_tensor *t,
                                char *name, size_t n) {
     hd_vm *vm = s->vm;
-    if (!GROW(vm, s->inputs, s->capinputs, s->ninputs) ||
-        !GROW(vm, s->first, s->capfirst, s->ninputs))
+    if (!CP_GROW(vm, s->inputs, s->capinputs, s->ninputs) ||
+        !CP_GROW(vm, s->first, s->capfirst, s->ninputs))
         return vm->err;
     unique_name(s, base, name, n);
     cp_input *in = &s->inputs[s->ninputs];
@@ -680,7 +664,7 @@ static hd_status session_input(cp_session *s, const char *base, int arg, int sta
 }
 
 static hd_status session_cap(cp_session *s, hd_tensor *t, int input) {
-    if (!GROW(s->vm, s->caps, s->capcaps, s->ncaps)) return s->vm->err;
+    if (!CP_GROW(s->vm, s->caps, s->capcaps, s->ncaps)) return s->vm->err;
     cp_cap *c = &s->caps[s->ncaps++];
     c->t = hd_tensor_ref(t);
     c->input = input;
@@ -696,7 +680,7 @@ static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t 
     hd_vm *vm = s->vm;
     int node = cp_scan_find(&s->pre, t), input = -1;
     hd_status st = HD_OK;
-    if (node >= 0 && GROW(vm, s->state, s->capstate, s->nstate)) {
+    if (node >= 0 && CP_GROW(vm, s->state, s->capstate, s->nstate)) {
         cp_path *p = &s->state[s->nstate];
         st = cp_scan_path(&s->pre, &s->roots, node, p);
         if (!st) {
@@ -720,7 +704,7 @@ static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t 
 static int session_seen(cp_session *s, uint64_t h) {
     for (int i = 0; i < s->nseen; i++)
         if (s->seen[i] == h) return 1;
-    if (!GROW(s->vm, s->seen, s->capseen, s->nseen)) return note_oom(s);
+    if (!CP_GROW(s->vm, s->seen, s->capseen, s->nseen)) return note_oom(s);
     s->seen[s->nseen++] = h;
     return 0;
 }
@@ -732,7 +716,7 @@ static void session_guard(cp_session *s, cp_path *p, hd_value v) {
         cp_path_free(s->vm, p);
         return;
     }
-    if (!GROW(s->vm, s->guards, s->capguards, s->nguards)) {
+    if (!CP_GROW(s->vm, s->guards, s->capguards, s->nguards)) {
         note_oom(s);
         cp_path_free(s->vm, p);
         return;
@@ -838,28 +822,28 @@ static void session_free(cp_session *s) {
         hd_tensor_unref(s->caps[i].t);
         hd_tensor_unref(s->caps[i].grad_before);
     }
-    ptr_free(vm, s->caps, s->capcaps, sizeof *s->caps);
+    cp_free_array(vm, s->caps, s->capcaps, sizeof *s->caps);
     inputs_free(vm, s->inputs, s->ninputs);
     for (int i = 0; i < s->ninputs; i++) hd_tensor_unref(s->first[i]);
-    ptr_free(vm, s->inputs, s->capinputs, sizeof *s->inputs);
-    ptr_free(vm, s->first, s->capfirst, sizeof *s->first);
+    cp_free_array(vm, s->inputs, s->capinputs, sizeof *s->inputs);
+    cp_free_array(vm, s->first, s->capfirst, sizeof *s->first);
     for (int i = 0; i < s->nstate; i++) cp_path_free(vm, &s->state[i]);
-    ptr_free(vm, s->state, s->capstate, sizeof *s->state);
+    cp_free_array(vm, s->state, s->capstate, sizeof *s->state);
     for (int i = 0; i < s->nguards; i++) cp_guard_free(vm, &s->guards[i]);
-    ptr_free(vm, s->guards, s->capguards, sizeof *s->guards);
-    ptr_free(vm, s->seen, s->capseen, sizeof *s->seen);
+    cp_free_array(vm, s->guards, s->capguards, sizeof *s->guards);
+    cp_free_array(vm, s->seen, s->capseen, sizeof *s->seen);
     for (int i = 0; i < s->nouts; i++) {
         hd_tensor_unref(s->outs[i]);
         hd_ctx_strfree(&vm->ctx, s->outnames[i]);
     }
-    ptr_free(vm, s->outs, s->capouts, sizeof *s->outs);
-    ptr_free(vm, s->outnames, s->capoutnames, sizeof *s->outnames);
+    cp_free_array(vm, s->outs, s->capouts, sizeof *s->outs);
+    cp_free_array(vm, s->outnames, s->capoutnames, sizeof *s->outnames);
     wbs_free(vm, s->wbs, s->nwbs);
-    ptr_free(vm, s->wbs, s->capwbs, sizeof *s->wbs);
+    cp_free_array(vm, s->wbs, s->capwbs, sizeof *s->wbs);
     cp_scan_free(&s->pre);
     cp_snapshot_free(&s->snap);
     for (int i = 0; i < s->ngradded; i++) hd_tensor_unref(s->gradded[i]);
-    ptr_free(vm, s->gradded, s->capgradded, sizeof *s->gradded);
+    cp_free_array(vm, s->gradded, s->capgradded, sizeof *s->gradded);
 }
 
 /* ---- errors kept while the heap is put back ---- */
@@ -919,8 +903,8 @@ static int out_add(cp_session *s, hd_tensor *t, const char *base) {
     hd_vm *vm = s->vm;
     for (int i = 0; i < s->nouts; i++)
         if (same_value(s->outs[i], t)) return i;
-    if (!GROW(vm, s->outs, s->capouts, s->nouts) ||
-        !GROW(vm, s->outnames, s->capoutnames, s->nouts))
+    if (!CP_GROW(vm, s->outs, s->capouts, s->nouts) ||
+        !CP_GROW(vm, s->outnames, s->capoutnames, s->nouts))
         return -1;
     char name[300];
     snprintf(name, sizeof name, "%s", base);
@@ -1000,7 +984,7 @@ static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
 }
 
 static cp_wb *wb_new(cp_session *s, cp_wb_kind kind, int out) {
-    if (out < 0 || !GROW(s->vm, s->wbs, s->capwbs, s->nwbs)) return NULL;
+    if (out < 0 || !CP_GROW(s->vm, s->wbs, s->capwbs, s->nwbs)) return NULL;
     cp_wb *w = &s->wbs[s->nwbs++];
     memset(w, 0, sizeof *w);
     w->kind = kind;
@@ -1018,7 +1002,7 @@ static int wb_is_grad(cp_session *s, const cp_scan *post, int i) {
     const cp_node *n = &post->nodes[i];
     if (n->parent < 0 || n->step.kind != CP_GRAD || cp_scan_under_grad(post, n->parent)) return -1;
     hd_value t = post->nodes[n->parent].v;
-    if (!GROW(s->vm, s->gradded, s->capgradded, s->ngradded)) return 0;
+    if (!CP_GROW(s->vm, s->gradded, s->capgradded, s->ngradded)) return 0;
     s->gradded[s->ngradded++] = hd_tensor_ref(t.as.t);
     return 1;
 }
@@ -1892,175 +1876,6 @@ int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
     opts_default(vm, &o);
     cp_block k = {s, s, 1};
     return block_enter(vm, f, &k, "statement", &o);
-}
-
-/* ---- print inside compiled code ---- */
-
-typedef struct cp_piece {
-    size_t off, len; /* literal text in cp_print.text */
-    int arg;         /* >= 0: the callback's tensor argument */
-} cp_piece;
-
-typedef struct cp_print {
-    int refcount;
-    hd_vm *vm;
-    char *text;
-    size_t text_len;
-    cp_piece *pieces;
-    int npieces;
-} cp_print;
-
-typedef struct cp_pbuild {
-    hd_buf text;
-    cp_piece *pieces;
-    int n, cap;
-    size_t open; /* start of the literal piece being written */
-    hd_tensor **args;
-    int nargs, capargs;
-} cp_pbuild;
-
-static void *print_dup(void *ud) {
-    ((cp_print *)ud)->refcount++;
-    return ud;
-}
-
-static void print_free(hd_ctx *ctx, void *ud) {
-    cp_print *p = ud;
-    if (--p->refcount > 0) return;
-    hd_ctx_free(ctx, p->text, p->text_len + 1);
-    hd_ctx_free(ctx, p->pieces, (size_t)(p->npieces + 1) * sizeof *p->pieces);
-    hd_ctx_free(ctx, p, sizeof *p);
-}
-
-/* At every run: the literal text with each tensor's values in its place. */
-static hd_status print_run(hd_ctx *ctx, void *ud, hd_tensor *const *args, int nargs) {
-    cp_print *p = ud;
-    hd_vm *vm = p->vm;
-    hd_buf b;
-    hd_buf_init(&b, vm);
-    for (int i = 0; i < p->npieces; i++) {
-        const cp_piece *pc = &p->pieces[i];
-        if (pc->arg < 0) {
-            hd_buf_add(&b, p->text + pc->off, pc->len);
-            continue;
-        }
-        if (pc->arg >= nargs) continue;
-        hd_value s = hd_tensor_format(vm, args[pc->arg]);
-        if (s.type == HD_V_STR) hd_buf_add(&b, hd_as_str(s)->chars, hd_as_str(s)->len);
-        hd_vunref(vm, s);
-    }
-    if (b.oom || hd_vm_failed(vm)) {
-        hd_buf_free(&b);
-        return hd_error(ctx, HD_ERR_MEMORY, "print: %s", vm->err ? vm->errmsg : "out of memory");
-    }
-    hd_vm_write(vm, b.p ? b.p : "", b.len);
-    hd_buf_free(&b);
-    return HD_OK;
-}
-
-static int pb_piece(cp_pbuild *pb, hd_vm *vm, int arg) {
-    if (!GROW(vm, pb->pieces, pb->cap, pb->n)) return 0;
-    cp_piece *pc = &pb->pieces[pb->n++];
-    pc->off = pb->open;
-    pc->len = pb->text.len - pb->open;
-    pc->arg = arg;
-    if (arg >= 0) pc->len = 0;
-    pb->open = pb->text.len;
-    return 1;
-}
-
-static int pb_tensor(cp_pbuild *pb, hd_vm *vm, hd_tensor *t) {
-    if (!pb_piece(pb, vm, -1) || !GROW(vm, pb->args, pb->capargs, pb->nargs)) return 0;
-    pb->args[pb->nargs] = t;
-    return pb_piece(pb, vm, pb->nargs++);
-}
-
-static int holds_tensor(hd_value v, int depth) {
-    if (v.type == HD_V_TENSOR) return 1;
-    if (depth > 100) return 0;
-    if (v.type == HD_V_LIST) {
-        for (int64_t i = 0; i < hd_as_list(v)->len; i++)
-            if (holds_tensor(hd_as_list(v)->items[i], depth + 1)) return 1;
-    } else if (v.type == HD_V_DICT) {
-        for (int64_t i = 0; i < hd_as_dict(v)->len; i++)
-            if (holds_tensor(hd_as_dict(v)->vals[i], depth + 1)) return 1;
-    }
-    return 0;
-}
-
-/* v as print shows it, tensors left as places for their run's values. */
-static int pb_value(cp_pbuild *pb, hd_vm *vm, hd_value v, int quote, int depth) {
-    if (v.type == HD_V_TENSOR) return pb_tensor(pb, vm, v.as.t);
-    if (depth > 100 || !holds_tensor(v, 0)) {
-        hd_buf_value(&pb->text, v, quote);
-        return 1;
-    }
-    int dict = v.type == HD_V_DICT;
-    int64_t n = dict ? hd_as_dict(v)->len : hd_as_list(v)->len;
-    hd_buf_add(&pb->text, dict ? "{" : "[", 1);
-    for (int64_t i = 0; i < n; i++) {
-        if (i) hd_buf_add(&pb->text, ", ", 2);
-        if (dict) {
-            hd_buf_value(&pb->text, hd_obj_value(&hd_as_dict(v)->keys[i]->obj), 1);
-            hd_buf_add(&pb->text, ": ", 2);
-        }
-        hd_value item = dict ? hd_as_dict(v)->vals[i] : hd_as_list(v)->items[i];
-        if (!pb_value(pb, vm, item, 1, depth + 1)) return 0;
-    }
-    hd_buf_add(&pb->text, dict ? "}" : "]", 1);
-    return 1;
-}
-
-static hd_status print_record(hd_vm *vm, cp_pbuild *pb) {
-    hd_ctx *ctx = &vm->ctx;
-    cp_print *p = hd_ctx_calloc(ctx, 1, sizeof *p);
-    if (!p) return hd_vm_oom(vm);
-    p->refcount = 1;
-    p->vm = vm;
-    p->text_len = pb->text.len;
-    p->text = hd_ctx_alloc(ctx, p->text_len + 1);
-    p->pieces = hd_ctx_calloc(ctx, (size_t)(pb->n + 1), sizeof *p->pieces);
-    if (!p->text || !p->pieces) {
-        p->npieces = pb->n;
-        print_free(ctx, p);
-        return hd_vm_oom(vm);
-    }
-    if (p->text_len) memcpy(p->text, pb->text.p, p->text_len);
-    p->text[p->text_len] = 0;
-    if (pb->n) memcpy(p->pieces, pb->pieces, (size_t)pb->n * sizeof *p->pieces);
-    p->npieces = pb->n;
-    hd_ir_callback cb = {"print", print_run, p, print_dup, print_free};
-    hd_status st = hd_trace_callback(ctx, &cb, pb->args, pb->nargs);
-    if (!st) return HD_OK; /* the graph owns p now */
-    print_free(ctx, p);
-    return hd_vm_from_ctx(vm, st);
-}
-
-hd_status hd_compiled_print(hd_vm *vm, const hd_value *args, int nargs, const hd_value *sep,
-                            const hd_value *end) {
-    cp_pbuild pb;
-    memset(&pb, 0, sizeof pb);
-    hd_buf_init(&pb.text, vm);
-    int ok = 1;
-    for (int i = 0; i < nargs && ok; i++) {
-        if (i) {
-            if (sep)
-                hd_buf_add(&pb.text, hd_as_str(*sep)->chars, hd_as_str(*sep)->len);
-            else
-                hd_buf_add(&pb.text, " ", 1);
-        }
-        ok = pb_value(&pb, vm, args[i], 0, 0);
-    }
-    if (end)
-        hd_buf_add(&pb.text, hd_as_str(*end)->chars, hd_as_str(*end)->len);
-    else
-        hd_buf_add(&pb.text, "\n", 1);
-    hd_status st =
-        ok && !pb.text.oom && pb_piece(&pb, vm, -1) ? print_record(vm, &pb) : hd_vm_oom(vm);
-    hd_buf_free(&pb.text);
-    ptr_free(vm, pb.pieces, pb.cap, sizeof *pb.pieces);
-    ptr_free(vm, pb.args, pb.capargs, sizeof *pb.args);
-    return st;
 }
 
 /* ---- the rest of the interface ---- */

@@ -18,6 +18,23 @@
 #include "hd_compile.h"
 #include "hd_trace.h"
 
+/* Grow *p (elem bytes each, capacity *cap) to hold n + 1; 0 on failure
+ * (an out-of-memory error in the VM). */
+static inline int cp_grow(hd_vm *vm, void **p, int *cap, int n, size_t elem) {
+    if (n < *cap) return 1;
+    int c = *cap ? *cap * 2 : 8;
+    void *q = hd_ctx_realloc(&vm->ctx, *p, (size_t)*cap * elem, (size_t)c * elem);
+    if (!q) return hd_vm_oom(vm), 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+#define CP_GROW(vm, arr, cap, n) cp_grow((vm), (void **)&(arr), &(cap), (n), sizeof *(arr))
+
+static inline void cp_free_array(hd_vm *vm, void *p, int cap, size_t elem) {
+    if (cap) hd_ctx_free(&vm->ctx, p, (size_t)cap * elem);
+}
+
 /* ---- paths ---- */
 
 typedef enum { CP_ROOT_ARG, CP_ROOT_UPVAL, CP_ROOT_SLOT, CP_ROOT_GLOBAL } cp_root_kind;
