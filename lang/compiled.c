@@ -128,6 +128,7 @@ typedef struct cp_opts {
     char compiler[16];
     char device[16];
     int opt_level;
+    int chosen; /* the compiler was named (an option, HODU_COMPILER) */
 } cp_opts;
 
 /* A captured tensor with data. */
@@ -177,7 +178,8 @@ typedef struct hd_compiled_state {
     size_t last_ir_size;
     uint64_t traces, compiles, hits, eager_calls, calls;
     double compile_seconds;
-    char compiler[16]; /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
+    char compiler[16];   /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
+    int compiler_chosen; /* it came from HODU_COMPILER */
 } hd_compiled_state;
 
 /* ---- small helpers ---- */
@@ -1113,15 +1115,21 @@ static int needs_grad(const cp_session *s, const cp_tmpl *ret) {
 
 /* ---- from a finished trace to an entry ---- */
 
-static const char *default_compiler(hd_ctx *ctx) {
+/* The default compiler: HODU_COMPILER when set (then it counts as chosen),
+ * else llvm when this build has it and it runs here, else interp. */
+static int default_compiler(hd_ctx *ctx, char *buf, size_t n) {
     const char *env = getenv("HODU_COMPILER");
-    if (env && *env) return env;
     const hd_jit_compiler *jc;
     hd_jit_options o;
     hd_jit_options_init(&o);
-    if (!hd_jit_compiler_find(ctx, "llvm", &jc) && !jc->available(ctx, &o)) return "llvm";
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return 1;
+    }
+    int llvm = !hd_jit_compiler_find(ctx, "llvm", &jc) && !jc->available(ctx, &o);
     hd_error_clear(ctx);
-    return "interp";
+    snprintf(buf, n, "%s", llvm ? "llvm" : "interp");
+    return 0;
 }
 
 static void opts_default(hd_vm *vm, cp_opts *o) {
@@ -1129,11 +1137,12 @@ static void opts_default(hd_vm *vm, cp_opts *o) {
     memset(o, 0, sizeof *o);
     if (!cs) {
         hd_vm_clear_error(vm); /* the compile that follows fails the same way */
-        snprintf(o->compiler, sizeof o->compiler, "%s", default_compiler(&vm->ctx));
+        o->chosen = default_compiler(&vm->ctx, o->compiler, sizeof o->compiler);
     } else {
         if (!cs->compiler[0])
-            snprintf(cs->compiler, sizeof cs->compiler, "%s", default_compiler(&vm->ctx));
+            cs->compiler_chosen = default_compiler(&vm->ctx, cs->compiler, sizeof cs->compiler);
         memcpy(o->compiler, cs->compiler, sizeof o->compiler);
+        o->chosen = cs->compiler_chosen;
     }
     snprintf(o->device, sizeof o->device, "cpu");
     o->opt_level = 1;
@@ -1256,15 +1265,28 @@ static void entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash) 
     e->key.constants = guards_hash(e->guards, e->nguards);
 }
 
+static hd_status compile_with(hd_ctx *ctx, const char *compiler, const hd_jit_options *j,
+                              const hd_ir_graph *g, cp_entry *e) {
+    if (hd_jit_compiler_find(ctx, compiler, &e->jc) || e->jc->available(ctx, j) ||
+        e->jc->compile(ctx, g, j, &e->exec))
+        return ctx->status ? ctx->status : HD_ERR_RUNTIME;
+    return HD_OK;
+}
+
 static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd_ir_graph *g,
                                cp_entry *e) {
     hd_ctx *ctx = &vm->ctx;
     hd_jit_options j;
     opts_jit(o, &j);
     double t0 = now_seconds();
-    if (hd_jit_compiler_find(ctx, o->compiler, &e->jc) || e->jc->available(ctx, &j) ||
-        e->jc->compile(ctx, g, &j, &e->exec))
-        return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    hd_status st = compile_with(ctx, o->compiler, &j, g, e);
+    if (st && !o->chosen && strcmp(o->compiler, "interp") != 0) {
+        /* the default compiler cannot take this graph: interp can */
+        logf_line(vm, "hodu: %s: %s; compiled with interp", b->where, hd_error_message(ctx));
+        hd_error_clear(ctx);
+        st = compile_with(ctx, "interp", &j, g, e);
+    }
+    if (st) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     double dt = now_seconds() - t0;
     if (vm->compiled->log == 2) {
         char secs[64];
@@ -1659,6 +1681,7 @@ static hd_status opt_set(hd_vm *vm, cp_opts *o, const char *name, hd_value v) {
         const hd_jit_compiler *jc;
         if (opt_str(vm, name, v, o->compiler, sizeof o->compiler)) return vm->err;
         if (hd_jit_compiler_find(ctx, o->compiler, &jc)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        o->chosen = 1;
         return HD_OK;
     }
     if (!strcmp(name, "device")) {
