@@ -1,5 +1,6 @@
 /* vm: one interpreter instance (see vm.h): creation and teardown, the
  * prelude tables, running chunks and files, imports, and error text. */
+#include "hd_autograd.h"
 #include "resolve.h"
 #include "tensor_api.h"
 #include "vm_internal.h"
@@ -599,6 +600,12 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
         vm->opts.allow_io = 1;
     }
     vm->ctx.mem_limit = vm->opts.memory_limit;
+    /* Keep freed tensor blocks for reuse: a training loop makes and drops
+     * the same sizes every step. A quarter of the memory limit at most. */
+    size_t cache = (size_t)256 << 20;
+    if (vm->opts.memory_limit && vm->opts.memory_limit / 4 < cache)
+        cache = vm->opts.memory_limit / 4;
+    hd_ctx_set_cache_limit(&vm->ctx, cache);
     vm->max_steps = vm->opts.max_steps ? vm->opts.max_steps : UINT64_MAX;
     vm->max_depth = HD_DEFAULT_MAX_DEPTH;
     vm->gc_threshold = 100000;
@@ -631,6 +638,10 @@ void hd_vm_free(hd_vm *vm) {
         if (vm->builtins[i].type == HD_V_TENSOR) hd_tensor_unref(vm->builtins[i].as.t);
     hd_ctx_free(&vm->ctx, vm->builtins, (size_t)vm->builtins_cap * sizeof(hd_value));
     hd_ctx_strfree(&vm->ctx, vm->stdlib_dir);
+    /* gradient records still held (a graph never backwarded), then the
+     * block cache */
+    hd_grad_shutdown(&vm->ctx);
+    hd_ctx_release(&vm->ctx);
     if (getenv("HODU_DEBUG_MEM") && vm->ctx.mem_used)
         fprintf(stderr, "hodu: %zu bytes still allocated at VM exit\n", vm->ctx.mem_used);
     free(vm);
