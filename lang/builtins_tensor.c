@@ -582,7 +582,8 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 /* ---- registration ---- */
 
 static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
-                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io};
+                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io,
+                                               &hd_tfuncs_grad};
 
 /* The evaluator refers to the tensor API weakly (it runs without it), and
  * a static library only contributes the objects something refers to
@@ -606,7 +607,7 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
             if (hd_vm_def_native(vm, f->name, f->fn, (void *)f)) return HD_ERR_MEMORY;
         }
     }
-    return HD_OK;
+    return hd_builtins_grad_open(vm);
 }
 
 /* The row of a tensor method, or NULL. */
