@@ -581,9 +581,9 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 
 /* ---- registration ---- */
 
-static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
-                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io,
-                                               &hd_tfuncs_grad};
+static const hd_tfunc_table *const tables[] = {
+    &hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,  &hd_tfuncs_nn,  &hd_tfuncs_misc,
+    &hd_tfuncs_io,     &hd_tfuncs_grad, &hd_tfuncs_module, &hd_tfuncs_data};
 
 /* The evaluator refers to the tensor API weakly (it runs without it), and
  * a static library only contributes the objects something refers to
@@ -607,7 +607,8 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
             if (hd_vm_def_native(vm, f->name, f->fn, (void *)f)) return HD_ERR_MEMORY;
         }
     }
-    return hd_builtins_grad_open(vm);
+    if (hd_builtins_grad_open(vm)) return HD_ERR_MEMORY;
+    return hd_builtins_module_open(vm);
 }
 
 /* The row of a tensor method, or NULL. */
