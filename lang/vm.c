@@ -124,7 +124,16 @@ void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
     if (vm->err_located) return;
     if (vm->err == HD_OK) hd_vm_error(vm, HD_ERR_RUNTIME, "unknown error");
     vm->errtext[0] = 0;
-    errtext_diag(vm, f->chunk, span, vm->errmsg);
+    /* An error inside the standard library (an optimizer given a bad
+     * argument, say) is shown at the user's call into it; the trace still
+     * lists the library's frames. */
+    const hd_frame *at = f;
+    const hd_span *sp = span;
+    while (at->mod->stdlib && at->parent && at->parent->at) {
+        sp = &at->parent->at->span;
+        at = at->parent;
+    }
+    errtext_diag(vm, at->chunk, sp, vm->errmsg);
     /* A trace only when there is more than the top level to show. */
     if (f->parent || f->closure) errtext_trace(vm, f, span);
     vm->err_located = 1;
@@ -464,6 +473,8 @@ static hd_status import_load(hd_vm *vm, hd_frame *f, const hd_ast *node, const c
     const char *name = node->is_path ? node->name : node->str;
     hd_module *m = hd_module_new(vm, name ? name : "?", canon);
     if (!m) return vm->err;
+    size_t sl = strlen(vm->stdlib_dir);
+    m->stdlib = !node->is_path && strncmp(path, vm->stdlib_dir, sl) == 0 && path[sl] == '/';
     hd_value mv = hd_obj_value(&m->obj);
     m->dir = dir_of(vm, canon);
     hd_vref(mv);

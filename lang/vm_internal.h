@@ -60,7 +60,8 @@ typedef struct hd_module {
     hd_value names; /* dict: global name -> int slot */
     hd_value *globals;
     int nglobals, cap;
-    int state; /* HD_MOD_* */
+    int state;  /* HD_MOD_* */
+    int stdlib; /* found in the standard library: errors show the caller's line */
 } hd_module;
 
 enum { HD_MOD_LOADING, HD_MOD_READY, HD_MOD_FAILED };
