@@ -11,10 +11,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* An autograd error as the VM's error: the runtime's messages already say
- * what failed, so they are passed on as they are. */
+/* An autograd error as the VM's error, with the runtime's status (out of
+ * memory stays out of memory): its messages already say what failed. */
 static hd_status grad_fail(hd_vm *vm) {
-    return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    return hd_vm_from_ctx(vm, HD_OK);
 }
 
 static hd_status want_tensor(hd_vm *vm, const hd_targs *a, int i) {
