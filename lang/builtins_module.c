@@ -152,8 +152,9 @@ static hd_status add_named(walk *w, hd_tensor *t) {
     if (w->flag && !hd_grad_requires(hd_vm_ctx(w->vm), t)) return HD_OK;
     if (!w->len)
         return hd_vm_error(w->vm, HD_ERR_RUNTIME, "state_dict: a tensor has no field name");
-    hd_value *old = hd_dict_get(w->out, w->name);
-    if (old) return HD_OK; /* the same path twice cannot happen; keep the first */
+    /* two paths can spell one name (a field "a.b", and a field "a" holding
+     * a "b"): the first one wins */
+    if (hd_dict_get(w->out, w->name)) return HD_OK;
     /* state_dict: detached views (the storage is shared, as in PyTorch);
      * named_parameters: the parameters themselves */
     hd_tensor *v = w->flag ? hd_tensor_ref(t) : hd_grad_detach(hd_vm_ctx(w->vm), t);
