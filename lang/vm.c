@@ -22,10 +22,13 @@
 #ifndef PATH_MAX
 #define PATH_MAX 4096
 #endif
-/* The installed standard library relative to the folder of the installed
- * library or program (CMake passes the real one). */
-#ifndef HODU_STDLIB_RELDIR
-#define HODU_STDLIB_RELDIR "../share/hodu/stdlib"
+/* The installed standard library relative to the folders of the installed
+ * library and program (CMake passes the real ones). */
+#ifndef HODU_STDLIB_FROM_LIB
+#define HODU_STDLIB_FROM_LIB "../share/hodu/stdlib"
+#endif
+#ifndef HODU_STDLIB_FROM_BIN
+#define HODU_STDLIB_FROM_BIN "../share/hodu/stdlib"
 #endif
 
 /* ---- errors ---- */
@@ -575,14 +578,14 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* rel (a path relative to a folder of the install prefix, say
- * "../share/hodu/stdlib") from the folder of the file that holds this code:
- * libhodu.so, or the program libhodu.a was linked into. 0 if unknown. */
-static int stdlib_near_binary(const char *rel, char *out, size_t n) {
+/* The installed standard library seen from the folder of the file that
+ * holds this code: libhodu.so (HODU_STDLIB_FROM_LIB from it), or the
+ * program libhodu.a was linked into (HODU_STDLIB_FROM_BIN). 0 if unknown. */
+static int stdlib_near_binary(char *out, size_t n) {
 #ifdef __linux__
     char self[PATH_MAX];
     Dl_info info;
-    const char *file = NULL;
+    const char *file = NULL, *rel = HODU_STDLIB_FROM_LIB;
     if (dladdr((void *)stdlib_near_binary, &info) && info.dli_fname &&
         strchr(info.dli_fname, '/') && strstr(info.dli_fname, "libhodu"))
         file = info.dli_fname;
@@ -591,12 +594,12 @@ static int stdlib_near_binary(const char *rel, char *out, size_t n) {
         if (len <= 0) return 0;
         self[len] = 0;
         file = self;
+        rel = HODU_STDLIB_FROM_BIN;
     }
     const char *slash = strrchr(file, '/');
     int w = snprintf(out, n, "%.*s/%s", (int)(slash - file), file, rel);
     return w > 0 && (size_t)w < n;
 #else
-    (void)rel;
     (void)out;
     (void)n;
     return 0;
@@ -608,8 +611,7 @@ static int stdlib_near_binary(const char *rel, char *out, size_t n) {
 static char *stdlib_dir(hd_vm *vm) {
     if (vm->opts.stdlib_dir) return hd_ctx_strdup(&vm->ctx, vm->opts.stdlib_dir);
     char buf[PATH_MAX], canon[PATH_MAX];
-    if (stdlib_near_binary(HODU_STDLIB_RELDIR, buf, sizeof buf) && is_dir(buf) &&
-        realpath(buf, canon))
+    if (stdlib_near_binary(buf, sizeof buf) && is_dir(buf) && realpath(buf, canon))
         return hd_ctx_strdup(&vm->ctx, canon);
 #ifdef HODU_STDLIB_DIR
     if (is_dir(HODU_STDLIB_DIR)) return hd_ctx_strdup(&vm->ctx, HODU_STDLIB_DIR);
