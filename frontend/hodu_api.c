@@ -337,8 +337,8 @@ static hodu_status check_call_args(hodu_vm *h, const char *fn_name, hodu_tensor 
 
 hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
                       hodu_tensor **result) {
-    if (!h) return HODU_ERROR_ARGUMENT;
     if (result) *result = NULL;
+    if (!h) return HODU_ERROR_ARGUMENT;
     hd_api_begin(h);
     if (hd_api_check_idle(h, "hodu_call") || check_call_args(h, fn_name, args, nargs))
         return HODU_ERROR_ARGUMENT;

@@ -66,7 +66,8 @@ typedef enum {
 
 /* Lua's allocator contract: nsize == 0 frees ptr (osize bytes) and returns
  * NULL; otherwise allocate (ptr == NULL) or resize to nsize bytes, returning
- * NULL on failure (ptr stays valid). */
+ * NULL on failure (ptr stays valid). Shrinking (nsize <= osize) must not
+ * fail. Memory need not be zeroed; alignment as malloc's. */
 typedef void *(*hodu_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 /* Receives what the program prints (s is not NUL-terminated). */
 typedef void (*hodu_write_fn)(void *ud, const char *s, size_t n);
