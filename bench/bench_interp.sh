@@ -6,6 +6,10 @@
 #
 #   bench/bench_interp.sh [path/to/hodu]      (default: build/hodu)
 #   REPEAT=9 bench/bench_interp.sh
+#   INSTR=1 bench/bench_interp.sh     also count instructions (valgrind) for
+#                                     Hodu and Lua: steady on a loaded machine
+#                                     (needs a build configured with
+#                                     -DHODU_NATIVE=OFF)
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 hodu="${1:-$here/../build/hodu}"
@@ -34,7 +38,20 @@ best_time() {
     echo "$best"
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+# instructions CMD... : instructions executed, counted by callgrind; "-"
+# when the program does not finish under valgrind (a -march=native build can
+# use AVX-512, which valgrind does not know: configure with -DHODU_NATIVE=OFF).
+instructions() {
+    local log
+    log="$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" 2>&1 >/dev/null)"
+    if [ $? -ne 0 ] || printf '%s' "$log" | grep -q "Unrecognised instruction"; then
+        echo "-"
+        return
+    fi
+    printf '%s\n' "$log" | awk '/refs:/ { gsub(",", "", $NF); print $NF }'
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
 
 printf "%-8s %9s %9s %9s %10s %12s\n" program hodu lua python hodu/lua hodu/python
 status=0
@@ -52,4 +69,13 @@ for prog in loop while calls; do
     printf "%-8s %9s %9s %9s %10s %12s\n" "$prog" "$th" "$tl" "$tp" "$(ratio "$th" "$tl")" \
         "$(ratio "$th" "$tp")"
 done
+if [ "${INSTR:-0}" = 1 ] && command -v valgrind >/dev/null && [ -n "$lua" ]; then
+    echo
+    printf "%-8s %14s %14s %10s\n" program "hodu instr" "lua instr" hodu/lua
+    for prog in loop while calls; do
+        ih="$(instructions "$hodu" "$here/interp/$prog.hodu")"
+        il="$(instructions "$lua" "$here/interp/$prog.lua")"
+        printf "%-8s %14s %14s %10s\n" "$prog" "$ih" "$il" "$(ratio "$ih" "$il")"
+    done
+fi
 exit $status

@@ -1,5 +1,5 @@
 /* eval: see eval.h. The dispatch (ev for expressions, ex for statements)
- * is one switch each; everything slower lives in helpers below them. */
+ * is one switch each; everything slower lives in the functions around them. */
 #include "eval.h"
 #include "tensor_api.h"
 
@@ -26,6 +26,7 @@ enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_
 #define HD_STACK_SLOTS 32
 
 static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n);
+static hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n);
 static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n);
 static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b);
 static hd_status call_value(hd_vm *vm, hd_value callee, hd_value self, int has_self,
@@ -482,38 +483,31 @@ static HD_ALWAYS_INLINE hd_value *plain_slot(const hd_frame *f, const hd_ast *n)
     return b ? b + n->ref.index : NULL;
 }
 
-/* An int operand that needs no evaluation: a literal or a local or global
- * variable holding an int. */
-static HD_ALWAYS_INLINE int leaf_int(const hd_frame *f, const hd_ast *n, int64_t *out) {
-    if (n->kind == HD_AST_INT) {
-        *out = n->ival;
-        return 1;
-    }
-    if (n->kind != HD_AST_NAME) return 0;
-    const hd_value *p = plain_slot(f, n);
-    if (!p) return 0;
-    *out = p->as.i;
-    return p->type == HD_V_INT;
-}
-
 /* x OP y on ints when it cannot fail; 0 otherwise (overflow, division,
  * other operators: the general path reports or handles them). */
 static HD_ALWAYS_INLINE int int_op_fast(int op, int64_t x, int64_t y, hd_value *out) {
     int64_t r;
-    switch (op) {
-    case HD_TOK_PLUS:
+    /* Tests in order of frequency beat a jump table here. */
+    if (op == HD_TOK_PLUS) {
         if (__builtin_add_overflow(x, y, &r)) return 0;
         *out = hd_int(r);
         return 1;
-    case HD_TOK_MINUS:
+    }
+    if (op == HD_TOK_LT) {
+        *out = hd_bool(x < y);
+        return 1;
+    }
+    if (op == HD_TOK_MINUS) {
         if (__builtin_sub_overflow(x, y, &r)) return 0;
         *out = hd_int(r);
         return 1;
-    case HD_TOK_STAR:
+    }
+    if (op == HD_TOK_STAR) {
         if (__builtin_mul_overflow(x, y, &r)) return 0;
         *out = hd_int(r);
         return 1;
-    case HD_TOK_LT: *out = hd_bool(x < y); return 1;
+    }
+    switch (op) {
     case HD_TOK_LE: *out = hd_bool(x <= y); return 1;
     case HD_TOK_GT: *out = hd_bool(x > y); return 1;
     case HD_TOK_GE: *out = hd_bool(x >= y); return 1;
@@ -523,14 +517,122 @@ static HD_ALWAYS_INLINE int int_op_fast(int op, int64_t x, int64_t y, hd_value *
     }
 }
 
+/* ---- decoded shapes ----
+ * The first run of a binary operation or an assignment whose operands are
+ * plain variables and int literals decodes it into a small record kept on
+ * the node (its cache), so that later runs read one compact record instead
+ * of walking four nodes. Nodes of other shapes get hd_nofast. */
+typedef struct hd_fast_operand {
+    int kind; /* 0: the int literal imm; HD_REF_LOCAL or HD_REF_GLOBAL: slot index */
+    int index;
+    int64_t imm;
+} hd_fast_operand;
+
+typedef struct hd_fast {
+    int op;                  /* an operator int_op_fast knows; 0: a plain copy of a */
+    int dst_kind, dst_index; /* assignments: the variable written */
+    hd_fast_operand a, b;
+} hd_fast;
+
+static const hd_fast hd_nofast;
+
+static int fast_fast_op(int op) {
+    return op == HD_TOK_PLUS || op == HD_TOK_MINUS || op == HD_TOK_STAR ||
+           (op >= HD_TOK_EQ && op <= HD_TOK_GE);
+}
+
+static int decode_operand(const hd_ast *n, hd_fast_operand *o) {
+    o->index = 0;
+    o->imm = 0;
+    if (n->kind == HD_AST_INT) {
+        o->kind = 0;
+        o->imm = n->ival;
+        return 1;
+    }
+    if (n->kind != HD_AST_NAME || (n->ref.kind != HD_REF_LOCAL && n->ref.kind != HD_REF_GLOBAL))
+        return 0;
+    o->kind = n->ref.kind;
+    o->index = n->ref.index;
+    return 1;
+}
+
+static HD_NOINLINE const hd_fast *decode(hd_vm *vm, const hd_frame *f, const hd_ast *n) {
+    hd_fast d;
+    memset(&d, 0, sizeof d);
+    int ok = 0;
+    if (n->kind == HD_AST_BINARY) {
+        d.op = n->op;
+        ok = fast_fast_op(n->op) && decode_operand(n->a, &d.a) && decode_operand(n->b, &d.b);
+    } else if (n->kind == HD_AST_ASSIGN && decode_operand(n->a, &d.a) && d.a.kind) {
+        d.dst_kind = d.a.kind;
+        d.dst_index = d.a.index;
+        const hd_ast *r = n->b;
+        if (n->op == HD_TOK_ASSIGN && r->kind == HD_AST_BINARY) {
+            d.op = r->op;
+            ok = fast_fast_op(r->op) && decode_operand(r->a, &d.a) && decode_operand(r->b, &d.b);
+        } else if (n->op == HD_TOK_ASSIGN) {
+            ok = decode_operand(r, &d.a);
+        } else {
+            d.op = n->op - HD_TOK_PLUS_ASSIGN + HD_TOK_PLUS;
+            ok = n->op != HD_TOK_SLASH_ASSIGN && decode_operand(r, &d.b);
+        }
+    }
+    const hd_fast *out = &hd_nofast;
+    if (ok) {
+        hd_fast *p = hd_ast_arena_alloc(f->chunk->parse.arena, sizeof *p);
+        if (p) {
+            *p = d;
+            out = p;
+        } else {
+            hd_error_clear(&vm->ctx); /* only a lost shortcut */
+        }
+    }
+    ((hd_ast *)n)->cache = (void *)out;
+    return out;
+}
+
+static HD_ALWAYS_INLINE const hd_fast *fast_of(hd_vm *vm, const hd_frame *f, const hd_ast *n) {
+    const hd_fast *d = n->cache;
+    return HD_LIKELY(d != NULL) ? d : decode(vm, f, n);
+}
+
+static HD_ALWAYS_INLINE int fast_int(const hd_frame *f, const hd_fast_operand *o, int64_t *x) {
+    if (!o->kind) {
+        *x = o->imm;
+        return 1;
+    }
+    const hd_value *p = f->base[o->kind] + o->index;
+    *x = p->as.i;
+    return p->type == HD_V_INT;
+}
+
+/* The result of a decoded record: a OP b on ints, or a copy of a bool, int
+ * or float (no counts to keep). 0: take the general path. */
+static HD_ALWAYS_INLINE int fast_eval(const hd_frame *f, const hd_fast *d, hd_value *out) {
+    if (d->op) {
+        int64_t x, y;
+        return fast_int(f, &d->a, &x) && fast_int(f, &d->b, &y) && int_op_fast(d->op, x, y, out);
+    }
+    if (!d->a.kind) {
+        *out = hd_int(d->a.imm);
+        return 1;
+    }
+    const hd_value *p = f->base[d->a.kind] + d->a.index;
+    if ((unsigned)p->type - (unsigned)HD_V_BOOL > (unsigned)(HD_V_FLOAT - HD_V_BOOL)) return 0;
+    *out = *p;
+    return 1;
+}
+
 /* A value computed without calls, allocation or refcounts: int literals,
  * local and global variables holding bools, ints or floats, and int
- * arithmetic and comparisons on leaves. 0: use ev (which also reports
- * every error). */
-static HD_ALWAYS_INLINE int fast_value(const hd_frame *f, const hd_ast *n, hd_value *out) {
-    int64_t x, y;
-    if (n->kind == HD_AST_BINARY)
-        return leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, out);
+ * arithmetic and comparisons on those. 0: use ev (which also reports every
+ * error). */
+static HD_ALWAYS_INLINE int fast_value(hd_vm *vm, const hd_frame *f, const hd_ast *n,
+                                       hd_value *out) {
+    if (n->kind == HD_AST_BINARY) {
+        const hd_fast *d = fast_of(vm, f, n);
+        return d != &hd_nofast && fast_eval(f, d, out);
+    }
     if (n->kind == HD_AST_INT) {
         *out = hd_int(n->ival);
         return 1;
@@ -543,22 +645,30 @@ static HD_ALWAYS_INLINE int fast_value(const hd_frame *f, const hd_ast *n, hd_va
     return 1;
 }
 
-/* One statement, with `x = simple` and `x OP= simple` on plain variables
- * done in line: the inner statements of hot loops. */
+/* One statement, with assignments of decoded shapes (`x = a OP b`,
+ * `x OP= b`, `x = a` on plain variables and int literals) done in line:
+ * the inner statements of hot loops. */
 static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
-    if (s->kind == HD_AST_ASSIGN && s->a->kind == HD_AST_NAME) {
-        hd_value *p = plain_slot(f, s->a), v;
-        if (p && s->op == HD_TOK_ASSIGN && fast_value(f, s->b, &v)) {
-            hd_value old = *p;
-            *p = v;
+    if (s->kind == HD_AST_ASSIGN) {
+        const hd_fast *d = fast_of(vm, f, s);
+        hd_value v;
+        if (d != &hd_nofast && fast_eval(f, d, &v)) {
+            hd_value *dst = f->base[d->dst_kind] + d->dst_index;
+            hd_value old = *dst;
+            *dst = v;
             hd_vunref(vm, old);
             return HD_FLOW_NORMAL;
         }
-        int64_t y;
-        if (p && p->type == HD_V_INT && s->op != HD_TOK_SLASH_ASSIGN && fast_value(f, s->b, &v) &&
-            v.type == HD_V_INT && (y = v.as.i, 1) &&
-            int_op_fast(s->op - HD_TOK_PLUS_ASSIGN + HD_TOK_PLUS, p->as.i, y, &v)) {
-            *p = v;
+        /* x = f(...) on a plain variable: straight to the call. */
+        hd_value *dst;
+        if (s->op == HD_TOK_ASSIGN && s->b->kind == HD_AST_CALL && s->a->kind == HD_AST_NAME &&
+            (dst = plain_slot(f, s->a))) {
+            v = ev_call(vm, f, s->b);
+            if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+            dst = plain_slot(f, s->a);
+            hd_value old = *dst;
+            *dst = v;
+            hd_vunref(vm, old);
             return HD_FLOW_NORMAL;
         }
     }
@@ -663,7 +773,7 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
         const hd_ast *s = b->items[i];
         if (s->kind == HD_AST_RETURN || (i == last && expr_body && s->kind == HD_AST_EXPR)) {
             hd_value v = hd_none();
-            if (s->a && !fast_value(f, s->a, &v)) {
+            if (s->a && !fast_value(vm, f, s->a, &v)) {
                 v = ev(vm, f, s->a);
                 if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
             }
@@ -1300,7 +1410,7 @@ static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, in
         const hd_ast *arg = n->items[i];
         const hd_ast *e = arg->kind == HD_AST_ARG ? arg->a : arg;
         hd_value v;
-        if (!fast_value(f, e, &v)) {
+        if (!fast_value(vm, f, e, &v)) {
             v = ev(vm, f, e);
             if (v.type == HD_V_ERR) return 0;
         }
@@ -1332,8 +1442,13 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             return fail(vm, f, c);
         }
     } else {
-        callee = ev(vm, f, c);
-        if (callee.type == HD_V_ERR) return callee;
+        hd_value *p = c->kind == HD_AST_NAME ? plain_slot(f, c) : NULL;
+        if (p && !hd_is_uninit(*p)) {
+            hd_vref(callee = *p);
+        } else {
+            callee = ev(vm, f, c);
+            if (callee.type == HD_V_ERR) return callee;
+        }
     }
     int cap = n->n ? n->n : 1;
     hd_value args_buf[8];
@@ -1407,11 +1522,10 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         return v;
     }
     case HD_AST_BINARY: {
-        int64_t x, y;
         hd_value r;
         /* ints from literals and plain variables: no calls, no counts */
-        if (leaf_int(f, n->a, &x) && leaf_int(f, n->b, &y) && int_op_fast(n->op, x, y, &r))
-            return r;
+        const hd_fast *d = fast_of(vm, f, n);
+        if (d != &hd_nofast && fast_eval(f, d, &r)) return r;
         hd_value a = ev(vm, f, n->a);
         if (HD_UNLIKELY(a.type == HD_V_ERR)) return a;
         hd_value b = ev(vm, f, n->b);
@@ -1476,7 +1590,7 @@ static HD_NOINLINE int truth_slow(hd_vm *vm, hd_frame *f, const hd_ast *cond, in
 
 static HD_ALWAYS_INLINE int truth_of(hd_vm *vm, hd_frame *f, const hd_ast *cond, int *t) {
     hd_value c;
-    if (fast_value(f, cond, &c) && c.type == HD_V_BOOL) {
+    if (fast_value(vm, f, cond, &c) && c.type == HD_V_BOOL) {
         *t = c.as.b;
         return 1;
     }

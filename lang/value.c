@@ -767,6 +767,10 @@ int hd_value_truthy(hd_value v) {
     }
 }
 
+/* Lists nest without bound (l = [l] in a loop): deeper than this compares
+ * unequal and does not order, rather than exhausting the C stack. */
+#define HD_COMPARE_MAX_DEPTH 1000
+
 static int hd_value_equal_depth(hd_value a, hd_value b, int depth);
 
 static int hd_dict_equal(const hd_dict *x, hd_value bv, int depth) {
@@ -781,7 +785,7 @@ static int hd_dict_equal(const hd_dict *x, hd_value bv, int depth) {
 }
 
 static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
-    if (depth > 100) return 0;
+    if (depth > HD_COMPARE_MAX_DEPTH) return 0;
     if (a.type == HD_V_INT && b.type == HD_V_FLOAT) return (double)a.as.i == b.as.f;
     if (a.type == HD_V_FLOAT && b.type == HD_V_INT) return a.as.f == (double)b.as.i;
     if (a.type != b.type) return 0;
@@ -825,7 +829,13 @@ int hd_value_equal(hd_value a, hd_value b) {
     return hd_value_equal_depth(a, b, 0);
 }
 
+static int hd_value_compare_depth(hd_value a, hd_value b, int *ok, int depth);
+
 int hd_value_compare(hd_value a, hd_value b, int *ok) {
+    return hd_value_compare_depth(a, b, ok, 0);
+}
+
+static int hd_value_compare_depth(hd_value a, hd_value b, int *ok, int depth) {
     *ok = 1;
     if ((a.type == HD_V_INT || a.type == HD_V_FLOAT) &&
         (b.type == HD_V_INT || b.type == HD_V_FLOAT)) {
@@ -840,10 +850,10 @@ int hd_value_compare(hd_value a, hd_value b, int *ok) {
         if (c) return c < 0 ? -1 : 1;
         return (x->len > y->len) - (x->len < y->len);
     }
-    if (a.type == HD_V_LIST && b.type == HD_V_LIST) {
+    if (a.type == HD_V_LIST && b.type == HD_V_LIST && depth < HD_COMPARE_MAX_DEPTH) {
         hd_list *x = hd_as_list(a), *y = hd_as_list(b);
         for (int64_t i = 0; i < x->len && i < y->len; i++) {
-            int c = hd_value_compare(x->items[i], y->items[i], ok);
+            int c = hd_value_compare_depth(x->items[i], y->items[i], ok, depth + 1);
             if (!*ok || c) return c;
         }
         return (x->len > y->len) - (x->len < y->len);

@@ -67,6 +67,11 @@ typedef struct hd_ctx {
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;
     hd_grad_scope *grad_scope;
+    /* tracing (hd_trace.h): while a trace is active, hd_op_run records graph
+     * nodes instead of computing; serials tell one trace's tensors from
+     * another's */
+    struct hd_trace *trace;
+    uint32_t trace_serial;
 } hd_ctx;
 
 /* Project invariants only; never for conditions a user, file or host causes. */

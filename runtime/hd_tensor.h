@@ -37,6 +37,9 @@ typedef struct hd_tensor {
     hd_storage *storage;
     hd_ctx *ctx;
     void *grad_info; /* autograd's record (owned by autograd), or NULL */
+    /* a symbolic tensor made by a trace: (trace serial << 32) | (IR value
+     * id + 1); 0 for every other tensor (hd_trace.h) */
+    uint64_t trace_ref;
 } hd_tensor;
 
 /* Creation. Each returns a new reference, or NULL with an error in ctx. */

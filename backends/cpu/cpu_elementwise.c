@@ -675,7 +675,13 @@ __attribute__((target("avx,f16c"))) static void ew_f2h_f16c(uint16_t *restrict d
 
 /* Reads libgcc's CPU table, filled once at startup: cheap per block. */
 static inline int ew_have_f16c(void) {
+#if defined(__F16C__)
+    return 1; /* the build targets F16C already */
+#elif defined(__clang__)
+    return 0; /* clang 14 does not know "f16c" in __builtin_cpu_supports */
+#else
     return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+#endif
 }
 #else
 #define EW_F16C 0

@@ -1,0 +1,384 @@
+/* The interp compiler: runs the optimised graph node by node through the
+ * backend's run_op. Everything is decided at compile time: casts are nodes
+ * (hd_pass_lower), buffers come from the memory plan and are allocated
+ * once, views are made once over them, constants are placed on the device
+ * once. A run binds the inputs (zero-copy when they are contiguous on the
+ * device), gives the outputs fresh memory and calls the kernels in order. */
+#include "hd_compile.h"
+#include "hd_pass.h"
+
+#include <string.h>
+#include <time.h>
+
+typedef struct interp_step {
+    int op; /* hd_op or HD_IR_CALLBACK */
+    int nin;
+    hd_tensor *out;
+    hd_tensor **in;
+    const hd_attrs *attrs;
+    const hd_ir_callback *cb;
+} interp_step;
+
+struct hd_jit_exec {
+    hd_ctx *ctx;
+    const hd_backend *be;
+    int device;
+    hd_ir_graph *g; /* the optimised copy */
+    hd_ir_memplan plan;
+    hd_tensor **vals;    /* per value: its run-time tensor */
+    hd_tensor **buffers; /* per planned buffer: raw bytes */
+    hd_tensor **own_in;  /* per input: a buffer for inputs that cannot be bound */
+    char *fresh;         /* per value: an output given new memory at each run */
+    hd_tensor **results; /* per value: this run's fresh memory */
+    interp_step *steps;
+    hd_tensor **step_in;
+    int nsteps;
+    size_t steps_cap, step_in_cap; /* allocated lengths */
+    hd_jit_stats stats;
+};
+
+static double interp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static hd_status interp_available(hd_ctx *ctx, const hd_jit_options *opt) {
+    const hd_backend *be;
+    int dev;
+    if (hd_backend_parse_device(ctx, opt && opt->device ? opt->device : "cpu", &be, &dev))
+        return ctx->status;
+    return be->available(ctx, dev);
+}
+
+static void interp_free(hd_ctx *ctx, hd_jit_exec *e) {
+    if (!e) return;
+    int nv = e->g ? e->g->nvalues : 0, ni = e->g ? e->g->ninputs : 0;
+    if (e->vals)
+        for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
+    if (e->buffers)
+        for (int b = 0; b < e->plan.nbuffers; b++) hd_tensor_unref(e->buffers[b]);
+    if (e->own_in)
+        for (int i = 0; i < ni; i++) hd_tensor_unref(e->own_in[i]);
+    /* every table has one spare entry, so that none is of size 0 */
+    hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
+    hd_ctx_free(ctx, e->results, (size_t)(nv + 1) * sizeof *e->results);
+    hd_ctx_free(ctx, e->fresh, (size_t)nv + 1);
+    hd_ctx_free(ctx, e->buffers, (size_t)(e->plan.nbuffers + 1) * sizeof *e->buffers);
+    hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
+    hd_ctx_free(ctx, e->steps, e->steps_cap * sizeof *e->steps);
+    hd_ctx_free(ctx, e->step_in, e->step_in_cap * sizeof *e->step_in);
+    hd_ir_graph_free(e->g);
+    hd_ctx_free(ctx, e, sizeof *e);
+}
+
+/* A tensor with no memory of its own whose storage's data pointer a run
+ * sets: graph inputs and fresh outputs. */
+static hd_tensor *interp_slot(hd_jit_exec *e, const hd_ir_value *v) {
+    hd_tensor *t = hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
+    if (!t) return NULL;
+    t->storage->backend = e->be;
+    t->storage->device = e->device;
+    return t;
+}
+
+/* Value v as a contiguous tensor of its type over buffer b. */
+static hd_tensor *interp_in_buffer(hd_jit_exec *e, const hd_ir_value *v, hd_tensor *b) {
+    int64_t strides[HD_MAX_DIMS];
+    hd_contiguous_strides(v->shape, v->ndim, strides);
+    hd_tensor *t = hd_tensor_view(e->ctx, b, v->shape, strides, v->ndim, 0);
+    if (t) t->dtype = v->dtype;
+    return t;
+}
+
+/* The constant as a contiguous tensor on the executable's device. */
+static hd_tensor *interp_place_const(hd_jit_exec *e, hd_tensor *c) {
+    hd_ctx *ctx = e->ctx;
+    struct hd_trace *tr = ctx->trace;
+    ctx->trace = NULL;
+    hd_tensor *host = hd_tensor_contiguous(ctx, c);
+    ctx->trace = tr;
+    if (!host || e->be == host->storage->backend) return host;
+    hd_tensor *d = hd_tensor_new_on(ctx, e->be, e->device, c->dtype, c->shape, c->ndim);
+    if (d && e->be->from_host(ctx, e->device, d->storage->data, hd_tensor_data(host),
+                              hd_tensor_nbytes(host))) {
+        hd_tensor_unref(d);
+        d = NULL;
+    }
+    hd_tensor_unref(host);
+    return d;
+}
+
+/* A view node's tensor, over its input's, with the strides the view op
+ * gives (reshape inputs are contiguous: hd_pass_layout). */
+static hd_tensor *interp_view(hd_jit_exec *e, const hd_ir_node *n) {
+    const hd_tensor *x = e->vals[n->in[0]];
+    const hd_ir_value *y = &e->g->values[n->out];
+    const hd_attrs *a = &n->attrs;
+    int64_t strides[HD_MAX_DIMS], offset = x->offset;
+    switch (n->op) {
+    case HD_OP_PERMUTE:
+        for (int i = 0; i < y->ndim; i++)
+            strides[i] = x->strides[a->shape[i] < 0 ? a->shape[i] + x->ndim : a->shape[i]];
+        break;
+    case HD_OP_EXPAND: hd_broadcast_strides(x, y->shape, y->ndim, strides); break;
+    case HD_OP_SLICE: {
+        int k = 0;
+        for (int i = 0; i < x->ndim; i++) {
+            if (a->len[i] > 0) offset += a->start[i] * x->strides[i];
+            if (!(a->drop_mask & (1u << i))) strides[k++] = x->strides[i] * a->step[i];
+        }
+        break;
+    }
+    default: hd_contiguous_strides(y->shape, y->ndim, strides); break;
+    }
+    return hd_tensor_view(e->ctx, x, y->shape, strides, y->ndim, offset);
+}
+
+static hd_status interp_values(hd_jit_exec *e) {
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < g->ninputs; i++) {
+        int v = g->inputs[i].value;
+        if (!(e->vals[v] = interp_slot(e, &g->values[v]))) return e->ctx->status;
+    }
+    for (int i = 0; i < g->nconsts; i++) {
+        int v = g->consts[i].value;
+        if (!(e->vals[v] = interp_place_const(e, g->consts[i].t))) return e->ctx->status;
+        e->stats.consts++;
+        e->stats.const_bytes += hd_tensor_nbytes(e->vals[v]);
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        int v = g->outputs[i].value;
+        e->fresh[v] = g->values[v].kind == HD_IR_VALUE_NODE && e->plan.root[v] == v;
+    }
+    for (int b = 0; b < e->plan.nbuffers; b++) {
+        int64_t n = (int64_t)e->plan.buffer_bytes[b];
+        if (!(e->buffers[b] = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1)))
+            return e->ctx->status;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        int v = n->out;
+        if (v < 0) continue;
+        hd_tensor *t;
+        if (hd_op_infos[n->op].kind == HD_KIND_VIEW)
+            t = interp_view(e, n);
+        else if (e->fresh[v])
+            t = interp_slot(e, &g->values[v]);
+        else
+            t = interp_in_buffer(e, &g->values[v], e->buffers[e->plan.buffer[v]]);
+        if (!t) return e->ctx->status;
+        e->vals[v] = t;
+    }
+    return HD_OK;
+}
+
+static hd_status interp_steps(hd_jit_exec *e) {
+    hd_ir_graph *g = e->g;
+    size_t nsteps = 1, nin = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW) continue;
+        nsteps++;
+        nin += (size_t)n->nin;
+    }
+    if (!(e->steps = hd_ctx_calloc(e->ctx, nsteps, sizeof *e->steps))) return e->ctx->status;
+    e->steps_cap = nsteps;
+    if (!(e->step_in = hd_ctx_calloc(e->ctx, nin, sizeof *e->step_in))) return e->ctx->status;
+    e->step_in_cap = nin;
+    int s = 0, k0 = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW) continue;
+        interp_step *st = &e->steps[s++];
+        st->op = n->op;
+        st->nin = n->nin;
+        st->in = e->step_in + k0;
+        for (int k = 0; k < n->nin; k++) st->in[k] = e->vals[n->in[k]];
+        k0 += n->nin;
+        st->attrs = &n->attrs;
+        if (n->op == HD_IR_CALLBACK) {
+            st->cb = &n->cb;
+            continue;
+        }
+        st->out = e->vals[n->out];
+        hd_dtype dt = n->nin ? st->in[0]->dtype : st->out->dtype;
+        if (!e->be->supports_op((hd_op)n->op, dt))
+            return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
+                            hd_op_name((hd_op)n->op), hd_dtype_name(dt), e->be->name);
+        e->stats.kernels++;
+    }
+    e->nsteps = s;
+    return HD_OK;
+}
+
+static hd_status interp_setup(hd_jit_exec *e, const hd_jit_options *opt) {
+    hd_ctx *ctx = e->ctx;
+    hd_ir_graph *g = e->g;
+    if (hd_jit_optimize(ctx, g, opt, &e->stats)) return ctx->status;
+    hd_pass_memplan_options mo = {opt->no_reuse, opt->no_inplace};
+    if (hd_pass_memplan(g, &mo, &e->plan)) return ctx->status;
+    size_t nv = (size_t)g->nvalues;
+    e->vals = hd_ctx_calloc(ctx, nv + 1, sizeof *e->vals);
+    e->results = hd_ctx_calloc(ctx, nv + 1, sizeof *e->results);
+    e->fresh = hd_ctx_calloc(ctx, nv + 1, 1);
+    e->buffers = hd_ctx_calloc(ctx, (size_t)e->plan.nbuffers + 1, sizeof *e->buffers);
+    e->own_in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->own_in);
+    if (!e->vals || !e->results || !e->fresh || !e->buffers || !e->own_in) return ctx->status;
+    e->stats.planned_bytes = e->plan.planned_bytes;
+    e->stats.naive_bytes = e->plan.naive_bytes;
+    e->stats.inplace = e->plan.ninplace;
+    return interp_values(e) || interp_steps(e) ? ctx->status : HD_OK;
+}
+
+static hd_status interp_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
+                                hd_jit_exec **out) {
+    double t0 = interp_now();
+    hd_jit_options def;
+    *out = NULL;
+    if (!opt) {
+        hd_jit_options_init(&def);
+        opt = &def;
+    }
+    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
+    if (!e) return ctx->status;
+    e->ctx = ctx;
+    if (hd_backend_parse_device(ctx, opt->device ? opt->device : "cpu", &e->be, &e->device) ||
+        e->be->available(ctx, e->device) || !(e->g = hd_ir_graph_clone(g)) ||
+        interp_setup(e, opt)) {
+        interp_free(ctx, e);
+        return ctx->status;
+    }
+    e->stats.compile_seconds = interp_now() - t0;
+    *out = e;
+    return HD_OK;
+}
+
+/* Point input slot i at the caller's tensor, or copy it into the
+ * executable's own buffer when it is strided or elsewhere. */
+static hd_status interp_bind_input(hd_jit_exec *e, int i, hd_tensor *t) {
+    hd_ctx *ctx = e->ctx;
+    hd_tensor *slot = e->vals[e->g->inputs[i].value];
+    const hd_storage *s = t->storage;
+    if (s->backend == e->be && s->device == e->device && hd_tensor_is_contiguous(t)) {
+        slot->storage->data = hd_tensor_data(t);
+        return HD_OK;
+    }
+    if (s->backend != e->be)
+        return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
+                        e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
+    if (!e->own_in[i] &&
+        !(e->own_in[i] = hd_tensor_new_on(ctx, e->be, e->device, t->dtype, t->shape, t->ndim)))
+        return ctx->status;
+    static const hd_attrs none;
+    if (t->numel && e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none)) return ctx->status;
+    slot->storage->data = e->own_in[i]->storage->data;
+    return HD_OK;
+}
+
+static hd_status interp_bind_outputs(hd_jit_exec *e) {
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < g->noutputs; i++) {
+        int v = g->outputs[i].value;
+        if (!e->fresh[v] || e->results[v]) continue;
+        const hd_ir_value *val = &g->values[v];
+        e->results[v] =
+            hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        if (!e->results[v]) return e->ctx->status;
+        e->vals[v]->storage->data = e->results[v]->storage->data;
+    }
+    return HD_OK;
+}
+
+static hd_status interp_exec_steps(hd_jit_exec *e) {
+    hd_ctx *ctx = e->ctx;
+    for (int s = 0; s < e->nsteps; s++) {
+        const interp_step *st = &e->steps[s];
+        hd_status r;
+        if (st->op == HD_IR_CALLBACK)
+            r = st->cb->fn(ctx, st->cb->ud, st->in, st->nin);
+        else if (st->out->numel == 0)
+            r = HD_OK;
+        else
+            r = e->be->run_op(ctx, (hd_op)st->op, st->out, st->in, st->nin, st->attrs);
+        if (r) return r;
+    }
+    return HD_OK;
+}
+
+/* Output i for the caller: this run's fresh memory, or a copy of a value
+ * the executable keeps (an input, a constant, a view). */
+static hd_status interp_output(hd_jit_exec *e, int i, hd_tensor **out) {
+    int v = e->g->outputs[i].value;
+    if (e->fresh[v]) {
+        *out = hd_tensor_ref(e->results[v]);
+        return HD_OK;
+    }
+    hd_tensor *src = e->vals[v];
+    hd_tensor *t = hd_tensor_new_on(e->ctx, e->be, e->device, src->dtype, src->shape, src->ndim);
+    if (!t) return e->ctx->status;
+    static const hd_attrs none;
+    if (t->numel && e->be->run_op(e->ctx, HD_OP_COPY, t, &src, 1, &none)) {
+        hd_tensor_unref(t);
+        return e->ctx->status;
+    }
+    *out = t;
+    return HD_OK;
+}
+
+static void interp_unbind(hd_jit_exec *e) {
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < g->ninputs; i++) e->vals[g->inputs[i].value]->storage->data = NULL;
+    for (int i = 0; i < g->noutputs; i++) {
+        int v = g->outputs[i].value;
+        if (!e->fresh[v]) continue;
+        e->vals[v]->storage->data = NULL;
+        hd_tensor_unref(e->results[v]);
+        e->results[v] = NULL;
+    }
+}
+
+static hd_status interp_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
+                            hd_tensor **outputs, int noutputs) {
+    double t0 = interp_now();
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
+    if (noutputs != g->noutputs)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
+                        g->noutputs, noutputs);
+    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
+    hd_status st = HD_OK;
+    for (int i = 0; i < ninputs && !st; i++) st = interp_bind_input(e, i, inputs[i]);
+    if (!st) st = interp_bind_outputs(e);
+    if (!st) st = interp_exec_steps(e);
+    for (int i = 0; i < noutputs && !st; i++) st = interp_output(e, i, &outputs[i]);
+    interp_unbind(e);
+    if (st) {
+        for (int i = 0; i < noutputs; i++) {
+            hd_tensor_unref(outputs[i]);
+            outputs[i] = NULL;
+        }
+        return st;
+    }
+    e->stats.runs++;
+    e->stats.run_seconds += interp_now() - t0;
+    return HD_OK;
+}
+
+static void interp_stats(const hd_jit_exec *e, hd_jit_stats *st) {
+    *st = e->stats;
+}
+
+static const hd_ir_graph *interp_graph(const hd_jit_exec *e) {
+    return e->g;
+}
+
+const hd_jit_compiler hd_jit_interp = {
+    /* .name = */ "interp",
+    /* .available = */ interp_available,
+    /* .compile = */ interp_compile,
+    /* .run = */ interp_run,
+    /* .free = */ interp_free,
+    /* .stats = */ interp_stats,
+    /* .graph = */ interp_graph,
+};

@@ -1,0 +1,93 @@
+/* hd_script: scripts (SPEC §9) and the .hoduscript file format.
+ *
+ * A script is a named graph with named inputs and outputs, the tensors
+ * bound to its inputs, a compiler and device, and the executable compiled
+ * from it on first use. The language's script("name") { ... } block traces
+ * its body (hd_trace.h) and hands the graph to hd_script_new;
+ * load_script(path) is hd_script_load.
+ *
+ * A .hoduscript file (docs/hoduscript.md) holds the graph with op names,
+ * attributes, input and output names, types, and the constants' bytes,
+ * protected by a CRC-32. Loading validates every field before allocating
+ * for it, re-runs every shape rule, and never runs code. */
+#ifndef HD_SCRIPT_H
+#define HD_SCRIPT_H
+
+#include "hd_compile.h"
+#include "hd_ir.h"
+
+#define HD_SCRIPT_MAGIC   "HODUSCRP"
+#define HD_SCRIPT_VERSION 1
+
+/* ---- the file format ---- */
+
+/* Serialise g into a new buffer (hd_ctx_alloc; free with hd_ctx_free(ctx,
+ * *data, *size)). Graphs with host callbacks cannot be saved. */
+hd_status hd_script_encode(hd_ctx *ctx, const hd_ir_graph *g, unsigned char **data, size_t *size);
+/* Parse and validate a buffer into a new graph. */
+hd_status hd_script_decode(hd_ctx *ctx, const unsigned char *data, size_t size, hd_ir_graph **out);
+hd_status hd_script_save_graph(hd_ctx *ctx, const hd_ir_graph *g, const char *path);
+/* Files larger than max_bytes (0: 1 GiB) are refused before reading. */
+hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, hd_ir_graph **out);
+
+/* ---- script objects ---- */
+
+typedef struct hd_script hd_script;
+
+/* A script over g, which it takes (freed with the script, or on error). */
+hd_script *hd_script_new(hd_ctx *ctx, hd_ir_graph *g);
+void hd_script_free(hd_script *s);
+hd_status hd_script_load(hd_ctx *ctx, const char *path, hd_script **out);
+hd_status hd_script_save(hd_script *s, const char *path);
+
+const char *hd_script_name(const hd_script *s);
+/* The traced graph (not optimised); the optimised one once compiled. */
+const hd_ir_graph *hd_script_graph(const hd_script *s);
+const hd_ir_graph *hd_script_compiled_graph(const hd_script *s);
+
+/* s.inputs / s.outputs: name, dtype, shape of entry i. */
+typedef struct hd_script_port {
+    const char *name;
+    hd_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+} hd_script_port;
+int hd_script_ninputs(const hd_script *s);
+int hd_script_noutputs(const hd_script *s);
+void hd_script_input_info(const hd_script *s, int i, hd_script_port *p);
+void hd_script_output_info(const hd_script *s, int i, hd_script_port *p);
+
+/* Bind a tensor (a reference is held) to input name; the error names the
+ * input, what it expects and what it got. */
+hd_status hd_script_set_input(hd_script *s, const char *name, hd_tensor *t);
+void hd_script_clear_inputs(hd_script *s);
+
+/* Compile now (explicit warm-up); a no-op when already compiled. */
+hd_status hd_script_compile(hd_script *s);
+/* Run with the bound inputs (compiling first if needed). The outputs of the
+ * last run stay in the script until the next run. */
+hd_status hd_script_run(hd_script *s);
+/* Output of the last run by name or index: borrowed, NULL if none. */
+hd_tensor *hd_script_output(const hd_script *s, const char *name);
+hd_tensor *hd_script_output_at(const hd_script *s, int i);
+
+/* Both drop the compiled executable; the next run compiles again. */
+hd_status hd_script_set_compiler(hd_script *s, const char *name);
+hd_status hd_script_set_device(hd_script *s, const char *device);
+const char *hd_script_compiler(const hd_script *s);
+const char *hd_script_device(const hd_script *s);
+
+typedef struct hd_script_stats {
+    int compiled;  /* an executable exists */
+    uint64_t runs; /* runs of the current executable */
+    uint64_t compiles;
+    hd_jit_stats jit; /* of the current executable (zero before compiling) */
+} hd_script_stats;
+void hd_script_stats_get(const hd_script *s, hd_script_stats *st);
+
+/* s.ir() and s.dot(): the compiled graph once compiled, else the traced
+ * one. Strings from hd_ctx_alloc, freed with hd_ctx_strfree. */
+char *hd_script_ir(const hd_script *s);
+char *hd_script_dot(const hd_script *s);
+
+#endif

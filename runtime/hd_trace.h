@@ -1,0 +1,67 @@
+/* hd_trace: tracing compiled code into a graph (hd_ir.h).
+ *
+ *   hd_trace_begin(ctx, "f");
+ *   hd_tensor *x = hd_trace_input(ctx, "x", HD_F32, shape, 2);  // symbolic
+ *   hd_op_run(ctx, HD_OP_EXP, &x, 1, NULL, &y);                 // records a node
+ *   hd_trace_output(ctx, "y", y);
+ *   hd_trace_end(ctx, &graph);
+ *
+ * While a trace is active every hd_op_run call validates its inputs with the
+ * op's shape rule, then records a node and returns a symbolic tensor (views
+ * too) instead of computing. Tensors with data that reach an op become
+ * constants of the graph (one constant per tensor, held by reference).
+ * In-place assignment (the assign op) is rejected: a traced value has no
+ * storage to write to, and the graph is functional (see docs/ir.md).
+ *
+ * One trace per context at a time; the language inlines a compiled function
+ * called from compiled code. */
+#ifndef HD_TRACE_H
+#define HD_TRACE_H
+
+#include "hd_ir.h"
+
+typedef struct hd_trace hd_trace;
+
+hd_status hd_trace_begin(hd_ctx *ctx, const char *name);
+/* Is a trace active on ctx? */
+static inline int hd_trace_active(const hd_ctx *ctx) {
+    return ctx->trace != NULL;
+}
+/* Declare a graph input: a new symbolic tensor (new reference). */
+hd_tensor *hd_trace_input(hd_ctx *ctx, const char *name, hd_dtype dt, const int64_t *shape,
+                          int ndim);
+/* Name a value as a graph output. t may be symbolic or a plain tensor (it
+ * becomes a constant output). */
+hd_status hd_trace_output(hd_ctx *ctx, const char *name, hd_tensor *t);
+/* Record a host call made at every run with the run's values of args
+ * (print inside compiled code). */
+hd_status hd_trace_callback(hd_ctx *ctx, const hd_ir_callback *cb, hd_tensor *const *args,
+                            int nargs);
+/* Finish: the graph (verified), owned by the caller. The trace ends even on
+ * error. */
+hd_status hd_trace_end(hd_ctx *ctx, hd_ir_graph **out);
+/* Abandon the active trace (an error in the traced body); no-op if none. */
+void hd_trace_abort(hd_ctx *ctx);
+
+/* The IR value a tensor stands for in the active trace: its node value if it
+ * is one of this trace's symbolic tensors, else a constant (captured now if
+ * new). -1 with an error for a symbolic tensor of another trace. */
+int hd_trace_value(hd_ctx *ctx, hd_tensor *t);
+
+/* Is t symbolic (no data: made by a trace)? */
+static inline int hd_tensor_is_symbolic(const hd_tensor *t) {
+    return t->storage == NULL;
+}
+
+/* Reading a symbolic tensor's data (item(), printing values, a condition)
+ * is an error: HD_ERR_RUNTIME with a message that starts with
+ * "branch on tensor data inside compiled code" for a condition (what names
+ * the reader: "if", "while", "item()", "print"). HD_OK for a tensor with data. */
+hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what);
+
+/* The hook hd_op_run calls while a trace is active (after the shape rule
+ * made plan): records the node and returns its symbolic result in *out. */
+hd_status hd_trace_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                          const hd_attrs *attrs, const hd_op_plan *plan, hd_tensor **out);
+
+#endif

@@ -1,0 +1,147 @@
+/* The hodu program's command line: options, exit statuses (0 ok, 1 program
+ * error, 2 usage error), standard input, program arguments, and Ctrl-C
+ * stopping a running loop with an "interrupted" error.
+ *
+ * usage: test_cli HODU */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures, checks;
+static const char *hodu;
+
+typedef struct {
+    int status;
+    char out[8192], err[8192];
+} result;
+
+static void slurp(int fd, char *buf, size_t n) {
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < n && (r = read(fd, buf + len, n - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+}
+
+/* Run hodu with argv (NULL-terminated, after the program name), feeding
+ * input on standard input; after interrupt_ms milliseconds (when > 0) send
+ * SIGINT. */
+static result run(const char *const *args, const char *input, int interrupt_ms) {
+    result res;
+    memset(&res, 0, sizeof res);
+    char outp[] = "/tmp/hodu_cli_outXXXXXX", errp[] = "/tmp/hodu_cli_errXXXXXX";
+    int fo = mkstemp(outp), fe = mkstemp(errp), in[2];
+    if (fo < 0 || fe < 0 || pipe(in) < 0) {
+        res.status = -1;
+        return res;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        close(in[1]);
+        const char *argv[32];
+        int a = 0;
+        argv[a++] = hodu;
+        for (int i = 0; args[i] && a < 31; i++) argv[a++] = args[i];
+        argv[a] = NULL;
+        execv(hodu, (char *const *)argv);
+        _exit(127);
+    }
+    close(in[0]);
+    if (input && write(in[1], input, strlen(input)) < 0) res.status = -1;
+    close(in[1]);
+    if (interrupt_ms > 0) {
+        struct timespec ts = {interrupt_ms / 1000, (long)(interrupt_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGINT);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    res.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    lseek(fo, 0, SEEK_SET);
+    lseek(fe, 0, SEEK_SET);
+    slurp(fo, res.out, sizeof res.out);
+    slurp(fe, res.err, sizeof res.err);
+    unlink(outp);
+    unlink(errp);
+    return res;
+}
+
+#define EXPECT(cond, what, r)                                                                      \
+    do {                                                                                           \
+        checks++;                                                                                  \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "%s:%d: %s: status %d\nstdout: %s\nstderr: %s\n", __FILE__, __LINE__,  \
+                    what, (r).status, (r).out, (r).err);                                           \
+        }                                                                                          \
+    } while (0)
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_cli HODU\n");
+        return 2;
+    }
+    hodu = argv[1];
+    result r;
+
+    r = run((const char *[]){"--version", NULL}, NULL, 0);
+    EXPECT(r.status == 0 && strncmp(r.out, "hodu ", 5) == 0, "--version", r);
+    r = run((const char *[]){"--help", NULL}, NULL, 0);
+    EXPECT(r.status == 0 && strstr(r.out, "usage: hodu"), "--help", r);
+    r = run((const char *[]){"--bogus", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && strstr(r.err, "unknown option --bogus"), "unknown option", r);
+    r = run((const char *[]){"/nonexistent/x.hodu", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && strstr(r.err, "cannot read /nonexistent/x.hodu"), "missing file", r);
+    r = run((const char *[]){"-e", NULL}, NULL, 0);
+    EXPECT(r.status == 2, "-e without code", r);
+    r = run((const char *[]){"check", NULL}, NULL, 0);
+    EXPECT(r.status == 2, "check without a file", r);
+
+    r = run((const char *[]){"-e", "print(1 + 1)", NULL}, NULL, 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "2\n") == 0 && !r.err[0], "-e", r);
+    r = run((const char *[]){"-e", "print(args())", "a", "b c", NULL}, NULL, 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "[\"a\", \"b c\"]\n") == 0, "-e args", r);
+    r = run((const char *[]){"-e", "print(", NULL}, NULL, 0);
+    EXPECT(r.status == 1 && strstr(r.err, "-e:1:7: error:"), "syntax error", r);
+    r = run((const char *[]){"-e", "print(\"before\")\nprint(1 / 0)", NULL}, NULL, 0);
+    EXPECT(r.status == 1 && strcmp(r.out, "before\n") == 0 &&
+               strstr(r.err, "-e:2:7: error: division by zero\n  print(1 / 0)\n        ^~~~~\n"),
+           "runtime error", r);
+
+    r = run((const char *[]){"-", "x", NULL}, "print(args(), 3)\n", 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "[\"x\"] 3\n") == 0, "- reads stdin", r);
+    r = run((const char *[]){NULL}, "print(\"piped\")\n", 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "piped\n") == 0, "stdin that is not a terminal", r);
+    r = run((const char *[]){"-", NULL}, "let x = \nprint(x)", 0);
+    EXPECT(r.status == 1 && strstr(r.err, "<stdin>:"), "stdin syntax error", r);
+
+    char path[] = "/tmp/hodu_cli_checkXXXXXX";
+    int fd = mkstemp(path);
+    const char bad[] = "print(a)\nb = 1\n";
+    if (fd >= 0 && write(fd, bad, sizeof bad - 1) == (ssize_t)(sizeof bad - 1)) {
+        close(fd);
+        r = run((const char *[]){"check", path, NULL}, NULL, 0);
+        EXPECT(r.status == 1 && strstr(r.err, "unknown name 'a'") &&
+                   strstr(r.err, "assignment to undeclared name 'b'") && !r.out[0],
+               "check reports every error", r);
+        r = run((const char *[]){path, NULL}, NULL, 0);
+        EXPECT(r.status == 1 && !r.out[0], "name errors stop the run before it starts", r);
+    }
+    unlink(path);
+
+    r = run((const char *[]){"-e", "print(\"go\")\nlet i = 0\nwhile true { i += 1 }", NULL}, NULL,
+            300);
+    EXPECT(r.status == 1 && strstr(r.err, "error: interrupted") && strstr(r.err, "-e:3:"),
+           "Ctrl-C stops a loop", r);
+
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures ? 1 : 0;
+}
