@@ -5,13 +5,15 @@
 # with find_package (shared and static), runs each, and checks that the
 # installed program and library find the installed standard modules.
 #
-#   install_test.sh CMAKE BUILD_DIR EXAMPLE_DIR
+#   install_test.sh CMAKE BUILD_DIR EXAMPLE_DIR [SCRIPT.hoduscript]
+# With a script, each build of the example also runs it.
 # HODU_HOST_FLAGS: extra compile and link flags for the hosts (sanitizers).
 set -eu
 
 cmake=$1
 build=$2
 example=$3
+script=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 cc=${CC:-cc}
 flags=${HODU_HOST_FLAGS:-}
@@ -60,14 +62,26 @@ predict(x) [4, 2]:
     0.6000   0.0000
 EOF
 
-check_run() { # name, command...
-    name=$1
-    shift
+sed 's/^predict(x)/script output y/' "$tmp/expected" >"$tmp/expected-script"
+
+run_compare() { # expected, name, command...
+    want=$1
+    name=$2
+    shift 2
     "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" ||
         { cat "$tmp/$name.err" >&2; fail "$name: the example failed"; }
-    cmp -s "$tmp/expected" "$tmp/$name.out" ||
-        { diff "$tmp/expected" "$tmp/$name.out" >&2 || true; fail "$name: unexpected output"; }
+    cmp -s "$want" "$tmp/$name.out" ||
+        { diff "$want" "$tmp/$name.out" >&2 || true; fail "$name: unexpected output"; }
     echo "$name: ok"
+}
+
+check_run() { # name, command... (from source, then the script if given)
+    name=$1
+    shift
+    run_compare "$tmp/expected" "$name" "$@"
+    if [ -n "$script" ]; then
+        run_compare "$tmp/expected-script" "$name-script" "$@" "$script"
+    fi
 }
 
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
