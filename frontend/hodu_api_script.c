@@ -1,20 +1,9 @@
 /* hodu_api_script: saved scripts (.hoduscript) in the embedding API, over
- * runtime/hd_script.h. Built without the script layer, hodu_script_load
- * fails with a clear error and nothing else can be reached. */
+ * runtime/hd_script.h. */
 #include "hodu_api_int.h"
+#include "hd_script.h"
 
 #include <string.h>
-
-#if __has_include("hd_script.h")
-#include "hd_script.h"
-#define HD_API_HAVE_SCRIPTS 1
-#else
-#define HD_API_HAVE_SCRIPTS 0
-typedef struct hd_script hd_script;
-static void hd_script_free(hd_script *s) {
-    (void)s;
-}
-#endif
 
 struct hodu_script {
     hodu_vm *owner;
@@ -41,8 +30,6 @@ void hodu_script_free(hodu_script *hs) {
 void hd_api_free_scripts(hodu_vm *h) {
     while (h->scripts) hodu_script_free(h->scripts);
 }
-
-#if HD_API_HAVE_SCRIPTS
 
 hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
     if (!h) return NULL;
@@ -108,37 +95,3 @@ hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
     }
     return hd_api_handle(h, t);
 }
-
-#else /* built without the script layer */
-
-hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
-    if (!h) return NULL;
-    hd_api_begin(h);
-    if (!path) {
-        hd_api_arg_error(h, "hodu_script_load", "path is NULL");
-        return NULL;
-    }
-    hd_vm_error(h->vm, HD_ERR_RUNTIME, "hodu_script_load: scripts are not available in this build");
-    return NULL;
-}
-
-/* No script can exist: every handle passed here is invalid. */
-hodu_status hodu_script_set_input(hodu_script *hs, const char *name, hodu_tensor *t) {
-    (void)hs;
-    (void)name;
-    (void)t;
-    return HODU_ERROR_ARGUMENT;
-}
-
-hodu_status hodu_script_run(hodu_script *hs) {
-    (void)hs;
-    return HODU_ERROR_ARGUMENT;
-}
-
-hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
-    (void)hs;
-    (void)name;
-    return NULL;
-}
-
-#endif
