@@ -110,7 +110,9 @@ hodu_vm *hodu_vm_new(const hodu_options *opts) {
 }
 
 void hodu_vm_free(hodu_vm *h) {
-    if (!h) return;
+    /* From a hook while the VM runs: refused (the frames on the C stack
+     * still use it); there is no status to return. */
+    if (!h || h->busy) return;
     hd_api_free_scripts(h);
     while (h->tensors) hodu_tensor_release(h->tensors);
     hd_vm *vm = h->vm;
@@ -347,7 +349,8 @@ hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int n
     if (nargs > HD_CALL_STACK_ARGS &&
         !(av = hd_ctx_alloc(hd_vm_ctx(vm), (size_t)nargs * sizeof *av)))
         return hd_api_ctx_error(h);
-    for (int i = 0; i < nargs; i++) av[i] = hd_tensor_value(args[i]->t); /* borrowed */
+    /* references of their own: a hook may release the handles meanwhile */
+    for (int i = 0; i < nargs; i++) av[i] = hd_tensor_value(hd_tensor_ref(args[i]->t));
     hd_status st = find_callee(h, fn_name, &callee);
     if (st == HD_OK) {
         vm->steps = 0;
@@ -357,6 +360,7 @@ hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int n
         h->busy = 0;
         hd_value_unref(vm, callee);
     }
+    for (int i = 0; i < nargs; i++) hd_tensor_unref(av[i].as.t);
     if (av != stack) hd_ctx_free(hd_vm_ctx(vm), av, (size_t)nargs * sizeof *av);
     if (st != HD_OK) return (hodu_status)st;
     if (!result) {

@@ -100,7 +100,8 @@ HODU_API void hodu_options_init(hodu_options *opts);   /* the defaults, file acc
 /* NULL opts: defaults (file access, no limits). Returns NULL when memory
  * runs out, memory_limit is too small for the VM itself, or opts is bad. */
 HODU_API hodu_vm *hodu_vm_new(const hodu_options *opts);
-/* Frees the VM, its globals, and every handle of it still alive. */
+/* Frees the VM, its globals, and every handle of it still alive. Ignored
+ * when called from a hook while the VM runs. */
 HODU_API void hodu_vm_free(hodu_vm *vm);
 /* Make the running hodu_eval / hodu_call stop with HODU_ERROR_LIMIT
  * ("interrupted") at its next loop iteration or call. Safe from another

@@ -142,6 +142,7 @@ typedef struct captured {
     int calls;
     hodu_vm *vm; /* for the reentrancy test */
     hodu_status inner;
+    hodu_tensor *release; /* a handle the hook releases */
 } captured;
 
 static void capture_write(void *ud, const char *s, size_t n) {
@@ -186,6 +187,9 @@ static void reentrant_write(void *ud, const char *s, size_t n) {
     if (hodu_set_global(c->vm, "x", t) == HODU_OK) c->inner = HODU_OK;
     if (hodu_call(c->vm, "print", &t, 1, NULL) == HODU_OK) c->inner = HODU_OK;
     hodu_tensor_release(t);
+    hodu_vm_free(c->vm); /* ignored while the VM runs */
+    hodu_tensor_release(c->release);
+    c->release = NULL;
 }
 
 static void test_reentrancy(void) {
@@ -204,6 +208,13 @@ static void test_reentrancy(void) {
     CHECK_OK(vm, hodu_get_global_number(vm, "after", &d));
     CHECK(d == 2);
     CHECK(hodu_get_global_tensor(vm, "nested") == NULL);
+    /* the hook releases the handle passed to the running call */
+    int64_t shape[1] = {3};
+    c.release = hodu_tensor_new(vm, HODU_F32, shape, 1);
+    hodu_tensor *arg = c.release;
+    c.len = 0;
+    CHECK_OK(vm, hodu_call(vm, "print", &arg, 1, NULL));
+    CHECK(c.release == NULL && strstr(c.text, "tensor([0., 0., 0.])") != NULL);
     hodu_vm_free(vm);
 }
 
