@@ -46,6 +46,11 @@ void hodu_options_init(hodu_options *opts) {
 
 /* ---- errors ---- */
 
+/* "a" or "an" before a type name ("an int", "a list"). */
+static const char *article(const char *word) {
+    return strchr("aeiou", word[0]) && word[0] ? "an" : "a";
+}
+
 hodu_status hd_api_arg_error(hodu_vm *h, const char *fn, const char *fmt, ...) {
     char msg[HD_ERRMSG_MAX];
     va_list ap;
@@ -230,9 +235,10 @@ hodu_tensor *hodu_get_global_tensor(hodu_vm *h, const char *name) {
     hd_value *v = find_global(h, "hodu_get_global_tensor", name);
     if (!v) return NULL;
     if (v->type != HD_V_TENSOR) {
+        const char *type = hd_value_type_name(*v);
         hd_vm_error(h->vm, HD_ERR_RUNTIME,
-                    "hodu_get_global_tensor: global '%s' is a %s, not a tensor", name,
-                    hd_value_type_name(*v));
+                    "hodu_get_global_tensor: global '%s' is %s %s, not a tensor", name,
+                    article(type), type);
         return NULL;
     }
     return hd_api_handle(h, v->as.t);
@@ -256,9 +262,11 @@ hodu_status hodu_get_global_number(hodu_vm *h, const char *name, double *out) {
         break;
     default: break;
     }
-    return (hodu_status)hd_vm_error(
-        h->vm, HD_ERR_RUNTIME, "hodu_get_global_number: global '%s' is a %s, not a number", name,
-        v->type == HD_V_TENSOR ? "tensor of several elements" : hd_value_type_name(*v));
+    const char *type =
+        v->type == HD_V_TENSOR ? "tensor of several elements" : hd_value_type_name(*v);
+    return (hodu_status)hd_vm_error(h->vm, HD_ERR_RUNTIME,
+                                    "hodu_get_global_number: global '%s' is %s %s, not a number",
+                                    name, article(type), type);
 }
 
 /* ---- calls ---- */
@@ -309,9 +317,10 @@ static hodu_status call_result(hodu_vm *h, const char *fn_name, hd_value v, hodu
         if ((t = hd_tensor_new(ctx, HD_I64, NULL, 0))) *(int64_t *)hd_tensor_data(t) = v.as.i;
         break;
     default: {
+        const char *type = hd_value_type_name(v);
         hodu_status st = (hodu_status)hd_vm_error(
-            h->vm, HD_ERR_RUNTIME, "hodu_call: %s returned a %s, not a tensor or a number", fn_name,
-            hd_value_type_name(v));
+            h->vm, HD_ERR_RUNTIME, "hodu_call: %s returned %s %s, not a tensor or a number",
+            fn_name, article(type), type);
         hd_value_unref(h->vm, v);
         return st;
     }

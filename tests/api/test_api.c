@@ -318,7 +318,7 @@ static void test_globals(void) {
                            "let one = tensor([4.0])\nlet many = ones([2])",
                            NULL));
     CHECK(hodu_get_global_tensor(vm, "i") == NULL);
-    CHECK_ERR(vm, "global 'i' is a int, not a tensor");
+    CHECK_ERR(vm, "global 'i' is an int, not a tensor");
     CHECK(hodu_get_global_tensor(vm, "l") == NULL);
     CHECK_ERR(vm, "not a tensor");
     CHECK(hodu_get_global_tensor(vm, "print") == NULL); /* a builtin: not a tensor */
