@@ -4,6 +4,7 @@
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 #include "tensor_print.h"
+#include "vm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -601,6 +602,8 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
         if (hd_vm_def_value(vm, hd_dtype_name((hd_dtype)d), hd_dtype_value((hd_dtype)d)))
             return HD_ERR_MEMORY;
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+        /* Without file access the file functions do not exist at all. */
+        if (tables[k] == &hd_tfuncs_io && !hd_vm_allow_io(vm)) continue;
         for (int i = 0; i < tables[k]->n; i++) {
             const hd_tfunc *f = &tables[k]->rows[i];
             if (!(f->flags & HD_TF_GLOBAL)) continue;

@@ -139,7 +139,7 @@ struct hd_vm {
     hd_frame *frame;
     int depth, max_depth;
     uint64_t steps, max_steps;
-    volatile sig_atomic_t interrupted;
+    _Atomic int interrupted; /* set by hd_vm_interrupt, maybe from another thread */
     int repl;
 
     /* error state */
