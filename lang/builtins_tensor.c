@@ -5,6 +5,7 @@
 #include "compiled.h"
 #include "hd_backend.h"
 #include "tensor_print.h"
+#include "vm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -600,8 +601,9 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 
 /* ---- registration ---- */
 
-static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
-                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io};
+static const hd_tfunc_table *const tables[] = {
+    &hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,  &hd_tfuncs_nn,  &hd_tfuncs_misc,
+    &hd_tfuncs_io,     &hd_tfuncs_grad, &hd_tfuncs_module, &hd_tfuncs_data};
 
 /* The evaluator refers to the tensor API weakly (it runs without it), and
  * a static library only contributes the objects something refers to
@@ -619,13 +621,16 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
         if (hd_vm_def_value(vm, hd_dtype_name((hd_dtype)d), hd_dtype_value((hd_dtype)d)))
             return HD_ERR_MEMORY;
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+        /* Without file access the file functions do not exist at all. */
+        if (tables[k] == &hd_tfuncs_io && !hd_vm_allow_io(vm)) continue;
         for (int i = 0; i < tables[k]->n; i++) {
             const hd_tfunc *f = &tables[k]->rows[i];
             if (!(f->flags & HD_TF_GLOBAL)) continue;
             if (hd_vm_def_native(vm, f->name, f->fn, (void *)f)) return HD_ERR_MEMORY;
         }
     }
-    return HD_OK;
+    if (hd_builtins_grad_open(vm)) return HD_ERR_MEMORY;
+    return hd_builtins_module_open(vm);
 }
 
 /* The row of a tensor method, or NULL. */

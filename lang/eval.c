@@ -1754,6 +1754,71 @@ static int ex_for_tensor(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
     return HD_FLOW_NORMAL;
 }
 
+/* An iterator object: its next() gives the items, none ends the loop. */
+static int ex_for_next(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it, hd_value next) {
+    for (;;) {
+        hd_value v;
+        f->at = n;
+        if (call_value(vm, next, it, 1, NULL, 0, NULL, 0, &v) != HD_OK)
+            return flow_fail(vm, f, n->a);
+        if (v.type == HD_V_NONE) return HD_FLOW_NORMAL;
+        if (!bind_loop_var(vm, f, n, v)) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+}
+
+static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+
+/* for x in obj: the class's iter() gives what to iterate (a list, a range,
+ * ... or an iterator object); an object with next() is its own iterator. */
+static int ex_for_object(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value obj) {
+    hd_class *cls = ((hd_object *)obj.as.o)->cls;
+    hd_value *iter = hd_dict_get(cls->methods, "iter");
+    hd_value *next = hd_dict_get(cls->methods, "next");
+    if (!iter && !next)
+        return failf(vm, f, n->a, HD_ERR_RUNTIME,
+                     "cannot iterate over a %s object (its class has no iter or next method)",
+                     hd_value_type_name(obj)),
+               HD_FLOW_ERROR;
+    if (!iter) return ex_for_next(vm, f, n, obj, *next);
+    hd_value it;
+    f->at = n;
+    if (call_value(vm, *iter, obj, 1, NULL, 0, NULL, 0, &it) != HD_OK)
+        return flow_fail(vm, f, n->a);
+    int fl;
+    if (it.type == HD_V_OBJECT) {
+        next = hd_dict_get(((hd_object *)it.as.o)->cls->methods, "next");
+        fl = next ? ex_for_next(vm, f, n, it, *next)
+                  : (failf(vm, f, n->a, HD_ERR_RUNTIME,
+                           "iter() returned a %s object, which has no next method",
+                           hd_value_type_name(it)),
+                     HD_FLOW_ERROR);
+    } else {
+        fl = ex_for_value(vm, f, n, it);
+    }
+    hd_vunref(vm, it);
+    return fl;
+}
+
+static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
+    switch (v.type) {
+    case HD_V_RANGE: {
+        hd_range *r = (hd_range *)v.as.o;
+        return ex_for_range(vm, f, n, r->start, r->stop, r->step);
+    }
+    case HD_V_LIST: return ex_for_list(vm, f, n, v);
+    case HD_V_DICT: return ex_for_dict(vm, f, n, v);
+    case HD_V_STR: return ex_for_str(vm, f, n, v);
+    case HD_V_TENSOR: return ex_for_tensor(vm, f, n, v);
+    case HD_V_OBJECT: return ex_for_object(vm, f, n, v);
+    default:
+        failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
+              hd_value_type_name(v));
+        return HD_FLOW_ERROR;
+    }
+}
+
 static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     const hd_ast *it = n->a;
     /* for i in a..b: no range object. */
@@ -1774,22 +1839,7 @@ static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
     hd_value v = ev(vm, f, it);
     if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
-    int fl;
-    switch (v.type) {
-    case HD_V_RANGE: {
-        hd_range *r = (hd_range *)v.as.o;
-        fl = ex_for_range(vm, f, n, r->start, r->stop, r->step);
-        break;
-    }
-    case HD_V_LIST: fl = ex_for_list(vm, f, n, v); break;
-    case HD_V_DICT: fl = ex_for_dict(vm, f, n, v); break;
-    case HD_V_STR: fl = ex_for_str(vm, f, n, v); break;
-    case HD_V_TENSOR: fl = ex_for_tensor(vm, f, n, v); break;
-    default:
-        failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
-              hd_value_type_name(v));
-        fl = HD_FLOW_ERROR;
-    }
+    int fl = ex_for_value(vm, f, n, v);
     hd_vunref(vm, v);
     return fl;
 }

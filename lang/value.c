@@ -477,7 +477,19 @@ static hd_status hd_dict_reserve(hd_vm *vm, hd_dict *d, int64_t n) {
         d->keys = keys;
         hd_value *vals = hd_ctx_realloc(&vm->ctx, d->vals, (size_t)d->cap * sizeof(hd_value),
                                         (size_t)cap * sizeof(hd_value));
-        if (!vals) return hd_vm_oom(vm);
+        if (!vals) {
+            /* keys must have d->cap entries again, or they are freed with the
+             * wrong size (the allocator contract: shrinking does not fail) */
+            if (d->cap) {
+                hd_str **k = hd_ctx_realloc(&vm->ctx, keys, (size_t)cap * sizeof(hd_str *),
+                                            (size_t)d->cap * sizeof(hd_str *));
+                if (k) d->keys = k;
+            } else {
+                hd_ctx_free(&vm->ctx, keys, (size_t)cap * sizeof(hd_str *));
+                d->keys = NULL;
+            }
+            return hd_vm_oom(vm);
+        }
         d->vals = vals;
         d->cap = cap;
     }
