@@ -107,6 +107,11 @@ hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact,
  * (bools -> bool, ints -> i64, floats -> float_dt). */
 hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_dt,
                                hd_tensor **out);
+/* The values of t are read now: an error inside compiled code when t
+ * stands for a value known only when the graph runs (what names the
+ * reader). */
+hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what);
+
 /* A 0-d or one-element tensor's value as a number of its kind. */
 hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out);
 hd_status hd_tensor_tolist(hd_vm *vm, const hd_tensor *t, hd_value *out);

@@ -140,7 +140,8 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
                            hd_dtype_name(t->dtype));
     if (t->dtype == HD_BOOL && t->ndim == 0)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "a bool index needs at least one dim");
-    if (!t->storage || !hd_tensor_is_cpu(t))
+    if (hd_tensor_need_data(vm, t, "indexing with a tensor")) return HD_ERR_RUNTIME;
+    if (!hd_tensor_is_cpu(t))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be on the cpu");
     pl->idx = t;
     pl->is_mask = t->dtype == HD_BOOL;

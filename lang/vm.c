@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* dladdr */
 #endif
 #include "hd_autograd.h"
+#include "compiled.h"
 #include "resolve.h"
 #include "tensor_api.h"
 #include "vm_internal.h"
@@ -658,6 +659,7 @@ static hd_status vm_init(hd_vm *vm) {
     /* The tensor prelude first: core builtins that share a name with a
      * tensor function (abs, min, max) keep it and hand tensors to it. */
     if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
+    if (hd_builtins_compiled_open(vm) != HD_OK) return vm->err;
     return hd_builtins_core_open(vm);
 }
 
@@ -699,6 +701,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
 
 void hd_vm_free(hd_vm *vm) {
     if (!vm) return;
+    hd_compiled_free(vm); /* its caches hold values */
     /* Everything at once, cycles included: clear every object (tensors
      * are released, objects only lose counts), then free them all. */
     vm->sweeping = 1;

@@ -152,6 +152,12 @@ struct hd_vm {
     void *write_ud;
     hd_grad_enter_fn grad_enter;
     hd_grad_exit_fn grad_exit;
+
+    /* compiled code (compiled.c) */
+    struct hd_compiled_state *compiled; /* caches, the trace in progress */
+    int trace_reads;                    /* a compiled body is traced: reads are noted */
+    int compile_all;                    /* HODU_COMPILE_ALL=1: trace every call with tensors */
+    int script_depth;                   /* inside script("name") { } (builtins_script.c) */
 };
 
 /* ---- refcounting, inline for the evaluator ---- */
