@@ -449,11 +449,10 @@ static LLVMValueRef compare(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef
                                                LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
         c = LLVMBuildFCmp(B, fp[op - HD_OP_EQ], a, b, "");
     } else {
-        static const LLVMIntPredicate sp[] = {LLVMIntEQ,  LLVMIntNE,  LLVMIntSLT,
-                                              LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
-        static const LLVMIntPredicate up[] = {LLVMIntEQ,  LLVMIntNE,  LLVMIntULT,
-                                              LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
-        c = LLVMBuildICmp(B, (is_signed(dt) ? sp : up)[op - HD_OP_EQ], a, b, "");
+        static const LLVMIntPredicate ip[2][6] = {
+            {LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE},
+            {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE}};
+        c = LLVMBuildICmp(B, ip[is_signed(dt)][op - HD_OP_EQ], a, b, "");
     }
     return LLVMBuildZExt(B, c, G->t.i8, "");
 }

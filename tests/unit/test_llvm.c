@@ -308,16 +308,557 @@ static void test_chain(hd_ctx *ctx) {
         }
 }
 
+/* ---- views and strided inputs ---- */
+
+/* outputs that are an input, views of computed values, a slice of an
+ * expanded exp */
+static hd_status views_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_attrs perm, sl, ex;
+    memset(&perm, 0, sizeof perm);
+    memset(&sl, 0, sizeof sl);
+    memset(&ex, 0, sizeof ex);
+    perm.nshape = 2;
+    perm.shape[0] = 1;
+    perm.shape[1] = 0;
+    sl.start[0] = 1;
+    sl.step[0] = 2;
+    sl.len[0] = 2;
+    sl.start[1] = 0;
+    sl.step[1] = 3;
+    sl.len[1] = 3;
+    ex.nshape = 3;
+    ex.shape[0] = 2;
+    ex.shape[1] = -1;
+    ex.shape[2] = -1;
+    hd_tensor *e = NULL, *t = NULL, *s = NULL, *x = NULL;
+    out[0] = hd_tensor_ref(in[0]);
+    hd_status st = op1(ctx, HD_OP_EXP, in[0], NULL, &e);
+    if (!st) st = op1(ctx, HD_OP_PERMUTE, e, &perm, &out[1]);
+    if (!st) st = op1(ctx, HD_OP_SLICE, in[0], &sl, &s);
+    if (!st) st = op1(ctx, HD_OP_EXPAND, s, &ex, &x);
+    if (!st) st = op2(ctx, HD_OP_MUL, x, e, &t); /* [2, 2, 3] * [4, 7]: an error */
+    if (st) {
+        hd_error_clear(ctx);
+        st = op2(ctx, HD_OP_ADD, x, s, &t);
+    }
+    if (!st) st = op1(ctx, HD_OP_TANH, t, NULL, &out[2]);
+    if (!st)
+        st = op1(ctx, HD_OP_PERMUTE, out[2], &(hd_attrs){.nshape = 3, .shape = {2, 0, 1}}, &out[3]);
+    hd_tensor_unref(e);
+    hd_tensor_unref(t);
+    hd_tensor_unref(s);
+    hd_tensor_unref(x);
+    return st;
+}
+
+static void test_views(hd_ctx *ctx) {
+    int64_t sx[2] = {4, 7}, st[2] = {7, 4};
+    hd_tensor *x = make(ctx, HD_F32, sx, 2, 1.0);
+    CHECK(check_body(ctx, "views", views_body, &x, 1, 4, NULL));
+    /* a transposed (strided) input is copied into the executable's buffer */
+    hd_tensor *base = make(ctx, HD_F32, st, 2, 0.5), *xt = NULL;
+    hd_attrs perm;
+    memset(&perm, 0, sizeof perm);
+    perm.nshape = 2;
+    perm.shape[0] = 1;
+    CHECK(op1(ctx, HD_OP_PERMUTE, base, &perm, &xt) == HD_OK && !hd_tensor_is_contiguous(xt));
+    CHECK(check_body(ctx, "views of a strided input", views_body, &xt, 1, 4, NULL));
+    hd_tensor_unref(x);
+    hd_tensor_unref(xt);
+    hd_tensor_unref(base);
+}
+
+/* a + b over shapes that broadcast along every pattern */
+static hd_status bcast_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_tensor *t = NULL, *u = NULL;
+    hd_status st = op2(ctx, HD_OP_MUL, in[0], in[1], &t);
+    if (!st) st = op2(ctx, HD_OP_SUB, t, in[2], &u);
+    if (!st) st = op1(ctx, HD_OP_EXP, u, NULL, &out[0]);
+    if (!st) st = op2(ctx, HD_OP_MAXIMUM, in[0], in[2], &out[1]); /* another shape, same group */
+    hd_tensor_unref(t);
+    hd_tensor_unref(u);
+    return st;
+}
+
+static void test_broadcast(hd_ctx *ctx) {
+    int64_t a[][4] = {{3, 1, 5, 1}, {1, 1, 1, 1}, {2, 1, 1, 9}, {0, 3, 1, 2}};
+    int64_t b[][4] = {{1, 4, 1, 6}, {7, 1, 33, 1}, {1, 5, 4, 1}, {1, 3, 5, 2}};
+    int64_t c[][4] = {{1, 1, 1, 6}, {1, 1, 33, 1}, {2, 5, 4, 9}, {1, 1, 1, 1}};
+    for (int i = 0; i < 4; i++)
+        for (int d = 2; d < 4; d++) {
+            hd_dtype dt = all_dtypes[d];
+            hd_tensor *in[3] = {make(ctx, dt, a[i], 4, 1.0), make(ctx, dt, b[i], 4, 0.5),
+                                make(ctx, dt, c[i], 4, 0.25)};
+            char what[64];
+            snprintf(what, sizeof what, "broadcast %s case %d", hd_dtype_name(dt), i);
+            CHECK_MSG(check_body(ctx, what, bcast_body, in, 3, 2, NULL), "%s", what);
+            for (int k = 0; k < 3; k++) hd_tensor_unref(in[k]);
+        }
+}
+
+/* ---- reductions, softmax, layer_norm ---- */
+
+typedef struct red_case {
+    hd_op op;
+    int naxes, keepdim, correction, prologue;
+    int64_t axes[3];
+} red_case;
+
+/* op(exp(x) * 0.5 - x) over the axes, or op(x) */
+static hd_status red_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const red_case *c = ud;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.naxes = c->naxes;
+    at.keepdim = c->keepdim;
+    at.ints[0] = c->correction;
+    for (int i = 0; i < c->naxes; i++) at.axes[i] = c->axes[i];
+    if (!c->prologue) return op1(ctx, c->op, in[0], &at, out);
+    hd_tensor *half = hd_tensor_number(ctx, HD_F64, 0.5), *e = NULL, *m = NULL, *d = NULL;
+    hd_status st =
+        op1(ctx, hd_dtype_is_float(in[0]->dtype) ? HD_OP_EXP : HD_OP_ABS, in[0], NULL, &e);
+    if (!st) st = op2(ctx, HD_OP_MUL, e, half, &m);
+    if (!st) st = op2(ctx, HD_OP_SUB, m, in[0], &d);
+    if (!st) st = op1(ctx, c->op, d, &at, out);
+    hd_tensor_unref(half);
+    hd_tensor_unref(e);
+    hd_tensor_unref(m);
+    hd_tensor_unref(d);
+    return st;
+}
+
+static void test_reductions(hd_ctx *ctx) {
+    static const hd_op ops[] = {HD_OP_SUM,  HD_OP_MEAN, HD_OP_MAX, HD_OP_MIN,
+                                HD_OP_PROD, HD_OP_VAR,  HD_OP_STD, HD_OP_LOGSUMEXP};
+    static const red_case shapes[] = {{0, 0, 0, 0, 0, {0}},
+                                      {0, 1, 1, 0, 0, {-1}},
+                                      {0, 1, 0, 1, 0, {0}},
+                                      {0, 2, 1, 0, 0, {0, 2}},
+                                      {0, 2, 0, 1, 0, {1, -1}}};
+    int64_t sx[3] = {6, 5, 300}, sy[3] = {3, 1, 7};
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++)
+        for (int d = 0; d < NDT; d++) {
+            hd_dtype dt = all_dtypes[d];
+            if (!hd_cpu_backend.supports_op(ops[o], dt)) continue;
+            for (int sh = 0; sh < 5; sh++)
+                for (int pro = 0; pro < 2; pro++) {
+                    red_case c = shapes[sh];
+                    c.op = ops[o];
+                    c.prologue = pro && dt != HD_BOOL;
+                    int big = sh == 1 && dt == HD_F32;
+                    hd_tensor *x = make(ctx, dt, big ? sx : sy, 3, 0.3);
+                    char what[80];
+                    snprintf(what, sizeof what, "%s %s shape %d prologue %d", hd_op_name(ops[o]),
+                             hd_dtype_name(dt), sh, c.prologue);
+                    double tol = dt == HD_F64 ? 1e-13 : hd_dtype_is_float(dt) ? 2e-6 : 0;
+                    if (dt == HD_F16 || dt == HD_BF16) tol = dt == HD_F16 ? 2e-3 : 1e-2;
+                    hd_jit_stats st;
+                    CHECK_MSG(check_body_tol(ctx, what, red_body, &x, 1, 1, &c, tol, &st), "%s",
+                              what);
+                    CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
+                    hd_tensor_unref(x);
+                }
+        }
+}
+
+typedef struct nn_case {
+    hd_op op;
+    int64_t axis;
+    int affine;
+} nn_case;
+
+static hd_status nn_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const nn_case *c = ud;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = c->axis;
+    at.scalar[0] = 1e-5;
+    hd_tensor *t = NULL;
+    hd_status st = op1(ctx, HD_OP_SIN, in[0], NULL, &t); /* a producer in another kernel */
+    if (!st)
+        st = hd_op_run(ctx, c->op, (hd_tensor *[]){t, in[1], in[2]}, c->affine ? 3 : 1, &at, out);
+    hd_tensor_unref(t);
+    return st;
+}
+
+static void test_rows(hd_ctx *ctx) {
+    static const nn_case cases[] = {{HD_OP_SOFTMAX, -1, 0},    {HD_OP_SOFTMAX, 0, 0},
+                                    {HD_OP_SOFTMAX, 1, 0},     {HD_OP_LOG_SOFTMAX, 2, 0},
+                                    {HD_OP_LOG_SOFTMAX, 1, 0}, {HD_OP_LAYER_NORM, 1, 0},
+                                    {HD_OP_LAYER_NORM, 2, 1},  {HD_OP_LAYER_NORM, 1, 1}};
+    int64_t sx[3] = {4, 6, 19}, sw2[2] = {6, 19}, sw1[1] = {19};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int d = 0; d < 4; d++) {
+            hd_dtype dt = all_dtypes[d];
+            int two = cases[i].op == HD_OP_LAYER_NORM && cases[i].axis == 2;
+            hd_tensor *in[3] = {make(ctx, dt, sx, 3, 3.0),
+                                make(ctx, dt, two ? sw2 : sw1, two ? 2 : 1, 1.0),
+                                make(ctx, dt, two ? sw2 : sw1, two ? 2 : 1, 0.5)};
+            char what[80];
+            snprintf(what, sizeof what, "%s %s axis %lld affine %d", hd_op_name(cases[i].op),
+                     hd_dtype_name(dt), (long long)cases[i].axis, cases[i].affine);
+            double tol = dt == HD_F64 ? 1e-13 : dt == HD_F32 ? 1e-6 : dt == HD_F16 ? 2e-3 : 1e-2;
+            hd_jit_stats st;
+            CHECK_MSG(check_body_tol(ctx, what, nn_body, in, 3, 1, (void *)&cases[i], tol, &st),
+                      "%s", what);
+            CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
+            for (int k = 0; k < 3; k++) hd_tensor_unref(in[k]);
+        }
+}
+
+/* ---- runtime nodes: fallbacks, matmul, callbacks, random draws ---- */
+
+/* relu(x @ w1 + b1) @ w2 + b2 and its sum: matmul through the cpu kernel,
+ * its epilogue generated */
+static hd_status mlp_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    hd_tensor **p = ud, *h = NULL, *h2 = NULL, *h3 = NULL, *o = NULL;
+    hd_status st = op2(ctx, HD_OP_MATMUL, in[0], p[0], &h);
+    if (!st) st = op2(ctx, HD_OP_ADD, h, p[1], &h2);
+    if (!st) st = op1(ctx, HD_OP_RELU, h2, NULL, &h3);
+    if (!st) st = op2(ctx, HD_OP_MATMUL, h3, p[2], &o);
+    if (!st) st = op2(ctx, HD_OP_ADD, o, p[3], &out[0]);
+    if (!st) st = op1(ctx, HD_OP_SUM, out[0], NULL, &out[1]);
+    hd_tensor_unref(h);
+    hd_tensor_unref(h2);
+    hd_tensor_unref(h3);
+    hd_tensor_unref(o);
+    return st;
+}
+
+static void mlp_params(hd_ctx *ctx, hd_tensor **p, int64_t d0, int64_t d1) {
+    int64_t s1[2] = {d0, d1}, s2[1] = {d1}, s3[2] = {d1, 3}, s4[1] = {3};
+    p[0] = make(ctx, HD_F32, s1, 2, 0.1);
+    p[1] = make(ctx, HD_F32, s2, 1, 0.05);
+    p[2] = make(ctx, HD_F32, s3, 2, 0.2);
+    p[3] = make(ctx, HD_F32, s4, 1, 0.3);
+}
+
+static void test_mlp(hd_ctx *ctx) {
+    hd_tensor *p[4];
+    mlp_params(ctx, p, 64, 33);
+    int64_t sx[2] = {5, 64};
+    hd_tensor *x = make(ctx, HD_F32, sx, 2, 1.0);
+    hd_jit_stats st;
+    CHECK(check_body_tol(ctx, "mlp", mlp_body, &x, 1, 2, p, 0, &st));
+    CHECK(st.fallbacks == 0 && st.consts == 4 && st.kernels == 5); /* 2 matmuls, 3 kernels */
+    CHECK(st.compile_seconds > 0 && st.llvm_seconds > 0 && st.llvm_seconds <= st.compile_seconds);
+    hd_tensor_unref(x);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(p[i]);
+}
+
+/* ops the cpu kernels run inside the native function: concat, argmax,
+ * cross_entropy, index_select, one_hot, between generated kernels */
+static hd_status fallback_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_attrs ax;
+    memset(&ax, 0, sizeof ax);
+    ax.naxes = 1;
+    ax.axes[0] = 1;
+    ax.ints[0] = 1; /* concat's axis */
+    hd_tensor *e = NULL, *c = NULL, *am = NULL, *t = NULL;
+    hd_status st = op1(ctx, HD_OP_EXP, in[0], NULL, &e);
+    if (!st) st = hd_op_run(ctx, HD_OP_CONCAT, (hd_tensor *[]){e, in[0]}, 2, &ax, &c);
+    if (!st) st = op1(ctx, HD_OP_TANH, c, NULL, &t);
+    if (!st) st = op1(ctx, HD_OP_ARGMAX, t, &ax, &am);
+    if (!st) st = op2(ctx, HD_OP_CROSS_ENTROPY, t, in[1], &out[0]);
+    if (!st) st = op2(ctx, HD_OP_ADD, am, in[1], &out[1]);
+    hd_tensor_unref(e);
+    hd_tensor_unref(c);
+    hd_tensor_unref(am);
+    hd_tensor_unref(t);
+    return st;
+}
+
+static void test_fallbacks(hd_ctx *ctx) {
+    int64_t sx[2] = {4, 5}, sl[1] = {4};
+    hd_tensor *in[2] = {make(ctx, HD_F32, sx, 2, 0.7), hd_tensor_new(ctx, HD_I64, sl, 1)};
+    for (int i = 0; i < 4; i++) ((int64_t *)in[1]->storage->data)[i] = (i * 3) % 10;
+    hd_jit_stats st;
+    CHECK(check_body_tol(ctx, "fallbacks", fallback_body, in, 2, 2, NULL, 0, &st));
+    CHECK(st.fallbacks == 3); /* concat, argmax, cross_entropy */
+    /* a runtime node's error comes back as the run's error, nothing leaks */
+    hd_ir_graph *g = trace_body(ctx, fallback_body, in, 2, 2, NULL);
+    hd_jit_exec *e = NULL;
+    hd_tensor *out[2] = {0};
+    CHECK(g && LL->compile(ctx, g, NULL, &e) == HD_OK);
+    ((int64_t *)in[1]->storage->data)[2] = 99;
+    CHECK(e && LL->run(ctx, e, in, 2, out, 2) == HD_ERR_RUNTIME && !out[0] && !out[1]);
+    CHECK(strstr(hd_error_message(ctx), "label 99") != NULL);
+    ((int64_t *)in[1]->storage->data)[2] = 1;
+    CHECK(e && LL->run(ctx, e, in, 2, out, 2) == HD_OK && out[0] && out[1]);
+    hd_tensor_unref(out[0]);
+    hd_tensor_unref(out[1]);
+    if (e) LL->free(ctx, e);
+    hd_ir_graph_free(g);
+    hd_tensor_unref(in[0]);
+    hd_tensor_unref(in[1]);
+}
+
+static double seen[16];
+static int nseen;
+static hd_status record_cb(hd_ctx *ctx, void *ud, hd_tensor *const *args, int nargs) {
+    HD_UNUSED(ctx);
+    HD_UNUSED(ud);
+    if (nargs == 1 && nseen < 16) seen[nseen++] = hd_tensor_get(args[0], 1);
+    return HD_OK;
+}
+
+/* print inside compiled code sees each run's values; random draws follow
+ * eager's order and advance at every run */
+static void test_callbacks_and_random(hd_ctx *ctx) {
+    int64_t s[1] = {3};
+    hd_tensor *x = make(ctx, HD_F32, s, 1, 1.0), *y = NULL, *z = NULL, *r = NULL, *out[2] = {0};
+    hd_ir_graph *g = NULL;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dtype = HD_F32;
+    at.nshape = 1;
+    at.shape[0] = 3;
+    at.scalar[1] = 1.0;
+    CHECK(hd_trace_begin(ctx, "p") == HD_OK);
+    hd_tensor *sx = hd_trace_input(ctx, "x", HD_F32, s, 1);
+    CHECK(op1(ctx, HD_OP_NEG, sx, NULL, &y) == HD_OK);
+    hd_ir_callback cb = {"print", record_cb, NULL, NULL, NULL};
+    CHECK(hd_trace_callback(ctx, &cb, &y, 1) == HD_OK);
+    CHECK(hd_op_run(ctx, HD_OP_RANDN, NULL, 0, &at, &r) == HD_OK);
+    CHECK(op2(ctx, HD_OP_MUL, r, y, &z) == HD_OK);
+    CHECK(hd_trace_output(ctx, "z", z) == HD_OK && hd_trace_output(ctx, "y", y) == HD_OK);
+    CHECK(hd_trace_end(ctx, &g) == HD_OK);
+    hd_jit_exec *e = NULL;
+    CHECK(LL->compile(ctx, g, NULL, &e) == HD_OK);
+    nseen = 0;
+    ctx->rng_offset = 0;
+    hd_tensor *want = NULL, *neg = NULL, *rr = NULL;
+    CHECK(op1(ctx, HD_OP_NEG, x, NULL, &neg) == HD_OK);
+    CHECK(hd_op_run(ctx, HD_OP_RANDN, NULL, 0, &at, &rr) == HD_OK);
+    CHECK(op2(ctx, HD_OP_MUL, rr, neg, &want) == HD_OK);
+    ctx->rng_offset = 0;
+    CHECK(LL->run(ctx, e, &x, 1, out, 2) == HD_OK);
+    char why[128];
+    CHECK(out[0] && agree(want, out[0], 0, why, sizeof why));
+    hd_tensor_unref(out[0]);
+    hd_tensor_unref(out[1]);
+    ((float *)x->storage->data)[1] = 7.0f;
+    CHECK(LL->run(ctx, e, &x, 1, out, 2) == HD_OK);
+    CHECK(out[0] && !agree(want, out[0], 0, why, sizeof why)); /* a new draw */
+    CHECK(nseen == 2 && seen[1] == -7.0);
+    hd_tensor_unref(out[0]);
+    hd_tensor_unref(out[1]);
+    LL->free(ctx, e);
+    hd_ir_graph_free(g);
+    hd_tensor *ts[] = {x, y, z, r, sx, want, neg, rr};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) hd_tensor_unref(ts[i]);
+}
+
+/* zero-size values run nothing but keep their shapes; a reduction over an
+ * empty axis still writes its identity */
+static hd_status empty_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.naxes = 1;
+    hd_tensor *a = NULL;
+    hd_status st = op1(ctx, HD_OP_EXP, in[0], NULL, &a);
+    if (!st) st = op1(ctx, HD_OP_SUM, a, &at, &out[0]);
+    if (!st) st = op2(ctx, HD_OP_ADD, a, in[0], &out[1]);
+    if (!st) st = op1(ctx, HD_OP_MEAN, a, &at, &out[2]);
+    hd_tensor_unref(a);
+    return st;
+}
+
+static void test_empty(hd_ctx *ctx) {
+    int64_t s[2] = {0, 3};
+    hd_tensor *x = hd_tensor_zeros(ctx, HD_F32, s, 2);
+    CHECK(check_body(ctx, "empty", empty_body, &x, 1, 3, NULL));
+    hd_tensor_unref(x);
+}
+
+static void test_alloc_failures(hd_ctx *ctx) {
+    hd_tensor *p[4];
+    mlp_params(ctx, p, 6, 5);
+    int64_t sx[2] = {3, 6};
+    hd_tensor *x = make(ctx, HD_F32, sx, 2, 1.0);
+    hd_ir_graph *g = trace_body(ctx, mlp_body, &x, 1, 2, p);
+    int ok_at = -1;
+    for (long k = 0; k < 400 && ok_at < 0; k++) {
+        size_t before = ctx->mem_used;
+        hd_jit_exec *e = NULL;
+        hd_tensor *out[2] = {0};
+        ctx->fail_countdown = k;
+        hd_status st = LL->compile(ctx, g, NULL, &e);
+        if (!st) st = LL->run(ctx, e, &x, 1, out, 2);
+        ctx->fail_countdown = -1;
+        if (!st) ok_at = (int)k;
+        if (e) LL->free(ctx, e);
+        hd_tensor_unref(out[0]);
+        hd_tensor_unref(out[1]);
+        CHECK_MSG(ctx->mem_used == before, "leak after failing allocation %ld", k);
+        CHECK(st == HD_OK || st == HD_ERR_MEMORY);
+        hd_error_clear(ctx);
+    }
+    CHECK(ok_at > 10);
+    hd_ir_graph_free(g);
+    hd_tensor_unref(x);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(p[i]);
+}
+
+/* ---- the disk cache ---- */
+
+static hd_ir_graph *cache_graph(hd_ctx *ctx, hd_tensor **in) {
+    int64_t s[1] = {1000};
+    in[0] = make(ctx, HD_F32, s, 1, 1.0);
+    in[1] = make(ctx, HD_F32, s, 1, 0.5);
+    return trace_body(ctx, chain_body, in, 2, 1, NULL);
+}
+
+/* Compile the cache graph; 1 if it came from the cache, 0 if compiled, -1
+ * on an error or a wrong result. */
+static int cache_compile(hd_ctx *ctx) {
+    hd_tensor *in[2], *want = NULL, *got = NULL;
+    hd_ir_graph *g = cache_graph(ctx, in);
+    hd_jit_exec *e = NULL;
+    hd_jit_stats st;
+    int r = -1;
+    char why[128];
+    if (g && LL->compile(ctx, g, NULL, &e) == HD_OK && LL->run(ctx, e, in, 2, &got, 1) == HD_OK &&
+        chain_body(ctx, in, &want, NULL) == HD_OK && agree(want, got, 0, why, sizeof why)) {
+        LL->stats(e, &st);
+        r = st.cache_hit;
+    }
+    if (e) LL->free(ctx, e);
+    hd_ir_graph_free(g);
+    hd_tensor *ts[] = {in[0], in[1], want, got};
+    for (int i = 0; i < 4; i++) hd_tensor_unref(ts[i]);
+    return r;
+}
+
+/* The one entry in dir, into path; 0 if there is not exactly one. */
+static int cache_entry(const char *dir, char *path, size_t n) {
+    DIR *d = opendir(dir);
+    int count = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (!strncmp(de->d_name, "llvm-", 5) && strstr(de->d_name, ".o")) {
+            snprintf(path, n, "%s/%s", dir, de->d_name);
+            count++;
+        }
+    if (d) closedir(d);
+    return count == 1;
+}
+
+static int run_child(const char *dir) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_llvm", "--cache-child", dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void damage(const char *path, long at, int truncate_to) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    if (truncate_to >= 0) {
+        CHECK(ftruncate(fileno(f), truncate_to) == 0);
+    } else {
+        fseek(f, at, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, at, SEEK_SET);
+        fputc(c ^ 0x5a, f);
+    }
+    fclose(f);
+}
+
+static void test_cache(hd_ctx *ctx) {
+    char dir[] = "/tmp/hodu-llvm-cache-XXXXXX", path[2048];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/nested/dir", dir);
+    setenv("HODU_CACHE_DIR", sub, 1);
+    CHECK(cache_compile(ctx) == 0); /* cold: compiled and stored */
+    CHECK(cache_entry(sub, path, sizeof path));
+    CHECK(run_child(sub) == 0); /* another process: a hit */
+    CHECK(cache_compile(ctx) == 1);
+    damage(path, 200, -1);          /* a flipped byte in the object */
+    CHECK(cache_compile(ctx) == 0); /* detected, compiled again */
+    CHECK(cache_compile(ctx) == 1); /* and stored again */
+    damage(path, 0, 30);            /* cut inside the header */
+    CHECK(cache_compile(ctx) == 0 && cache_compile(ctx) == 1);
+    damage(path, 3, -1); /* the magic */
+    CHECK(cache_compile(ctx) == 0 && cache_compile(ctx) == 1);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    damage(path, 0, (int)sb.st_size - 1); /* one byte short */
+    CHECK(run_child(sub) == 1);           /* the child rebuilds it */
+    CHECK(cache_compile(ctx) == 1);
+    setenv("HODU_CACHE_DIR", "off", 1);
+    CHECK(cache_compile(ctx) == 0);
+    unlink(path);
+    char d1[1100];
+    rmdir(sub);
+    snprintf(d1, sizeof d1, "%s/nested", dir);
+    rmdir(d1);
+    rmdir(dir);
+}
+
+/* ---- HODU_LOG ---- */
+
+/* HODU_LOG=fallback,llvm,cache writes to stderr: captured here. */
+static void test_log(hd_ctx *ctx) {
+    char tmp[] = "/tmp/hodu-llvm-log-XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd < 0) return;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    setenv("HODU_LOG", "fallback,llvm", 1);
+    int64_t sx[2] = {4, 5}, sl[1] = {4};
+    hd_tensor *in[2] = {make(ctx, HD_F32, sx, 2, 0.7), hd_tensor_zeros(ctx, HD_I64, sl, 1)};
+    CHECK(check_body(ctx, "log", fallback_body, in, 2, 2, NULL));
+    unsetenv("HODU_LOG");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[1 << 16];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    CHECK(strstr(buf, "llvm: fallback: %") && strstr(buf, "= concat"));
+    CHECK(strstr(buf, "define internal void @hd_k0_body") && strstr(buf, "define i32 @hd_main"));
+    close(fd);
+    unlink(tmp);
+    hd_tensor_unref(in[0]);
+    hd_tensor_unref(in[1]);
+}
+
 int main(int argc, char **argv) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
-    HD_UNUSED(argc);
-    HD_UNUSED(argv);
+    if (argc == 3 && !strcmp(argv[1], "--cache-child")) {
+        setenv("HODU_CACHE_DIR", argv[2], 1);
+        return cache_compile(&ctx) == 1 ? 0 : 1;
+    }
     setenv("HODU_CACHE_DIR", "off", 1);
     test_unary_ops(&ctx);
     test_binary_ops(&ctx);
     test_casts_and_where(&ctx);
     test_chain(&ctx);
+    test_views(&ctx);
+    test_broadcast(&ctx);
+    test_reductions(&ctx);
+    test_rows(&ctx);
+    test_mlp(&ctx);
+    test_fallbacks(&ctx);
+    test_callbacks_and_random(&ctx);
+    test_empty(&ctx);
+    test_alloc_failures(&ctx);
+    test_cache(&ctx);
+    test_log(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
