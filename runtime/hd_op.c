@@ -24,6 +24,20 @@ int hd_op_from_name(const char *name) {
     return -1;
 }
 
+/* Every shape a rule produces must have an element count (counting zero
+ * dims as one, so strides stay representable) that fits in 2^62. */
+static hd_status plan_check_size(hd_ctx *ctx, hd_op op, const hd_op_plan *plan) {
+    int64_t n = 1;
+    for (int i = 0; i < plan->ndim; i++) {
+        int64_t d = plan->shape[i] > 0 ? plan->shape[i] : 1;
+        if (n > (INT64_C(1) << 62) / d)
+            return hd_error(ctx, HD_ERR_MEMORY, "out of memory: %s result shape too large",
+                            hd_op_name(op));
+        n *= d;
+    }
+    return HD_OK;
+}
+
 hd_status hd_op_plan_make(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                           const hd_attrs *attrs, hd_op_plan *plan) {
     if ((unsigned)op >= HD_OP_COUNT) return hd_error(ctx, HD_ERR_ARGUMENT, "unknown op %d", op);
@@ -34,7 +48,8 @@ hd_status hd_op_plan_make(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
     for (int i = 0; i < nin; i++)
         if (!in[i]) return hd_error(ctx, HD_ERR_ARGUMENT, "%s: input %d is missing", info->name, i);
     memset(plan, 0, sizeof *plan);
-    return info->shape(ctx, op, in, nin, attrs, plan);
+    if (info->shape(ctx, op, in, nin, attrs, plan)) return ctx->status;
+    return plan_check_size(ctx, op, plan);
 }
 
 /* ---- views ---- */

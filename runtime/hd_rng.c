@@ -59,15 +59,37 @@ double hd_rng_uniform_f64(uint64_t key, uint64_t base, int64_t i) {
     return (double)(rng_word(key, base, i) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-double hd_rng_normal_f64(uint64_t key, uint64_t base, int64_t i) {
+/* Box-Muller over the block's two 64-bit words; u1 in (0, 1] so log(u1)
+ * is finite. */
+void hd_rng_normal_pair_f64(uint64_t key, uint64_t base, int64_t j, double out[2]) {
     uint32_t w[4];
-    hd_philox4x32(key, base + (uint64_t)(i / 2), w);
+    hd_philox4x32(key, base + (uint64_t)j, w);
     uint64_t a = ((uint64_t)w[0] << 32) | w[1], b = ((uint64_t)w[2] << 32) | w[3];
-    /* u1 in (0, 1] so log(u1) is finite */
     double u1 = ((double)(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);
     double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);
     double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
-    return (i % 2) ? r * sin(t) : r * cos(t);
+    out[0] = r * cos(t);
+    out[1] = r * sin(t);
+}
+
+double hd_rng_normal_f64(uint64_t key, uint64_t base, int64_t i) {
+    double z[2];
+    hd_rng_normal_pair_f64(key, base, i / 2, z);
+    return z[i % 2];
+}
+
+void hd_rng_uniform_pair_f32(uint64_t key, uint64_t base, int64_t j, float out[2]) {
+    uint32_t w[4];
+    hd_philox4x32(key, base + (uint64_t)j, w);
+    out[0] = (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+    out[1] = (float)(w[2] >> 8) * (1.0f / 16777216.0f);
+}
+
+void hd_rng_uniform_pair_f64(uint64_t key, uint64_t base, int64_t j, double out[2]) {
+    uint32_t w[4];
+    hd_philox4x32(key, base + (uint64_t)j, w);
+    out[0] = (double)((((uint64_t)w[0] << 32) | w[1]) >> 11) * (1.0 / 9007199254740992.0);
+    out[1] = (double)((((uint64_t)w[2] << 32) | w[3]) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 float hd_rng_normal_f32(uint64_t key, uint64_t base, int64_t i) {

@@ -33,4 +33,10 @@ double hd_rng_uniform_f64(uint64_t key, uint64_t base, int64_t i);
 float hd_rng_normal_f32(uint64_t key, uint64_t base, int64_t i);
 double hd_rng_normal_f64(uint64_t key, uint64_t base, int64_t i);
 
+/* Elements 2j and 2j+1 of a draw come from one Philox block: these give
+ * both at the cost of one (the same values as the functions above). */
+void hd_rng_uniform_pair_f32(uint64_t key, uint64_t base, int64_t j, float out[2]);
+void hd_rng_uniform_pair_f64(uint64_t key, uint64_t base, int64_t j, double out[2]);
+void hd_rng_normal_pair_f64(uint64_t key, uint64_t base, int64_t j, double out[2]);
+
 #endif

@@ -410,7 +410,8 @@ SHAPE_FN(slice) {
     int nd = 0;
     for (int i = 0; i < t->ndim; i++) {
         int64_t st = attrs->start[i], step = attrs->step[i], len = attrs->len[i];
-        if (step <= 0 || len < 0 || st < 0 || (len > 0 && st + (len - 1) * step >= t->shape[i]))
+        if (step <= 0 || len < 0 || st < 0 ||
+            (len > 0 && (st >= t->shape[i] || (len - 1) > (t->shape[i] - 1 - st) / step)))
             return hd_error(ctx, HD_ERR_RUNTIME,
                             "index out of range: dim %d has size %lld (start %lld, step %lld, "
                             "length %lld)",
@@ -567,6 +568,9 @@ SHAPE_FN(mse) {
 
 /* Output length of a sliding window; <= 0 means the window does not fit. */
 static int64_t window_out(int64_t size, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    /* geometry past 2^31 is nonsense from a bad call or file: no window */
+    const int64_t lim = INT64_C(1) << 31;
+    if (size > lim || k > lim || stride > lim || pad > lim || dil > lim) return 0;
     int64_t span = dil * (k - 1) + 1;
     if (size + 2 * pad < span) return 0;
     return (size + 2 * pad - span) / stride + 1;

@@ -26,15 +26,20 @@ static hd_status hd_shape_check(hd_ctx *ctx, hd_dtype dt, const int64_t *shape, 
     if (ndim < 0 || ndim > HD_MAX_DIMS)
         return hd_error(ctx, HD_ERR_ARGUMENT, "tensors have at most %d dims, got %d", HD_MAX_DIMS,
                         ndim);
+    /* n counts zero dims as one so that the strides of an empty tensor with
+     * huge other dims stay representable too. */
     size_t n = (size_t)hd_dtype_size(dt);
+    int empty = 0;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return hd_error(ctx, HD_ERR_ARGUMENT, "negative dimension %lld in shape",
                             (long long)shape[i]);
-        if (!hd_mul_overflow(n, (size_t)shape[i], &n) || n > ((size_t)1 << 62))
+        empty |= shape[i] == 0;
+        size_t d = shape[i] ? (size_t)shape[i] : 1;
+        if (!hd_mul_overflow(n, d, &n) || n > ((size_t)1 << 62))
             return hd_error(ctx, HD_ERR_MEMORY, "out of memory: tensor shape too large");
     }
-    *nbytes = n;
+    *nbytes = empty ? 0 : n;
     return HD_OK;
 }
 

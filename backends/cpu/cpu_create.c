@@ -92,23 +92,37 @@ static uint16_t cpu_rng_half_uniform(hd_dtype dt, float u) {
     return h == 0x3f80 ? 0x3f7f : h;
 }
 
-/* Fill elements [i0, i1) of the draw. */
+/* Element i of the draw, given the pair (2j, 2j+1) it belongs to. */
+static void cpu_rng_store(const cpu_rng_job *j, int64_t i, double v) {
+    if (j->dt == HD_F64) {
+        ((double *)j->p)[i] = j->normal ? j->mean + j->std * v : v;
+        return;
+    }
+    float f = j->normal ? (float)(j->mean + j->std * (double)(float)v) : (float)v;
+    if (j->dt == HD_F32)
+        ((float *)j->p)[i] = f;
+    else if (!j->normal)
+        ((uint16_t *)j->p)[i] = cpu_rng_half_uniform(j->dt, f);
+    else
+        ((uint16_t *)j->p)[i] = j->dt == HD_F16 ? hd_f32_to_f16(f) : hd_f32_to_bf16(f);
+}
+
+/* Fill elements [i0, i1) of the draw (i0 even), one Philox block per pair. */
 static void cpu_rng_chunk(const cpu_rng_job *j, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; i++) {
-        if (j->dt == HD_F64) {
-            ((double *)j->p)[i] = j->normal
-                                      ? j->mean + j->std * hd_rng_normal_f64(j->key, j->base, i)
-                                      : hd_rng_uniform_f64(j->key, j->base, i);
-            continue;
+    for (int64_t i = i0; i < i1; i += 2) {
+        double v[2];
+        if (j->normal) {
+            hd_rng_normal_pair_f64(j->key, j->base, i / 2, v);
+        } else if (j->dt == HD_F64) {
+            hd_rng_uniform_pair_f64(j->key, j->base, i / 2, v);
+        } else {
+            float u[2];
+            hd_rng_uniform_pair_f32(j->key, j->base, i / 2, u);
+            v[0] = u[0];
+            v[1] = u[1];
         }
-        float v = j->normal ? (float)(j->mean + j->std * hd_rng_normal_f32(j->key, j->base, i))
-                            : hd_rng_uniform_f32(j->key, j->base, i);
-        if (j->dt == HD_F32)
-            ((float *)j->p)[i] = v;
-        else if (!j->normal)
-            ((uint16_t *)j->p)[i] = cpu_rng_half_uniform(j->dt, v);
-        else
-            ((uint16_t *)j->p)[i] = j->dt == HD_F16 ? hd_f32_to_f16(v) : hd_f32_to_bf16(v);
+        cpu_rng_store(j, i, v[0]);
+        if (i + 1 < i1) cpu_rng_store(j, i + 1, v[1]);
     }
 }
 

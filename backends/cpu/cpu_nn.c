@@ -92,14 +92,9 @@ static inline float nn_expf(float x) {
     return y;
 }
 
-/* Uniforms of elements 2j and 2j + 1 of the draw at block base: one
- * Philox block holds both (hd_rng.h's layout: the top 24 bits of lanes 0
- * and 2), so this equals hd_rng_uniform_f32 for each at half the cost. */
+/* Uniforms of elements 2j and 2j + 1 of the draw, from one Philox block. */
 static void nn_uniform_pair(uint64_t key, uint64_t base, int64_t j, float u[2]) {
-    uint32_t w[4];
-    hd_philox4x32(key, base + (uint64_t)j, w);
-    u[0] = (float)(w[0] >> 8) * (1.0f / 16777216.0f);
-    u[1] = (float)(w[2] >> 8) * (1.0f / 16777216.0f);
+    hd_rng_uniform_pair_f32(key, base, j, u);
 }
 
 #define NN_T      float

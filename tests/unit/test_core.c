@@ -190,6 +190,31 @@ static void test_memory(void) {
     CHECK(ctx.mem_used == 0);
 }
 
+/* Geometry that would overflow int64 arithmetic is an error, never UB. */
+static void test_overflow_guards(hd_ctx *ctx) {
+    int64_t one[1] = {1};
+    hd_tensor *t = hd_tensor_zeros(ctx, HD_F32, one, 1), *out = NULL;
+    hd_attrs ex = {0};
+    ex.nshape = 2;
+    ex.shape[0] = INT64_C(1) << 40, ex.shape[1] = INT64_C(1) << 40;
+    CHECK(hd_op_run(ctx, HD_OP_EXPAND, &t, 1, &ex, &out) == HD_ERR_MEMORY && !out);
+    hd_attrs sl = {0};
+    sl.start[0] = 0, sl.step[0] = INT64_MAX, sl.len[0] = INT64_MAX;
+    CHECK(hd_op_run(ctx, HD_OP_SLICE, &t, 1, &sl, &out) == HD_ERR_RUNTIME && !out);
+    int64_t empty_huge[3] = {0, INT64_C(1) << 62, 4};
+    CHECK(hd_tensor_new(ctx, HD_F32, empty_huge, 3) == NULL && ctx->status == HD_ERR_MEMORY);
+    int64_t xs[4] = {1, 1, 4, 4}, ws[4] = {1, 1, 3, 3};
+    hd_tensor *x = hd_tensor_zeros(ctx, HD_F32, xs, 4), *w = hd_tensor_zeros(ctx, HD_F32, ws, 4);
+    hd_tensor *in[2] = {x, w};
+    hd_attrs cv = {0};
+    cv.ints[0] = cv.ints[1] = 1;
+    cv.ints[2] = cv.ints[3] = INT64_MAX / 2;
+    CHECK(hd_op_run(ctx, HD_OP_CONV2D, in, 2, &cv, &out) != HD_OK && !out);
+    hd_tensor_unref(x);
+    hd_tensor_unref(w);
+    hd_tensor_unref(t);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -198,6 +223,7 @@ int main(void) {
     test_views(&ctx);
     test_broadcast_shapes(&ctx);
     test_memory();
+    test_overflow_guards(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
