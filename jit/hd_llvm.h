@@ -105,6 +105,7 @@ struct hd_llvm_gen {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     int f16c;         /* host converts f16 in hardware */
+    int fma;          /* polynomials may contract into FMA */
     int scalar_calls; /* the kernel being built calls a scalar libm function */
 };
 

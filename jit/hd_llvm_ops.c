@@ -210,20 +210,30 @@ static LLVMValueRef libm2(hd_llvm_gen *G, const char *base, LLVMValueRef x, LLVM
 
 /* ---- exp and tanh as the eager kernels compute them ---- */
 
+/* a * b + c: two roundings as the eager C code, or one (llvm.fmuladd,
+ * an FMA on the host) when G->fma allows contraction. */
+static LLVMValueRef madd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+    if (!G->fma) return LLVMBuildFAdd(B, LLVMBuildFMul(B, a, b, ""), c, "");
+    LLVMTypeRef ty = LLVMTypeOf(a);
+    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, &ty, 1);
+    LLVMValueRef args[3] = {a, b, c};
+    return LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, &ty, 1), f, args, 3, "");
+}
+
 /* ew_expf, operation for operation. */
 static LLVMValueRef ew_expf(hd_llvm_gen *G, LLVMValueRef x) {
-    LLVMValueRef t = LLVMBuildFAdd(B, LLVMBuildFMul(B, x, cf32(G, 1.44269504088896341f), ""),
-                                   cf32(G, 12582912.0f), "");
+    LLVMValueRef t = madd(G, x, cf32(G, 1.44269504088896341f), cf32(G, 12582912.0f));
     LLVMValueRef k = LLVMBuildSub(B, as_i32(G, t), ci32(G, 0x4B400000u), "");
     LLVMValueRef kf = LLVMBuildSIToFP(B, k, G->t.f32, "");
-    LLVMValueRef r = LLVMBuildFSub(B, x, LLVMBuildFMul(B, kf, cf32(G, 0.693359375f), ""), "");
-    r = LLVMBuildFSub(B, r, LLVMBuildFMul(B, kf, cf32(G, -2.12194440e-4f), ""), "");
+    LLVMValueRef r = madd(G, kf, cf32(G, -0.693359375f), x);
+    r = madd(G, kf, cf32(G, 2.12194440e-4f), r);
     LLVMValueRef z = LLVMBuildFMul(B, r, r, "");
     static const float c[] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
                               1.6666665459e-1f, 5.0000001201e-1f};
     LLVMValueRef p = cf32(G, 1.9875691500e-4f);
-    for (int i = 0; i < 5; i++) p = LLVMBuildFAdd(B, LLVMBuildFMul(B, p, r, ""), cf32(G, c[i]), "");
-    p = LLVMBuildFAdd(B, LLVMBuildFAdd(B, LLVMBuildFMul(B, p, z, ""), r, ""), cf32(G, 1.0f), "");
+    for (int i = 0; i < 5; i++) p = madd(G, p, r, cf32(G, c[i]));
+    p = LLVMBuildFAdd(B, madd(G, p, z, r), cf32(G, 1.0f), "");
     LLVMValueRef k1 = LLVMBuildAShr(B, k, ci32(G, 1), ""), k2 = LLVMBuildSub(B, k, k1, "");
     LLVMValueRef s1 =
         as_f32(G, LLVMBuildShl(B, LLVMBuildAdd(B, k1, ci32(G, 127), ""), ci32(G, 23), ""));

@@ -235,6 +235,56 @@ static hd_status plan_pieces(plan_state *s) {
     return st;
 }
 
+/* Can elementwise piece b run inside piece a (at a's first node)? Every
+ * value b reads from outside both must be defined before a starts. */
+static int piece_can_join(const plan_state *s, int a, int b) {
+    const hd_ir_graph *g = s->g;
+    const plan_piece *pa = &s->pieces[a], *pb = &s->pieces[b];
+    if (pa->kind != HD_LLVM_K_ELEMENTWISE || pa->nnodes == 0 || pa->first > pb->first) return 0;
+    for (int k = 0; k < pb->nnodes; k++) {
+        const hd_ir_node *n = &g->nodes[pb->nodes[k]];
+        for (int j = 0; j < n->nin; j++) {
+            int d = s->def[n->in[j]];
+            if (d >= 0 && d >= pa->first && s->piece_of[d] != a && s->piece_of[d] != b) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Move piece b's nodes into a, keeping node order. */
+static void piece_join(plan_state *s, int a, int b) {
+    plan_piece *pa = &s->pieces[a], *pb = &s->pieces[b];
+    int i = pa->nnodes - 1, j = pb->nnodes - 1, k = pa->nnodes + pb->nnodes - 1;
+    while (j >= 0)
+        pa->nodes[k--] = i >= 0 && pa->nodes[i] > pb->nodes[j] ? pa->nodes[i--] : pb->nodes[j--];
+    pa->nnodes += pb->nnodes;
+    for (int m = 0; m < pb->nnodes; m++) s->piece_of[pb->nodes[m]] = a;
+    pb->nnodes = 0;
+}
+
+/* The fusion pass opens a group at each elementwise node whose producers
+ * are not in one (sigmoid(b) beside tanh(a * 2 + b)); such pieces join the
+ * piece of one of their producers when the placement rule allows it, so a
+ * chain of elementwise ops over the same inputs is one loop. */
+static void plan_merge_pieces(plan_state *s) {
+    const hd_ir_graph *g = s->g;
+    for (int b = 0; b < s->npieces; b++) {
+        plan_piece *pb = &s->pieces[b];
+        if (pb->kind != HD_LLVM_K_ELEMENTWISE) continue;
+        int done = 0;
+        for (int k = 0; k < pb->nnodes && !done; k++) {
+            const hd_ir_node *n = &g->nodes[pb->nodes[k]];
+            for (int j = 0; j < n->nin && !done; j++) {
+                int d = s->def[n->in[j]], a = d >= 0 ? s->piece_of[d] : -1;
+                if (a >= 0 && a != b && piece_can_join(s, a, b)) {
+                    piece_join(s, a, b);
+                    done = 1;
+                }
+            }
+        }
+    }
+}
+
 /* ---- kernels ---- */
 
 static int plan_kernel_new(plan_state *s, hd_llvm_kernel_kind kind, const hd_ir_value *shape_of) {
@@ -570,8 +620,9 @@ hd_status hd_llvm_plan_build(hd_ir_graph *g, int no_reuse, hd_llvm_plan *p) {
     if (plan_alloc(&s)) return g->ctx->status;
     plan_values(&s);
     if (plan_uses(&s) || plan_pieces(&s)) return g->ctx->status;
+    plan_merge_pieces(&s);
     for (int i = 0; i < s.npieces; i++)
-        if (plan_piece_kernels(&s, &s.pieces[i])) return g->ctx->status;
+        if (s.pieces[i].nnodes && plan_piece_kernels(&s, &s.pieces[i])) return g->ctx->status;
     plan_stored(&s);
     if (plan_steps(&s) || plan_slots(&s) || plan_arena(&s)) return g->ctx->status;
     plan_places(&s);
