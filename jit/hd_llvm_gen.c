@@ -309,15 +309,97 @@ static void ew_body(gen_kernel *K, void *ud) {
     body_nodes(K, K->k->nnodes);
 }
 
+/* ---- accumulating passes in lanes ---- */
+
+#define GEN_LANES 8
+
+/* A pass that accumulates (a reduction, softmax's max and sum) keeps
+ * GEN_LANES accumulators: the innermost reduced loop takes GEN_LANES
+ * elements per trip, one per lane, so the adds do not wait on each other
+ * and the SLP vectorizer packs them; lanes merge in order at the end. Rows
+ * shorter than 2 * GEN_LANES use lane 0 only. A generator's state starts
+ * with this struct. */
+typedef struct gen_lanes {
+    gen_body_fn step;                              /* one element of the pass */
+    LLVMValueRef *cur1, *cur2;                     /* the step's accumulators: set to the lane's */
+    LLVMValueRef acc1[GEN_LANES], acc2[GEN_LANES]; /* allocas */
+    LLVMTypeRef ty1, ty2;
+} gen_lanes;
+
+typedef LLVMValueRef (*gen_merge_fn)(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud);
+
+static void lane_set(gen_lanes *L, int lane) {
+    *L->cur1 = L->acc1[lane];
+    *L->cur2 = L->acc2[lane];
+}
+
+/* The innermost reduced loop, GEN_LANES elements per trip, then the rest. */
+static void lanes_inner(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    gen_lanes *L = ud;
+    int l = K->nlev - 1;
+    int64_t n = K->lev[l], nb = n >= 2 * GEN_LANES ? n / GEN_LANES : 0;
+    LLVMValueRef saved[K->nops + 1];
+    gen_loop lp;
+    if (nb) {
+        LLVMValueRef b = loop_begin(G, &lp, c64(G, 0), c64(G, nb));
+        LLVMValueRef base = LLVMBuildNSWMul(B, b, c64(G, GEN_LANES), "");
+        for (int lane = 0; lane < GEN_LANES; lane++) {
+            ptrs_step(K, l, LLVMBuildNSWAdd(B, base, c64(G, lane), ""), saved);
+            regs_clear(K);
+            lane_set(L, lane);
+            L->step(K, ud);
+            ptrs_restore(K, saved);
+        }
+        loop_end(G, &lp, 0);
+    }
+    LLVMValueRef i = loop_begin(G, &lp, c64(G, nb * GEN_LANES), c64(G, n));
+    ptrs_step(K, l, i, saved);
+    regs_clear(K);
+    lane_set(L, 0);
+    L->step(K, ud);
+    ptrs_restore(K, saved);
+    loop_end(G, &lp, 0);
+}
+
+/* One pass over a row's reduced dims; the used lanes of accumulator
+ * `which` (1 or 2) are then merged into lane 0. */
+static void lanes_pass(gen_kernel *K, gen_lanes *L, int which, gen_merge_fn merge, void *ud) {
+    hd_llvm_gen *G = K->G;
+    loops(K, K->nkept, K->nlev - 1, NULL, NULL, lanes_inner, ud);
+    if (K->lev[K->nlev - 1] >= 2 * GEN_LANES) {
+        LLVMValueRef *acc = which == 1 ? L->acc1 : L->acc2;
+        LLVMTypeRef ty = which == 1 ? L->ty1 : L->ty2;
+        LLVMValueRef v = LLVMBuildLoad2(B, ty, acc[0], "");
+        for (int lane = 1; lane < GEN_LANES; lane++)
+            v = merge(G, v, LLVMBuildLoad2(B, ty, acc[lane], ""), ud);
+        LLVMBuildStore(B, v, acc[0]);
+    }
+    lane_set(L, 0);
+}
+
+static void lanes_init(gen_lanes *L, hd_llvm_gen *G, LLVMValueRef init1, LLVMValueRef init2) {
+    for (int lane = 0; lane < GEN_LANES; lane++) {
+        LLVMBuildStore(B, init1, L->acc1[lane]);
+        LLVMBuildStore(B, init2, L->acc2[lane]);
+    }
+    lane_set(L, 0);
+}
+
+static LLVMValueRef merge_fadd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud) {
+    HD_UNUSED(ud);
+    return LLVMBuildFAdd(B, a, b, "");
+}
+
 /* ---- reductions ---- */
 
 typedef struct red_gen {
+    gen_lanes L;
     const hd_ir_node *n;
     hd_dtype dt, od;
     int pass;
-    LLVMValueRef acc1, acc2; /* allocas */
-    LLVMTypeRef ty1, ty2;
-    LLVMValueRef param; /* pass 2: mean or max, as double */
+    LLVMValueRef acc1, acc2; /* this lane's accumulators (allocas) */
+    LLVMValueRef param;      /* pass 2: mean or max, as double */
 } red_gen;
 
 static int red_float(const red_gen *R) {
@@ -350,7 +432,7 @@ static void red_step(gen_kernel *K, void *ud) {
     body_nodes(K, K->k->nnodes - 1);
     LLVMValueRef v = value_at(K, R->n->in[0]);
     LLVMValueRef a =
-        LLVMBuildLoad2(B, R->pass == 1 ? R->ty1 : R->ty2, R->pass == 1 ? R->acc1 : R->acc2, "");
+        LLVMBuildLoad2(B, R->pass == 1 ? R->L.ty1 : R->L.ty2, R->pass == 1 ? R->acc1 : R->acc2, "");
     LLVMValueRef r;
     switch (R->pass == 1 ? R->n->op : -R->n->op) {
     case HD_OP_SUM:
@@ -389,16 +471,16 @@ static void red_step(gen_kernel *K, void *ud) {
 static void red_init(gen_kernel *K, red_gen *R, LLVMValueRef *init1, LLVMValueRef *init2) {
     hd_llvm_gen *G = K->G;
     int fl = red_float(R), op = R->n->op;
-    R->ty1 = R->ty2 = G->t.f64;
+    R->L.ty1 = R->L.ty2 = G->t.f64;
     *init2 = LLVMConstReal(G->t.f64, 0.0);
     if (op == HD_OP_MAX || op == HD_OP_MIN || op == HD_OP_LOGSUMEXP) {
         int mx = op != HD_OP_MIN;
-        R->ty1 = fl ? hd_llvm_reg_type(G, R->dt) : G->t.i64;
-        *init1 = fl ? LLVMConstReal(R->ty1, mx ? -INFINITY : INFINITY)
+        R->L.ty1 = fl ? hd_llvm_reg_type(G, R->dt) : G->t.i64;
+        *init1 = fl ? LLVMConstReal(R->L.ty1, mx ? -INFINITY : INFINITY)
                     : LLVMConstInt(G->t.i64, mx ? (uint64_t)INT64_MIN : (uint64_t)INT64_MAX, 1);
         return;
     }
-    if (!fl) R->ty1 = G->t.i64;
+    if (!fl) R->L.ty1 = G->t.i64;
     int one = op == HD_OP_PROD;
     *init1 = fl ? LLVMConstReal(G->t.f64, one) : LLVMConstInt(G->t.i64, (uint64_t)one, 0);
 }
@@ -406,7 +488,7 @@ static void red_init(gen_kernel *K, red_gen *R, LLVMValueRef *init1, LLVMValueRe
 /* The result of one row, as a register of the output dtype. */
 static LLVMValueRef red_result(gen_kernel *K, red_gen *R, int64_t count) {
     hd_llvm_gen *G = K->G;
-    LLVMValueRef a1 = LLVMBuildLoad2(B, R->ty1, R->acc1, "");
+    LLVMValueRef a1 = LLVMBuildLoad2(B, R->L.ty1, R->acc1, "");
     double n = (double)count;
     switch (R->n->op) {
     case HD_OP_MAX:
@@ -443,26 +525,38 @@ static LLVMValueRef red_result(gen_kernel *K, red_gen *R, int64_t count) {
     }
 }
 
+/* Lanes of pass 1 merge as the op combines two partial results. */
+static LLVMValueRef red_merge1(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud) {
+    red_gen *R = ud;
+    int fl = red_float(R);
+    switch (R->n->op) {
+    case HD_OP_PROD: return fl ? LLVMBuildFMul(B, a, b, "") : LLVMBuildMul(B, a, b, "");
+    case HD_OP_MAX:
+    case HD_OP_LOGSUMEXP: return ext_select(G, 1, b, a);
+    case HD_OP_MIN: return ext_select(G, 0, b, a);
+    default: return fl ? LLVMBuildFAdd(B, a, b, "") : LLVMBuildAdd(B, a, b, "");
+    }
+}
+
 /* One row of a reduction: pass 1, pass 2 where the op has one, the store. */
 static void red_row(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     red_gen *R = ud;
     LLVMValueRef init1, init2;
     red_init(K, R, &init1, &init2);
-    LLVMBuildStore(B, init1, R->acc1);
-    LLVMBuildStore(B, init2, R->acc2);
+    lanes_init(&R->L, G, init1, init2);
     int64_t count = 1;
     for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
     R->pass = 1;
-    loops(K, K->nkept, K->nlev, NULL, NULL, red_step, R);
+    lanes_pass(K, &R->L, 1, red_merge1, R);
     int op = R->n->op;
     if (op == HD_OP_VAR || op == HD_OP_STD || op == HD_OP_LOGSUMEXP) {
-        LLVMValueRef a1 = LLVMBuildLoad2(B, R->ty1, R->acc1, "");
+        LLVMValueRef a1 = LLVMBuildLoad2(B, R->L.ty1, R->acc1, "");
         R->param = op == HD_OP_LOGSUMEXP
                        ? to_f64(G, a1)
                        : LLVMBuildFDiv(B, a1, LLVMConstReal(G->t.f64, (double)count), "");
         R->pass = 2;
-        loops(K, K->nkept, K->nlev, NULL, NULL, red_step, R);
+        lanes_pass(K, &R->L, 2, merge_fadd, R);
     }
     int s = op_find(K, R->n->out, 1);
     hd_llvm_store(G, R->od, K->ops[s].ptr, red_result(K, R, count));
@@ -471,6 +565,7 @@ static void red_row(gen_kernel *K, void *ud) {
 /* ---- softmax, log_softmax, layer_norm rows ---- */
 
 typedef struct row_gen {
+    gen_lanes L;
     const hd_ir_node *n;
     hd_dtype dt;
     int pass;
@@ -541,19 +636,29 @@ static void row_params(gen_kernel *K, row_gen *R, int64_t count, int after) {
     }
 }
 
+/* softmax's max merges as its pass does (x > m ? x : m); sums add. */
+static LLVMValueRef row_merge1(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud) {
+    row_gen *R = ud;
+    if (R->n->op == HD_OP_LAYER_NORM) return LLVMBuildFAdd(B, a, b, "");
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, b, a, ""), b, a, "");
+}
+
 static void row_row(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     row_gen *R = ud;
-    LLVMTypeRef ty = hd_llvm_reg_type(G, R->dt);
     int ln = R->n->op == HD_OP_LAYER_NORM;
     int64_t count = 1;
     for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
-    LLVMBuildStore(B, ln ? LLVMConstReal(G->t.f64, 0) : LLVMConstReal(ty, -INFINITY), R->acc1);
-    LLVMBuildStore(B, LLVMConstReal(G->t.f64, 0), R->acc2);
-    for (R->pass = 1; R->pass <= 3; R->pass++) {
-        loops(K, K->nkept, K->nlev, NULL, NULL, row_step, R);
-        if (R->pass < 3) row_params(K, R, count, R->pass);
-    }
+    lanes_init(&R->L, G, ln ? LLVMConstReal(G->t.f64, 0) : LLVMConstReal(R->L.ty1, -INFINITY),
+               LLVMConstReal(G->t.f64, 0));
+    R->pass = 1;
+    lanes_pass(K, &R->L, 1, row_merge1, R);
+    row_params(K, R, count, 1);
+    R->pass = 2;
+    lanes_pass(K, &R->L, 2, merge_fadd, R);
+    row_params(K, R, count, 2);
+    R->pass = 3; /* elementwise: the loop vectorizer takes it */
+    loops(K, K->nkept, K->nlev, NULL, NULL, row_step, R);
 }
 
 /* ---- kernel functions ---- */
@@ -568,6 +673,17 @@ static LLVMValueRef entry_alloca(hd_llvm_gen *G, LLVMValueRef fn, LLVMTypeRef ty
     LLVMValueRef a = LLVMBuildAlloca(B, ty, "");
     LLVMPositionBuilderAtEnd(B, cur);
     return a;
+}
+
+static void lanes_alloca(hd_llvm_gen *G, LLVMValueRef fn, gen_lanes *L, gen_body_fn step,
+                         LLVMValueRef *cur1, LLVMValueRef *cur2) {
+    L->step = step;
+    L->cur1 = cur1;
+    L->cur2 = cur2;
+    for (int lane = 0; lane < GEN_LANES; lane++) {
+        L->acc1[lane] = entry_alloca(G, fn, L->ty1);
+        L->acc2[lane] = entry_alloca(G, fn, L->ty2);
+    }
 }
 
 static void add_attr(hd_llvm_gen *G, LLVMValueRef fn, unsigned idx, const char *name) {
@@ -598,25 +714,23 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
     if (K->k->kind == HD_LLVM_K_ELEMENTWISE) {
         loops(K, 0, K->nlev, lo, hi, ew_body, NULL);
     } else if (K->k->kind == HD_LLVM_K_REDUCE) {
-        red_gen R = {last,
-                     g->values[last->in[0]].dtype,
-                     g->values[last->out].dtype,
-                     1,
-                     NULL,
-                     NULL,
-                     NULL,
-                     NULL,
-                     NULL};
+        red_gen R;
+        memset(&R, 0, sizeof R);
+        R.n = last;
+        R.dt = g->values[last->in[0]].dtype;
+        R.od = g->values[last->out].dtype;
         LLVMValueRef i1, i2;
         red_init(K, &R, &i1, &i2); /* the accumulators' types */
-        R.acc1 = entry_alloca(G, fn, R.ty1);
-        R.acc2 = entry_alloca(G, fn, R.ty2);
+        lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2);
         loops(K, 0, K->nkept, lo, hi, red_row, &R);
     } else {
-        row_gen R = {last, g->values[last->in[0]].dtype, 1, NULL, NULL, NULL, NULL};
-        R.acc1 = entry_alloca(
-            G, fn, hd_llvm_reg_type(G, K->k->kind == HD_LLVM_K_LAYER_NORM ? HD_F64 : R.dt));
-        R.acc2 = entry_alloca(G, fn, G->t.f64);
+        row_gen R;
+        memset(&R, 0, sizeof R);
+        R.n = last;
+        R.dt = g->values[last->in[0]].dtype;
+        R.L.ty1 = K->k->kind == HD_LLVM_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
+        R.L.ty2 = G->t.f64;
+        lanes_alloca(G, fn, &R.L, row_step, &R.acc1, &R.acc2);
         loops(K, 0, K->nkept, lo, hi, row_row, &R);
     }
     LLVMBuildRetVoid(B);
