@@ -212,7 +212,8 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
     G.fma = getenv("HODU_LLVM_FMA") != NULL;
     G.t.c = LLVMContextCreate();
     LLVMContextSetDiagnosticHandler(G.t.c, llvm_diagnostic, NULL);
-    G.mod = LLVMModuleCreateWithNameInContext(e->g->name ? e->g->name : "hodu", G.t.c);
+    G.mod =
+        LLVMModuleCreateWithNameInContext("hodu", G.t.c); /* the same code shares a cache entry */
     G.b = LLVMCreateBuilderInContext(G.t.c);
     hd_status st = hd_llvm_gen_module(&G);
     LLVMDisposeBuilder(G.b);
