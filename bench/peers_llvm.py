@@ -57,6 +57,7 @@ def numpy_peers(ws, bs, x, a, b):
     def chain():
         return np.tanh(a * 2 + b) * (1 / (1 + np.exp(-b))) - np.exp(-a)
     print(f"numpy chain: {gbs(best(chain, 5)):.2f} GB/s")
+    print(f"numpy light chain: {gbs(best(lambda: (a * 2 + b) * b - a, 5)):.2f} GB/s")
 
 
 def torch_peers(ws, bs, x, a, b):
@@ -77,6 +78,9 @@ def torch_peers(ws, bs, x, a, b):
     def chain(a, b):
         return torch.tanh(a * 2 + b) * torch.sigmoid(b) - torch.exp(-a)
 
+    def light(a, b):
+        return (a * 2 + b) * b - a
+
     ta, tb_ = torch.from_numpy(a), torch.from_numpy(b)
     with torch.no_grad():
         torch.set_num_threads(1)
@@ -84,6 +88,8 @@ def torch_peers(ws, bs, x, a, b):
         for nt in (1, 2):
             torch.set_num_threads(nt)
             print(f"torch eager chain ({nt} threads): {gbs(best(lambda: chain(ta, tb_), 5)):.2f} GB/s")
+            print(f"torch eager light chain ({nt} threads): "
+                  f"{gbs(best(lambda: light(ta, tb_), 5)):.2f} GB/s")
         try:
             torch.set_num_threads(1)
             cm = torch.compile(mlp)
@@ -92,12 +98,15 @@ def torch_peers(ws, bs, x, a, b):
             tc = time.perf_counter() - t0
             print(f"torch.compile mlp: first call (compile) {tc * 1e3:.0f} ms, "
                   f"then {calls(lambda: cm(tx)):.2f} us/call (1 thread)")
-            cc = torch.compile(chain)
+            cc, cl = torch.compile(chain), torch.compile(light)
             cc(ta, tb_)
+            cl(ta, tb_)
             for nt in (1, 2):
                 torch.set_num_threads(nt)
                 print(f"torch.compile chain ({nt} threads): "
                       f"{gbs(best(lambda: cc(ta, tb_), 5)):.2f} GB/s")
+                print(f"torch.compile light chain ({nt} threads): "
+                      f"{gbs(best(lambda: cl(ta, tb_), 5)):.2f} GB/s")
         except Exception as e:  # inductor needs a working C++ toolchain
             print(f"torch.compile: failed ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
 
@@ -129,10 +138,17 @@ def jax_peers(ws, bs, x, a, b):
     def chain(a, b):
         return jnp.tanh(a * 2 + b) * jax.nn.sigmoid(b) - jnp.exp(-a)
 
+    @jax.jit
+    def light(a, b):
+        return (a * 2 + b) * b - a
+
     ja, jb2 = jnp.asarray(a), jnp.asarray(b)
     chain(ja, jb2).block_until_ready()
+    light(ja, jb2).block_until_ready()
     print(f"jax jit chain (XLA's threads): "
           f"{gbs(best(lambda: chain(ja, jb2).block_until_ready(), 5)):.2f} GB/s")
+    print(f"jax jit light chain (XLA's threads): "
+          f"{gbs(best(lambda: light(ja, jb2).block_until_ready(), 5)):.2f} GB/s")
 
 
 def main():
