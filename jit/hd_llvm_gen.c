@@ -52,13 +52,12 @@ typedef struct gen_kernel {
     int nlev, nkept;          /* loop levels: kept ones first */
     int64_t lev[HD_MAX_DIMS]; /* loop level sizes */
     LLVMValueRef *reg;        /* per value: its register in this iteration */
-    LLVMValueRef fn;
     int has_calls;
 } gen_kernel;
 
 typedef struct gen_loop {
     LLVMBasicBlockRef head, exit;
-    LLVMValueRef iv, phi;
+    LLVMValueRef iv; /* the phi */
 } gen_loop;
 
 /* ---- loops ---- */
@@ -75,8 +74,8 @@ static LLVMValueRef loop_begin(hd_llvm_gen *G, gen_loop *L, LLVMValueRef lo, LLV
     L->exit = LLVMAppendBasicBlockInContext(G->t.c, fn, "done");
     LLVMBuildBr(B, L->head);
     LLVMPositionBuilderAtEnd(B, L->head);
-    L->phi = L->iv = LLVMBuildPhi(B, G->t.i64, "i");
-    LLVMAddIncoming(L->phi, &lo, &pre, 1);
+    L->iv = LLVMBuildPhi(B, G->t.i64, "i");
+    LLVMAddIncoming(L->iv, &lo, &pre, 1);
     LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntSLT, L->iv, hi, ""), body, L->exit);
     LLVMPositionBuilderAtEnd(B, body);
     return L->iv;
@@ -99,7 +98,7 @@ static void loop_end(hd_llvm_gen *G, gen_loop *L, int hint) {
     LLVMValueRef next = LLVMBuildNSWAdd(B, L->iv, c64(G, 1), "");
     LLVMValueRef br = LLVMBuildBr(B, L->head);
     if (hint) LLVMSetMetadata(br, LLVMGetMDKindIDInContext(G->t.c, "llvm.loop", 9), loop_hint(G));
-    LLVMAddIncoming(L->phi, &next, &latch, 1);
+    LLVMAddIncoming(L->iv, &next, &latch, 1);
     LLVMPositionBuilderAtEnd(B, L->exit);
 }
 

@@ -842,6 +842,25 @@ static void test_log(hd_ctx *ctx) {
     hd_tensor_unref(in[1]);
 }
 
+static void test_lookup(hd_ctx *ctx) {
+    const hd_jit_compiler *c = NULL;
+    CHECK(hd_jit_compiler_find(ctx, "llvm", &c) == HD_OK && c == LL);
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    CHECK(LL->available(ctx, &o) == HD_OK);
+    o.device = "cuda:0";
+    CHECK(LL->available(ctx, &o) != HD_OK);
+    CHECK(strstr(hd_error_message(ctx), "cuda") != NULL);
+    int64_t s[1] = {3};
+    hd_tensor *x = make(ctx, HD_F32, s, 1, 1.0);
+    hd_ir_graph *g = trace_body(ctx, chain_body, (hd_tensor *[]){x, x}, 2, 1, NULL);
+    hd_jit_exec *e = NULL;
+    CHECK(g && LL->compile(ctx, g, &o, &e) != HD_OK && !e);
+    hd_error_clear(ctx);
+    hd_ir_graph_free(g);
+    hd_tensor_unref(x);
+}
+
 int main(int argc, char **argv) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -850,6 +869,7 @@ int main(int argc, char **argv) {
         return cache_compile(&ctx) == 1 ? 0 : 1;
     }
     setenv("HODU_CACHE_DIR", "off", 1);
+    test_lookup(&ctx);
     test_unary_ops(&ctx);
     test_binary_ops(&ctx);
     test_casts_and_where(&ctx);
