@@ -81,23 +81,28 @@ static LLVMValueRef loop_begin(hd_llvm_gen *G, gen_loop *L, LLVMValueRef lo, LLV
     return L->iv;
 }
 
-/* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 1}} */
-static LLVMValueRef loop_hint(hd_llvm_gen *G) {
+/* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 1}[,
+ * !{"llvm.loop.vectorize.width", i32 width}]} */
+static LLVMValueRef loop_hint(hd_llvm_gen *G, int width) {
     LLVMMetadataRef tmp = LLVMTemporaryMDNode(G->t.c, NULL, 0);
     LLVMMetadataRef kv[2] = {LLVMMDStringInContext2(G->t.c, "llvm.loop.vectorize.enable", 26),
                              LLVMValueAsMetadata(LLVMConstInt(G->t.i1, 1, 0))};
-    LLVMMetadataRef en = LLVMMDNodeInContext2(G->t.c, kv, 2);
-    LLVMMetadataRef ops[2] = {tmp, en};
-    LLVMMetadataRef node = LLVMMDNodeInContext2(G->t.c, ops, 2);
+    LLVMMetadataRef kw[2] = {LLVMMDStringInContext2(G->t.c, "llvm.loop.vectorize.width", 25),
+                             LLVMValueAsMetadata(LLVMConstInt(G->t.i32, (uint64_t)width, 0))};
+    LLVMMetadataRef ops[3] = {tmp, LLVMMDNodeInContext2(G->t.c, kv, 2),
+                              LLVMMDNodeInContext2(G->t.c, kw, 2)};
+    LLVMMetadataRef node = LLVMMDNodeInContext2(G->t.c, ops, width > 1 ? 3 : 2);
     LLVMMetadataReplaceAllUsesWith(tmp, node);
     return LLVMMetadataAsValue(G->t.c, node);
 }
 
+/* Close loop L; hint: 0 none, 1 vectorize, n > 1 vectorize n wide. */
 static void loop_end(hd_llvm_gen *G, gen_loop *L, int hint) {
     LLVMBasicBlockRef latch = LLVMGetInsertBlock(B);
     LLVMValueRef next = LLVMBuildNSWAdd(B, L->iv, c64(G, 1), "");
     LLVMValueRef br = LLVMBuildBr(B, L->head);
-    if (hint) LLVMSetMetadata(br, LLVMGetMDKindIDInContext(G->t.c, "llvm.loop", 9), loop_hint(G));
+    if (hint)
+        LLVMSetMetadata(br, LLVMGetMDKindIDInContext(G->t.c, "llvm.loop", 9), loop_hint(G, hint));
     LLVMAddIncoming(L->iv, &next, &latch, 1);
     LLVMPositionBuilderAtEnd(B, L->exit);
 }
@@ -399,6 +404,9 @@ typedef struct red_gen {
     int pass;
     LLVMValueRef acc1, acc2; /* this lane's accumulators (allocas) */
     LLVMValueRef param;      /* pass 2: mean or max, as double */
+    /* vertical reductions: the kernel's range, a tile's first column and
+     * width, per-column accumulators and parameters */
+    LLVMValueRef lo, hi, c0, w, arr1, arr2, parr;
 } red_gen;
 
 static int red_float(const red_gen *R) {
@@ -537,6 +545,25 @@ static LLVMValueRef red_merge1(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, v
     }
 }
 
+static int red_two_pass(const red_gen *R) {
+    int op = R->n->op;
+    return op == HD_OP_VAR || op == HD_OP_STD || op == HD_OP_LOGSUMEXP;
+}
+
+/* Pass 2's parameter from pass 1's accumulator: the mean or the max. */
+static LLVMValueRef red_param(gen_kernel *K, red_gen *R, int64_t count) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef a1 = LLVMBuildLoad2(B, R->L.ty1, R->acc1, "");
+    if (R->n->op == HD_OP_LOGSUMEXP) return to_f64(G, a1);
+    return LLVMBuildFDiv(B, a1, LLVMConstReal(G->t.f64, (double)count), "");
+}
+
+static int64_t red_count(const gen_kernel *K) {
+    int64_t count = 1;
+    for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
+    return count;
+}
+
 /* One row of a reduction: pass 1, pass 2 where the op has one, the store. */
 static void red_row(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
@@ -544,21 +571,142 @@ static void red_row(gen_kernel *K, void *ud) {
     LLVMValueRef init1, init2;
     red_init(K, R, &init1, &init2);
     lanes_init(&R->L, G, init1, init2);
-    int64_t count = 1;
-    for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
+    int64_t count = red_count(K);
     R->pass = 1;
     lanes_pass(K, &R->L, 1, red_merge1, R);
-    int op = R->n->op;
-    if (op == HD_OP_VAR || op == HD_OP_STD || op == HD_OP_LOGSUMEXP) {
-        LLVMValueRef a1 = LLVMBuildLoad2(B, R->L.ty1, R->acc1, "");
-        R->param = op == HD_OP_LOGSUMEXP
-                       ? to_f64(G, a1)
-                       : LLVMBuildFDiv(B, a1, LLVMConstReal(G->t.f64, (double)count), "");
+    if (red_two_pass(R)) {
+        R->param = red_param(K, R, count);
         R->pass = 2;
         lanes_pass(K, &R->L, 2, merge_fadd, R);
     }
     int s = op_find(K, R->n->out, 1);
     hd_llvm_store(G, R->od, K->ops[s].ptr, red_result(K, R, count));
+}
+
+/* ---- vertical reductions ---- */
+
+#define GEN_TILE 512
+
+/* Is the innermost kept loop contiguous where the innermost reduced one is
+ * strided (a sum over axis 0 of a row-major matrix)? Then rows are walked
+ * in order, a tile of GEN_TILE columns keeping an accumulator each (as the
+ * eager kernel's vertical path): each row updates the tile in a loop the
+ * vectoriser takes, instead of one column at a time down the matrix. */
+static int red_is_vertical(const gen_kernel *K) {
+    int lk = K->nkept - 1, lr = K->nlev - 1, strided = 0;
+    if (K->lev[lk] < 8) return 0;
+    for (int j = 0; j < K->nops; j++) {
+        const gen_op *op = &K->ops[j];
+        if (op->store) continue;
+        if (op->st[lr] == 1) return 0;
+        if (op->st[lk] == 1 && op->st[lr] != 0) strided = 1;
+    }
+    return strided;
+}
+
+/* Point the accumulators (and pass 2's parameter) at column t of the tile,
+ * and the operands at column c0 + t. */
+static void red_vcolumn(gen_kernel *K, red_gen *R, LLVMValueRef t, LLVMValueRef *saved) {
+    hd_llvm_gen *G = K->G;
+    ptrs_step(K, K->nkept - 1, LLVMBuildNSWAdd(B, R->c0, t, ""), saved);
+    regs_clear(K);
+    R->acc1 = LLVMBuildInBoundsGEP2(B, R->L.ty1, R->arr1, &t, 1, "");
+    R->acc2 = LLVMBuildInBoundsGEP2(B, R->L.ty2, R->arr2, &t, 1, "");
+}
+
+/* At rows r .. r + nrows - 1 of the innermost reduced loop (the outer
+ * reduced loops' pointers already stepped): every column of the tile, the
+ * rows in order (four rows per pass keep the accumulator in a register, as
+ * the eager kernel does). */
+static void red_vrows(gen_kernel *K, red_gen *R, LLVMValueRef r, int nrows) {
+    hd_llvm_gen *G = K->G;
+    int l = K->nlev - 1;
+    LLVMValueRef saved[K->nops + 1], rsaved[K->nops + 1];
+    gen_loop L;
+    LLVMValueRef t = loop_begin(G, &L, c64(G, 0), R->w);
+    for (int k = 0; k < nrows; k++) {
+        ptrs_step(K, l, LLVMBuildNSWAdd(B, r, c64(G, k), ""), rsaved);
+        red_vcolumn(K, R, t, saved);
+        if (R->pass == 2)
+            R->param = LLVMBuildLoad2(B, G->t.f64,
+                                      LLVMBuildInBoundsGEP2(B, G->t.f64, R->parr, &t, 1, ""), "");
+        red_step(K, R);
+        ptrs_restore(K, saved);
+        ptrs_restore(K, rsaved);
+    }
+    /* f64 accumulators would make the vectoriser pick 4 lanes for f32 data */
+    loop_end(G, &L, K->has_calls ? 0 : R->dt == HD_F64 ? 4 : 8);
+}
+
+/* The innermost reduced loop: four rows at a time, then the rest. */
+static void red_vinner(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    red_gen *R = ud;
+    int64_t n = K->lev[K->nlev - 1], n4 = n / 4;
+    gen_loop L;
+    if (n4) {
+        LLVMValueRef b = loop_begin(G, &L, c64(G, 0), c64(G, n4));
+        red_vrows(K, R, LLVMBuildNSWMul(B, b, c64(G, 4), ""), 4);
+        loop_end(G, &L, 0);
+    }
+    if (n4 * 4 < n) {
+        LLVMValueRef r = loop_begin(G, &L, c64(G, n4 * 4), c64(G, n));
+        red_vrows(K, R, r, 1);
+        loop_end(G, &L, 0);
+    }
+}
+
+typedef enum { VTILE_INIT, VTILE_PARAM, VTILE_STORE } vtile_what;
+
+/* One loop over the tile's columns: set the accumulators, compute pass 2's
+ * parameters, or store the results. */
+static void red_vtile_loop(gen_kernel *K, red_gen *R, vtile_what what, int64_t count) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef saved[K->nops + 1], init1, init2;
+    gen_loop L;
+    LLVMValueRef t = loop_begin(G, &L, c64(G, 0), R->w);
+    red_vcolumn(K, R, t, saved);
+    if (what == VTILE_INIT) {
+        red_init(K, R, &init1, &init2);
+        LLVMBuildStore(B, init1, R->acc1);
+        LLVMBuildStore(B, init2, R->acc2);
+    } else if (what == VTILE_PARAM) {
+        LLVMBuildStore(B, red_param(K, R, count),
+                       LLVMBuildInBoundsGEP2(B, G->t.f64, R->parr, &t, 1, ""));
+    } else {
+        int s = op_find(K, R->n->out, 1);
+        hd_llvm_store(G, R->od, K->ops[s].ptr, red_result(K, R, count));
+    }
+    ptrs_restore(K, saved);
+    loop_end(G, &L, 0);
+}
+
+/* The innermost kept loop in tiles; each tile walks the reduced dims. */
+static void red_vtiles(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    red_gen *R = ud;
+    int l = K->nkept - 1;
+    LLVMValueRef lo = l == 0 ? R->lo : c64(G, 0), hi = l == 0 ? R->hi : c64(G, K->lev[l]);
+    LLVMValueRef n = LLVMBuildSub(B, hi, lo, "");
+    LLVMValueRef ntiles =
+        LLVMBuildSDiv(B, LLVMBuildAdd(B, n, c64(G, GEN_TILE - 1), ""), c64(G, GEN_TILE), "");
+    int64_t count = red_count(K);
+    gen_loop L;
+    LLVMValueRef k = loop_begin(G, &L, c64(G, 0), ntiles);
+    R->c0 = LLVMBuildAdd(B, lo, LLVMBuildNSWMul(B, k, c64(G, GEN_TILE), ""), "");
+    LLVMValueRef left = LLVMBuildSub(B, hi, R->c0, "");
+    R->w = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, left, c64(G, GEN_TILE), ""), left,
+                           c64(G, GEN_TILE), "");
+    red_vtile_loop(K, R, VTILE_INIT, count);
+    R->pass = 1;
+    loops(K, K->nkept, K->nlev - 1, NULL, NULL, red_vinner, R);
+    if (red_two_pass(R)) {
+        red_vtile_loop(K, R, VTILE_PARAM, count);
+        R->pass = 2;
+        loops(K, K->nkept, K->nlev - 1, NULL, NULL, red_vinner, R);
+    }
+    red_vtile_loop(K, R, VTILE_STORE, count);
+    loop_end(G, &L, 0);
 }
 
 /* ---- softmax, log_softmax, layer_norm rows ---- */
@@ -674,6 +822,12 @@ static LLVMValueRef entry_alloca(hd_llvm_gen *G, LLVMValueRef fn, LLVMTypeRef ty
     return a;
 }
 
+/* GEN_TILE elements of ty on the stack. */
+static LLVMValueRef entry_array(hd_llvm_gen *G, LLVMValueRef fn, LLVMTypeRef ty) {
+    LLVMValueRef a = entry_alloca(G, fn, LLVMArrayType(ty, GEN_TILE));
+    return LLVMBuildBitCast(B, a, LLVMPointerType(ty, 0), "");
+}
+
 static void lanes_alloca(hd_llvm_gen *G, LLVMValueRef fn, gen_lanes *L, gen_body_fn step,
                          LLVMValueRef *cur1, LLVMValueRef *cur2) {
     L->step = step;
@@ -720,8 +874,17 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
         R.od = g->values[last->out].dtype;
         LLVMValueRef i1, i2;
         red_init(K, &R, &i1, &i2); /* the accumulators' types */
-        lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2);
-        loops(K, 0, K->nkept, lo, hi, red_row, &R);
+        if (red_is_vertical(K)) {
+            R.arr1 = entry_array(G, fn, R.L.ty1);
+            R.arr2 = entry_array(G, fn, R.L.ty2);
+            R.parr = entry_array(G, fn, G->t.f64);
+            R.lo = lo;
+            R.hi = hi;
+            loops(K, 0, K->nkept - 1, lo, hi, red_vtiles, &R);
+        } else {
+            lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2);
+            loops(K, 0, K->nkept, lo, hi, red_row, &R);
+        }
     } else {
         row_gen R;
         memset(&R, 0, sizeof R);

@@ -489,6 +489,35 @@ static hd_status nn_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, voi
     return st;
 }
 
+/* reductions over leading axes walk rows in order (tiles of columns):
+ * several tiles, rows not a multiple of 4, split across threads */
+static void test_vertical_reductions(hd_ctx *ctx) {
+    static const hd_op ops[] = {HD_OP_SUM,  HD_OP_MEAN, HD_OP_MAX, HD_OP_MIN,
+                                HD_OP_PROD, HD_OP_VAR,  HD_OP_STD, HD_OP_LOGSUMEXP};
+    int64_t shapes[][3] = {{37, 40, 1}, {70, 1100, 1}, {6, 5, 300}, {3, 9, 1030}};
+    int nd[] = {2, 2, 3, 3};
+    for (size_t o = 0; o < sizeof ops / sizeof *ops; o++)
+        for (int sh = 0; sh < 4; sh++)
+            for (int d = 2; d < 4; d++) {
+                red_case c;
+                memset(&c, 0, sizeof c);
+                c.op = ops[o];
+                c.naxes = sh == 3 ? 2 : 1;
+                c.axes[0] = 0;
+                c.axes[1] = 1;
+                c.keepdim = sh % 2;
+                c.correction = 1;
+                c.prologue = (sh + (int)o) % 2;
+                hd_tensor *x = make(ctx, all_dtypes[d], shapes[sh], nd[sh], 0.3);
+                char what[80];
+                snprintf(what, sizeof what, "vertical %s %s shape %d", hd_op_name(ops[o]),
+                         hd_dtype_name(all_dtypes[d]), sh);
+                double tol = all_dtypes[d] == HD_F64 ? 1e-12 : 1e-5;
+                CHECK_MSG(check_body_tol(ctx, what, red_body, &x, 1, 1, &c, tol, NULL), "%s", what);
+                hd_tensor_unref(x);
+            }
+}
+
 static void test_rows(hd_ctx *ctx) {
     static const nn_case cases[] = {{HD_OP_SOFTMAX, -1, 0},    {HD_OP_SOFTMAX, 0, 0},
                                     {HD_OP_SOFTMAX, 1, 0},     {HD_OP_LOG_SOFTMAX, 2, 0},
@@ -877,6 +906,7 @@ int main(int argc, char **argv) {
     test_views(&ctx);
     test_broadcast(&ctx);
     test_reductions(&ctx);
+    test_vertical_reductions(&ctx);
     test_rows(&ctx);
     test_mlp(&ctx);
     test_fallbacks(&ctx);
