@@ -106,18 +106,30 @@ struct hd_llvm_gen {
     LLVMBuilderRef b;
     int f16c;         /* host converts f16 in hardware */
     int fma;          /* polynomials may contract into FMA */
+    int vw;           /* values being generated are vectors of vw lanes; 0: scalars */
     int scalar_calls; /* the kernel being built calls a scalar libm function */
 };
 
 /* Build the module of plan p into mod (a fresh module of t.c). */
 hd_status hd_llvm_gen_module(hd_llvm_gen *G);
 
-/* Values in registers: the register type of dt, loads and stores of one
- * element, conversions. */
+/* The type of a value of scalar type t in the code being generated (a
+ * vector of G->vw lanes in vector code), and integer constants of any
+ * type (splat in vectors). */
+LLVMTypeRef hd_llvm_vec(hd_llvm_gen *G, LLVMTypeRef scalar);
+LLVMValueRef hd_llvm_cint(LLVMTypeRef ty, uint64_t v, int sext);
+
+/* Values in registers: the register type of dt (scalar), loads and stores
+ * of one element, conversions. In vector code a load or store handles vw
+ * elements at a pointer whose step is given (hd_llvm_load_n). */
 LLVMTypeRef hd_llvm_reg_type(hd_llvm_gen *G, hd_dtype dt);
 LLVMTypeRef hd_llvm_mem_type(hd_llvm_gen *G, hd_dtype dt);
 LLVMValueRef hd_llvm_load(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr);
 void hd_llvm_store(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, LLVMValueRef v);
+LLVMValueRef hd_llvm_load_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step);
+void hd_llvm_store_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step, LLVMValueRef v);
+/* v in every lane (vector code), or v. */
+LLVMValueRef hd_llvm_splat(hd_llvm_gen *G, LLVMValueRef v);
 /* A register value of dt converted to dt2 as the eager cast does. */
 LLVMValueRef hd_llvm_convert(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, hd_dtype to);
 /* f16/bf16 results are rounded to their precision after every op, as the

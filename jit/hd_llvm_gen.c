@@ -53,6 +53,7 @@ typedef struct gen_kernel {
     int64_t lev[HD_MAX_DIMS]; /* loop level sizes */
     LLVMValueRef *reg;        /* per value: its register in this iteration */
     int has_calls;
+    int vlev; /* vector code: the loop level its lanes run along */
 } gen_kernel;
 
 typedef struct gen_loop {
@@ -246,8 +247,8 @@ static LLVMValueRef value_at(gen_kernel *K, int v) {
         const hd_tensor *t = g->consts[val->index].t;
         return hd_llvm_const(G, val->dtype, hd_tensor_get(t, 0), hd_tensor_get_i64(t, 0));
     }
-    int j = op_find(K, v, 0);
-    return K->reg[v] = hd_llvm_load(G, val->dtype, K->ops[j].ptr);
+    const gen_op *op = &K->ops[op_find(K, v, 0)];
+    return K->reg[v] = hd_llvm_load_n(G, val->dtype, op->ptr, G->vw ? op->st[K->vlev] : 1);
 }
 
 /* Compute the kernel's elementwise nodes (all, or all but the last) at the
@@ -263,7 +264,8 @@ static void body_nodes(gen_kernel *K, int count) {
         K->reg[n->out] = r;
         int s = op_find(K, n->out, 1);
         if (s >= 0 && K->k->kind == HD_LLVM_K_ELEMENTWISE)
-            hd_llvm_store(G, g->values[n->out].dtype, K->ops[s].ptr, r);
+            hd_llvm_store_n(G, g->values[n->out].dtype, K->ops[s].ptr,
+                            G->vw ? K->ops[s].st[K->vlev] : 1, r);
     }
 }
 
@@ -313,31 +315,43 @@ static void ew_body(gen_kernel *K, void *ud) {
     body_nodes(K, K->k->nnodes);
 }
 
-/* ---- accumulating passes in lanes ---- */
+/* ---- accumulating passes in vector lanes ---- */
 
-#define GEN_LANES 8
+#define GEN_LANES 8  /* lanes of one row's accumulators */
+#define GEN_VROWS 32 /* rows done at once by a vector of rows */
 
-/* A pass that accumulates (a reduction, softmax's max and sum) keeps
- * GEN_LANES accumulators: the innermost reduced loop takes GEN_LANES
- * elements per trip, one per lane, so the adds do not wait on each other
- * and the SLP vectorizer packs them; lanes merge in order at the end. Rows
- * shorter than 2 * GEN_LANES use lane 0 only. A generator's state starts
- * with this struct. */
+/* A pass that accumulates (a reduction, softmax's max and sum) over a row
+ * of at least 2 * GEN_LANES elements runs its innermost reduced loop as
+ * vector code: GEN_LANES elements per trip (one vector load where the
+ * operand is contiguous there), accumulated lane-wise into a vector; the
+ * lanes merge in order at the end, then the scalar tail. A row that is
+ * itself a vector of rows (vertical rows, G->vw set) accumulates in
+ * vectors all along. A generator's state starts with this struct. */
 typedef struct gen_lanes {
-    gen_body_fn step;                              /* one element of the pass */
-    LLVMValueRef *cur1, *cur2;                     /* the step's accumulators: set to the lane's */
-    LLVMValueRef acc1[GEN_LANES], acc2[GEN_LANES]; /* allocas */
-    LLVMTypeRef ty1, ty2;
+    gen_body_fn step;          /* one element (or vector) of the pass */
+    LLVMValueRef *cur1, *cur2; /* the step's accumulators: set to acc or vacc */
+    LLVMValueRef acc1, acc2;   /* scalar accumulators (allocas) */
+    LLVMValueRef vacc1, vacc2; /* GEN_LANES lanes of one row (allocas) */
+    LLVMValueRef racc1, racc2; /* a vector of rows (allocas), or NULL */
+    LLVMTypeRef ty1, ty2;      /* scalar types of the accumulators */
 } gen_lanes;
 
 typedef LLVMValueRef (*gen_merge_fn)(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud);
 
-static void lane_set(gen_lanes *L, int lane) {
-    *L->cur1 = L->acc1[lane];
-    *L->cur2 = L->acc2[lane];
+typedef enum { LANES_SCALAR, LANES_ROW, LANES_ROWS } lanes_mode;
+
+static void lanes_use(gen_lanes *L, lanes_mode m) {
+    *L->cur1 = m == LANES_ROW ? L->vacc1 : m == LANES_ROWS ? L->racc1 : L->acc1;
+    *L->cur2 = m == LANES_ROW ? L->vacc2 : m == LANES_ROWS ? L->racc2 : L->acc2;
 }
 
-/* The innermost reduced loop, GEN_LANES elements per trip, then the rest. */
+/* The accumulator's type in the code being generated. */
+static LLVMTypeRef acc_type(hd_llvm_gen *G, LLVMTypeRef scalar) {
+    return hd_llvm_vec(G, scalar);
+}
+
+/* The innermost reduced loop: vectors of GEN_LANES elements, then the rest
+ * one by one. */
 static void lanes_inner(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     gen_lanes *L = ud;
@@ -347,47 +361,64 @@ static void lanes_inner(gen_kernel *K, void *ud) {
     gen_loop lp;
     if (nb) {
         LLVMValueRef b = loop_begin(G, &lp, c64(G, 0), c64(G, nb));
-        LLVMValueRef base = LLVMBuildNSWMul(B, b, c64(G, GEN_LANES), "");
-        for (int lane = 0; lane < GEN_LANES; lane++) {
-            ptrs_step(K, l, LLVMBuildNSWAdd(B, base, c64(G, lane), ""), saved);
-            regs_clear(K);
-            lane_set(L, lane);
-            L->step(K, ud);
-            ptrs_restore(K, saved);
-        }
+        ptrs_step(K, l, LLVMBuildNSWMul(B, b, c64(G, GEN_LANES), ""), saved);
+        regs_clear(K);
+        G->vw = GEN_LANES;
+        K->vlev = l;
+        lanes_use(L, LANES_ROW);
+        L->step(K, ud);
+        G->vw = 0;
+        ptrs_restore(K, saved);
         loop_end(G, &lp, 0);
     }
     LLVMValueRef i = loop_begin(G, &lp, c64(G, nb * GEN_LANES), c64(G, n));
     ptrs_step(K, l, i, saved);
     regs_clear(K);
-    lane_set(L, 0);
+    lanes_use(L, LANES_SCALAR);
     L->step(K, ud);
     ptrs_restore(K, saved);
     loop_end(G, &lp, 0);
 }
 
-/* One pass over a row's reduced dims; the used lanes of accumulator
- * `which` (1 or 2) are then merged into lane 0. */
+/* One pass over a row's reduced dims. Scalar rows: the vector lanes of
+ * accumulator `which` (1 or 2), where used, then the tail's scalar, merge
+ * into the scalar accumulator. */
 static void lanes_pass(gen_kernel *K, gen_lanes *L, int which, gen_merge_fn merge, void *ud) {
     hd_llvm_gen *G = K->G;
-    loops(K, K->nkept, K->nlev - 1, NULL, NULL, lanes_inner, ud);
-    if (K->lev[K->nlev - 1] >= 2 * GEN_LANES) {
-        LLVMValueRef *acc = which == 1 ? L->acc1 : L->acc2;
-        LLVMTypeRef ty = which == 1 ? L->ty1 : L->ty2;
-        LLVMValueRef v = LLVMBuildLoad2(B, ty, acc[0], "");
-        for (int lane = 1; lane < GEN_LANES; lane++)
-            v = merge(G, v, LLVMBuildLoad2(B, ty, acc[lane], ""), ud);
-        LLVMBuildStore(B, v, acc[0]);
+    if (G->vw) { /* a vector of rows */
+        lanes_use(L, LANES_ROWS);
+        loops(K, K->nkept, K->nlev, NULL, NULL, L->step, ud);
+        return;
     }
-    lane_set(L, 0);
+    loops(K, K->nkept, K->nlev - 1, NULL, NULL, lanes_inner, ud);
+    lanes_use(L, LANES_SCALAR);
+    if (K->lev[K->nlev - 1] < 2 * GEN_LANES) return;
+    LLVMTypeRef ty = which == 1 ? L->ty1 : L->ty2;
+    LLVMValueRef acc = which == 1 ? L->acc1 : L->acc2, vacc = which == 1 ? L->vacc1 : L->vacc2;
+    LLVMValueRef vv = LLVMBuildLoad2(B, LLVMVectorType(ty, GEN_LANES), vacc, "");
+    LLVMValueRef v = LLVMBuildExtractElement(B, vv, LLVMConstInt(G->t.i32, 0, 0), "");
+    for (int lane = 1; lane < GEN_LANES; lane++)
+        v = merge(G, v,
+                  LLVMBuildExtractElement(B, vv, LLVMConstInt(G->t.i32, (uint64_t)lane, 0), ""),
+                  ud);
+    LLVMBuildStore(B, merge(G, v, LLVMBuildLoad2(B, ty, acc, ""), ud), acc);
 }
 
+/* Set a row's accumulators (scalar and lanes), or a vector of rows'. */
 static void lanes_init(gen_lanes *L, hd_llvm_gen *G, LLVMValueRef init1, LLVMValueRef init2) {
-    for (int lane = 0; lane < GEN_LANES; lane++) {
-        LLVMBuildStore(B, init1, L->acc1[lane]);
-        LLVMBuildStore(B, init2, L->acc2[lane]);
+    if (G->vw) {
+        LLVMBuildStore(B, hd_llvm_splat(G, init1), L->racc1);
+        LLVMBuildStore(B, hd_llvm_splat(G, init2), L->racc2);
+        lanes_use(L, LANES_ROWS);
+        return;
     }
-    lane_set(L, 0);
+    G->vw = GEN_LANES;
+    LLVMBuildStore(B, hd_llvm_splat(G, init1), L->vacc1);
+    LLVMBuildStore(B, hd_llvm_splat(G, init2), L->vacc2);
+    G->vw = 0;
+    LLVMBuildStore(B, init1, L->acc1);
+    LLVMBuildStore(B, init2, L->acc2);
+    lanes_use(L, LANES_SCALAR);
 }
 
 static LLVMValueRef merge_fadd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, void *ud) {
@@ -414,18 +445,25 @@ static int red_float(const red_gen *R) {
 }
 
 static LLVMValueRef to_f64(hd_llvm_gen *G, LLVMValueRef v) {
-    return LLVMTypeOf(v) == G->t.f64 ? v : LLVMBuildFPExt(B, v, G->t.f64, "");
+    LLVMTypeRef t = hd_llvm_vec(G, G->t.f64);
+    return LLVMTypeOf(v) == t ? v : LLVMBuildFPExt(B, v, t, "");
 }
 
 /* Integer values widened to i64 for max/min (u8 and bool are unsigned). */
 static LLVMValueRef to_i64(hd_llvm_gen *G, LLVMValueRef v, hd_dtype dt) {
-    if (LLVMTypeOf(v) == G->t.i64) return v;
-    return dt == HD_U8 || dt == HD_BOOL ? LLVMBuildZExt(B, v, G->t.i64, "")
-                                        : LLVMBuildSExt(B, v, G->t.i64, "");
+    LLVMTypeRef t = hd_llvm_vec(G, G->t.i64);
+    if (LLVMTypeOf(v) == t) return v;
+    return dt == HD_U8 || dt == HD_BOOL ? LLVMBuildZExt(B, v, t, "") : LLVMBuildSExt(B, v, t, "");
+}
+
+static int is_int_value(LLVMValueRef v) {
+    LLVMTypeRef t = LLVMTypeOf(v);
+    if (LLVMGetTypeKind(t) == LLVMVectorTypeKind) t = LLVMGetElementType(t);
+    return LLVMGetTypeKind(t) == LLVMIntegerTypeKind;
 }
 
 static LLVMValueRef ext_select(hd_llvm_gen *G, int ismax, LLVMValueRef v, LLVMValueRef m) {
-    if (LLVMGetTypeKind(LLVMTypeOf(v)) == LLVMIntegerTypeKind)
+    if (is_int_value(v))
         return LLVMBuildSelect(B, LLVMBuildICmp(B, ismax ? LLVMIntSGT : LLVMIntSLT, v, m, ""), v, m,
                                "");
     LLVMValueRef c = LLVMBuildFCmp(B, ismax ? LLVMRealOGT : LLVMRealOLT, v, m, "");
@@ -438,9 +476,9 @@ static void red_step(gen_kernel *K, void *ud) {
     red_gen *R = ud;
     body_nodes(K, K->k->nnodes - 1);
     LLVMValueRef v = value_at(K, R->n->in[0]);
-    LLVMValueRef a =
-        LLVMBuildLoad2(B, R->pass == 1 ? R->L.ty1 : R->L.ty2, R->pass == 1 ? R->acc1 : R->acc2, "");
-    LLVMValueRef r;
+    LLVMValueRef a = LLVMBuildLoad2(B, acc_type(G, R->pass == 1 ? R->L.ty1 : R->L.ty2),
+                                    R->pass == 1 ? R->acc1 : R->acc2, "");
+    LLVMValueRef r, param = R->param ? hd_llvm_splat(G, R->param) : NULL;
     switch (R->pass == 1 ? R->n->op : -R->n->op) {
     case HD_OP_SUM:
     case HD_OP_MEAN:
@@ -458,12 +496,13 @@ static void red_step(gen_kernel *K, void *ud) {
     case HD_OP_LOGSUMEXP: r = ext_select(G, 1, v, a); break;
     case -HD_OP_VAR:
     case -HD_OP_STD: {
-        LLVMValueRef d = LLVMBuildFSub(B, to_f64(G, v), R->param, "");
+        LLVMValueRef d = LLVMBuildFSub(B, to_f64(G, v), param, "");
         r = LLVMBuildFAdd(B, a, LLVMBuildFMul(B, d, d, ""), "");
         break;
     }
     default: { /* logsumexp's second pass: exp(x - max) as eager, summed in double */
-        LLVMValueRef c = R->dt == HD_F64 ? R->param : LLVMBuildFPTrunc(B, R->param, G->t.f32, "");
+        LLVMValueRef c =
+            R->dt == HD_F64 ? param : LLVMBuildFPTrunc(B, param, hd_llvm_vec(G, G->t.f32), "");
         LLVMValueRef x = LLVMBuildFSub(B, v, c, "");
         LLVMValueRef e = R->dt == HD_F64 ? hd_llvm_call_libm(G, "exp", &x, 1)
                                          : hd_llvm_call_libm(G, "expf", &x, 1);
@@ -713,6 +752,7 @@ static void red_vtiles(gen_kernel *K, void *ud) {
 
 typedef struct row_gen {
     gen_lanes L;
+    LLVMValueRef lo, hi; /* the kernel's range (vertical rows) */
     const hd_ir_node *n;
     hd_dtype dt;
     int pass;
@@ -720,66 +760,80 @@ typedef struct row_gen {
     LLVMValueRef p1, p2;     /* per-row parameters of the last pass */
 } row_gen;
 
+/* Does softmax keep exp(x - max) in its output between passes 2 and 3?
+ * Only where the output holds it exactly (f32, f64). */
+static int row_stash(const row_gen *R) {
+    return R->n->op == HD_OP_SOFTMAX && (R->dt == HD_F32 || R->dt == HD_F64);
+}
+
 static void row_step(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     row_gen *R = ud;
     LLVMValueRef x = value_at(K, R->n->in[0]);
-    LLVMTypeRef ty = LLVMTypeOf(x);
+    LLVMTypeRef ty = LLVMTypeOf(x), f64 = hd_llvm_vec(G, G->t.f64);
     int ln = R->n->op == HD_OP_LAYER_NORM, out = op_find(K, R->n->out, 1);
-    LLVMValueRef r;
+    LLVMValueRef r, p1 = R->p1 ? hd_llvm_splat(G, R->p1) : NULL;
     if (R->pass == 1) {
-        LLVMValueRef a = LLVMBuildLoad2(B, ln ? G->t.f64 : ty, R->acc1, "");
+        LLVMValueRef a = LLVMBuildLoad2(B, ln ? f64 : ty, R->acc1, "");
         r = ln ? LLVMBuildFAdd(B, a, to_f64(G, x), "")
                : LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, x, a, ""), x, a, "");
         LLVMBuildStore(B, r, R->acc1);
         return;
     }
     if (R->pass == 2) {
-        LLVMValueRef a = LLVMBuildLoad2(B, G->t.f64, R->acc2, "");
-        LLVMValueRef d = ln ? LLVMBuildFSub(B, to_f64(G, x), R->p1, "")
-                            : hd_llvm_nn_exp(G, LLVMBuildFSub(B, x, R->p1, ""), R->dt);
+        LLVMValueRef a = LLVMBuildLoad2(B, f64, R->acc2, "");
+        LLVMValueRef d = ln ? LLVMBuildFSub(B, to_f64(G, x), p1, "")
+                            : hd_llvm_nn_exp(G, LLVMBuildFSub(B, x, p1, ""), R->dt);
         r = LLVMBuildFAdd(B, a, ln ? LLVMBuildFMul(B, d, d, "") : to_f64(G, d), "");
         LLVMBuildStore(B, r, R->acc2);
+        if (row_stash(R)) /* softmax: exp once, as eager, scaled in place by pass 3 */
+            hd_llvm_store_n(G, R->dt, K->ops[out].ptr, G->vw ? K->ops[out].st[K->vlev] : 1, d);
         return;
     }
+    LLVMValueRef p2 = hd_llvm_splat(G, R->p2);
     if (ln) { /* ((x - mu) * rs) [* w + b] */
-        r = LLVMBuildFMul(B, LLVMBuildFSub(B, x, R->p1, ""), R->p2, "");
+        r = LLVMBuildFMul(B, LLVMBuildFSub(B, x, p1, ""), p2, "");
         if (R->n->nin == 3)
             r = LLVMBuildFAdd(B, LLVMBuildFMul(B, r, value_at(K, R->n->in[1]), ""),
                               value_at(K, R->n->in[2]), "");
     } else if (R->n->op == HD_OP_LOG_SOFTMAX) {
-        r = LLVMBuildFSub(B, LLVMBuildFSub(B, x, R->p1, ""), R->p2, "");
+        r = LLVMBuildFSub(B, LLVMBuildFSub(B, x, p1, ""), p2, "");
+    } else if (row_stash(R)) {
+        int64_t step = G->vw ? K->ops[out].st[K->vlev] : 1;
+        r = LLVMBuildFMul(B, hd_llvm_load_n(G, R->dt, K->ops[out].ptr, step), p2, "");
     } else {
-        r = LLVMBuildFMul(B, hd_llvm_nn_exp(G, LLVMBuildFSub(B, x, R->p1, ""), R->dt), R->p2, "");
+        r = LLVMBuildFMul(B, hd_llvm_nn_exp(G, LLVMBuildFSub(B, x, p1, ""), R->dt), p2, "");
     }
-    hd_llvm_store(G, R->dt, K->ops[out].ptr, r);
+    hd_llvm_store_n(G, R->dt, K->ops[out].ptr, G->vw ? K->ops[out].st[K->vlev] : 1, r);
 }
 
-/* The per-row parameters between the passes (cpu_nn's formulas). */
+/* The per-row parameters between the passes (cpu_nn's formulas); vectors
+ * of them for a vector of rows. */
 static void row_params(gen_kernel *K, row_gen *R, int64_t count, int after) {
     hd_llvm_gen *G = K->G;
-    LLVMTypeRef ty = hd_llvm_reg_type(G, R->dt);
+    LLVMTypeRef ty = hd_llvm_vec(G, hd_llvm_reg_type(G, R->dt)), f64 = hd_llvm_vec(G, G->t.f64);
+    LLVMTypeRef f32 = hd_llvm_vec(G, G->t.f32);
     int ln = R->n->op == HD_OP_LAYER_NORM;
     if (after == 1) {
-        LLVMValueRef a = LLVMBuildLoad2(B, ln ? G->t.f64 : ty, R->acc1, "");
-        R->p1 = ln ? LLVMBuildFDiv(B, a, LLVMConstReal(G->t.f64, (double)count), "") : a;
+        LLVMValueRef a = LLVMBuildLoad2(B, ln ? f64 : ty, R->acc1, "");
+        R->p1 = ln ? LLVMBuildFDiv(B, a, LLVMConstReal(f64, (double)count), "") : a;
         return;
     }
-    LLVMValueRef s = LLVMBuildLoad2(B, G->t.f64, R->acc2, "");
+    LLVMValueRef s = LLVMBuildLoad2(B, f64, R->acc2, "");
     if (ln) {
         LLVMValueRef v =
-            LLVMBuildFAdd(B, LLVMBuildFDiv(B, s, LLVMConstReal(G->t.f64, (double)count), ""),
-                          LLVMConstReal(G->t.f64, R->n->attrs.scalar[0]), "");
-        LLVMValueRef rs = LLVMBuildFDiv(B, LLVMConstReal(G->t.f64, 1.0),
-                                        hd_llvm_intrinsic(G, "llvm.sqrt", v), "");
+            LLVMBuildFAdd(B, LLVMBuildFDiv(B, s, LLVMConstReal(f64, (double)count), ""),
+                          LLVMConstReal(f64, R->n->attrs.scalar[0]), "");
+        LLVMValueRef rs =
+            LLVMBuildFDiv(B, LLVMConstReal(f64, 1.0), hd_llvm_intrinsic(G, "llvm.sqrt", v), "");
         R->p1 = hd_llvm_convert(G, R->p1, HD_F64, R->dt == HD_F64 ? HD_F64 : HD_F32);
         R->p2 = hd_llvm_convert(G, rs, HD_F64, R->dt == HD_F64 ? HD_F64 : HD_F32);
     } else if (R->n->op == HD_OP_LOG_SOFTMAX) {
-        LLVMValueRef t = R->dt == HD_F64 ? s : LLVMBuildFPTrunc(B, s, G->t.f32, "");
+        LLVMValueRef t = R->dt == HD_F64 ? s : LLVMBuildFPTrunc(B, s, f32, "");
         R->p2 = hd_llvm_call_libm(G, R->dt == HD_F64 ? "log" : "logf", &t, 1);
     } else {
-        LLVMValueRef inv = LLVMBuildFDiv(B, LLVMConstReal(G->t.f64, 1.0), s, "");
-        R->p2 = R->dt == HD_F64 ? inv : LLVMBuildFPTrunc(B, inv, G->t.f32, "");
+        LLVMValueRef inv = LLVMBuildFDiv(B, LLVMConstReal(f64, 1.0), s, "");
+        R->p2 = R->dt == HD_F64 ? inv : LLVMBuildFPTrunc(B, inv, f32, "");
     }
 }
 
@@ -808,6 +862,34 @@ static void row_row(gen_kernel *K, void *ud) {
     loops(K, K->nkept, K->nlev, NULL, NULL, row_step, R);
 }
 
+/* softmax over a leading axis (the innermost kept loop contiguous, the
+ * axis strided): rows are done GEN_VROWS at a time as vectors, one lane
+ * per row, so every pass loads whole cache lines down the axis; the rows
+ * left over one by one. */
+static void row_vcols(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    row_gen *R = ud;
+    int l = K->nkept - 1;
+    LLVMValueRef lo = l == 0 ? R->lo : c64(G, 0), hi = l == 0 ? R->hi : c64(G, K->lev[l]);
+    LLVMValueRef nv = LLVMBuildSDiv(B, LLVMBuildSub(B, hi, lo, ""), c64(G, GEN_VROWS), "");
+    LLVMValueRef saved[K->nops + 1];
+    gen_loop L;
+    LLVMValueRef j = loop_begin(G, &L, c64(G, 0), nv);
+    ptrs_step(K, l, LLVMBuildAdd(B, lo, LLVMBuildNSWMul(B, j, c64(G, GEN_VROWS), ""), ""), saved);
+    G->vw = GEN_VROWS;
+    K->vlev = l;
+    row_row(K, R);
+    G->vw = 0;
+    ptrs_restore(K, saved);
+    loop_end(G, &L, 0);
+    LLVMValueRef c = loop_begin(
+        G, &L, LLVMBuildAdd(B, lo, LLVMBuildNSWMul(B, nv, c64(G, GEN_VROWS), ""), ""), hi);
+    ptrs_step(K, l, c, saved);
+    row_row(K, R);
+    ptrs_restore(K, saved);
+    loop_end(G, &L, 0);
+}
+
 /* ---- kernel functions ---- */
 
 static LLVMValueRef entry_alloca(hd_llvm_gen *G, LLVMValueRef fn, LLVMTypeRef ty) {
@@ -828,14 +910,19 @@ static LLVMValueRef entry_array(hd_llvm_gen *G, LLVMValueRef fn, LLVMTypeRef ty)
     return LLVMBuildBitCast(B, a, LLVMPointerType(ty, 0), "");
 }
 
+/* The accumulators' allocas; rows > 0: also a vector of that many rows. */
 static void lanes_alloca(hd_llvm_gen *G, LLVMValueRef fn, gen_lanes *L, gen_body_fn step,
-                         LLVMValueRef *cur1, LLVMValueRef *cur2) {
+                         LLVMValueRef *cur1, LLVMValueRef *cur2, int rows) {
     L->step = step;
     L->cur1 = cur1;
     L->cur2 = cur2;
-    for (int lane = 0; lane < GEN_LANES; lane++) {
-        L->acc1[lane] = entry_alloca(G, fn, L->ty1);
-        L->acc2[lane] = entry_alloca(G, fn, L->ty2);
+    L->acc1 = entry_alloca(G, fn, L->ty1);
+    L->acc2 = entry_alloca(G, fn, L->ty2);
+    L->vacc1 = entry_alloca(G, fn, LLVMVectorType(L->ty1, GEN_LANES));
+    L->vacc2 = entry_alloca(G, fn, LLVMVectorType(L->ty2, GEN_LANES));
+    if (rows) {
+        L->racc1 = entry_alloca(G, fn, LLVMVectorType(L->ty1, (unsigned)rows));
+        L->racc2 = entry_alloca(G, fn, LLVMVectorType(L->ty2, (unsigned)rows));
     }
 }
 
@@ -882,7 +969,7 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
             R.hi = hi;
             loops(K, 0, K->nkept - 1, lo, hi, red_vtiles, &R);
         } else {
-            lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2);
+            lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2, 0);
             loops(K, 0, K->nkept, lo, hi, red_row, &R);
         }
     } else {
@@ -892,8 +979,14 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
         R.dt = g->values[last->in[0]].dtype;
         R.L.ty1 = K->k->kind == HD_LLVM_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
         R.L.ty2 = G->t.f64;
-        lanes_alloca(G, fn, &R.L, row_step, &R.acc1, &R.acc2);
-        loops(K, 0, K->nkept, lo, hi, row_row, &R);
+        int vert = red_is_vertical(K);
+        lanes_alloca(G, fn, &R.L, row_step, &R.acc1, &R.acc2, vert ? GEN_VROWS : 0);
+        R.lo = lo;
+        R.hi = hi;
+        if (vert)
+            loops(K, 0, K->nkept - 1, lo, hi, row_vcols, &R);
+        else
+            loops(K, 0, K->nkept, lo, hi, row_row, &R);
     }
     LLVMBuildRetVoid(B);
     return fn;

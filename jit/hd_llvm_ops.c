@@ -21,13 +21,32 @@
 #include <string.h>
 
 #define B (G->b)
+/* The type of a value of scalar type t: a vector of G->vw when the code
+ * being generated is vector code. */
+#define VT(ty) hd_llvm_vec(G, G->t.ty)
+
+LLVMTypeRef hd_llvm_vec(hd_llvm_gen *G, LLVMTypeRef scalar) {
+    return G->vw ? LLVMVectorType(scalar, (unsigned)G->vw) : scalar;
+}
+
+static LLVMTypeRef elem_type(LLVMTypeRef ty) {
+    return LLVMGetTypeKind(ty) == LLVMVectorTypeKind ? LLVMGetElementType(ty) : ty;
+}
+
+LLVMValueRef hd_llvm_cint(LLVMTypeRef ty, uint64_t v, int sext) {
+    if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind) return LLVMConstInt(ty, v, sext);
+    unsigned n = LLVMGetVectorSize(ty);
+    LLVMValueRef c = LLVMConstInt(LLVMGetElementType(ty), v, sext), lanes[64];
+    for (unsigned i = 0; i < n && i < 64; i++) lanes[i] = c;
+    return LLVMConstVector(lanes, n);
+}
 
 static LLVMValueRef ci32(hd_llvm_gen *G, uint32_t v) {
-    return LLVMConstInt(G->t.i32, v, 0);
+    return hd_llvm_cint(VT(i32), v, 0);
 }
 
 static LLVMValueRef cf32(hd_llvm_gen *G, float v) {
-    return LLVMConstReal(G->t.f32, (double)v);
+    return LLVMConstReal(VT(f32), (double)v);
 }
 
 static LLVMValueRef fconst(LLVMTypeRef ty, double v) {
@@ -35,7 +54,7 @@ static LLVMValueRef fconst(LLVMTypeRef ty, double v) {
 }
 
 static int is_f64(LLVMValueRef v) {
-    return LLVMGetTypeKind(LLVMTypeOf(v)) == LLVMDoubleTypeKind;
+    return LLVMGetTypeKind(elem_type(LLVMTypeOf(v))) == LLVMDoubleTypeKind;
 }
 
 /* ---- types, loads, stores ---- */
@@ -57,16 +76,16 @@ LLVMTypeRef hd_llvm_mem_type(hd_llvm_gen *G, hd_dtype dt) {
 }
 
 static LLVMValueRef as_f32(hd_llvm_gen *G, LLVMValueRef bits) {
-    return LLVMBuildBitCast(B, bits, G->t.f32, "");
+    return LLVMBuildBitCast(B, bits, VT(f32), "");
 }
 
 static LLVMValueRef as_i32(hd_llvm_gen *G, LLVMValueRef f) {
-    return LLVMBuildBitCast(B, f, G->t.i32, "");
+    return LLVMBuildBitCast(B, f, VT(i32), "");
 }
 
 /* all ones where c holds */
 static LLVMValueRef mask32(hd_llvm_gen *G, LLVMValueRef c) {
-    return LLVMBuildSExt(B, c, G->t.i32, "");
+    return LLVMBuildSExt(B, c, VT(i32), "");
 }
 
 static LLVMValueRef sel_bits(hd_llvm_gen *G, LLVMValueRef m, LLVMValueRef a, LLVMValueRef b) {
@@ -76,8 +95,8 @@ static LLVMValueRef sel_bits(hd_llvm_gen *G, LLVMValueRef m, LLVMValueRef a, LLV
 
 /* ew_h2f: f16 bits (i16) -> float, branch-free. */
 static LLVMValueRef h2f(hd_llvm_gen *G, LLVMValueRef h) {
-    if (G->f16c) return LLVMBuildFPExt(B, LLVMBuildBitCast(B, h, G->t.half, ""), G->t.f32, "");
-    LLVMValueRef w = LLVMBuildShl(B, LLVMBuildZExt(B, h, G->t.i32, ""), ci32(G, 16), "");
+    if (G->f16c) return LLVMBuildFPExt(B, LLVMBuildBitCast(B, h, VT(half), ""), VT(f32), "");
+    LLVMValueRef w = LLVMBuildShl(B, LLVMBuildZExt(B, h, VT(i32), ""), ci32(G, 16), "");
     LLVMValueRef sign = LLVMBuildAnd(B, w, ci32(G, 0x80000000u), "");
     LLVMValueRef two_w = LLVMBuildAdd(B, w, w, "");
     LLVMValueRef nb =
@@ -92,7 +111,7 @@ static LLVMValueRef h2f(hd_llvm_gen *G, LLVMValueRef h) {
 
 /* ew_f2h: float -> f16 bits, round to nearest even, NaN kept quiet. */
 static LLVMValueRef f2h(hd_llvm_gen *G, LLVMValueRef f) {
-    if (G->f16c) return LLVMBuildBitCast(B, LLVMBuildFPTrunc(B, f, G->t.half, ""), G->t.i16, "");
+    if (G->f16c) return LLVMBuildBitCast(B, LLVMBuildFPTrunc(B, f, VT(half), ""), VT(i16), "");
     LLVMValueRef base = hd_llvm_intrinsic(G, "llvm.fabs", f);
     base = LLVMBuildFMul(B, LLVMBuildFMul(B, base, cf32(G, 0x1.0p+112f), ""), cf32(G, 0x1.0p-110f),
                          "");
@@ -113,11 +132,11 @@ static LLVMValueRef f2h(hd_llvm_gen *G, LLVMValueRef f) {
     LLVMValueRef m = mask32(G, LLVMBuildICmp(B, LLVMIntUGT, shl1, ci32(G, 0xFF000000u), ""));
     LLVMValueRef r =
         LLVMBuildOr(B, LLVMBuildLShr(B, sign, ci32(G, 16), ""), sel_bits(G, m, nan, nonsign), "");
-    return LLVMBuildTrunc(B, r, G->t.i16, "");
+    return LLVMBuildTrunc(B, r, VT(i16), "");
 }
 
 static LLVMValueRef bf2f(hd_llvm_gen *G, LLVMValueRef h) {
-    return as_f32(G, LLVMBuildShl(B, LLVMBuildZExt(B, h, G->t.i32, ""), ci32(G, 16), ""));
+    return as_f32(G, LLVMBuildShl(B, LLVMBuildZExt(B, h, VT(i32), ""), ci32(G, 16), ""));
 }
 
 /* ew_f2bf: round to nearest even; NaN kept, made quiet. */
@@ -129,21 +148,50 @@ static LLVMValueRef f2bf(hd_llvm_gen *G, LLVMValueRef f) {
     LLVMValueRef isnan = LLVMBuildICmp(B, LLVMIntUGT, LLVMBuildAnd(B, x, ci32(G, 0x7FFFFFFFu), ""),
                                        ci32(G, 0x7F800000u), "");
     r = LLVMBuildSelect(B, isnan, LLVMBuildOr(B, hi, ci32(G, 0x40u), ""), r, "");
-    return LLVMBuildTrunc(B, r, G->t.i16, "");
+    return LLVMBuildTrunc(B, r, VT(i16), "");
 }
 
 static LLVMValueRef bool_of(hd_llvm_gen *G, LLVMValueRef v) {
     LLVMTypeRef ty = LLVMTypeOf(v);
-    LLVMValueRef c = LLVMGetTypeKind(ty) == LLVMIntegerTypeKind
-                         ? LLVMBuildICmp(B, LLVMIntNE, v, LLVMConstInt(ty, 0, 0), "")
+    LLVMValueRef c = LLVMGetTypeKind(elem_type(ty)) == LLVMIntegerTypeKind
+                         ? LLVMBuildICmp(B, LLVMIntNE, v, hd_llvm_cint(ty, 0, 0), "")
                          : LLVMBuildFCmp(B, LLVMRealUNE, v, fconst(ty, 0), "");
-    return LLVMBuildZExt(B, c, G->t.i8, "");
+    return LLVMBuildZExt(B, c, VT(i8), "");
 }
 
-LLVMValueRef hd_llvm_load(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr) {
-    LLVMTypeRef mt = hd_llvm_mem_type(G, dt);
-    LLVMValueRef v = LLVMBuildLoad2(B, mt, ptr, "");
-    LLVMSetAlignment(v, (unsigned)hd_dtype_size(dt));
+/* The element at p + i * step (in elements). */
+static LLVMValueRef elem_ptr(hd_llvm_gen *G, LLVMTypeRef mt, LLVMValueRef p, int64_t i) {
+    LLVMValueRef idx = LLVMConstInt(G->t.i64, (uint64_t)i, 1);
+    return LLVMBuildInBoundsGEP2(B, mt, p, &idx, 1, "");
+}
+
+/* Memory bits: one element, or in vector code vw elements step apart (one
+ * vector load when step is 1, one element repeated when it is 0). */
+static LLVMValueRef load_bits(hd_llvm_gen *G, LLVMTypeRef mt, unsigned align, LLVMValueRef ptr,
+                              int64_t step) {
+    LLVMValueRef v;
+    if (G->vw && step == 1) {
+        LLVMTypeRef vt = LLVMVectorType(mt, (unsigned)G->vw);
+        v = LLVMBuildLoad2(B, vt, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), ""), "");
+        LLVMSetAlignment(v, align);
+        return v;
+    }
+    if (G->vw && step != 0) {
+        LLVMValueRef r = LLVMGetUndef(LLVMVectorType(mt, (unsigned)G->vw));
+        for (int i = 0; i < G->vw; i++) {
+            LLVMValueRef e = LLVMBuildLoad2(B, mt, elem_ptr(G, mt, ptr, i * step), "");
+            LLVMSetAlignment(e, align);
+            r = LLVMBuildInsertElement(B, r, e, LLVMConstInt(G->t.i32, (uint64_t)i, 0), "");
+        }
+        return r;
+    }
+    v = LLVMBuildLoad2(B, mt, ptr, "");
+    LLVMSetAlignment(v, align);
+    return G->vw ? hd_llvm_splat(G, v) : v;
+}
+
+LLVMValueRef hd_llvm_load_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step) {
+    LLVMValueRef v = load_bits(G, hd_llvm_mem_type(G, dt), (unsigned)hd_dtype_size(dt), ptr, step);
     switch (dt) {
     case HD_F16: return h2f(G, v);
     case HD_BF16: return bf2f(G, v);
@@ -152,11 +200,39 @@ LLVMValueRef hd_llvm_load(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr) {
     }
 }
 
-void hd_llvm_store(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, LLVMValueRef v) {
+LLVMValueRef hd_llvm_load(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr) {
+    return hd_llvm_load_n(G, dt, ptr, 1);
+}
+
+void hd_llvm_store_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step, LLVMValueRef v) {
     if (dt == HD_F16) v = f2h(G, v);
     if (dt == HD_BF16) v = f2bf(G, v);
-    LLVMValueRef s = LLVMBuildStore(B, v, ptr);
-    LLVMSetAlignment(s, (unsigned)hd_dtype_size(dt));
+    unsigned align = (unsigned)hd_dtype_size(dt);
+    LLVMTypeRef mt = hd_llvm_mem_type(G, dt);
+    if (G->vw && step == 1) {
+        LLVMTypeRef vt = LLVMVectorType(mt, (unsigned)G->vw);
+        LLVMSetAlignment(LLVMBuildStore(B, v, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), "")),
+                         align);
+        return;
+    }
+    for (int i = 0; i < (G->vw ? G->vw : 1); i++) {
+        LLVMValueRef e =
+            G->vw ? LLVMBuildExtractElement(B, v, LLVMConstInt(G->t.i32, (uint64_t)i, 0), "") : v;
+        LLVMSetAlignment(LLVMBuildStore(B, e, elem_ptr(G, mt, ptr, i * step)), align);
+    }
+}
+
+void hd_llvm_store(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, LLVMValueRef v) {
+    hd_llvm_store_n(G, dt, ptr, 1, v);
+}
+
+LLVMValueRef hd_llvm_splat(hd_llvm_gen *G, LLVMValueRef v) {
+    LLVMTypeRef ty = LLVMTypeOf(v);
+    if (!G->vw || LLVMGetTypeKind(ty) == LLVMVectorTypeKind) return v;
+    LLVMValueRef u = LLVMGetUndef(LLVMVectorType(ty, (unsigned)G->vw));
+    u = LLVMBuildInsertElement(B, u, v, LLVMConstInt(G->t.i32, 0, 0), "");
+    return LLVMBuildShuffleVector(B, u, LLVMGetUndef(LLVMTypeOf(u)),
+                                  LLVMConstNull(LLVMVectorType(G->t.i32, (unsigned)G->vw)), "");
 }
 
 LLVMValueRef hd_llvm_round_half(hd_llvm_gen *G, LLVMValueRef v, hd_dtype dt) {
@@ -167,24 +243,41 @@ LLVMValueRef hd_llvm_round_half(hd_llvm_gen *G, LLVMValueRef v, hd_dtype dt) {
 
 LLVMValueRef hd_llvm_const(hd_llvm_gen *G, hd_dtype dt, double d, int64_t i) {
     switch (dt) {
-    case HD_F64: return fconst(G->t.f64, d);
+    case HD_F64: return fconst(VT(f64), d);
     case HD_F16:
     case HD_BF16:
     case HD_F32: return cf32(G, (float)d);
-    case HD_BOOL: return LLVMConstInt(G->t.i8, i != 0, 0);
-    default: return LLVMConstInt(hd_llvm_reg_type(G, dt), (uint64_t)i, 1);
+    case HD_BOOL: return hd_llvm_cint(VT(i8), i != 0, 0);
+    default: return hd_llvm_cint(hd_llvm_vec(G, hd_llvm_reg_type(G, dt)), (uint64_t)i, 1);
     }
 }
 
 /* ---- calls ---- */
 
+/* Call f (of scalar type fty) on args; vector args are called lane by lane. */
+static LLVMValueRef call_lanes(hd_llvm_gen *G, LLVMTypeRef fty, LLVMValueRef f, LLVMValueRef *args,
+                               int nargs) {
+    LLVMTypeRef vty = LLVMTypeOf(args[0]);
+    if (LLVMGetTypeKind(vty) != LLVMVectorTypeKind)
+        return LLVMBuildCall2(B, fty, f, args, (unsigned)nargs, "");
+    unsigned n = LLVMGetVectorSize(vty);
+    LLVMValueRef r = LLVMGetUndef(LLVMVectorType(LLVMGetReturnType(fty), n)), a[4];
+    for (unsigned i = 0; i < n; i++) {
+        LLVMValueRef idx = LLVMConstInt(G->t.i32, i, 0);
+        for (int k = 0; k < nargs; k++) a[k] = LLVMBuildExtractElement(B, args[k], idx, "");
+        r = LLVMBuildInsertElement(B, r, LLVMBuildCall2(B, fty, f, a, (unsigned)nargs, ""), idx,
+                                   "");
+    }
+    return r;
+}
+
 LLVMValueRef hd_llvm_call_libm(hd_llvm_gen *G, const char *name, LLVMValueRef *args, int nargs) {
-    LLVMTypeRef ty = LLVMTypeOf(args[0]), params[2] = {ty, ty};
+    LLVMTypeRef ty = elem_type(LLVMTypeOf(args[0])), params[2] = {ty, ty};
     LLVMTypeRef fty = LLVMFunctionType(ty, params, (unsigned)nargs, 0);
     LLVMValueRef f = LLVMGetNamedFunction(G->mod, name);
     if (!f) f = LLVMAddFunction(G->mod, name, fty);
     G->scalar_calls = 1;
-    return LLVMBuildCall2(B, fty, f, args, (unsigned)nargs, "");
+    return call_lanes(G, fty, f, args, nargs);
 }
 
 LLVMValueRef hd_llvm_intrinsic(hd_llvm_gen *G, const char *name, LLVMValueRef x) {
@@ -225,7 +318,7 @@ static LLVMValueRef madd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, LLVMVal
 static LLVMValueRef ew_expf(hd_llvm_gen *G, LLVMValueRef x) {
     LLVMValueRef t = madd(G, x, cf32(G, 1.44269504088896341f), cf32(G, 12582912.0f));
     LLVMValueRef k = LLVMBuildSub(B, as_i32(G, t), ci32(G, 0x4B400000u), "");
-    LLVMValueRef kf = LLVMBuildSIToFP(B, k, G->t.f32, "");
+    LLVMValueRef kf = LLVMBuildSIToFP(B, k, VT(f32), "");
     LLVMValueRef r = madd(G, kf, cf32(G, -0.693359375f), x);
     r = madd(G, kf, cf32(G, 2.12194440e-4f), r);
     LLVMValueRef z = LLVMBuildFMul(B, r, r, "");
@@ -326,28 +419,28 @@ static LLVMValueRef float_to_int(hd_llvm_gen *G, LLVMValueRef v, hd_dtype to) {
                                      [HD_U8] = {0.0, 255.0},
                                      [HD_I32] = {-2147483648.0, 2147483647.0},
                                      [HD_I64] = {-9223372036854775808.0, 9223372036854775807.0}};
-    LLVMTypeRef it = hd_llvm_reg_type(G, to);
-    LLVMValueRef d = is_f64(v) ? v : LLVMBuildFPExt(B, v, G->t.f64, "");
+    LLVMTypeRef it = hd_llvm_vec(G, hd_llvm_reg_type(G, to));
+    LLVMValueRef d = is_f64(v) ? v : LLVMBuildFPExt(B, v, VT(f64), "");
     int64_t lo = to == HD_I8 ? INT8_MIN : to == HD_U8 ? 0 : to == HD_I32 ? INT32_MIN : INT64_MIN;
     int64_t hi = to == HD_I8    ? INT8_MAX
                  : to == HD_U8  ? UINT8_MAX
                  : to == HD_I32 ? INT32_MAX
                                 : INT64_MAX;
-    LLVMValueRef r = LLVMBuildTrunc(B, LLVMBuildFPToSI(B, d, G->t.i64, ""), it, "");
-    if (to == HD_I64) r = LLVMBuildFPToSI(B, d, G->t.i64, "");
-    LLVMValueRef le = LLVMBuildFCmp(B, LLVMRealOLE, d, fconst(G->t.f64, lims[to][0]), "");
-    LLVMValueRef ge = LLVMBuildFCmp(B, LLVMRealOGE, d, fconst(G->t.f64, lims[to][1]), "");
-    r = LLVMBuildSelect(B, ge, LLVMConstInt(it, (uint64_t)hi, 1), r, "");
-    r = LLVMBuildSelect(B, le, LLVMConstInt(it, (uint64_t)lo, 1), r, "");
+    LLVMValueRef r = LLVMBuildTrunc(B, LLVMBuildFPToSI(B, d, VT(i64), ""), it, "");
+    LLVMValueRef le = LLVMBuildFCmp(B, LLVMRealOLE, d, fconst(VT(f64), lims[to][0]), "");
+    LLVMValueRef ge = LLVMBuildFCmp(B, LLVMRealOGE, d, fconst(VT(f64), lims[to][1]), "");
+    r = LLVMBuildSelect(B, ge, hd_llvm_cint(it, (uint64_t)hi, 1), r, "");
+    r = LLVMBuildSelect(B, le, hd_llvm_cint(it, (uint64_t)lo, 1), r, "");
     LLVMValueRef nan = LLVMBuildFCmp(B, LLVMRealUNO, d, d, "");
-    return LLVMBuildSelect(B, nan, LLVMConstInt(it, 0, 0), r, "");
+    return LLVMBuildSelect(B, nan, hd_llvm_cint(it, 0, 0), r, "");
 }
 
 /* A register value of an integer (or bool) dtype to another integer dtype:
  * wraps; sign-extends signed sources. */
 static LLVMValueRef int_to_int(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, hd_dtype to) {
-    LLVMTypeRef it = hd_llvm_reg_type(G, to);
-    unsigned a = LLVMGetIntTypeWidth(LLVMTypeOf(v)), b = LLVMGetIntTypeWidth(it);
+    LLVMTypeRef it = hd_llvm_vec(G, hd_llvm_reg_type(G, to));
+    unsigned a = LLVMGetIntTypeWidth(elem_type(LLVMTypeOf(v)));
+    unsigned b = LLVMGetIntTypeWidth(hd_llvm_reg_type(G, to));
     if (a == b) return v;
     if (a > b) return LLVMBuildTrunc(B, v, it, "");
     return is_signed(from) ? LLVMBuildSExt(B, v, it, "") : LLVMBuildZExt(B, v, it, "");
@@ -363,11 +456,11 @@ LLVMValueRef hd_llvm_convert(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, hd_d
     int ff = hd_dtype_is_float(from), tf = hd_dtype_is_float(to);
     if (!tf) return ff ? float_to_int(G, v, to) : int_to_int(G, v, from, to);
     if (to == HD_F64)
-        return ff ? (is_f64(v) ? v : LLVMBuildFPExt(B, v, G->t.f64, ""))
-                  : int_to_float(G, v, from, G->t.f64);
+        return ff ? (is_f64(v) ? v : LLVMBuildFPExt(B, v, VT(f64), ""))
+                  : int_to_float(G, v, from, VT(f64));
     /* to f32, f16, bf16: through f32, as eager's (float) conversions */
-    LLVMValueRef f = !ff         ? int_to_float(G, v, from, G->t.f32)
-                     : is_f64(v) ? LLVMBuildFPTrunc(B, v, G->t.f32, "")
+    LLVMValueRef f = !ff         ? int_to_float(G, v, from, VT(f32))
+                     : is_f64(v) ? LLVMBuildFPTrunc(B, v, VT(f32), "")
                                  : v;
     return hd_llvm_round_half(G, f, to);
 }
@@ -464,7 +557,7 @@ static LLVMValueRef compare(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef
             {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE}};
         c = LLVMBuildICmp(B, ip[is_signed(dt)][op - HD_OP_EQ], a, b, "");
     }
-    return LLVMBuildZExt(B, c, G->t.i8, "");
+    return LLVMBuildZExt(B, c, VT(i8), "");
 }
 
 /* ---- integer ops ---- */
@@ -482,12 +575,12 @@ static LLVMValueRef int_bound(hd_llvm_gen *G, double v, int is_lo, hd_dtype dt) 
         double w = is_lo ? ceil(v) : floor(v);
         r = w <= (double)tmin ? tmin : w >= (double)tmax ? tmax : (int64_t)w;
     }
-    return LLVMConstInt(hd_llvm_reg_type(G, dt), (uint64_t)r, 1);
+    return hd_llvm_cint(hd_llvm_vec(G, hd_llvm_reg_type(G, dt)), (uint64_t)r, 1);
 }
 
 static LLVMValueRef int_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef x, hd_dtype dt) {
     LLVMTypeRef ty = LLVMTypeOf(x);
-    LLVMValueRef zero = LLVMConstInt(ty, 0, 0);
+    LLVMValueRef zero = hd_llvm_cint(ty, 0, 0);
     int sg = is_signed(dt);
     switch (n->op) {
     case HD_OP_NEG: return LLVMBuildSub(B, zero, x, "");
@@ -505,10 +598,10 @@ static LLVMValueRef int_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef 
         return LLVMBuildSub(
             B, gt, LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntSLT, x, zero, ""), ty, ""), "");
     }
-    case HD_OP_NOT: return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntEQ, x, zero, ""), G->t.i8, "");
+    case HD_OP_NOT: return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntEQ, x, zero, ""), VT(i8), "");
     case HD_OP_CLAMP: {
         hd_dtype cd = dt == HD_BOOL ? HD_I64 : dt;
-        LLVMValueRef y = dt == HD_BOOL ? LLVMBuildZExt(B, x, G->t.i64, "") : x;
+        LLVMValueRef y = dt == HD_BOOL ? LLVMBuildZExt(B, x, VT(i64), "") : x;
         LLVMValueRef lo = int_bound(G, n->attrs.scalar[0], 1, cd),
                      hi = int_bound(G, n->attrs.scalar[1], 0, cd);
         int s = is_signed(cd);
@@ -522,7 +615,7 @@ static LLVMValueRef int_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef 
 
 static LLVMValueRef int_mod(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, hd_dtype dt) {
     LLVMTypeRef ty = LLVMTypeOf(a);
-    LLVMValueRef zero = LLVMConstInt(ty, 0, 0), one = LLVMConstInt(ty, 1, 0);
+    LLVMValueRef zero = hd_llvm_cint(ty, 0, 0), one = hd_llvm_cint(ty, 1, 0);
     LLVMValueRef bz = LLVMBuildICmp(B, LLVMIntEQ, b, zero, "");
     if (!is_signed(dt)) { /* a divisor of 0 gives 0, never a trap */
         LLVMValueRef r = LLVMBuildURem(B, a, LLVMBuildSelect(B, bz, one, b, ""), "");
@@ -546,19 +639,19 @@ static LLVMValueRef int_pow(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, hd_d
     LLVMValueRef f = LLVMGetNamedFunction(G->mod, "hd_llvm_rt_ipow");
     if (!f) f = LLVMAddFunction(G->mod, "hd_llvm_rt_ipow", fty);
     LLVMValueRef args[3] = {int_to_int(G, a, dt, HD_I64), int_to_int(G, b, dt, HD_I64),
-                            LLVMConstInt(G->t.i32, (uint64_t)dt, 0)};
+                            hd_llvm_cint(VT(i32), (uint64_t)dt, 0)};
     G->scalar_calls = 1;
-    return LLVMBuildTrunc(B, LLVMBuildCall2(B, fty, f, args, 3, ""), ty, "");
+    return LLVMBuildTrunc(B, call_lanes(G, fty, f, args, 3), ty, "");
 }
 
 static LLVMValueRef int_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef b,
                                hd_dtype dt) {
     int sg = is_signed(dt);
     if (dt == HD_BOOL) {
-        LLVMValueRef t = LLVMConstInt(G->t.i8, 0, 0);
+        LLVMValueRef t = hd_llvm_cint(VT(i8), 0, 0);
         if (op == HD_OP_ADD || op == HD_OP_MAXIMUM)
             return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntNE, LLVMBuildOr(B, a, b, ""), t, ""),
-                                 G->t.i8, "");
+                                 VT(i8), "");
         return LLVMBuildAnd(B, a, b, ""); /* mul, minimum: both are 0/1 */
     }
     switch (op) {
@@ -594,7 +687,7 @@ LLVMValueRef hd_llvm_emit_node(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef
     case HD_KIND_COMPARE: return compare(G, n->op, args[0], args[1], dt);
     default: /* where: any nonzero condition is true */
         return LLVMBuildSelect(
-            B, LLVMBuildICmp(B, LLVMIntNE, args[0], LLVMConstInt(LLVMTypeOf(args[0]), 0, 0), ""),
+            B, LLVMBuildICmp(B, LLVMIntNE, args[0], hd_llvm_cint(LLVMTypeOf(args[0]), 0, 0), ""),
             args[1], args[2], "");
     }
 }

@@ -518,28 +518,33 @@ static void test_vertical_reductions(hd_ctx *ctx) {
             }
 }
 
+static void check_rows(hd_ctx *ctx, const nn_case *c, hd_dtype dt, const int64_t *sx, int nd) {
+    int two = c->op == HD_OP_LAYER_NORM && c->axis == 2;
+    const int64_t *sw = sx + nd - (two ? 2 : 1);
+    hd_tensor *in[3] = {make(ctx, dt, sx, nd, 3.0), make(ctx, dt, sw, two ? 2 : 1, 1.0),
+                        make(ctx, dt, sw, two ? 2 : 1, 0.5)};
+    char what[80];
+    snprintf(what, sizeof what, "%s %s [%lld, %lld, ...] axis %lld affine %d", hd_op_name(c->op),
+             hd_dtype_name(dt), (long long)sx[0], (long long)sx[1], (long long)c->axis, c->affine);
+    double tol = dt == HD_F64 ? 1e-13 : dt == HD_F32 ? 1e-6 : dt == HD_F16 ? 2e-3 : 1e-2;
+    hd_jit_stats st;
+    CHECK_MSG(check_body_tol(ctx, what, nn_body, in, 3, 1, (void *)c, tol, &st), "%s", what);
+    CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
+    for (int k = 0; k < 3; k++) hd_tensor_unref(in[k]);
+}
+
+/* rows along the last axis (vector lanes within a row) and along leading
+ * axes (a vector of rows at a time, the rest one by one) */
 static void test_rows(hd_ctx *ctx) {
     static const nn_case cases[] = {{HD_OP_SOFTMAX, -1, 0},    {HD_OP_SOFTMAX, 0, 0},
                                     {HD_OP_SOFTMAX, 1, 0},     {HD_OP_LOG_SOFTMAX, 2, 0},
                                     {HD_OP_LOG_SOFTMAX, 1, 0}, {HD_OP_LAYER_NORM, 1, 0},
                                     {HD_OP_LAYER_NORM, 2, 1},  {HD_OP_LAYER_NORM, 1, 1}};
-    int64_t sx[3] = {4, 6, 19}, sw2[2] = {6, 19}, sw1[1] = {19};
+    int64_t sx[3] = {4, 6, 19}, sy[3] = {37, 70, 33};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         for (int d = 0; d < 4; d++) {
-            hd_dtype dt = all_dtypes[d];
-            int two = cases[i].op == HD_OP_LAYER_NORM && cases[i].axis == 2;
-            hd_tensor *in[3] = {make(ctx, dt, sx, 3, 3.0),
-                                make(ctx, dt, two ? sw2 : sw1, two ? 2 : 1, 1.0),
-                                make(ctx, dt, two ? sw2 : sw1, two ? 2 : 1, 0.5)};
-            char what[80];
-            snprintf(what, sizeof what, "%s %s axis %lld affine %d", hd_op_name(cases[i].op),
-                     hd_dtype_name(dt), (long long)cases[i].axis, cases[i].affine);
-            double tol = dt == HD_F64 ? 1e-13 : dt == HD_F32 ? 1e-6 : dt == HD_F16 ? 2e-3 : 1e-2;
-            hd_jit_stats st;
-            CHECK_MSG(check_body_tol(ctx, what, nn_body, in, 3, 1, (void *)&cases[i], tol, &st),
-                      "%s", what);
-            CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
-            for (int k = 0; k < 3; k++) hd_tensor_unref(in[k]);
+            check_rows(ctx, &cases[i], all_dtypes[d], sx, 3);
+            if (cases[i].axis < 2) check_rows(ctx, &cases[i], all_dtypes[d], sy, 2);
         }
 }
 
