@@ -526,7 +526,9 @@ static void check_rows(hd_ctx *ctx, const nn_case *c, hd_dtype dt, const int64_t
     char what[80];
     snprintf(what, sizeof what, "%s %s [%lld, %lld, ...] axis %lld affine %d", hd_op_name(c->op),
              hd_dtype_name(dt), (long long)sx[0], (long long)sx[1], (long long)c->axis, c->affine);
-    double tol = dt == HD_F64 ? 1e-13 : dt == HD_F32 ? 1e-6 : dt == HD_F16 ? 2e-3 : 1e-2;
+    /* f64: 1e-12 as randgraph (sums in another order, and near-zero outputs
+     * of layer_norm cancel) */
+    double tol = dt == HD_F64 ? 1e-12 : dt == HD_F32 ? 1e-6 : dt == HD_F16 ? 2e-3 : 1e-2;
     hd_jit_stats st;
     CHECK_MSG(check_body_tol(ctx, what, nn_body, in, 3, 1, (void *)c, tol, &st), "%s", what);
     CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
