@@ -20,9 +20,15 @@ hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compi
         *out = &hd_jit_interp;
         return HD_OK;
     }
-    if (name && strcmp(name, "llvm") == 0)
+    if (name && strcmp(name, "llvm") == 0) {
+#if HODU_HAVE_LLVM
+        *out = &hd_jit_llvm;
+        return HD_OK;
+#else
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "compiler 'llvm' is not available in this build (use \"interp\")");
+#endif
+    }
     if (name && strcmp(name, "cuda") == 0)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "compiler 'cuda' is not available in this build (use \"interp\")");
@@ -78,9 +84,8 @@ hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *cons
         if (!ok)
             return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' expects %s, got %s",
                             g->inputs[i].name, want, got);
-        if (!t->storage)
-            return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' has no data (a traced tensor)",
-                            g->inputs[i].name);
+        return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' has no data (a traced tensor)",
+                        g->inputs[i].name);
     }
     return HD_OK;
 }

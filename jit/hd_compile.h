@@ -42,6 +42,13 @@ typedef struct hd_jit_stats {
     size_t naive_bytes;   /* one buffer per intermediate, as eager mode */
     int inplace;          /* nodes writing over their input */
     int casts, folded, simplified, merged, removed, copies; /* pass counts */
+    /* where compile time goes (seconds): tracing (filled by the caller that
+     * traced), the graph passes, and LLVM (llvm: IR generation, O2 passes,
+     * machine code, linking; the disk cache skips the middle two) */
+    double trace_seconds, pass_seconds, llvm_seconds;
+    double llvm_ir_seconds, llvm_opt_seconds, llvm_obj_seconds, llvm_link_seconds;
+    int cache_hit; /* llvm: the machine code came from the disk cache */
+    int fallbacks; /* llvm: nodes run by the runtime's kernels (matmul not counted) */
 } hd_jit_stats;
 
 typedef struct hd_jit_exec hd_jit_exec;
@@ -63,6 +70,9 @@ typedef struct hd_jit_compiler {
 } hd_jit_compiler;
 
 extern const hd_jit_compiler hd_jit_interp;
+#if HODU_HAVE_LLVM
+extern const hd_jit_compiler hd_jit_llvm; /* jit/hd_llvm.c */
+#endif
 
 /* By name: "interp", "llvm", "cuda". Unknown names are an error listing the
  * known ones; known ones this build lacks are an error saying so. */

@@ -85,24 +85,34 @@ static hd_ir_graph *trace_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, 
     return g;
 }
 
-/* Eager vs compiled on the same inputs; returns 1 if all outputs agree. */
-static int check_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, int nin, int nout, void *ud,
-                      const hd_jit_options *opt, hd_jit_stats *stats) {
+/* Eager vs compiled by c on the same inputs; returns 1 if all outputs agree. */
+static int check_with(hd_ctx *ctx, const hd_jit_compiler *c, body_fn body, hd_tensor *const *in,
+                      int nin, int nout, void *ud, const hd_jit_options *opt, hd_jit_stats *stats) {
     hd_tensor *want[8] = {0}, *got[8] = {0};
     int ok = body(ctx, in, want, ud) == HD_OK;
     hd_ir_graph *g = ok ? trace_body(ctx, body, in, nin, nout, ud) : NULL;
     hd_jit_exec *e = NULL;
-    ok = ok && g && hd_jit_interp.compile(ctx, g, opt, &e) == HD_OK;
-    ok = ok && hd_jit_interp.run(ctx, e, in, nin, got, nout) == HD_OK;
+    ok = ok && g && c->compile(ctx, g, opt, &e) == HD_OK;
+    ok = ok && c->run(ctx, e, in, nin, got, nout) == HD_OK;
     for (int i = 0; ok && i < nout; i++) ok = same_values(want[i], got[i]);
-    if (!ok) fprintf(stderr, "check_body: %s\n", hd_error_message(ctx));
-    if (e && stats) hd_jit_interp.stats(e, stats);
-    if (e) hd_jit_interp.free(ctx, e);
+    if (!ok) fprintf(stderr, "check_body (%s): %s\n", c->name, hd_error_message(ctx));
+    if (e && stats) c->stats(e, stats);
+    if (e) c->free(ctx, e);
     hd_ir_graph_free(g);
     for (int i = 0; i < 8; i++) {
         hd_tensor_unref(want[i]);
         hd_tensor_unref(got[i]);
     }
+    return ok;
+}
+
+/* interp (stats from it), and llvm too where the build has it. */
+static int check_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, int nin, int nout, void *ud,
+                      const hd_jit_options *opt, hd_jit_stats *stats) {
+    int ok = check_with(ctx, &hd_jit_interp, body, in, nin, nout, ud, opt, stats);
+#if HODU_HAVE_LLVM
+    ok = check_with(ctx, &hd_jit_llvm, body, in, nin, nout, ud, opt, NULL) && ok;
+#endif
     return ok;
 }
 
@@ -328,8 +338,12 @@ static void test_compiler_lookup(hd_ctx *ctx) {
     CHECK(hd_jit_compiler_find(ctx, "interp", &c) == HD_OK && c == &hd_jit_interp);
     CHECK(hd_jit_compiler_find(ctx, "tvm", &c) == HD_ERR_ARGUMENT && !c);
     CHECK(strcmp(hd_error_message(ctx), "unknown compiler 'tvm' (known: interp, llvm, cuda)") == 0);
+#if HODU_HAVE_LLVM
+    CHECK(hd_jit_compiler_find(ctx, "llvm", &c) == HD_OK && c == &hd_jit_llvm);
+#else
     CHECK(hd_jit_compiler_find(ctx, "llvm", &c) == HD_ERR_RUNTIME);
     CHECK(contains(hd_error_message(ctx), "not available in this build"));
+#endif
     CHECK(hd_jit_compiler_find(ctx, "cuda", &c) == HD_ERR_RUNTIME);
     hd_jit_options o;
     hd_jit_options_init(&o);

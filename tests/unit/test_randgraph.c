@@ -2,17 +2,20 @@
  * broadcasting, numbers and constants, reductions, matmul, reshapes,
  * permutes, slices, expands, softmax and concat over random shapes (size-1
  * dims and odd sizes included), in f32 and f64, run eagerly and through
- * trace -> passes -> interp, must agree to 1e-5 relative in f32 and 1e-12
- * in f64. A program is a function of a seed and the shapes it sees, so the
- * eager and the traced run build the same graph. On a failure the seed and
- * the graph's IR are printed: HODU_RANDGRAPH_SEED=n reruns one. */
+ * trace -> passes -> interp (and, for the first LLVM_GRAPHS seeds, llvm when
+ * the build has it: each costs a native compile), must agree to 1e-5
+ * relative in f32 and 1e-12 in f64. A program is a function of a seed
+ * and the shapes it sees, so the eager and the traced run build the same
+ * graph. On a failure the seed and the graph's IR are printed:
+ * HODU_RANDGRAPH_SEED=n reruns one. HODU_RANDGRAPH_N=n runs n graphs. */
 #include "hd_compile.h"
 #include "hd_script.h"
 #include "hd_test.h"
 #include "hd_trace.h"
 
-#define NGRAPHS 3000
-#define POOL    32
+#define NGRAPHS     3000
+#define LLVM_GRAPHS 1500
+#define POOL        32
 
 typedef struct prog {
     hd_ctx *ctx;
@@ -318,13 +321,14 @@ typedef struct result {
     int ok, skipped;
 } result;
 
-static void report(hd_ctx *ctx, uint64_t seed, const hd_ir_graph *g, const hd_jit_exec *e) {
-    fprintf(stderr, "randgraph: seed %llu failed: %s\n", (unsigned long long)seed,
+static void report(hd_ctx *ctx, uint64_t seed, const hd_jit_compiler *c, const hd_ir_graph *g,
+                   const hd_jit_exec *e) {
+    fprintf(stderr, "randgraph: seed %llu failed (%s): %s\n", (unsigned long long)seed, c->name,
             hd_error_message(ctx));
     char *t = g ? hd_ir_to_text(g) : NULL;
     if (t) fprintf(stderr, "traced:\n%s", t);
     hd_ctx_strfree(ctx, t);
-    t = e ? hd_ir_to_text(hd_jit_interp.graph(e)) : NULL;
+    t = e ? hd_ir_to_text(c->graph(e)) : NULL;
     if (t) fprintf(stderr, "optimised:\n%s", t);
     hd_ctx_strfree(ctx, t);
 }
@@ -362,11 +366,50 @@ static hd_ir_graph *trace_program(hd_ctx *ctx, uint64_t seed, hd_dtype dt, hd_te
     return g;
 }
 
+/* Compile g with c and compare two runs (the second reuses the buffers)
+ * with eager's outputs. */
+static int run_compiled(hd_ctx *ctx, uint64_t seed, const hd_jit_compiler *c, hd_ir_graph *g,
+                        hd_tensor *const *in, int nin, hd_tensor *const *want, int nout) {
+    hd_tensor *got[4] = {0};
+    hd_jit_exec *e = NULL;
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    o.opt_level = seed % 7 == 0 ? 0 : 1;
+    o.no_inplace = seed % 11 == 0;
+    o.no_reuse = seed % 13 == 0;
+    int ok = g && c->compile(ctx, g, &o, &e) == HD_OK;
+    for (int run = 0; ok && run < 2; run++) {
+        ok = c->run(ctx, e, in, nin, got, nout) == HD_OK;
+        for (int i = 0; ok && i < nout; i++) {
+            double rtol = want[i]->dtype == HD_F64 ? 1e-12 : 1e-5;
+            ok = close_enough(want[i], got[i], rtol);
+            if (!ok) hd_error(ctx, HD_ERR_RUNTIME, "output %d differs (run %d)", i, run);
+        }
+        for (int i = 0; i < 4; i++) {
+            hd_tensor_unref(got[i]);
+            got[i] = NULL;
+        }
+    }
+    if (ok && getenv("HODU_RANDGRAPH_PRINT")) report(ctx, seed, c, g, e);
+    if (!ok) report(ctx, seed, c, g, e);
+    if (e) c->free(ctx, e);
+    hd_error_clear(ctx);
+    return ok;
+}
+
+static const hd_jit_compiler *const compilers[] = {
+    &hd_jit_interp,
+#if HODU_HAVE_LLVM
+    &hd_jit_llvm,
+#endif
+};
+#define NCOMPILERS ((int)(sizeof compilers / sizeof *compilers))
+
 static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     prog gen = {ctx, seed * 0x9e3779b97f4a7c15ULL + 1, HD_F32, {0}, 0};
     gen.dt = rint_(&gen, 3) ? HD_F32 : HD_F64;
     int nin = 1 + rint_(&gen, 3);
-    hd_tensor *in[4] = {0}, *want[4] = {0}, *got[4] = {0};
+    hd_tensor *in[4] = {0}, *want[4] = {0};
     for (int i = 0; i < nin; i++) {
         int64_t s[HD_MAX_DIMS];
         int nd;
@@ -384,37 +427,18 @@ static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     }
     prog_clear(&p);
     hd_ir_graph *g = trace_program(ctx, pseed, gen.dt, in, nin);
-    hd_jit_exec *e = NULL;
-    hd_jit_options o;
-    hd_jit_options_init(&o);
-    o.opt_level = seed % 7 == 0 ? 0 : 1;
-    o.no_inplace = seed % 11 == 0;
-    int ok = g && hd_jit_interp.compile(ctx, g, &o, &e) == HD_OK;
-    for (int run = 0; ok && run < 2; run++) { /* the second run reuses the buffers */
-        ok = hd_jit_interp.run(ctx, e, in, nin, got, nout) == HD_OK;
-        for (int i = 0; ok && i < nout; i++) {
-            double rtol = want[i]->dtype == HD_F64 ? 1e-12 : 1e-5;
-            ok = close_enough(want[i], got[i], rtol);
-            if (!ok) hd_error(ctx, HD_ERR_RUNTIME, "output %d differs (run %d)", i, run);
-        }
-        for (int i = 0; i < 4; i++) {
-            hd_tensor_unref(got[i]);
-            got[i] = NULL;
-        }
-    }
-    if (ok && getenv("HODU_RANDGRAPH_PRINT")) report(ctx, seed, g, e);
+    int ok = g != NULL;
+    for (int c = 0; ok && c < NCOMPILERS; c++)
+        if (c == 0 || seed <= LLVM_GRAPHS)
+            ok = run_compiled(ctx, seed, compilers[c], g, in, nin, want, nout);
     const char *dir = getenv("HODU_RANDGRAPH_SAVE"); /* seeds for the script fuzzer */
     if (ok && dir && seed <= 60) {
         char path[512];
         snprintf(path, sizeof path, "%s/rand%03llu.hoduscript", dir, (unsigned long long)seed);
         ok = hd_script_save_graph(ctx, g, path) == HD_OK;
     }
-    if (ok)
-        r->ok++;
-    else
-        report(ctx, seed, g, e);
+    if (ok) r->ok++;
     CHECK_MSG(ok, "seed %llu", (unsigned long long)seed);
-    if (e) hd_jit_interp.free(ctx, e);
     hd_ir_graph_free(g);
     hd_error_clear(ctx);
 done:
@@ -429,13 +453,16 @@ int main(void) {
     hd_ctx_init(&ctx, NULL, NULL);
     ctx.nthreads = 1;
     result r = {0, 0};
-    const char *one = getenv("HODU_RANDGRAPH_SEED");
+    const char *one = getenv("HODU_RANDGRAPH_SEED"), *count = getenv("HODU_RANDGRAPH_N");
+    uint64_t n = count ? strtoull(count, NULL, 10) : NGRAPHS;
+    setenv("HODU_CACHE_DIR", "off", 1); /* llvm compiles every graph */
     if (one) {
         one_graph(&ctx, strtoull(one, NULL, 10), &r);
     } else {
-        for (uint64_t seed = 1; seed <= NGRAPHS; seed++) one_graph(&ctx, seed, &r);
-        printf("%d graphs agree, %d programs refused eagerly\n", r.ok, r.skipped);
-        CHECK(r.ok + r.skipped == NGRAPHS && r.skipped < NGRAPHS / 20);
+        for (uint64_t seed = 1; seed <= n; seed++) one_graph(&ctx, seed, &r);
+        printf("%d graphs agree (interp; llvm on the first %d too), %d programs refused eagerly\n",
+               r.ok, NCOMPILERS > 1 ? LLVM_GRAPHS : 0, r.skipped);
+        CHECK(r.ok + r.skipped == (int)n && r.skipped < (int)n / 20 + 1);
     }
     CHECK(ctx.mem_used == 0);
     TEST_END();

@@ -1,0 +1,408 @@
+/* The llvm compiler: the shared passes, the plan (hd_llvm_plan.c), one
+ * native function for the whole graph (hd_llvm_gen.c), machine code
+ * through ORC (hd_llvm_jit.c), and the run: bind the inputs and fresh
+ * outputs into the slot table, call hd_main, hand the outputs back.
+ *
+ * Memory: stored intermediates live in one arena allocated at compile
+ * time; constants are placed once; inputs are used in place when they are
+ * contiguous (else copied into the executable's own buffer, as interp);
+ * outputs get fresh memory at every run. Tensors exist only for what the
+ * runtime's kernels and callbacks see. */
+#include "hd_llvm.h"
+
+#if HODU_HAVE_LLVM
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct hd_jit_exec {
+    hd_ctx *ctx;
+    hd_ir_graph *g; /* the optimised copy */
+    hd_llvm_plan plan;
+    hd_llvm_rt rt;
+    void **slots;
+    hd_tensor **roots;   /* per slot: the tensor whose data the slot points at */
+    hd_tensor **vals;    /* per value */
+    hd_tensor **own_in;  /* per input: a buffer for inputs that cannot be bound */
+    hd_tensor **results; /* per slot: this run's fresh output */
+    hd_tensor ***node_in;
+    hd_tensor **node_in_flat;
+    size_t node_in_n;
+    hd_llvm_jit *jit;
+    int32_t (*main)(void **slots, void *rt);
+    hd_jit_stats stats;
+};
+
+static double llvm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int hd_llvm_log_on(const char *what) {
+    const char *s = getenv("HODU_LOG");
+    size_t n = strlen(what);
+    while (s && *s) {
+        size_t k = strcspn(s, ", ");
+        if ((k == n && !strncmp(s, what, n)) || (k == 3 && !strncmp(s, "all", 3))) return 1;
+        s += k;
+        s += strspn(s, ", ");
+    }
+    return 0;
+}
+
+static hd_status llvm_available(hd_ctx *ctx, const hd_jit_options *opt) {
+    const char *dev = opt && opt->device ? opt->device : "cpu";
+    const hd_backend *be;
+    int d;
+    if (hd_backend_parse_device(ctx, dev, &be, &d)) return ctx->status;
+    if (be != &hd_cpu_backend)
+        return hd_error(ctx, HD_ERR_RUNTIME, "compiler 'llvm' runs on the cpu only, not on '%s'",
+                        dev);
+    hd_llvm_host h;
+    return hd_llvm_host_get(ctx, &h);
+}
+
+static void llvm_free(hd_ctx *ctx, hd_jit_exec *e) {
+    if (!e) return;
+    hd_llvm_jit_free(ctx, e->jit);
+    int nv = e->g ? e->g->nvalues : 0, ni = e->g ? e->g->ninputs : 0, ns = e->plan.nslots;
+    int nn = e->g ? e->g->nnodes : 0;
+    if (e->vals)
+        for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
+    if (e->roots)
+        for (int s = 0; s < ns; s++) hd_tensor_unref(e->roots[s]);
+    if (e->own_in)
+        for (int i = 0; i < ni; i++) hd_tensor_unref(e->own_in[i]);
+    /* every table has one spare entry, so that none is of size 0 */
+    hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
+    hd_ctx_free(ctx, e->roots, (size_t)(ns + 1) * sizeof *e->roots);
+    hd_ctx_free(ctx, e->slots, (size_t)(ns + 1) * sizeof *e->slots);
+    hd_ctx_free(ctx, e->results, (size_t)(ns + 1) * sizeof *e->results);
+    hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
+    hd_ctx_free(ctx, e->node_in, (size_t)(nn + 1) * sizeof *e->node_in);
+    hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
+    hd_ir_graph_free(e->g);
+    hd_ctx_free(ctx, e, sizeof *e);
+}
+
+/* ---- setup ---- */
+
+/* A tensor with no memory of its own whose data pointer a run sets. */
+static hd_tensor *llvm_slot_tensor(hd_jit_exec *e, const hd_ir_value *v) {
+    return hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
+}
+
+static hd_tensor *llvm_place_const(hd_jit_exec *e, hd_tensor *c) {
+    struct hd_trace *tr = e->ctx->trace;
+    e->ctx->trace = NULL;
+    hd_tensor *t = hd_tensor_contiguous(e->ctx, c);
+    e->ctx->trace = tr;
+    return t;
+}
+
+static hd_status llvm_roots(hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    int64_t n = (int64_t)p->arena_bytes;
+    if (!(e->roots[0] = hd_tensor_new(e->ctx, HD_U8, &n, 1))) return e->ctx->status;
+    e->slots[0] = e->roots[0]->storage->data;
+    for (int s = 1; s < p->nslots; s++) {
+        int v = p->slot_value[s];
+        const hd_ir_value *val = &g->values[v];
+        hd_tensor *t = val->kind == HD_IR_VALUE_CONST ? llvm_place_const(e, g->consts[val->index].t)
+                                                      : llvm_slot_tensor(e, val);
+        if (!t) return e->ctx->status;
+        e->roots[s] = t;
+        e->slots[s] = t->storage->data ? hd_tensor_data(t) : NULL;
+        if (val->kind == HD_IR_VALUE_CONST) {
+            e->stats.consts++;
+            e->stats.const_bytes += hd_tensor_nbytes(t);
+        }
+    }
+    return HD_OK;
+}
+
+/* Tensors for every value with memory: views over their slot's root. */
+static hd_status llvm_vals(hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    for (int v = 0; v < g->nvalues; v++) {
+        const hd_llvm_val *pv = &p->vals[v];
+        const hd_ir_value *val = &g->values[v];
+        if (pv->slot < 0) continue;
+        hd_tensor *root = e->roots[pv->slot];
+        hd_tensor *t = hd_tensor_view(e->ctx, root, val->shape, pv->strides, val->ndim, 0);
+        if (!t) return e->ctx->status;
+        int es = hd_dtype_size(val->dtype);
+        int64_t base = pv->slot == 0 ? 0 : (int64_t)root->offset * hd_dtype_size(root->dtype);
+        t->dtype = val->dtype;
+        t->offset = (base + pv->byte_off) / es;
+        e->vals[v] = t;
+    }
+    return HD_OK;
+}
+
+/* The input tensors of every runtime node, and a check that the backend
+ * runs it (as interp does). */
+static hd_status llvm_node_inputs(hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    size_t total = 0;
+    for (int s = 0; s < p->nsteps; s++)
+        if (p->steps[s].kernel < 0) total += (size_t)g->nodes[p->steps[s].node].nin;
+    e->node_in_n = total;
+    if (!(e->node_in_flat = hd_ctx_calloc(e->ctx, total + 1, sizeof *e->node_in_flat)))
+        return e->ctx->status;
+    size_t k = 0;
+    for (int s = 0; s < p->nsteps; s++) {
+        if (p->steps[s].kernel >= 0) continue;
+        const hd_ir_node *n = &g->nodes[p->steps[s].node];
+        e->node_in[p->steps[s].node] = e->node_in_flat + k;
+        for (int j = 0; j < n->nin; j++) e->node_in_flat[k++] = e->vals[n->in[j]];
+        if (n->op < 0) continue;
+        hd_dtype dt = n->nin ? g->values[n->in[0]].dtype : g->values[n->out].dtype;
+        if (!hd_cpu_backend.supports_op((hd_op)n->op, dt))
+            return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cpu",
+                            hd_op_name((hd_op)n->op), hd_dtype_name(dt));
+    }
+    return HD_OK;
+}
+
+/* HODU_LOG=fallback: the nodes the runtime's kernels run. */
+static void llvm_log_fallbacks(const hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    const hd_ir_graph *g = e->g;
+    if (!hd_llvm_log_on("fallback")) return;
+    for (int s = 0; s < p->nsteps; s++) {
+        if (p->steps[s].kernel >= 0) continue;
+        const hd_ir_node *n = &g->nodes[p->steps[s].node];
+        const char *why;
+        if (n->op < 0) continue;
+        hd_llvm_supports(g, n, &why);
+        const hd_ir_value *v = &g->values[n->out];
+        char ty[160];
+        hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty);
+        fprintf(stderr, "llvm: fallback: %%%d = %s : %s runs the cpu kernel (%s)\n", n->out,
+                hd_op_name((hd_op)n->op), ty, why);
+    }
+}
+
+/* LLVM's remarks and warnings (a loop it could not vectorize) go to
+ * stderr only with HODU_LOG=llvm. */
+static void llvm_diagnostic(LLVMDiagnosticInfoRef d, void *ud) {
+    HD_UNUSED(ud);
+    if (!hd_llvm_log_on("llvm")) return;
+    char *m = LLVMGetDiagInfoDescription(d);
+    fprintf(stderr, "llvm: diagnostic: %s\n", m);
+    LLVMDisposeMessage(m);
+}
+
+static hd_status llvm_codegen(hd_jit_exec *e) {
+    hd_llvm_gen G;
+    hd_llvm_host h;
+    memset(&G, 0, sizeof G);
+    if (hd_llvm_host_get(e->ctx, &h)) return e->ctx->status;
+    double t0 = llvm_now();
+    G.ctx = e->ctx;
+    G.plan = &e->plan;
+    G.f16c = h.f16c;
+    G.fma = getenv("HODU_LLVM_FMA") != NULL;
+    G.t.c = LLVMContextCreate();
+    LLVMContextSetDiagnosticHandler(G.t.c, llvm_diagnostic, NULL);
+    G.mod =
+        LLVMModuleCreateWithNameInContext("hodu", G.t.c); /* the same code shares a cache entry */
+    G.b = LLVMCreateBuilderInContext(G.t.c);
+    hd_status st = hd_llvm_gen_module(&G);
+    LLVMDisposeBuilder(G.b);
+    if (st) {
+        LLVMDisposeModule(G.mod);
+        LLVMContextDispose(G.t.c);
+        return st;
+    }
+    double t1 = llvm_now();
+    hd_llvm_timing tm;
+    void *main = NULL;
+    if (hd_llvm_jit_build(e->ctx, G.mod, G.t.c, &e->jit, &main, &tm)) return e->ctx->status;
+    e->main = (int32_t(*)(void **, void *))main;
+    e->stats.llvm_ir_seconds = t1 - t0;
+    e->stats.llvm_opt_seconds = tm.opt;
+    e->stats.llvm_obj_seconds = tm.obj;
+    e->stats.llvm_link_seconds = tm.link;
+    e->stats.llvm_seconds = llvm_now() - t0;
+    e->stats.cache_hit = tm.cache_hit;
+    return HD_OK;
+}
+
+static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
+    hd_ctx *ctx = e->ctx;
+    double t0 = llvm_now();
+    if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
+    e->stats.pass_seconds = llvm_now() - t0;
+    if (hd_llvm_plan_build(e->g, opt->no_reuse, &e->plan)) return ctx->status;
+    hd_ir_graph *g = e->g;
+    size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
+    e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
+    e->roots = hd_ctx_calloc(ctx, ns, sizeof *e->roots);
+    e->slots = hd_ctx_calloc(ctx, ns, sizeof *e->slots);
+    e->results = hd_ctx_calloc(ctx, ns, sizeof *e->results);
+    e->own_in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->own_in);
+    e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
+    if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in)
+        return ctx->status;
+    if (llvm_roots(e) || llvm_vals(e) || llvm_node_inputs(e)) return ctx->status;
+    llvm_log_fallbacks(e);
+    e->rt = (hd_llvm_rt){ctx, &hd_cpu_backend, g, e->vals, e->node_in};
+    e->stats.kernels = e->plan.nsteps;
+    e->stats.planned_bytes = e->plan.arena_bytes;
+    e->stats.fallbacks = e->plan.nfallback;
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == HD_IR_VALUE_NODE && e->plan.vals[v].root == v &&
+            !e->plan.vals[v].fresh && (e->plan.vals[v].kernel < 0 || e->plan.vals[v].stored))
+            e->stats.naive_bytes += (size_t)hd_shape_numel(g->values[v].shape, g->values[v].ndim) *
+                                    (size_t)hd_dtype_size(g->values[v].dtype);
+    return llvm_codegen(e);
+}
+
+static hd_status llvm_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
+                              hd_jit_exec **out) {
+    double t0 = llvm_now();
+    hd_jit_options def;
+    *out = NULL;
+    if (!opt) {
+        hd_jit_options_init(&def);
+        opt = &def;
+    }
+    if (llvm_available(ctx, opt)) return ctx->status;
+    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
+    if (!e) return ctx->status;
+    e->ctx = ctx;
+    if (!(e->g = hd_ir_graph_clone(g)) || llvm_setup(e, opt)) {
+        llvm_free(ctx, e);
+        return ctx->status;
+    }
+    e->stats.compile_seconds = llvm_now() - t0;
+    *out = e;
+    return HD_OK;
+}
+
+/* ---- running ---- */
+
+static void llvm_set_slot(hd_jit_exec *e, int s, void *data) {
+    e->slots[s] = data;
+    e->roots[s]->storage->data = data;
+}
+
+/* Point input i's slot at the caller's tensor, or copy it into the
+ * executable's own buffer when it is strided. */
+static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor *t) {
+    int s = e->plan.slot_in0 + i;
+    if (!hd_tensor_is_cpu(t))
+        return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
+                        e->g->inputs[i].name, t->storage->backend->name, t->storage->device);
+    if (hd_tensor_is_contiguous(t)) {
+        llvm_set_slot(e, s, hd_tensor_data(t));
+        return HD_OK;
+    }
+    if (!e->own_in[i] && !(e->own_in[i] = hd_tensor_new(e->ctx, t->dtype, t->shape, t->ndim)))
+        return ctx->status;
+    static const hd_attrs none;
+    if (t->numel && hd_cpu_backend.run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none))
+        return ctx->status;
+    llvm_set_slot(e, s, e->own_in[i]->storage->data);
+    return HD_OK;
+}
+
+static hd_status llvm_bind_outputs(hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    for (int s = p->slot_out0; s < p->nslots; s++) {
+        const hd_ir_value *v = &e->g->values[p->slot_value[s]];
+        if (!(e->results[s] = hd_tensor_new(e->ctx, v->dtype, v->shape, v->ndim)))
+            return e->ctx->status;
+        llvm_set_slot(e, s, e->results[s]->storage->data);
+    }
+    return HD_OK;
+}
+
+/* Output i for the caller: this run's fresh memory, or a copy of a value
+ * the executable keeps (an input, a constant, a view). */
+static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor **out) {
+    int v = e->g->outputs[i].value;
+    const hd_llvm_val *pv = &e->plan.vals[v];
+    if (pv->fresh) {
+        *out = hd_tensor_ref(e->results[pv->slot]);
+        return HD_OK;
+    }
+    hd_tensor *src = e->vals[v];
+    hd_tensor *t = hd_tensor_new(e->ctx, src->dtype, src->shape, src->ndim);
+    if (!t) return e->ctx->status;
+    static const hd_attrs none;
+    if (t->numel && hd_cpu_backend.run_op(ctx, HD_OP_COPY, t, &src, 1, &none)) {
+        hd_tensor_unref(t);
+        return ctx->status;
+    }
+    *out = t;
+    return HD_OK;
+}
+
+static void llvm_unbind(hd_jit_exec *e) {
+    const hd_llvm_plan *p = &e->plan;
+    for (int s = p->slot_in0; s < p->slot_const0; s++) llvm_set_slot(e, s, NULL);
+    for (int s = p->slot_out0; s < p->nslots; s++) {
+        llvm_set_slot(e, s, NULL);
+        hd_tensor_unref(e->results[s]);
+        e->results[s] = NULL;
+    }
+}
+
+static hd_status llvm_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
+                          hd_tensor **outputs, int noutputs) {
+    double t0 = llvm_now();
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
+    if (noutputs != g->noutputs)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
+                        g->noutputs, noutputs);
+    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
+    hd_status st = HD_OK;
+    for (int i = 0; i < ninputs && !st; i++) st = llvm_bind_input(e, ctx, i, inputs[i]);
+    if (!st) st = llvm_bind_outputs(e);
+    if (!st) {
+        e->rt.ctx = ctx;
+        st = (hd_status)e->main(e->slots, &e->rt);
+    }
+    for (int i = 0; i < noutputs && !st; i++) st = llvm_output(e, ctx, i, &outputs[i]);
+    llvm_unbind(e);
+    if (st) {
+        for (int i = 0; i < noutputs; i++) {
+            hd_tensor_unref(outputs[i]);
+            outputs[i] = NULL;
+        }
+        return st;
+    }
+    e->stats.runs++;
+    e->stats.run_seconds += llvm_now() - t0;
+    return HD_OK;
+}
+
+static void llvm_stats(const hd_jit_exec *e, hd_jit_stats *st) {
+    *st = e->stats;
+}
+
+static const hd_ir_graph *llvm_graph(const hd_jit_exec *e) {
+    return e->g;
+}
+
+const hd_jit_compiler hd_jit_llvm = {
+    /* .name = */ "llvm",
+    /* .available = */ llvm_available,
+    /* .compile = */ llvm_compile,
+    /* .run = */ llvm_run,
+    /* .free = */ llvm_free,
+    /* .stats = */ llvm_stats,
+    /* .graph = */ llvm_graph,
+};
+
+#endif /* HODU_HAVE_LLVM */

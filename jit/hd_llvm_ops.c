@@ -1,0 +1,695 @@
+/* Per-element code for every elementwise op and dtype, with the eager
+ * kernels' semantics (backends/cpu/cpu_elementwise.c), so that compiled
+ * code gives the same bits:
+ * - registers: f16/bf16/f32 as float, f64 as double, i8/u8/bool as i8;
+ *   an f16/bf16 result is rounded to its precision after every op, as the
+ *   eager kernels store it; bools are 0/1 (any nonzero byte read is true);
+ * - f32 exp and tanh (and so sigmoid, silu) are the same polynomials as
+ *   ew_expf / ew_tanhf, written out in IR so that loops over them vectorize;
+ *   other transcendental functions call libm as the eager loops do;
+ * - integer arithmetic wraps, x % 0 and x % -1 are 0, integer pow calls
+ *   the runtime (by squaring, as eager);
+ * - casts saturate float -> int (NaN -> 0) and wrap int -> int;
+ *   f64 -> f16 rounds through f32, as eager does.
+ * No fast-math flags anywhere: IEEE results, no contraction into FMA. */
+#include "hd_llvm.h"
+
+#if HODU_HAVE_LLVM
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define B (G->b)
+/* The type of a value of scalar type t: a vector of G->vw when the code
+ * being generated is vector code. */
+#define VT(ty) hd_llvm_vec(G, G->t.ty)
+
+LLVMTypeRef hd_llvm_vec(hd_llvm_gen *G, LLVMTypeRef scalar) {
+    return G->vw ? LLVMVectorType(scalar, (unsigned)G->vw) : scalar;
+}
+
+static LLVMTypeRef elem_type(LLVMTypeRef ty) {
+    return LLVMGetTypeKind(ty) == LLVMVectorTypeKind ? LLVMGetElementType(ty) : ty;
+}
+
+LLVMValueRef hd_llvm_cint(LLVMTypeRef ty, uint64_t v, int sext) {
+    if (LLVMGetTypeKind(ty) != LLVMVectorTypeKind) return LLVMConstInt(ty, v, sext);
+    unsigned n = LLVMGetVectorSize(ty);
+    LLVMValueRef c = LLVMConstInt(LLVMGetElementType(ty), v, sext), lanes[64];
+    for (unsigned i = 0; i < n && i < 64; i++) lanes[i] = c;
+    return LLVMConstVector(lanes, n);
+}
+
+static LLVMValueRef ci32(hd_llvm_gen *G, uint32_t v) {
+    return hd_llvm_cint(VT(i32), v, 0);
+}
+
+static LLVMValueRef cf32(hd_llvm_gen *G, float v) {
+    return LLVMConstReal(VT(f32), (double)v);
+}
+
+static LLVMValueRef fconst(LLVMTypeRef ty, double v) {
+    return LLVMConstReal(ty, v);
+}
+
+static int is_f64(LLVMValueRef v) {
+    return LLVMGetTypeKind(elem_type(LLVMTypeOf(v))) == LLVMDoubleTypeKind;
+}
+
+/* ---- types, loads, stores ---- */
+
+LLVMTypeRef hd_llvm_reg_type(hd_llvm_gen *G, hd_dtype dt) {
+    switch (dt) {
+    case HD_F64: return G->t.f64;
+    case HD_F16:
+    case HD_BF16:
+    case HD_F32: return G->t.f32;
+    case HD_I32: return G->t.i32;
+    case HD_I64: return G->t.i64;
+    default: return G->t.i8;
+    }
+}
+
+LLVMTypeRef hd_llvm_mem_type(hd_llvm_gen *G, hd_dtype dt) {
+    return dt == HD_F16 || dt == HD_BF16 ? G->t.i16 : hd_llvm_reg_type(G, dt);
+}
+
+static LLVMValueRef as_f32(hd_llvm_gen *G, LLVMValueRef bits) {
+    return LLVMBuildBitCast(B, bits, VT(f32), "");
+}
+
+static LLVMValueRef as_i32(hd_llvm_gen *G, LLVMValueRef f) {
+    return LLVMBuildBitCast(B, f, VT(i32), "");
+}
+
+/* all ones where c holds */
+static LLVMValueRef mask32(hd_llvm_gen *G, LLVMValueRef c) {
+    return LLVMBuildSExt(B, c, VT(i32), "");
+}
+
+static LLVMValueRef sel_bits(hd_llvm_gen *G, LLVMValueRef m, LLVMValueRef a, LLVMValueRef b) {
+    return LLVMBuildOr(B, LLVMBuildAnd(B, a, m, ""), LLVMBuildAnd(B, b, LLVMBuildNot(B, m, ""), ""),
+                       "");
+}
+
+/* ew_h2f: f16 bits (i16) -> float, branch-free. */
+static LLVMValueRef h2f(hd_llvm_gen *G, LLVMValueRef h) {
+    if (G->f16c) return LLVMBuildFPExt(B, LLVMBuildBitCast(B, h, VT(half), ""), VT(f32), "");
+    LLVMValueRef w = LLVMBuildShl(B, LLVMBuildZExt(B, h, VT(i32), ""), ci32(G, 16), "");
+    LLVMValueRef sign = LLVMBuildAnd(B, w, ci32(G, 0x80000000u), "");
+    LLVMValueRef two_w = LLVMBuildAdd(B, w, w, "");
+    LLVMValueRef nb =
+        LLVMBuildAdd(B, LLVMBuildLShr(B, two_w, ci32(G, 4), ""), ci32(G, 0xE0u << 23), "");
+    LLVMValueRef norm = as_i32(G, LLVMBuildFMul(B, as_f32(G, nb), cf32(G, 0x1.0p-112f), ""));
+    LLVMValueRef db =
+        LLVMBuildOr(B, LLVMBuildLShr(B, two_w, ci32(G, 17), ""), ci32(G, 126u << 23), "");
+    LLVMValueRef denorm = as_i32(G, LLVMBuildFSub(B, as_f32(G, db), cf32(G, 0.5f), ""));
+    LLVMValueRef m = mask32(G, LLVMBuildICmp(B, LLVMIntULT, two_w, ci32(G, 1u << 27), ""));
+    return as_f32(G, LLVMBuildOr(B, sign, sel_bits(G, m, denorm, norm), ""));
+}
+
+/* ew_f2h: float -> f16 bits, round to nearest even, NaN kept quiet. */
+static LLVMValueRef f2h(hd_llvm_gen *G, LLVMValueRef f) {
+    if (G->f16c) return LLVMBuildBitCast(B, LLVMBuildFPTrunc(B, f, VT(half), ""), VT(i16), "");
+    LLVMValueRef base = hd_llvm_intrinsic(G, "llvm.fabs", f);
+    base = LLVMBuildFMul(B, LLVMBuildFMul(B, base, cf32(G, 0x1.0p+112f), ""), cf32(G, 0x1.0p-110f),
+                         "");
+    LLVMValueRef w = as_i32(G, f), shl1 = LLVMBuildAdd(B, w, w, "");
+    LLVMValueRef sign = LLVMBuildAnd(B, w, ci32(G, 0x80000000u), "");
+    LLVMValueRef bias = LLVMBuildAnd(B, shl1, ci32(G, 0xFF000000u), "");
+    LLVMValueRef small = LLVMBuildICmp(B, LLVMIntULT, bias, ci32(G, 0x71000000u), "");
+    bias = LLVMBuildSelect(B, small, ci32(G, 0x71000000u), bias, "");
+    LLVMValueRef sc = as_f32(
+        G, LLVMBuildAdd(B, LLVMBuildLShr(B, bias, ci32(G, 1), ""), ci32(G, 0x07800000u), ""));
+    LLVMValueRef bits = as_i32(G, LLVMBuildFAdd(B, sc, base, ""));
+    LLVMValueRef nonsign = LLVMBuildAdd(
+        B, LLVMBuildAnd(B, LLVMBuildLShr(B, bits, ci32(G, 13), ""), ci32(G, 0x7C00u), ""),
+        LLVMBuildAnd(B, bits, ci32(G, 0x0FFFu), ""), "");
+    LLVMValueRef nan =
+        LLVMBuildOr(B, ci32(G, 0x7E00u),
+                    LLVMBuildAnd(B, LLVMBuildLShr(B, w, ci32(G, 13), ""), ci32(G, 0x3FFu), ""), "");
+    LLVMValueRef m = mask32(G, LLVMBuildICmp(B, LLVMIntUGT, shl1, ci32(G, 0xFF000000u), ""));
+    LLVMValueRef r =
+        LLVMBuildOr(B, LLVMBuildLShr(B, sign, ci32(G, 16), ""), sel_bits(G, m, nan, nonsign), "");
+    return LLVMBuildTrunc(B, r, VT(i16), "");
+}
+
+static LLVMValueRef bf2f(hd_llvm_gen *G, LLVMValueRef h) {
+    return as_f32(G, LLVMBuildShl(B, LLVMBuildZExt(B, h, VT(i32), ""), ci32(G, 16), ""));
+}
+
+/* ew_f2bf: round to nearest even; NaN kept, made quiet. */
+static LLVMValueRef f2bf(hd_llvm_gen *G, LLVMValueRef f) {
+    LLVMValueRef x = as_i32(G, f), hi = LLVMBuildLShr(B, x, ci32(G, 16), "");
+    LLVMValueRef odd = LLVMBuildAnd(B, hi, ci32(G, 1), "");
+    LLVMValueRef r = LLVMBuildLShr(
+        B, LLVMBuildAdd(B, LLVMBuildAdd(B, x, ci32(G, 0x7FFFu), ""), odd, ""), ci32(G, 16), "");
+    LLVMValueRef isnan = LLVMBuildICmp(B, LLVMIntUGT, LLVMBuildAnd(B, x, ci32(G, 0x7FFFFFFFu), ""),
+                                       ci32(G, 0x7F800000u), "");
+    r = LLVMBuildSelect(B, isnan, LLVMBuildOr(B, hi, ci32(G, 0x40u), ""), r, "");
+    return LLVMBuildTrunc(B, r, VT(i16), "");
+}
+
+static LLVMValueRef bool_of(hd_llvm_gen *G, LLVMValueRef v) {
+    LLVMTypeRef ty = LLVMTypeOf(v);
+    LLVMValueRef c = LLVMGetTypeKind(elem_type(ty)) == LLVMIntegerTypeKind
+                         ? LLVMBuildICmp(B, LLVMIntNE, v, hd_llvm_cint(ty, 0, 0), "")
+                         : LLVMBuildFCmp(B, LLVMRealUNE, v, fconst(ty, 0), "");
+    return LLVMBuildZExt(B, c, VT(i8), "");
+}
+
+/* The element at p + i * step (in elements). */
+static LLVMValueRef elem_ptr(hd_llvm_gen *G, LLVMTypeRef mt, LLVMValueRef p, int64_t i) {
+    LLVMValueRef idx = LLVMConstInt(G->t.i64, (uint64_t)i, 1);
+    return LLVMBuildInBoundsGEP2(B, mt, p, &idx, 1, "");
+}
+
+/* Memory bits: one element, or in vector code vw elements step apart (one
+ * vector load when step is 1, one element repeated when it is 0). */
+static LLVMValueRef load_bits(hd_llvm_gen *G, LLVMTypeRef mt, unsigned align, LLVMValueRef ptr,
+                              int64_t step) {
+    LLVMValueRef v;
+    if (G->vw && step == 1) {
+        LLVMTypeRef vt = LLVMVectorType(mt, (unsigned)G->vw);
+        v = LLVMBuildLoad2(B, vt, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), ""), "");
+        LLVMSetAlignment(v, align);
+        return v;
+    }
+    if (G->vw && step != 0) {
+        LLVMValueRef r = LLVMGetUndef(LLVMVectorType(mt, (unsigned)G->vw));
+        for (int i = 0; i < G->vw; i++) {
+            LLVMValueRef e = LLVMBuildLoad2(B, mt, elem_ptr(G, mt, ptr, i * step), "");
+            LLVMSetAlignment(e, align);
+            r = LLVMBuildInsertElement(B, r, e, LLVMConstInt(G->t.i32, (uint64_t)i, 0), "");
+        }
+        return r;
+    }
+    v = LLVMBuildLoad2(B, mt, ptr, "");
+    LLVMSetAlignment(v, align);
+    return G->vw ? hd_llvm_splat(G, v) : v;
+}
+
+LLVMValueRef hd_llvm_load_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step) {
+    LLVMValueRef v = load_bits(G, hd_llvm_mem_type(G, dt), (unsigned)hd_dtype_size(dt), ptr, step);
+    switch (dt) {
+    case HD_F16: return h2f(G, v);
+    case HD_BF16: return bf2f(G, v);
+    case HD_BOOL: return bool_of(G, v);
+    default: return v;
+    }
+}
+
+LLVMValueRef hd_llvm_load(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr) {
+    return hd_llvm_load_n(G, dt, ptr, 1);
+}
+
+void hd_llvm_store_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step, LLVMValueRef v) {
+    if (dt == HD_F16) v = f2h(G, v);
+    if (dt == HD_BF16) v = f2bf(G, v);
+    unsigned align = (unsigned)hd_dtype_size(dt);
+    LLVMTypeRef mt = hd_llvm_mem_type(G, dt);
+    if (G->vw && step == 1) {
+        LLVMTypeRef vt = LLVMVectorType(mt, (unsigned)G->vw);
+        LLVMSetAlignment(LLVMBuildStore(B, v, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), "")),
+                         align);
+        return;
+    }
+    for (int i = 0; i < (G->vw ? G->vw : 1); i++) {
+        LLVMValueRef e =
+            G->vw ? LLVMBuildExtractElement(B, v, LLVMConstInt(G->t.i32, (uint64_t)i, 0), "") : v;
+        LLVMSetAlignment(LLVMBuildStore(B, e, elem_ptr(G, mt, ptr, i * step)), align);
+    }
+}
+
+void hd_llvm_store(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, LLVMValueRef v) {
+    hd_llvm_store_n(G, dt, ptr, 1, v);
+}
+
+LLVMValueRef hd_llvm_splat(hd_llvm_gen *G, LLVMValueRef v) {
+    LLVMTypeRef ty = LLVMTypeOf(v);
+    if (!G->vw || LLVMGetTypeKind(ty) == LLVMVectorTypeKind) return v;
+    LLVMValueRef u = LLVMGetUndef(LLVMVectorType(ty, (unsigned)G->vw));
+    u = LLVMBuildInsertElement(B, u, v, LLVMConstInt(G->t.i32, 0, 0), "");
+    return LLVMBuildShuffleVector(B, u, LLVMGetUndef(LLVMTypeOf(u)),
+                                  LLVMConstNull(LLVMVectorType(G->t.i32, (unsigned)G->vw)), "");
+}
+
+LLVMValueRef hd_llvm_round_half(hd_llvm_gen *G, LLVMValueRef v, hd_dtype dt) {
+    if (dt == HD_F16) return h2f(G, f2h(G, v));
+    if (dt == HD_BF16) return bf2f(G, f2bf(G, v));
+    return v;
+}
+
+LLVMValueRef hd_llvm_const(hd_llvm_gen *G, hd_dtype dt, double d, int64_t i) {
+    switch (dt) {
+    case HD_F64: return fconst(VT(f64), d);
+    case HD_F16:
+    case HD_BF16:
+    case HD_F32: return cf32(G, (float)d);
+    case HD_BOOL: return hd_llvm_cint(VT(i8), i != 0, 0);
+    default: return hd_llvm_cint(hd_llvm_vec(G, hd_llvm_reg_type(G, dt)), (uint64_t)i, 1);
+    }
+}
+
+/* ---- calls ---- */
+
+/* Call f (of scalar type fty) on args; vector args are called lane by lane. */
+static LLVMValueRef call_lanes(hd_llvm_gen *G, LLVMTypeRef fty, LLVMValueRef f, LLVMValueRef *args,
+                               int nargs) {
+    LLVMTypeRef vty = LLVMTypeOf(args[0]);
+    if (LLVMGetTypeKind(vty) != LLVMVectorTypeKind)
+        return LLVMBuildCall2(B, fty, f, args, (unsigned)nargs, "");
+    unsigned n = LLVMGetVectorSize(vty);
+    LLVMValueRef r = LLVMGetUndef(LLVMVectorType(LLVMGetReturnType(fty), n)), a[4];
+    for (unsigned i = 0; i < n; i++) {
+        LLVMValueRef idx = LLVMConstInt(G->t.i32, i, 0);
+        for (int k = 0; k < nargs; k++) a[k] = LLVMBuildExtractElement(B, args[k], idx, "");
+        r = LLVMBuildInsertElement(B, r, LLVMBuildCall2(B, fty, f, a, (unsigned)nargs, ""), idx,
+                                   "");
+    }
+    return r;
+}
+
+LLVMValueRef hd_llvm_call_libm(hd_llvm_gen *G, const char *name, LLVMValueRef *args, int nargs) {
+    LLVMTypeRef ty = elem_type(LLVMTypeOf(args[0])), params[2] = {ty, ty};
+    LLVMTypeRef fty = LLVMFunctionType(ty, params, (unsigned)nargs, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(G->mod, name);
+    if (!f) f = LLVMAddFunction(G->mod, name, fty);
+    G->scalar_calls = 1;
+    return call_lanes(G, fty, f, args, nargs);
+}
+
+LLVMValueRef hd_llvm_intrinsic(hd_llvm_gen *G, const char *name, LLVMValueRef x) {
+    LLVMTypeRef ty = LLVMTypeOf(x);
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, &ty, 1);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(G->t.c, id, &ty, 1);
+    return LLVMBuildCall2(B, fty, f, &x, 1, "");
+}
+
+static LLVMValueRef libm1(hd_llvm_gen *G, const char *f32name, LLVMValueRef x) {
+    char name[32];
+    snprintf(name, sizeof name, "%s%s", f32name, is_f64(x) ? "" : "f");
+    return hd_llvm_call_libm(G, name, &x, 1);
+}
+
+static LLVMValueRef libm2(hd_llvm_gen *G, const char *base, LLVMValueRef x, LLVMValueRef y) {
+    char name[32];
+    LLVMValueRef a[2] = {x, y};
+    snprintf(name, sizeof name, "%s%s", base, is_f64(x) ? "" : "f");
+    return hd_llvm_call_libm(G, name, a, 2);
+}
+
+/* ---- exp and tanh as the eager kernels compute them ---- */
+
+/* a * b + c: two roundings as the eager C code, or one (llvm.fmuladd,
+ * an FMA on the host) when G->fma allows contraction. */
+static LLVMValueRef madd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+    if (!G->fma) return LLVMBuildFAdd(B, LLVMBuildFMul(B, a, b, ""), c, "");
+    LLVMTypeRef ty = LLVMTypeOf(a);
+    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, &ty, 1);
+    LLVMValueRef args[3] = {a, b, c};
+    return LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, &ty, 1), f, args, 3, "");
+}
+
+/* ew_expf, operation for operation. */
+static LLVMValueRef ew_expf(hd_llvm_gen *G, LLVMValueRef x) {
+    LLVMValueRef t = madd(G, x, cf32(G, 1.44269504088896341f), cf32(G, 12582912.0f));
+    LLVMValueRef k = LLVMBuildSub(B, as_i32(G, t), ci32(G, 0x4B400000u), "");
+    LLVMValueRef kf = LLVMBuildSIToFP(B, k, VT(f32), "");
+    LLVMValueRef r = madd(G, kf, cf32(G, -0.693359375f), x);
+    r = madd(G, kf, cf32(G, 2.12194440e-4f), r);
+    LLVMValueRef z = LLVMBuildFMul(B, r, r, "");
+    static const float c[] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                              1.6666665459e-1f, 5.0000001201e-1f};
+    LLVMValueRef p = cf32(G, 1.9875691500e-4f);
+    for (int i = 0; i < 5; i++) p = madd(G, p, r, cf32(G, c[i]));
+    p = LLVMBuildFAdd(B, madd(G, p, z, r), cf32(G, 1.0f), "");
+    LLVMValueRef k1 = LLVMBuildAShr(B, k, ci32(G, 1), ""), k2 = LLVMBuildSub(B, k, k1, "");
+    LLVMValueRef s1 =
+        as_f32(G, LLVMBuildShl(B, LLVMBuildAdd(B, k1, ci32(G, 127), ""), ci32(G, 23), ""));
+    LLVMValueRef s2 =
+        as_f32(G, LLVMBuildShl(B, LLVMBuildAdd(B, k2, ci32(G, 127), ""), ci32(G, 23), ""));
+    LLVMValueRef y = LLVMBuildFMul(B, LLVMBuildFMul(B, p, s1, ""), s2, "");
+    LLVMValueRef under = mask32(G, LLVMBuildFCmp(B, LLVMRealOLT, x, cf32(G, -110.0f), ""));
+    LLVMValueRef over = mask32(G, LLVMBuildFCmp(B, LLVMRealOGT, x, cf32(G, 89.0f), ""));
+    LLVMValueRef keep = LLVMBuildNot(B, LLVMBuildOr(B, under, over, ""), "");
+    LLVMValueRef bits = LLVMBuildOr(B, LLVMBuildAnd(B, as_i32(G, y), keep, ""),
+                                    LLVMBuildAnd(B, ci32(G, 0x7F800000u), over, ""), "");
+    return as_f32(G, bits);
+}
+
+/* ew_tanhf, operation for operation. */
+static LLVMValueRef ew_tanhf(hd_llvm_gen *G, LLVMValueRef x) {
+    LLVMValueRef ax = hd_llvm_intrinsic(G, "llvm.fabs", x), z = LLVMBuildFMul(B, x, x, "");
+    static const float c[] = {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
+                              -3.33332819422e-1f};
+    LLVMValueRef p = cf32(G, -5.70498872745e-3f);
+    for (int i = 0; i < 4; i++) {
+        LLVMValueRef pz = LLVMBuildFMul(B, p, z, "");
+        p = c[i] < 0 ? LLVMBuildFSub(B, pz, cf32(G, -c[i]), "")
+                     : LLVMBuildFAdd(B, pz, cf32(G, c[i]), "");
+    }
+    LLVMValueRef small =
+        as_i32(G, LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildFMul(B, p, z, ""), ax, ""), ax, ""));
+    LLVMValueRef e = ew_expf(G, LLVMBuildFMul(B, cf32(G, 2.0f), ax, ""));
+    LLVMValueRef q = LLVMBuildFDiv(B, cf32(G, 2.0f), LLVMBuildFAdd(B, e, cf32(G, 1.0f), ""), "");
+    LLVMValueRef big = as_i32(G, LLVMBuildFSub(B, cf32(G, 1.0f), q, ""));
+    LLVMValueRef m = mask32(G, LLVMBuildFCmp(B, LLVMRealOLT, ax, cf32(G, 0.625f), ""));
+    LLVMValueRef sign = LLVMBuildAnd(B, as_i32(G, x), ci32(G, 0x80000000u), "");
+    return as_f32(G, LLVMBuildOr(B, sel_bits(G, m, small, big), sign, ""));
+}
+
+/* cpu_nn's nn_expf (the softmax family's), operation for operation. */
+static LLVMValueRef nn_expf(hd_llvm_gen *G, LLVMValueRef x) {
+    LLVMValueRef ix = as_i32(G, x), lo = ci32(G, (uint32_t)-1028740017), hi = ci32(G, 0x42b0c0a5u);
+    LLVMValueRef neg = LLVMBuildICmp(B, LLVMIntSLT, ix, ci32(G, 0), "");
+    LLVMValueRef under =
+        mask32(G, LLVMBuildAnd(B, neg, LLVMBuildICmp(B, LLVMIntSGT, ix, lo, ""), ""));
+    LLVMValueRef over = mask32(G, LLVMBuildICmp(B, LLVMIntSGT, ix, hi, ""));
+    LLVMValueRef nan =
+        mask32(G, LLVMBuildICmp(B, LLVMIntSGT, LLVMBuildAnd(B, ix, ci32(G, 0x7fffffffu), ""),
+                                ci32(G, 0x7f800000u), ""));
+    LLVMValueRef keep = LLVMBuildNot(B, LLVMBuildOr(B, under, over, ""), "");
+    LLVMValueRef cb = LLVMBuildOr(
+        B, LLVMBuildAnd(B, ix, keep, ""),
+        LLVMBuildOr(B, LLVMBuildAnd(B, lo, under, ""), LLVMBuildAnd(B, hi, over, ""), ""), "");
+    LLVMValueRef xc = as_f32(G, cb);
+    LLVMValueRef t = LLVMBuildFAdd(B, LLVMBuildFMul(B, xc, cf32(G, 1.44269504088896341f), ""),
+                                   cf32(G, 12582912.0f), "");
+    LLVMValueRef n = LLVMBuildFSub(B, t, cf32(G, 12582912.0f), "");
+    LLVMValueRef r = LLVMBuildFSub(B, xc, LLVMBuildFMul(B, n, cf32(G, 0.693359375f), ""), "");
+    r = LLVMBuildFAdd(B, r, LLVMBuildFMul(B, n, cf32(G, 2.12194440e-4f), ""), "");
+    static const float c[] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+                              1.6666665459e-1f, 5.0000001201e-1f};
+    LLVMValueRef p = cf32(G, 1.9875691500e-4f);
+    for (int i = 0; i < 5; i++) p = LLVMBuildFAdd(B, LLVMBuildFMul(B, p, r, ""), cf32(G, c[i]), "");
+    p = LLVMBuildFMul(B, LLVMBuildFMul(B, p, r, ""), r, "");
+    p = LLVMBuildFAdd(B, LLVMBuildFAdd(B, p, r, ""), cf32(G, 1.0f), "");
+    LLVMValueRef sb = LLVMBuildShl(
+        B,
+        LLVMBuildAdd(B, LLVMBuildSub(B, as_i32(G, t), ci32(G, 0x4b400000u), ""), ci32(G, 127), ""),
+        ci32(G, 23), "");
+    LLVMValueRef yb = as_i32(G, LLVMBuildFMul(B, p, as_f32(G, sb), ""));
+    LLVMValueRef keep2 = LLVMBuildNot(B, LLVMBuildOr(B, under, nan, ""), "");
+    yb = LLVMBuildOr(B, LLVMBuildAnd(B, yb, keep2, ""), LLVMBuildAnd(B, ix, nan, ""), "");
+    return as_f32(G, yb);
+}
+
+LLVMValueRef hd_llvm_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt) {
+    return dt == HD_F64 ? libm1(G, "exp", x) : ew_expf(G, x);
+}
+
+LLVMValueRef hd_llvm_nn_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt) {
+    return dt == HD_F64 ? libm1(G, "exp", x) : nn_expf(G, x);
+}
+
+/* ---- conversions ---- */
+
+static int is_signed(hd_dtype dt) {
+    return dt == HD_I8 || dt == HD_I32 || dt == HD_I64;
+}
+
+/* A float register value to an integer dtype: NaN -> 0, saturate, else
+ * truncate toward zero (ew_sat on the value as a double). */
+static LLVMValueRef float_to_int(hd_llvm_gen *G, LLVMValueRef v, hd_dtype to) {
+    static const double lims[][2] = {[HD_I8] = {-128.0, 127.0},
+                                     [HD_U8] = {0.0, 255.0},
+                                     [HD_I32] = {-2147483648.0, 2147483647.0},
+                                     [HD_I64] = {-9223372036854775808.0, 9223372036854775807.0}};
+    LLVMTypeRef it = hd_llvm_vec(G, hd_llvm_reg_type(G, to));
+    LLVMValueRef d = is_f64(v) ? v : LLVMBuildFPExt(B, v, VT(f64), "");
+    int64_t lo = to == HD_I8 ? INT8_MIN : to == HD_U8 ? 0 : to == HD_I32 ? INT32_MIN : INT64_MIN;
+    int64_t hi = to == HD_I8    ? INT8_MAX
+                 : to == HD_U8  ? UINT8_MAX
+                 : to == HD_I32 ? INT32_MAX
+                                : INT64_MAX;
+    LLVMValueRef r = LLVMBuildTrunc(B, LLVMBuildFPToSI(B, d, VT(i64), ""), it, "");
+    LLVMValueRef le = LLVMBuildFCmp(B, LLVMRealOLE, d, fconst(VT(f64), lims[to][0]), "");
+    LLVMValueRef ge = LLVMBuildFCmp(B, LLVMRealOGE, d, fconst(VT(f64), lims[to][1]), "");
+    r = LLVMBuildSelect(B, ge, hd_llvm_cint(it, (uint64_t)hi, 1), r, "");
+    r = LLVMBuildSelect(B, le, hd_llvm_cint(it, (uint64_t)lo, 1), r, "");
+    LLVMValueRef nan = LLVMBuildFCmp(B, LLVMRealUNO, d, d, "");
+    return LLVMBuildSelect(B, nan, hd_llvm_cint(it, 0, 0), r, "");
+}
+
+/* A register value of an integer (or bool) dtype to another integer dtype:
+ * wraps; sign-extends signed sources. */
+static LLVMValueRef int_to_int(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, hd_dtype to) {
+    LLVMTypeRef it = hd_llvm_vec(G, hd_llvm_reg_type(G, to));
+    unsigned a = LLVMGetIntTypeWidth(elem_type(LLVMTypeOf(v)));
+    unsigned b = LLVMGetIntTypeWidth(hd_llvm_reg_type(G, to));
+    if (a == b) return v;
+    if (a > b) return LLVMBuildTrunc(B, v, it, "");
+    return is_signed(from) ? LLVMBuildSExt(B, v, it, "") : LLVMBuildZExt(B, v, it, "");
+}
+
+static LLVMValueRef int_to_float(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, LLVMTypeRef ft) {
+    return is_signed(from) ? LLVMBuildSIToFP(B, v, ft, "") : LLVMBuildUIToFP(B, v, ft, "");
+}
+
+LLVMValueRef hd_llvm_convert(hd_llvm_gen *G, LLVMValueRef v, hd_dtype from, hd_dtype to) {
+    if (from == to) return v;
+    if (to == HD_BOOL) return bool_of(G, v);
+    int ff = hd_dtype_is_float(from), tf = hd_dtype_is_float(to);
+    if (!tf) return ff ? float_to_int(G, v, to) : int_to_int(G, v, from, to);
+    if (to == HD_F64)
+        return ff ? (is_f64(v) ? v : LLVMBuildFPExt(B, v, VT(f64), ""))
+                  : int_to_float(G, v, from, VT(f64));
+    /* to f32, f16, bf16: through f32, as eager's (float) conversions */
+    LLVMValueRef f = !ff         ? int_to_float(G, v, from, VT(f32))
+                     : is_f64(v) ? LLVMBuildFPTrunc(B, v, VT(f32), "")
+                                 : v;
+    return hd_llvm_round_half(G, f, to);
+}
+
+/* ---- float ops ---- */
+
+static LLVMValueRef fsel(hd_llvm_gen *G, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b,
+                         LLVMValueRef t, LLVMValueRef f) {
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, p, a, b, ""), t, f, "");
+}
+
+static LLVMValueRef float_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef x, hd_dtype dt) {
+    LLVMTypeRef ty = LLVMTypeOf(x);
+    LLVMValueRef one = fconst(ty, 1.0), zero = fconst(ty, 0.0);
+    switch (n->op) {
+    case HD_OP_NEG: return LLVMBuildFNeg(B, x, "");
+    case HD_OP_ABS: return hd_llvm_intrinsic(G, "llvm.fabs", x);
+    case HD_OP_EXP: return hd_llvm_exp(G, x, dt);
+    case HD_OP_LOG: return libm1(G, "log", x);
+    case HD_OP_SQRT: return hd_llvm_intrinsic(G, "llvm.sqrt", x);
+    case HD_OP_RSQRT: return LLVMBuildFDiv(B, one, hd_llvm_intrinsic(G, "llvm.sqrt", x), "");
+    case HD_OP_SIN: return libm1(G, "sin", x);
+    case HD_OP_COS: return libm1(G, "cos", x);
+    case HD_OP_TANH: return dt == HD_F64 ? libm1(G, "tanh", x) : ew_tanhf(G, x);
+    case HD_OP_SIGMOID:
+        return LLVMBuildFDiv(
+            B, one, LLVMBuildFAdd(B, one, hd_llvm_exp(G, LLVMBuildFNeg(B, x, ""), dt), ""), "");
+    case HD_OP_RELU: return fsel(G, LLVMRealOLE, x, zero, zero, x);
+    case HD_OP_GELU: {
+        LLVMValueRef c = fconst(ty, dt == HD_F64 ? M_SQRT1_2 : (double)(float)M_SQRT1_2);
+        LLVMValueRef e = libm1(G, "erfc", LLVMBuildFMul(B, LLVMBuildFNeg(B, x, ""), c, ""));
+        return LLVMBuildFMul(B, LLVMBuildFMul(B, fconst(ty, 0.5), x, ""), e, "");
+    }
+    case HD_OP_SILU:
+        return LLVMBuildFDiv(
+            B, x, LLVMBuildFAdd(B, one, hd_llvm_exp(G, LLVMBuildFNeg(B, x, ""), dt), ""), "");
+    case HD_OP_SOFTPLUS:
+        return fsel(G, LLVMRealOGT, x, fconst(ty, 20.0), x, libm1(G, "log1p", libm1(G, "exp", x)));
+    case HD_OP_SIGN: {
+        LLVMValueRef neg =
+            fsel(G, LLVMRealOLT, x, zero, fconst(ty, -1.0), LLVMBuildFAdd(B, x, zero, ""));
+        return fsel(G, LLVMRealOGT, x, zero, one, neg);
+    }
+    case HD_OP_FLOOR: return hd_llvm_intrinsic(G, "llvm.floor", x);
+    case HD_OP_CEIL: return hd_llvm_intrinsic(G, "llvm.ceil", x);
+    case HD_OP_ROUND: return hd_llvm_intrinsic(G, "llvm.nearbyint", x);
+    case HD_OP_CLAMP: {
+        double lo = n->attrs.scalar[0], hi = n->attrs.scalar[1];
+        LLVMValueRef l = fconst(ty, lo != lo ? -INFINITY : dt == HD_F64 ? lo : (double)(float)lo);
+        LLVMValueRef h = fconst(ty, hi != hi ? INFINITY : dt == HD_F64 ? hi : (double)(float)hi);
+        LLVMValueRef y = fsel(G, LLVMRealOLT, x, l, l, x);
+        return fsel(G, LLVMRealOGT, y, h, h, y);
+    }
+    default: return x; /* copy */
+    }
+}
+
+static LLVMValueRef float_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef b) {
+    LLVMTypeRef ty = LLVMTypeOf(a);
+    LLVMValueRef zero = fconst(ty, 0.0);
+    switch (op) {
+    case HD_OP_ADD: return LLVMBuildFAdd(B, a, b, "");
+    case HD_OP_SUB: return LLVMBuildFSub(B, a, b, "");
+    case HD_OP_MUL: return LLVMBuildFMul(B, a, b, "");
+    case HD_OP_DIV: return LLVMBuildFDiv(B, a, b, "");
+    case HD_OP_MOD: {
+        LLVMValueRef m = libm2(G, "fmod", a, b);
+        LLVMValueRef nz = LLVMBuildFCmp(B, LLVMRealUNE, m, zero, "");
+        LLVMValueRef diff = LLVMBuildXor(B, LLVMBuildFCmp(B, LLVMRealOLT, b, zero, ""),
+                                         LLVMBuildFCmp(B, LLVMRealOLT, m, zero, ""), "");
+        return LLVMBuildSelect(B, LLVMBuildAnd(B, nz, diff, ""), LLVMBuildFAdd(B, m, b, ""), m, "");
+    }
+    case HD_OP_POW: return libm2(G, "pow", a, b);
+    case HD_OP_MAXIMUM:
+    case HD_OP_MINIMUM: {
+        LLVMValueRef nan = LLVMBuildFCmp(B, LLVMRealUNO, a, a, "");
+        LLVMValueRef c =
+            LLVMBuildFCmp(B, op == HD_OP_MAXIMUM ? LLVMRealOGT : LLVMRealOLT, a, b, "");
+        return LLVMBuildSelect(B, LLVMBuildOr(B, nan, c, ""), a, b, "");
+    }
+    default: return a;
+    }
+}
+
+static LLVMValueRef compare(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef b, hd_dtype dt) {
+    LLVMValueRef c;
+    if (hd_dtype_is_float(dt)) {
+        static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
+                                               LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+        c = LLVMBuildFCmp(B, fp[op - HD_OP_EQ], a, b, "");
+    } else {
+        static const LLVMIntPredicate ip[2][6] = {
+            {LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE},
+            {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE}};
+        c = LLVMBuildICmp(B, ip[is_signed(dt)][op - HD_OP_EQ], a, b, "");
+    }
+    return LLVMBuildZExt(B, c, VT(i8), "");
+}
+
+/* ---- integer ops ---- */
+
+static LLVMValueRef int_bound(hd_llvm_gen *G, double v, int is_lo, hd_dtype dt) {
+    int64_t tmin = dt == HD_I8 ? INT8_MIN : dt == HD_U8 ? 0 : dt == HD_I32 ? INT32_MIN : INT64_MIN;
+    int64_t tmax = dt == HD_I8    ? INT8_MAX
+                   : dt == HD_U8  ? UINT8_MAX
+                   : dt == HD_I32 ? INT32_MAX
+                                  : INT64_MAX;
+    int64_t r;
+    if (v != v) {
+        r = is_lo ? tmin : tmax;
+    } else {
+        double w = is_lo ? ceil(v) : floor(v);
+        r = w <= (double)tmin ? tmin : w >= (double)tmax ? tmax : (int64_t)w;
+    }
+    return hd_llvm_cint(hd_llvm_vec(G, hd_llvm_reg_type(G, dt)), (uint64_t)r, 1);
+}
+
+static LLVMValueRef int_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef x, hd_dtype dt) {
+    LLVMTypeRef ty = LLVMTypeOf(x);
+    LLVMValueRef zero = hd_llvm_cint(ty, 0, 0);
+    int sg = is_signed(dt);
+    switch (n->op) {
+    case HD_OP_NEG: return LLVMBuildSub(B, zero, x, "");
+    case HD_OP_ABS:
+        if (!sg) return x;
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, x, zero, ""),
+                               LLVMBuildSub(B, zero, x, ""), x, "");
+    case HD_OP_RELU:
+        if (!sg) return x;
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, x, zero, ""), x, zero, "");
+    case HD_OP_SIGN: {
+        LLVMValueRef gt =
+            LLVMBuildZExt(B, LLVMBuildICmp(B, sg ? LLVMIntSGT : LLVMIntUGT, x, zero, ""), ty, "");
+        if (!sg) return gt;
+        return LLVMBuildSub(
+            B, gt, LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntSLT, x, zero, ""), ty, ""), "");
+    }
+    case HD_OP_NOT: return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntEQ, x, zero, ""), VT(i8), "");
+    case HD_OP_CLAMP: {
+        hd_dtype cd = dt == HD_BOOL ? HD_I64 : dt;
+        LLVMValueRef y = dt == HD_BOOL ? LLVMBuildZExt(B, x, VT(i64), "") : x;
+        LLVMValueRef lo = int_bound(G, n->attrs.scalar[0], 1, cd),
+                     hi = int_bound(G, n->attrs.scalar[1], 0, cd);
+        int s = is_signed(cd);
+        y = LLVMBuildSelect(B, LLVMBuildICmp(B, s ? LLVMIntSLT : LLVMIntULT, y, lo, ""), lo, y, "");
+        y = LLVMBuildSelect(B, LLVMBuildICmp(B, s ? LLVMIntSGT : LLVMIntUGT, y, hi, ""), hi, y, "");
+        return dt == HD_BOOL ? bool_of(G, y) : y;
+    }
+    default: return x; /* floor, ceil, round, copy, abs of bool */
+    }
+}
+
+static LLVMValueRef int_mod(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, hd_dtype dt) {
+    LLVMTypeRef ty = LLVMTypeOf(a);
+    LLVMValueRef zero = hd_llvm_cint(ty, 0, 0), one = hd_llvm_cint(ty, 1, 0);
+    LLVMValueRef bz = LLVMBuildICmp(B, LLVMIntEQ, b, zero, "");
+    if (!is_signed(dt)) { /* a divisor of 0 gives 0, never a trap */
+        LLVMValueRef r = LLVMBuildURem(B, a, LLVMBuildSelect(B, bz, one, b, ""), "");
+        return LLVMBuildSelect(B, bz, zero, r, "");
+    }
+    LLVMValueRef bad =
+        LLVMBuildOr(B, bz, LLVMBuildICmp(B, LLVMIntEQ, b, LLVMConstAllOnes(ty), ""), "");
+    LLVMValueRef r = LLVMBuildSRem(B, a, LLVMBuildSelect(B, bad, one, b, ""), "");
+    LLVMValueRef adj = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntNE, r, zero, ""),
+                                    LLVMBuildXor(B, LLVMBuildICmp(B, LLVMIntSLT, r, zero, ""),
+                                                 LLVMBuildICmp(B, LLVMIntSLT, b, zero, ""), ""),
+                                    "");
+    r = LLVMBuildSelect(B, adj, LLVMBuildAdd(B, r, b, ""), r, "");
+    return LLVMBuildSelect(B, bad, zero, r, "");
+}
+
+static LLVMValueRef int_pow(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, hd_dtype dt) {
+    LLVMTypeRef ty = LLVMTypeOf(a);
+    LLVMTypeRef params[3] = {G->t.i64, G->t.i64, G->t.i32};
+    LLVMTypeRef fty = LLVMFunctionType(G->t.i64, params, 3, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(G->mod, "hd_llvm_rt_ipow");
+    if (!f) f = LLVMAddFunction(G->mod, "hd_llvm_rt_ipow", fty);
+    LLVMValueRef args[3] = {int_to_int(G, a, dt, HD_I64), int_to_int(G, b, dt, HD_I64),
+                            hd_llvm_cint(VT(i32), (uint64_t)dt, 0)};
+    G->scalar_calls = 1;
+    return LLVMBuildTrunc(B, call_lanes(G, fty, f, args, 3), ty, "");
+}
+
+static LLVMValueRef int_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValueRef b,
+                               hd_dtype dt) {
+    int sg = is_signed(dt);
+    if (dt == HD_BOOL) {
+        LLVMValueRef t = hd_llvm_cint(VT(i8), 0, 0);
+        if (op == HD_OP_ADD || op == HD_OP_MAXIMUM)
+            return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntNE, LLVMBuildOr(B, a, b, ""), t, ""),
+                                 VT(i8), "");
+        return LLVMBuildAnd(B, a, b, ""); /* mul, minimum: both are 0/1 */
+    }
+    switch (op) {
+    case HD_OP_ADD: return LLVMBuildAdd(B, a, b, "");
+    case HD_OP_SUB: return LLVMBuildSub(B, a, b, "");
+    case HD_OP_MUL: return LLVMBuildMul(B, a, b, "");
+    case HD_OP_MOD: return int_mod(G, a, b, dt);
+    case HD_OP_POW: return int_pow(G, a, b, dt);
+    case HD_OP_MAXIMUM:
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, sg ? LLVMIntSGT : LLVMIntUGT, a, b, ""), a, b,
+                               "");
+    case HD_OP_MINIMUM:
+        return LLVMBuildSelect(B, LLVMBuildICmp(B, sg ? LLVMIntSLT : LLVMIntULT, a, b, ""), a, b,
+                               "");
+    default: return a;
+    }
+}
+
+LLVMValueRef hd_llvm_emit_node(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef *args) {
+    const hd_ir_graph *g = G->plan->g;
+    hd_dtype dt = g->values[n->in[0]].dtype, od = g->values[n->out].dtype;
+    int fl = hd_dtype_is_float(dt);
+    LLVMValueRef r;
+    switch (hd_op_infos[n->op].kind) {
+    case HD_KIND_UNARY:
+        if (n->op == HD_OP_CAST) return hd_llvm_convert(G, args[0], dt, od);
+        r = fl ? float_unary(G, n, args[0], dt) : int_unary(G, n, args[0], dt);
+        return hd_llvm_round_half(G, r, od);
+    case HD_KIND_BINARY:
+        r = fl ? float_binary(G, n->op, args[0], args[1])
+               : int_binary(G, n->op, args[0], args[1], dt);
+        return hd_llvm_round_half(G, r, od);
+    case HD_KIND_COMPARE: return compare(G, n->op, args[0], args[1], dt);
+    default: /* where: any nonzero condition is true */
+        return LLVMBuildSelect(
+            B, LLVMBuildICmp(B, LLVMIntNE, args[0], hd_llvm_cint(LLVMTypeOf(args[0]), 0, 0), ""),
+            args[1], args[2], "");
+    }
+}
+
+#endif /* HODU_HAVE_LLVM */

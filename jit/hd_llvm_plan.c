@@ -1,0 +1,632 @@
+/* The llvm compiler's plan: kernels, steps, stored values, slots, arena.
+ *
+ * Nodes of a fusion group that generated code supports form a "piece" run
+ * at its first node's place (hd_pass_fuse's placement rule makes that
+ * valid); a node the runtime must run closes the group's open piece, and
+ * the group's later nodes open another. A piece becomes one loop nest per
+ * distinct shape of its nodes (a node of shape [3, 1] and one of [3, 4] in
+ * one group cannot share a loop), ordered so that a smaller shape, which can
+ * only feed a larger one, runs first; a reduction's prologue of the
+ * reduction's input shape is computed inside the reduction's loop.
+ *
+ * A value is stored when anything outside its kernel reads it (another
+ * kernel, a runtime node, a view, a callback, the graph's outputs); the
+ * rest live in registers. Stored intermediates get offsets in one arena,
+ * reused once their values are dead (first fit over the step order). */
+#include "hd_llvm.h"
+
+#if HODU_HAVE_LLVM
+
+#include <string.h>
+
+#define PLAN_ALIGN 64
+
+typedef struct plan_piece {
+    int first;  /* node index */
+    int kind;   /* hd_llvm_kernel_kind of its last kernel */
+    int *nodes; /* in node order */
+    int nnodes;
+    int kfirst, nk; /* its kernels */
+} plan_piece;
+
+typedef struct plan_state {
+    hd_ir_graph *g;
+    hd_llvm_plan *p;
+    int no_reuse;
+    int *def;       /* per value: defining node, -1 */
+    int *use_start; /* per value: users in use_list[use_start[v] .. use_start[v + 1]) */
+    int *use_list;
+    char *is_output; /* per value */
+    plan_piece *pieces;
+    int npieces;
+    int *piece_of;     /* per node */
+    int64_t *elem_off; /* per value: element offset of a view from its root */
+} plan_state;
+
+static int node_is_view(const hd_ir_node *n) {
+    return n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW;
+}
+
+static size_t val_bytes(const hd_ir_value *v) {
+    return (size_t)hd_shape_numel(v->shape, v->ndim) * (size_t)hd_dtype_size(v->dtype);
+}
+
+static int same_shape(const hd_ir_value *a, const int64_t *shape, int ndim) {
+    return a->ndim == ndim && !memcmp(a->shape, shape, (size_t)ndim * sizeof *shape);
+}
+
+/* ---- what generated code computes ---- */
+
+static int supports_reduce(hd_op op, hd_dtype dt) {
+    switch (op) {
+    case HD_OP_SUM:
+    case HD_OP_PROD: return hd_dtype_is_float(dt) || dt == HD_I64;
+    case HD_OP_MEAN:
+    case HD_OP_VAR:
+    case HD_OP_STD:
+    case HD_OP_LOGSUMEXP: return hd_dtype_is_float(dt);
+    case HD_OP_MAX:
+    case HD_OP_MIN: return 1;
+    default: return 0;
+    }
+}
+
+int hd_llvm_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why) {
+    static const char *none = "";
+    *why = none;
+    if (n->op < 0) {
+        *why = "a callback";
+        return 0;
+    }
+    hd_op op = (hd_op)n->op;
+    hd_dtype dt = n->nin ? g->values[n->in[0]].dtype : g->values[n->out].dtype;
+    if (hd_pass_op_is_elementwise(op)) {
+        if (hd_cpu_backend.supports_op(op, dt)) return 1;
+        *why = "not defined for this dtype";
+        return 0;
+    }
+    switch (hd_op_infos[op].kind) {
+    case HD_KIND_REDUCE:
+        if (supports_reduce(op, dt)) return 1;
+        *why = "argmax and argmin run the cpu kernel";
+        return 0;
+    case HD_KIND_NN:
+        if ((op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX || op == HD_OP_LAYER_NORM) &&
+            hd_dtype_is_float(dt))
+            return 1;
+        break;
+    case HD_KIND_MATMUL: *why = "OpenBLAS through the cpu kernel"; return 0;
+    case HD_KIND_CREATE: *why = "creation runs the cpu kernel"; return 0;
+    default: break;
+    }
+    *why = "no code generation for this op";
+    return 0;
+}
+
+static hd_llvm_kernel_kind node_kernel_kind(const hd_ir_node *n) {
+    if (hd_pass_op_is_elementwise(n->op)) return HD_LLVM_K_ELEMENTWISE;
+    if (hd_op_infos[n->op].kind == HD_KIND_REDUCE) return HD_LLVM_K_REDUCE;
+    if (n->op == HD_OP_LAYER_NORM) return HD_LLVM_K_LAYER_NORM;
+    return HD_LLVM_K_SOFTMAX;
+}
+
+/* ---- values: roots, strides and view offsets ---- */
+
+static void plan_view(plan_state *s, const hd_ir_node *n) {
+    const hd_ir_graph *g = s->g;
+    hd_llvm_val *x = &s->p->vals[n->in[0]], *y = &s->p->vals[n->out];
+    const hd_ir_value *xv = &g->values[n->in[0]], *yv = &g->values[n->out];
+    const hd_attrs *a = &n->attrs;
+    int64_t off = s->elem_off[n->in[0]];
+    y->root = x->root;
+    switch (n->op) {
+    case HD_OP_PERMUTE:
+        for (int i = 0; i < yv->ndim; i++)
+            y->strides[i] = x->strides[a->shape[i] < 0 ? a->shape[i] + xv->ndim : a->shape[i]];
+        break;
+    case HD_OP_EXPAND: {
+        int lead = yv->ndim - xv->ndim;
+        for (int i = 0; i < yv->ndim; i++) {
+            int j = i - lead;
+            y->strides[i] = j < 0 || xv->shape[j] == 1 ? 0 : x->strides[j];
+        }
+        break;
+    }
+    case HD_OP_SLICE: {
+        int k = 0;
+        for (int i = 0; i < xv->ndim; i++) {
+            if (a->len[i] > 0) off += a->start[i] * x->strides[i];
+            if (!(a->drop_mask & (1u << i))) y->strides[k++] = x->strides[i] * a->step[i];
+        }
+        break;
+    }
+    default: hd_contiguous_strides(yv->shape, yv->ndim, y->strides); break;
+    }
+    s->elem_off[n->out] = off;
+}
+
+static void plan_values(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    for (int v = 0; v < g->nvalues; v++) {
+        hd_llvm_val *pv = &s->p->vals[v];
+        pv->kernel = -1;
+        pv->slot = -1;
+        pv->root = v;
+        pv->arena_off = -1;
+        s->def[v] = -1;
+        hd_contiguous_strides(g->values[v].shape, g->values[v].ndim, pv->strides);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->out < 0) continue;
+        s->def[n->out] = i;
+        if (node_is_view(n)) plan_view(s, n);
+    }
+    for (int i = 0; i < g->noutputs; i++) s->is_output[g->outputs[i].value] = 1;
+}
+
+/* Users of each value (nodes of every kind), as compressed lists. */
+static hd_status plan_uses(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    int nv = g->nvalues, total = 0;
+    s->use_start = hd_ir_arena_alloc(&g->arena, (size_t)(nv + 1) * sizeof(int));
+    if (!s->use_start) return g->ctx->status;
+    for (int i = 0; i < g->nnodes; i++) total += g->nodes[i].nin;
+    s->use_list = hd_ir_arena_alloc(&g->arena, (size_t)(total + 1) * sizeof(int));
+    if (!s->use_list) return g->ctx->status;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) s->use_start[g->nodes[i].in[k] + 1]++;
+    for (int v = 0; v < nv; v++) s->use_start[v + 1] += s->use_start[v];
+    int *fill = hd_ctx_calloc(g->ctx, (size_t)nv + 1, sizeof(int));
+    if (!fill) return g->ctx->status;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k];
+            s->use_list[s->use_start[v] + fill[v]++] = i;
+        }
+    hd_ctx_free(g->ctx, fill, ((size_t)nv + 1) * sizeof(int));
+    return HD_OK;
+}
+
+/* ---- pieces ---- */
+
+static int piece_new(plan_state *s, int first, int kind) {
+    plan_piece *pc = &s->pieces[s->npieces];
+    memset(pc, 0, sizeof *pc);
+    pc->first = first;
+    pc->kind = kind;
+    pc->nodes = hd_ir_arena_alloc(&s->g->arena, (size_t)s->g->nnodes * sizeof(int));
+    if (!pc->nodes) return -1;
+    return s->npieces++;
+}
+
+static void piece_add(plan_state *s, int pi, int node) {
+    plan_piece *pc = &s->pieces[pi];
+    pc->nodes[pc->nnodes++] = node;
+    s->piece_of[node] = pi;
+}
+
+static hd_status plan_pieces(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    int *open = hd_ctx_alloc(g->ctx, ((size_t)g->ngroups + 1) * sizeof(int));
+    if (!open) return g->ctx->status;
+    for (int i = 0; i <= g->ngroups; i++) open[i] = -1;
+    hd_status st = HD_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        const char *why;
+        s->piece_of[i] = -1;
+        if (node_is_view(n)) continue;
+        int gi = n->group;
+        if (!hd_llvm_supports(g, n, &why)) {
+            if (gi >= 0) open[gi] = -1;
+            continue;
+        }
+        hd_llvm_kernel_kind kind = node_kernel_kind(n);
+        int pi =
+            gi >= 0 && kind != HD_LLVM_K_SOFTMAX && kind != HD_LLVM_K_LAYER_NORM ? open[gi] : -1;
+        if (pi < 0 && (pi = piece_new(s, i, kind)) < 0) st = g->ctx->status;
+        if (st) break;
+        piece_add(s, pi, i);
+        s->pieces[pi].kind = kind;
+        if (gi >= 0) open[gi] = kind == HD_LLVM_K_ELEMENTWISE ? pi : -1;
+    }
+    hd_ctx_free(g->ctx, open, ((size_t)g->ngroups + 1) * sizeof(int));
+    return st;
+}
+
+/* Can elementwise piece b run inside piece a (at a's first node)? Every
+ * value b reads from outside both must be defined before a starts. */
+static int piece_can_join(const plan_state *s, int a, int b) {
+    const hd_ir_graph *g = s->g;
+    const plan_piece *pa = &s->pieces[a], *pb = &s->pieces[b];
+    if (pa->kind != HD_LLVM_K_ELEMENTWISE || pa->nnodes == 0 || pa->first > pb->first) return 0;
+    for (int k = 0; k < pb->nnodes; k++) {
+        const hd_ir_node *n = &g->nodes[pb->nodes[k]];
+        for (int j = 0; j < n->nin; j++) {
+            int d = s->def[n->in[j]];
+            if (d >= 0 && d >= pa->first && s->piece_of[d] != a && s->piece_of[d] != b) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Move piece b's nodes into a, keeping node order. */
+static void piece_join(plan_state *s, int a, int b) {
+    plan_piece *pa = &s->pieces[a], *pb = &s->pieces[b];
+    int i = pa->nnodes - 1, j = pb->nnodes - 1, k = pa->nnodes + pb->nnodes - 1;
+    while (j >= 0)
+        pa->nodes[k--] = i >= 0 && pa->nodes[i] > pb->nodes[j] ? pa->nodes[i--] : pb->nodes[j--];
+    pa->nnodes += pb->nnodes;
+    for (int m = 0; m < pb->nnodes; m++) s->piece_of[pb->nodes[m]] = a;
+    pb->nnodes = 0;
+}
+
+/* The fusion pass opens a group at each elementwise node whose producers
+ * are not in one (sigmoid(b) beside tanh(a * 2 + b)); such pieces join the
+ * piece of one of their producers when the placement rule allows it, so a
+ * chain of elementwise ops over the same inputs is one loop. */
+static void plan_merge_pieces(plan_state *s) {
+    const hd_ir_graph *g = s->g;
+    for (int b = 0; b < s->npieces; b++) {
+        plan_piece *pb = &s->pieces[b];
+        if (pb->kind != HD_LLVM_K_ELEMENTWISE) continue;
+        int done = 0;
+        for (int k = 0; k < pb->nnodes && !done; k++) {
+            const hd_ir_node *n = &g->nodes[pb->nodes[k]];
+            for (int j = 0; j < n->nin && !done; j++) {
+                int d = s->def[n->in[j]], a = d >= 0 ? s->piece_of[d] : -1;
+                if (a >= 0 && a != b && piece_can_join(s, a, b)) {
+                    piece_join(s, a, b);
+                    done = 1;
+                }
+            }
+        }
+    }
+}
+
+/* ---- kernels ---- */
+
+static int plan_kernel_new(plan_state *s, hd_llvm_kernel_kind kind, const hd_ir_value *shape_of) {
+    hd_llvm_plan *p = s->p;
+    hd_llvm_kernel *k = &p->kernels[p->nkernels];
+    memset(k, 0, sizeof *k);
+    k->kind = kind;
+    k->ndim = shape_of->ndim;
+    memcpy(k->shape, shape_of->shape, sizeof k->shape);
+    k->numel = hd_shape_numel(k->shape, k->ndim);
+    k->nodes = hd_ir_arena_alloc(&s->g->arena, (size_t)s->g->nnodes * sizeof(int));
+    return k->nodes ? p->nkernels++ : -1;
+}
+
+static void kernel_add(plan_state *s, int ki, int node) {
+    hd_llvm_kernel *k = &s->p->kernels[ki];
+    k->nodes[k->nnodes++] = node;
+    s->p->kernel_of[node] = ki;
+}
+
+/* Can the piece's reduction compute its prologue of shape x: is every
+ * node of that shape used only by such nodes and the reduction? */
+static int prologue_fusable(const plan_state *s, const plan_piece *pc, const hd_ir_value *x) {
+    const hd_ir_graph *g = s->g;
+    int red = pc->nodes[pc->nnodes - 1];
+    for (int k = 0; k < pc->nnodes - 1; k++) {
+        const hd_ir_node *n = &g->nodes[pc->nodes[k]];
+        const hd_ir_value *v = &g->values[n->out];
+        if (!same_shape(v, x->shape, x->ndim)) continue;
+        if (s->is_output[n->out]) return 0;
+        for (int u = s->use_start[n->out]; u < s->use_start[n->out + 1]; u++) {
+            int user = s->use_list[u];
+            const hd_ir_value *uv = g->nodes[user].out >= 0 ? &g->values[g->nodes[user].out] : NULL;
+            if (user == red) continue;
+            if (s->piece_of[user] != s->piece_of[pc->nodes[k]] || !uv ||
+                !same_shape(uv, x->shape, x->ndim))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Elementwise nodes of the piece (all, or those not of shape skip) as one
+ * kernel per shape, smaller shapes first. */
+static hd_status plan_shape_kernels(plan_state *s, const plan_piece *pc, int count,
+                                    const hd_ir_value *skip) {
+    hd_ir_graph *g = s->g;
+    int first = s->p->nkernels;
+    for (int k = 0; k < count; k++) {
+        int node = pc->nodes[k];
+        const hd_ir_value *v = &g->values[g->nodes[node].out];
+        if (skip && same_shape(v, skip->shape, skip->ndim)) continue;
+        int ki = -1;
+        for (int j = first; j < s->p->nkernels && ki < 0; j++)
+            if (same_shape(v, s->p->kernels[j].shape, s->p->kernels[j].ndim)) ki = j;
+        if (ki < 0 && (ki = plan_kernel_new(s, HD_LLVM_K_ELEMENTWISE, v)) < 0)
+            return g->ctx->status;
+        kernel_add(s, ki, node);
+    }
+    /* insertion sort by (numel, ndim): a shape that feeds another is smaller */
+    hd_llvm_kernel *ks = s->p->kernels;
+    for (int a = first + 1; a < s->p->nkernels; a++) {
+        hd_llvm_kernel t = ks[a];
+        int b = a;
+        for (; b > first && (ks[b - 1].numel > t.numel ||
+                             (ks[b - 1].numel == t.numel && ks[b - 1].ndim > t.ndim));
+             b--)
+            ks[b] = ks[b - 1];
+        ks[b] = t;
+    }
+    for (int j = first; j < s->p->nkernels; j++)
+        for (int k = 0; k < ks[j].nnodes; k++) s->p->kernel_of[ks[j].nodes[k]] = j;
+    return HD_OK;
+}
+
+static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
+    hd_ir_graph *g = s->g;
+    pc->kfirst = s->p->nkernels;
+    if (pc->kind == HD_LLVM_K_ELEMENTWISE) {
+        if (plan_shape_kernels(s, pc, pc->nnodes, NULL)) return g->ctx->status;
+    } else {
+        int last = pc->nodes[pc->nnodes - 1];
+        const hd_ir_value *x = &g->values[g->nodes[last].in[0]];
+        int fuse = pc->kind == HD_LLVM_K_REDUCE && prologue_fusable(s, pc, x);
+        if (plan_shape_kernels(s, pc, pc->nnodes - 1, fuse ? x : NULL)) return g->ctx->status;
+        int ki = plan_kernel_new(s, (hd_llvm_kernel_kind)pc->kind, x);
+        if (ki < 0) return g->ctx->status;
+        for (int k = 0; fuse && k < pc->nnodes - 1; k++)
+            if (same_shape(&g->values[g->nodes[pc->nodes[k]].out], x->shape, x->ndim))
+                kernel_add(s, ki, pc->nodes[k]);
+        kernel_add(s, ki, last);
+    }
+    pc->nk = s->p->nkernels - pc->kfirst;
+    for (int j = pc->kfirst; j < s->p->nkernels; j++) {
+        hd_llvm_kernel *k = &s->p->kernels[j];
+        const hd_ir_value *out = &g->values[g->nodes[k->nodes[k->nnodes - 1]].out];
+        k->out_size = hd_shape_numel(out->shape, out->ndim);
+    }
+    return HD_OK;
+}
+
+/* ---- steps and stored values ---- */
+
+static hd_status plan_steps(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    p->steps = hd_ir_arena_alloc(&g->arena,
+                                 ((size_t)g->nnodes + (size_t)p->nkernels + 1) * sizeof *p->steps);
+    if (!p->steps) return g->ctx->status;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        int pi = s->piece_of[i];
+        if (pi >= 0) {
+            const plan_piece *pc = &s->pieces[pi];
+            if (pc->first != i) continue;
+            for (int j = pc->kfirst; j < pc->kfirst + pc->nk; j++)
+                if (p->kernels[j].out_size > 0) p->steps[p->nsteps++] = (hd_llvm_step){j, -1};
+            continue;
+        }
+        if (node_is_view(n)) continue;
+        if (n->op >= 0 && val_bytes(&g->values[n->out]) == 0) continue; /* as interp */
+        p->steps[p->nsteps++] = (hd_llvm_step){-1, i};
+        if (n->op >= 0 && n->op != HD_OP_MATMUL) p->nfallback++;
+    }
+    return HD_OK;
+}
+
+static void plan_stored(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    for (int i = 0; i < g->nnodes; i++) {
+        int ki = p->kernel_of[i], v = g->nodes[i].out;
+        if (ki < 0) continue;
+        hd_llvm_val *pv = &p->vals[v];
+        pv->kernel = ki;
+        const hd_llvm_kernel *k = &p->kernels[ki];
+        pv->stored =
+            s->is_output[v] || (k->kind != HD_LLVM_K_ELEMENTWISE && k->nodes[k->nnodes - 1] == i);
+        for (int u = s->use_start[v]; u < s->use_start[v + 1] && !pv->stored; u++)
+            if (p->kernel_of[s->use_list[u]] != ki) pv->stored = 1;
+    }
+}
+
+/* ---- arena ---- */
+
+typedef struct plan_block {
+    int64_t off, end;
+    int root;
+} plan_block;
+
+/* Does value v own memory in the arena (a stored intermediate or a
+ * runtime node's result that is not a fresh output)? */
+static int needs_arena(const plan_state *s, int v) {
+    const hd_llvm_val *pv = &s->p->vals[v];
+    int d = s->def[v];
+    if (d < 0 || pv->root != v || pv->fresh) return 0;
+    return pv->kernel >= 0 ? pv->stored : 1;
+}
+
+/* First fit among the live blocks (sorted by offset). */
+static int64_t arena_place(plan_block *live, int *nlive, int64_t size, int root) {
+    int64_t off = 0;
+    int at = 0;
+    for (; at < *nlive; at++) {
+        if (live[at].off - off >= size) break;
+        if (live[at].end > off) off = live[at].end;
+    }
+    memmove(live + at + 1, live + at, (size_t)(*nlive - at) * sizeof *live);
+    live[at] = (plan_block){off, off + size, root};
+    (*nlive)++;
+    return off;
+}
+
+static void arena_release(plan_block *live, int *nlive, int root) {
+    for (int i = 0; i < *nlive; i++)
+        if (live[i].root == root) {
+            memmove(live + i, live + i + 1, (size_t)(*nlive - i - 1) * sizeof *live);
+            (*nlive)--;
+            return;
+        }
+}
+
+/* Step at which each root is last read (views count for their root); the
+ * graph's outputs that are copied at the end live to the end. */
+static void plan_last_use(plan_state *s, int *last, int *defstep) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    for (int v = 0; v < g->nvalues; v++) last[v] = defstep[v] = -1;
+    for (int st = 0; st < p->nsteps; st++) {
+        const hd_llvm_step *sp = &p->steps[st];
+        int nn = sp->kernel >= 0 ? p->kernels[sp->kernel].nnodes : 1;
+        for (int j = 0; j < nn; j++) {
+            int node = sp->kernel >= 0 ? p->kernels[sp->kernel].nodes[j] : sp->node;
+            const hd_ir_node *n = &g->nodes[node];
+            if (n->out >= 0) defstep[n->out] = st;
+            for (int k = 0; k < n->nin; k++) {
+                int u = n->in[k], d = s->def[u];
+                if (sp->kernel >= 0 && d >= 0 && p->kernel_of[d] == sp->kernel) continue;
+                last[p->vals[u].root] = st;
+            }
+        }
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        int v = g->outputs[i].value;
+        last[p->vals[v].root] = p->nsteps;
+    }
+}
+
+static hd_status plan_arena(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    size_t nv = (size_t)g->nvalues + 1;
+    int *last = hd_ctx_alloc(g->ctx, 2 * nv * sizeof(int));
+    plan_block *live = hd_ctx_alloc(g->ctx, nv * sizeof *live);
+    if (!last || !live) {
+        hd_ctx_free(g->ctx, last, last ? 2 * nv * sizeof(int) : 0);
+        hd_ctx_free(g->ctx, live, live ? nv * sizeof *live : 0);
+        return g->ctx->status;
+    }
+    int *defstep = last + nv, nlive = 0;
+    plan_last_use(s, last, defstep);
+    int64_t top = 0;
+    for (int st = 0; st < p->nsteps; st++) {
+        for (int v = 0; v < g->nvalues; v++) {
+            if (defstep[v] != st || !needs_arena(s, v)) continue;
+            int64_t size =
+                ((int64_t)val_bytes(&g->values[v]) + PLAN_ALIGN - 1) & ~(int64_t)(PLAN_ALIGN - 1);
+            if (size == 0) size = PLAN_ALIGN;
+            p->vals[v].arena_off = arena_place(live, &nlive, size, v);
+            if (p->vals[v].arena_off + size > top) top = p->vals[v].arena_off + size;
+        }
+        if (s->no_reuse) continue;
+        for (int v = 0; v < g->nvalues; v++)
+            if (p->vals[v].arena_off >= 0 && defstep[v] >= 0 && defstep[v] <= st && last[v] <= st)
+                arena_release(live, &nlive, v);
+    }
+    p->arena_bytes = (size_t)top;
+    hd_ctx_free(g->ctx, last, 2 * nv * sizeof(int));
+    hd_ctx_free(g->ctx, live, nv * sizeof *live);
+    return HD_OK;
+}
+
+/* ---- slots and places ---- */
+
+static hd_status plan_slots(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    int nfresh = 0;
+    for (int v = 0; v < g->nvalues; v++) {
+        hd_llvm_val *pv = &p->vals[v];
+        int d = s->def[v];
+        pv->fresh = s->is_output[v] && d >= 0 && pv->root == v && (pv->kernel < 0 || pv->stored);
+        nfresh += pv->fresh;
+    }
+    p->slot_in0 = 1;
+    p->slot_const0 = 1 + g->ninputs;
+    p->slot_out0 = p->slot_const0 + g->nconsts;
+    p->nslots = p->slot_out0 + nfresh;
+    p->slot_value = hd_ir_arena_alloc(&g->arena, (size_t)p->nslots * sizeof(int));
+    if (!p->slot_value) return g->ctx->status;
+    p->slot_value[0] = -1;
+    for (int i = 0; i < g->ninputs; i++) {
+        int v = g->inputs[i].value;
+        p->slot_value[p->slot_in0 + i] = v;
+        p->vals[v].slot = p->slot_in0 + i;
+    }
+    for (int i = 0; i < g->nconsts; i++) {
+        int v = g->consts[i].value;
+        const hd_tensor *t = g->consts[i].t;
+        p->slot_value[p->slot_const0 + i] = v;
+        p->vals[v].slot = p->slot_const0 + i;
+        p->vals[v].imm = t->numel == 1 && hd_tensor_is_cpu(t);
+    }
+    int k = p->slot_out0;
+    for (int v = 0; v < g->nvalues; v++)
+        if (p->vals[v].fresh) {
+            p->slot_value[k] = v;
+            p->vals[v].slot = k++;
+        }
+    return HD_OK;
+}
+
+/* Slot and byte offset of every value with memory; views follow their
+ * root (values are placed in node order, so a root is placed first). */
+static void plan_places(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    for (int v = 0; v < g->nvalues; v++) {
+        hd_llvm_val *pv = &p->vals[v];
+        if (pv->root == v) {
+            if (pv->arena_off >= 0) {
+                pv->slot = 0;
+                pv->byte_off = pv->arena_off;
+            } else if (pv->slot < 0 && s->def[v] >= 0 && (pv->kernel < 0 || pv->stored)) {
+                pv->slot = 0; /* zero-size, or never computed: never read either */
+                pv->byte_off = 0;
+            }
+            continue;
+        }
+        const hd_llvm_val *r = &p->vals[pv->root];
+        pv->slot = r->slot;
+        pv->byte_off = r->byte_off + s->elem_off[v] * hd_dtype_size(g->values[v].dtype);
+    }
+}
+
+static hd_status plan_alloc(plan_state *s) {
+    hd_ir_graph *g = s->g;
+    hd_llvm_plan *p = s->p;
+    size_t nv = (size_t)g->nvalues + 1, nn = (size_t)g->nnodes + 1;
+    p->vals = hd_ir_arena_alloc(&g->arena, nv * sizeof *p->vals);
+    p->kernels = hd_ir_arena_alloc(&g->arena, nn * sizeof *p->kernels);
+    p->kernel_of = hd_ir_arena_alloc(&g->arena, nn * sizeof(int));
+    s->def = hd_ir_arena_alloc(&g->arena, nv * sizeof(int));
+    s->is_output = hd_ir_arena_alloc(&g->arena, nv);
+    s->elem_off = hd_ir_arena_alloc(&g->arena, nv * sizeof(int64_t));
+    s->pieces = hd_ir_arena_alloc(&g->arena, nn * sizeof *s->pieces);
+    s->piece_of = hd_ir_arena_alloc(&g->arena, nn * sizeof(int));
+    if (!p->vals || !p->kernels || !p->kernel_of || !s->def || !s->is_output || !s->elem_off ||
+        !s->pieces || !s->piece_of)
+        return g->ctx->status;
+    for (size_t i = 0; i < nn; i++) p->kernel_of[i] = -1;
+    return HD_OK;
+}
+
+hd_status hd_llvm_plan_build(hd_ir_graph *g, int no_reuse, hd_llvm_plan *p) {
+    plan_state s;
+    memset(&s, 0, sizeof s);
+    memset(p, 0, sizeof *p);
+    s.g = g;
+    s.p = p;
+    s.no_reuse = no_reuse;
+    p->g = g;
+    if (plan_alloc(&s)) return g->ctx->status;
+    plan_values(&s);
+    if (plan_uses(&s) || plan_pieces(&s)) return g->ctx->status;
+    plan_merge_pieces(&s);
+    for (int i = 0; i < s.npieces; i++)
+        if (s.pieces[i].nnodes && plan_piece_kernels(&s, &s.pieces[i])) return g->ctx->status;
+    plan_stored(&s);
+    if (plan_steps(&s) || plan_slots(&s) || plan_arena(&s)) return g->ctx->status;
+    plan_places(&s);
+    return HD_OK;
+}
+
+#endif /* HODU_HAVE_LLVM */
