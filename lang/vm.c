@@ -5,10 +5,6 @@
 #endif
 #include "compiled.h"
 #include "hd_autograd.h"
-<<<<<<< HEAD
-=======
-#include "compiled.h"
->>>>>>> main
 #include "resolve.h"
 #include "tensor_api.h"
 #include "vm_internal.h"
