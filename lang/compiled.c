@@ -1280,7 +1280,7 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
     opts_jit(o, &j);
     double t0 = now_seconds();
     hd_status st = compile_with(ctx, o->compiler, &j, g, e);
-    if (st && !o->chosen && strcmp(o->compiler, "interp") != 0) {
+    if (st && st != HD_ERR_MEMORY && !o->chosen && strcmp(o->compiler, "interp") != 0) {
         /* the default compiler cannot take this graph: interp can */
         logf_line(vm, "hodu: %s: %s; compiled with interp", b->where, hd_error_message(ctx));
         hd_error_clear(ctx);
