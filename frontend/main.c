@@ -4,6 +4,7 @@
  * Exit status: 0 success, 1 the program failed (syntax, name or runtime
  * error), 2 usage error (unknown option, missing or unreadable file). */
 #include "repl.h"
+#include "run_script.h"
 #include "vm.h"
 
 #include <errno.h>
@@ -16,12 +17,14 @@
 static const char hd_usage[] =
     "usage: hodu [options] [FILE | -e CODE | -] [args...]\n"
     "       hodu check FILE...\n"
+    "       hodu run-script F.hoduscript [--input NAME=FILE.npy]... [--output OUT]\n"
     "\n"
     "  FILE        run a .hodu program; args() returns the words after it\n"
     "  -e CODE     run CODE\n"
     "  -           run the program read from standard input\n"
     "  (none)      start the REPL on a terminal, else read standard input\n"
     "  check FILE  report every syntax and name error without running\n"
+    "  run-script  run a saved script (hodu run-script --help)\n"
     "  --version   print the version\n"
     "  -h, --help  print this help\n"
     "\n"
@@ -164,6 +167,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(a, "check") == 0) return hd_check(argc - 2, argv + 2);
+    if (strcmp(a, "run-script") == 0) return hd_run_script_main(argc - 2, argv + 2);
     if (strcmp(a, "-e") == 0) {
         if (argc < 3) return hd_usage_error("%s", "-e needs an argument");
         return hd_run(HD_RUN_CODE, argv[2], argc - 3, argv + 3);

@@ -3,6 +3,7 @@
  * input incomplete. Ctrl-C is a SIGINT handler: at the prompt it drops
  * the current input, during evaluation it asks the VM to stop. */
 #include "repl.h"
+#include "compiled.h"
 
 #include <errno.h>
 #include <histedit.h>
@@ -213,6 +214,7 @@ static const char help_text[] =
     "  :help        this text\n"
     "  :type EXPR   the type of EXPR (tensors: shape, dtype, device); stores it in _\n"
     "  :time EXPR   run EXPR and print how long it took\n"
+    "  :ir          the graph compiled last (compiled fn, compiled { }, scripts)\n"
     "  :quit        leave (Ctrl-D too)\n"
     "Tab completes names and members (x.<Tab>). Ctrl-C cancels the line or stops a\n"
     "running computation. History is kept in ~/.hodu_history.\n";
@@ -261,7 +263,8 @@ static int command(repl *r, char *line) {
     else if (IS("time") && *arg)
         cmd_time(r, arg);
     else if (IS("ir"))
-        puts("no compiled graph yet");
+        fputs(hd_compiled_last_ir(r->vm) ? hd_compiled_last_ir(r->vm) : "no compiled graph yet\n",
+              stdout);
     else
         fprintf(stderr, "unknown command %s (try :help)\n", line);
 #undef IS

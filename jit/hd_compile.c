@@ -72,17 +72,16 @@ hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *cons
     for (int i = 0; i < ninputs; i++) {
         const hd_ir_value *v = &g->values[g->inputs[i].value];
         const hd_tensor *t = inputs[i];
-        if (t && t->storage && t->dtype == v->dtype && t->ndim == v->ndim &&
-            !memcmp(t->shape, v->shape, (size_t)v->ndim * sizeof *v->shape))
-            continue; /* the common case: no message to format */
+        int ok = t && t->dtype == v->dtype && t->ndim == v->ndim &&
+                 !memcmp(t->shape, v->shape, (size_t)v->ndim * sizeof *v->shape);
+        if (ok && t->storage) continue; /* the messages are made only when needed */
         char want[160], got[160];
         hd_ir_type_str(v->dtype, v->shape, v->ndim, want, sizeof want);
         if (!t)
             return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' (%s) is missing", g->inputs[i].name,
                             want);
         type_of(t, got, sizeof got);
-        if (t->dtype != v->dtype || t->ndim != v->ndim ||
-            memcmp(t->shape, v->shape, (size_t)v->ndim * sizeof *v->shape))
+        if (!ok)
             return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' expects %s, got %s",
                             g->inputs[i].name, want, got);
         return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' has no data (a traced tensor)",

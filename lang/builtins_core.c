@@ -1,6 +1,7 @@
 /* builtins_core: the prelude functions that are not about tensors (print,
  * len, range, int, float, str, bool, type, args, clock, assert, abs, min,
  * max, list) and the methods of str, list, dict and objects. */
+#include "compiled.h"
 #include "eval.h"
 #include "vm_internal.h"
 
@@ -73,6 +74,8 @@ NATIVE(bi_print) {
     const hd_value *sep = kwarg(kw, nkw, "sep"), *end = kwarg(kw, nkw, "end");
     if ((sep && sep->type != HD_V_STR) || (end && end->type != HD_V_STR))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "print(): sep and end must be strings");
+    /* inside compiled code: prints at every run, with the run's values */
+    if (vm->ctx.trace) return hd_compiled_print(vm, args, nargs, sep, end);
     hd_buf b;
     hd_buf_init(&b, vm);
     for (int i = 0; i < nargs; i++) {

@@ -2,8 +2,10 @@
  * Hodu values and tensors, and running ops with errors the user can read.
  * The functions themselves are rows of the tables in builtins_tensor_*.c. */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_backend.h"
 #include "tensor_print.h"
+#include "vm.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -111,6 +113,11 @@ hd_status hd_targ_int(hd_vm *vm, const hd_targs *a, int i, int64_t def, int64_t 
     return HD_OK;
 }
 
+hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what) {
+    if (t->storage && !hd_vm_ctx(vm)->trace) return HD_OK;
+    return hd_compiled_check_data(vm, t, what);
+}
+
 hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double *out) {
     hd_value v = a->v[i];
     *out = def;
@@ -119,8 +126,10 @@ hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double 
         *out = (double)v.as.i;
     else if (v.type == HD_V_FLOAT)
         *out = v.as.f;
-    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && v.as.t->storage &&
-             hd_tensor_is_cpu(v.as.t))
+    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 &&
+             hd_tensor_need_data(vm, v.as.t, a->names[i]))
+        return HD_ERR_RUNTIME;
+    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && hd_tensor_is_cpu(v.as.t))
         *out = hd_tensor_get(v.as.t, 0);
     else
         return hd_targ_type_error(vm, a, i, "a number");
@@ -397,6 +406,7 @@ static hd_status nest_fill(nest *s, hd_value v) {
             if (nest_fill(s, hd_as_list(v)->items[i])) return HD_ERR_RUNTIME;
         return HD_OK;
     case HD_V_TENSOR:
+        if (hd_tensor_need_data(s->vm, v.as.t, "tensor()")) return HD_ERR_RUNTIME;
         for (int64_t i = 0; i < v.as.t->numel; i++) {
             if (hd_dtype_is_float(v.as.t->dtype))
                 hd_dtype_store(s->dt, s->data, s->k++, hd_tensor_get(v.as.t, i));
@@ -446,8 +456,11 @@ static hd_value elem_value(const hd_tensor *t, int64_t off) {
 }
 
 static hd_status need_host(hd_vm *vm, const hd_tensor *t, const char *fname) {
-    if (!t->storage)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the tensor has no data (symbolic)", fname);
+    if (!t->storage || hd_vm_ctx(vm)->trace) {
+        char what[32];
+        snprintf(what, sizeof what, "%s()", fname);
+        if (hd_compiled_check_data(vm, t, what)) return HD_ERR_RUNTIME;
+    }
     if (!hd_tensor_is_cpu(t))
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "%s: move the tensor to the cpu first (x.to(\"cpu\"))", fname);
@@ -537,8 +550,15 @@ static hd_status widen_numbers(hd_vm *vm, hd_op op, hd_tensor **in, int nin,
 hd_status hd_trun(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
                   const hd_attrs *attrs, int numbers, hd_value *out) {
     hd_tensor *t = NULL;
-    if (numbers && widen_numbers(vm, op, in, nin, attrs)) return HD_ERR_RUNTIME;
-    if (hd_trun_t(vm, fname, op, in, nin, attrs, &t)) return HD_ERR_RUNTIME;
+    /* numbers in, number out: computed now, also inside compiled code
+     * (a number there is a constant of the trace, not a graph value) */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    struct hd_trace *trace = ctx->trace;
+    if (numbers) ctx->trace = NULL;
+    hd_status st = numbers ? widen_numbers(vm, op, in, nin, attrs) : HD_OK;
+    if (!st) st = hd_trun_t(vm, fname, op, in, nin, attrs, &t);
+    ctx->trace = trace;
+    if (st) return HD_ERR_RUNTIME;
     if (numbers && t->ndim == 0) {
         hd_status st = hd_tensor_item(vm, t, out);
         hd_tensor_unref(t);
@@ -581,8 +601,9 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 
 /* ---- registration ---- */
 
-static const hd_tfunc_table *const tables[] = {&hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,
-                                               &hd_tfuncs_nn,     &hd_tfuncs_misc, &hd_tfuncs_io};
+static const hd_tfunc_table *const tables[] = {
+    &hd_tfuncs_create, &hd_tfuncs_math, &hd_tfuncs_shape,  &hd_tfuncs_nn,  &hd_tfuncs_misc,
+    &hd_tfuncs_io,     &hd_tfuncs_grad, &hd_tfuncs_module, &hd_tfuncs_data};
 
 /* The evaluator refers to the tensor API weakly (it runs without it), and
  * a static library only contributes the objects something refers to
@@ -600,13 +621,16 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
         if (hd_vm_def_value(vm, hd_dtype_name((hd_dtype)d), hd_dtype_value((hd_dtype)d)))
             return HD_ERR_MEMORY;
     for (size_t k = 0; k < sizeof tables / sizeof tables[0]; k++) {
+        /* Without file access the file functions do not exist at all. */
+        if (tables[k] == &hd_tfuncs_io && !hd_vm_allow_io(vm)) continue;
         for (int i = 0; i < tables[k]->n; i++) {
             const hd_tfunc *f = &tables[k]->rows[i];
             if (!(f->flags & HD_TF_GLOBAL)) continue;
             if (hd_vm_def_native(vm, f->name, f->fn, (void *)f)) return HD_ERR_MEMORY;
         }
     }
-    return HD_OK;
+    if (hd_builtins_grad_open(vm)) return HD_ERR_MEMORY;
+    return hd_builtins_module_open(vm);
 }
 
 /* The row of a tensor method, or NULL. */

@@ -32,7 +32,16 @@ typedef struct hd_tfunc_table {
 } hd_tfunc_table;
 
 extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, hd_tfuncs_nn,
-    hd_tfuncs_misc, hd_tfuncs_io;
+    hd_tfuncs_misc, hd_tfuncs_io, hd_tfuncs_grad, hd_tfuncs_module, hd_tfuncs_data;
+
+/* builtins_grad.c: the no_grad / grad_context hooks, and the members
+ * requires_grad, is_leaf and grad (get and set). */
+hd_status hd_builtins_grad_open(hd_vm *vm);
+/* builtins_module.c: train, eval, state_dict, load_state_dict,
+ * named_parameters and zero_grad as methods of every object. */
+hd_status hd_builtins_module_open(hd_vm *vm);
+hd_status hd_grad_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value *out);
+hd_status hd_grad_set_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value v);
 
 /* A native's signature, as the rows use it. */
 #define HD_TF_FN(name)                                                                             \
@@ -98,6 +107,11 @@ hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact,
  * (bools -> bool, ints -> i64, floats -> float_dt). */
 hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_dt,
                                hd_tensor **out);
+/* The values of t are read now: an error inside compiled code when t
+ * stands for a value known only when the graph runs (what names the
+ * reader). */
+hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what);
+
 /* A 0-d or one-element tensor's value as a number of its kind. */
 hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out);
 hd_status hd_tensor_tolist(hd_vm *vm, const hd_tensor *t, hd_value *out);

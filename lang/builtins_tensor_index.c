@@ -140,7 +140,8 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
                            hd_dtype_name(t->dtype));
     if (t->dtype == HD_BOOL && t->ndim == 0)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "a bool index needs at least one dim");
-    if (!t->storage || !hd_tensor_is_cpu(t))
+    if (hd_tensor_need_data(vm, t, "indexing with a tensor")) return HD_ERR_RUNTIME;
+    if (!hd_tensor_is_cpu(t))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be on the cpu");
     pl->idx = t;
     pl->is_mask = t->dtype == HD_BOOL;
@@ -452,8 +453,8 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
 
 /* ---- members ---- */
 
-static const char *const attrs[] = {"shape", "dtype", "device",        "ndim",
-                                    "numel", "grad",  "requires_grad", "T"};
+static const char *const attrs[] = {"shape", "dtype",         "device",  "ndim", "numel",
+                                    "grad",  "requires_grad", "is_leaf", "T"};
 
 static hd_status shape_list(hd_vm *vm, const hd_tensor *t, hd_value *out) {
     hd_value l = hd_list_new(vm, t->ndim);
@@ -483,8 +484,9 @@ hd_status hd_tensor_get_member(hd_vm *vm, hd_value x, const char *name, hd_value
     if (strcmp(name, "device") == 0) return device_str(vm, t, out);
     if (strcmp(name, "ndim") == 0) return *out = hd_int(t->ndim), HD_OK;
     if (strcmp(name, "numel") == 0) return *out = hd_int(t->numel), HD_OK;
-    if (strcmp(name, "grad") == 0) return *out = hd_none(), HD_OK;
-    if (strcmp(name, "requires_grad") == 0) return *out = hd_bool(0), HD_OK;
+    if (strcmp(name, "grad") == 0 || strcmp(name, "requires_grad") == 0 ||
+        strcmp(name, "is_leaf") == 0)
+        return hd_grad_member(vm, t, name, out);
     if (strcmp(name, "T") == 0) return hd_tensor_T(vm, t, out);
     const hd_tfunc *f = hd_tfunc_method(name);
     if (!f) return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor has no member '%s'", name);
@@ -496,15 +498,9 @@ hd_status hd_tensor_get_member(hd_vm *vm, hd_value x, const char *name, hd_value
 }
 
 hd_status hd_tensor_set_member(hd_vm *vm, hd_value x, const char *name, hd_value v) {
-    HD_UNUSED(x);
-    if (strcmp(name, "requires_grad") != 0)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set tensor member '%s'", name);
-    if (v.type != HD_V_BOOL)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "requires_grad must be true or false, got %s",
-                           hd_value_type_name(v));
-    if (v.as.b)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "requires_grad: gradients are not available yet");
-    return HD_OK;
+    if (strcmp(name, "requires_grad") == 0 || strcmp(name, "grad") == 0)
+        return hd_grad_set_member(vm, x.as.t, name, v);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot set tensor member '%s'", name);
 }
 
 void hd_tensor_member_names(void (*fn)(const char *name, void *ud), void *ud) {

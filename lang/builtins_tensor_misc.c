@@ -1,5 +1,5 @@
-/* Conversions and the rest: item, tolist, to, detach, clone, contiguous
- * (methods) and param. */
+/* Conversions and the rest: item, tolist, to, clone, contiguous (methods).
+ * detach and param are with the other gradient builtins (builtins_grad.c). */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 
@@ -55,18 +55,6 @@ static HD_TF_FN(tf_to) {
     return HD_OK;
 }
 
-/* detach: a new tensor over the same storage, outside any gradient record. */
-static HD_TF_FN(tf_detach) {
-    HD_TARGS_BIND(a); /* x */
-    hd_tensor *x = NULL;
-    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
-    hd_tensor *r = hd_tensor_view(hd_vm_ctx(vm), x, x->shape, x->strides, x->ndim, x->offset);
-    hd_tensor_unref(x);
-    if (!r) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    *out = hd_tensor_value(r);
-    return HD_OK;
-}
-
 static HD_TF_FN(tf_clone) {
     HD_TARGS_BIND(a); /* x */
     hd_tensor *x = NULL, *r = NULL;
@@ -89,22 +77,12 @@ static HD_TF_FN(tf_contiguous) {
     return HD_OK;
 }
 
-/* param(t): t itself, for now; gradients will mark it requires_grad. */
-static HD_TF_FN(tf_param) {
-    HD_TARGS_BIND(a); /* t */
-    if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
-    *out = hd_value_ref(a.v[0]);
-    return HD_OK;
-}
-
 static const hd_tfunc rows[] = {
     {"item", tf_item, "x", -1, HD_TF_METHOD},
     {"tolist", tf_tolist, "x", -1, HD_TF_METHOD},
     {"to", tf_to, "x, target=, dtype=, device=", -1, HD_TF_METHOD},
-    {"detach", tf_detach, "x", -1, HD_TF_METHOD},
     {"clone", tf_clone, "x", -1, HD_TF_METHOD},
     {"contiguous", tf_contiguous, "x", -1, HD_TF_METHOD},
-    {"param", tf_param, "t", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_misc = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -340,10 +340,9 @@ static HD_TF_FN(tf_one_hot) {
     if (!st && at.ints[0] < 0 && hd_dtype_is_int(x->dtype) && x->numel > 0) {
         hd_tensor *m = NULL;
         st = hd_trun_t(vm, "one_hot", HD_OP_MAX, &x, 1, NULL, &m);
-        if (!st) {
-            at.ints[0] = hd_tensor_get_i64(m, 0) + 1;
-            hd_tensor_unref(m);
-        }
+        if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
+        if (!st) at.ints[0] = hd_tensor_get_i64(m, 0) + 1;
+        hd_tensor_unref(m);
     }
     if (!st) st = hd_trun_t(vm, "one_hot", HD_OP_ONE_HOT, &x, 1, &at, &r);
     return done(vm, x, st, r, out);

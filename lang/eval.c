@@ -1,6 +1,7 @@
 /* eval: see eval.h. The dispatch (ev for expressions, ex for statements)
  * is one switch each; everything slower lives in the functions around them. */
 #include "eval.h"
+#include "compiled.h"
 #include "tensor_api.h"
 
 #include <math.h>
@@ -19,8 +20,6 @@
 #define HD_UNLIKELY(x) (x)
 #define HD_NOINLINE
 #endif
-
-enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_ERROR };
 
 /* Frames up to this many slots live on the C stack. */
 #define HD_STACK_SLOTS 32
@@ -324,16 +323,15 @@ int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok) {
     *ok = 1;
     if (v.type != HD_V_TENSOR) return hd_value_truthy(v);
     const hd_tensor *t = v.as.t;
+    if (HD_UNLIKELY(!t->storage || vm->ctx.trace) &&
+        hd_compiled_check_data(vm, t, "condition") != HD_OK) {
+        *ok = 0;
+        return 0;
+    }
     if (t->numel != 1) {
         hd_vm_error(vm, HD_ERR_RUNTIME,
                     "the truth value of a tensor with %lld elements is ambiguous",
                     (long long)t->numel);
-        *ok = 0;
-        return 0;
-    }
-    if (!t->storage) {
-        hd_vm_error(vm, HD_ERR_RUNTIME,
-                    "a branch on a traced tensor's value: use where(cond, a, b) instead");
         *ok = 0;
         return 0;
     }
@@ -383,6 +381,16 @@ static hd_value *name_slot(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref
         return NULL;
     }
     return p;
+}
+
+/* A read of a global or captured variable while compiled code is traced:
+ * the cache key depends on it. */
+static HD_NOINLINE void note_read(hd_vm *vm, hd_frame *f, const hd_ref *r, const hd_value *p,
+                                  hd_value v) {
+    if (r->kind == HD_REF_GLOBAL)
+        hd_compiled_note_global(vm, f->mod, r->index, v);
+    else if (r->kind == HD_REF_CELL || r->kind == HD_REF_UPVALUE)
+        hd_compiled_note_cell(vm, (const hd_cell *)((const char *)p - offsetof(hd_cell, v)), v);
 }
 
 /* Store v (taken) into the variable r. */
@@ -592,6 +600,8 @@ static HD_NOINLINE const hd_fast *decode(hd_vm *vm, const hd_frame *f, const hd_
 }
 
 static HD_ALWAYS_INLINE const hd_fast *fast_of(hd_vm *vm, const hd_frame *f, const hd_ast *n) {
+    /* while compiled code is traced, reads go the general way (noted) */
+    if (HD_UNLIKELY(vm->trace_reads)) return &hd_nofast;
     const hd_fast *d = n->cache;
     return HD_LIKELY(d != NULL) ? d : decode(vm, f, n);
 }
@@ -637,7 +647,7 @@ static HD_ALWAYS_INLINE int fast_value(hd_vm *vm, const hd_frame *f, const hd_as
         *out = hd_int(n->ival);
         return 1;
     }
-    if (n->kind != HD_AST_NAME) return 0;
+    if (n->kind != HD_AST_NAME || vm->trace_reads) return 0;
     const hd_value *p = plain_slot(f, n);
     if (!p || (unsigned)p->type - (unsigned)HD_V_BOOL > (unsigned)(HD_V_FLOAT - HD_V_BOOL))
         return 0;
@@ -792,9 +802,9 @@ static HD_NOINLINE void maybe_collect(hd_vm *vm) {
     vm->gc_threshold = next > 100000 ? next : 100000;
 }
 
-static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
-                              const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
-                              hd_value *out) {
+static hd_status closure_run(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
+                             const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                             hd_value *out) {
     const hd_ast_fn *fn = c->fn;
     if (HD_UNLIKELY(vm->depth >= vm->max_depth))
         return hd_vm_error(vm, HD_ERR_LIMIT, "maximum call depth (%d) exceeded", vm->max_depth);
@@ -854,6 +864,22 @@ static hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_s
     for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);
     if (slots != stack_slots) hd_ctx_free(&vm->ctx, slots, (size_t)nslots * (sizeof(hd_value) + 1));
     return st;
+}
+
+/* A call of a closure: compiled functions called from eager code go
+ * through their cache (compiled.c); inside compiled code they run inline. */
+static HD_ALWAYS_INLINE hd_status call_closure(hd_vm *vm, hd_closure *c, hd_value self,
+                                               int has_self, const hd_value *args, int nargs,
+                                               const hd_kwarg *kw, int nkw, hd_value *out) {
+    if (HD_UNLIKELY(c->fn->compiled | vm->compile_all))
+        return hd_compiled_call(vm, c, self, has_self, args, nargs, kw, nkw, out);
+    return closure_run(vm, c, self, has_self, args, nargs, kw, nkw, out);
+}
+
+hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
+                          const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                          hd_value *out) {
+    return closure_run(vm, c, self, has_self, args, nargs, kw, nkw, out);
 }
 
 static hd_status construct(hd_vm *vm, hd_class *cls, const hd_value *args, int nargs,
@@ -941,14 +967,20 @@ static hd_status find_method(hd_vm *vm, hd_value x, const char *name, hd_value *
     switch (x.type) {
     case HD_V_OBJECT: {
         hd_object *o = (hd_object *)x.as.o;
-        if ((p = hd_dict_get(o->fields, name))) break;
+        if ((p = hd_dict_get(o->fields, name))) {
+            if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_member(vm, x, name, 0, *p);
+            break;
+        }
         if ((p = hd_dict_get(o->cls->methods, name)) ||
             (p = hd_vm_find_method(vm, HD_V_OBJECT, name)))
             *pass_self = 1;
         break;
     }
     case HD_V_DICT:
-        if ((p = hd_dict_get(x, name))) break;
+        if ((p = hd_dict_get(x, name))) {
+            if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_member(vm, x, name, 0, *p);
+            break;
+        }
         /* fall through */
     case HD_V_STR:
     case HD_V_LIST:
@@ -970,6 +1002,8 @@ static hd_status module_member(hd_vm *vm, hd_module *m, const char *name, hd_val
     if (hd_is_uninit(*slot))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "'%s' of module %s is used before its definition",
                            name, m->name);
+    if (HD_UNLIKELY(vm->trace_reads))
+        hd_compiled_note_member(vm, hd_obj_value(&m->obj), name, 0, *slot);
     hd_vref(*out = *slot);
     return HD_OK;
 }
@@ -1159,6 +1193,8 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
         if (!v)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
                                hd_as_str(k)->chars);
+        if (HD_UNLIKELY(vm->trace_reads))
+            hd_compiled_note_member(vm, x, hd_as_str(k)->chars, 0, *v);
         hd_vref(*out = *v);
         return HD_OK;
     }
@@ -1171,6 +1207,7 @@ static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
     if (x.type == HD_V_LIST) {
         hd_list *l = hd_as_list(x);
         if (seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
+        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_member(vm, x, NULL, j, l->items[j]);
         hd_vref(*out = l->items[j]);
         return HD_OK;
     }
@@ -1442,7 +1479,7 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             return fail(vm, f, c);
         }
     } else {
-        hd_value *p = c->kind == HD_AST_NAME ? plain_slot(f, c) : NULL;
+        hd_value *p = c->kind == HD_AST_NAME && !vm->trace_reads ? plain_slot(f, c) : NULL;
         if (p && !hd_is_uninit(*p)) {
             hd_vref(callee = *p);
         } else {
@@ -1510,12 +1547,14 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         case HD_REF_GLOBAL:
             v = f->globals[n->ref.index];
             if (HD_UNLIKELY(hd_is_uninit(v))) return undefined(vm, f, n);
+            if (HD_UNLIKELY(vm->trace_reads)) note_read(vm, f, &n->ref, NULL, v);
             break;
         default: {
             hd_value *p = name_slot(vm, f, n, &n->ref);
             if (!p) return hd_err_value();
             v = *p;
             if (HD_UNLIKELY(hd_is_uninit(v))) return undefined(vm, f, n);
+            if (HD_UNLIKELY(vm->trace_reads)) note_read(vm, f, &n->ref, p, v);
         }
         }
         hd_vref(v);
@@ -1565,7 +1604,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_LIST: return ev_list(vm, f, n);
     case HD_AST_DICT: return ev_dict(vm, f, n);
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
-    case HD_AST_SCRIPT: return failf(vm, f, n, HD_ERR_RUNTIME, "scripts are not available yet");
+    case HD_AST_SCRIPT: return hd_script_eval(vm, f, n);
     default:
         return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
                      (int)n->kind);
@@ -1715,6 +1754,71 @@ static int ex_for_tensor(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
     return HD_FLOW_NORMAL;
 }
 
+/* An iterator object: its next() gives the items, none ends the loop. */
+static int ex_for_next(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it, hd_value next) {
+    for (;;) {
+        hd_value v;
+        f->at = n;
+        if (call_value(vm, next, it, 1, NULL, 0, NULL, 0, &v) != HD_OK)
+            return flow_fail(vm, f, n->a);
+        if (v.type == HD_V_NONE) return HD_FLOW_NORMAL;
+        if (!bind_loop_var(vm, f, n, v)) return HD_FLOW_ERROR;
+        int fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+}
+
+static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+
+/* for x in obj: the class's iter() gives what to iterate (a list, a range,
+ * ... or an iterator object); an object with next() is its own iterator. */
+static int ex_for_object(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value obj) {
+    hd_class *cls = ((hd_object *)obj.as.o)->cls;
+    hd_value *iter = hd_dict_get(cls->methods, "iter");
+    hd_value *next = hd_dict_get(cls->methods, "next");
+    if (!iter && !next)
+        return failf(vm, f, n->a, HD_ERR_RUNTIME,
+                     "cannot iterate over a %s object (its class has no iter or next method)",
+                     hd_value_type_name(obj)),
+               HD_FLOW_ERROR;
+    if (!iter) return ex_for_next(vm, f, n, obj, *next);
+    hd_value it;
+    f->at = n;
+    if (call_value(vm, *iter, obj, 1, NULL, 0, NULL, 0, &it) != HD_OK)
+        return flow_fail(vm, f, n->a);
+    int fl;
+    if (it.type == HD_V_OBJECT) {
+        next = hd_dict_get(((hd_object *)it.as.o)->cls->methods, "next");
+        fl = next ? ex_for_next(vm, f, n, it, *next)
+                  : (failf(vm, f, n->a, HD_ERR_RUNTIME,
+                           "iter() returned a %s object, which has no next method",
+                           hd_value_type_name(it)),
+                     HD_FLOW_ERROR);
+    } else {
+        fl = ex_for_value(vm, f, n, it);
+    }
+    hd_vunref(vm, it);
+    return fl;
+}
+
+static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
+    switch (v.type) {
+    case HD_V_RANGE: {
+        hd_range *r = (hd_range *)v.as.o;
+        return ex_for_range(vm, f, n, r->start, r->stop, r->step);
+    }
+    case HD_V_LIST: return ex_for_list(vm, f, n, v);
+    case HD_V_DICT: return ex_for_dict(vm, f, n, v);
+    case HD_V_STR: return ex_for_str(vm, f, n, v);
+    case HD_V_TENSOR: return ex_for_tensor(vm, f, n, v);
+    case HD_V_OBJECT: return ex_for_object(vm, f, n, v);
+    default:
+        failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
+              hd_value_type_name(v));
+        return HD_FLOW_ERROR;
+    }
+}
+
 static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     const hd_ast *it = n->a;
     /* for i in a..b: no range object. */
@@ -1735,22 +1839,7 @@ static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
     hd_value v = ev(vm, f, it);
     if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
-    int fl;
-    switch (v.type) {
-    case HD_V_RANGE: {
-        hd_range *r = (hd_range *)v.as.o;
-        fl = ex_for_range(vm, f, n, r->start, r->stop, r->step);
-        break;
-    }
-    case HD_V_LIST: fl = ex_for_list(vm, f, n, v); break;
-    case HD_V_DICT: fl = ex_for_dict(vm, f, n, v); break;
-    case HD_V_STR: fl = ex_for_str(vm, f, n, v); break;
-    case HD_V_TENSOR: fl = ex_for_tensor(vm, f, n, v); break;
-    default:
-        failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
-              hd_value_type_name(v));
-        fl = HD_FLOW_ERROR;
-    }
+    int fl = ex_for_value(vm, f, n, v);
     hd_vunref(vm, v);
     return fl;
 }
@@ -1813,6 +1902,7 @@ static HD_NOINLINE int ex_assign_name(hd_vm *vm, hd_frame *f, const hd_ast *n, c
             undefined(vm, f, t);
             return HD_FLOW_ERROR;
         }
+        if (HD_UNLIKELY(vm->trace_reads)) note_read(vm, f, &t->ref, p, *p);
         hd_value r = combine(vm, f, n, *p, v);
         hd_vunref(vm, v);
         if (r.type == HD_V_ERR) return HD_FLOW_ERROR;
@@ -1928,16 +2018,16 @@ static HD_NOINLINE int ex_grad(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return fl;
 }
 
-/* compiled { } and compiled(options) { }: run eagerly for now; the
- * options are evaluated (so mistakes in them are reported) and dropped. */
-static HD_NOINLINE int ex_compiled(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    for (int i = 0; i < n->n; i++) {
-        const hd_ast *opt = n->items[i];
-        hd_value v = ev(vm, f, opt->kind == HD_AST_ARG ? opt->a : opt);
-        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
-        hd_vunref(vm, v);
-    }
-    return ex_block(vm, f, n->body);
+int hd_eval_block(hd_vm *vm, hd_frame *f, const hd_ast *block) {
+    return ex_block(vm, f, block);
+}
+
+hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    return ev(vm, f, n);
+}
+
+int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt) {
+    return ex(vm, f, stmt);
 }
 
 static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
@@ -1976,7 +2066,7 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
     case HD_AST_NO_GRAD:
     case HD_AST_GRAD_CTX: return ex_grad(vm, f, n);
-    case HD_AST_COMPILED: return ex_compiled(vm, f, n);
+    case HD_AST_COMPILED: return hd_compiled_block(vm, f, n);
     case HD_AST_BLOCK: return ex_block(vm, f, n);
     default: {
         hd_value v = ev(vm, f, n);
@@ -2030,7 +2120,12 @@ hd_status hd_eval_chunk(hd_vm *vm, hd_chunk *chunk, hd_module *mod, int repl) {
     if (prog->nhoist) fl = block_enter(vm, &fr, prog);
     for (int i = 0; i < prog->n && fl == HD_FLOW_NORMAL; i++) {
         const hd_ast *s = prog->items[i];
-        fl = repl && s->kind == HD_AST_EXPR ? repl_print(vm, &fr, s) : ex(vm, &fr, s);
+        if (repl && s->kind == HD_AST_EXPR)
+            fl = repl_print(vm, &fr, s);
+        else if (HD_UNLIKELY(vm->compile_all))
+            fl = hd_compiled_statement(vm, &fr, s);
+        else
+            fl = ex(vm, &fr, s);
     }
     vm->frame = fr.parent;
     for (int i = 0; i < nslots; i++) hd_vunref(vm, slots[i]);

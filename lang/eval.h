@@ -17,4 +17,18 @@ hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b);
 /* The text of an operator token ("+", "==", ".."). */
 const char *hd_eval_op_name(int op);
 
+/* How a statement ended. */
+enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_ERROR };
+
+/* For compiled code and scripts (compiled.c, builtins_script.c): run a
+ * block in frame f (a flow code; errors are located), evaluate an
+ * expression (HD_V_ERR on error, located), and call a closure eagerly
+ * (never through its compiled cache). */
+int hd_eval_block(hd_vm *vm, hd_frame *f, const hd_ast *block);
+int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt);
+hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
+hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
+                          const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                          hd_value *out);
+
 #endif

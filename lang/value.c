@@ -1,6 +1,7 @@
 /* value: heap objects, refcounting, the cycle collector, and how values
  * print. Every object is linked into its VM; hd_vm_free releases them all,
  * cycles included. */
+#include "compiled.h"
 #include "vm_internal.h"
 #include "tensor_api.h"
 
@@ -476,7 +477,19 @@ static hd_status hd_dict_reserve(hd_vm *vm, hd_dict *d, int64_t n) {
         d->keys = keys;
         hd_value *vals = hd_ctx_realloc(&vm->ctx, d->vals, (size_t)d->cap * sizeof(hd_value),
                                         (size_t)cap * sizeof(hd_value));
-        if (!vals) return hd_vm_oom(vm);
+        if (!vals) {
+            /* keys must have d->cap entries again, or they are freed with the
+             * wrong size (the allocator contract: shrinking does not fail) */
+            if (d->cap) {
+                hd_str **k = hd_ctx_realloc(&vm->ctx, keys, (size_t)cap * sizeof(hd_str *),
+                                            (size_t)d->cap * sizeof(hd_str *));
+                if (k) d->keys = k;
+            } else {
+                hd_ctx_free(&vm->ctx, keys, (size_t)cap * sizeof(hd_str *));
+                d->keys = NULL;
+            }
+            return hd_vm_oom(vm);
+        }
         d->vals = vals;
         d->cap = cap;
     }
@@ -1117,8 +1130,16 @@ void hd_buf_value(hd_buf *b, hd_value v, int quote) {
     hd_buf_value_rec(b, v, quote, NULL);
 }
 
+/* A tensor's text needs its data: not inside compiled code when a run
+ * gives it (print is the way to see it at every run). */
+static int tensor_text_ok(hd_vm *vm, hd_value v) {
+    if (v.type != HD_V_TENSOR || (v.as.t->storage && !vm->ctx.trace)) return 1;
+    return hd_compiled_check_data(vm, v.as.t, "str()") == HD_OK;
+}
+
 hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
     if (v.type == HD_V_STR) return hd_value_ref(v);
+    if (!tensor_text_ok(vm, v)) return hd_none();
     hd_buf b;
     hd_buf_init(&b, vm);
     hd_buf_value(&b, v, 0);
@@ -1126,6 +1147,7 @@ hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
 }
 
 hd_value hd_value_repr(hd_vm *vm, hd_value v) {
+    if (!tensor_text_ok(vm, v)) return hd_none();
     hd_buf b;
     hd_buf_init(&b, vm);
     hd_buf_value(&b, v, 1);

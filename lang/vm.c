@@ -1,5 +1,10 @@
 /* vm: one interpreter instance (see vm.h): creation and teardown, the
  * prelude tables, running chunks and files, imports, and error text. */
+#ifdef __linux__
+#define _GNU_SOURCE /* dladdr */
+#endif
+#include "hd_autograd.h"
+#include "compiled.h"
 #include "resolve.h"
 #include "tensor_api.h"
 #include "vm_internal.h"
@@ -11,9 +16,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <dlfcn.h>
+#endif
 
 #ifndef PATH_MAX
 #define PATH_MAX 4096
+#endif
+/* The installed standard library relative to the folders of the installed
+ * library and program (CMake passes the real ones). */
+#ifndef HODU_STDLIB_FROM_LIB
+#define HODU_STDLIB_FROM_LIB "../share/hodu/stdlib"
+#endif
+#ifndef HODU_STDLIB_FROM_BIN
+#define HODU_STDLIB_FROM_BIN "../share/hodu/stdlib"
 #endif
 
 /* ---- errors ---- */
@@ -123,7 +140,16 @@ void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
     if (vm->err_located) return;
     if (vm->err == HD_OK) hd_vm_error(vm, HD_ERR_RUNTIME, "unknown error");
     vm->errtext[0] = 0;
-    errtext_diag(vm, f->chunk, span, vm->errmsg);
+    /* An error inside the standard library (an optimizer given a bad
+     * argument, say) is shown at the user's call into it; the trace still
+     * lists the library's frames. */
+    const hd_frame *at = f;
+    const hd_span *sp = span;
+    while (at->mod->stdlib && at->parent && at->parent->at) {
+        sp = &at->parent->at->span;
+        at = at->parent;
+    }
+    errtext_diag(vm, at->chunk, sp, vm->errmsg);
     /* A trace only when there is more than the top level to show. */
     if (f->parent || f->closure) errtext_trace(vm, f, span);
     vm->err_located = 1;
@@ -463,6 +489,8 @@ static hd_status import_load(hd_vm *vm, hd_frame *f, const hd_ast *node, const c
     const char *name = node->is_path ? node->name : node->str;
     hd_module *m = hd_module_new(vm, name ? name : "?", canon);
     if (!m) return vm->err;
+    size_t sl = strlen(vm->stdlib_dir);
+    m->stdlib = !node->is_path && strncmp(path, vm->stdlib_dir, sl) == 0 && path[sl] == '/';
     hd_value mv = hd_obj_value(&m->obj);
     m->dir = dir_of(vm, canon);
     hd_vref(mv);
@@ -558,20 +586,65 @@ void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void
 
 /* ---- lifetime ---- */
 
-static char *stdlib_dir(hd_vm *vm) {
-#ifdef HODU_STDLIB_DIR
-    return hd_ctx_strdup(&vm->ctx, HODU_STDLIB_DIR);
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The installed standard library seen from the folder of the file that
+ * holds this code: libhodu.so (HODU_STDLIB_FROM_LIB from it), or the
+ * program libhodu.a was linked into (HODU_STDLIB_FROM_BIN). 0 if unknown. */
+static int stdlib_near_binary(char *out, size_t n) {
+#ifdef __linux__
+    char self[PATH_MAX];
+    Dl_info info;
+    const char *file = NULL, *rel = HODU_STDLIB_FROM_LIB;
+    if (dladdr((void *)stdlib_near_binary, &info) && info.dli_fname &&
+        strchr(info.dli_fname, '/') && strstr(info.dli_fname, "libhodu"))
+        file = info.dli_fname;
+    if (!file) {
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0) return 0;
+        self[len] = 0;
+        file = self;
+        rel = HODU_STDLIB_FROM_BIN;
+    }
+    const char *slash = strrchr(file, '/');
+    int w = snprintf(out, n, "%.*s/%s", (int)(slash - file), file, rel);
+    return w > 0 && (size_t)w < n;
 #else
-    /* Not installed: the stdlib/ folder of the source tree this file is in. */
-    char buf[PATH_MAX];
+    (void)out;
+    (void)n;
+    return 0;
+#endif
+}
+
+/* See hd_vm_new. The last candidate is kept even if it does not exist, so
+ * that import errors name it. */
+static char *stdlib_dir(hd_vm *vm) {
+    if (vm->opts.stdlib_dir) return hd_ctx_strdup(&vm->ctx, vm->opts.stdlib_dir);
+    char buf[PATH_MAX], canon[PATH_MAX];
+    if (stdlib_near_binary(buf, sizeof buf) && is_dir(buf) && realpath(buf, canon))
+        return hd_ctx_strdup(&vm->ctx, canon);
+#ifdef HODU_STDLIB_DIR
+    if (is_dir(HODU_STDLIB_DIR)) return hd_ctx_strdup(&vm->ctx, HODU_STDLIB_DIR);
+#endif
+#ifdef HODU_SOURCE_STDLIB_DIR
+    snprintf(buf, sizeof buf, "%s", HODU_SOURCE_STDLIB_DIR);
+#else
+    /* The stdlib/ folder of the source tree this file is in. */
     snprintf(buf, sizeof buf, "%s", __FILE__);
     char *lang = strstr(buf, "lang/vm.c");
     if (lang)
         snprintf(lang, sizeof buf - (size_t)(lang - buf), "stdlib");
     else
         snprintf(buf, sizeof buf, "stdlib");
-    return hd_ctx_strdup(&vm->ctx, buf);
 #endif
+    return hd_ctx_strdup(&vm->ctx, buf);
+}
+
+int hd_vm_allow_io(const hd_vm *vm) {
+    return vm->opts.allow_io;
 }
 
 static hd_status vm_init(hd_vm *vm) {
@@ -586,25 +659,40 @@ static hd_status vm_init(hd_vm *vm) {
     /* The tensor prelude first: core builtins that share a name with a
      * tensor function (abs, min, max) keep it and hand tensors to it. */
     if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
+    if (hd_builtins_compiled_open(vm) != HD_OK) return vm->err;
     return hd_builtins_core_open(vm);
 }
 
+/* The VM's own struct comes from its allocator too, under its limit. */
 hd_vm *hd_vm_new(const hd_vm_options *opts) {
-    hd_vm *vm = calloc(1, sizeof *vm);
+    hd_vm_options defaults = {0};
+    defaults.allow_io = 1;
+    if (!opts) opts = &defaults;
+    hd_ctx boot;
+    hd_ctx_init(&boot, opts->alloc, opts->alloc_ud);
+    boot.mem_limit = opts->memory_limit;
+    hd_vm *vm = hd_ctx_alloc(&boot, sizeof *vm);
     if (!vm) return NULL;
-    hd_ctx_init(&vm->ctx, NULL, NULL);
-    if (opts) {
-        vm->opts = *opts;
-    } else {
-        vm->opts.allow_io = 1;
-    }
-    vm->ctx.mem_limit = vm->opts.memory_limit;
+    memset(vm, 0, sizeof *vm);
+    hd_ctx_init(&vm->ctx, opts->alloc, opts->alloc_ud);
+    vm->ctx.mem_used = vm->ctx.mem_peak = sizeof *vm;
+    vm->opts = *opts;
+    vm->ctx.mem_limit = opts->memory_limit;
+    if (opts->nthreads > 0) vm->ctx.nthreads = opts->nthreads;
+    /* Keep freed tensor blocks for reuse: a training loop makes and drops
+     * the same sizes every step. A quarter of the memory limit at most. */
+    size_t cache = (size_t)256 << 20;
+    if (vm->opts.memory_limit && vm->opts.memory_limit / 4 < cache)
+        cache = vm->opts.memory_limit / 4;
+    hd_ctx_set_cache_limit(&vm->ctx, cache);
     vm->max_steps = vm->opts.max_steps ? vm->opts.max_steps : UINT64_MAX;
     vm->max_depth = HD_DEFAULT_MAX_DEPTH;
     vm->gc_threshold = 100000;
     for (int i = 0; i < HD_V_COUNT; i++) vm->methods[i] = hd_none();
     vm->builtin_index = vm->modules = hd_none();
-    if (vm_init(vm) != HD_OK) {
+    hd_status st = vm_init(vm);
+    vm->opts.stdlib_dir = NULL; /* the caller's string: copied by vm_init */
+    if (st != HD_OK) {
         hd_vm_free(vm);
         return NULL;
     }
@@ -613,6 +701,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
 
 void hd_vm_free(hd_vm *vm) {
     if (!vm) return;
+    hd_compiled_free(vm); /* its caches hold values */
     /* Everything at once, cycles included: clear every object (tensors
      * are released, objects only lose counts), then free them all. */
     vm->sweeping = 1;
@@ -631,7 +720,13 @@ void hd_vm_free(hd_vm *vm) {
         if (vm->builtins[i].type == HD_V_TENSOR) hd_tensor_unref(vm->builtins[i].as.t);
     hd_ctx_free(&vm->ctx, vm->builtins, (size_t)vm->builtins_cap * sizeof(hd_value));
     hd_ctx_strfree(&vm->ctx, vm->stdlib_dir);
-    if (getenv("HODU_DEBUG_MEM") && vm->ctx.mem_used)
-        fprintf(stderr, "hodu: %zu bytes still allocated at VM exit\n", vm->ctx.mem_used);
-    free(vm);
+    /* gradient records still held (a graph never backwarded), then the
+     * block cache */
+    hd_grad_shutdown(&vm->ctx);
+    hd_ctx_release(&vm->ctx);
+    size_t left = vm->ctx.mem_used - sizeof *vm;
+    if (left && getenv("HODU_DEBUG_MEM"))
+        fprintf(stderr, "hodu: %zu bytes still allocated at VM exit\n", left);
+    hd_ctx ctx = vm->ctx;
+    hd_ctx_free(&ctx, vm, sizeof *vm);
 }

@@ -12,10 +12,23 @@ typedef struct hd_vm_options {
     int allow_io;        /* file builtins and path imports */
     int argc;            /* args() of the program */
     char **argv;
+    hd_alloc_fn alloc; /* every byte of the VM, itself included; NULL: realloc/free */
+    void *alloc_ud;
+    int nthreads;           /* threads for large kernels; 0: HODU_NUM_THREADS or the cores */
+    const char *stdlib_dir; /* NULL: found as hd_vm_new describes */
 } hd_vm_options;
 
-hd_vm *hd_vm_new(const hd_vm_options *opts); /* NULL opts: defaults, io allowed */
+/* NULL opts: defaults, io allowed. NULL when memory runs out (or the
+ * memory limit is too small for the VM itself). The standard library is
+ * opts->stdlib_dir, else the first folder that exists of: the installed
+ * one next to the binary holding this code (../share/hodu/stdlib from the
+ * library or the program), the install prefix's, the source tree's. */
+hd_vm *hd_vm_new(const hd_vm_options *opts);
 void hd_vm_free(hd_vm *vm);
+
+/* Whether file builtins exist in this VM (builtins that touch files
+ * register only when this is true). */
+int hd_vm_allow_io(const hd_vm *vm);
 
 /* Run a chunk of source. In REPL mode the value of each top-level
  * expression statement that is not none is printed, and globals persist
@@ -36,7 +49,8 @@ const char *hd_vm_error_text(hd_vm *vm);
 void hd_vm_clear_error(hd_vm *vm);
 
 /* Ask a running evaluation to stop at the next statement with an
- * "interrupted" error (async-signal-safe: sets a flag). */
+ * "interrupted" error (sets an atomic flag: safe from a signal handler or
+ * another thread). */
 void hd_vm_interrupt(hd_vm *vm);
 
 /* REPL support: global names (builtins and user globals), a global's

@@ -60,7 +60,8 @@ typedef struct hd_module {
     hd_value names; /* dict: global name -> int slot */
     hd_value *globals;
     int nglobals, cap;
-    int state; /* HD_MOD_* */
+    int state;  /* HD_MOD_* */
+    int stdlib; /* found in the standard library: errors show the caller's line */
 } hd_module;
 
 enum { HD_MOD_LOADING, HD_MOD_READY, HD_MOD_FAILED };
@@ -138,7 +139,7 @@ struct hd_vm {
     hd_frame *frame;
     int depth, max_depth;
     uint64_t steps, max_steps;
-    volatile sig_atomic_t interrupted;
+    _Atomic int interrupted; /* set by hd_vm_interrupt, maybe from another thread */
     int repl;
 
     /* error state */
@@ -151,6 +152,12 @@ struct hd_vm {
     void *write_ud;
     hd_grad_enter_fn grad_enter;
     hd_grad_exit_fn grad_exit;
+
+    /* compiled code (compiled.c) */
+    struct hd_compiled_state *compiled; /* caches, the trace in progress */
+    int trace_reads;                    /* a compiled body is traced: reads are noted */
+    int compile_all;                    /* HODU_COMPILE_ALL=1: trace every call with tensors */
+    int script_depth;                   /* inside script("name") { } (builtins_script.c) */
 };
 
 /* ---- refcounting, inline for the evaluator ---- */

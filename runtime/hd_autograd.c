@@ -131,9 +131,13 @@ static void node_release(hd_grad_node *n) {
     node_free_stack(stack);
 }
 
+/* The same geometry: inside a trace it stands for the same IR value. */
 static hd_tensor *detached_view(hd_ctx *ctx, hd_tensor *t) {
     hd_tensor *v = hd_tensor_view(ctx, t, t->shape, t->strides, t->ndim, t->offset);
-    if (v) v->number = t->number;
+    if (v) {
+        v->number = t->number;
+        v->trace_ref = t->trace_ref;
+    }
     return v;
 }
 
@@ -286,6 +290,12 @@ hd_status hd_grad_set_requires(hd_ctx *ctx, hd_tensor *t, int on) {
 
 int hd_grad_requires(const hd_ctx *ctx, const hd_tensor *t) {
     return tracked(t, cur_scope_id(ctx));
+}
+
+int hd_grad_has_history(const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    if (!gi) return 0;
+    return gi->node ? gi->node->live || gi->node->cleared : gi->requires_grad;
 }
 
 int hd_grad_is_leaf(const hd_ctx *ctx, const hd_tensor *t) {
@@ -728,6 +738,12 @@ static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed)
 
 hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
     if (check_root(ctx, loss)) return ctx->status;
+    /* inside compiled code backward becomes graph nodes: its records must
+     * be the trace's own (eager ones would be used up by the trace) */
+    if (ctx->trace && loss->storage)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "backward() inside compiled code needs a loss computed inside it (this "
+                        "one was computed eagerly, before the compiled code ran)");
     int was = hd_grad_set_enabled(ctx, 0);
     hd_tensor *seed = NULL;
     hd_status st = make_seed(ctx, loss, grad, &seed);

@@ -32,6 +32,10 @@ hd_status hd_grad_set_requires(hd_ctx *ctx, hd_tensor *t, int on);
 /* x.requires_grad: a leaf marked in the current context, or a tensor a live
  * record of the current context made. */
 int hd_grad_requires(const hd_ctx *ctx, const hd_tensor *t);
+/* t has gradient history a later backward could use or report: it
+ * requires grad as a leaf, or a record made it that backward has not used
+ * up (one freed by its context's end counts: backward reports it). */
+int hd_grad_has_history(const hd_tensor *t);
 /* No record made it (in the current context) */
 int hd_grad_is_leaf(const hd_ctx *ctx, const hd_tensor *t);
 

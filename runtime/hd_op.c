@@ -214,6 +214,56 @@ static hd_status op_view(hd_ctx *ctx, hd_op op, hd_tensor *const *in, const hd_a
     return st;
 }
 
+/* The record of a traced op: the kernel inputs are the casts the executor
+ * will make, traced too, so that the gradient rules see what eager mode
+ * gives them (unused casts are removed by the passes). */
+static hd_status trace_grad_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                                   const hd_attrs *attrs, const hd_op_plan *plan, hd_tensor *out) {
+    if (hd_op_infos[op].kind == HD_KIND_VIEW)
+        return hd_autograd_record(ctx, op, in, in, 1, attrs, out, 0);
+    enum { MAX_CAST = 64 };
+    if (nin > MAX_CAST) return hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op));
+    hd_tensor *kin[MAX_CAST];
+    hd_status st = HD_OK;
+    int n = 0;
+    for (; n < nin && !st; n++) {
+        int want = op == HD_OP_CONCAT ? plan->in_dtype[0]
+                   : n < HD_OP_MAX_IN ? plan->in_dtype[n]
+                                      : -1;
+        kin[n] = NULL;
+        if (want < 0 || (hd_dtype)want == in[n]->dtype)
+            kin[n] = hd_tensor_ref(in[n]);
+        else
+            st = hd_op_cast(ctx, in[n], (hd_dtype)want, &kin[n]);
+    }
+    if (!st) st = hd_autograd_record(ctx, op, in, kin, nin, attrs, out, ctx->rng_offset);
+    unref_casts(kin, n);
+    return st;
+}
+
+/* Inside compiled code the op becomes a graph node (the shape rule has
+ * already validated it), recorded for backward as an eager op would be, so
+ * that backward() inside compiled code is traced like any other op. */
+static hd_status op_trace(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                          const hd_attrs *attrs, const hd_op_plan *plan, hd_tensor **out) {
+    int rec = hd_autograd_wants(ctx, op, in, nin, plan->dtype);
+    if (rec < 0) return ctx->status;
+    if (rec && op == HD_OP_DROPOUT && attrs->ints[0])
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "dropout in training mode with gradients is not supported inside compiled "
+                        "code (its backward replays the draw of one run)");
+    int was_disabled = ctx->grad_disabled;
+    ctx->grad_disabled = 1;
+    hd_status st = hd_trace_record(ctx, op, in, nin, attrs, plan, out);
+    if (!st && rec && *out) st = trace_grad_record(ctx, op, in, nin, attrs, plan, *out);
+    ctx->grad_disabled = was_disabled;
+    if (st) {
+        hd_tensor_unref(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
                     hd_tensor **out) {
     static const hd_attrs no_attrs;
@@ -221,9 +271,7 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
     *out = NULL;
     if (!attrs) attrs = &no_attrs;
     if (hd_op_plan_make(ctx, op, in, nin, attrs, &plan)) return ctx->status;
-    /* inside compiled code the op becomes a graph node; the rule above has
-     * already validated it */
-    if (ctx->trace) return hd_trace_record(ctx, op, in, nin, attrs, &plan, out);
+    if (ctx->trace) return op_trace(ctx, op, in, nin, attrs, &plan, out);
     int device;
     const hd_backend *be = inputs_backend(ctx, op, in, nin, &device);
     if (!be) return ctx->status;

@@ -11,6 +11,12 @@ struct hd_trace {
     hd_tensor **keys;
     int *vals;
     int nkeys, cap;
+    /* optional: which captured tensors become inputs instead of constants */
+    hd_trace_lift_fn lift;
+    void *lift_ud;
+    /* tensors with data written whole in place inside the trace (held) */
+    hd_tensor **writes;
+    int nwrites, cap_writes;
 };
 
 static uint64_t trace_ref_of(const hd_trace *tr, int v) {
@@ -35,6 +41,8 @@ hd_status hd_trace_begin(hd_ctx *ctx, const char *name) {
 }
 
 static void trace_free(hd_ctx *ctx, hd_trace *tr) {
+    for (int i = 0; i < tr->nwrites; i++) hd_tensor_unref(tr->writes[i]);
+    if (tr->cap_writes) hd_ctx_free(ctx, tr->writes, (size_t)tr->cap_writes * sizeof *tr->writes);
     if (tr->cap) {
         hd_ctx_free(ctx, tr->keys, (size_t)tr->cap * sizeof *tr->keys);
         hd_ctx_free(ctx, tr->vals, (size_t)tr->cap * sizeof *tr->vals);
@@ -99,22 +107,50 @@ static hd_status trace_rehash(hd_ctx *ctx, hd_trace *tr) {
     return HD_OK;
 }
 
-static int trace_capture(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
-    if (tr->cap) {
-        size_t s = trace_slot(tr, t);
-        while (tr->keys[s]) {
-            if (tr->keys[s] == t) return tr->vals[s];
-            s = (s + 1) & (size_t)(tr->cap - 1);
-        }
+/* The map slot holding t, or -1. */
+static long trace_find(const hd_trace *tr, const hd_tensor *t) {
+    if (!tr->cap) return -1;
+    size_t s = trace_slot(tr, t);
+    while (tr->keys[s]) {
+        if (tr->keys[s] == t) return (long)s;
+        s = (s + 1) & (size_t)(tr->cap - 1);
     }
-    if ((tr->nkeys + 1) * 2 > tr->cap && trace_rehash(ctx, tr)) return -1;
-    int v = hd_ir_add_const(tr->g, t);
-    if (v < 0) return -1;
+    return -1;
+}
+
+/* Map t to value v (t is not in the map yet). */
+static hd_status trace_map(hd_ctx *ctx, hd_trace *tr, hd_tensor *t, int v) {
+    if ((tr->nkeys + 1) * 2 > tr->cap && trace_rehash(ctx, tr)) return ctx->status;
     size_t s = trace_slot(tr, t);
     while (tr->keys[s]) s = (s + 1) & (size_t)(tr->cap - 1);
     tr->keys[s] = t;
     tr->vals[s] = v;
     tr->nkeys++;
+    return HD_OK;
+}
+
+/* A new value for a tensor with data: an input when the lift hook says so
+ * (the tensor is read again at every run), else a constant. */
+static int trace_new_capture(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
+    char name[256];
+    int lift = 0;
+    if (tr->lift && !t->number) {
+        name[0] = 0;
+        lift = tr->lift(ctx, tr->lift_ud, t, name, sizeof name);
+        if (lift < 0) return -1;
+    }
+    if (!lift) return hd_ir_add_const(tr->g, t);
+    /* keep t alive and its address unique while the trace maps it */
+    int c = hd_ir_add_const(tr->g, t);
+    if (c < 0) return -1;
+    return hd_ir_add_input(tr->g, name, t->dtype, t->shape, t->ndim);
+}
+
+static int trace_capture(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
+    long s = trace_find(tr, t);
+    if (s >= 0) return tr->vals[s];
+    int v = trace_new_capture(ctx, tr, t);
+    if (v < 0 || trace_map(ctx, tr, t, v)) return -1;
     return v;
 }
 
@@ -183,15 +219,103 @@ hd_status hd_trace_callback(hd_ctx *ctx, const hd_ir_callback *cb, hd_tensor *co
     return st;
 }
 
+/* ---- in-place writes of whole tensors ---- */
+
+static hd_status partial_write(hd_ctx *ctx) {
+    return hd_error(ctx, HD_ERR_RUNTIME,
+                    "in-place assignment (x[i] = v) is not supported inside compiled code: "
+                    "build the new tensor with where(...) or concat(...)");
+}
+
+/* Is node n a slice that keeps every element of its input in place? */
+static int identity_slice(const hd_ir_graph *g, const hd_ir_node *n) {
+    if (n->op != HD_OP_SLICE || n->attrs.drop_mask) return 0;
+    const hd_ir_value *x = &g->values[n->in[0]], *y = &g->values[n->out];
+    if (x->ndim != y->ndim) return 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (n->attrs.len[i] != x->shape[i] || n->attrs.step[i] != 1 ||
+            (x->shape[i] > 0 && n->attrs.start[i] != 0))
+            return 0;
+    return 1;
+}
+
+/* The tensor with data whose whole value dst stands for: dst itself, or
+ * the tensor a whole-covering slice (x[...], x[:]) of the trace viewed.
+ * NULL when dst is part of a tensor or a value computed in the trace. */
+static hd_tensor *write_target(hd_trace *tr, hd_tensor *dst) {
+    if (dst->storage) return dst;
+    uint32_t serial = (uint32_t)(dst->trace_ref >> 32);
+    int64_t v = (int64_t)(dst->trace_ref & 0xffffffffu) - 1;
+    if (serial != tr->serial || v < 0 || v >= tr->g->nvalues) return NULL;
+    const hd_ir_value *val = &tr->g->values[v];
+    if (val->kind != HD_IR_VALUE_NODE) return NULL;
+    const hd_ir_node *n = &tr->g->nodes[val->index];
+    if (!identity_slice(tr->g, n)) return NULL;
+    for (int i = 0; i < tr->cap; i++)
+        if (tr->keys[i] && tr->vals[i] == n->in[0]) return tr->keys[i];
+    return NULL;
+}
+
+/* src as a value of t's dtype and shape (cast, then broadcast). */
+static int write_value(hd_ctx *ctx, hd_trace *tr, const hd_tensor *t, hd_tensor *src) {
+    int v = hd_trace_value(ctx, src);
+    if (v < 0) return -1;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (tr->g->values[v].dtype != t->dtype) {
+        at.dtype = t->dtype;
+        if ((v = hd_ir_add_node(tr->g, HD_OP_CAST, &v, 1, &at)) < 0) return -1;
+    }
+    const hd_ir_value *val = &tr->g->values[v];
+    if (val->ndim != t->ndim || memcmp(val->shape, t->shape, (size_t)t->ndim * sizeof *t->shape)) {
+        memset(&at, 0, sizeof at);
+        at.nshape = t->ndim;
+        memcpy(at.shape, t->shape, sizeof at.shape);
+        v = hd_ir_add_node(tr->g, HD_OP_EXPAND, &v, 1, &at);
+    }
+    return v;
+}
+
+static hd_status note_write(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
+    for (int i = 0; i < tr->nwrites; i++)
+        if (tr->writes[i] == t) return HD_OK;
+    if (tr->nwrites == tr->cap_writes) {
+        int cap = tr->cap_writes ? tr->cap_writes * 2 : 8;
+        hd_tensor **w = hd_ctx_realloc(ctx, tr->writes, (size_t)tr->cap_writes * sizeof *w,
+                                       (size_t)cap * sizeof *w);
+        if (!w) return ctx->status;
+        tr->writes = w;
+        tr->cap_writes = cap;
+    }
+    tr->writes[tr->nwrites++] = hd_tensor_ref(t);
+    return HD_OK;
+}
+
+/* x[...] = v on a tensor with data: the trace goes on with the new value
+ * (later reads of x see it), and the tensor joins the write list, which
+ * the caller turns into outputs copied back into x after each run. */
+static hd_status trace_assign(hd_ctx *ctx, hd_trace *tr, hd_tensor *const *in, int nin,
+                              hd_tensor **out) {
+    hd_tensor *t = nin == 2 ? write_target(tr, in[0]) : NULL;
+    if (!t) return partial_write(ctx);
+    int v = write_value(ctx, tr, t, in[1]);
+    if (v < 0) return ctx->status;
+    long s = trace_find(tr, t);
+    if (s >= 0)
+        tr->vals[s] = v;
+    else if (trace_map(ctx, tr, t, v) || hd_ir_add_const(tr->g, t) < 0)
+        return ctx->status;
+    if (note_write(ctx, tr, t)) return ctx->status;
+    *out = hd_tensor_ref(in[0]);
+    return HD_OK;
+}
+
 hd_status hd_trace_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                           const hd_attrs *attrs, const hd_op_plan *plan, hd_tensor **out) {
     hd_trace *tr = ctx->trace;
     HD_UNUSED(plan);
     *out = NULL;
-    if (op == HD_OP_ASSIGN)
-        return hd_error(ctx, HD_ERR_RUNTIME,
-                        "in-place assignment (x[i] = v) is not supported inside compiled code: "
-                        "build the new tensor with where(...) or concat(...)");
+    if (op == HD_OP_ASSIGN) return trace_assign(ctx, tr, in, nin, out);
     enum { STACK_IN = 16 };
     int buf[STACK_IN];
     int *ids = nin <= STACK_IN ? buf : hd_ctx_alloc(ctx, (size_t)nin * sizeof *ids);
@@ -209,7 +333,7 @@ hd_status hd_trace_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
 }
 
 hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what) {
-    if (t->storage) return HD_OK;
+    if (t->storage && !hd_trace_stands_for_input(ctx, t)) return HD_OK;
     if (!what) what = "this";
     int cond = strcmp(what, "if") == 0 || strcmp(what, "while") == 0 ||
                strcmp(what, "condition") == 0 || strcmp(what, "and") == 0 ||
@@ -223,4 +347,29 @@ hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what)
                     "%s needs tensor data, which compiled code knows only when it runs: branch "
                     "on tensor data inside compiled code: use where(...)",
                     what);
+}
+
+void hd_trace_set_lift(hd_ctx *ctx, hd_trace_lift_fn fn, void *ud) {
+    if (!ctx->trace) return;
+    ctx->trace->lift = fn;
+    ctx->trace->lift_ud = ud;
+}
+
+int hd_trace_nwrites(const hd_ctx *ctx) {
+    return ctx->trace ? ctx->trace->nwrites : 0;
+}
+
+hd_tensor *hd_trace_write_target(const hd_ctx *ctx, int i) {
+    const hd_trace *tr = ctx->trace;
+    return tr && i >= 0 && i < tr->nwrites ? tr->writes[i] : NULL;
+}
+
+int hd_trace_stands_for_input(const hd_ctx *ctx, const hd_tensor *t) {
+    const hd_trace *tr = ctx->trace;
+    if (!tr) return 0;
+    if (!t->storage) return 1;
+    for (int i = 0; i < tr->nwrites; i++)
+        if (tr->writes[i] == t) return 1;
+    long s = trace_find(tr, t);
+    return s >= 0 && tr->g->values[tr->vals[s]].kind != HD_IR_VALUE_CONST;
 }

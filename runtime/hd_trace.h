@@ -9,9 +9,16 @@
  * While a trace is active every hd_op_run call validates its inputs with the
  * op's shape rule, then records a node and returns a symbolic tensor (views
  * too) instead of computing. Tensors with data that reach an op become
- * constants of the graph (one constant per tensor, held by reference).
- * In-place assignment (the assign op) is rejected: a traced value has no
- * storage to write to, and the graph is functional (see docs/ir.md).
+ * constants of the graph (one constant per tensor, held by reference), or
+ * inputs when a lift hook says so (the language lifts the state of objects
+ * it can find again at every run).
+ *
+ * In-place assignment (the assign op) is functional: writing a whole tensor
+ * with data (x[...] = v, or the assign op on x itself) makes the trace go on
+ * with the new value for x and puts x on the trace's write list, which the
+ * caller turns into outputs copied back into x after each run. Writing part
+ * of a tensor, or into a value computed inside the trace, is an error (see
+ * docs/ir.md).
  *
  * One trace per context at a time; the language inlines a compiled function
  * called from compiled code. */
@@ -43,6 +50,24 @@ hd_status hd_trace_end(hd_ctx *ctx, hd_ir_graph **out);
 /* Abandon the active trace (an error in the traced body); no-op if none. */
 void hd_trace_abort(hd_ctx *ctx);
 
+/* Lift hook: called when a tensor with data first reaches the active
+ * trace. Return 1 and write a name (unique among the graph's inputs) to
+ * make it a graph input, 0 to capture it as a constant, -1 on error (set in
+ * ctx). Numbers (hd_tensor_number) are always constants. */
+typedef int (*hd_trace_lift_fn)(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n);
+void hd_trace_set_lift(hd_ctx *ctx, hd_trace_lift_fn fn, void *ud);
+
+/* Tensors with data written whole in place during the active trace, in the
+ * order of their first write (borrowed; the trace holds them). Pass each to
+ * hd_trace_output to get its final value. */
+int hd_trace_nwrites(const hd_ctx *ctx);
+hd_tensor *hd_trace_write_target(const hd_ctx *ctx, int i);
+
+/* Does t stand for a value known only when the graph runs: symbolic, a
+ * lifted input, or written in place in the active trace? Its data at trace
+ * time is then not what a run sees. 0 when no trace is active. */
+int hd_trace_stands_for_input(const hd_ctx *ctx, const hd_tensor *t);
+
 /* The IR value a tensor stands for in the active trace: its node value if it
  * is one of this trace's symbolic tensors, else a constant (captured now if
  * new). -1 with an error for a symbolic tensor of another trace. */
@@ -56,7 +81,9 @@ static inline int hd_tensor_is_symbolic(const hd_tensor *t) {
 /* Reading a symbolic tensor's data (item(), printing values, a condition)
  * is an error: HD_ERR_RUNTIME with a message that starts with
  * "branch on tensor data inside compiled code" for a condition (what names
- * the reader: "if", "while", "item()", "print"). HD_OK for a tensor with data. */
+ * the reader: "if", "while", "item()", "print"). The same for a tensor with
+ * data that stands for an input of the active trace (lifted or written in
+ * place); HD_OK for any other tensor with data. */
 hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what);
 
 /* The hook hd_op_run calls while a trace is active (after the shape rule

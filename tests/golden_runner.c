@@ -5,6 +5,9 @@
  *   # expect error: TEXT     the run fails (exit status 1) and standard error
  *                            contains TEXT (several: each, in order)
  *   # expect error at: L:C   standard error reports an error at FILE:L:C
+ *   # expect stderr: TEXT    standard error contains TEXT (several: each, in
+ *                            order), also when the program succeeds (logs,
+ *                            warnings)
  *   # args: A B C            words passed to the program (args())
  *   # mode: check            run `hodu check FILE` instead of running it
  *   # env: NAME=VALUE        set in the program's environment; $DIR is the
@@ -33,6 +36,8 @@ typedef struct {
     int nerr;
     char *at[MAX_ITEMS];
     int nat;
+    char *log[MAX_ITEMS];
+    int nlog;
     char *args[64];
     int nargs;
     char *env[16];
@@ -44,6 +49,7 @@ static void free_expect(expect *e) {
     for (int i = 0; i < e->nout; i++) free(e->out[i]);
     for (int i = 0; i < e->nerr; i++) free(e->err[i]);
     for (int i = 0; i < e->nat; i++) free(e->at[i]);
+    for (int i = 0; i < e->nlog; i++) free(e->log[i]);
     for (int i = 0; i < e->nargs; i++) free(e->args[i]);
     for (int i = 0; i < e->nenv; i++) free(e->env[i]);
 }
@@ -112,7 +118,9 @@ static void parse_expectations(expect *e, const char *src) {
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
         const char *v;
         size_t n;
-        if ((v = after(line, len, "expect error at:", &n))) {
+        if ((v = after(line, len, "expect stderr:", &n))) {
+            if (e->nlog < MAX_ITEMS) e->log[e->nlog++] = dup_trim(v, n);
+        } else if ((v = after(line, len, "expect error at:", &n))) {
             if (e->nat < MAX_ITEMS) e->at[e->nat++] = dup_trim(v, n);
         } else if ((v = after(line, len, "expect error:", &n))) {
             if (e->nerr < MAX_ITEMS) e->err[e->nerr++] = dup_trim(v, n);
@@ -234,6 +242,15 @@ static void check_stderr(const char *file, const expect *e, const char *err) {
         }
         from = hit + strlen(e->err[i]);
     }
+    from = err;
+    for (int i = 0; i < e->nlog; i++) {
+        const char *hit = strstr(from, e->log[i]);
+        if (!hit) {
+            fail(file, "expected standard error to contain \"%s\"; it was:\n%s", e->log[i], err);
+            return;
+        }
+        from = hit + strlen(e->log[i]);
+    }
     for (int i = 0; i < e->nat; i++) {
         char want[4200];
         snprintf(want, sizeof want, "%s:%s: error:", file, e->at[i]);
@@ -281,7 +298,7 @@ int main(int argc, char **argv) {
         fail(file, "exit status %s, expected %s", got, exp);
         if (!want_rc) fprintf(stderr, "stderr:\n%s", err);
     }
-    if (!want_rc && *err && rc == 0) fail(file, "unexpected standard error:\n%s%s", err, "");
+    if (!want_rc && *err && rc == 0 && !e.nlog) fail(file, "unexpected standard error:\n%s%s", err, "");
     check_stdout(file, &e, out);
     check_stderr(file, &e, err);
     if (failures) fprintf(stderr, "%s: %d problem%s\n", file, failures, failures == 1 ? "" : "s");

@@ -33,6 +33,12 @@ enum { MM_ROWS = 4, MM_COLS = 256 };
 /* Below this m*n*k OpenBLAS runs a gemm on one thread: batches of such gemms
  * are spread over threads instead. */
 #define MM_SMALL_GEMM (1 << 18)
+/* Below this m*n*k Hodu asks OpenBLAS for one thread. OpenBLAS's own cut
+ * (4 * 65536) splits products that take a few microseconds, and its idle
+ * threads then spin in sched_yield: a training loop of 100 x 64 x 64
+ * products spent most of its time there (three times slower on 2 cores
+ * than on one, far worse when other processes share the cores). */
+#define MM_BLAS_THREADED (1 << 22)
 
 /* One operand: a matrix of rows x cols with strides rs, cs (elements), and
  * for each output batch dim its stride (0 when broadcast). */
@@ -275,8 +281,8 @@ static void mm_blas_one(const mm_job *j, enum CBLAS_TRANSPOSE ta, int lda, enum 
                     ldb, 0.0f, (float *)pc, n);
 }
 
-static void mm_blas_set_threads(hd_ctx *ctx) {
-    int want = HD_MAX(ctx->nthreads, 1);
+static void mm_blas_set_threads(hd_ctx *ctx, double mnk) {
+    int want = mnk < MM_BLAS_THREADED ? 1 : HD_MAX(ctx->nthreads, 1);
     if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
 }
 
@@ -296,8 +302,8 @@ static hd_status mm_blas(hd_ctx *ctx, mm_job *j) {
         if ((st = mm_compact(ctx, j, &j->b, &buf[1], &nbytes[1]))) goto done;
         mm_layout(&j->b, &tb, &ldb);
     }
-    mm_blas_set_threads(ctx);
     double mnk = (double)j->m * j->n * j->k;
+    mm_blas_set_threads(ctx, mnk);
     int nt = mnk < MM_SMALL_GEMM && j->nbatch > 1 ? mm_threads(ctx, mnk * j->nbatch) : 1;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t bi = 0; bi < j->nbatch; bi++) {

@@ -156,6 +156,15 @@ static void session(const char *hodu, const char *home) {
     send_str(fd, "t.resh\t(2, 1).shape\r");
     check(expect(fd, "[2, 1]\r\n", 5) && expect(fd, ">>> ", 5), "tab completes a tensor method");
 
+    send_str(fd, ":ir\r");
+    check(expect(fd, "no compiled graph yet", 5) && expect(fd, ">>> ", 5), ":ir before compiling");
+    send_str(fd, "compiled fn sq(x) { return x * x }\r");
+    check(expect(fd, ">>> ", 5), "a compiled function");
+    send_str(fd, "sq(t).shape\r");
+    check(expect(fd, "[2]\r\n", 5) && expect(fd, ">>> ", 5), "calling it");
+    send_str(fd, ":ir\r");
+    check(expect(fd, "graph sq {", 5) && expect(fd, "mul(", 5) && expect(fd, ">>> ", 5),
+          ":ir shows the graph compiled last");
     send_str(fd, ":help\r");
     check(expect(fd, ":quit", 5) && expect(fd, ">>> ", 5), ":help");
     send_str(fd, ":time 6 * 7\r");

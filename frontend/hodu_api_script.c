@@ -1,0 +1,97 @@
+/* hodu_api_script: saved scripts (.hoduscript) in the embedding API, over
+ * runtime/hd_script.h. */
+#include "hodu_api_int.h"
+#include "hd_script.h"
+
+#include <string.h>
+
+struct hodu_script {
+    hodu_vm *owner;
+    hodu_script *prev, *next; /* owner's live scripts */
+    hd_script *s;
+};
+
+static void script_unlink(hodu_script *hs) {
+    hodu_vm *h = hs->owner;
+    if (hs->prev)
+        hs->prev->next = hs->next;
+    else
+        h->scripts = hs->next;
+    if (hs->next) hs->next->prev = hs->prev;
+}
+
+void hodu_script_free(hodu_script *hs) {
+    if (!hs) return;
+    script_unlink(hs);
+    hd_script_free(hs->s);
+    hd_ctx_free(hd_vm_ctx(hs->owner->vm), hs, sizeof *hs);
+}
+
+void hd_api_free_scripts(hodu_vm *h) {
+    while (h->scripts) hodu_script_free(h->scripts);
+}
+
+hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
+    if (!h) return NULL;
+    hd_api_begin(h);
+    if (!path) {
+        hd_api_arg_error(h, "hodu_script_load", "path is NULL");
+        return NULL;
+    }
+    hd_ctx *ctx = hd_vm_ctx(h->vm);
+    hodu_script *hs = hd_ctx_alloc(ctx, sizeof *hs);
+    if (!hs) {
+        hd_api_ctx_error(h);
+        return NULL;
+    }
+    memset(hs, 0, sizeof *hs);
+    if (hd_script_load(ctx, path, &hs->s) != HD_OK) {
+        hd_api_ctx_error(h);
+        hd_ctx_free(ctx, hs, sizeof *hs);
+        return NULL;
+    }
+    hs->owner = h;
+    hs->next = h->scripts;
+    if (h->scripts) h->scripts->prev = hs;
+    h->scripts = hs;
+    return hs;
+}
+
+hodu_status hodu_script_set_input(hodu_script *hs, const char *name, hodu_tensor *t) {
+    if (!hs) return HODU_ERROR_ARGUMENT;
+    hodu_vm *h = hs->owner;
+    hd_api_begin(h);
+    if (!name) return hd_api_arg_error(h, "hodu_script_set_input", "name is NULL");
+    if (hd_api_check_tensor(h, "hodu_script_set_input", t)) return HODU_ERROR_ARGUMENT;
+    if (hd_script_set_input(hs->s, name, t->t) != HD_OK) return hd_api_ctx_error(h);
+    return HODU_OK;
+}
+
+hodu_status hodu_script_run(hodu_script *hs) {
+    if (!hs) return HODU_ERROR_ARGUMENT;
+    hodu_vm *h = hs->owner;
+    hd_api_begin(h);
+    if (hd_api_check_idle(h, "hodu_script_run")) return HODU_ERROR_ARGUMENT;
+    h->busy = 1;
+    hd_status st = hd_script_run(hs->s);
+    h->busy = 0;
+    return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);
+}
+
+hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
+    if (!hs) return NULL;
+    hodu_vm *h = hs->owner;
+    hd_api_begin(h);
+    if (!name) {
+        hd_api_arg_error(h, "hodu_script_output", "name is NULL");
+        return NULL;
+    }
+    hd_tensor *t = hd_script_output(hs->s, name);
+    if (!t) {
+        hd_vm_error(h->vm, HD_ERR_RUNTIME,
+                    "hodu_script_output: script '%s' has no output '%s' (or it has not run)",
+                    hd_script_name(hs->s), name);
+        return NULL;
+    }
+    return hd_api_handle(h, t);
+}

@@ -1,0 +1,190 @@
+/* Gradients in the language (SPEC §7): param, backward, zero_grad, detach,
+ * clear_tape, the requires_grad / grad members, and the no_grad and
+ * grad_context blocks (through the evaluator's block hooks). The semantics
+ * are the autograd runtime's (runtime/hd_autograd.h, docs/autograd.md);
+ * this file turns Hodu values into its calls and its errors into errors at
+ * the user's line. */
+#include "builtins_tensor.h"
+#include "hd_autograd.h"
+#include "vm_internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* An autograd error as the VM's error, with the runtime's status (out of
+ * memory stays out of memory): its messages already say what failed. */
+static hd_status grad_fail(hd_vm *vm) {
+    return hd_vm_from_ctx(vm, HD_OK);
+}
+
+static hd_status want_tensor(hd_vm *vm, const hd_targs *a, int i) {
+    return a->v[i].type == HD_V_TENSOR ? HD_OK : hd_targ_type_error(vm, a, i, "a tensor");
+}
+
+/* param(t): t itself, marked as a leaf that requires grad. */
+static HD_TF_FN(tf_param) {
+    HD_TARGS_BIND(a); /* t */
+    if (want_tensor(vm, &a, 0)) return HD_ERR_RUNTIME;
+    if (hd_grad_set_requires(hd_vm_ctx(vm), a.v[0].as.t, 1)) return grad_fail(vm);
+    *out = hd_value_ref(a.v[0]);
+    return HD_OK;
+}
+
+/* x.detach(): same storage, no record, requires_grad false. */
+static HD_TF_FN(tf_detach) {
+    HD_TARGS_BIND(a); /* x */
+    if (want_tensor(vm, &a, 0)) return HD_ERR_RUNTIME;
+    hd_tensor *r = hd_grad_detach(hd_vm_ctx(vm), a.v[0].as.t);
+    if (!r) return grad_fail(vm);
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* loss.backward(grad = none, retain_graph = false), backward(loss). */
+static HD_TF_FN(tf_backward) {
+    HD_TARGS_BIND(a); /* x, grad=, retain_graph= */
+    int retain;
+    hd_tensor *g = NULL;
+    if (want_tensor(vm, &a, 0) || hd_targ_bool(vm, &a, 2, 0, &retain)) return HD_ERR_RUNTIME;
+    if (hd_targ_has(&a, 1) && hd_targ_tensor(vm, &a, 1, &g)) return HD_ERR_RUNTIME;
+    hd_status st = hd_grad_backward(hd_vm_ctx(vm), a.v[0].as.t, g, retain);
+    hd_tensor_unref(g);
+    return st ? grad_fail(vm) : HD_OK;
+}
+
+/* zero_grad(list of tensors, or an object: its parameters()). */
+static hd_status zero_list(hd_vm *vm, hd_value list) {
+    hd_list *l = hd_as_list(list);
+    for (int64_t i = 0; i < l->len; i++) {
+        if (l->items[i].type != HD_V_TENSOR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "zero_grad: item %lld of the list is a %s, not a tensor",
+                               (long long)i, hd_value_type_name(l->items[i]));
+    }
+    for (int64_t i = 0; i < l->len; i++) hd_grad_set(hd_vm_ctx(vm), l->items[i].as.t, NULL);
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_zero_grad) {
+    HD_TARGS_BIND(a); /* params */
+    hd_value p = a.v[0];
+    if (p.type == HD_V_TENSOR) return hd_grad_set(hd_vm_ctx(vm), p.as.t, NULL), HD_OK;
+    if (p.type == HD_V_LIST) return zero_list(vm, p);
+    if (p.type != HD_V_OBJECT)
+        return hd_targ_type_error(vm, &a, 0, "a list of tensors or an object with parameters()");
+    hd_value fn, list;
+    if (hd_eval_get_member(vm, p, "parameters", &fn)) return HD_ERR_RUNTIME;
+    hd_status st = hd_vm_call(vm, fn, NULL, 0, NULL, 0, &list);
+    hd_value_unref(vm, fn);
+    if (st) return st;
+    st = list.type == HD_V_LIST
+             ? zero_list(vm, list)
+             : hd_vm_error(vm, HD_ERR_RUNTIME, "zero_grad: parameters() returned a %s, not a list",
+                           hd_value_type_name(list));
+    hd_value_unref(vm, list);
+    return st;
+}
+
+static HD_TF_FN(tf_clear_tape) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_grad_clear_tape(hd_vm_ctx(vm));
+    return HD_OK;
+}
+
+/* is_grad_enabled(): false inside no_grad. */
+static HD_TF_FN(tf_is_grad_enabled) {
+    HD_TARGS_BIND(a); /* (none) */
+    *out = hd_bool(hd_grad_is_enabled(hd_vm_ctx(vm)));
+    return HD_OK;
+}
+
+/* memory_stats(): what the VM's allocator holds now and at its peak, the
+ * live gradient records of the current context and the block cache. */
+static hd_status stat_set(hd_vm *vm, hd_value d, const char *k, int64_t v) {
+    return hd_dict_set(vm, d, k, hd_int(v));
+}
+
+static HD_TF_FN(tf_memory_stats) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_value d = hd_dict_new(vm);
+    if (hd_vm_failed(vm)) return HD_ERR_MEMORY;
+    if (stat_set(vm, d, "used", (int64_t)ctx->mem_used) ||
+        stat_set(vm, d, "peak", (int64_t)ctx->mem_peak) ||
+        stat_set(vm, d, "cached", (int64_t)ctx->cache_bytes) ||
+        stat_set(vm, d, "records", (int64_t)hd_grad_record_count(ctx))) {
+        hd_value_unref(vm, d);
+        return HD_ERR_MEMORY;
+    }
+    *out = d;
+    return HD_OK;
+}
+
+static const hd_tfunc rows[] = {
+    {"param", tf_param, "t", -1, HD_TF_GLOBAL},
+    {"detach", tf_detach, "x", -1, HD_TF_BOTH},
+    {"backward", tf_backward, "x, grad=, retain_graph=", -1, HD_TF_BOTH},
+    {"zero_grad", tf_zero_grad, "params", -1, HD_TF_GLOBAL},
+    {"clear_tape", tf_clear_tape, "", -1, HD_TF_GLOBAL},
+    {"is_grad_enabled", tf_is_grad_enabled, "", -1, HD_TF_GLOBAL},
+    {"memory_stats", tf_memory_stats, "", -1, HD_TF_GLOBAL},
+};
+
+const hd_tfunc_table hd_tfuncs_grad = {rows, (int)(sizeof rows / sizeof rows[0])};
+
+/* ---- members ---- */
+
+hd_status hd_grad_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (strcmp(name, "requires_grad") == 0) {
+        *out = hd_bool(hd_grad_requires(ctx, t));
+    } else if (strcmp(name, "is_leaf") == 0) {
+        *out = hd_bool(hd_grad_is_leaf(ctx, t));
+    } else {
+        hd_tensor *g = hd_grad_get(t);
+        *out = g ? hd_tensor_value(hd_tensor_ref(g)) : hd_none();
+    }
+    return HD_OK;
+}
+
+hd_status hd_grad_set_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value v) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (strcmp(name, "requires_grad") == 0) {
+        if (v.type != HD_V_BOOL)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "requires_grad must be true or false, got %s",
+                               hd_value_type_name(v));
+        return hd_grad_set_requires(ctx, t, v.as.b) ? grad_fail(vm) : HD_OK;
+    }
+    if (v.type == HD_V_NONE) return hd_grad_set(ctx, t, NULL), HD_OK;
+    hd_tensor *g = NULL;
+    if (hd_value_to_tensor(vm, v, "grad", 0, t->dtype, &g)) return HD_ERR_RUNTIME;
+    hd_status st = hd_grad_set(ctx, t, g);
+    hd_tensor_unref(g);
+    return st ? grad_fail(vm) : HD_OK;
+}
+
+/* ---- no_grad { } and grad_context { } ---- */
+
+static hd_status grad_enter(hd_vm *vm, int kind, void **state) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (kind == HD_AST_NO_GRAD) {
+        *state = (void *)(intptr_t)hd_grad_set_enabled(ctx, 0);
+        return HD_OK;
+    }
+    return hd_grad_context_push(ctx) ? grad_fail(vm) : HD_OK;
+}
+
+/* Runs after the block, also when it failed: the error in flight stays
+ * the VM's; the context's error slot is not touched by these calls. */
+static void grad_exit(hd_vm *vm, int kind, void *state) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (kind == HD_AST_NO_GRAD)
+        hd_grad_set_enabled(ctx, (int)(intptr_t)state);
+    else
+        hd_grad_context_pop(ctx);
+}
+
+hd_status hd_builtins_grad_open(hd_vm *vm) {
+    hd_vm_set_grad_hooks(vm, grad_enter, grad_exit);
+    return HD_OK;
+}

@@ -1,0 +1,2000 @@
+/* Compiled functions and blocks: tracing, the cache, running cached graphs
+ * (see compiled.h and docs/compiled.md).
+ *
+ * A cache belongs to a body (a function's AST, or a compiled block's), so
+ * every closure made from it shares it. An entry of the cache is one
+ * compiled graph with what its key is made of:
+ *   - the arguments: how many, the names of the named ones, and for each a
+ *     guard (numbers and strings by value, lists by length, functions by
+ *     identity, tensors by requires_grad);
+ *   - guards on every outer value the body read (globals, captured
+ *     variables, fields of objects the call can reach);
+ *   - the graph inputs: tensor arguments, and the tensors of objects the
+ *     body read (lifted by their paths), with dtype, shape and device;
+ *   - whether gradients are on; the compiler and options.
+ * A call whose key matches an entry runs the entry's executable; its
+ * outputs are the returned tensors, the outer values the body assigned
+ * (written back to their paths), tensors written in place (copied back)
+ * and gradients (set as .grad). */
+#include "compiled_int.h"
+#include "eval.h"
+#include "hd_autograd.h"
+#include "tensor_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Compiles per body before new keys run eagerly, and entries kept. */
+#define CP_MAX_COMPILES 8
+#define CP_MAX_ENTRIES  8
+
+/* ---- entries ---- */
+
+/* Where a graph input's tensor comes from at a call. */
+typedef struct cp_input {
+    int arg;   /* argument index, or -1 */
+    int state; /* index into entry->state, or -1 */
+    hd_dtype dtype;
+    int ndim;
+    int64_t shape[HD_MAX_DIMS];
+    const hd_backend *backend;
+    int device;
+    char *name;
+} cp_input;
+
+/* An output that views an input: made again from the caller's tensor at
+ * each run (so that it shares its storage, as in eager mode) instead of
+ * being copied. */
+typedef struct cp_view {
+    int input; /* -1: the output is computed */
+    int nops;
+    hd_op *ops;
+    hd_attrs *attrs;
+} cp_view;
+
+typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD } cp_wb_kind;
+
+/* What to do with an output after a run. */
+typedef struct cp_wb {
+    cp_wb_kind kind;
+    int out;
+    cp_path path;   /* SET: where it goes */
+    int input;      /* COPY, GRAD: the target is this input's tensor, or -1 */
+    hd_tensor *obj; /* COPY, GRAD: else this constant's tensor (held) */
+} cp_wb;
+
+typedef enum { CP_T_OUT, CP_T_CONST, CP_T_LIST, CP_T_DICT, CP_T_PATH } cp_tmpl_kind;
+
+/* The shape of a returned value. */
+typedef struct cp_tmpl {
+    cp_tmpl_kind kind;
+    int out;
+    hd_value v;   /* CONST: held */
+    cp_path path; /* PATH */
+    int n;
+    struct cp_tmpl *kids;
+    char **keys; /* DICT */
+} cp_tmpl;
+
+typedef struct cp_entry {
+    int nargs;
+    uint64_t kw_hash;
+    int grad_mode;
+    hd_jit_key key;
+    cp_guard *guards;
+    int nguards, capguards;
+    cp_path *state;
+    int nstate, capstate;
+    cp_input *inputs;
+    int ninputs;
+    /* executable */
+    const hd_jit_compiler *jc;
+    hd_jit_exec *exec;
+    int noutputs;
+    cp_view *views; /* per output */
+    cp_wb *wbs;
+    int nwbs, capwbs;
+    cp_tmpl ret;
+    int eager; /* this key runs eagerly */
+    uint64_t hits;
+} cp_entry;
+
+/* One compiled function body or block, with its cache. */
+typedef struct cp_body {
+    const void *node;
+    char where[160]; /* "f at t.hodu:3:1" */
+    uint64_t hash;   /* of the source text */
+    cp_entry *entries[CP_MAX_ENTRIES];
+    int nentries;
+    int traces, warned, no_compile, analysed;
+    int implicit; /* traced only because of HODU_COMPILE_ALL */
+    int noted;    /* said that it runs eagerly for gradients */
+    uint64_t calls, hits, eager_calls;
+    double compile_seconds;
+    /* names for paths: captured variables (functions), slots (blocks) */
+    const char **upval_names;
+    int nupval;
+    const char **slot_names;
+    unsigned char *slot_decl; /* slots a block declares */
+    int *slot_reads;          /* outer slots a block reads */
+    int nslots, nreads;
+    struct cp_body *next;
+} cp_body;
+
+/* Options of compiled(...) blocks (compiled fns use the defaults). */
+typedef struct cp_opts {
+    char compiler[16];
+    char device[16];
+    int opt_level;
+} cp_opts;
+
+/* A captured tensor with data. */
+typedef struct cp_cap {
+    hd_tensor *t; /* held */
+    int input;    /* its graph input (lifted), or -1 (a constant) */
+    hd_tensor *grad_before;
+} cp_cap;
+
+/* The trace in progress. */
+typedef struct cp_session {
+    hd_vm *vm;
+    cp_body *body;
+    cp_roots roots;
+    cp_scan pre;
+    cp_snapshot snap;
+    uint32_t serial;
+    cp_opts opts;
+    cp_cap *caps;
+    int ncaps, capcaps;
+    /* graph inputs in creation order: names, sources, first-run tensors */
+    cp_input *inputs;
+    hd_tensor **first;
+    int ninputs, capinputs, capfirst;
+    cp_path *state;
+    int nstate, capstate;
+    cp_guard *guards;
+    int nguards, capguards;
+    uint64_t *seen; /* guard path hashes */
+    int nseen, capseen;
+    int oom; /* a read could not be recorded */
+    /* outputs */
+    hd_tensor **outs; /* held */
+    char **outnames;
+    int nouts, capouts, capoutnames;
+    cp_wb *wbs;
+    int nwbs, capwbs;
+    hd_tensor **gradded; /* tensors whose .grad a path writes back (held) */
+    int ngradded, capgradded;
+} cp_session;
+
+typedef struct hd_compiled_state {
+    cp_body *bodies;
+    int log;
+    cp_session *session;
+    char *last_ir;
+    size_t last_ir_size;
+    uint64_t traces, compiles, hits, eager_calls, calls;
+    double compile_seconds;
+    char compiler[16]; /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
+} hd_compiled_state;
+
+/* ---- small helpers ---- */
+
+static hd_compiled_state *state_of(hd_vm *vm) {
+    if (vm->compiled) return vm->compiled;
+    vm->compiled = hd_ctx_calloc(&vm->ctx, 1, sizeof *vm->compiled);
+    if (!vm->compiled) hd_vm_oom(vm);
+    return vm->compiled;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b) {
+    hd_compiled_state *cs = vm->compiled;
+    if (!cs || !cs->log) return;
+    fflush(stdout);
+    fprintf(stderr, fmt, a, b);
+    fputc('\n', stderr);
+}
+
+static int is_symbolic_here(const hd_vm *vm, const hd_tensor *t) {
+    return !t->storage && (uint32_t)(t->trace_ref >> 32) == vm->ctx.trace_serial;
+}
+
+/* ---- templates of returned values ---- */
+
+static void tmpl_free(hd_vm *vm, cp_tmpl *t) {
+    hd_vunref(vm, t->v);
+    t->v = hd_none();
+    cp_path_free(vm, &t->path);
+    for (int i = 0; i < t->n; i++) {
+        tmpl_free(vm, &t->kids[i]);
+        if (t->keys) hd_ctx_strfree(&vm->ctx, t->keys[i]);
+    }
+    if (t->n) hd_ctx_free(&vm->ctx, t->kids, (size_t)t->n * sizeof *t->kids);
+    if (t->keys) hd_ctx_free(&vm->ctx, t->keys, (size_t)t->n * sizeof *t->keys);
+    t->n = 0;
+    t->kids = NULL;
+    t->keys = NULL;
+}
+
+static hd_status tmpl_value(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_tensor **outs,
+                            hd_value *out);
+
+static hd_status tmpl_list(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_tensor **outs,
+                           hd_value *out) {
+    hd_value l = t->kind == CP_T_LIST ? hd_list_new(vm, t->n) : hd_dict_new(vm);
+    if (l.type != HD_V_LIST && l.type != HD_V_DICT) return vm->err ? vm->err : hd_vm_oom(vm);
+    for (int i = 0; i < t->n; i++) {
+        hd_value v;
+        hd_status st = tmpl_value(vm, &t->kids[i], r, outs, &v);
+        if (!st)
+            st = t->kind == CP_T_LIST ? hd_list_push(vm, l, v) : hd_dict_set(vm, l, t->keys[i], v);
+        if (st) {
+            hd_vunref(vm, l);
+            return st;
+        }
+    }
+    *out = l;
+    return HD_OK;
+}
+
+static hd_status tmpl_value(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_tensor **outs,
+                            hd_value *out) {
+    switch (t->kind) {
+    case CP_T_OUT: *out = hd_tensor_value(hd_tensor_ref(outs[t->out])); return HD_OK;
+    case CP_T_CONST: hd_vref(*out = t->v); return HD_OK;
+    case CP_T_PATH:
+        if (!cp_path_get(r, &t->path, out))
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned %s no longer exists",
+                               t->path.text);
+        hd_vref(*out);
+        return HD_OK;
+    case CP_T_LIST:
+    case CP_T_DICT: return tmpl_list(vm, t, r, outs, out);
+    }
+    return HD_OK;
+}
+
+/* ---- entries ---- */
+
+static void inputs_free(hd_vm *vm, cp_input *in, int n) {
+    for (int i = 0; i < n; i++) hd_ctx_strfree(&vm->ctx, in[i].name);
+}
+
+static void wbs_free(hd_vm *vm, cp_wb *w, int n) {
+    for (int i = 0; i < n; i++) {
+        cp_path_free(vm, &w[i].path);
+        hd_tensor_unref(w[i].obj);
+    }
+}
+
+static void entry_free(hd_vm *vm, cp_entry *e) {
+    if (!e) return;
+    for (int i = 0; i < e->nguards; i++) cp_guard_free(vm, &e->guards[i]);
+    cp_free_array(vm, e->guards, e->capguards, sizeof *e->guards);
+    for (int i = 0; i < e->nstate; i++) cp_path_free(vm, &e->state[i]);
+    cp_free_array(vm, e->state, e->capstate, sizeof *e->state);
+    if (e->inputs) {
+        inputs_free(vm, e->inputs, e->ninputs);
+        hd_ctx_free(&vm->ctx, e->inputs, (size_t)(e->ninputs + 1) * sizeof *e->inputs);
+    }
+    if (e->exec) e->jc->free(&vm->ctx, e->exec);
+    for (int k = 0; e->views && k < e->noutputs; k++) {
+        hd_ctx_free(&vm->ctx, e->views[k].ops, (size_t)e->views[k].nops * sizeof(hd_op));
+        hd_ctx_free(&vm->ctx, e->views[k].attrs, (size_t)e->views[k].nops * sizeof(hd_attrs));
+    }
+    if (e->views) hd_ctx_free(&vm->ctx, e->views, (size_t)(e->noutputs + 1) * sizeof *e->views);
+    wbs_free(vm, e->wbs, e->nwbs);
+    cp_free_array(vm, e->wbs, e->capwbs, sizeof *e->wbs);
+    tmpl_free(vm, &e->ret);
+    hd_ctx_free(&vm->ctx, e, sizeof *e);
+}
+
+static void body_free(hd_vm *vm, cp_body *b) {
+    for (int i = 0; i < b->nentries; i++) entry_free(vm, b->entries[i]);
+    hd_ctx_free(&vm->ctx, b->upval_names, (size_t)b->nupval * sizeof *b->upval_names);
+    hd_ctx_free(&vm->ctx, b->slot_names, (size_t)b->nslots * sizeof *b->slot_names);
+    hd_ctx_free(&vm->ctx, b->slot_decl, (size_t)b->nslots);
+    hd_ctx_free(&vm->ctx, b->slot_reads, (size_t)b->nreads * sizeof *b->slot_reads);
+    hd_ctx_free(&vm->ctx, b, sizeof *b);
+}
+
+/* Keep at most CP_MAX_ENTRIES, most recent first. */
+static void body_add(hd_vm *vm, cp_body *b, cp_entry *e) {
+    if (b->nentries == CP_MAX_ENTRIES) entry_free(vm, b->entries[--b->nentries]);
+    memmove(b->entries + 1, b->entries, (size_t)b->nentries * sizeof *b->entries);
+    b->entries[0] = e;
+    b->nentries++;
+}
+
+static void body_promote(cp_body *b, int i) {
+    cp_entry *e = b->entries[i];
+    memmove(b->entries + 1, b->entries, (size_t)i * sizeof *b->entries);
+    b->entries[0] = e;
+}
+
+/* ---- matching a call against an entry ---- */
+
+static void input_type(const cp_input *in, char *buf, size_t n) {
+    char ty[160];
+    hd_ir_type_str(in->dtype, in->shape, in->ndim, ty, sizeof ty);
+    snprintf(buf, n, "%s on %s:%d", ty, in->backend ? in->backend->name : "?", in->device);
+}
+
+static int input_matches(const cp_input *in, const hd_tensor *t) {
+    return t->storage && t->dtype == in->dtype && t->ndim == in->ndim &&
+           !memcmp(t->shape, in->shape, (size_t)t->ndim * sizeof *t->shape) &&
+           t->storage->backend == in->backend && t->storage->device == in->device;
+}
+
+static void input_set_type(cp_input *in, const hd_tensor *t) {
+    in->dtype = t->dtype;
+    in->ndim = t->ndim;
+    memcpy(in->shape, t->shape, sizeof in->shape);
+    in->backend = t->storage ? t->storage->backend : NULL;
+    in->device = t->storage ? t->storage->device : 0;
+}
+
+static int input_why(const cp_input *in, const hd_tensor *t, char *why, size_t n) {
+    cp_input now;
+    memset(&now, 0, sizeof now);
+    input_set_type(&now, t);
+    char a[200], b[200];
+    input_type(in, a, sizeof a);
+    input_type(&now, b, sizeof b);
+    snprintf(why, n, "input '%s' changed: %s -> %s", in->name, a, b);
+    return 0;
+}
+
+/* The tensor input i gets at this call, or NULL (why says what is wrong). */
+static hd_tensor *input_tensor(const cp_entry *e, int i, const cp_roots *r, char *why, size_t n) {
+    const cp_input *in = &e->inputs[i];
+    hd_value v = hd_none();
+    int ok = in->arg >= 0 ? in->arg < r->nargs && (v = r->args[in->arg], 1)
+                          : cp_path_get(r, &e->state[in->state], &v);
+    if (!ok || v.type != HD_V_TENSOR || !v.as.t->storage) {
+        snprintf(why, n, "'%s' is no longer a tensor", in->name);
+        return NULL;
+    }
+    if (!input_matches(in, v.as.t)) return input_why(in, v.as.t, why, n), NULL;
+    return v.as.t;
+}
+
+static int entry_match(hd_vm *vm, const cp_entry *e, const cp_roots *r, uint64_t kw_hash,
+                       const hd_jit_key *key, hd_tensor **inputs, char *why, size_t n) {
+    if (e->nargs != r->nargs || e->kw_hash != kw_hash) {
+        snprintf(why, n, "the arguments changed (%d given, %d before)", r->nargs, e->nargs);
+        return 0;
+    }
+    if (e->grad_mode != hd_grad_is_enabled(&vm->ctx)) {
+        snprintf(why, n, "gradients were turned %s", e->grad_mode ? "off" : "on");
+        return 0;
+    }
+    unsigned diff = hd_jit_key_diff(&e->key, key) & (HD_JIT_KEY_COMPILER | HD_JIT_KEY_OPTIONS);
+    if (diff) {
+        hd_jit_key_describe(diff, NULL, NULL, why, n);
+        return 0;
+    }
+    for (int i = 0; i < e->nguards; i++)
+        if (!cp_guard_check(r, &e->guards[i], why, n)) return 0;
+    for (int i = 0; i < e->ninputs; i++)
+        if (!(inputs[i] = input_tensor(e, i, r, why, n))) return 0;
+    return 1;
+}
+
+/* The entry this call matches (moved to the front), or NULL with why
+ * saying what differs from the most recent one. */
+static cp_entry *cache_find(hd_vm *vm, cp_body *b, const cp_roots *r, uint64_t kw_hash,
+                            const hd_jit_key *key, hd_tensor ***inputs, char *why, size_t n) {
+    char tmp[512];
+    for (int i = 0; i < b->nentries; i++) {
+        cp_entry *e = b->entries[i];
+        hd_tensor **in = hd_ctx_calloc(&vm->ctx, (size_t)(e->ninputs + 1), sizeof *in);
+        if (!in) return hd_vm_oom(vm), NULL;
+        if (entry_match(vm, e, r, kw_hash, key, in, i ? tmp : why, i ? sizeof tmp : n)) {
+            *inputs = in;
+            body_promote(b, i);
+            return e;
+        }
+        hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
+    }
+    return NULL;
+}
+
+/* ---- running an entry ---- */
+
+static hd_tensor *wb_target(const cp_wb *w, hd_tensor **inputs) {
+    return w->input >= 0 ? inputs[w->input] : w->obj;
+}
+
+static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tensor **inputs,
+                          hd_tensor **outs) {
+    hd_tensor *o = outs[w->out], *t;
+    switch (w->kind) {
+    case CP_WB_SET: return cp_path_set(r, &w->path, hd_tensor_value(o));
+    case CP_WB_COPY:
+        t = wb_target(w, inputs);
+        if (t && hd_tensor_copy_into(&vm->ctx, t, o)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        return HD_OK;
+    case CP_WB_GRAD:
+        t = wb_target(w, inputs);
+        if (t && hd_grad_set(&vm->ctx, t, o)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        return HD_OK;
+    }
+    return HD_OK;
+}
+
+static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd_tensor **out) {
+    hd_tensor *t = hd_tensor_ref(inputs[v->input]);
+    for (int i = 0; t && i < v->nops; i++) {
+        hd_tensor *u = NULL;
+        hd_op_run(&vm->ctx, v->ops[i], &t, 1, &v->attrs[i], &u);
+        hd_tensor_unref(t);
+        t = u;
+    }
+    if (!t) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    hd_tensor_unref(*out);
+    *out = t;
+    return HD_OK;
+}
+
+/* Run e on inputs; write back; *ret (may be NULL) gets the returned value. */
+static hd_status entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
+                           hd_value *ret) {
+    hd_ctx *ctx = &vm->ctx;
+    hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)(e->noutputs + 1), sizeof *outs);
+    if (!outs) return hd_vm_oom(vm);
+    hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
+    if (st) st = hd_vm_from_ctx(vm, st);
+    for (int k = 0; !st && k < e->noutputs; k++)
+        if (e->views[k].input >= 0) st = view_remake(vm, &e->views[k], inputs, &outs[k]);
+    for (int i = 0; !st && i < e->nwbs; i++) st = wb_apply(vm, &e->wbs[i], r, inputs, outs);
+    if (!st && ret) st = tmpl_value(vm, &e->ret, r, outs, ret);
+    for (int k = 0; k < e->noutputs; k++) hd_tensor_unref(outs[k]);
+    hd_ctx_free(ctx, outs, (size_t)(e->noutputs + 1) * sizeof *outs);
+    if (!st) e->hits++;
+    return st;
+}
+
+/* ---- bodies ---- */
+
+/* Hash of the source text a span covers (the body part of the key). */
+static uint64_t span_hash(const hd_chunk *c, const hd_span *sp) {
+    const char *s = c->source;
+    size_t i = 0, start, end;
+    int line = 1;
+    for (; i < c->len && line < sp->line; i++)
+        if (s[i] == '\n') line++;
+    start = i + (size_t)(sp->col > 0 ? sp->col - 1 : 0);
+    for (; i < c->len && line < sp->end_line; i++)
+        if (s[i] == '\n') line++;
+    end = i + (size_t)(sp->end_col > 0 ? sp->end_col : 0);
+    if (start > c->len) start = c->len;
+    if (end > c->len || end < start) end = c->len;
+    hd_ir_hasher h;
+    hd_ir_hash_init(&h);
+    hd_ir_hash_bytes(&h, s + start, end - start);
+    return hd_ir_hash_final(&h);
+}
+
+static cp_body *body_find(hd_vm *vm, const void *node) {
+    hd_compiled_state *cs = vm->compiled;
+    cp_body **pp = &cs->bodies;
+    for (cp_body *b = *pp; b; pp = &b->next, b = *pp) {
+        if (b->node != node) continue;
+        *pp = b->next; /* to the front */
+        b->next = cs->bodies;
+        cs->bodies = b;
+        return b;
+    }
+    return NULL;
+}
+
+static cp_body *body_new(hd_vm *vm, const void *node, const char *what, const hd_chunk *c,
+                         const hd_span *sp) {
+    cp_body *b = hd_ctx_calloc(&vm->ctx, 1, sizeof *b);
+    if (!b) return hd_vm_oom(vm), NULL;
+    b->node = node;
+    snprintf(b->where, sizeof b->where, "%s (%s:%d)", what, c->name, sp->line);
+    b->hash = span_hash(c, sp);
+    b->next = vm->compiled->bodies;
+    vm->compiled->bodies = b;
+    return b;
+}
+
+/* Names of the variables a function captures, from its body's names. */
+static void names_walk(const hd_ast *n, hd_ref_kind kind, const char **names, int count, int depth);
+
+static void names_items(const hd_ast *n, hd_ref_kind kind, const char **names, int count,
+                        int depth) {
+    names_walk(n->a, kind, names, count, depth);
+    names_walk(n->b, kind, names, count, depth);
+    names_walk(n->c, kind, names, count, depth);
+    names_walk(n->body, kind, names, count, depth);
+    for (int i = 0; i < n->n; i++) names_walk(n->items[i], kind, names, count, depth);
+}
+
+static void names_walk(const hd_ast *n, hd_ref_kind kind, const char **names, int count,
+                       int depth) {
+    if (!n || depth > 200) return;
+    int has_ref = n->kind == HD_AST_NAME || n->kind == HD_AST_LET || n->kind == HD_AST_FOR ||
+                  n->kind == HD_AST_FNDEF || n->kind == HD_AST_CLASS || n->kind == HD_AST_IMPORT;
+    if (has_ref && n->name &&
+        (n->ref.kind == kind || (kind == HD_REF_LOCAL && n->ref.kind == HD_REF_CELL)) &&
+        n->ref.index >= 0 && n->ref.index < count && !names[n->ref.index])
+        names[n->ref.index] = n->name;
+    if (n->kind == HD_AST_FN || n->kind == HD_AST_FNDEF) return; /* other frames */
+    names_items(n, kind, names, count, depth + 1);
+}
+
+static hd_status body_names(hd_vm *vm, const hd_ast *root, hd_ref_kind kind, int count,
+                            const char ***out) {
+    *out = NULL;
+    if (count <= 0) return HD_OK;
+    const char **names = hd_ctx_calloc(&vm->ctx, (size_t)count, sizeof *names);
+    if (!names) return hd_vm_oom(vm);
+    names_walk(root, kind, names, count, 0);
+    *out = names;
+    return HD_OK;
+}
+
+/* Slots a block declares (let, for, fn, class, import inside it). */
+static void decl_walk(const hd_ast *n, unsigned char *decl, int count, int depth) {
+    if (!n || depth > 200) return;
+    int declares = n->kind == HD_AST_LET || n->kind == HD_AST_FOR || n->kind == HD_AST_FNDEF ||
+                   n->kind == HD_AST_CLASS || n->kind == HD_AST_IMPORT;
+    if (declares && (n->ref.kind == HD_REF_LOCAL || n->ref.kind == HD_REF_CELL) &&
+        n->ref.index >= 0 && n->ref.index < count)
+        decl[n->ref.index] = 1;
+    if (n->kind == HD_AST_FN || n->kind == HD_AST_FNDEF) return;
+    decl_walk(n->a, decl, count, depth + 1);
+    decl_walk(n->b, decl, count, depth + 1);
+    decl_walk(n->c, decl, count, depth + 1);
+    decl_walk(n->body, decl, count, depth + 1);
+    for (int i = 0; i < n->n; i++) decl_walk(n->items[i], decl, count, depth + 1);
+}
+
+/* Outer slots a block reads: marks 2 in reads (declared ones are 1). */
+static void reads_walk(const hd_ast *n, unsigned char *mark, int count, int depth) {
+    if (!n || depth > 200) return;
+    if (n->kind == HD_AST_NAME && (n->ref.kind == HD_REF_LOCAL || n->ref.kind == HD_REF_CELL) &&
+        n->ref.index >= 0 && n->ref.index < count && !mark[n->ref.index])
+        mark[n->ref.index] = 2;
+    if (n->kind == HD_AST_FN) {
+        /* a closure made inside reads the outer cells it captures: through
+         * the cells, which guards on captured variables cover */
+        return;
+    }
+    if (n->kind == HD_AST_FNDEF) return;
+    reads_walk(n->a, mark, count, depth + 1);
+    reads_walk(n->b, mark, count, depth + 1);
+    reads_walk(n->c, mark, count, depth + 1);
+    reads_walk(n->body, mark, count, depth + 1);
+    for (int i = 0; i < n->n; i++) reads_walk(n->items[i], mark, count, depth + 1);
+}
+
+static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body,
+                               int stmt) {
+    HD_UNUSED(stmt);
+    int count = f->nslots;
+    b->nslots = count;
+    if (count <= 0) return HD_OK;
+    unsigned char *mark = hd_ctx_calloc(&vm->ctx, (size_t)count, 1);
+    if (!mark) return hd_vm_oom(vm);
+    b->slot_decl = mark;
+    decl_walk(body, mark, count, 0);
+    int *reads = hd_ctx_calloc(&vm->ctx, (size_t)count, sizeof *reads);
+    if (!reads) return hd_vm_oom(vm);
+    b->slot_reads = reads;
+    b->nreads = count; /* allocation size; entries past nr unused */
+    unsigned char *tmp = hd_ctx_alloc(&vm->ctx, (size_t)count);
+    if (!tmp) return hd_vm_oom(vm);
+    memcpy(tmp, mark, (size_t)count);
+    reads_walk(body, tmp, count, 0);
+    int nr = 0;
+    for (int i = 0; i < count; i++)
+        if (tmp[i] == 2) reads[nr++] = i;
+    for (int i = nr; i < count; i++) reads[i] = -1;
+    hd_ctx_free(&vm->ctx, tmp, (size_t)count);
+    const hd_ast *scope = f->closure ? f->closure->fn->body : f->chunk->parse.program;
+    return body_names(vm, scope, HD_REF_LOCAL, count, &b->slot_names);
+}
+
+static hd_status body_upvals(hd_vm *vm, cp_body *b, const hd_closure *c) {
+    if (!c || b->upval_names) return HD_OK;
+    b->nupval = c->ncells;
+    return body_names(vm, c->fn->body, HD_REF_UPVALUE, c->ncells, &b->upval_names);
+}
+
+static cp_body *body_get(hd_vm *vm, const void *node, const char *what, const hd_chunk *c,
+                         const hd_span *sp) {
+    if (!state_of(vm)) return NULL;
+    cp_body *b = body_find(vm, node);
+    return b ? b : body_new(vm, node, what, c, sp);
+}
+
+/* ---- the trace in progress ---- */
+
+static cp_session *session_of(hd_vm *vm) {
+    return vm->compiled ? vm->compiled->session : NULL;
+}
+
+/* A read failed to record for want of memory: the trace fails at its end
+ * (reads happen inside the evaluator, which does not expect errors there). */
+static int note_oom(cp_session *s) {
+    hd_vm_clear_error(s->vm);
+    s->oom = 1;
+    return 1;
+}
+
+static void unique_name(const cp_session *s, const char *base, char *buf, size_t n) {
+    snprintf(buf, n, "%s", base);
+    for (int k = 2;; k++) {
+        int clash = 0;
+        for (int i = 0; i < s->ninputs && !clash; i++) clash = !strcmp(s->inputs[i].name, buf);
+        if (!clash) return;
+        snprintf(buf, n, "%s#%d", base, k);
+    }
+}
+
+/* A graph input: a name unique among the inputs (into name), where its
+ * tensor comes from, and t, its tensor at this call (held). */
+static hd_status session_input(cp_session *s, const char *base, int arg, int state, hd_tensor *t,
+                               char *name, size_t n) {
+    hd_vm *vm = s->vm;
+    if (!CP_GROW(vm, s->inputs, s->capinputs, s->ninputs) ||
+        !CP_GROW(vm, s->first, s->capfirst, s->ninputs))
+        return vm->err;
+    unique_name(s, base, name, n);
+    cp_input *in = &s->inputs[s->ninputs];
+    memset(in, 0, sizeof *in);
+    in->arg = arg;
+    in->state = state;
+    input_set_type(in, t);
+    if (!(in->name = hd_ctx_strdup(&vm->ctx, name))) return hd_vm_oom(vm);
+    s->first[s->ninputs++] = hd_tensor_ref(t);
+    return HD_OK;
+}
+
+static hd_status session_cap(cp_session *s, hd_tensor *t, int input) {
+    if (!CP_GROW(s->vm, s->caps, s->capcaps, s->ncaps)) return s->vm->err;
+    cp_cap *c = &s->caps[s->ncaps++];
+    c->t = hd_tensor_ref(t);
+    c->input = input;
+    c->grad_before = hd_tensor_ref(hd_grad_get(t));
+    return HD_OK;
+}
+
+/* The lift hook: a tensor the scan found (a field of an object the call
+ * reaches, a global, a captured variable...) becomes an input read again
+ * at every call through its path; any other is a constant. */
+static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n) {
+    cp_session *s = ud;
+    hd_vm *vm = s->vm;
+    int node = cp_scan_find(&s->pre, t), input = -1;
+    hd_status st = HD_OK;
+    if (node >= 0 && CP_GROW(vm, s->state, s->capstate, s->nstate)) {
+        cp_path *p = &s->state[s->nstate];
+        st = cp_scan_path(&s->pre, &s->roots, node, p);
+        if (!st) {
+            s->nstate++;
+            input = s->ninputs;
+            st = session_input(s, p->text, -1, s->nstate - 1, t, name, n);
+        }
+    } else if (node >= 0) {
+        st = vm->err;
+    }
+    if (!st) st = session_cap(s, t, input);
+    if (st) {
+        hd_error(ctx, HD_ERR_MEMORY, "%s", vm->errmsg);
+        hd_vm_clear_error(vm);
+        return -1;
+    }
+    return input >= 0;
+}
+
+/* Has a guard on the path with this hash been recorded? Records it. */
+static int session_seen(cp_session *s, uint64_t h) {
+    for (int i = 0; i < s->nseen; i++)
+        if (s->seen[i] == h) return 1;
+    if (!CP_GROW(s->vm, s->seen, s->capseen, s->nseen)) return note_oom(s);
+    s->seen[s->nseen++] = h;
+    return 0;
+}
+
+static void session_guard(cp_session *s, cp_path *p, hd_value v) {
+    /* a tensor this trace made was stored by the body itself: reading it
+     * back says nothing about the state before the call */
+    if (v.type == HD_V_TENSOR && is_symbolic_here(s->vm, v.as.t)) {
+        cp_path_free(s->vm, p);
+        return;
+    }
+    if (!CP_GROW(s->vm, s->guards, s->capguards, s->nguards)) {
+        note_oom(s);
+        cp_path_free(s->vm, p);
+        return;
+    }
+    cp_guard_make(s->vm, p, v, &s->guards[s->nguards++]);
+}
+
+void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v) {
+    cp_session *s = session_of(vm);
+    if (!s || session_seen(s, cp_hash_root(CP_ROOT_GLOBAL, slot, m))) return;
+    cp_path p;
+    if (cp_path_root(&s->roots, CP_ROOT_GLOBAL, slot, m, &p)) {
+        note_oom(s);
+        return;
+    }
+    session_guard(s, &p, v);
+}
+
+void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v) {
+    cp_session *s = session_of(vm);
+    int node = s ? cp_scan_find(&s->pre, c) : -1;
+    if (node < 0 || session_seen(s, s->pre.nodes[node].hash)) return;
+    cp_path p;
+    if (cp_scan_path(&s->pre, &s->roots, node, &p)) {
+        note_oom(s);
+        return;
+    }
+    session_guard(s, &p, v);
+}
+
+static void note_module(hd_vm *vm, hd_module *m, const char *name, hd_value v) {
+    const hd_value *slot = hd_dict_get(m->names, name);
+    if (slot && slot->type == HD_V_INT) hd_compiled_note_global(vm, m, (int)slot->as.i, v);
+}
+
+void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v) {
+    cp_session *s = session_of(vm);
+    if (!s) return;
+    if (x.type == HD_V_MODULE) {
+        if (name) note_module(vm, (hd_module *)x.as.o, name, v);
+        return;
+    }
+    if (x.type != HD_V_OBJECT && x.type != HD_V_DICT && x.type != HD_V_LIST) return;
+    int node = cp_scan_find(&s->pre, x.as.o);
+    if (node < 0) return;
+    cp_step step = {name ? CP_FIELD : CP_INDEX, i, (char *)name};
+    if (session_seen(s, cp_hash_step(s->pre.nodes[node].hash, &step))) return;
+    cp_path base, p;
+    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
+        note_oom(s);
+        return;
+    }
+    hd_status st = cp_path_extend(vm, &base, step.kind, i, name, &p);
+    cp_path_free(vm, &base);
+    if (st) {
+        note_oom(s);
+        return;
+    }
+    session_guard(s, &p, v);
+}
+
+/* A guard on a root (an argument, an outer slot) with its value now. */
+static hd_status session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v) {
+    cp_path p;
+    if (!hd_is_uninit(v) && v.type != HD_V_CELL &&
+        !session_seen(s, cp_hash_root(kind, index, NULL))) {
+        if (cp_path_root(&s->roots, kind, index, NULL, &p)) return s->vm->err;
+        session_guard(s, &p, v);
+    }
+    return s->oom ? hd_vm_oom(s->vm) : HD_OK;
+}
+
+static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,
+                               const char *name) {
+    memset(s, 0, sizeof *s);
+    s->vm = vm;
+    s->body = b;
+    s->opts = *o;
+    if (hd_trace_begin(&vm->ctx, name)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    s->serial = vm->ctx.trace_serial;
+    hd_trace_set_lift(&vm->ctx, session_lift, s);
+    vm->compiled->session = s;
+    if (!b->implicit) vm->compiled->traces++;
+    b->traces++;
+    return HD_OK;
+}
+
+/* Start reading: the roots are set; scan the heap they reach. */
+static hd_status session_scan(cp_session *s, const cp_roots *r) {
+    s->roots = *r;
+    if (cp_scan_build(&s->pre, r) || cp_snapshot_take(&s->snap, s->vm, &s->pre, r))
+        return s->vm->err;
+    s->vm->trace_reads = 1;
+    return HD_OK;
+}
+
+static void session_free(cp_session *s) {
+    hd_vm *vm = s->vm;
+    vm->trace_reads = 0;
+    if (vm->compiled && vm->compiled->session == s) vm->compiled->session = NULL;
+    hd_trace_abort(&vm->ctx);
+    for (int i = 0; i < s->ncaps; i++) {
+        hd_tensor_unref(s->caps[i].t);
+        hd_tensor_unref(s->caps[i].grad_before);
+    }
+    cp_free_array(vm, s->caps, s->capcaps, sizeof *s->caps);
+    inputs_free(vm, s->inputs, s->ninputs);
+    for (int i = 0; i < s->ninputs; i++) hd_tensor_unref(s->first[i]);
+    cp_free_array(vm, s->inputs, s->capinputs, sizeof *s->inputs);
+    cp_free_array(vm, s->first, s->capfirst, sizeof *s->first);
+    for (int i = 0; i < s->nstate; i++) cp_path_free(vm, &s->state[i]);
+    cp_free_array(vm, s->state, s->capstate, sizeof *s->state);
+    for (int i = 0; i < s->nguards; i++) cp_guard_free(vm, &s->guards[i]);
+    cp_free_array(vm, s->guards, s->capguards, sizeof *s->guards);
+    cp_free_array(vm, s->seen, s->capseen, sizeof *s->seen);
+    for (int i = 0; i < s->nouts; i++) {
+        hd_tensor_unref(s->outs[i]);
+        hd_ctx_strfree(&vm->ctx, s->outnames[i]);
+    }
+    cp_free_array(vm, s->outs, s->capouts, sizeof *s->outs);
+    cp_free_array(vm, s->outnames, s->capoutnames, sizeof *s->outnames);
+    wbs_free(vm, s->wbs, s->nwbs);
+    cp_free_array(vm, s->wbs, s->capwbs, sizeof *s->wbs);
+    cp_scan_free(&s->pre);
+    cp_snapshot_free(&s->snap);
+    for (int i = 0; i < s->ngradded; i++) hd_tensor_unref(s->gradded[i]);
+    cp_free_array(vm, s->gradded, s->capgradded, sizeof *s->gradded);
+}
+
+/* ---- errors kept while the heap is put back ---- */
+
+typedef struct cp_err {
+    hd_status err;
+    int located;
+    char msg[HD_ERRMSG_MAX];
+    char *text;
+} cp_err;
+
+static void err_save(hd_vm *vm, cp_err *e) {
+    e->err = vm->err;
+    e->located = vm->err_located;
+    memcpy(e->msg, vm->errmsg, sizeof e->msg);
+    e->text = e->located ? hd_ctx_strdup(&vm->ctx, vm->errtext) : NULL;
+    vm->err = HD_OK;
+    hd_error_clear(&vm->ctx);
+}
+
+static void err_restore(hd_vm *vm, cp_err *e) {
+    vm->err = e->err;
+    vm->err_located = e->located && e->text;
+    memcpy(vm->errmsg, e->msg, sizeof e->msg);
+    if (e->text) {
+        snprintf(vm->errtext, sizeof vm->errtext, "%s", e->text);
+        hd_ctx_strfree(&vm->ctx, e->text);
+    }
+}
+
+/* After a failed trace (or one whose results run eagerly): the heap the
+ * call reaches as it was before, and every captured tensor's gradient.
+ * The trace has ended. */
+static void session_restore(cp_session *s) {
+    hd_vm *vm = s->vm;
+    cp_err saved;
+    err_save(vm, &saved);
+    vm->trace_reads = 0;
+    cp_snapshot_restore(&s->snap);
+    for (int i = 0; i < s->ncaps; i++) {
+        hd_tensor *g = hd_grad_get(s->caps[i].t);
+        if (g && !g->storage) hd_grad_set(&vm->ctx, s->caps[i].t, s->caps[i].grad_before);
+    }
+    hd_vm_clear_error(vm);
+    err_restore(vm, &saved);
+}
+
+/* ---- outputs of a finished trace ---- */
+
+static int same_value(const hd_tensor *a, const hd_tensor *b) {
+    if (a == b) return 1;
+    return !a->storage && !b->storage && a->trace_ref && a->trace_ref == b->trace_ref;
+}
+
+/* The output index of t (one output per value); -1 on error. */
+static int out_add(cp_session *s, hd_tensor *t, const char *base) {
+    hd_vm *vm = s->vm;
+    for (int i = 0; i < s->nouts; i++)
+        if (same_value(s->outs[i], t)) return i;
+    if (!CP_GROW(vm, s->outs, s->capouts, s->nouts) ||
+        !CP_GROW(vm, s->outnames, s->capoutnames, s->nouts))
+        return -1;
+    char name[300];
+    snprintf(name, sizeof name, "%s", base);
+    for (int k = 2, clash = 1; clash; k++) {
+        clash = 0;
+        for (int i = 0; i < s->nouts && !clash; i++) clash = !strcmp(s->outnames[i], name);
+        if (clash) snprintf(name, sizeof name, "%s#%d", base, k);
+    }
+    if (hd_trace_output(&vm->ctx, name, t)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME), -1;
+    if (!(s->outnames[s->nouts] = hd_ctx_strdup(&vm->ctx, name))) return hd_vm_oom(vm), -1;
+    s->outs[s->nouts] = hd_tensor_ref(t);
+    return s->nouts++;
+}
+
+static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth);
+
+static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
+    hd_vm *vm = s->vm;
+    int dict = v.type == HD_V_DICT;
+    int64_t n = dict ? hd_as_dict(v)->len : hd_as_list(v)->len;
+    t->kind = dict ? CP_T_DICT : CP_T_LIST;
+    if (!n) return HD_OK;
+    if (n > 1 << 20) return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned list is too long");
+    t->kids = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->kids);
+    if (dict && t->kids) t->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->keys);
+    if (!t->kids || (dict && !t->keys)) return hd_vm_oom(vm);
+    t->n = (int)n;
+    for (int i = 0; i < t->n; i++) t->kids[i].v = hd_none();
+    for (int i = 0; i < t->n; i++) {
+        hd_value item = dict ? hd_as_dict(v)->vals[i] : hd_as_list(v)->items[i];
+        if (dict && !(t->keys[i] = hd_ctx_strdup(&vm->ctx, hd_as_dict(v)->keys[i]->chars)))
+            return hd_vm_oom(vm);
+        if (tmpl_build(s, item, &t->kids[i], depth + 1)) return vm->err;
+    }
+    return HD_OK;
+}
+
+/* The shape of the returned value: tensors become outputs; numbers,
+ * strings and none stay as they are; values from before the call are
+ * found again by their paths. */
+static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
+    hd_vm *vm = s->vm;
+    memset(t, 0, sizeof *t);
+    t->v = hd_none();
+    if (depth > 64)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned value is nested too deeply");
+    switch (v.type) {
+    case HD_V_TENSOR:
+        t->kind = CP_T_OUT;
+        t->out = out_add(s, v.as.t, "return");
+        return t->out < 0 ? vm->err : HD_OK;
+    case HD_V_NONE:
+    case HD_V_BOOL:
+    case HD_V_INT:
+    case HD_V_FLOAT:
+    case HD_V_STR:
+    case HD_V_DTYPE:
+        t->kind = CP_T_CONST;
+        hd_vref(t->v = v);
+        return HD_OK;
+    case HD_V_LIST:
+    case HD_V_DICT:
+        if (cp_scan_find(&s->pre, v.as.o) < 0) return tmpl_kids(s, v, t, depth);
+        /* a container from before the call is returned as itself */
+        /* fall through */
+    default: {
+        int node = cp_scan_find(&s->pre, hd_value_is_obj(v) ? (const void *)v.as.o : NULL);
+        if (node < 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "compiled code returns tensors, numbers, strings, none, and lists "
+                               "and dicts of them; this returns a %s made inside it",
+                               hd_value_type_name(v));
+        t->kind = CP_T_PATH;
+        return cp_scan_path(&s->pre, &s->roots, node, &t->path);
+    }
+    }
+}
+
+static cp_wb *wb_new(cp_session *s, cp_wb_kind kind, int out) {
+    if (out < 0 || !CP_GROW(s->vm, s->wbs, s->capwbs, s->nwbs)) return NULL;
+    cp_wb *w = &s->wbs[s->nwbs++];
+    memset(w, 0, sizeof *w);
+    w->kind = kind;
+    w->out = out;
+    w->input = -1;
+    return w;
+}
+
+/* Outer places the body filled with traced tensors: outputs written back
+ * after each run (the arguments themselves and .grad are not: gradients
+ * are written back from the captured tensors). */
+/* A traced gradient on a tensor at a path: written back through the path
+ * (t.grad); remembered so that wb_grads does not write it again. */
+static int wb_is_grad(cp_session *s, const cp_scan *post, int i) {
+    const cp_node *n = &post->nodes[i];
+    if (n->parent < 0 || n->step.kind != CP_GRAD || cp_scan_under_grad(post, n->parent)) return -1;
+    hd_value t = post->nodes[n->parent].v;
+    if (!CP_GROW(s->vm, s->gradded, s->capgradded, s->ngradded)) return 0;
+    s->gradded[s->ngradded++] = hd_tensor_ref(t.as.t);
+    return 1;
+}
+
+static hd_status wb_scan(cp_session *s) {
+    hd_vm *vm = s->vm;
+    cp_scan post;
+    hd_status st = cp_scan_build(&post, &s->roots);
+    for (int i = 0; !st && i < post.n; i++) {
+        hd_value v = post.nodes[i].v;
+        if (v.type != HD_V_TENSOR || !is_symbolic_here(vm, v.as.t) || cp_scan_is_arg(&post, i))
+            continue;
+        int g = cp_scan_under_grad(&post, i) ? wb_is_grad(s, &post, i) : -1;
+        if (!g) {
+            st = vm->err;
+            break;
+        }
+        if (g < 0 && cp_scan_under_grad(&post, i)) continue;
+        cp_path p;
+        if ((st = cp_scan_path(&post, &s->roots, i, &p))) break;
+        cp_wb *w = wb_new(s, CP_WB_SET, out_add(s, v.as.t, p.text));
+        if (!w) {
+            cp_path_free(vm, &p);
+            st = vm->err ? vm->err : hd_vm_oom(vm);
+            break;
+        }
+        w->path = p;
+    }
+    cp_scan_free(&post);
+    return st;
+}
+
+static int cap_input(const cp_session *s, const hd_tensor *t) {
+    for (int i = 0; i < s->ncaps; i++)
+        if (s->caps[i].t == t) return s->caps[i].input;
+    return -1;
+}
+
+/* Tensors written whole in place: copied into after each run. */
+static hd_status wb_writes(cp_session *s) {
+    int n = hd_trace_nwrites(&s->vm->ctx);
+    for (int i = 0; i < n; i++) {
+        hd_tensor *t = hd_trace_write_target(&s->vm->ctx, i);
+        int node = cp_scan_find(&s->pre, t);
+        char name[300] = "written";
+        if (node >= 0) {
+            cp_path p;
+            if (cp_scan_path(&s->pre, &s->roots, node, &p)) return s->vm->err;
+            snprintf(name, sizeof name, "%s", p.text);
+            cp_path_free(s->vm, &p);
+        }
+        cp_wb *w = wb_new(s, CP_WB_COPY, out_add(s, t, name));
+        if (!w) return s->vm->err ? s->vm->err : hd_vm_oom(s->vm);
+        w->input = cap_input(s, t);
+        if (w->input < 0) w->obj = hd_tensor_ref(t);
+    }
+    return HD_OK;
+}
+
+static hd_status wb_grad(cp_session *s, hd_tensor *t, int input) {
+    hd_tensor *g = hd_grad_get(t);
+    if (!g || !is_symbolic_here(s->vm, g)) return HD_OK;
+    cp_wb *w = wb_new(s, CP_WB_GRAD, out_add(s, g, "grad"));
+    if (!w) return s->vm->err ? s->vm->err : hd_vm_oom(s->vm);
+    w->input = input;
+    if (input < 0) w->obj = hd_tensor_ref(t);
+    return HD_OK;
+}
+
+/* Gradients backward() left on captured tensors and on arguments. */
+static int gradded(const cp_session *s, const hd_tensor *t) {
+    for (int i = 0; i < s->ngradded; i++)
+        if (s->gradded[i] == t) return 1;
+    return 0;
+}
+
+static hd_status wb_grads(cp_session *s, hd_value *sym, int nsym) {
+    for (int i = 0; i < s->ncaps; i++)
+        if (!gradded(s, s->caps[i].t) && wb_grad(s, s->caps[i].t, s->caps[i].input))
+            return s->vm->err;
+    for (int i = 0, k = 0; i < nsym; i++) {
+        if (sym[i].type != HD_V_TENSOR || sym[i].as.t->storage || gradded(s, sym[i].as.t)) continue;
+        while (k < s->ninputs && s->inputs[k].arg != i) k++;
+        if (k < s->ninputs && wb_grad(s, sym[i].as.t, k)) return s->vm->err;
+    }
+    return HD_OK;
+}
+
+/* A traced result with gradient history: a graph would drop it. */
+static int has_history(const hd_tensor *t) {
+    return hd_grad_has_history(t);
+}
+
+static int tmpl_needs_grad(const cp_session *s, const cp_tmpl *t) {
+    if (t->kind == CP_T_OUT) return has_history(s->outs[t->out]);
+    for (int i = 0; i < t->n; i++)
+        if (tmpl_needs_grad(s, &t->kids[i])) return 1;
+    return 0;
+}
+
+/* Does a result need gradients (running the graph would lose its
+ * history)? */
+static int needs_grad(const cp_session *s, const cp_tmpl *ret) {
+    for (int i = 0; i < s->nwbs; i++)
+        if (s->wbs[i].kind == CP_WB_SET && has_history(s->outs[s->wbs[i].out])) return 1;
+    return ret && tmpl_needs_grad(s, ret);
+}
+
+/* ---- from a finished trace to an entry ---- */
+
+static const char *default_compiler(hd_ctx *ctx) {
+    const char *env = getenv("HODU_COMPILER");
+    if (env && *env) return env;
+    const hd_jit_compiler *jc;
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    if (!hd_jit_compiler_find(ctx, "llvm", &jc) && !jc->available(ctx, &o)) return "llvm";
+    hd_error_clear(ctx);
+    return "interp";
+}
+
+static void opts_default(hd_vm *vm, cp_opts *o) {
+    hd_compiled_state *cs = state_of(vm);
+    memset(o, 0, sizeof *o);
+    if (!cs) {
+        hd_vm_clear_error(vm); /* the compile that follows fails the same way */
+        snprintf(o->compiler, sizeof o->compiler, "%s", default_compiler(&vm->ctx));
+    } else {
+        if (!cs->compiler[0])
+            snprintf(cs->compiler, sizeof cs->compiler, "%s", default_compiler(&vm->ctx));
+        memcpy(o->compiler, cs->compiler, sizeof o->compiler);
+    }
+    snprintf(o->device, sizeof o->device, "cpu");
+    o->opt_level = 1;
+}
+
+static void opts_jit(const cp_opts *o, hd_jit_options *j) {
+    hd_jit_options_init(j);
+    j->device = o->device;
+    j->opt_level = o->opt_level;
+}
+
+/* The parts of a key that do not depend on what the body read. */
+static void key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k) {
+    hd_jit_options j;
+    opts_jit(o, &j);
+    memset(k, 0, sizeof *k);
+    k->body = b->hash;
+    k->compiler = hd_jit_string_hash(o->compiler);
+    k->options = hd_jit_options_hash(&j);
+}
+
+static uint64_t guards_hash(const cp_guard *g, int n) {
+    hd_ir_hasher h;
+    hd_ir_hash_init(&h);
+    for (int i = 0; i < n; i++) {
+        char brief[128];
+        cp_value_brief(g[i].v, brief, sizeof brief);
+        hd_ir_hash_str(&h, g[i].path.text);
+        hd_ir_hash_u64(&h, (uint64_t)g[i].kind * 31 + (uint64_t)g[i].len);
+        hd_ir_hash_str(&h, brief);
+    }
+    return hd_ir_hash_final(&h);
+}
+
+static int find_input(const cp_session *s, const char *name) {
+    for (int i = 0; i < s->ninputs; i++)
+        if (s->inputs[i].name && !strcmp(s->inputs[i].name, name)) return i;
+    return -1;
+}
+
+/* Inputs in the graph's order, taken from the session; first gets the
+ * tensors of this call in that order. */
+static hd_status entry_inputs(cp_session *s, const hd_ir_graph *g, cp_entry *e, hd_tensor **first) {
+    hd_vm *vm = s->vm;
+    e->inputs = hd_ctx_calloc(&vm->ctx, (size_t)(g->ninputs + 1), sizeof *e->inputs);
+    if (!e->inputs) return hd_vm_oom(vm);
+    e->ninputs = g->ninputs;
+    for (int i = 0; i < g->ninputs; i++) {
+        int k = find_input(s, g->inputs[i].name);
+        if (k < 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "internal error: unknown graph input");
+        e->inputs[i] = s->inputs[k];
+        s->inputs[k].name = NULL;
+        first[i] = s->first[k];
+    }
+    return HD_OK;
+}
+
+/* Does value v view an input through view ops only? *n gets their count. */
+static int view_chain(const hd_ir_graph *g, int v, int *n) {
+    *n = 0;
+    while (g->values[v].kind == HD_IR_VALUE_NODE) {
+        const hd_ir_node *nd = &g->nodes[g->values[v].index];
+        if (nd->op < 0 || hd_op_infos[nd->op].kind != HD_KIND_VIEW) return -1;
+        v = nd->in[0];
+        ++*n;
+    }
+    return g->values[v].kind == HD_IR_VALUE_INPUT ? g->values[v].index : -1;
+}
+
+static hd_status view_make(hd_vm *vm, const hd_ir_graph *g, int v, cp_view *out) {
+    int n;
+    out->input = view_chain(g, v, &n);
+    if (out->input < 0 || !n) return HD_OK;
+    out->ops = hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->ops);
+    out->attrs = out->ops ? hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->attrs) : NULL;
+    if (!out->attrs) {
+        hd_ctx_free(&vm->ctx, out->ops, (size_t)n * sizeof *out->ops);
+        out->ops = NULL;
+        return hd_vm_oom(vm);
+    }
+    out->nops = n;
+    for (int i = n - 1; i >= 0; i--) { /* the chain runs from the input */
+        const hd_ir_node *nd = &g->nodes[g->values[v].index];
+        out->ops[i] = (hd_op)nd->op;
+        out->attrs[i] = nd->attrs;
+        v = nd->in[0];
+    }
+    return HD_OK;
+}
+
+static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
+    e->views = hd_ctx_calloc(&vm->ctx, (size_t)(g->noutputs + 1), sizeof *e->views);
+    if (!e->views) return hd_vm_oom(vm);
+    e->noutputs = g->noutputs;
+    for (int k = 0; k < g->noutputs; k++)
+        if (view_make(vm, g, g->outputs[k].value, &e->views[k])) return vm->err;
+    return HD_OK;
+}
+
+/* Move what the key is made of from the session into e. */
+static void entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash) {
+    e->nargs = nargs;
+    e->kw_hash = kw_hash;
+    e->grad_mode = hd_grad_is_enabled(&s->vm->ctx);
+    e->guards = s->guards;
+    e->nguards = s->nguards;
+    e->capguards = s->capguards;
+    e->state = s->state;
+    e->nstate = s->nstate;
+    e->capstate = s->capstate;
+    e->wbs = s->wbs;
+    e->nwbs = s->nwbs;
+    e->capwbs = s->capwbs;
+    s->guards = NULL;
+    s->nguards = s->capguards = 0;
+    s->state = NULL;
+    s->nstate = s->capstate = 0;
+    s->wbs = NULL;
+    s->nwbs = s->capwbs = 0;
+    e->key.constants = guards_hash(e->guards, e->nguards);
+}
+
+static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd_ir_graph *g,
+                               cp_entry *e) {
+    hd_ctx *ctx = &vm->ctx;
+    hd_jit_options j;
+    opts_jit(o, &j);
+    double t0 = now_seconds();
+    if (hd_jit_compiler_find(ctx, o->compiler, &e->jc) || e->jc->available(ctx, &j) ||
+        e->jc->compile(ctx, g, &j, &e->exec))
+        return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    double dt = now_seconds() - t0;
+    if (vm->compiled->log == 2) {
+        char secs[64];
+        snprintf(secs, sizeof secs, "%.3f ms", dt * 1e3);
+        logf_line(vm, "hodu: compile %s in %s", b->where, secs);
+    }
+    b->compile_seconds += dt;
+    if (!b->implicit) {
+        vm->compiled->compile_seconds += dt;
+        vm->compiled->compiles++;
+    }
+    return hd_compiled_set_last_ir(vm, e->jc->graph(e->exec));
+}
+
+static hd_status entry_inputs_session(cp_session *s, cp_entry *e) {
+    hd_vm *vm = s->vm;
+    e->inputs = hd_ctx_calloc(&vm->ctx, (size_t)(s->ninputs + 1), sizeof *e->inputs);
+    if (!e->inputs) return hd_vm_oom(vm);
+    e->ninputs = s->ninputs;
+    for (int i = 0; i < s->ninputs; i++) {
+        e->inputs[i] = s->inputs[i];
+        s->inputs[i].name = NULL;
+    }
+    return HD_OK;
+}
+
+/* The body ran. Gather its outputs and end the trace: e gets the graph's
+ * executable, or (a result needs gradients, which a graph would lose)
+ * e->eager is set and the trace is abandoned. first (graph order) gets the
+ * tensors of this call, borrowed from the session. */
+static hd_status session_finish(cp_session *s, const hd_value *ret, hd_value *sym, int nsym,
+                                cp_entry *e, hd_tensor ***first) {
+    hd_vm *vm = s->vm;
+    vm->trace_reads = 0;
+    if (s->oom) return hd_vm_oom(vm);
+    hd_status st = ret ? tmpl_build(s, *ret, &e->ret, 0) : HD_OK;
+    if (!st) st = wb_scan(s);
+    if (!st) st = wb_writes(s);
+    if (!st) st = wb_grads(s, sym, nsym);
+    if (st) return st;
+    if (needs_grad(s, ret ? &e->ret : NULL)) {
+        e->eager = 1;
+        hd_trace_abort(&vm->ctx);
+        return entry_inputs_session(s, e);
+    }
+    hd_ir_graph *g = NULL;
+    if (hd_trace_end(&vm->ctx, &g)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    *first = hd_ctx_calloc(&vm->ctx, (size_t)(g->ninputs + 1), sizeof **first);
+    st = *first ? HD_OK : hd_vm_oom(vm);
+    if (!st) st = entry_inputs(s, g, e, *first);
+    if (!st) st = entry_outputs(vm, g, e);
+    if (!st) {
+        hd_jit_signature sig;
+        hd_jit_signature_make(&sig, *first, g->ninputs);
+        e->key.inputs = sig.hash;
+        st = entry_compile(vm, s->body, &s->opts, g, e);
+    }
+    hd_ir_graph_free(g);
+    return st;
+}
+
+static void first_free(hd_vm *vm, cp_entry *e, hd_tensor **first) {
+    if (first) hd_ctx_free(&vm->ctx, first, (size_t)(e->ninputs + 1) * sizeof *first);
+}
+
+static hd_status implicit_check(hd_vm *vm);
+
+/* ---- compiled fn ---- */
+
+static void count_eager(hd_vm *vm, cp_body *b) {
+    b->eager_calls++;
+    if (!b->implicit) vm->compiled->eager_calls++;
+}
+
+/* One call's arguments, flattened: self (if any), positional, named. */
+typedef struct cp_call {
+    hd_closure *c;
+    int has_self, nargs, nkw, nall;
+    const hd_kwarg *kw;
+    hd_value *all;
+    const char **names;
+    hd_value all_buf[16];
+    const char *names_buf[16];
+    uint64_t kw_hash;
+} cp_call;
+
+static hd_status call_flatten(hd_vm *vm, cp_call *k, hd_closure *c, hd_value self, int has_self,
+                              const hd_value *args, int nargs, const hd_kwarg *kw, int nkw) {
+    memset(k, 0, sizeof *k);
+    k->c = c;
+    k->has_self = has_self;
+    k->nargs = nargs;
+    k->kw = kw;
+    k->nkw = nkw;
+    k->nall = has_self + nargs + nkw;
+    k->all = k->all_buf;
+    k->names = k->names_buf;
+    if (k->nall > 16) {
+        k->all = hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->all);
+        k->names = k->all ? hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->names) : NULL;
+        if (!k->names) return hd_vm_oom(vm);
+    }
+    const hd_ast_fn *fn = c->fn;
+    int at = 0;
+    if (has_self) {
+        k->all[at] = self;
+        k->names[at++] = fn->nparams ? fn->params[0].name : "self";
+    }
+    for (int i = 0; i < nargs; i++, at++) {
+        k->all[at] = args[i];
+        k->names[at] = has_self + i < fn->nparams ? fn->params[has_self + i].name : "arg";
+    }
+    hd_ir_hasher h;
+    hd_ir_hash_init(&h);
+    for (int i = 0; i < nkw; i++, at++) {
+        k->all[at] = kw[i].value;
+        k->names[at] = kw[i].name;
+        hd_ir_hash_str(&h, kw[i].name);
+    }
+    k->kw_hash = hd_ir_hash_final(&h);
+    return HD_OK;
+}
+
+static void call_free(hd_vm *vm, cp_call *k) {
+    if (k->all && k->all != k->all_buf)
+        hd_ctx_free(&vm->ctx, k->all, (size_t)k->nall * sizeof *k->all);
+    if (k->names && k->names != k->names_buf)
+        hd_ctx_free(&vm->ctx, k->names, (size_t)k->nall * sizeof *k->names);
+}
+
+static void call_roots(const cp_call *k, hd_vm *vm, const cp_body *b, const hd_value *args,
+                       cp_roots *r) {
+    memset(r, 0, sizeof *r);
+    r->vm = vm;
+    r->args = args;
+    r->nargs = k->nall;
+    r->arg_names = k->names;
+    r->closure = k->c;
+    r->upval_names = b->upval_names;
+}
+
+static hd_status call_eager(hd_vm *vm, cp_body *b, const cp_call *k, hd_value *out) {
+    if (b) count_eager(vm, b);
+    const hd_value *all = k->all;
+    hd_kwarg kwbuf[16], *kw = k->nkw <= 16 ? kwbuf : NULL;
+    if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)k->nkw * sizeof *kw);
+    if (!kw) return hd_vm_oom(vm);
+    for (int i = 0; i < k->nkw; i++) kw[i] = k->kw[i];
+    hd_status st = hd_eval_closure(vm, k->c, k->has_self ? all[0] : hd_none(), k->has_self,
+                                   all + k->has_self, k->nargs, kw, k->nkw, out);
+    if (kw != kwbuf) hd_ctx_free(&vm->ctx, kw, (size_t)k->nkw * sizeof *kw);
+    return st;
+}
+
+/* Symbolic tensors for the tensor arguments (graph inputs named after the
+ * parameters); other arguments as they are. */
+static hd_status call_symbolic(cp_session *s, const cp_call *k, hd_value *sym) {
+    hd_vm *vm = s->vm;
+    for (int i = 0; i < k->nall; i++) sym[i] = hd_none();
+    for (int i = 0; i < k->nall; i++) {
+        hd_value v = k->all[i];
+        if (v.type != HD_V_TENSOR || !v.as.t->storage) {
+            hd_vref(sym[i] = v);
+            continue;
+        }
+        char name[160];
+        if (session_input(s, k->names[i], i, -1, v.as.t, name, sizeof name)) return vm->err;
+        hd_tensor *t = hd_trace_input(&vm->ctx, name, v.as.t->dtype, v.as.t->shape, v.as.t->ndim);
+        if (!t) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        sym[i] = hd_tensor_value(t);
+        if (hd_grad_requires(&vm->ctx, v.as.t) && hd_grad_set_requires(&vm->ctx, t, 1))
+            return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    }
+    return HD_OK;
+}
+
+static hd_status call_body(hd_vm *vm, const cp_call *k, hd_value *sym, hd_value *ret) {
+    hd_kwarg kwbuf[16], *kw = k->nkw <= 16 ? kwbuf : NULL;
+    if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)k->nkw * sizeof *kw);
+    if (!kw) return hd_vm_oom(vm);
+    int off = k->has_self + k->nargs;
+    for (int i = 0; i < k->nkw; i++) {
+        kw[i].name = k->kw[i].name;
+        kw[i].value = sym[off + i];
+    }
+    hd_status st = hd_eval_closure(vm, k->c, k->has_self ? sym[0] : hd_none(), k->has_self,
+                                   sym + k->has_self, k->nargs, kw, k->nkw, ret);
+    if (kw != kwbuf) hd_ctx_free(&vm->ctx, kw, (size_t)k->nkw * sizeof *kw);
+    return st;
+}
+
+static void log_eager(hd_vm *vm, const cp_body *b, const char *why) {
+    char line[512];
+    snprintf(line, sizeof line, "%s", b->where);
+    logf_line(vm, "hodu: %s runs eagerly: %s", line, why);
+}
+
+/* Compiled code whose result needs gradients runs eagerly: said once per
+ * body on standard error (a silent loss of speed would puzzle), and at
+ * every such key under HODU_LOG=recompile. */
+static void note_grad_eager(hd_vm *vm, cp_body *b) {
+    static const char why[] =
+        "its result needs gradients (call it under no_grad, or call backward() inside it)";
+    if (!b->implicit && !b->noted && !(vm->compiled && vm->compiled->log)) {
+        fflush(stdout);
+        fprintf(stderr, "hodu: note: %s runs eagerly while gradients are on: %s\n", b->where, why);
+    }
+    b->noted = 1;
+    log_eager(vm, b, why);
+}
+
+/* The body on symbolic arguments, then the new entry run for this call
+ * (unless its results need gradients: e->eager). */
+static hd_status call_trace_body(cp_session *s, cp_call *k, hd_value *sym, cp_entry *e,
+                                 hd_value *out) {
+    hd_vm *vm = s->vm;
+    cp_roots sroots, rroots;
+    hd_value ret = hd_none();
+    hd_tensor **first = NULL;
+    hd_status st = call_symbolic(s, k, sym);
+    call_roots(k, vm, s->body, sym, &sroots);
+    call_roots(k, vm, s->body, k->all, &rroots);
+    if (!st) st = session_scan(s, &sroots);
+    for (int i = 0; !st && i < k->nall; i++) st = session_root_guard(s, CP_ROOT_ARG, i, k->all[i]);
+    if (!st) st = call_body(vm, k, sym, &ret);
+    if (!st) st = session_finish(s, &ret, sym, k->nall, e, &first);
+    hd_vunref(vm, ret);
+    if (!st) entry_take(s, e, k->nall, k->kw_hash);
+    if (!st && !e->eager) st = entry_run(vm, e, &rroots, first, out);
+    e->hits = 0;
+    first_free(vm, e, first);
+    return st;
+}
+
+/* Trace the call, compile, run; or run eagerly when a result needs
+ * gradients. */
+static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key *fixed,
+                            const cp_opts *o, hd_value *out) {
+    cp_session s;
+    hd_value *sym = hd_ctx_calloc(&vm->ctx, (size_t)(k->nall + 1), sizeof *sym);
+    cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
+    if (!sym || !e) {
+        hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
+        hd_ctx_free(&vm->ctx, e, sizeof *e);
+        return hd_vm_oom(vm);
+    }
+    e->ret.v = hd_none();
+    e->key = *fixed;
+    hd_status st = session_begin(vm, &s, b, o, k->c->fn->name ? k->c->fn->name : "fn");
+    if (!st) st = call_trace_body(&s, k, sym, e, out);
+    if (st || e->eager) {
+        hd_trace_abort(&vm->ctx);
+        session_restore(&s);
+    }
+    session_free(&s);
+    for (int i = 0; i < k->nall; i++) hd_vunref(vm, sym[i]);
+    hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
+    if (st) {
+        entry_free(vm, e);
+        return st;
+    }
+    body_add(vm, b, e);
+    if (!e->eager) return HD_OK;
+    note_grad_eager(vm, b);
+    return call_eager(vm, b, k, out);
+}
+
+static int any_tensor(const cp_call *k) {
+    for (int i = 0; i < k->nall; i++)
+        if (k->all[i].type == HD_V_TENSOR) return 1;
+    return 0;
+}
+
+/* A tensor argument with gradient history (made by recorded ops): inside
+ * the graph it would be a new leaf, cut from that history, so the call
+ * runs eagerly. */
+static int arg_with_history(hd_vm *vm, const cp_call *k) {
+    for (int i = 0; i < k->nall; i++) {
+        hd_value v = k->all[i];
+        if (v.type == HD_V_TENSOR && hd_grad_requires(&vm->ctx, v.as.t) &&
+            !hd_grad_is_leaf(&vm->ctx, v.as.t))
+            return 1;
+    }
+    return 0;
+}
+
+/* A miss: trace again unless the body was compiled too often. Returns 1
+ * when the caller should run eagerly. */
+static int miss_eager(hd_vm *vm, cp_body *b, const char *why) {
+    if (b->traces >= CP_MAX_COMPILES) {
+        if (!b->warned && !b->implicit) {
+            fflush(stdout);
+            fprintf(stderr,
+                    "hodu: warning: %s was compiled %d times; calls with a new key run eagerly "
+                    "from now on (HODU_LOG=recompile shows what changes)\n",
+                    b->where, b->traces);
+        }
+        b->warned = 1;
+        return 1;
+    }
+    if (b->traces) logf_line(vm, "hodu: recompile %s: %s", b->where, why);
+    return 0;
+}
+
+static hd_status call_hit(hd_vm *vm, cp_body *b, cp_entry *e, cp_call *k, hd_tensor **in,
+                          hd_value *out) {
+    hd_status st;
+    if (e->eager) {
+        st = call_eager(vm, b, k, out);
+    } else {
+        cp_roots r;
+        call_roots(k, vm, b, k->all, &r);
+        st = entry_run(vm, e, &r, in, out);
+        b->hits++;
+        if (!b->implicit) vm->compiled->hits++;
+    }
+    hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
+    return st;
+}
+
+static hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out) {
+    cp_opts o;
+    opts_default(vm, &o);
+    hd_jit_key fixed;
+    key_fixed(b, &o, &fixed);
+    cp_roots r;
+    call_roots(k, vm, b, k->all, &r);
+    hd_tensor **in = NULL;
+    char why[512] = "first call";
+    cp_entry *e = cache_find(vm, b, &r, k->kw_hash, &fixed, &in, why, sizeof why);
+    if (e) return call_hit(vm, b, e, k, in, out);
+    if (hd_vm_failed(vm)) return vm->err;
+    if (arg_with_history(vm, k)) {
+        log_eager(vm, b, "an argument carries gradient history (its graph would cut it)");
+        return call_eager(vm, b, k, out);
+    }
+    if (miss_eager(vm, b, why)) return call_eager(vm, b, k, out);
+    hd_status st = call_trace(vm, b, k, &fixed, &o, out);
+    if (st && vm->compile_all && !k->c->fn->compiled) {
+        /* the differential mode: what does not compile runs eagerly */
+        log_eager(vm, b, vm->errmsg);
+        hd_vm_clear_error(vm);
+        b->no_compile = 1;
+        return call_eager(vm, b, k, out);
+    }
+    return st;
+}
+
+hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
+                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                           hd_value *out) {
+    if (vm->ctx.trace) { /* inside compiled code: inline */
+        if (c->fn->compiled && implicit_check(vm)) return vm->err;
+        return hd_eval_closure(vm, c, self, has_self, args, nargs, kw, nkw, out);
+    }
+    cp_call k;
+    if (call_flatten(vm, &k, c, self, has_self, args, nargs, kw, nkw)) return vm->err;
+    hd_status st;
+    cp_body *b = NULL;
+    if (!c->fn->compiled && !any_tensor(&k)) {
+        st = call_eager(vm, NULL, &k, out);
+    } else if (!(b = body_get(vm, c->fn, c->fn->name ? c->fn->name : "<anonymous>", c->chunk,
+                              &c->fn->body->span)) ||
+               body_upvals(vm, b, c)) {
+        st = vm->err;
+    } else {
+        b->implicit = !c->fn->compiled;
+        b->calls++;
+        if (!b->implicit) vm->compiled->calls++;
+        st = b->no_compile ? call_eager(vm, b, &k, out) : call_compiled(vm, b, &k, out);
+    }
+    call_free(vm, &k);
+    return st;
+}
+
+/* ---- compiled blocks ---- */
+
+static hd_status opt_str(hd_vm *vm, const char *what, hd_value v, char *buf, size_t n) {
+    if (v.type != HD_V_STR)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: %s must be a string, got %s", what,
+                           hd_value_type_name(v));
+    if (hd_as_str(v)->len >= n)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: %s '%s' is too long", what,
+                           hd_as_str(v)->chars);
+    snprintf(buf, n, "%s", hd_as_str(v)->chars);
+    return HD_OK;
+}
+
+static hd_status opt_set(hd_vm *vm, cp_opts *o, const char *name, hd_value v) {
+    hd_ctx *ctx = &vm->ctx;
+    if (!strcmp(name, "compiler")) {
+        const hd_jit_compiler *jc;
+        if (opt_str(vm, name, v, o->compiler, sizeof o->compiler)) return vm->err;
+        if (hd_jit_compiler_find(ctx, o->compiler, &jc)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        return HD_OK;
+    }
+    if (!strcmp(name, "device")) {
+        const hd_backend *be;
+        int dev;
+        if (opt_str(vm, name, v, o->device, sizeof o->device)) return vm->err;
+        if (hd_backend_parse_device(ctx, o->device, &be, &dev) || be->available(ctx, dev))
+            return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        return HD_OK;
+    }
+    if (!strcmp(name, "opt_level")) {
+        if (v.type != HD_V_INT || v.as.i < 0 || v.as.i > 1)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: opt_level must be 0 or 1");
+        o->opt_level = (int)v.as.i;
+        return HD_OK;
+    }
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "unknown option '%s' of compiled (options: compiler, device, opt_level)",
+                       name);
+}
+
+/* The options of compiled(...) { }, each checked at its own place. */
+static int block_opts(hd_vm *vm, hd_frame *f, const hd_ast *n, cp_opts *o) {
+    opts_default(vm, o);
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *arg = n->items[i];
+        hd_value v = hd_eval_expr(vm, f, arg->kind == HD_AST_ARG ? arg->a : arg);
+        if (v.type == HD_V_ERR) return 0;
+        hd_status st = opt_set(vm, o, arg->name ? arg->name : "", v);
+        hd_vunref(vm, v);
+        if (st) {
+            hd_vm_locate(vm, f, &arg->span);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
+    memset(r, 0, sizeof *r);
+    r->vm = vm;
+    r->closure = f->closure;
+    r->upval_names = b->upval_names;
+    r->slots = f->slots;
+    r->nslots = f->nslots < b->nslots ? f->nslots : b->nslots;
+    r->slot_skip = b->slot_decl;
+    r->slot_names = b->slot_names;
+}
+
+/* What a block run compiles: a compiled { } block, or (HODU_COMPILE_ALL)
+ * one statement of a chunk's top level. */
+typedef struct cp_block {
+    const hd_ast *node; /* identity and place */
+    const hd_ast *body;
+    int stmt;
+} cp_block;
+
+static int block_run_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
+    return k->stmt ? hd_eval_stmt(vm, f, k->body) : hd_eval_block(vm, f, k->body);
+}
+
+static int block_eager(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
+    count_eager(vm, b);
+    return block_run_body(vm, f, k);
+}
+
+static int block_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_vm_locate(vm, f, &n->span);
+    return HD_FLOW_ERROR;
+}
+
+static hd_status block_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
+    int fl = block_run_body(vm, f, k);
+    if (fl == HD_FLOW_ERROR) return vm->err ? vm->err : HD_ERR_RUNTIME;
+    if (fl != HD_FLOW_NORMAL) {
+        hd_vm_error(vm, HD_ERR_RUNTIME,
+                    "break, continue and return cannot leave a compiled block (its loops must "
+                    "end inside it)");
+        hd_vm_locate(vm, f, &k->node->span);
+        return vm->err;
+    }
+    return HD_OK;
+}
+
+/* Guards on the outer slots the block reads, with their values now. */
+static hd_status block_guards(cp_session *s, const cp_body *b, hd_frame *f, const cp_roots *r) {
+    hd_status st = HD_OK;
+    for (int i = 0; !st && i < b->nreads && b->slot_reads[i] >= 0; i++) {
+        int k = b->slot_reads[i];
+        hd_value v = k < r->nslots ? f->slots[k] : hd_none();
+        if (v.type == HD_V_CELL) v = ((hd_cell *)v.as.o)->v;
+        st = session_root_guard(s, CP_ROOT_SLOT, k, v);
+    }
+    return st;
+}
+
+/* HODU_COMPILE_ALL: a statement that does not compile runs eagerly. */
+static int block_fallback(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
+    log_eager(vm, b, vm->errmsg);
+    hd_vm_clear_error(vm);
+    b->no_compile = 1;
+    return block_eager(vm, b, f, k);
+}
+
+static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
+                       const hd_jit_key *fixed, const cp_opts *o) {
+    cp_session s;
+    cp_roots r;
+    cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
+    hd_tensor **first = NULL;
+    if (!e) return hd_vm_oom(vm), block_fail(vm, f, k->node);
+    e->ret.v = hd_none();
+    e->key = *fixed;
+    block_roots(vm, b, f, &r);
+    hd_status st = session_begin(vm, &s, b, o, "compiled");
+    if (!st) st = session_scan(&s, &r);
+    if (!st) st = block_guards(&s, b, f, &r);
+    if (!st) st = block_body(vm, f, k);
+    if (!st) st = session_finish(&s, NULL, NULL, 0, e, &first);
+    if (!st) entry_take(&s, e, 0, 0);
+    if (!st && !e->eager) st = entry_run(vm, e, &r, first, NULL);
+    if (st || e->eager) {
+        hd_trace_abort(&vm->ctx);
+        session_restore(&s);
+    }
+    first_free(vm, e, first);
+    session_free(&s);
+    if (st) {
+        entry_free(vm, e);
+        if (b->implicit) return block_fallback(vm, b, f, k);
+        return block_fail(vm, f, k->node);
+    }
+    e->hits = 0;
+    body_add(vm, b, e);
+    if (!e->eager) return HD_FLOW_NORMAL;
+    note_grad_eager(vm, b);
+    return block_eager(vm, b, f, k);
+}
+
+static int block_cached(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k, const cp_opts *o) {
+    b->calls++;
+    if (!b->implicit) vm->compiled->calls++;
+    hd_jit_key fixed;
+    key_fixed(b, o, &fixed);
+    cp_roots r;
+    block_roots(vm, b, f, &r);
+    hd_tensor **in = NULL;
+    char why[512] = "first run";
+    cp_entry *e = cache_find(vm, b, &r, 0, &fixed, &in, why, sizeof why);
+    if (e) {
+        hd_status st = e->eager ? HD_OK : entry_run(vm, e, &r, in, NULL);
+        hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
+        if (e->eager) return block_eager(vm, b, f, k);
+        b->hits++;
+        if (!b->implicit) vm->compiled->hits++;
+        return st ? block_fail(vm, f, k->node) : HD_FLOW_NORMAL;
+    }
+    if (hd_vm_failed(vm)) return block_fail(vm, f, k->node);
+    if (miss_eager(vm, b, why)) return block_eager(vm, b, f, k);
+    return block_trace(vm, b, f, k, &fixed, o);
+}
+
+static int block_enter(hd_vm *vm, hd_frame *f, const cp_block *k, const char *what,
+                       const cp_opts *o) {
+    cp_body *b = body_get(vm, k->node, what, f->chunk, &k->node->span);
+    if (!b) return block_fail(vm, f, k->node);
+    if (!b->analysed) {
+        b->implicit = k->stmt;
+        if (block_analyse(vm, b, f, k->body, k->stmt) || body_upvals(vm, b, f->closure))
+            return block_fail(vm, f, k->node);
+        b->analysed = 1;
+    }
+    if (b->no_compile) return block_eager(vm, b, f, k);
+    return block_cached(vm, b, f, k, o);
+}
+
+/* Explicit compiled code reached while a statement or a function is traced
+ * only because of HODU_COMPILE_ALL: that trace gives up (and runs eagerly),
+ * so that compiled code keeps its own caches and counts. */
+static hd_status implicit_check(hd_vm *vm) {
+    const cp_session *s = session_of(vm);
+    if (s && s->body->implicit)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled code inside a traced statement");
+    return HD_OK;
+}
+
+int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    cp_opts o;
+    if (!block_opts(vm, f, n, &o)) return HD_FLOW_ERROR;
+    if (vm->ctx.trace) { /* inside compiled code: inline */
+        if (implicit_check(vm)) return block_fail(vm, f, n);
+        return hd_eval_block(vm, f, n->body);
+    }
+    cp_block k = {n, n->body, 0};
+    return block_enter(vm, f, &k, "compiled block", &o);
+}
+
+/* Statements worth tracing: not definitions, not explicit compiled blocks. */
+static int traceable_stmt(const hd_ast *s) {
+    switch (s->kind) {
+    case HD_AST_FNDEF:
+    case HD_AST_CLASS:
+    case HD_AST_IMPORT:
+    case HD_AST_COMPILED:
+    case HD_AST_BREAK:
+    case HD_AST_CONTINUE:
+    case HD_AST_RETURN: return 0;
+    default: return 1;
+    }
+}
+
+int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
+    if (vm->ctx.trace || !traceable_stmt(s) || !state_of(vm)) return hd_eval_stmt(vm, f, s);
+    cp_opts o;
+    opts_default(vm, &o);
+    cp_block k = {s, s, 1};
+    return block_enter(vm, f, &k, "statement", &o);
+}
+
+/* ---- the rest of the interface ---- */
+
+/* Does t (with data) stand for an input of the trace in progress: lifted,
+ * written, or state the body could lift? */
+static int is_state(hd_vm *vm, const hd_tensor *t) {
+    const cp_session *s = session_of(vm);
+    return hd_trace_stands_for_input(&vm->ctx, t) || (s && cp_scan_find(&s->pre, t) >= 0);
+}
+
+hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what) {
+    hd_ctx *ctx = &vm->ctx;
+    if (t->storage && !is_state(vm, t)) return HD_OK;
+    if (!ctx->trace)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s: the tensor has no data (a traced tensor used outside the compiled "
+                           "code that made it)",
+                           what);
+    if (!t->storage || hd_trace_stands_for_input(ctx, t))
+        hd_trace_check_data(ctx, t, what);
+    else /* state the trace has not read through an op yet */
+        hd_error(ctx, HD_ERR_RUNTIME,
+                 "%s needs tensor data, which compiled code knows only when it runs: branch on "
+                 "tensor data inside compiled code: use where(...)",
+                 what);
+    return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+}
+
+const char *hd_compiled_last_ir(hd_vm *vm) {
+    return vm->compiled ? vm->compiled->last_ir : NULL;
+}
+
+hd_status hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g) {
+    hd_compiled_state *cs = state_of(vm);
+    if (!cs) return vm->err;
+    char *text = g ? hd_ir_to_text(g) : NULL;
+    if (g && !text) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    if (cs->last_ir) hd_ctx_strfree(&vm->ctx, cs->last_ir);
+    cs->last_ir = text;
+    return HD_OK;
+}
+
+void hd_compiled_init(hd_vm *vm) {
+    const char *log = getenv("HODU_LOG");
+    const char *all = getenv("HODU_COMPILE_ALL");
+    vm->compile_all = all && *all && strcmp(all, "0") != 0;
+    if (!log || !state_of(vm)) return;
+    /* "compile" (every compile) also matches inside "recompile" */
+    if (strstr(log, "recompile")) vm->compiled->log = 1;
+    for (const char *p = log; (p = strstr(p, "compile")); p += 7)
+        if (p == log || p[-1] == ',') vm->compiled->log = 2;
+}
+
+void hd_compiled_free(hd_vm *vm) {
+    hd_compiled_state *cs = vm->compiled;
+    if (!cs) return;
+    while (cs->bodies) {
+        cp_body *b = cs->bodies;
+        cs->bodies = b->next;
+        body_free(vm, b);
+    }
+    if (cs->last_ir) hd_ctx_strfree(&vm->ctx, cs->last_ir);
+    hd_ctx_free(&vm->ctx, cs, sizeof *cs);
+    vm->compiled = NULL;
+}
+
+/* ---- compiled_stats ---- */
+
+static hd_status stat_put(hd_vm *vm, hd_value d, const char *k, uint64_t v) {
+    return hd_dict_set(vm, d, k, hd_int((int64_t)v));
+}
+
+static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
+    const hd_compiled_state *cs = vm->compiled;
+    uint64_t z = 0;
+    if (b)
+        return stat_put(vm, d, "calls", b->calls) || stat_put(vm, d, "hits", b->hits) ||
+               stat_put(vm, d, "compiles", (uint64_t)b->traces) ||
+               stat_put(vm, d, "entries", (uint64_t)b->nentries) ||
+               stat_put(vm, d, "eager_calls", b->eager_calls) ||
+               hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
+    return stat_put(vm, d, "calls", cs ? cs->calls : z) ||
+           stat_put(vm, d, "hits", cs ? cs->hits : z) ||
+           stat_put(vm, d, "compiles", cs ? cs->traces : z) ||
+           stat_put(vm, d, "eager_calls", cs ? cs->eager_calls : z) ||
+           hd_dict_set(vm, d, "compile_seconds", hd_float(cs ? cs->compile_seconds : 0));
+}
+
+static hd_status bi_compiled_stats(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                                   const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    (void)self;
+    (void)kw;
+    (void)data;
+    if (nargs > 1 || nkw)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled_stats(f = none) takes one argument");
+    const cp_body *b = NULL;
+    if (nargs && args[0].type != HD_V_NONE) {
+        if (args[0].type != HD_V_FUNC)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled_stats: expected a function, got %s",
+                               hd_value_type_name(args[0]));
+        const hd_ast_fn *fn = ((hd_closure *)args[0].as.o)->fn;
+        for (b = vm->compiled ? vm->compiled->bodies : NULL; b && b->node != fn; b = b->next) {
+        }
+    }
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return vm->err;
+    cp_body none;
+    memset(&none, 0, sizeof none);
+    if (stats_of(vm, nargs && args[0].type != HD_V_NONE ? (b ? b : &none) : NULL, d)) {
+        hd_vunref(vm, d);
+        return vm->err;
+    }
+    *out = d;
+    return HD_OK;
+}
+
+hd_status hd_builtins_compiled_open(hd_vm *vm) {
+    hd_compiled_init(vm);
+    if (hd_vm_def_native(vm, "compiled_stats", bi_compiled_stats, NULL)) return vm->err;
+    return hd_builtins_script_open(vm);
+}

@@ -1,0 +1,217 @@
+/* Snapshots: what a trace may change in the heap, kept so that a trace that
+ * fails (or whose results need gradients and run eagerly instead) leaves
+ * every value the call can reach as it was: list items, dict entries and
+ * object fields, module globals, captured variables, the slots of a
+ * block's frame, tensors' .grad, and the random stream. See
+ * compiled_int.h. */
+#include "compiled_int.h"
+#include "hd_autograd.h"
+
+#include <string.h>
+
+typedef enum {
+    CP_SNAP_LIST,
+    CP_SNAP_DICT,
+    CP_SNAP_MODULE,
+    CP_SNAP_SLOTS,
+    CP_SNAP_CELL
+} cp_snap_kind;
+
+struct cp_snap {
+    cp_snap_kind kind;
+    hd_obj *owner;   /* the list, dict, module or cell (held) */
+    hd_value *slots; /* CP_SNAP_SLOTS: the frame's slots */
+    hd_tensor *t;    /* a tensor whose .grad is kept (held), or NULL */
+    hd_tensor *grad; /* held */
+    int64_t n;
+    hd_value *vals; /* held */
+    hd_str **keys;  /* dicts: held */
+};
+
+static cp_snap *snap_new(cp_snapshot *sn, cp_snap_kind kind, hd_obj *owner, int64_t n) {
+    hd_vm *vm = sn->vm;
+    if (sn->n == sn->cap) {
+        int cap = sn->cap ? sn->cap * 2 : 64;
+        cp_snap *p = hd_ctx_realloc(&vm->ctx, sn->items, (size_t)sn->cap * sizeof *p,
+                                    (size_t)cap * sizeof *p);
+        if (!p) return hd_vm_oom(vm), NULL;
+        sn->items = p;
+        sn->cap = cap;
+    }
+    cp_snap *s = &sn->items[sn->n];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    if (n > 0 && !(s->vals = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *s->vals)))
+        return hd_vm_oom(vm), NULL;
+    if (n > 0 && kind == CP_SNAP_DICT &&
+        !(s->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *s->keys))) {
+        hd_ctx_free(&vm->ctx, s->vals, (size_t)n * sizeof *s->vals);
+        return hd_vm_oom(vm), NULL;
+    }
+    s->n = n;
+    if (owner) owner->refcount++;
+    s->owner = owner;
+    sn->n++;
+    return s;
+}
+
+static void copy_vals(hd_value *dst, const hd_value *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) hd_vref(dst[i] = src[i]);
+}
+
+static hd_status snap_list(cp_snapshot *sn, hd_value v) {
+    const hd_list *l = hd_as_list(v);
+    cp_snap *s = snap_new(sn, CP_SNAP_LIST, v.as.o, l->len);
+    if (!s) return sn->vm->err;
+    copy_vals(s->vals, l->items, l->len);
+    return HD_OK;
+}
+
+static hd_status snap_dict(cp_snapshot *sn, hd_value v) {
+    const hd_dict *d = hd_as_dict(v);
+    cp_snap *s = snap_new(sn, CP_SNAP_DICT, v.as.o, d->len);
+    if (!s) return sn->vm->err;
+    copy_vals(s->vals, d->vals, d->len);
+    for (int64_t i = 0; i < d->len; i++) {
+        s->keys[i] = d->keys[i];
+        d->keys[i]->obj.refcount++;
+    }
+    return HD_OK;
+}
+
+static hd_status snap_slots(cp_snapshot *sn, cp_snap_kind kind, hd_obj *owner, hd_value *slots,
+                            int n) {
+    cp_snap *s = snap_new(sn, kind, owner, n);
+    if (!s) return sn->vm->err;
+    s->slots = slots;
+    copy_vals(s->vals, slots, n);
+    return HD_OK;
+}
+
+static hd_status snap_grad(cp_snapshot *sn, hd_tensor *t) {
+    cp_snap *s = snap_new(sn, CP_SNAP_LIST, NULL, 0);
+    if (!s) return sn->vm->err;
+    s->t = hd_tensor_ref(t);
+    s->grad = hd_tensor_ref(hd_grad_get(t));
+    return HD_OK;
+}
+
+/* The containers, cells and tensors of a scan, each once. */
+static hd_status snap_node(cp_snapshot *sn, const cp_scan *pre, int i) {
+    const cp_node *nd = &pre->nodes[i];
+    hd_value v = nd->v;
+    if (nd->alias && cp_scan_find(pre, nd->alias) == i) {
+        hd_cell *c = (hd_cell *)nd->alias;
+        if (snap_slots(sn, CP_SNAP_CELL, nd->alias, &c->v, 1)) return sn->vm->err;
+    }
+    const void *key = v.type == HD_V_TENSOR ? (const void *)v.as.t
+                      : hd_value_is_obj(v)  ? (const void *)v.as.o
+                                            : NULL;
+    if (!key || cp_scan_find(pre, key) != i) return HD_OK;
+    switch (v.type) {
+    case HD_V_LIST: return snap_list(sn, v);
+    case HD_V_DICT: return snap_dict(sn, v);
+    case HD_V_OBJECT: return snap_dict(sn, ((hd_object *)v.as.o)->fields);
+    case HD_V_TENSOR: return snap_grad(sn, v.as.t);
+    default: return HD_OK;
+    }
+}
+
+static hd_status snap_module(cp_snapshot *sn, hd_module *m) {
+    return snap_slots(sn, CP_SNAP_MODULE, &m->obj, m->globals, m->nglobals);
+}
+
+hd_status cp_snapshot_take(cp_snapshot *sn, hd_vm *vm, const cp_scan *pre, const cp_roots *r) {
+    memset(sn, 0, sizeof *sn);
+    sn->vm = vm;
+    sn->rng_seed = vm->ctx.rng_seed;
+    sn->rng_offset = vm->ctx.rng_offset;
+    if (snap_module(sn, vm->main)) return vm->err;
+    const hd_dict *mods = hd_as_dict(vm->modules);
+    for (int64_t k = 0; vm->modules.type == HD_V_DICT && k < mods->len; k++)
+        if (mods->vals[k].type == HD_V_MODULE && mods->vals[k].as.o != &vm->main->obj &&
+            snap_module(sn, (hd_module *)mods->vals[k].as.o))
+            return vm->err;
+    if (r->slots && snap_slots(sn, CP_SNAP_SLOTS, NULL, r->slots, r->nslots)) return vm->err;
+    for (int i = 0; i < pre->n; i++)
+        if (snap_node(sn, pre, i)) return vm->err;
+    return HD_OK;
+}
+
+static void put_back(hd_vm *vm, hd_value *dst, const hd_value *vals, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        hd_value old = dst[i];
+        hd_vref(dst[i] = vals[i]);
+        hd_vunref(vm, old);
+    }
+}
+
+static void restore_list(hd_vm *vm, const cp_snap *s) {
+    hd_list *l = (hd_list *)s->owner;
+    if (hd_list_reserve(vm, l, s->n)) return;
+    int64_t old = l->len;
+    hd_value *items = l->items;
+    for (int64_t i = 0; i < s->n; i++) hd_vref(s->vals[i]);
+    hd_value *gone = old ? hd_ctx_alloc(&vm->ctx, (size_t)old * sizeof *gone) : NULL;
+    if (old && !gone) return;
+    if (old) memcpy(gone, items, (size_t)old * sizeof *gone);
+    if (s->n) memcpy(items, s->vals, (size_t)s->n * sizeof *items);
+    l->len = s->n;
+    for (int64_t i = 0; i < old; i++) hd_vunref(vm, gone[i]);
+    if (old) hd_ctx_free(&vm->ctx, gone, (size_t)old * sizeof *gone);
+}
+
+static void restore_dict(hd_vm *vm, const cp_snap *s) {
+    hd_dict *d = (hd_dict *)s->owner;
+    hd_dict_clear(vm, d);
+    hd_value dv = hd_obj_value(s->owner);
+    for (int64_t i = 0; i < s->n; i++) {
+        hd_vref(s->vals[i]);
+        if (hd_dict_set_str(vm, dv, s->keys[i], s->vals[i])) return;
+    }
+}
+
+static void restore_one(hd_vm *vm, const cp_snap *s) {
+    if (s->t) {
+        hd_grad_set(&vm->ctx, s->t, s->grad);
+        return;
+    }
+    switch (s->kind) {
+    case CP_SNAP_LIST: restore_list(vm, s); break;
+    case CP_SNAP_DICT: restore_dict(vm, s); break;
+    case CP_SNAP_MODULE: {
+        hd_module *m = (hd_module *)s->owner;
+        put_back(vm, m->globals, s->vals, s->n < m->nglobals ? s->n : m->nglobals);
+        break;
+    }
+    case CP_SNAP_SLOTS:
+    case CP_SNAP_CELL: put_back(vm, s->slots, s->vals, s->n); break;
+    }
+}
+
+void cp_snapshot_restore(cp_snapshot *sn) {
+    hd_vm *vm = sn->vm;
+    if (!vm) return;
+    for (int i = 0; i < sn->n; i++) restore_one(vm, &sn->items[i]);
+    vm->ctx.rng_seed = sn->rng_seed;
+    vm->ctx.rng_offset = sn->rng_offset;
+}
+
+void cp_snapshot_free(cp_snapshot *sn) {
+    hd_vm *vm = sn->vm;
+    if (!vm) return;
+    for (int i = 0; i < sn->n; i++) {
+        cp_snap *s = &sn->items[i];
+        for (int64_t k = 0; k < s->n; k++) {
+            hd_vunref(vm, s->vals[k]);
+            if (s->keys) hd_vunref(vm, hd_obj_value(&s->keys[k]->obj));
+        }
+        if (s->n) hd_ctx_free(&vm->ctx, s->vals, (size_t)s->n * sizeof *s->vals);
+        if (s->keys) hd_ctx_free(&vm->ctx, s->keys, (size_t)s->n * sizeof *s->keys);
+        if (s->owner) hd_vunref(vm, hd_obj_value(s->owner));
+        hd_tensor_unref(s->t);
+        hd_tensor_unref(s->grad);
+    }
+    if (sn->cap) hd_ctx_free(&vm->ctx, sn->items, (size_t)sn->cap * sizeof *sn->items);
+    memset(sn, 0, sizeof *sn);
+}

@@ -1,0 +1,239 @@
+/* compiled_diff: runs one program twice with the real hodu binary, eagerly
+ * and with HODU_COMPILE_ALL=1 (every call with a tensor argument traced and
+ * run as a compiled graph; what cannot be traced runs eagerly), and checks
+ * that both runs print the same output, report the same errors and exit
+ * with the same status (SPEC §8, equivalence).
+ *
+ * Honours the golden programs' `# args:` and `# env:` lines; programs with
+ * `# mode: check` are not run, nor programs that measure the allocator
+ * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: " (logs,
+ * warnings) are left out of the comparison of standard error.
+ *
+ * usage: compiled_diff HODU FILE.hodu */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *read_all(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, fp);
+        if (n < cap) break;
+        char *b = realloc(buf, cap * 2 + 1);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b;
+        cap *= 2;
+    }
+    fclose(fp);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+/* The text after "# key" on a comment line, or NULL. */
+static const char *after(const char *line, size_t len, const char *key, size_t *rest) {
+    const char *hash = memchr(line, '#', len);
+    if (!hash) return NULL;
+    const char *p = hash + 1;
+    while (p < line + len && *p == ' ') p++;
+    size_t k = strlen(key);
+    if ((size_t)(line + len - p) < k || memcmp(p, key, k) != 0) return NULL;
+    p += k;
+    while (p < line + len && *p == ' ') p++;
+    *rest = (size_t)(line + len - p);
+    return p;
+}
+
+typedef struct {
+    char *args[64];
+    int nargs;
+    char *env[16];
+    int nenv;
+    int check;
+} directives;
+
+static char *dup_n(const char *s, size_t n) {
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\r')) n--;
+    char *d = malloc(n + 1);
+    if (!d) exit(2);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static void parse(directives *d, const char *src) {
+    memset(d, 0, sizeof *d);
+    for (const char *line = src; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line), n;
+        const char *v;
+        if ((v = after(line, len, "args:", &n))) {
+            for (size_t i = 0; i < n && d->nargs < 63;) {
+                while (i < n && v[i] == ' ') i++;
+                size_t s = i;
+                while (i < n && v[i] != ' ') i++;
+                if (i > s) d->args[d->nargs++] = dup_n(v + s, i - s);
+            }
+        } else if ((v = after(line, len, "env:", &n)) && d->nenv < 16) {
+            d->env[d->nenv++] = dup_n(v, n);
+        } else if ((v = after(line, len, "mode:", &n))) {
+            d->check = n >= 5 && memcmp(v, "check", 5) == 0;
+        }
+        line = nl ? nl + 1 : line + len;
+    }
+}
+
+static void put_env(const char *spec, const char *dir) {
+    const char *eq = strchr(spec, '=');
+    if (!eq) return;
+    char name[256], value[4096];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - spec), spec);
+    size_t o = 0;
+    for (const char *p = eq + 1; *p && o + 1 < sizeof value;) {
+        if (strncmp(p, "$DIR", 4) == 0) {
+            o += (size_t)snprintf(value + o, sizeof value - o, "%s", dir);
+            if (o >= sizeof value) o = sizeof value - 1;
+            p += 4;
+        } else {
+            value[o++] = *p++;
+        }
+    }
+    value[o] = 0;
+    setenv(name, value, 1);
+}
+
+/* Run hodu on file; stdout and stderr into the files; the exit status. */
+static int run(const char *hodu, const char *file, const directives *d, int compiled,
+               const char *outp, const char *errp) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        if (!freopen(outp, "wb", stdout) || !freopen(errp, "wb", stderr)) _exit(120);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", file);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
+        for (int i = 0; i < d->nenv; i++) put_env(d->env[i], dir);
+        if (compiled)
+            setenv("HODU_COMPILE_ALL", "1", 1);
+        else
+            unsetenv("HODU_COMPILE_ALL");
+        char *argv[80];
+        int a = 0;
+        argv[a++] = (char *)hodu;
+        argv[a++] = (char *)file;
+        for (int i = 0; i < d->nargs; i++) argv[a++] = d->args[i];
+        argv[a] = NULL;
+        execv(hodu, argv);
+        fprintf(stderr, "compiled_diff: cannot run %s: %s\n", hodu, strerror(errno));
+        _exit(121);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+/* Drop the lines that start with "hodu: " (in place). */
+static void drop_logs(char *s) {
+    char *w = s;
+    for (char *line = s; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (strncmp(line, "hodu: ", 6) != 0) {
+            memmove(w, line, len);
+            w += len;
+        }
+        line += len;
+    }
+    *w = 0;
+}
+
+/* The first line where a and b differ, for the report. */
+static void first_difference(const char *what, const char *a, const char *b) {
+    int line = 1;
+    const char *la = a, *lb = b;
+    while (*a && *a == *b) {
+        if (*a == '\n') {
+            line++;
+            la = a + 1;
+            lb = b + 1;
+        }
+        a++;
+        b++;
+    }
+    const char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
+    fprintf(stderr, "%s differs at line %d:\n  eager:    %.*s\n  compiled: %.*s\n", what, line,
+            (int)(ea ? ea - la : (long)strlen(la)), la, (int)(eb ? eb - lb : (long)strlen(lb)), lb);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: compiled_diff HODU FILE.hodu\n");
+        return 2;
+    }
+    char *src = read_all(argv[2]);
+    if (!src) {
+        fprintf(stderr, "compiled_diff: cannot read %s\n", argv[2]);
+        return 2;
+    }
+    directives d;
+    parse(&d, src);
+    int measures_memory = strstr(src, "memory_stats(") != NULL;
+    free(src);
+    if (d.check || measures_memory) return 0;
+    char paths[4][32] = {"/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX",
+                         "/tmp/hodu_diff_XXXXXX"};
+    for (int i = 0; i < 4; i++) {
+        int fd = mkstemp(paths[i]);
+        if (fd < 0) return 2;
+        close(fd);
+    }
+    int rc_e = run(argv[1], argv[2], &d, 0, paths[0], paths[1]);
+    int rc_c = run(argv[1], argv[2], &d, 1, paths[2], paths[3]);
+    char *out_e = read_all(paths[0]), *err_e = read_all(paths[1]);
+    char *out_c = read_all(paths[2]), *err_c = read_all(paths[3]);
+    for (int i = 0; i < 4; i++) unlink(paths[i]);
+    if (!out_e || !err_e || !out_c || !err_c) return 2;
+    drop_logs(err_e);
+    drop_logs(err_c);
+    int bad = 0;
+    if (rc_e != rc_c) {
+        fprintf(stderr, "%s: exit status %d eagerly, %d compiled\n", argv[2], rc_e, rc_c);
+        bad = 1;
+    }
+    if (strcmp(out_e, out_c) != 0) {
+        fprintf(stderr, "%s: ", argv[2]);
+        first_difference("standard output", out_e, out_c);
+        bad = 1;
+    }
+    if (strcmp(err_e, err_c) != 0) {
+        fprintf(stderr, "%s: ", argv[2]);
+        first_difference("standard error", err_e, err_c);
+        bad = 1;
+    }
+    if (strstr(err_c, "Sanitizer") || strstr(err_c, "runtime error:")) {
+        fprintf(stderr, "%s: sanitizer report when compiled:\n%s", argv[2], err_c);
+        bad = 1;
+    }
+    free(out_e);
+    free(err_e);
+    free(out_c);
+    free(err_c);
+    for (int i = 0; i < d.nargs; i++) free(d.args[i]);
+    for (int i = 0; i < d.nenv; i++) free(d.env[i]);
+    return bad;
+}
