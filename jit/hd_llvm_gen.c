@@ -931,6 +931,54 @@ static void add_attr(hd_llvm_gen *G, LLVMValueRef fn, unsigned idx, const char *
     LLVMAddAttributeAtIndex(fn, idx, LLVMCreateEnumAttribute(G->t.c, kind, 0));
 }
 
+/* A reduction's rows [lo, hi) of its outermost loop: in row order, or in
+ * tiles of columns (vertical). */
+static void reduce_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi) {
+    hd_llvm_gen *G = K->G;
+    const hd_ir_graph *g = G->plan->g;
+    const hd_ir_node *last = &g->nodes[K->k->nodes[K->k->nnodes - 1]];
+    red_gen R;
+    memset(&R, 0, sizeof R);
+    R.n = last;
+    R.dt = g->values[last->in[0]].dtype;
+    R.od = g->values[last->out].dtype;
+    R.lo = lo;
+    R.hi = hi;
+    LLVMValueRef i1, i2;
+    red_init(K, &R, &i1, &i2); /* the accumulators' types */
+    if (red_is_vertical(K)) {
+        R.arr1 = entry_array(G, fn, R.L.ty1);
+        R.arr2 = entry_array(G, fn, R.L.ty2);
+        R.parr = entry_array(G, fn, G->t.f64);
+        loops(K, 0, K->nkept - 1, lo, hi, red_vtiles, &R);
+    } else {
+        lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2, 0);
+        loops(K, 0, K->nkept, lo, hi, red_row, &R);
+    }
+}
+
+/* softmax, log_softmax or layer_norm rows [lo, hi) of the outermost loop:
+ * one at a time, or GEN_VROWS at a time over a leading axis. */
+static void rows_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi) {
+    hd_llvm_gen *G = K->G;
+    const hd_ir_graph *g = G->plan->g;
+    const hd_ir_node *last = &g->nodes[K->k->nodes[K->k->nnodes - 1]];
+    row_gen R;
+    memset(&R, 0, sizeof R);
+    R.n = last;
+    R.dt = g->values[last->in[0]].dtype;
+    R.L.ty1 = K->k->kind == HD_LLVM_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
+    R.L.ty2 = G->t.f64;
+    R.lo = lo;
+    R.hi = hi;
+    int vert = red_is_vertical(K);
+    lanes_alloca(G, fn, &R.L, row_step, &R.acc1, &R.acc2, vert ? GEN_VROWS : 0);
+    if (vert)
+        loops(K, 0, K->nkept - 1, lo, hi, row_vcols, &R);
+    else
+        loops(K, 0, K->nkept, lo, hi, row_row, &R);
+}
+
 /* hd_k<i>_body(p0..pn, begin, end): the loop nest. */
 static LLVMValueRef kernel_body(gen_kernel *K) {
     hd_llvm_gen *G = K->G;
@@ -949,45 +997,12 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
     LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
     for (int j = 0; j < n; j++) K->ops[j].ptr = LLVMGetParam(fn, (unsigned)j);
     LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
-    const hd_ir_graph *g = G->plan->g;
-    const hd_ir_node *last = &g->nodes[K->k->nodes[K->k->nnodes - 1]];
-    if (K->k->kind == HD_LLVM_K_ELEMENTWISE) {
+    if (K->k->kind == HD_LLVM_K_ELEMENTWISE)
         loops(K, 0, K->nlev, lo, hi, ew_body, NULL);
-    } else if (K->k->kind == HD_LLVM_K_REDUCE) {
-        red_gen R;
-        memset(&R, 0, sizeof R);
-        R.n = last;
-        R.dt = g->values[last->in[0]].dtype;
-        R.od = g->values[last->out].dtype;
-        LLVMValueRef i1, i2;
-        red_init(K, &R, &i1, &i2); /* the accumulators' types */
-        if (red_is_vertical(K)) {
-            R.arr1 = entry_array(G, fn, R.L.ty1);
-            R.arr2 = entry_array(G, fn, R.L.ty2);
-            R.parr = entry_array(G, fn, G->t.f64);
-            R.lo = lo;
-            R.hi = hi;
-            loops(K, 0, K->nkept - 1, lo, hi, red_vtiles, &R);
-        } else {
-            lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2, 0);
-            loops(K, 0, K->nkept, lo, hi, red_row, &R);
-        }
-    } else {
-        row_gen R;
-        memset(&R, 0, sizeof R);
-        R.n = last;
-        R.dt = g->values[last->in[0]].dtype;
-        R.L.ty1 = K->k->kind == HD_LLVM_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
-        R.L.ty2 = G->t.f64;
-        int vert = red_is_vertical(K);
-        lanes_alloca(G, fn, &R.L, row_step, &R.acc1, &R.acc2, vert ? GEN_VROWS : 0);
-        R.lo = lo;
-        R.hi = hi;
-        if (vert)
-            loops(K, 0, K->nkept - 1, lo, hi, row_vcols, &R);
-        else
-            loops(K, 0, K->nkept, lo, hi, row_row, &R);
-    }
+    else if (K->k->kind == HD_LLVM_K_REDUCE)
+        reduce_body(K, fn, lo, hi);
+    else
+        rows_body(K, fn, lo, hi);
     LLVMBuildRetVoid(B);
     return fn;
 }
