@@ -352,20 +352,21 @@ typedef struct script_method {
     const char *name;
     hd_native_fn fn;
     const char *data;
+    int mutates; /* changes the script or the world: not inside compiled code */
 } script_method;
 
 static const script_method methods[] = {
-    {"set_input", sm_set_input, "set_input"},
-    {"add_input", sm_set_input, "add_input"},
-    {"run", sm_run, NULL},
-    {"compile", sm_compile, NULL},
-    {"clear_inputs", sm_clear_inputs, NULL},
-    {"set_compiler", sm_set_option, "set_compiler"},
-    {"set_device", sm_set_option, "set_device"},
-    {"stats", sm_stats, NULL},
-    {"ir", sm_text, "ir"},
-    {"dot", sm_text, "dot"},
-    {"save", sm_save, NULL},
+    {"set_input", sm_set_input, "set_input", 1},
+    {"add_input", sm_set_input, "add_input", 1},
+    {"run", sm_run, NULL, 1},
+    {"compile", sm_compile, NULL, 1},
+    {"clear_inputs", sm_clear_inputs, NULL, 1},
+    {"set_compiler", sm_set_option, "set_compiler", 1},
+    {"set_device", sm_set_option, "set_device", 1},
+    {"stats", sm_stats, NULL, 0},
+    {"ir", sm_text, "ir", 0},
+    {"dot", sm_text, "dot", 0},
+    {"save", sm_save, NULL, 1},
 };
 
 static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_value *out) {
@@ -378,6 +379,11 @@ static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_va
     }
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
         if (strcmp(methods[i].name, name)) continue;
+        if (methods[i].mutates && vm->ctx.trace)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "script.%s() cannot be called inside compiled code (a script runs "
+                               "its own graph: call it outside the compiled body)",
+                               name);
         hd_native proto;
         memset(&proto, 0, sizeof proto);
         proto.name = methods[i].name;

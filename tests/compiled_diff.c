@@ -1,15 +1,16 @@
-/* compiled_diff: runs one program twice with the real hodu binary, eagerly
- * and with HODU_COMPILE_ALL=1 (every call with a tensor argument traced and
- * run as a compiled graph; what cannot be traced runs eagerly), and checks
- * that both runs print the same output, report the same errors and exit
- * with the same status (SPEC §8, equivalence).
+/* compiled_diff: runs one program with the real hodu binary eagerly, then
+ * with HODU_COMPILE_ALL=1 (every call with a tensor argument traced and run
+ * as a compiled graph; what cannot be traced runs eagerly) once per compiler
+ * named (HODU_COMPILER; none named: the default compiler), and checks that
+ * every run prints the same output, reports the same errors and exits with
+ * the same status as the eager one (SPEC §8, equivalence).
  *
  * Honours the golden programs' `# args:` and `# env:` lines; programs with
  * `# mode: check` are not run, nor programs that measure the allocator
  * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: " (logs,
  * warnings) are left out of the comparison of standard error.
  *
- * usage: compiled_diff HODU FILE.hodu */
+ * usage: compiled_diff HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -114,7 +115,7 @@ static void put_env(const char *spec, const char *dir) {
 
 /* Run hodu on file; stdout and stderr into the files; the exit status. */
 static int run(const char *hodu, const char *file, const directives *d, int compiled,
-               const char *outp, const char *errp) {
+               const char *compiler, const char *outp, const char *errp) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -126,6 +127,7 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
             *slash = 0;
         else
             snprintf(dir, sizeof dir, ".");
+        if (compiler) setenv("HODU_COMPILER", compiler, 1);
         for (int i = 0; i < d->nenv; i++) put_env(d->env[i], dir);
         if (compiled)
             setenv("HODU_COMPILE_ALL", "1", 1);
@@ -180,9 +182,54 @@ static void first_difference(const char *what, const char *a, const char *b) {
             (int)(ea ? ea - la : (long)strlen(la)), la, (int)(eb ? eb - lb : (long)strlen(lb)), lb);
 }
 
+/* Runs FILE compiled with compiler (NULL: the default) and compares it with
+ * the eager run's status and outputs; 1 when they differ, 2 on a failure of
+ * the tool itself. */
+static int diff_compiled(const char *hodu, const char *file, const directives *d,
+                         const char *compiler, int rc_e, const char *out_e, const char *err_e) {
+    char paths[2][32] = {"/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX"};
+    for (int i = 0; i < 2; i++) {
+        int fd = mkstemp(paths[i]);
+        if (fd < 0) return 2;
+        close(fd);
+    }
+    int rc_c = run(hodu, file, d, 1, compiler, paths[0], paths[1]);
+    char *out_c = read_all(paths[0]), *err_c = read_all(paths[1]);
+    for (int i = 0; i < 2; i++) unlink(paths[i]);
+    if (!out_c || !err_c) {
+        free(out_c);
+        free(err_c);
+        return 2;
+    }
+    drop_logs(err_c);
+    const char *name = compiler ? compiler : "default";
+    int bad = 0;
+    if (rc_e != rc_c) {
+        fprintf(stderr, "%s: exit status %d eagerly, %d compiled (%s)\n", file, rc_e, rc_c, name);
+        bad = 1;
+    }
+    if (strcmp(out_e, out_c) != 0) {
+        fprintf(stderr, "%s (%s): ", file, name);
+        first_difference("standard output", out_e, out_c);
+        bad = 1;
+    }
+    if (strcmp(err_e, err_c) != 0) {
+        fprintf(stderr, "%s (%s): ", file, name);
+        first_difference("standard error", err_e, err_c);
+        bad = 1;
+    }
+    if (strstr(err_c, "Sanitizer") || strstr(err_c, "runtime error:")) {
+        fprintf(stderr, "%s: sanitizer report when compiled (%s):\n%s", file, name, err_c);
+        bad = 1;
+    }
+    free(out_c);
+    free(err_c);
+    return bad;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: compiled_diff HODU FILE.hodu\n");
+    if (argc < 3) {
+        fprintf(stderr, "usage: compiled_diff HODU FILE.hodu [COMPILER...]\n");
         return 2;
     }
     char *src = read_all(argv[2]);
@@ -195,44 +242,25 @@ int main(int argc, char **argv) {
     int measures_memory = strstr(src, "memory_stats(") != NULL;
     free(src);
     if (d.check || measures_memory) return 0;
-    char paths[4][32] = {"/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX",
-                         "/tmp/hodu_diff_XXXXXX"};
-    for (int i = 0; i < 4; i++) {
+    char paths[2][32] = {"/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX"};
+    for (int i = 0; i < 2; i++) {
         int fd = mkstemp(paths[i]);
         if (fd < 0) return 2;
         close(fd);
     }
-    int rc_e = run(argv[1], argv[2], &d, 0, paths[0], paths[1]);
-    int rc_c = run(argv[1], argv[2], &d, 1, paths[2], paths[3]);
+    int rc_e = run(argv[1], argv[2], &d, 0, NULL, paths[0], paths[1]);
     char *out_e = read_all(paths[0]), *err_e = read_all(paths[1]);
-    char *out_c = read_all(paths[2]), *err_c = read_all(paths[3]);
-    for (int i = 0; i < 4; i++) unlink(paths[i]);
-    if (!out_e || !err_e || !out_c || !err_c) return 2;
+    for (int i = 0; i < 2; i++) unlink(paths[i]);
+    if (!out_e || !err_e) return 2;
     drop_logs(err_e);
-    drop_logs(err_c);
     int bad = 0;
-    if (rc_e != rc_c) {
-        fprintf(stderr, "%s: exit status %d eagerly, %d compiled\n", argv[2], rc_e, rc_c);
-        bad = 1;
-    }
-    if (strcmp(out_e, out_c) != 0) {
-        fprintf(stderr, "%s: ", argv[2]);
-        first_difference("standard output", out_e, out_c);
-        bad = 1;
-    }
-    if (strcmp(err_e, err_c) != 0) {
-        fprintf(stderr, "%s: ", argv[2]);
-        first_difference("standard error", err_e, err_c);
-        bad = 1;
-    }
-    if (strstr(err_c, "Sanitizer") || strstr(err_c, "runtime error:")) {
-        fprintf(stderr, "%s: sanitizer report when compiled:\n%s", argv[2], err_c);
-        bad = 1;
+    if (argc == 3) bad = diff_compiled(argv[1], argv[2], &d, NULL, rc_e, out_e, err_e);
+    for (int i = 3; i < argc; i++) {
+        int r = diff_compiled(argv[1], argv[2], &d, argv[i], rc_e, out_e, err_e);
+        if (r > bad) bad = r;
     }
     free(out_e);
     free(err_e);
-    free(out_c);
-    free(err_c);
     for (int i = 0; i < d.nargs; i++) free(d.args[i]);
     for (int i = 0; i < d.nenv; i++) free(d.env[i]);
     return bad;
