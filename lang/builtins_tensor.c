@@ -51,6 +51,8 @@ hd_status hd_targs_bind(hd_vm *vm, const hd_tfunc *f, hd_value self, const hd_va
     a->f = f;
     a->rest = NULL;
     a->nrest = 0;
+    a->place = NULL;
+    a->place_device = 0;
     parse_sig(f->sig, a, &star, &nreq);
     for (int i = 0; i < a->n; i++) a->v[i].type = HD_V_COUNT;
     int npos = 0;

@@ -255,8 +255,7 @@ hd_status hd_cuda_function_src(hd_ctx *ctx, hd_cuda_dev *d, const char *src, siz
     return hd_cuda_check(ctx, hd_cuda_api_get()->module_get_function(f, mod, name), what);
 }
 
-hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name,
-                           CUfunction *f) {
+hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, CUfunction *f) {
     hd_cuda_src s;
     hd_cuda_src_init(&s, ctx);
     if (!hd_cuda_src_module(&s, op)) {

@@ -44,7 +44,8 @@ static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, siz
     return 1;
 }
 
-#define SYM(field, name) {(void **)&a->field, name}
+#define SYM(field, name)                                                                           \
+    { (void **)&a->field, name }
 
 static void loader_driver(hd_cuda_api *a) {
     const char *env = getenv("HODU_CUDA_DRIVER");
@@ -101,8 +102,12 @@ static void loader_driver(hd_cuda_api *a) {
 }
 
 static void loader_nvrtc(hd_cuda_api *a) {
-    const char *names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so",
-                           "/usr/local/cuda/lib64/libnvrtc.so", NULL};
+    const char *names[] = {"libnvrtc.so.13",
+                           "libnvrtc.so.12",
+                           "libnvrtc.so.11.2",
+                           "libnvrtc.so",
+                           "/usr/local/cuda/lib64/libnvrtc.so",
+                           NULL};
     void *h = loader_open(names, a->nvrtc_error, sizeof a->nvrtc_error,
                           " (the CUDA toolkit's NVRTC library)");
     if (!h) return;
@@ -122,8 +127,12 @@ static void loader_nvrtc(hd_cuda_api *a) {
 }
 
 static void loader_blas(hd_cuda_api *a) {
-    const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
-                           "/usr/local/cuda/lib64/libcublas.so", NULL};
+    const char *names[] = {"libcublas.so.13",
+                           "libcublas.so.12",
+                           "libcublas.so.11",
+                           "libcublas.so",
+                           "/usr/local/cuda/lib64/libcublas.so",
+                           NULL};
     void *h = loader_open(names, a->blas_error, sizeof a->blas_error, " (cuBLAS)");
     if (!h) return;
     const loader_sym syms[] = {

@@ -135,7 +135,8 @@ static hd_status nv_fail(hd_ctx *ctx, const hd_cuda_api *a, nvrtcProgram prog, n
     char log[700] = "";
     if (a->nvrtc_log_size(prog, &n) == NVRTC_SUCCESS && n > 1) {
         char *full = hd_ctx_alloc(ctx, n);
-        if (full && a->nvrtc_log(prog, full) == NVRTC_SUCCESS) snprintf(log, sizeof log, "%s", full);
+        if (full && a->nvrtc_log(prog, full) == NVRTC_SUCCESS)
+            snprintf(log, sizeof log, "%s", full);
         if (full) hd_ctx_free(ctx, full, n);
     }
     if (nv_log_on()) fprintf(stderr, "cuda: NVRTC failed on:\n%s\n", src);

@@ -266,18 +266,17 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
     if (!st && x && !(xc = hd_tensor_contiguous(ctx, (hd_tensor *)x))) st = ctx->status;
     const hd_cuda_api *a = hd_cuda_api_get();
     if (!st && op != HD_OP_INDEX_SELECT) /* scatter into zeros */
-        st = hd_cuda_check(ctx,
-                           a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0,
-                                        hd_tensor_nbytes(out), d->stream),
-                           "cuMemsetD8Async");
+        st = hd_cuda_check(
+            ctx,
+            a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0, hd_tensor_nbytes(out), d->stream),
+            "cuMemsetD8Async");
     char name[96];
     CUfunction f;
     hd_dtype dt = x ? x->dtype : HD_I64;
     if (!st)
-        st = hd_cuda_function(ctx, d, op,
-                              hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name,
-                                                  96),
-                              &f);
+        st = hd_cuda_function(
+            ctx, d, op, hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name, 96),
+            &f);
     if (!st) {
         int64_t J = idx->numel, n = op == HD_OP_INDEX_SELECT ? out->numel
                                     : op == HD_OP_INDEX_ADD  ? xc->numel
@@ -305,8 +304,8 @@ static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
     if (op == HD_OP_DROPOUT && !attrs->ints[0]) { /* not training: a copy, no draw */
         char name[96];
         st = ew_launch(ctx, d, HD_OP_COPY,
-                       hd_cuda_kernel_name(HD_OP_COPY, x->dtype, x->dtype, name, 96), out, &x, 1,
-                       0, 0);
+                       hd_cuda_kernel_name(HD_OP_COPY, x->dtype, x->dtype, name, 96), out, &x, 1, 0,
+                       0);
         hd_tensor_unref(x);
         return st;
     }
@@ -315,8 +314,8 @@ static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
     CUfunction f;
     st = hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, x->dtype, name, 96), &f);
     if (!st) {
-        uint64_t base = op == HD_OP_DROPOUT ? hd_rng_reserve(ctx, x->numel)
-                                            : (uint64_t)attrs->ints[2];
+        uint64_t base =
+            op == HD_OP_DROPOUT ? hd_rng_reserve(ctx, x->numel) : (uint64_t)attrs->ints[2];
         int64_t n = x->numel;
         void *o = ops_ptr(out), *px = ops_ptr(x);
         void *args[] = {&n, &o, &px, &p, &key, &base};

@@ -12,8 +12,9 @@ static const char *const mo_sfx[HD_DTYPE_COUNT] = {"f16", "bf16", "f32", "f64", 
                                                    "u8",  "i32",  "i64", "b"};
 /* load as double (floats, ints) */
 static const char *const mo_ldd[HD_DTYPE_COUNT] = {
-    "(double)ld_f16(%s)", "(double)ld_bf16(%s)", "(double)(%s)", "(%s)", "(double)(%s)",
-    "(double)(%s)",       "(double)(%s)",        "(double)(%s)", "(double)((%s) != 0)"};
+    "(double)ld_f16(%s)", "(double)ld_bf16(%s)", "(double)(%s)", "(%s)",
+    "(double)(%s)",       "(double)(%s)",        "(double)(%s)", "(double)(%s)",
+    "(double)((%s) != 0)"};
 
 static void ld_double(hd_cuda_src *s, hd_dtype dt, const char *e) {
     hd_cuda_src_printf(s, mo_ldd[dt], e);
@@ -40,8 +41,10 @@ static void red_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
 
 /* acc = fold over the inner elements (x: the element as double, xi: as i64). */
 static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step) {
-    hd_cuda_src_printf(s, "    %s\n    for (i64 r = threadIdx.x; r < g.nred; r += blockDim.x) {\n"
-                          "      i64 off = base + r_off(g, r); double x = ", decl);
+    hd_cuda_src_printf(s,
+                       "    %s\n    for (i64 r = threadIdx.x; r < g.nred; r += blockDim.x) {\n"
+                       "      i64 off = base + r_off(g, r); double x = ",
+                       decl);
     ld_double(s, in, "a[off]");
     hd_cuda_src_printf(s, "; i64 xi = (i64)a[off]; (void)x; (void)xi;\n      %s\n    }\n", step);
 }
@@ -66,8 +69,7 @@ static void red_sum_like(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
         red_store(s, out, "(i64)acc");
         return;
     }
-    red_loop(s, in, prod ? "double acc = 1;" : "double acc = 0;",
-             prod ? "acc *= x;" : "acc += x;");
+    red_loop(s, in, prod ? "double acc = 1;" : "double acc = 0;", prod ? "acc *= x;" : "acc += x;");
     hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n",
                        prod ? "[](double p, double q) { return p * q; }" : RED_ADD);
     red_store(s, out, op == HD_OP_MEAN ? "g.nred ? acc / (double)g.nred : HD_NAN" : "acc");
@@ -77,7 +79,8 @@ static void red_extreme(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
     int mx = op == HD_OP_MAX;
     if (hd_dtype_is_float(in)) {
         red_loop(s, in, mx ? "double acc = -HD_INF;" : "double acc = HD_INF;",
-                 mx ? "acc = (x > acc || x != x) ? x : acc;" : "acc = (x < acc || x != x) ? x : acc;");
+                 mx ? "acc = (x > acc || x != x) ? x : acc;"
+                    : "acc = (x < acc || x != x) ? x : acc;");
         hd_cuda_src_printf(s,
                            "    acc = block_reduce(acc, [](double p, double q) { return "
                            "(q %s p || q != q) && p == p ? q : p; });\n",
@@ -124,8 +127,9 @@ static void red_two_pass(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
         return;
     }
     red_loop(s, in, "double m = 0;", "m += x;");
-    hd_cuda_src_printf(s, "    m = block_reduce(m, %s);\n    m = g.nred ? m / (double)g.nred : "
-                          "HD_NAN;\n",
+    hd_cuda_src_printf(s,
+                       "    m = block_reduce(m, %s);\n    m = g.nred ? m / (double)g.nred : "
+                       "HD_NAN;\n",
                        RED_ADD);
     red_loop(s, in, "double acc = 0;", "acc += (x - m) * (x - m);");
     hd_cuda_src_printf(s,
@@ -216,17 +220,19 @@ static void row_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
             hd_cuda_src_printf(s, "    %s O[bo + k * g.lo] = %s((C)(%s - m - (C)log(sum)));\n",
                                loop, st_c[dt], la);
     } else if (op == HD_OP_SOFTMAX_BWD) { /* y * (g - sum(g * y)) */
-        hd_cuda_src_printf(s,
-                           "    double sum = 0; %s sum += (double)%s * (double)%s;\n"
-                           "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
-                           "    %s O[bo + k * g.lo] = %s((C)(%s * (%s - (C)sum)));\n",
-                           loop, la, lb, loop, st_c[dt], la, lb);
+        hd_cuda_src_printf(
+            s,
+            "    double sum = 0; %s sum += (double)%s * (double)%s;\n"
+            "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
+            "    %s O[bo + k * g.lo] = %s((C)(%s * (%s - (C)sum)));\n",
+            loop, la, lb, loop, st_c[dt], la, lb);
     } else { /* log_softmax_bwd: g - exp(y) * sum(g) */
-        hd_cuda_src_printf(s,
-                           "    double sum = 0; %s sum += (double)%s;\n"
-                           "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
-                           "    %s O[bo + k * g.lo] = %s((C)(%s - h_exp(%s) * (C)sum));\n",
-                           loop, lb, loop, st_c[dt], lb, la);
+        hd_cuda_src_printf(
+            s,
+            "    double sum = 0; %s sum += (double)%s;\n"
+            "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
+            "    %s O[bo + k * g.lo] = %s((C)(%s - h_exp(%s) * (C)sum));\n",
+            loop, lb, loop, st_c[dt], lb, la);
     }
     hd_cuda_src_printf(s, "  }\n}\n");
 }
@@ -281,9 +287,9 @@ static void create_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
         else if (dt == HD_F32)
             hd_cuda_src_printf(s, "    o[i] = rng_u32f(key, base, i);\n");
         else /* halves: rounded, kept below 1 as the cpu does */
-            hd_cuda_src_printf(s, "    u16 h = st_%s(rng_u32f(key, base, i)); o[i] = h == %s ? %s : h;\n",
-                               sfx, dt == HD_F16 ? "0x3c00" : "0x3f80",
-                               dt == HD_F16 ? "0x3bff" : "0x3f7f");
+            hd_cuda_src_printf(
+                s, "    u16 h = st_%s(rng_u32f(key, base, i)); o[i] = h == %s ? %s : h;\n", sfx,
+                dt == HD_F16 ? "0x3c00" : "0x3f80", dt == HD_F16 ? "0x3bff" : "0x3f7f");
         break;
     default: /* randn: mean s0, std s1 */
         if (dt == HD_F64)
@@ -292,7 +298,9 @@ static void create_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
             hd_cuda_src_printf(s,
                                "    float f = (float)(s0 + s1 * (double)(float)rng_normal(key, "
                                "base, i)); o[i] = %s(f);\n",
-                               dt == HD_F32 ? "" : dt == HD_F16 ? "st_f16" : "st_bf16");
+                               dt == HD_F32   ? ""
+                               : dt == HD_F16 ? "st_f16"
+                                              : "st_bf16");
         break;
     }
     hd_cuda_src_printf(s, "  }\n}\n");
@@ -307,21 +315,20 @@ static int mod_create(hd_cuda_src *s, hd_op op) {
 /* ---- indexing: x contiguous as [pre, X, post], indices already checked
  * and made non-negative on the host ---- */
 
-#define INDEX_PARAMS                                                                               \
-    "(i64 n, void *o_, const void *x_, const i64 *idx, i64 J, i64 X, i64 post)"
+#define INDEX_PARAMS "(i64 n, void *o_, const void *x_, const i64 *idx, i64 J, i64 X, i64 post)"
 
 static void index_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     char name[96];
-    hd_cuda_src_printf(s,
-                       "extern \"C\" __global__ void %s" INDEX_PARAMS " {\n"
-                       "  %s *o = (%s *)o_; const %s *x = (const %s *)x_; (void)J; (void)X; "
-                       "(void)post; (void)x;\n"
-                       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
-                       "(i64)gridDim.x * blockDim.x) {\n",
-                       hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name,
-                                           sizeof name),
-                       mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt],
-                       mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt], mo_store[dt], mo_store[dt]);
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void %s" INDEX_PARAMS " {\n"
+        "  %s *o = (%s *)o_; const %s *x = (const %s *)x_; (void)J; (void)X; "
+        "(void)post; (void)x;\n"
+        "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
+        "(i64)gridDim.x * blockDim.x) {\n",
+        hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name, sizeof name),
+        mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt], mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt],
+        mo_store[dt], mo_store[dt]);
     switch (op) {
     case HD_OP_INDEX_SELECT:
         hd_cuda_src_printf(s, "    i64 p = i %% post, t = i / post, j = t %% J, q = t / J;\n"
