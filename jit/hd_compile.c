@@ -29,9 +29,10 @@ hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compi
                         "compiler 'llvm' is not available in this build (use \"interp\")");
 #endif
     }
-    if (name && strcmp(name, "cuda") == 0)
-        return hd_error(ctx, HD_ERR_RUNTIME,
-                        "compiler 'cuda' is not available in this build (use \"interp\")");
+    if (name && strcmp(name, "cuda") == 0) {
+        *out = &hd_jit_cuda;
+        return HD_OK;
+    }
     return hd_error(ctx, HD_ERR_ARGUMENT, "unknown compiler '%s' (known: interp, llvm, cuda)",
                     name ? name : "");
 }

@@ -70,6 +70,7 @@ typedef struct hd_jit_compiler {
 } hd_jit_compiler;
 
 extern const hd_jit_compiler hd_jit_interp;
+extern const hd_jit_compiler hd_jit_cuda; /* jit/hd_cuda_jit.c: errors without a GPU */
 #if HODU_HAVE_LLVM
 extern const hd_jit_compiler hd_jit_llvm; /* jit/hd_llvm.c */
 #endif

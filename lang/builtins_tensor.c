@@ -51,6 +51,8 @@ hd_status hd_targs_bind(hd_vm *vm, const hd_tfunc *f, hd_value self, const hd_va
     a->f = f;
     a->rest = NULL;
     a->nrest = 0;
+    a->place = NULL;
+    a->place_device = 0;
     parse_sig(f->sig, a, &star, &nreq);
     for (int i = 0; i < a->n; i++) a->v[i].type = HD_V_COUNT;
     int npos = 0;
@@ -176,16 +178,15 @@ hd_status hd_targ_dtype(hd_vm *vm, const hd_targs *a, int i, int def, int *out) 
     return hd_targ_type_error(vm, a, i, "a dtype (f16, bf16, f32, f64, i8, u8, i32, i64, bool)");
 }
 
-hd_status hd_targ_device(hd_vm *vm, const hd_targs *a, int i) {
+hd_status hd_targ_device(hd_vm *vm, hd_targs *a, int i) {
     if (!hd_targ_has(a, i)) return HD_OK;
     if (a->v[i].type != HD_V_STR) return hd_targ_type_error(vm, a, i, "a device string");
     const hd_backend *be;
     int dev;
-    if (hd_backend_parse_device(hd_vm_ctx(vm), hd_as_str(a->v[i])->chars, &be, &dev))
+    if (hd_backend_open_device(hd_vm_ctx(vm), hd_as_str(a->v[i])->chars, &be, &dev))
         return hd_tfail(vm, a->f->name);
-    if (be != &hd_cpu_backend)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: tensors can only be created on the cpu",
-                           a->f->name);
+    a->place = be;
+    a->place_device = dev;
     return HD_OK;
 }
 
@@ -467,7 +468,20 @@ static hd_status need_host(hd_vm *vm, const hd_tensor *t, const char *fname) {
     return HD_OK;
 }
 
+/* item() and tolist() of a device tensor read a host copy. */
+static hd_status host_copy_then(hd_vm *vm, const hd_tensor *t, hd_value *out,
+                                hd_status (*f)(hd_vm *, const hd_tensor *, hd_value *),
+                                const char *fname) {
+    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
+    if (!h) return hd_tfail(vm, fname);
+    hd_status st = f(vm, h, out);
+    hd_tensor_unref(h);
+    return st;
+}
+
 hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out) {
+    if (t->storage && !hd_tensor_is_cpu(t) && !hd_vm_ctx(vm)->trace)
+        return host_copy_then(vm, t, out, hd_tensor_item, "item");
     if (need_host(vm, t, "item")) return HD_ERR_RUNTIME;
     if (t->numel != 1) {
         char s[128];
@@ -499,6 +513,8 @@ static hd_status tolist_rec(hd_vm *vm, const hd_tensor *t, int dim, int64_t off,
 }
 
 hd_status hd_tensor_tolist(hd_vm *vm, const hd_tensor *t, hd_value *out) {
+    if (t->storage && !hd_tensor_is_cpu(t) && !hd_vm_ctx(vm)->trace)
+        return host_copy_then(vm, t, out, hd_tensor_tolist, "tolist");
     if (need_host(vm, t, "tolist")) return HD_ERR_RUNTIME;
     return tolist_rec(vm, t, 0, t->offset, out);
 }

@@ -60,6 +60,8 @@ typedef struct hd_targs {
     hd_value all[HD_TARGS_MAX + 1]; /* self and the positional arguments */
     const hd_value *rest;           /* positionals past the last, for a `*name` */
     int nrest;
+    const struct hd_backend *place; /* hd_targ_device's device (NULL: none given) */
+    int place_device;
 } hd_targs;
 
 /* Match self, positional and keyword arguments to f's parameters. Errors
@@ -82,7 +84,9 @@ hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double 
 hd_status hd_targ_bool(hd_vm *vm, const hd_targs *a, int i, int def, int *out);
 hd_status hd_targ_dtype(hd_vm *vm, const hd_targs *a, int i, int def, int *out); /* -1: none */
 /* A device string or none: only "cpu" exists; "cuda" names the missing backend. */
-hd_status hd_targ_device(hd_vm *vm, const hd_targs *a, int i);
+/* device=: parses and opens the device (an unusable one is an error that
+ * says why) and records it in a->place. */
+hd_status hd_targ_device(hd_vm *vm, hd_targs *a, int i);
 /* A shape: an int, a list of ints, or (a `*name` parameter) several ints. */
 hd_status hd_targ_shape(hd_vm *vm, const hd_targs *a, int i, int64_t *shape, int *nd);
 /* Axes into attrs->axes/naxes: none (all), an int, or a list of ints. */

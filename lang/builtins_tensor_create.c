@@ -1,14 +1,24 @@
 /* Creation: tensor, zeros, ones, full, rand, randn, arange, linspace, eye,
  * zeros_like, ones_like, manual_seed. */
 #include "builtins_tensor.h"
+#include "hd_backend.h"
 #include "hd_rng.h"
 
 #include <math.h>
 #include <string.h>
 
-static hd_status create(hd_vm *vm, const char *fname, hd_op op, hd_attrs *at, hd_value *out) {
+/* The creation op, on the device= the arguments named (a->place). */
+static hd_status create_on(hd_vm *vm, const hd_targs *a, hd_op op, hd_attrs *at, hd_tensor **t) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_place prev = hd_place_push(ctx, a->place ? a->place : &hd_cpu_backend, a->place_device);
+    hd_status st = hd_trun_t(vm, a->f->name, op, NULL, 0, at, t);
+    hd_place_pop(ctx, prev);
+    return st;
+}
+
+static hd_status create(hd_vm *vm, const hd_targs *a, hd_op op, hd_attrs *at, hd_value *out) {
     hd_tensor *t = NULL;
-    if (hd_trun_t(vm, fname, op, NULL, 0, at, &t)) return HD_ERR_RUNTIME;
+    if (create_on(vm, a, op, at, &t)) return HD_ERR_RUNTIME;
     *out = hd_tensor_value(t);
     return HD_OK;
 }
@@ -32,7 +42,7 @@ static hd_status fill(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
         return HD_ERR_RUNTIME;
     at.dtype = (hd_dtype)dt;
     at.scalar[0] = value;
-    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+    return create(vm, &a, HD_OP_FULL, &at, out);
 }
 
 static HD_TF_FN(tf_zeros) {
@@ -62,7 +72,7 @@ static HD_TF_FN(tf_full) {
         return HD_ERR_RUNTIME;
     at.dtype = (hd_dtype)dt;
     at.scalar[0] = v;
-    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+    return create(vm, &a, HD_OP_FULL, &at, out);
 }
 
 static HD_TF_FN(tf_rand) {
@@ -75,7 +85,7 @@ static HD_TF_FN(tf_rand) {
         return HD_ERR_RUNTIME;
     at.dtype = (hd_dtype)dt;
     at.scalar[1] = 1; /* [0, 1) */
-    return create(vm, a.f->name, HD_OP_RAND, &at, out);
+    return create(vm, &a, HD_OP_RAND, &at, out);
 }
 
 /* randn draws standard normals, then scales: x * std + mean. */
@@ -92,7 +102,7 @@ static HD_TF_FN(tf_randn) {
     at.dtype = (hd_dtype)dt;
     at.scalar[1] = 1;
     hd_tensor *t = NULL;
-    if (hd_trun_t(vm, "randn", HD_OP_RANDN, NULL, 0, &at, &t)) return HD_ERR_RUNTIME;
+    if (create_on(vm, &a, HD_OP_RANDN, &at, &t)) return HD_ERR_RUNTIME;
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_status st = HD_OK;
     for (int k = 0; k < 2 && !st; k++) {
@@ -140,7 +150,7 @@ static HD_TF_FN(tf_arange) {
     at.scalar[1] = s1;
     at.scalar[2] = step;
     at.dtype = (hd_dtype)dt;
-    return create(vm, a.f->name, HD_OP_ARANGE, &at, out);
+    return create(vm, &a, HD_OP_ARANGE, &at, out);
 }
 
 static HD_TF_FN(tf_linspace) {
@@ -153,7 +163,7 @@ static HD_TF_FN(tf_linspace) {
         hd_targ_device(vm, &a, 4))
         return HD_ERR_RUNTIME;
     at.dtype = (hd_dtype)dt;
-    return create(vm, a.f->name, HD_OP_LINSPACE, &at, out);
+    return create(vm, &a, HD_OP_LINSPACE, &at, out);
 }
 
 static HD_TF_FN(tf_eye) {
@@ -167,7 +177,7 @@ static HD_TF_FN(tf_eye) {
         return HD_ERR_RUNTIME;
     at.nshape = 2;
     at.dtype = (hd_dtype)dt;
-    return create(vm, a.f->name, HD_OP_EYE, &at, out);
+    return create(vm, &a, HD_OP_EYE, &at, out);
 }
 
 static hd_status fill_like(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
@@ -186,8 +196,11 @@ static hd_status fill_like(hd_vm *vm, hd_value self, const hd_value *args, int n
     at.nshape = x->ndim;
     memcpy(at.shape, x->shape, sizeof at.shape);
     at.scalar[0] = v;
+    hd_place p = hd_place_of(x); /* zeros_like(x) is on x's device */
+    a.place = p.backend;
+    a.place_device = p.device;
     hd_tensor_unref(x);
-    return create(vm, a.f->name, HD_OP_FULL, &at, out);
+    return create(vm, &a, HD_OP_FULL, &at, out);
 }
 
 static HD_TF_FN(tf_zeros_like) {
@@ -201,8 +214,14 @@ static HD_TF_FN(tf_tensor) {
     HD_TARGS_BIND(a); /* data, dtype=, device= */
     int dt;
     if (hd_targ_dtype(vm, &a, 1, -1, &dt) || hd_targ_device(vm, &a, 2)) return HD_ERR_RUNTIME;
-    hd_tensor *t = NULL;
+    hd_tensor *t = NULL, *d = NULL;
     if (hd_tensor_from_value(vm, a.v[0], dt, HD_F32, &t)) return HD_ERR_RUNTIME;
+    if (a.place && a.place != &hd_cpu_backend) {
+        hd_status st = hd_tensor_to_device(hd_vm_ctx(vm), t, a.place, a.place_device, &d);
+        hd_tensor_unref(t);
+        if (st) return hd_tfail(vm, "tensor");
+        t = d;
+    }
     *out = hd_tensor_value(t);
     return HD_OK;
 }

@@ -1,6 +1,7 @@
 /* Conversions and the rest: item, tolist, to, clone, contiguous (methods).
  * detach and param are with the other gradient builtins (builtins_grad.c). */
 #include "builtins_tensor.h"
+#include "hd_autograd.h"
 #include "hd_backend.h"
 
 #include <string.h>
@@ -21,6 +22,25 @@ static HD_TF_FN(tf_tolist) {
     hd_status st = hd_tensor_tolist(vm, x, out);
     hd_tensor_unref(x);
     return st;
+}
+
+/* Replace *t by its copy on (be, device). Moving a tensor that gradients
+ * flow through is an error for now (no device-copy op in the table). */
+static hd_status to_device(hd_vm *vm, hd_tensor **t, const hd_backend *be, int device) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    const hd_storage *s = (*t)->storage;
+    if (s && s->backend == be && s->device == device) return HD_OK;
+    int rec = hd_autograd_wants(ctx, HD_OP_COPY, t, 1, (*t)->dtype);
+    if (rec < 0) return hd_tfail(vm, "to");
+    if (rec)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "to: moving a tensor that requires grad between devices is not "
+                           "differentiable; move it first, then make it a param (param(x.to(...)))");
+    hd_tensor *d = NULL;
+    if (hd_tensor_to_device(ctx, *t, be, device, &d)) return hd_tfail(vm, "to");
+    hd_tensor_unref(*t);
+    *t = d;
+    return HD_OK;
 }
 
 /* to(f16), to("cpu"), to(dtype = f16, device = "cpu"). */
@@ -50,7 +70,11 @@ static HD_TF_FN(tf_to) {
         r = hd_tensor_ref(x);
     }
     hd_tensor_unref(x);
-    if (st) return st;
+    if (!st && a.place) st = to_device(vm, &r, a.place, a.place_device);
+    if (st) {
+        hd_tensor_unref(r);
+        return st;
+    }
     *out = hd_tensor_value(r);
     return HD_OK;
 }

@@ -2,6 +2,7 @@
  * per-op rules are in hd_grad_rules.c; docs/autograd.md explains the
  * semantics. */
 #include "hd_autograd.h"
+#include "hd_backend.h"
 
 #include <string.h>
 
@@ -745,6 +746,9 @@ hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int re
                         "backward() inside compiled code needs a loss computed inside it (this "
                         "one was computed eagerly, before the compiled code ran)");
     int was = hd_grad_set_enabled(ctx, 0);
+    /* the seed and the zeros rules make are on the loss's device */
+    hd_place here = hd_place_of(loss);
+    hd_place prev = hd_place_push(ctx, here.backend ? here.backend : &hd_cpu_backend, here.device);
     hd_tensor *seed = NULL;
     hd_status st = make_seed(ctx, loss, grad, &seed);
     if (!st) {
@@ -757,6 +761,7 @@ hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int re
         pass_end(&p);
     }
     hd_tensor_unref(seed);
+    hd_place_pop(ctx, prev);
     hd_grad_set_enabled(ctx, was);
     return st;
 }

@@ -24,9 +24,35 @@ typedef struct hd_backend {
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;
+/* backends/cuda: NVRTC kernels, cuBLAS, driver loaded at run time. In a
+ * build without the CUDA headers every call says so. */
+extern const hd_backend hd_cuda_backend;
 
-/* Find a backend by device string ("cpu", "cuda", "cuda:1"). */
+/* Find a backend by device string ("cpu", "cpu:0", "cuda", "cuda:1").
+ * Only parses: whether the device exists is be->available's answer. */
 hd_status hd_backend_parse_device(hd_ctx *ctx, const char *spec, const hd_backend **be,
                                   int *device);
+/* Parse and check availability: the error says why a device cannot be used
+ * ("cuda is not available: libcuda.so.1 not found"). */
+hd_status hd_backend_open_device(hd_ctx *ctx, const char *spec, const hd_backend **be,
+                                 int *device);
+
+/* Where ops without tensor inputs (creation) put their results until the
+ * matching pop: returns the previous place. */
+typedef struct hd_place {
+    const hd_backend *backend; /* NULL: the cpu */
+    int device;
+} hd_place;
+hd_place hd_place_push(hd_ctx *ctx, const hd_backend *be, int device);
+void hd_place_pop(hd_ctx *ctx, hd_place prev);
+/* The place of t's storage ({cpu, 0} for symbolic tensors). */
+hd_place hd_place_of(const hd_tensor *t);
+
+/* t's values on (be, device): a new reference to t when it is there
+ * already, else a contiguous copy. Not recorded for gradients. */
+hd_status hd_tensor_to_device(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device,
+                              hd_tensor **out);
+/* t's values in host memory (cpu tensors: a new reference). */
+hd_tensor *hd_tensor_to_host(hd_ctx *ctx, hd_tensor *t);
 
 #endif

@@ -105,6 +105,9 @@ void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes) {
 }
 
 void hd_ctx_release(hd_ctx *ctx) {
+    if (ctx->device_release) ctx->device_release(ctx);
+    ctx->device_release = NULL;
+    ctx->device_state = NULL;
     hd_ctx_trim(ctx);
 }
 

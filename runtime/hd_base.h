@@ -46,6 +46,8 @@ typedef struct hd_grad_scope {
     int outer_disabled; /* grad mode to restore when the block ends */
 } hd_grad_scope;
 
+struct hd_backend;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -72,6 +74,14 @@ typedef struct hd_ctx {
      * another's */
     struct hd_trace *trace;
     uint32_t trace_serial;
+    /* where ops without tensor inputs (creation) put their result: NULL is
+     * the cpu (hd_op_place_push in hd_op.h) */
+    const struct hd_backend *place_backend;
+    int place_device;
+    /* a device backend's state in this context (allocator, streams, loaded
+     * kernels), made on first use; device_release frees it (hd_ctx_release) */
+    void *device_state;
+    void (*device_release)(struct hd_ctx *ctx);
 } hd_ctx;
 
 /* Project invariants only; never for conditions a user, file or host causes. */
@@ -107,7 +117,7 @@ void hd_ctx_free_block(hd_ctx *ctx, void *p, size_t size);
 void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes);
 /* Return every cached block to the allocator. */
 void hd_ctx_trim(hd_ctx *ctx);
-/* Release what the context holds (the block cache). */
+/* Release what the context holds (the block cache, device state). */
 void hd_ctx_release(hd_ctx *ctx);
 char *hd_ctx_strdup(hd_ctx *ctx, const char *s);
 void hd_ctx_strfree(hd_ctx *ctx, char *s);

@@ -128,6 +128,10 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
                                         int *device) {
     const hd_backend *be = &hd_cpu_backend;
     *device = 0;
+    if (nin == 0 && ctx->place_backend) {
+        be = ctx->place_backend;
+        *device = ctx->place_device;
+    }
     for (int i = 0; i < nin; i++) {
         const hd_storage *s = in[i]->storage;
         if (!s) {
@@ -309,17 +313,4 @@ hd_status hd_tensor_copy_into(hd_ctx *ctx, hd_tensor *dst, hd_tensor *src) {
     hd_status st = hd_op_run(ctx, HD_OP_ASSIGN, in, 2, NULL, &out);
     hd_tensor_unref(out);
     return st;
-}
-
-hd_status hd_backend_parse_device(hd_ctx *ctx, const char *spec, const hd_backend **be,
-                                  int *device) {
-    if (strcmp(spec, "cpu") == 0 || strcmp(spec, "cpu:0") == 0) {
-        *be = &hd_cpu_backend;
-        *device = 0;
-        return HD_OK;
-    }
-    if (strncmp(spec, "cuda", 4) == 0)
-        return hd_error(ctx, HD_ERR_RUNTIME, "device '%s': this build has no CUDA backend", spec);
-    return hd_error(ctx, HD_ERR_ARGUMENT, "unknown device '%s' (expected \"cpu\" or \"cuda:N\")",
-                    spec);
 }

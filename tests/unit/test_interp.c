@@ -344,9 +344,13 @@ static void test_compiler_lookup(hd_ctx *ctx) {
     CHECK(hd_jit_compiler_find(ctx, "llvm", &c) == HD_ERR_RUNTIME);
     CHECK(contains(hd_error_message(ctx), "not available in this build"));
 #endif
-    CHECK(hd_jit_compiler_find(ctx, "cuda", &c) == HD_ERR_RUNTIME);
+    CHECK(hd_jit_compiler_find(ctx, "cuda", &c) == HD_OK && c == &hd_jit_cuda);
     hd_jit_options o;
     hd_jit_options_init(&o);
+    /* the cuda compiler is usable exactly where the cuda device is */
+    int gpu = hd_cuda_backend.available(ctx, 0) == HD_OK;
+    CHECK((hd_jit_cuda.available(ctx, &o) == HD_OK) == gpu);
+    if (!gpu) CHECK(contains(hd_error_message(ctx), "compiler 'cuda': cuda is not available"));
     CHECK(hd_jit_interp.available(ctx, &o) == HD_OK);
     o.device = "tpu";
     CHECK(hd_jit_interp.available(ctx, &o) != HD_OK);

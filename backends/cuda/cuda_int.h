@@ -1,0 +1,204 @@
+/* Internal interface of the CUDA backend (backends/cuda).
+ *
+ * Nothing here links against CUDA: the driver (libcuda.so.1), NVRTC and
+ * cuBLAS are opened with dlopen on first use (cuda_loader.c), so one build
+ * runs with and without a GPU. The toolkit headers give the types only; a
+ * build without them compiles cuda_stub.c instead, and the kernel sources
+ * (cuda_src.c) are generated in plain C in every build. */
+#ifndef HD_CUDA_INT_H
+#define HD_CUDA_INT_H
+
+#include "hd_backend.h"
+
+/* ---- kernel sources (cuda_src.c, every build) ---- */
+
+/* A generated CUDA C program: one module holding the kernels of one op (or
+ * one fused group) for every dtype combination it is asked for. */
+typedef struct hd_cuda_src {
+    hd_ctx *ctx; /* memory comes from its allocator */
+    char *text;
+    size_t len, cap;
+    int oom;
+} hd_cuda_src;
+
+void hd_cuda_src_init(hd_cuda_src *s, hd_ctx *ctx);
+void hd_cuda_src_free(hd_cuda_src *s);
+void hd_cuda_src_printf(hd_cuda_src *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* The shared prelude: integer types, f16/bf16 conversions, the op
+ * functions named after hd_ops.def, Philox4x32-10, block reductions. */
+const char *hd_cuda_prelude(void);
+
+/* Which module an op's kernels live in; -1: no CUDA kernel for the op. */
+typedef enum {
+    HD_CUDA_MOD_UNARY, /* one module per unary op (cast: one for every pair) */
+    HD_CUDA_MOD_BINARY,
+    HD_CUDA_MOD_WHERE,
+    HD_CUDA_MOD_REDUCE,
+    HD_CUDA_MOD_ROW, /* softmax family over one axis */
+    HD_CUDA_MOD_CREATE,
+    HD_CUDA_MOD_INDEX,
+    HD_CUDA_MOD_NN,
+} hd_cuda_mod_kind;
+
+/* The kernel entry point's name for op on dtypes (in: first input; out:
+ * the output), e.g. "k_add_f32_f32"; buf is returned. */
+char *hd_cuda_kernel_name(hd_op op, hd_dtype in, hd_dtype out, char *buf, size_t n);
+/* Append the module that holds op's kernels for every dtype the cpu
+ * backend supports it for (the same set run_op accepts). 0 when op has no
+ * CUDA kernel. */
+int hd_cuda_src_module(hd_cuda_src *s, hd_op op);
+/* Does the CUDA backend have a kernel (or a composition) for op at all? */
+int hd_cuda_has_op(hd_op op);
+/* Does op have a generated module (hd_cuda_src_module)? The rest of
+ * hd_cuda_has_op's ops are compositions, copies or cuBLAS calls. */
+int hd_cuda_op_generated(hd_op op);
+/* A reduction's output dtype for an input of dtype dt. */
+hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt);
+
+#if HODU_HAVE_CUDA
+#include <cuda.h>
+#include <nvrtc.h>
+#include <cublas_api.h>
+
+/* ---- the libraries, opened once per process (cuda_loader.c) ---- */
+
+typedef struct hd_cuda_api {
+    /* driver */
+    CUresult (*init)(unsigned);
+    CUresult (*device_get_count)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*device_get_name)(char *, int, CUdevice);
+    CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_ctx_release)(CUdevice);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*stream_synchronize)(CUstream);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*memcpy_dtod)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*module_load_data)(CUmodule *, const void *);
+    CUresult (*module_unload)(CUmodule);
+    CUresult (*module_get_function)(CUfunction *, CUmodule, const char *);
+    CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*get_error_string)(CUresult, const char **);
+    CUresult (*stream_begin_capture)(CUstream, CUstreamCaptureMode);
+    CUresult (*stream_end_capture)(CUstream, CUgraph *);
+    CUresult (*graph_instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*graph_launch)(CUgraphExec, CUstream);
+    CUresult (*graph_exec_destroy)(CUgraphExec);
+    CUresult (*graph_destroy)(CUgraph);
+    int driver_ok;
+    char driver_error[256]; /* why the driver cannot be used */
+    int ndevices;
+    /* NVRTC */
+    nvrtcResult (*nvrtc_create)(nvrtcProgram *, const char *, const char *, int,
+                                const char *const *, const char *const *);
+    nvrtcResult (*nvrtc_compile)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*nvrtc_log_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*nvrtc_log)(nvrtcProgram, char *);
+    nvrtcResult (*nvrtc_cubin_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*nvrtc_cubin)(nvrtcProgram, char *);
+    nvrtcResult (*nvrtc_destroy)(nvrtcProgram *);
+    const char *(*nvrtc_error_string)(nvrtcResult);
+    nvrtcResult (*nvrtc_version)(int *, int *);
+    int nvrtc_ok;
+    char nvrtc_error[256];
+    /* cuBLAS */
+    cublasStatus_t (*blas_create)(cublasHandle_t *);
+    cublasStatus_t (*blas_destroy)(cublasHandle_t);
+    cublasStatus_t (*blas_set_stream)(cublasHandle_t, CUstream);
+    cublasStatus_t (*blas_gemm_strided)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                        int, int, const void *, const void *, cudaDataType, int,
+                                        long long, const void *, cudaDataType, int, long long,
+                                        const void *, void *, cudaDataType, int, long long, int,
+                                        cublasComputeType_t, cublasGemmAlgo_t);
+    int blas_ok;
+    char blas_error[256];
+} hd_cuda_api;
+
+/* The process's libraries: opened on the first call (thread-safe), kept
+ * until exit. Never NULL; check driver_ok / nvrtc_ok / blas_ok. */
+const hd_cuda_api *hd_cuda_api_get(void);
+/* Driver call results as errors: "cuda: <what>: <driver's message>". */
+hd_status hd_cuda_check(hd_ctx *ctx, CUresult r, const char *what);
+
+/* ---- NVRTC (cuda_nvrtc.c) ---- */
+
+/* Compile src for sm_<arch> (e.g. 80) into a CUBIN image (*img, *n from
+ * hd_ctx_alloc). With use_cache the image is looked up and stored in the
+ * disk cache (HODU_CACHE_DIR, as the llvm compiler's) under the source's
+ * hash and the arch. */
+hd_status hd_cuda_nvrtc_compile(hd_ctx *ctx, const char *src, size_t len, int arch, int use_cache,
+                                void **img, size_t *n);
+
+/* ---- per-context state (cuda_backend.c) ---- */
+
+#define HD_CUDA_MAX_DEVICES 16
+#define HD_CUDA_BINS        64
+
+typedef struct hd_cuda_block {
+    CUdeviceptr p;
+    size_t size;
+    struct hd_cuda_block *next;
+} hd_cuda_block;
+
+typedef struct hd_cuda_module {
+    uint64_t key; /* hash of the source */
+    CUmodule mod;
+    struct hd_cuda_module *next;
+} hd_cuda_module;
+
+typedef struct hd_cuda_dev {
+    int ready;
+    CUdevice dev;
+    CUcontext cu;
+    CUstream stream;
+    cublasHandle_t blas;
+    int arch; /* 10 * major + minor */
+    /* caching allocator: free blocks by size class (bin = log2 of the
+     * rounded size), each list holding blocks of exactly one size */
+    hd_cuda_block *bins[HD_CUDA_BINS];
+    size_t cached_bytes, live_bytes;
+    hd_cuda_module *modules; /* loaded modules by source hash */
+    CUdeviceptr flag;        /* one int the kernels set on bad indices */
+} hd_cuda_dev;
+
+typedef struct hd_cuda_state {
+    hd_cuda_dev dev[HD_CUDA_MAX_DEVICES];
+} hd_cuda_state;
+
+/* The context's state of device d, made current on this thread (made on
+ * first use). NULL with an error when the device cannot be used. */
+hd_cuda_dev *hd_cuda_dev_get(hd_ctx *ctx, int device);
+/* The kernel `name` from the module generated for op (compiled, cached). */
+hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, CUfunction *f);
+/* The kernel `name` of a module given as source (the cuda compiler's). */
+hd_status hd_cuda_function_src(hd_ctx *ctx, hd_cuda_dev *d, const char *src, size_t len,
+                               const char *name, CUfunction *f);
+/* Launch over n threads (1-D grid of 256-thread blocks, capped). */
+hd_status hd_cuda_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, int64_t n, void **args);
+/* Launch with an explicit grid and block. */
+hd_status hd_cuda_launch_grid(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, unsigned grid,
+                              unsigned block, void **args);
+/* Scratch device memory through the caching allocator. */
+CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes);
+void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes);
+
+/* ---- kernels (cuda_ops.c, cuda_blas.c) ---- */
+
+hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
+                         const hd_attrs *attrs);
+hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *a, hd_tensor *b);
+#endif
+
+#endif

@@ -1,0 +1,170 @@
+/* The CUDA libraries, opened at run time (dlopen) so that one build runs on
+ * machines with and without a GPU. Opened once per process, on the first
+ * call, under pthread_once; the handles stay open until exit (the driver
+ * is process-wide anyway). HODU_CUDA_DRIVER names another driver library
+ * (tests use a missing one to exercise the no-GPU paths on any machine). */
+#if HODU_HAVE_CUDA
+#include "cuda_int.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hd_cuda_api cuda_api;
+static pthread_once_t cuda_api_once = PTHREAD_ONCE_INIT;
+
+/* First library of names that opens; names[0] is reported when none does. */
+static void *loader_open(const char *const *names, char *err, size_t n, const char *what) {
+    for (int i = 0; names[i]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h) return h;
+    }
+    snprintf(err, n, "%s not found%s", names[0], what);
+    return NULL;
+}
+
+/* Resolve each (slot, symbol) pair; 0 and an error naming the first
+ * missing symbol. */
+typedef struct {
+    void **slot;
+    const char *name;
+} loader_sym;
+
+static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, size_t errn,
+                          const char *lib) {
+    for (int i = 0; i < n; i++) {
+        *syms[i].slot = dlsym(h, syms[i].name);
+        if (!*syms[i].slot) {
+            snprintf(err, errn, "%s has no %s (too old?)", lib, syms[i].name);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define SYM(field, name)                                                                           \
+    { (void **)&a->field, name }
+
+static void loader_driver(hd_cuda_api *a) {
+    const char *env = getenv("HODU_CUDA_DRIVER");
+    const char *names[] = {env && *env ? env : "libcuda.so.1", env && *env ? NULL : "libcuda.so",
+                           NULL};
+    void *h = loader_open(names, a->driver_error, sizeof a->driver_error, " (no NVIDIA driver)");
+    if (!h) return;
+    const loader_sym syms[] = {
+        SYM(init, "cuInit"),
+        SYM(device_get_count, "cuDeviceGetCount"),
+        SYM(device_get, "cuDeviceGet"),
+        SYM(device_get_attribute, "cuDeviceGetAttribute"),
+        SYM(device_get_name, "cuDeviceGetName"),
+        SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
+        SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
+        SYM(ctx_set_current, "cuCtxSetCurrent"),
+        SYM(stream_create, "cuStreamCreate"),
+        SYM(stream_destroy, "cuStreamDestroy_v2"),
+        SYM(stream_synchronize, "cuStreamSynchronize"),
+        SYM(mem_alloc, "cuMemAlloc_v2"),
+        SYM(mem_free, "cuMemFree_v2"),
+        SYM(memcpy_htod, "cuMemcpyHtoDAsync_v2"),
+        SYM(memcpy_dtoh, "cuMemcpyDtoHAsync_v2"),
+        SYM(memcpy_dtod, "cuMemcpyDtoDAsync_v2"),
+        SYM(memset_d8, "cuMemsetD8Async"),
+        SYM(module_load_data, "cuModuleLoadData"),
+        SYM(module_unload, "cuModuleUnload"),
+        SYM(module_get_function, "cuModuleGetFunction"),
+        SYM(launch_kernel, "cuLaunchKernel"),
+        SYM(get_error_string, "cuGetErrorString"),
+        SYM(stream_begin_capture, "cuStreamBeginCapture_v2"),
+        SYM(stream_end_capture, "cuStreamEndCapture"),
+        SYM(graph_instantiate, "cuGraphInstantiateWithFlags"),
+        SYM(graph_launch, "cuGraphLaunch"),
+        SYM(graph_exec_destroy, "cuGraphExecDestroy"),
+        SYM(graph_destroy, "cuGraphDestroy"),
+    };
+    if (!loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->driver_error,
+                        sizeof a->driver_error, names[0]))
+        return;
+    CUresult r = a->init(0);
+    if (r != CUDA_SUCCESS) {
+        const char *m = NULL;
+        a->get_error_string(r, &m);
+        snprintf(a->driver_error, sizeof a->driver_error, "cuInit failed: %s",
+                 m ? m : "unknown error");
+        return;
+    }
+    if (a->device_get_count(&a->ndevices) != CUDA_SUCCESS || a->ndevices <= 0) {
+        snprintf(a->driver_error, sizeof a->driver_error, "no CUDA device");
+        return;
+    }
+    a->driver_ok = 1;
+}
+
+static void loader_nvrtc(hd_cuda_api *a) {
+    const char *names[] = {"libnvrtc.so.13",
+                           "libnvrtc.so.12",
+                           "libnvrtc.so.11.2",
+                           "libnvrtc.so",
+                           "/usr/local/cuda/lib64/libnvrtc.so",
+                           NULL};
+    void *h = loader_open(names, a->nvrtc_error, sizeof a->nvrtc_error,
+                          " (the CUDA toolkit's NVRTC library)");
+    if (!h) return;
+    const loader_sym syms[] = {
+        SYM(nvrtc_create, "nvrtcCreateProgram"),
+        SYM(nvrtc_compile, "nvrtcCompileProgram"),
+        SYM(nvrtc_log_size, "nvrtcGetProgramLogSize"),
+        SYM(nvrtc_log, "nvrtcGetProgramLog"),
+        SYM(nvrtc_cubin_size, "nvrtcGetCUBINSize"),
+        SYM(nvrtc_cubin, "nvrtcGetCUBIN"),
+        SYM(nvrtc_destroy, "nvrtcDestroyProgram"),
+        SYM(nvrtc_error_string, "nvrtcGetErrorString"),
+        SYM(nvrtc_version, "nvrtcVersion"),
+    };
+    a->nvrtc_ok = loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->nvrtc_error,
+                                 sizeof a->nvrtc_error, "libnvrtc");
+}
+
+static void loader_blas(hd_cuda_api *a) {
+    const char *names[] = {"libcublas.so.13",
+                           "libcublas.so.12",
+                           "libcublas.so.11",
+                           "libcublas.so",
+                           "/usr/local/cuda/lib64/libcublas.so",
+                           NULL};
+    void *h = loader_open(names, a->blas_error, sizeof a->blas_error, " (cuBLAS)");
+    if (!h) return;
+    const loader_sym syms[] = {
+        SYM(blas_create, "cublasCreate_v2"),
+        SYM(blas_destroy, "cublasDestroy_v2"),
+        SYM(blas_set_stream, "cublasSetStream_v2"),
+        SYM(blas_gemm_strided, "cublasGemmStridedBatchedEx"),
+    };
+    a->blas_ok = loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->blas_error,
+                                sizeof a->blas_error, "libcublas");
+}
+
+/* cuBLAS is opened only with a driver: it needs one to load at all. */
+static void loader_all(void) {
+    loader_driver(&cuda_api);
+    loader_nvrtc(&cuda_api);
+    if (cuda_api.driver_ok)
+        loader_blas(&cuda_api);
+    else
+        snprintf(cuda_api.blas_error, sizeof cuda_api.blas_error, "no CUDA driver");
+}
+
+const hd_cuda_api *hd_cuda_api_get(void) {
+    pthread_once(&cuda_api_once, loader_all);
+    return &cuda_api;
+}
+
+hd_status hd_cuda_check(hd_ctx *ctx, CUresult r, const char *what) {
+    if (r == CUDA_SUCCESS) return HD_OK;
+    const char *m = NULL;
+    if (cuda_api.get_error_string) cuda_api.get_error_string(r, &m);
+    hd_status st = r == CUDA_ERROR_OUT_OF_MEMORY ? HD_ERR_MEMORY : HD_ERR_RUNTIME;
+    return hd_error(ctx, st, "cuda: %s: %s", what, m ? m : "unknown error");
+}
+#endif

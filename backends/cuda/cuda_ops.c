@@ -1,0 +1,488 @@
+/* run_op of the CUDA backend: geometry on the host, generated kernels on
+ * the device (cuda_src.c), matmul through cuBLAS (cuda_blas.c), and the
+ * nn ops without a kernel of their own composed of ones that have one. */
+#if HODU_HAVE_CUDA
+#include "cuda_int.h"
+#include "hd_rng.h"
+
+#include <string.h>
+
+/* A device pointer to the first element of t's view. */
+static void *ops_ptr(const hd_tensor *t) {
+    return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
+}
+
+/* Inputs that live on the host (Hodu numbers mixed with device tensors)
+ * are copied to the device first; *owned says which to unref. */
+static hd_status ops_upload(hd_ctx *ctx, int device, hd_tensor *const *in, int nin,
+                            hd_tensor **dev) {
+    for (int i = 0; i < nin; i++) {
+        dev[i] = NULL;
+        if (in[i]->storage->backend == &hd_cuda_backend) {
+            dev[i] = hd_tensor_ref(in[i]);
+            continue;
+        }
+        if (hd_tensor_to_device(ctx, in[i], &hd_cuda_backend, device, &dev[i])) {
+            for (int k = 0; k < i; k++) hd_tensor_unref(dev[k]);
+            return ctx->status;
+        }
+    }
+    return HD_OK;
+}
+
+/* ---- elementwise ---- */
+
+typedef struct {
+    int64_t n;
+    int nd, pad;
+    int64_t shape[8], so[8], s0[8], s1[8], s2[8];
+} ops_ewgeo;
+
+static void ew_geo(ops_ewgeo *g, const hd_tensor *out, hd_tensor *const *in, int nin) {
+    memset(g, 0, sizeof *g);
+    g->n = out->numel;
+    int contiguous = hd_tensor_is_contiguous(out);
+    int64_t *ss[3] = {g->s0, g->s1, g->s2};
+    for (int i = 0; i < nin; i++) {
+        hd_broadcast_strides(in[i], out->shape, out->ndim, ss[i]);
+        contiguous = contiguous && in[i]->ndim == out->ndim && hd_tensor_is_contiguous(in[i]) &&
+                     !memcmp(in[i]->shape, out->shape, (size_t)out->ndim * sizeof(int64_t));
+    }
+    if (contiguous) return; /* nd 0: flat indices everywhere */
+    g->nd = out->ndim;
+    memcpy(g->shape, out->shape, (size_t)out->ndim * sizeof(int64_t));
+    memcpy(g->so, out->strides, (size_t)out->ndim * sizeof(int64_t));
+}
+
+static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, hd_tensor *out,
+                           hd_tensor *const *in, int nin, double s0, double s1) {
+    CUfunction f;
+    if (hd_cuda_function(ctx, d, op, name, &f)) return ctx->status;
+    ops_ewgeo g;
+    ew_geo(&g, out, in, nin);
+    void *o = ops_ptr(out), *p[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < nin; i++) p[i] = ops_ptr(in[i]);
+    void *args[] = {&g, &o, &p[0], &p[1], &p[2], &s0, &s1};
+    return hd_cuda_launch(ctx, d, f, out->numel, args);
+}
+
+static hd_status ops_elementwise(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                                 hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    char name[96];
+    hd_dtype idt = op == HD_OP_WHERE ? out->dtype : in[0]->dtype;
+    if (op == HD_OP_ASSIGN) /* dst view <- src (already of dst's dtype) */
+        return ew_launch(ctx, d, HD_OP_COPY, hd_cuda_kernel_name(HD_OP_COPY, idt, idt, name, 96),
+                         in[0], in + 1, 1, 0, 0);
+    hd_cuda_kernel_name(op, idt, out->dtype, name, sizeof name);
+    double s0 = attrs ? attrs->scalar[0] : 0, s1 = attrs ? attrs->scalar[1] : 0;
+    return ew_launch(ctx, d, op, name, out, in, nin, s0, s1);
+}
+
+/* concat: one strided copy per input into its slice of the output. */
+static hd_status ops_concat(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                            int nin, const hd_attrs *attrs) {
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], out->ndim, &axis)) return ctx->status;
+    char name[96];
+    hd_cuda_kernel_name(HD_OP_COPY, out->dtype, out->dtype, name, sizeof name);
+    int64_t at = 0;
+    for (int i = 0; i < nin && !ctx->status; i++) {
+        if (in[i]->numel == 0) continue;
+        hd_tensor *slice = hd_tensor_view(ctx, out, in[i]->shape, out->strides, out->ndim,
+                                          out->offset + at * out->strides[axis]);
+        if (!slice) return ctx->status;
+        hd_status st = ew_launch(ctx, d, HD_OP_COPY, name, slice, &in[i], 1, 0, 0);
+        hd_tensor_unref(slice);
+        if (st) return st;
+        at += in[i]->shape[axis];
+    }
+    return HD_OK;
+}
+
+/* ---- reductions ---- */
+
+typedef struct {
+    int64_t nout, nred;
+    int ond, rnd;
+    int64_t oshape[8], ostr[8], rshape[8], rstr[8];
+} ops_rgeo;
+
+static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                            hd_tensor *const *in, const hd_attrs *attrs) {
+    const hd_tensor *x = in[0];
+    unsigned mask = 0;
+    for (int i = 0; i < attrs->naxes; i++) {
+        int a;
+        if (hd_norm_axis(ctx, attrs->axes[i], x->ndim, &a)) return ctx->status;
+        mask |= 1u << a;
+    }
+    if (attrs->naxes == 0) mask = ~0u;
+    ops_rgeo g;
+    memset(&g, 0, sizeof g);
+    g.nout = out->numel;
+    g.nred = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        if (mask & (1u << i)) {
+            g.rshape[g.rnd] = x->shape[i];
+            g.rstr[g.rnd++] = x->strides[i];
+            g.nred *= x->shape[i];
+        } else {
+            g.oshape[g.ond] = x->shape[i];
+            g.ostr[g.ond++] = x->strides[i];
+        }
+    }
+    char name[96];
+    CUfunction f;
+    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, out->dtype, name, 96), &f))
+        return ctx->status;
+    void *o = ops_ptr(out), *a = ops_ptr(x);
+    double corr = (double)attrs->ints[0];
+    void *args[] = {&g, &o, &a, &corr};
+    int64_t grid = g.nout < 65535 * 16 ? g.nout : 65535 * 16;
+    return hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
+}
+
+/* ---- rows: softmax family over attrs->ints[0] ---- */
+
+typedef struct {
+    int64_t rows, len;
+    int nd, pad;
+    int64_t shape[8], sa[8], sb[8], so[8];
+    int64_t la, lb, lo;
+} ops_rowgeo;
+
+static hd_status ops_rows(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                          hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], out->ndim, &axis)) return ctx->status;
+    ops_rowgeo g;
+    memset(&g, 0, sizeof g);
+    const hd_tensor *b = nin > 1 ? in[1] : in[0];
+    g.len = out->ndim ? out->shape[axis] : 1;
+    g.rows = g.len ? out->numel / g.len : 0;
+    for (int i = 0; i < out->ndim; i++) {
+        if (i == axis) continue;
+        g.shape[g.nd] = out->shape[i];
+        g.sa[g.nd] = in[0]->strides[i];
+        g.sb[g.nd] = b->strides[i];
+        g.so[g.nd++] = out->strides[i];
+    }
+    if (out->ndim) {
+        g.la = in[0]->strides[axis];
+        g.lb = b->strides[axis];
+        g.lo = out->strides[axis];
+    }
+    char name[96];
+    CUfunction f;
+    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, 96), &f))
+        return ctx->status;
+    void *o = ops_ptr(out), *pa = ops_ptr(in[0]), *pb = ops_ptr(b);
+    void *args[] = {&g, &o, &pa, &pb};
+    int64_t grid = g.rows < 65535 * 16 ? g.rows : 65535 * 16;
+    return hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
+}
+
+/* ---- creation ---- */
+
+static int ops_arange_exact(hd_dtype dt, double start, double step, int64_t n) {
+    return !hd_dtype_is_float(dt) && start == (double)(int64_t)start &&
+           step == (double)(int64_t)step &&
+           (start < 0 ? -start : start) + (double)n * (step < 0 ? -step : step) <
+               4611686018427387904.0;
+}
+
+static hd_status ops_create(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                            const hd_attrs *attrs) {
+    int64_t n = out->numel, cols = out->ndim == 2 ? out->shape[1] : 1;
+    double s0 = attrs->scalar[0], s1 = attrs->scalar[1], s2 = attrs->scalar[2];
+    uint64_t key = ctx->rng_seed, base = 0;
+    int exact = op == HD_OP_ARANGE && ops_arange_exact(out->dtype, s0, s2, n);
+    if (op == HD_OP_RANDN && !(s1 >= 0))
+        return hd_error(ctx, HD_ERR_RUNTIME, "randn: std must be >= 0, got %g", s1);
+    if (op == HD_OP_EYE && out->ndim != 2)
+        return hd_error(ctx, HD_ERR_RUNTIME, "eye: output must have 2 dims");
+    char name[96];
+    CUfunction f;
+    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, 96), &f))
+        return ctx->status;
+    if (op == HD_OP_RAND || op == HD_OP_RANDN) base = hd_rng_reserve(ctx, n);
+    void *o = ops_ptr(out);
+    void *args[] = {&n, &o, &s0, &s1, &s2, &key, &base, &cols, &exact};
+    return hd_cuda_launch(ctx, d, f, n, args);
+}
+
+/* ---- indexing: indices checked on the host (the cpu's messages) ---- */
+
+/* idx (any int dtype, any device) as a new contiguous i64 host tensor with
+ * negative entries wrapped; errors name the first bad index. */
+static hd_status ops_host_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
+                                  int64_t size, hd_tensor **out) {
+    hd_tensor *h = hd_tensor_to_host(ctx, (hd_tensor *)idx);
+    if (!h) return ctx->status;
+    hd_tensor *c = NULL;
+    hd_status st = h->dtype == HD_I64 ? HD_OK : hd_op_cast(ctx, h, HD_I64, &c);
+    if (!st && !c) c = hd_tensor_contiguous(ctx, h);
+    hd_tensor_unref(h);
+    if (st || !c) return ctx->status;
+    int64_t *p = hd_tensor_data(c);
+    for (int64_t j = 0; j < c->numel && !st; j++) {
+        int64_t v = op == HD_OP_ONE_HOT ? p[j] : p[j] < 0 ? p[j] + size : p[j];
+        if (v >= 0 && v < size) {
+            p[j] = v;
+        } else if (op == HD_OP_ONE_HOT) {
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "one_hot: index %lld is out of range for %lld classes (want 0 to %lld)",
+                          (long long)p[j], (long long)size, (long long)size - 1);
+        } else {
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "%s: index %lld is out of range for axis %d of size %lld",
+                          op == HD_OP_INDEX_ADD ? "index_add" : "index_select", (long long)p[j],
+                          axis, (long long)size);
+        }
+    }
+    if (st) {
+        hd_tensor_unref(c);
+        return st;
+    }
+    *out = c;
+    return HD_OK;
+}
+
+static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                           hd_tensor *const *in, const hd_attrs *attrs) {
+    const hd_tensor *x = op == HD_OP_ONE_HOT ? NULL : in[0];
+    const hd_tensor *idx = op == HD_OP_ONE_HOT ? in[0] : in[1];
+    const int64_t *shape = op == HD_OP_INDEX_ADD ? out->shape : x ? x->shape : NULL;
+    int nd = op == HD_OP_INDEX_ADD ? out->ndim : x ? x->ndim : 0, axis = 0;
+    if (x && hd_norm_axis(ctx, attrs->ints[0], nd, &axis)) return ctx->status;
+    int64_t size = x ? shape[axis] : attrs->ints[0], pre = 1, post = 1;
+    for (int i = 0; x && i < nd; i++) {
+        if (i < axis) pre *= shape[i];
+        if (i > axis) post *= shape[i];
+    }
+    hd_tensor *hi = NULL, *di = NULL, *xc = NULL;
+    if (ops_host_indices(ctx, op, idx, axis, size, &hi)) return ctx->status;
+    hd_status st = hd_tensor_to_device(ctx, hi, &hd_cuda_backend, out->storage->device, &di);
+    if (!st && x && !(xc = hd_tensor_contiguous(ctx, (hd_tensor *)x))) st = ctx->status;
+    const hd_cuda_api *a = hd_cuda_api_get();
+    if (!st && op != HD_OP_INDEX_SELECT) /* scatter into zeros */
+        st = hd_cuda_check(
+            ctx,
+            a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0, hd_tensor_nbytes(out), d->stream),
+            "cuMemsetD8Async");
+    char name[96];
+    CUfunction f;
+    hd_dtype dt = x ? x->dtype : HD_I64;
+    if (!st)
+        st = hd_cuda_function(
+            ctx, d, op, hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name, 96),
+            &f);
+    if (!st) {
+        int64_t J = idx->numel, n = op == HD_OP_INDEX_SELECT ? out->numel
+                                    : op == HD_OP_INDEX_ADD  ? xc->numel
+                                                             : J;
+        int64_t cls = attrs->ints[0];
+        void *o = ops_ptr(out), *px = xc ? ops_ptr(xc) : NULL, *pi = ops_ptr(di);
+        void *args[] = {&n, &o, &px, &pi, op == HD_OP_ONE_HOT ? &cls : &J, &size, &post};
+        HD_UNUSED(pre);
+        st = hd_cuda_launch(ctx, d, f, n, args);
+    }
+    hd_tensor_unref(hi);
+    hd_tensor_unref(di);
+    hd_tensor_unref(xc);
+    return st;
+}
+
+/* ---- dropout ---- */
+
+static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                             hd_tensor *const *in, const hd_attrs *attrs) {
+    double p = attrs->scalar[0];
+    hd_tensor *x = hd_tensor_contiguous(ctx, in[0]);
+    if (!x) return ctx->status;
+    hd_status st = HD_OK;
+    if (op == HD_OP_DROPOUT && !attrs->ints[0]) { /* not training: a copy, no draw */
+        char name[96];
+        st = ew_launch(ctx, d, HD_OP_COPY,
+                       hd_cuda_kernel_name(HD_OP_COPY, x->dtype, x->dtype, name, 96), out, &x, 1, 0,
+                       0);
+        hd_tensor_unref(x);
+        return st;
+    }
+    uint64_t key = op == HD_OP_DROPOUT ? ctx->rng_seed : (uint64_t)attrs->ints[1];
+    char name[96];
+    CUfunction f;
+    st = hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, x->dtype, name, 96), &f);
+    if (!st) {
+        uint64_t base =
+            op == HD_OP_DROPOUT ? hd_rng_reserve(ctx, x->numel) : (uint64_t)attrs->ints[2];
+        int64_t n = x->numel;
+        void *o = ops_ptr(out), *px = ops_ptr(x);
+        void *args[] = {&n, &o, &px, &p, &key, &base};
+        st = hd_cuda_launch(ctx, d, f, n, args);
+    }
+    hd_tensor_unref(x);
+    return st;
+}
+
+/* ---- compositions ---- */
+
+/* out <- t (a strided copy kernel on the device). */
+static hd_status ops_into(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *t) {
+    char name[96];
+    return ew_launch(ctx, d, HD_OP_COPY,
+                     hd_cuda_kernel_name(HD_OP_COPY, out->dtype, out->dtype, name, 96), out, &t, 1,
+                     0, 0);
+}
+
+/* r = op(a, b) or op(a) with attributes; steals nothing. */
+static hd_tensor *ops_run(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at) {
+    hd_tensor *in[2] = {a, b}, *r = NULL;
+    if (!a || (hd_op_infos[op].arity == 2 && !b)) return NULL;
+    hd_op_run(ctx, op, in, hd_op_infos[op].arity, at, &r);
+    return r;
+}
+
+static hd_tensor *ops_number(hd_ctx *ctx, double v) {
+    return hd_tensor_number(ctx, HD_F64, v);
+}
+
+/* mse: mean((a - b)^2). */
+static hd_status ops_mse(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in) {
+    hd_tensor *df = ops_run(ctx, HD_OP_SUB, in[0], in[1], NULL);
+    hd_tensor *sq = ops_run(ctx, HD_OP_MUL, df, df, NULL);
+    hd_tensor *m = ops_run(ctx, HD_OP_MEAN, sq, NULL, NULL);
+    hd_status st = m ? ops_into(ctx, d, out, m) : ctx->status;
+    hd_tensor_unref(df);
+    hd_tensor_unref(sq);
+    hd_tensor_unref(m);
+    return st;
+}
+
+/* Labels of cross_entropy checked on the host, as flat positions
+ * r * C + label[r] into the logits, uploaded. */
+static hd_status ops_ce_positions(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
+                                  hd_tensor **out) {
+    if (labels->dtype != HD_I64)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: labels must be i64, got %s",
+                        hd_dtype_name(labels->dtype));
+    int64_t c = x->shape[x->ndim - 1], rows = x->ndim == 2 ? x->shape[0] : 1;
+    hd_tensor *h = hd_tensor_to_host(ctx, labels), *pos = NULL;
+    if (!h) return ctx->status;
+    hd_tensor *hc = hd_tensor_contiguous(ctx, h);
+    hd_tensor_unref(h);
+    if (!hc) return ctx->status;
+    int64_t *p = hd_tensor_data(hc);
+    hd_status st = HD_OK;
+    for (int64_t r = 0; r < rows && !st; r++) {
+        if (p[r] < 0 || p[r] >= c)
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "cross_entropy: label %lld (sample %lld) is out of range for %lld "
+                          "classes",
+                          (long long)p[r], (long long)r, (long long)c);
+        else
+            p[r] += r * c;
+    }
+    if (!st) {
+        hd_tensor *flat = hd_tensor_view(ctx, hc, &rows, &(int64_t){1}, 1, hc->offset);
+        st = flat ? hd_tensor_to_device(ctx, flat, &hd_cuda_backend, device, &pos) : ctx->status;
+        hd_tensor_unref(flat);
+    }
+    hd_tensor_unref(hc);
+    *out = pos;
+    return st;
+}
+
+/* cross_entropy: -mean(log_softmax(x)[r, label[r]]). */
+static hd_status ops_cross_entropy(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
+                                   hd_tensor *const *in) {
+    hd_tensor *x = in[0], *pos = NULL;
+    if (ops_ce_positions(ctx, x, in[1], out->storage->device, &pos)) return ctx->status;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = -1;
+    hd_tensor *ls = ops_run(ctx, HD_OP_LOG_SOFTMAX, x, NULL, &at);
+    memset(&at, 0, sizeof at);
+    at.nshape = 1;
+    at.shape[0] = -1;
+    hd_tensor *flat = ops_run(ctx, HD_OP_RESHAPE, ls, NULL, &at);
+    memset(&at, 0, sizeof at);
+    hd_tensor *pick = ops_run(ctx, HD_OP_INDEX_SELECT, flat, pos, &at);
+    hd_tensor *m = ops_run(ctx, HD_OP_MEAN, pick, NULL, NULL);
+    hd_tensor *neg = ops_run(ctx, HD_OP_NEG, m, NULL, NULL);
+    hd_status st = neg ? ops_into(ctx, d, out, neg) : ctx->status;
+    hd_tensor *all[] = {pos, ls, flat, pick, m, neg};
+    for (int i = 0; i < 6; i++) hd_tensor_unref(all[i]);
+    return st;
+}
+
+/* cross_entropy_bwd: g * (softmax(x) - one_hot(labels)) / N. */
+static hd_status ops_cross_entropy_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
+                                       hd_tensor *const *in) {
+    hd_tensor *x = in[0];
+    int64_t c = x->shape[x->ndim - 1], rows = x->ndim == 2 ? x->shape[0] : 1;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = -1;
+    hd_tensor *sm = ops_run(ctx, HD_OP_SOFTMAX, x, NULL, &at);
+    memset(&at, 0, sizeof at);
+    at.ints[0] = c;
+    hd_tensor *oh = ops_run(ctx, HD_OP_ONE_HOT, in[1], NULL, &at), *ohf = NULL;
+    if (oh) hd_op_cast(ctx, oh, x->dtype, &ohf);
+    hd_tensor *df = ops_run(ctx, HD_OP_SUB, sm, ohf, NULL);
+    hd_tensor *n = ops_number(ctx, 1.0 / (double)(rows ? rows : 1));
+    hd_tensor *gs = ops_run(ctx, HD_OP_MUL, in[2], n, NULL);
+    hd_tensor *r = ops_run(ctx, HD_OP_MUL, df, gs, NULL);
+    hd_status st = r ? ops_into(ctx, d, out, r) : ctx->status;
+    hd_tensor *all[] = {sm, oh, ohf, df, n, gs, r};
+    for (int i = 0; i < 7; i++) hd_tensor_unref(all[i]);
+    return st;
+}
+
+/* ---- dispatch ---- */
+
+static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                              hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    switch (op) {
+    case HD_OP_CONCAT: return ops_concat(ctx, d, out, in, nin, attrs);
+    case HD_OP_MATMUL: return hd_cuda_matmul(ctx, d, out, in[0], in[1]);
+    case HD_OP_SOFTMAX:
+    case HD_OP_LOG_SOFTMAX:
+    case HD_OP_SOFTMAX_BWD:
+    case HD_OP_LOG_SOFTMAX_BWD: return ops_rows(ctx, d, op, out, in, nin, attrs);
+    case HD_OP_INDEX_SELECT:
+    case HD_OP_INDEX_ADD:
+    case HD_OP_ONE_HOT: return ops_index(ctx, d, op, out, in, attrs);
+    case HD_OP_DROPOUT:
+    case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
+    case HD_OP_MSE: return ops_mse(ctx, d, out, in);
+    case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
+    case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
+    default: break;
+    }
+    switch (hd_op_infos[op].kind) {
+    case HD_KIND_CREATE: return ops_create(ctx, d, op, out, attrs);
+    case HD_KIND_REDUCE: return ops_reduce(ctx, d, op, out, in, attrs);
+    case HD_KIND_UNARY:
+    case HD_KIND_BINARY:
+    case HD_KIND_COMPARE:
+    case HD_KIND_TERNARY:
+    case HD_KIND_GRAD:
+    case HD_KIND_INDEX: return ops_elementwise(ctx, d, op, out, in, nin, attrs);
+    default: return hd_error(ctx, HD_ERR_RUNTIME, "%s has no cuda kernel", hd_op_name(op));
+    }
+}
+
+hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
+                         const hd_attrs *attrs) {
+    enum { MAX_IN = 64 };
+    if (nin > MAX_IN) return hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op));
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, out->storage->device);
+    if (!d) return ctx->status;
+    hd_tensor *dev[MAX_IN];
+    if (ops_upload(ctx, out->storage->device, in, nin, dev)) return ctx->status;
+    hd_status st = ops_dispatch(ctx, d, op, out, dev, nin, attrs);
+    for (int i = 0; i < nin; i++) hd_tensor_unref(dev[i]);
+    return st;
+}
+#endif

@@ -1,0 +1,333 @@
+/* CUDA C sources generated from the op table (runtime/hd_ops.def).
+ *
+ * Every op with a CUDA kernel gets one module: its kernels for every dtype
+ * the cpu backend supports it for (the set both backends accept), named
+ * k_<op>_<in dtype>_<out dtype>. The bodies come from small per-op tables
+ * of expressions below (one line per op and dtype category), wrapped in the
+ * shared loops of the prelude (cuda_prelude.h). Plain C, in every build:
+ * the NVRTC compile test checks each module on machines without a GPU. */
+#include "cuda_int.h"
+#include "cuda_prelude.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- text buffer ---- */
+
+void hd_cuda_src_init(hd_cuda_src *s, hd_ctx *ctx) {
+    memset(s, 0, sizeof *s);
+    s->ctx = ctx;
+}
+
+void hd_cuda_src_free(hd_cuda_src *s) {
+    if (s->text) {
+        if (s->ctx)
+            hd_ctx_free(s->ctx, s->text, s->cap);
+        else
+            free(s->text);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+static int src_grow(hd_cuda_src *s, size_t need) {
+    if (s->len + need + 1 <= s->cap) return 1;
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < s->len + need + 1) cap *= 2;
+    char *p = s->ctx ? hd_ctx_realloc(s->ctx, s->text, s->cap, cap) : realloc(s->text, cap);
+    if (!p) {
+        s->oom = 1;
+        return 0;
+    }
+    s->text = p;
+    s->cap = cap;
+    return 1;
+}
+
+void hd_cuda_src_printf(hd_cuda_src *s, const char *fmt, ...) {
+    if (s->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !src_grow(s, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(s->text + s->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)n;
+}
+
+static void src_puts(hd_cuda_src *s, const char *t) {
+    size_t n = strlen(t);
+    if (s->oom || !src_grow(s, n)) return;
+    memcpy(s->text + s->len, t, n + 1);
+    s->len += n;
+}
+
+const char *hd_cuda_prelude(void) {
+    return cuda_prelude_text;
+}
+
+/* ---- dtypes in CUDA C ---- */
+
+typedef struct {
+    const char *sfx;   /* name suffix */
+    const char *store; /* storage type */
+    const char *comp;  /* compute type */
+    const char *ld;    /* load: storage -> compute, %s is the element */
+    const char *st;    /* store: compute -> storage */
+    const char *uns;   /* integers: the unsigned type arithmetic wraps in */
+    const char *tmin, *tmax;
+} cu_dtype;
+
+static const cu_dtype cu_dtypes[HD_DTYPE_COUNT] = {
+    [HD_F16] = {"f16", "u16", "float", "ld_f16(%s)", "st_f16", NULL, NULL, NULL},
+    [HD_BF16] = {"bf16", "u16", "float", "ld_bf16(%s)", "st_bf16", NULL, NULL, NULL},
+    [HD_F32] = {"f32", "float", "float", "(%s)", "", NULL, NULL, NULL},
+    [HD_F64] = {"f64", "double", "double", "(%s)", "", NULL, NULL, NULL},
+    [HD_I8] = {"i8", "i8", "i8", "(%s)", "(i8)", "u8", "-128", "127"},
+    [HD_U8] = {"u8", "u8", "u8", "(%s)", "(u8)", "u8", "0", "255"},
+    [HD_I32] = {"i32", "i32", "i32", "(%s)", "(i32)", "u32", "(-2147483647LL - 1)", "2147483647LL"},
+    [HD_I64] = {"i64", "i64", "i64", "(%s)", "(i64)", "u64", "(i64)0x8000000000000000ULL",
+                "0x7fffffffffffffffLL"},
+    [HD_BOOL] = {"b", "u8", "u8", "(u8)((%s) != 0)", "(u8)", NULL, NULL, NULL},
+};
+
+char *hd_cuda_kernel_name(hd_op op, hd_dtype in, hd_dtype out, char *buf, size_t n) {
+    snprintf(buf, n, "k_%s_%s_%s", hd_op_name(op), cu_dtypes[in].sfx, cu_dtypes[out].sfx);
+    return buf;
+}
+
+/* "ld(a[i0])" for dtype dt. */
+static void src_load(hd_cuda_src *s, hd_dtype dt, const char *elem) {
+    hd_cuda_src_printf(s, cu_dtypes[dt].ld, elem);
+}
+
+static int is_float(hd_dtype dt) {
+    return hd_dtype_is_float(dt);
+}
+
+/* ---- unary expressions: x of the compute type C ---- */
+
+typedef struct {
+    hd_op op;
+    const char *f;  /* floats */
+    const char *si; /* signed integers (U: the unsigned type) */
+    const char *u8; /* u8 */
+    const char *b;  /* bool (0/1) */
+} cu_unary;
+
+static const cu_unary cu_unaries[] = {
+    {HD_OP_NEG, "-x", "(C)((U)0 - (U)x)", "(u8)(0u - x)", NULL},
+    {HD_OP_ABS, "h_abs(x)", "x < 0 ? (C)((U)0 - (U)x) : x", "x", "x"},
+    {HD_OP_EXP, "h_exp(x)", NULL, NULL, NULL},
+    {HD_OP_LOG, "h_log(x)", NULL, NULL, NULL},
+    {HD_OP_SQRT, "h_sqrt(x)", NULL, NULL, NULL},
+    {HD_OP_RSQRT, "(C)1 / h_sqrt(x)", NULL, NULL, NULL},
+    {HD_OP_SIN, "h_sin(x)", NULL, NULL, NULL},
+    {HD_OP_COS, "h_cos(x)", NULL, NULL, NULL},
+    {HD_OP_TANH, "h_tanh(x)", NULL, NULL, NULL},
+    {HD_OP_SIGMOID, "(C)1 / ((C)1 + h_exp(-x))", NULL, NULL, NULL},
+    {HD_OP_RELU, "x <= 0 ? (C)0 : x", "x > 0 ? x : (C)0", "x", NULL},
+    {HD_OP_GELU, "(C)0.5 * x * h_erfc(-x * (C)0.70710678118654752440)", NULL, NULL, NULL},
+    {HD_OP_SILU, "x / ((C)1 + h_exp(-x))", NULL, NULL, NULL},
+    {HD_OP_SOFTPLUS, "x > (C)20 ? x : h_log1p(h_exp(x))", NULL, NULL, NULL},
+    {HD_OP_SIGN, "x > 0 ? (C)1 : x < 0 ? (C)-1 : x + (C)0", "(C)((x > 0) - (x < 0))", "(u8)(x > 0)",
+     NULL},
+    {HD_OP_FLOOR, "h_floor(x)", "x", "x", "x"},
+    {HD_OP_CEIL, "h_ceil(x)", "x", "x", "x"},
+    {HD_OP_ROUND, "h_rint(x)", "x", "x", "x"},
+    {HD_OP_CLAMP, "h_clampf<C>(x, s0, s1)", "h_clampi<C>(x, s0, s1, TMIN, TMAX)",
+     "h_clampi<C>(x, s0, s1, TMIN, TMAX)", "h_clampb(x, s0, s1)"},
+    {HD_OP_NOT, NULL, NULL, NULL, "(u8)(x == 0)"},
+    {HD_OP_COPY, "x", "x", "x", "x"},
+};
+
+/* ---- binary expressions: a, b of the compute type C ---- */
+
+typedef struct {
+    hd_op op;
+    const char *f, *si, *u8, *b;
+} cu_binary;
+
+static const cu_binary cu_binaries[] = {
+    {HD_OP_ADD, "a + b", "(C)((U)a + (U)b)", "(C)((U)a + (U)b)", "(u8)((a | b) != 0)"},
+    {HD_OP_SUB, "a - b", "(C)((U)a - (U)b)", "(C)((U)a - (U)b)", NULL},
+    {HD_OP_MUL, "a * b", "(C)((U)a * (U)b)", "(C)((U)a * (U)b)", "(u8)(a & b)"},
+    {HD_OP_DIV, "a / b", NULL, NULL, NULL},
+    {HD_OP_MOD, "h_modf<C>(a, b)", "h_modi<C>(a, b)", "(u8)(b ? a % b : 0)", NULL},
+    {HD_OP_POW, "h_pow(a, b)", "h_powi<C, U>(a, b)", "h_powu8(a, b)", NULL},
+    {HD_OP_MAXIMUM, "(a != a || a > b) ? a : b", "a > b ? a : b", "a > b ? a : b",
+     "(u8)((a | b) != 0)"},
+    {HD_OP_MINIMUM, "(a != a || a < b) ? a : b", "a < b ? a : b", "a < b ? a : b", "(u8)(a & b)"},
+    {HD_OP_EQ, "a == b", "a == b", "a == b", "a == b"},
+    {HD_OP_NE, "a != b", "a != b", "a != b", "a != b"},
+    {HD_OP_LT, "a < b", "a < b", "a < b", "a < b"},
+    {HD_OP_LE, "a <= b", "a <= b", "a <= b", "a <= b"},
+    {HD_OP_GT, "a > b", "a > b", "a > b", "a > b"},
+    {HD_OP_GE, "a >= b", "a >= b", "a >= b", "a >= b"},
+    /* gelu'(x) * g, x = a, g = b (f32/f64) */
+    {HD_OP_GELU_BWD,
+     "b * ((C)0.5 * h_erfc(-a * (C)0.70710678118654752440) + a * (C)0.39894228040143267794 * "
+     "h_exp((C)-0.5 * a * a))",
+     NULL, NULL, NULL},
+};
+
+static const char *pick_expr(const char *f, const char *si, const char *u8, const char *b,
+                             hd_dtype dt) {
+    if (is_float(dt)) return f;
+    if (dt == HD_BOOL) return b;
+    if (dt == HD_U8) return u8;
+    return si;
+}
+
+/* The kernel's local typedefs: C (compute), U (unsigned), TMIN, TMAX. */
+static void src_types(hd_cuda_src *s, hd_dtype dt) {
+    const cu_dtype *d = &cu_dtypes[dt];
+    hd_cuda_src_printf(s, "  typedef %s C;\n", d->comp);
+    if (d->uns) hd_cuda_src_printf(s, "  typedef %s U;\n", d->uns);
+    hd_cuda_src_printf(s, "  const i64 TMIN = %s, TMAX = %s;\n  (void)TMIN; (void)TMAX;\n",
+                       d->tmin ? d->tmin : "0", d->tmax ? d->tmax : "0");
+}
+
+#define EW_PARAMS                                                                                  \
+    "(const EwGeo g, void *o_, const void *a_, const void *b_, const void *c_, double s0, "        \
+    "double s1)"
+
+static void src_ew_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out, hd_dtype compute) {
+    char name[96];
+    hd_cuda_src_printf(s, "extern \"C\" __global__ void %s" EW_PARAMS " {\n",
+                       hd_cuda_kernel_name(op, in, out, name, sizeof name));
+    src_types(s, compute);
+    hd_cuda_src_printf(s,
+                       "  (void)s0; (void)s1; (void)b_; (void)c_;\n"
+                       "  %s *o = (%s *)o_;\n",
+                       cu_dtypes[out].store, cu_dtypes[out].store);
+}
+
+static void src_unary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, const char *expr) {
+    src_ew_head(s, op, dt, dt, dt);
+    hd_cuda_src_printf(s,
+                       "  const %s *a = (const %s *)a_;\n"
+                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
+                       "    C x = ",
+                       cu_dtypes[dt].store, cu_dtypes[dt].store);
+    src_load(s, dt, "a[i0]");
+    hd_cuda_src_printf(s, ";\n    o[io] = %s((C)(%s)); }\n}\n", cu_dtypes[dt].st, expr);
+}
+
+/* Cast: CPU rules (cpu_elementwise.c): float -> int saturates, int -> int
+ * wraps, anything -> bool is != 0, floats go through float for halves. */
+static void src_cast_kernel(hd_cuda_src *s, hd_dtype from, hd_dtype to) {
+    src_ew_head(s, HD_OP_CAST, from, to, from);
+    hd_cuda_src_printf(s,
+                       "  const %s *a = (const %s *)a_;\n"
+                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
+                       "    C x = ",
+                       cu_dtypes[from].store, cu_dtypes[from].store);
+    src_load(s, from, "a[i0]");
+    const cu_dtype *d = &cu_dtypes[to];
+    if (to == HD_BOOL)
+        src_puts(s, ";\n    o[io] = (u8)(x != 0); }\n}\n");
+    else if (is_float(to))
+        hd_cuda_src_printf(s, ";\n    o[io] = %s((%s)x); }\n}\n", d->st, d->comp);
+    else if (is_float(from))
+        hd_cuda_src_printf(s, ";\n    o[io] = (%s)h_sat((double)x, %s, %s); }\n}\n", d->store,
+                           d->tmin, d->tmax);
+    else
+        hd_cuda_src_printf(s, ";\n    o[io] = (%s)x; }\n}\n", d->store);
+}
+
+static void src_binary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, hd_dtype out,
+                              const char *expr) {
+    src_ew_head(s, op, dt, out, dt);
+    hd_cuda_src_printf(s,
+                       "  const %s *a_p = (const %s *)a_, *b_p = (const %s *)b_;\n"
+                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
+                       "    C a = ",
+                       cu_dtypes[dt].store, cu_dtypes[dt].store, cu_dtypes[dt].store);
+    src_load(s, dt, "a_p[i0]");
+    src_puts(s, ", b = ");
+    src_load(s, dt, "b_p[i1]");
+    if (out == HD_BOOL)
+        hd_cuda_src_printf(s, ";\n    o[io] = (u8)(%s); }\n}\n", expr);
+    else
+        hd_cuda_src_printf(s, ";\n    o[io] = %s((C)(%s)); }\n}\n", cu_dtypes[out].st, expr);
+}
+
+/* where(c, a, b): c already bool; kernels by the value dtype. */
+static void src_where_kernel(hd_cuda_src *s, hd_dtype dt) {
+    src_ew_head(s, HD_OP_WHERE, dt, dt, dt);
+    hd_cuda_src_printf(s,
+                       "  const u8 *c = (const u8 *)a_;\n"
+                       "  const %s *x = (const %s *)b_, *y = (const %s *)c_;\n"
+                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
+                       "    o[io] = c[i0] ? x[i1] : y[i2]; }\n}\n",
+                       cu_dtypes[dt].store, cu_dtypes[dt].store, cu_dtypes[dt].store);
+}
+
+/* ---- modules ---- */
+
+static int cpu_supports(hd_op op, hd_dtype dt) {
+    return hd_cpu_backend.supports_op(op, dt);
+}
+
+static int mod_unary(hd_cuda_src *s, hd_op op) {
+    for (size_t k = 0; k < sizeof cu_unaries / sizeof cu_unaries[0]; k++) {
+        const cu_unary *u = &cu_unaries[k];
+        if (u->op != op) continue;
+        for (int dt = 0; dt < HD_DTYPE_COUNT; dt++) {
+            const char *e = pick_expr(u->f, u->si, u->u8, u->b, (hd_dtype)dt);
+            if (e && cpu_supports(op, (hd_dtype)dt)) src_unary_kernel(s, op, (hd_dtype)dt, e);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static int mod_binary(hd_cuda_src *s, hd_op op) {
+    for (size_t k = 0; k < sizeof cu_binaries / sizeof cu_binaries[0]; k++) {
+        const cu_binary *b = &cu_binaries[k];
+        if (b->op != op) continue;
+        int cmp = hd_op_infos[op].kind == HD_KIND_COMPARE;
+        for (int dt = 0; dt < HD_DTYPE_COUNT; dt++) {
+            const char *e = pick_expr(b->f, b->si, b->u8, b->b, (hd_dtype)dt);
+            if (e && cpu_supports(op, (hd_dtype)dt))
+                src_binary_kernel(s, op, (hd_dtype)dt, cmp ? HD_BOOL : (hd_dtype)dt, e);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static int mod_cast(hd_cuda_src *s) {
+    for (int a = 0; a < HD_DTYPE_COUNT; a++)
+        for (int b = 0; b < HD_DTYPE_COUNT; b++) src_cast_kernel(s, (hd_dtype)a, (hd_dtype)b);
+    return 1;
+}
+
+static int mod_where(hd_cuda_src *s) {
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++) src_where_kernel(s, (hd_dtype)dt);
+    return 1;
+}
+
+int hd_cuda_src_reduce(hd_cuda_src *s, hd_op op);
+int hd_cuda_src_other(hd_cuda_src *s, hd_op op);
+
+int hd_cuda_src_module(hd_cuda_src *s, hd_op op) {
+    if ((unsigned)op >= HD_OP_COUNT || !hd_cuda_op_generated(op)) return 0;
+    src_puts(s, cuda_prelude_text);
+    switch (op) {
+    case HD_OP_CAST: return mod_cast(s);
+    case HD_OP_WHERE: return mod_where(s);
+    default: break;
+    }
+    switch (hd_op_infos[op].kind) {
+    case HD_KIND_UNARY: return mod_unary(s, op);
+    case HD_KIND_BINARY:
+    case HD_KIND_COMPARE: return mod_binary(s, op);
+    case HD_KIND_REDUCE: return hd_cuda_src_reduce(s, op);
+    default: return hd_cuda_src_other(s, op) || mod_binary(s, op);
+    }
+}

@@ -1,0 +1,443 @@
+/* Generated sources of the reduction, row (softmax family), creation,
+ * indexing and dropout modules (see cuda_src.c for the scheme). */
+#include "cuda_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Store types by dtype (as cuda_src.c's table; only what these need). */
+static const char *const mo_store[HD_DTYPE_COUNT] = {"u16", "u16", "float", "double", "i8",
+                                                     "u8",  "i32", "i64",   "u8"};
+static const char *const mo_sfx[HD_DTYPE_COUNT] = {"f16", "bf16", "f32", "f64", "i8",
+                                                   "u8",  "i32",  "i64", "b"};
+/* load as double (floats, ints) */
+static const char *const mo_ldd[HD_DTYPE_COUNT] = {
+    "(double)ld_f16(%s)", "(double)ld_bf16(%s)", "(double)(%s)", "(%s)",
+    "(double)(%s)",       "(double)(%s)",        "(double)(%s)", "(double)(%s)",
+    "(double)((%s) != 0)"};
+
+static void ld_double(hd_cuda_src *s, hd_dtype dt, const char *e) {
+    hd_cuda_src_printf(s, mo_ldd[dt], e);
+}
+
+static int cpu_ok(hd_op op, hd_dtype dt) {
+    return hd_cpu_backend.supports_op(op, dt);
+}
+
+/* ---- reductions: one block per output; float accumulations in double,
+ * integer sums and products in u64 (wrapping), integer extremes in i64 ---- */
+
+static void red_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    char name[96];
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s(const RGeo g, void *o_, const void *a_, "
+                       "double corr) {\n"
+                       "  const %s *a = (const %s *)a_; %s *o = (%s *)o_; (void)corr;\n"
+                       "  for (i64 ob = blockIdx.x; ob < g.nout; ob += gridDim.x) {\n"
+                       "    i64 base = r_base(g, ob);\n",
+                       hd_cuda_kernel_name(op, in, out, name, sizeof name), mo_store[in],
+                       mo_store[in], mo_store[out], mo_store[out]);
+}
+
+/* acc = fold over the inner elements (x: the element as double, xi: as i64). */
+static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step) {
+    hd_cuda_src_printf(s,
+                       "    %s\n    for (i64 r = threadIdx.x; r < g.nred; r += blockDim.x) {\n"
+                       "      i64 off = base + r_off(g, r); double x = ",
+                       decl);
+    ld_double(s, in, "a[off]");
+    hd_cuda_src_printf(s, "; i64 xi = (i64)a[off]; (void)x; (void)xi;\n      %s\n    }\n", step);
+}
+
+static void red_store(hd_cuda_src *s, hd_dtype out, const char *v) {
+    if (out == HD_I64 || out == HD_I32 || out == HD_I8 || out == HD_U8 || out == HD_BOOL)
+        hd_cuda_src_printf(s, "    if (threadIdx.x == 0) o[ob] = (%s)(%s);\n", mo_store[out], v);
+    else
+        hd_cuda_src_printf(s, "    if (threadIdx.x == 0) o[ob] = sd_%s(%s);\n", mo_sfx[out], v);
+}
+
+#define RED_ADD  "[](double p, double q) { return p + q; }"
+#define RED_ADDU "[](u64 p, u64 q) { return p + q; }"
+
+static void red_sum_like(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    int prod = op == HD_OP_PROD;
+    if (!hd_dtype_is_float(in)) {
+        red_loop(s, in, prod ? "u64 acc = 1;" : "u64 acc = 0;",
+                 prod ? "acc *= (u64)xi;" : "acc += (u64)xi;");
+        hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n",
+                           prod ? "[](u64 p, u64 q) { return p * q; }" : RED_ADDU);
+        red_store(s, out, "(i64)acc");
+        return;
+    }
+    red_loop(s, in, prod ? "double acc = 1;" : "double acc = 0;", prod ? "acc *= x;" : "acc += x;");
+    hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n",
+                       prod ? "[](double p, double q) { return p * q; }" : RED_ADD);
+    red_store(s, out, op == HD_OP_MEAN ? "g.nred ? acc / (double)g.nred : HD_NAN" : "acc");
+}
+
+static void red_extreme(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    int mx = op == HD_OP_MAX;
+    if (hd_dtype_is_float(in)) {
+        red_loop(s, in, mx ? "double acc = -HD_INF;" : "double acc = HD_INF;",
+                 mx ? "acc = (x > acc || x != x) ? x : acc;"
+                    : "acc = (x < acc || x != x) ? x : acc;");
+        hd_cuda_src_printf(s,
+                           "    acc = block_reduce(acc, [](double p, double q) { return "
+                           "(q %s p || q != q) && p == p ? q : p; });\n",
+                           mx ? ">" : "<");
+        red_store(s, out, "acc");
+        return;
+    }
+    red_loop(s, in,
+             mx ? "i64 acc = (i64)0x8000000000000000ULL;" : "i64 acc = 0x7fffffffffffffffLL;",
+             mx ? "acc = xi > acc ? xi : acc;" : "acc = xi < acc ? xi : acc;");
+    hd_cuda_src_printf(s,
+                       "    acc = block_reduce(acc, [](i64 p, i64 q) { return q %s p ? "
+                       "q : p; });\n",
+                       mx ? ">" : "<");
+    red_store(s, out, in == HD_BOOL ? "acc != 0" : "acc");
+}
+
+static void red_arg(hd_cuda_src *s, hd_op op, hd_dtype in) {
+    int flt = hd_dtype_is_float(in);
+    const char *pick = op == HD_OP_ARGMAX ? (flt ? "arg_pick<1, 1>" : "arg_pick<1, 0>")
+                                          : (flt ? "arg_pick<0, 1>" : "arg_pick<0, 0>");
+    char step[200];
+    snprintf(step, sizeof step,
+             "Arg c; c.v = x; c.iv = xi; c.idx = r; c.nan = x != x; acc = %s(acc, c);", pick);
+    red_loop(s, in, "Arg acc; acc.v = 0; acc.iv = 0; acc.idx = -1; acc.nan = 0;", step);
+    hd_cuda_src_printf(s,
+                       "    acc = block_reduce(acc, [](Arg p, Arg q) { return %s(p, q); "
+                       "});\n",
+                       pick);
+    red_store(s, HD_I64, "acc.idx < 0 ? 0 : acc.idx");
+}
+
+/* var/std: mean, then squared deviations; logsumexp: max, then sum of
+ * exp(x - max); both as the cpu (cpu_reduce.c). */
+static void red_two_pass(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    int lse = op == HD_OP_LOGSUMEXP;
+    if (lse) {
+        red_loop(s, in, "double m = -HD_INF;", "m = (x > m || x != x) ? x : m;");
+        hd_cuda_src_printf(s, "    m = block_reduce(m, [](double p, double q) { return "
+                              "(q > p || q != q) && p == p ? q : p; });\n");
+        red_loop(s, in, "double acc = 0;", "if (isfinite(m)) acc += exp(x - m);");
+        hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n", RED_ADD);
+        red_store(s, out, "isfinite(m) ? m + log(acc) : m");
+        return;
+    }
+    red_loop(s, in, "double m = 0;", "m += x;");
+    hd_cuda_src_printf(s,
+                       "    m = block_reduce(m, %s);\n    m = g.nred ? m / (double)g.nred : "
+                       "HD_NAN;\n",
+                       RED_ADD);
+    red_loop(s, in, "double acc = 0;", "acc += (x - m) * (x - m);");
+    hd_cuda_src_printf(s,
+                       "    acc = block_reduce(acc, %s);\n"
+                       "    double n = (double)g.nred, dv = n - corr > 0 ? n - corr : 0.0;\n"
+                       "    double r = g.nred == 0 ? HD_NAN : dv > 0 ? acc / dv : acc > 0 ? "
+                       "HD_INF : HD_NAN;\n",
+                       RED_ADD);
+    red_store(s, out, op == HD_OP_STD ? "sqrt(r)" : "r");
+}
+
+static void red_kernel(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    red_head(s, op, in, out);
+    switch (op) {
+    case HD_OP_SUM:
+    case HD_OP_PROD:
+    case HD_OP_MEAN: red_sum_like(s, op, in, out); break;
+    case HD_OP_MAX:
+    case HD_OP_MIN: red_extreme(s, op, in, out); break;
+    case HD_OP_ARGMAX:
+    case HD_OP_ARGMIN: red_arg(s, op, in); break;
+    default: red_two_pass(s, op, in, out); break;
+    }
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+/* The output dtype of a reduction of an input of dtype dt (hd_shape.c's
+ * reduce rules; integer sums are cast to i64 before the kernel). */
+hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt) {
+    switch (op) {
+    case HD_OP_ARGMAX:
+    case HD_OP_ARGMIN: return HD_I64;
+    default: return dt;
+    }
+}
+
+int hd_cuda_src_reduce(hd_cuda_src *s, hd_op op) {
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+        if (cpu_ok(op, (hd_dtype)dt))
+            red_kernel(s, op, (hd_dtype)dt, hd_cuda_reduce_out(op, (hd_dtype)dt));
+    return 1;
+}
+
+/* ---- rows: softmax family over one axis, one block per row ----
+ * RowGeo: rows, the axis length, the other dims, each operand's strides
+ * over them and along the axis. */
+
+static const char row_geo[] =
+    "struct RowGeo { i64 rows, len; int nd, pad; i64 shape[8], sa[8], sb[8], so[8]; i64 la, lb, "
+    "lo; };\n"
+    "__device__ __forceinline__ void row_base(const RowGeo &g, i64 r, i64 &a, i64 &b, i64 &o) {\n"
+    "  a = b = o = 0; for (int d = g.nd - 1; d >= 0; d--) { i64 q = r % g.shape[d]; r /= "
+    "g.shape[d];\n"
+    "    a += q * g.sa[d]; b += q * g.sb[d]; o += q * g.so[d]; } }\n";
+
+static const char *const ld_c[HD_DTYPE_COUNT] = {"ld_f16(%s)", "ld_bf16(%s)", "(%s)", "(%s)"};
+static const char *const st_c[HD_DTYPE_COUNT] = {"st_f16", "st_bf16", "", ""};
+
+static void row_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char name[96];
+    const char *C = dt == HD_F64 ? "double" : "float";
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s(const RowGeo g, void *o_, const void *a_, "
+                       "const void *b_) {\n"
+                       "  typedef %s C; const %s *A = (const %s *)a_, *B = (const %s *)b_; %s *O = "
+                       "(%s *)o_; (void)B;\n"
+                       "  for (i64 r = blockIdx.x; r < g.rows; r += gridDim.x) {\n"
+                       "    i64 ba, bb, bo; row_base(g, r, ba, bb, bo);\n",
+                       hd_cuda_kernel_name(op, dt, dt, name, sizeof name), C, mo_store[dt],
+                       mo_store[dt], mo_store[dt], mo_store[dt], mo_store[dt]);
+    char la[64], lb[64];
+    snprintf(la, sizeof la, ld_c[dt], "A[ba + k * g.la]");
+    snprintf(lb, sizeof lb, ld_c[dt], "B[bb + k * g.lb]");
+    const char *loop = "for (i64 k = threadIdx.x; k < g.len; k += blockDim.x)";
+    if (op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX) {
+        hd_cuda_src_printf(s,
+                           "    C m = -HD_INF; %s { C x = %s; m = (x > m || x != x) ? x : m; }\n"
+                           "    m = block_reduce(m, [](C p, C q) { return (q > p || q != q) && p "
+                           "== p ? q : p; });\n"
+                           "    double sum = 0; %s sum += (double)h_exp(%s - m);\n"
+                           "    sum = block_reduce(sum, [](double p, double q) { return p + q; "
+                           "});\n",
+                           loop, la, loop, la);
+        if (op == HD_OP_SOFTMAX)
+            hd_cuda_src_printf(s, "    %s O[bo + k * g.lo] = %s((C)(h_exp(%s - m) / (C)sum));\n",
+                               loop, st_c[dt], la);
+        else
+            hd_cuda_src_printf(s, "    %s O[bo + k * g.lo] = %s((C)(%s - m - (C)log(sum)));\n",
+                               loop, st_c[dt], la);
+    } else if (op == HD_OP_SOFTMAX_BWD) { /* y * (g - sum(g * y)) */
+        hd_cuda_src_printf(
+            s,
+            "    double sum = 0; %s sum += (double)%s * (double)%s;\n"
+            "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
+            "    %s O[bo + k * g.lo] = %s((C)(%s * (%s - (C)sum)));\n",
+            loop, la, lb, loop, st_c[dt], la, lb);
+    } else { /* log_softmax_bwd: g - exp(y) * sum(g) */
+        hd_cuda_src_printf(
+            s,
+            "    double sum = 0; %s sum += (double)%s;\n"
+            "    sum = block_reduce(sum, [](double p, double q) { return p + q; });\n"
+            "    %s O[bo + k * g.lo] = %s((C)(%s - h_exp(%s) * (C)sum));\n",
+            loop, lb, loop, st_c[dt], lb, la);
+    }
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+static int mod_rows(hd_cuda_src *s, hd_op op) {
+    hd_cuda_src_printf(s, "%s", row_geo);
+    for (int dt = HD_F16; dt <= HD_F64; dt++)
+        if (cpu_ok(op, (hd_dtype)dt)) row_kernel(s, op, (hd_dtype)dt);
+    return 1;
+}
+
+/* ---- creation: contiguous output of n elements ---- */
+
+#define CREATE_PARAMS                                                                              \
+    "(i64 n, void *o_, double s0, double s1, double s2, u64 key, u64 base, i64 cols, int exact)"
+
+static void create_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char name[96];
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s" CREATE_PARAMS " {\n"
+                       "  %s *o = (%s *)o_; (void)s1; (void)s2; (void)key; (void)base; "
+                       "(void)cols; (void)exact;\n"
+                       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
+                       "(i64)gridDim.x * blockDim.x) {\n",
+                       hd_cuda_kernel_name(op, dt, dt, name, sizeof name), mo_store[dt],
+                       mo_store[dt]);
+    const char *sfx = mo_sfx[dt];
+    switch (op) {
+    case HD_OP_FULL: hd_cuda_src_printf(s, "    o[i] = sd_%s(s0);\n", sfx); break;
+    case HD_OP_ARANGE:
+        hd_cuda_src_printf(s,
+                           "    if (exact) { i64 v = (i64)s0 + i * (i64)s2; o[i] = %s%s%s; }\n"
+                           "    else o[i] = sd_%s(s0 + (double)i * s2);\n",
+                           dt == HD_I64 ? "" : "sd_", dt == HD_I64 ? "" : sfx,
+                           dt == HD_I64 ? "v" : "((double)v)", sfx);
+        break;
+    case HD_OP_LINSPACE:
+        hd_cuda_src_printf(s,
+                           "    double v; if (n == 1) v = s0; else { double st = (s1 - s0) / "
+                           "(double)(n - 1);\n"
+                           "      v = i < n / 2 ? s0 + st * (double)i : s1 - st * (double)(n - 1 - "
+                           "i); }\n"
+                           "    o[i] = sd_%s(v);\n",
+                           sfx);
+        break;
+    case HD_OP_EYE:
+        hd_cuda_src_printf(s, "    o[i] = sd_%s(i / cols == i %% cols ? 1.0 : 0.0);\n", sfx);
+        break;
+    case HD_OP_RAND:
+        if (dt == HD_F64)
+            hd_cuda_src_printf(s, "    o[i] = rng_u64f(key, base, i);\n");
+        else if (dt == HD_F32)
+            hd_cuda_src_printf(s, "    o[i] = rng_u32f(key, base, i);\n");
+        else /* halves: rounded, kept below 1 as the cpu does */
+            hd_cuda_src_printf(
+                s, "    u16 h = st_%s(rng_u32f(key, base, i)); o[i] = h == %s ? %s : h;\n", sfx,
+                dt == HD_F16 ? "0x3c00" : "0x3f80", dt == HD_F16 ? "0x3bff" : "0x3f7f");
+        break;
+    default: /* randn: mean s0, std s1 */
+        if (dt == HD_F64)
+            hd_cuda_src_printf(s, "    o[i] = s0 + s1 * rng_normal(key, base, i);\n");
+        else
+            hd_cuda_src_printf(s,
+                               "    float f = (float)(s0 + s1 * (double)(float)rng_normal(key, "
+                               "base, i)); o[i] = %s(f);\n",
+                               dt == HD_F32   ? ""
+                               : dt == HD_F16 ? "st_f16"
+                                              : "st_bf16");
+        break;
+    }
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+static int mod_create(hd_cuda_src *s, hd_op op) {
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+        if (cpu_ok(op, (hd_dtype)dt)) create_kernel(s, op, (hd_dtype)dt);
+    return 1;
+}
+
+/* ---- indexing: x contiguous as [pre, X, post], indices already checked
+ * and made non-negative on the host ---- */
+
+#define INDEX_PARAMS "(i64 n, void *o_, const void *x_, const i64 *idx, i64 J, i64 X, i64 post)"
+
+static void index_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char name[96];
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void %s" INDEX_PARAMS " {\n"
+        "  %s *o = (%s *)o_; const %s *x = (const %s *)x_; (void)J; (void)X; "
+        "(void)post; (void)x;\n"
+        "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
+        "(i64)gridDim.x * blockDim.x) {\n",
+        hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name, sizeof name),
+        mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt], mo_store[op == HD_OP_ONE_HOT ? HD_I64 : dt],
+        mo_store[dt], mo_store[dt]);
+    switch (op) {
+    case HD_OP_INDEX_SELECT:
+        hd_cuda_src_printf(s, "    i64 p = i %% post, t = i / post, j = t %% J, q = t / J;\n"
+                              "    o[i] = x[(q * X + idx[j]) * post + p];\n");
+        break;
+    case HD_OP_INDEX_ADD: /* i over src, laid out as [pre, J, post] */
+        hd_cuda_src_printf(s, "    i64 p = i %% post, t = i / post, j = t %% J, q = t / J;\n"
+                              "    atomicAdd(&o[(q * X + idx[j]) * post + p], x[i]);\n");
+        break;
+    default: /* one_hot: J is the number of classes */
+        hd_cuda_src_printf(s, "    o[i * J + idx[i]] = 1;\n");
+        break;
+    }
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+static int mod_index(hd_cuda_src *s, hd_op op) {
+    if (op == HD_OP_ONE_HOT) {
+        index_kernel(s, op, HD_I64);
+        return 1;
+    }
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+        if (cpu_ok(op, (hd_dtype)dt)) index_kernel(s, op, (hd_dtype)dt);
+    return 1;
+}
+
+/* ---- dropout and its backward: element i is dropped when the i-th f32
+ * uniform of the draw (key, base) is below p, kept ones scale by
+ * 1 / (1 - p) in double (cpu_nn_tmpl.h, cpu_grad_tmpl.h) ---- */
+
+static void dropout_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char name[96];
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s(i64 n, void *o_, const void *x_, double p, "
+                       "u64 key, u64 base) {\n"
+                       "  %s *o = (%s *)o_; const %s *x = (const %s *)x_;\n"
+                       "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
+                       "(i64)gridDim.x * blockDim.x) {\n"
+                       "    double v = ",
+                       hd_cuda_kernel_name(op, dt, dt, name, sizeof name), mo_store[dt],
+                       mo_store[dt], mo_store[dt], mo_store[dt]);
+    ld_double(s, dt, "x[i]");
+    hd_cuda_src_printf(s,
+                       "; float u = rng_u32f(key, base, i);\n"
+                       "    o[i] = sd_%s(u < p ? 0.0 : %sv / (1.0 - p)); }\n}\n",
+                       mo_sfx[dt], dt == HD_F64 ? "" : "(double)(float)");
+}
+
+static int mod_dropout(hd_cuda_src *s, hd_op op) {
+    for (int dt = HD_F16; dt <= HD_F64; dt++)
+        if (cpu_ok(op, (hd_dtype)dt)) dropout_kernel(s, op, (hd_dtype)dt);
+    return 1;
+}
+
+int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
+    switch (op) {
+    case HD_OP_SOFTMAX:
+    case HD_OP_LOG_SOFTMAX:
+    case HD_OP_SOFTMAX_BWD:
+    case HD_OP_LOG_SOFTMAX_BWD: return mod_rows(s, op);
+    case HD_OP_INDEX_SELECT:
+    case HD_OP_INDEX_ADD:
+    case HD_OP_ONE_HOT: return mod_index(s, op);
+    case HD_OP_DROPOUT:
+    case HD_OP_DROPOUT_BWD: return mod_dropout(s, op);
+    default: break;
+    }
+    if (hd_op_infos[op].kind == HD_KIND_CREATE) return mod_create(s, op);
+    return 0;
+}
+
+/* Ops run by a kernel of their own; the others of cuda_ops.c's list are
+ * compositions of these (cross_entropy, mse, layer_norm and their
+ * gradients) or copies (assign, concat, matmul through cuBLAS). */
+int hd_cuda_has_op(hd_op op) {
+    switch (op) {
+    case HD_OP_CONV2D:
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D:
+    case HD_OP_CONV2D_BWD_INPUT:
+    case HD_OP_CONV2D_BWD_WEIGHT:
+    case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_AVG_POOL2D_BWD: return 0; /* no CUDA kernels yet (docs/cuda.md) */
+    default: return (unsigned)op < HD_OP_COUNT && hd_op_infos[op].kind != HD_KIND_VIEW;
+    }
+}
+
+/* Does op have a generated module (else it is composed or copied)? */
+int hd_cuda_op_generated(hd_op op) {
+    switch (hd_op_infos[op].kind) {
+    case HD_KIND_UNARY:
+    case HD_KIND_BINARY:
+    case HD_KIND_COMPARE:
+    case HD_KIND_TERNARY:
+    case HD_KIND_REDUCE:
+    case HD_KIND_CREATE: return 1;
+    default: break;
+    }
+    switch (op) {
+    case HD_OP_SOFTMAX:
+    case HD_OP_LOG_SOFTMAX:
+    case HD_OP_SOFTMAX_BWD:
+    case HD_OP_LOG_SOFTMAX_BWD:
+    case HD_OP_INDEX_SELECT:
+    case HD_OP_INDEX_ADD:
+    case HD_OP_ONE_HOT:
+    case HD_OP_DROPOUT:
+    case HD_OP_DROPOUT_BWD:
+    case HD_OP_GELU_BWD: return 1;
+    default: return 0;
+    }
+}
