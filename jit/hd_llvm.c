@@ -1,4 +1,4 @@
-/* The llvm compiler: the shared passes, the plan (hd_llvm_plan.c), one
+/* The llvm compiler: the shared passes, the plan (hd_plan.c), one
  * native function for the whole graph (hd_llvm_gen.c), machine code
  * through ORC (hd_llvm_jit.c), and the run: bind the inputs and fresh
  * outputs into the slot table, call hd_main, hand the outputs back.
@@ -20,7 +20,7 @@
 struct hd_jit_exec {
     hd_ctx *ctx;
     hd_ir_graph *g; /* the optimised copy */
-    hd_llvm_plan plan;
+    hd_plan plan;
     hd_llvm_rt rt;
     void **slots;
     hd_tensor **roots;   /* per slot: the tensor whose data the slot points at */
@@ -104,7 +104,7 @@ static hd_tensor *llvm_place_const(hd_jit_exec *e, hd_tensor *c) {
 }
 
 static hd_status llvm_roots(hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     hd_ir_graph *g = e->g;
     int64_t n = (int64_t)p->arena_bytes;
     if (!(e->roots[0] = hd_tensor_new(e->ctx, HD_U8, &n, 1))) return e->ctx->status;
@@ -127,10 +127,10 @@ static hd_status llvm_roots(hd_jit_exec *e) {
 
 /* Tensors for every value with memory: views over their slot's root. */
 static hd_status llvm_vals(hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     hd_ir_graph *g = e->g;
     for (int v = 0; v < g->nvalues; v++) {
-        const hd_llvm_val *pv = &p->vals[v];
+        const hd_plan_val *pv = &p->vals[v];
         const hd_ir_value *val = &g->values[v];
         if (pv->slot < 0) continue;
         hd_tensor *root = e->roots[pv->slot];
@@ -148,7 +148,7 @@ static hd_status llvm_vals(hd_jit_exec *e) {
 /* The input tensors of every runtime node, and a check that the backend
  * runs it (as interp does). */
 static hd_status llvm_node_inputs(hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     hd_ir_graph *g = e->g;
     size_t total = 0;
     for (int s = 0; s < p->nsteps; s++)
@@ -173,7 +173,7 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
 
 /* HODU_LOG=fallback: the nodes the runtime's kernels run. */
 static void llvm_log_fallbacks(const hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     const hd_ir_graph *g = e->g;
     if (!hd_llvm_log_on("fallback")) return;
     for (int s = 0; s < p->nsteps; s++) {
@@ -181,7 +181,7 @@ static void llvm_log_fallbacks(const hd_jit_exec *e) {
         const hd_ir_node *n = &g->nodes[p->steps[s].node];
         const char *why;
         if (n->op < 0) continue;
-        hd_llvm_supports(g, n, &why);
+        hd_plan_supports(g, n, &why);
         const hd_ir_value *v = &g->values[n->out];
         char ty[160];
         hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty);
@@ -241,7 +241,7 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     double t0 = llvm_now();
     if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
     e->stats.pass_seconds = llvm_now() - t0;
-    if (hd_llvm_plan_build(e->g, opt->no_reuse, &e->plan)) return ctx->status;
+    if (hd_plan_build(e->g, opt->no_reuse, &e->plan)) return ctx->status;
     hd_ir_graph *g = e->g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
     e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
@@ -316,7 +316,7 @@ static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor *
 }
 
 static hd_status llvm_bind_outputs(hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     for (int s = p->slot_out0; s < p->nslots; s++) {
         const hd_ir_value *v = &e->g->values[p->slot_value[s]];
         if (!(e->results[s] = hd_tensor_new(e->ctx, v->dtype, v->shape, v->ndim)))
@@ -330,7 +330,7 @@ static hd_status llvm_bind_outputs(hd_jit_exec *e) {
  * the executable keeps (an input, a constant, a view). */
 static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor **out) {
     int v = e->g->outputs[i].value;
-    const hd_llvm_val *pv = &e->plan.vals[v];
+    const hd_plan_val *pv = &e->plan.vals[v];
     if (pv->fresh) {
         *out = hd_tensor_ref(e->results[pv->slot]);
         return HD_OK;
@@ -348,7 +348,7 @@ static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor **out
 }
 
 static void llvm_unbind(hd_jit_exec *e) {
-    const hd_llvm_plan *p = &e->plan;
+    const hd_plan *p = &e->plan;
     for (int s = p->slot_in0; s < p->slot_const0; s++) llvm_set_slot(e, s, NULL);
     for (int s = p->slot_out0; s < p->nslots; s++) {
         llvm_set_slot(e, s, NULL);

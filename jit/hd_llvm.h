@@ -1,8 +1,8 @@
 /* hd_llvm: the llvm compiler's internal interface (docs/llvm.md).
  *
  * A compile runs the shared passes, then:
- *   plan  (hd_llvm_plan.c)  which nodes become generated kernels, which the
- *                           runtime runs, the step order, which values are
+ *   plan  (hd_plan.c,       which nodes become generated kernels, which the
+ *          hd_plan.h)       runtime runs, the step order, which values are
  *                           stored, the slot table and the arena offsets;
  *   gen   (hd_llvm_gen.c,   one LLVM module: a function per kernel and the
  *          hd_llvm_ops.c)   graph's main function calling them in order;
@@ -18,71 +18,12 @@
 
 #include "hd_compile.h"
 #include "hd_pass.h"
+#include "hd_plan.h"
 
 #if HODU_HAVE_LLVM
 
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
-
-/* ---- plan ---- */
-
-typedef enum {
-    HD_LLVM_K_ELEMENTWISE, /* one loop nest over the shape, nodes of one shape */
-    HD_LLVM_K_REDUCE,      /* a reduction and the prologue computed inside it */
-    HD_LLVM_K_SOFTMAX,     /* softmax or log_softmax rows */
-    HD_LLVM_K_LAYER_NORM,  /* layer_norm rows */
-} hd_llvm_kernel_kind;
-
-typedef struct hd_llvm_kernel {
-    hd_llvm_kernel_kind kind;
-    int *nodes; /* node indices in node order; the last is the reduction or nn node */
-    int nnodes;
-    int ndim; /* the iteration shape: the nodes' shape; reduce: the reduction's input */
-    int64_t shape[HD_MAX_DIMS];
-    int64_t numel;    /* elements of the iteration shape */
-    int64_t out_size; /* elements written by the kernel's last node (0: nothing to run) */
-} hd_llvm_kernel;
-
-/* One step of the main function: a kernel, or a node the runtime runs. */
-typedef struct hd_llvm_step {
-    int kernel; /* >= 0: generated kernel */
-    int node;   /* else: a runtime node (fallback, matmul, callback) */
-} hd_llvm_step;
-
-typedef struct hd_llvm_val {
-    int kernel;                   /* kernel computing it, -1 */
-    int slot;                     /* slot holding its memory's base, -1: registers only */
-    int64_t byte_off;             /* element 0, from the slot's base */
-    int64_t strides[HD_MAX_DIMS]; /* elements */
-    int root;                     /* the value whose memory it is (itself unless a view) */
-    char stored;                  /* its kernel writes it to memory */
-    char imm;                     /* a one-element constant embedded in the code */
-    char fresh;                   /* a graph output given fresh memory at every run */
-    int64_t arena_off;            /* arena values: offset in the arena, else -1 */
-} hd_llvm_val;
-
-typedef struct hd_llvm_plan {
-    hd_ir_graph *g;
-    hd_llvm_val *vals;
-    hd_llvm_kernel *kernels;
-    int nkernels;
-    hd_llvm_step *steps;
-    int nsteps;
-    int *kernel_of; /* per node: its kernel, -1 */
-    /* slots: 0 the arena, then inputs, constants and fresh outputs */
-    int nslots, slot_in0, slot_const0, slot_out0;
-    int *slot_value; /* per slot: its value (-1 for the arena) */
-    size_t arena_bytes;
-    int nfallback; /* runtime nodes other than matmul and callbacks */
-} hd_llvm_plan;
-
-/* Does generated code compute node n (of g)? *why receives the reason if
- * not. Matmul and callbacks are never generated. */
-int hd_llvm_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why);
-
-/* Plan an optimised, lowered, compacted and fused graph. Everything lives
- * in g's arena. no_reuse: one arena region per value. */
-hd_status hd_llvm_plan_build(hd_ir_graph *g, int no_reuse, hd_llvm_plan *p);
 
 /* ---- code generation ---- */
 
@@ -100,7 +41,7 @@ typedef struct hd_llvm_gen hd_llvm_gen;
  * facts and the external functions they call. */
 struct hd_llvm_gen {
     hd_ctx *ctx;
-    const hd_llvm_plan *plan;
+    const hd_plan *plan;
     hd_llvm_types t;
     LLVMModuleRef mod;
     LLVMBuilderRef b;

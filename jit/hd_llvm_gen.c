@@ -44,7 +44,7 @@ typedef struct gen_op {
 
 typedef struct gen_kernel {
     hd_llvm_gen *G;
-    const hd_llvm_kernel *k;
+    const hd_plan_kernel *k;
     int index;
     gen_op *ops;
     int nops, cap;
@@ -126,7 +126,7 @@ static int in_kernel(const gen_kernel *K, int v) {
  * size-1 dims and missing leading dims step 0). */
 static void op_read_strides(const gen_kernel *K, gen_op *op) {
     const hd_ir_value *v = &K->G->plan->g->values[op->value];
-    const hd_llvm_val *pv = &K->G->plan->vals[op->value];
+    const hd_plan_val *pv = &K->G->plan->vals[op->value];
     int nd = K->k->ndim, lead = nd - v->ndim;
     for (int i = 0; i < nd; i++) {
         int j = i - lead;
@@ -137,9 +137,9 @@ static void op_read_strides(const gen_kernel *K, gen_op *op) {
 /* The output of a reduction: contiguous over the kept dims, 0 over the
  * reduced ones. Elementwise and row kernels write their shape contiguously. */
 static void op_store_strides(const gen_kernel *K, gen_op *op) {
-    const hd_llvm_kernel *k = K->k;
+    const hd_plan_kernel *k = K->k;
     int64_t s = 1;
-    int reduce = k->kind == HD_LLVM_K_REDUCE;
+    int reduce = k->kind == HD_PLAN_K_REDUCE;
     for (int i = k->ndim - 1; i >= 0; i--) {
         if (reduce && (K->reduced & (1u << i))) {
             op->full[i] = 0;
@@ -153,7 +153,7 @@ static void op_store_strides(const gen_kernel *K, gen_op *op) {
 static hd_status kernel_operands(gen_kernel *K) {
     hd_llvm_gen *G = K->G;
     const hd_ir_graph *g = G->plan->g;
-    const hd_llvm_kernel *k = K->k;
+    const hd_plan_kernel *k = K->k;
     int cap = 1;
     for (int i = 0; i < k->nnodes; i++) cap += g->nodes[k->nodes[i]].nin + 1;
     K->ops = hd_ctx_calloc(G->ctx, (size_t)cap, sizeof *K->ops);
@@ -184,16 +184,16 @@ static hd_status kernel_operands(gen_kernel *K) {
 
 /* ---- loop levels ---- */
 
-static unsigned reduced_dims(const hd_ir_graph *g, const hd_llvm_kernel *k) {
+static unsigned reduced_dims(const hd_ir_graph *g, const hd_plan_kernel *k) {
     const hd_ir_node *n = &g->nodes[k->nodes[k->nnodes - 1]];
     int nd = k->ndim;
     unsigned mask = 0;
-    if (k->kind == HD_LLVM_K_ELEMENTWISE || nd == 0) return 0;
-    if (k->kind == HD_LLVM_K_SOFTMAX) {
+    if (k->kind == HD_PLAN_K_ELEMENTWISE || nd == 0) return 0;
+    if (k->kind == HD_PLAN_K_SOFTMAX) {
         int64_t a = n->attrs.ints[0] < 0 ? n->attrs.ints[0] + nd : n->attrs.ints[0];
         return 1u << a;
     }
-    if (k->kind == HD_LLVM_K_LAYER_NORM) {
+    if (k->kind == HD_PLAN_K_LAYER_NORM) {
         for (int i = nd - (int)n->attrs.ints[0]; i < nd; i++) mask |= 1u << i;
         return mask;
     }
@@ -206,7 +206,7 @@ static unsigned reduced_dims(const hd_ir_graph *g, const hd_llvm_kernel *k) {
 /* Append the dims of one class as loop levels, merging a level into the
  * previous one when every operand steps over it contiguously. */
 static void levels_add(gen_kernel *K, int reduced) {
-    const hd_llvm_kernel *k = K->k;
+    const hd_plan_kernel *k = K->k;
     int first = K->nlev;
     for (int d = 0; d < k->ndim; d++) {
         if (!!(K->reduced & (1u << d)) != reduced || k->shape[d] == 1) continue;
@@ -232,7 +232,7 @@ static void levels_add(gen_kernel *K, int reduced) {
 static void kernel_levels(gen_kernel *K) {
     levels_add(K, 0);
     K->nkept = K->nlev;
-    if (K->k->kind != HD_LLVM_K_ELEMENTWISE) levels_add(K, 1);
+    if (K->k->kind != HD_PLAN_K_ELEMENTWISE) levels_add(K, 1);
 }
 
 /* ---- the body ---- */
@@ -263,7 +263,7 @@ static void body_nodes(gen_kernel *K, int count) {
         LLVMValueRef r = hd_llvm_emit_node(G, n, args);
         K->reg[n->out] = r;
         int s = op_find(K, n->out, 1);
-        if (s >= 0 && K->k->kind == HD_LLVM_K_ELEMENTWISE)
+        if (s >= 0 && K->k->kind == HD_PLAN_K_ELEMENTWISE)
             hd_llvm_store_n(G, g->values[n->out].dtype, K->ops[s].ptr,
                             G->vw ? K->ops[s].st[K->vlev] : 1, r);
     }
@@ -307,7 +307,7 @@ static void loops(gen_kernel *K, int l, int l1, LLVMValueRef lo, LLVMValueRef hi
     ptrs_step(K, l, iv, saved);
     loops(K, l + 1, l1, lo, hi, body, ud);
     ptrs_restore(K, saved);
-    loop_end(G, &L, l + 1 == l1 && !K->has_calls && K->k->kind == HD_LLVM_K_ELEMENTWISE);
+    loop_end(G, &L, l + 1 == l1 && !K->has_calls && K->k->kind == HD_PLAN_K_ELEMENTWISE);
 }
 
 static void ew_body(gen_kernel *K, void *ud) {
@@ -967,7 +967,7 @@ static void rows_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValue
     memset(&R, 0, sizeof R);
     R.n = last;
     R.dt = g->values[last->in[0]].dtype;
-    R.L.ty1 = K->k->kind == HD_LLVM_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
+    R.L.ty1 = K->k->kind == HD_PLAN_K_LAYER_NORM ? G->t.f64 : hd_llvm_reg_type(G, R.dt);
     R.L.ty2 = G->t.f64;
     R.lo = lo;
     R.hi = hi;
@@ -997,9 +997,9 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
     LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
     for (int j = 0; j < n; j++) K->ops[j].ptr = LLVMGetParam(fn, (unsigned)j);
     LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
-    if (K->k->kind == HD_LLVM_K_ELEMENTWISE)
+    if (K->k->kind == HD_PLAN_K_ELEMENTWISE)
         loops(K, 0, K->nlev, lo, hi, ew_body, NULL);
-    else if (K->k->kind == HD_LLVM_K_REDUCE)
+    else if (K->k->kind == HD_PLAN_K_REDUCE)
         reduce_body(K, fn, lo, hi);
     else
         rows_body(K, fn, lo, hi);
@@ -1010,7 +1010,7 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
 /* hd_k<i>(slots, begin, end): base pointers from the slot table. */
 static LLVMValueRef kernel_entry(gen_kernel *K, LLVMValueRef body) {
     hd_llvm_gen *G = K->G;
-    const hd_llvm_plan *p = G->plan;
+    const hd_plan *p = G->plan;
     LLVMTypeRef params[3] = {G->t.pptr8, G->t.i64, G->t.i64};
     char name[32];
     snprintf(name, sizeof name, "hd_k%d", K->index);
@@ -1021,7 +1021,7 @@ static LLVMValueRef kernel_entry(gen_kernel *K, LLVMValueRef body) {
     int n = K->nops;
     LLVMValueRef args[n + 2];
     for (int j = 0; j < n; j++) {
-        const hd_llvm_val *pv = &p->vals[K->ops[j].value];
+        const hd_plan_val *pv = &p->vals[K->ops[j].value];
         LLVMValueRef idx = c64(G, pv->slot);
         LLVMValueRef sp = LLVMBuildInBoundsGEP2(B, G->t.ptr8, LLVMGetParam(fn, 0), &idx, 1, "");
         LLVMValueRef base = LLVMBuildLoad2(B, G->t.ptr8, sp, "");
@@ -1120,7 +1120,7 @@ static void types_init(hd_llvm_gen *G) {
 }
 
 hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
-    const hd_llvm_plan *p = G->plan;
+    const hd_plan *p = G->plan;
     const hd_ir_graph *g = p->g;
     types_init(G);
     size_t nk = (size_t)p->nkernels + 1, nv = (size_t)g->nvalues + 1;

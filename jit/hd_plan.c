@@ -1,4 +1,5 @@
-/* The llvm compiler's plan: kernels, steps, stored values, slots, arena.
+/* The plan of the fused compilers (llvm, cuda): kernels, steps, stored
+ * values, slots, arena.
  *
  * Nodes of a fusion group that generated code supports form a "piece" run
  * at its first node's place (hd_pass_fuse's placement rule makes that
@@ -13,9 +14,7 @@
  * kernel, a runtime node, a view, a callback, the graph's outputs); the
  * rest live in registers. Stored intermediates get offsets in one arena,
  * reused once their values are dead (first fit over the step order). */
-#include "hd_llvm.h"
-
-#if HODU_HAVE_LLVM
+#include "hd_plan.h"
 
 #include <string.h>
 
@@ -23,7 +22,7 @@
 
 typedef struct plan_piece {
     int first;  /* node index */
-    int kind;   /* hd_llvm_kernel_kind of its last kernel */
+    int kind;   /* hd_plan_kernel_kind of its last kernel */
     int *nodes; /* in node order */
     int nnodes;
     int kfirst, nk; /* its kernels */
@@ -31,7 +30,7 @@ typedef struct plan_piece {
 
 typedef struct plan_state {
     hd_ir_graph *g;
-    hd_llvm_plan *p;
+    hd_plan *p;
     int no_reuse;
     int *def;       /* per value: defining node, -1 */
     int *use_start; /* per value: users in use_list[use_start[v] .. use_start[v + 1]) */
@@ -71,7 +70,7 @@ static int supports_reduce(hd_op op, hd_dtype dt) {
     }
 }
 
-int hd_llvm_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why) {
+int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why) {
     static const char *none = "";
     *why = none;
     if (n->op < 0) {
@@ -88,33 +87,33 @@ int hd_llvm_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why
     switch (hd_op_infos[op].kind) {
     case HD_KIND_REDUCE:
         if (supports_reduce(op, dt)) return 1;
-        *why = "argmax and argmin run the cpu kernel";
+        *why = "argmax and argmin run the eager kernel";
         return 0;
     case HD_KIND_NN:
         if ((op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX || op == HD_OP_LAYER_NORM) &&
             hd_dtype_is_float(dt))
             return 1;
         break;
-    case HD_KIND_MATMUL: *why = "OpenBLAS through the cpu kernel"; return 0;
-    case HD_KIND_CREATE: *why = "creation runs the cpu kernel"; return 0;
+    case HD_KIND_MATMUL: *why = "the BLAS library through the eager kernel"; return 0;
+    case HD_KIND_CREATE: *why = "creation runs the eager kernel"; return 0;
     default: break;
     }
     *why = "no code generation for this op";
     return 0;
 }
 
-static hd_llvm_kernel_kind node_kernel_kind(const hd_ir_node *n) {
-    if (hd_pass_op_is_elementwise(n->op)) return HD_LLVM_K_ELEMENTWISE;
-    if (hd_op_infos[n->op].kind == HD_KIND_REDUCE) return HD_LLVM_K_REDUCE;
-    if (n->op == HD_OP_LAYER_NORM) return HD_LLVM_K_LAYER_NORM;
-    return HD_LLVM_K_SOFTMAX;
+static hd_plan_kernel_kind node_kernel_kind(const hd_ir_node *n) {
+    if (hd_pass_op_is_elementwise(n->op)) return HD_PLAN_K_ELEMENTWISE;
+    if (hd_op_infos[n->op].kind == HD_KIND_REDUCE) return HD_PLAN_K_REDUCE;
+    if (n->op == HD_OP_LAYER_NORM) return HD_PLAN_K_LAYER_NORM;
+    return HD_PLAN_K_SOFTMAX;
 }
 
 /* ---- values: roots, strides and view offsets ---- */
 
 static void plan_view(plan_state *s, const hd_ir_node *n) {
     const hd_ir_graph *g = s->g;
-    hd_llvm_val *x = &s->p->vals[n->in[0]], *y = &s->p->vals[n->out];
+    hd_plan_val *x = &s->p->vals[n->in[0]], *y = &s->p->vals[n->out];
     const hd_ir_value *xv = &g->values[n->in[0]], *yv = &g->values[n->out];
     const hd_attrs *a = &n->attrs;
     int64_t off = s->elem_off[n->in[0]];
@@ -148,7 +147,7 @@ static void plan_view(plan_state *s, const hd_ir_node *n) {
 static void plan_values(plan_state *s) {
     hd_ir_graph *g = s->g;
     for (int v = 0; v < g->nvalues; v++) {
-        hd_llvm_val *pv = &s->p->vals[v];
+        hd_plan_val *pv = &s->p->vals[v];
         pv->kernel = -1;
         pv->slot = -1;
         pv->root = v;
@@ -218,18 +217,18 @@ static hd_status plan_pieces(plan_state *s) {
         s->piece_of[i] = -1;
         if (node_is_view(n)) continue;
         int gi = n->group;
-        if (!hd_llvm_supports(g, n, &why)) {
+        if (!hd_plan_supports(g, n, &why)) {
             if (gi >= 0) open[gi] = -1;
             continue;
         }
-        hd_llvm_kernel_kind kind = node_kernel_kind(n);
+        hd_plan_kernel_kind kind = node_kernel_kind(n);
         int pi =
-            gi >= 0 && kind != HD_LLVM_K_SOFTMAX && kind != HD_LLVM_K_LAYER_NORM ? open[gi] : -1;
+            gi >= 0 && kind != HD_PLAN_K_SOFTMAX && kind != HD_PLAN_K_LAYER_NORM ? open[gi] : -1;
         if (pi < 0 && (pi = piece_new(s, i, kind)) < 0) st = g->ctx->status;
         if (st) break;
         piece_add(s, pi, i);
         s->pieces[pi].kind = kind;
-        if (gi >= 0) open[gi] = kind == HD_LLVM_K_ELEMENTWISE ? pi : -1;
+        if (gi >= 0) open[gi] = kind == HD_PLAN_K_ELEMENTWISE ? pi : -1;
     }
     hd_ctx_free(g->ctx, open, ((size_t)g->ngroups + 1) * sizeof(int));
     return st;
@@ -240,7 +239,7 @@ static hd_status plan_pieces(plan_state *s) {
 static int piece_can_join(const plan_state *s, int a, int b) {
     const hd_ir_graph *g = s->g;
     const plan_piece *pa = &s->pieces[a], *pb = &s->pieces[b];
-    if (pa->kind != HD_LLVM_K_ELEMENTWISE || pa->nnodes == 0 || pa->first > pb->first) return 0;
+    if (pa->kind != HD_PLAN_K_ELEMENTWISE || pa->nnodes == 0 || pa->first > pb->first) return 0;
     for (int k = 0; k < pb->nnodes; k++) {
         const hd_ir_node *n = &g->nodes[pb->nodes[k]];
         for (int j = 0; j < n->nin; j++) {
@@ -270,7 +269,7 @@ static void plan_merge_pieces(plan_state *s) {
     const hd_ir_graph *g = s->g;
     for (int b = 0; b < s->npieces; b++) {
         plan_piece *pb = &s->pieces[b];
-        if (pb->kind != HD_LLVM_K_ELEMENTWISE) continue;
+        if (pb->kind != HD_PLAN_K_ELEMENTWISE) continue;
         int done = 0;
         for (int k = 0; k < pb->nnodes && !done; k++) {
             const hd_ir_node *n = &g->nodes[pb->nodes[k]];
@@ -287,9 +286,9 @@ static void plan_merge_pieces(plan_state *s) {
 
 /* ---- kernels ---- */
 
-static int plan_kernel_new(plan_state *s, hd_llvm_kernel_kind kind, const hd_ir_value *shape_of) {
-    hd_llvm_plan *p = s->p;
-    hd_llvm_kernel *k = &p->kernels[p->nkernels];
+static int plan_kernel_new(plan_state *s, hd_plan_kernel_kind kind, const hd_ir_value *shape_of) {
+    hd_plan *p = s->p;
+    hd_plan_kernel *k = &p->kernels[p->nkernels];
     memset(k, 0, sizeof *k);
     k->kind = kind;
     k->ndim = shape_of->ndim;
@@ -300,7 +299,7 @@ static int plan_kernel_new(plan_state *s, hd_llvm_kernel_kind kind, const hd_ir_
 }
 
 static void kernel_add(plan_state *s, int ki, int node) {
-    hd_llvm_kernel *k = &s->p->kernels[ki];
+    hd_plan_kernel *k = &s->p->kernels[ki];
     k->nodes[k->nnodes++] = node;
     s->p->kernel_of[node] = ki;
 }
@@ -340,14 +339,14 @@ static hd_status plan_shape_kernels(plan_state *s, const plan_piece *pc, int cou
         int ki = -1;
         for (int j = first; j < s->p->nkernels && ki < 0; j++)
             if (same_shape(v, s->p->kernels[j].shape, s->p->kernels[j].ndim)) ki = j;
-        if (ki < 0 && (ki = plan_kernel_new(s, HD_LLVM_K_ELEMENTWISE, v)) < 0)
+        if (ki < 0 && (ki = plan_kernel_new(s, HD_PLAN_K_ELEMENTWISE, v)) < 0)
             return g->ctx->status;
         kernel_add(s, ki, node);
     }
     /* insertion sort by (numel, ndim): a shape that feeds another is smaller */
-    hd_llvm_kernel *ks = s->p->kernels;
+    hd_plan_kernel *ks = s->p->kernels;
     for (int a = first + 1; a < s->p->nkernels; a++) {
-        hd_llvm_kernel t = ks[a];
+        hd_plan_kernel t = ks[a];
         int b = a;
         for (; b > first && (ks[b - 1].numel > t.numel ||
                              (ks[b - 1].numel == t.numel && ks[b - 1].ndim > t.ndim));
@@ -363,14 +362,14 @@ static hd_status plan_shape_kernels(plan_state *s, const plan_piece *pc, int cou
 static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
     hd_ir_graph *g = s->g;
     pc->kfirst = s->p->nkernels;
-    if (pc->kind == HD_LLVM_K_ELEMENTWISE) {
+    if (pc->kind == HD_PLAN_K_ELEMENTWISE) {
         if (plan_shape_kernels(s, pc, pc->nnodes, NULL)) return g->ctx->status;
     } else {
         int last = pc->nodes[pc->nnodes - 1];
         const hd_ir_value *x = &g->values[g->nodes[last].in[0]];
-        int fuse = pc->kind == HD_LLVM_K_REDUCE && prologue_fusable(s, pc, x);
+        int fuse = pc->kind == HD_PLAN_K_REDUCE && prologue_fusable(s, pc, x);
         if (plan_shape_kernels(s, pc, pc->nnodes - 1, fuse ? x : NULL)) return g->ctx->status;
-        int ki = plan_kernel_new(s, (hd_llvm_kernel_kind)pc->kind, x);
+        int ki = plan_kernel_new(s, (hd_plan_kernel_kind)pc->kind, x);
         if (ki < 0) return g->ctx->status;
         for (int k = 0; fuse && k < pc->nnodes - 1; k++)
             if (same_shape(&g->values[g->nodes[pc->nodes[k]].out], x->shape, x->ndim))
@@ -379,7 +378,7 @@ static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
     }
     pc->nk = s->p->nkernels - pc->kfirst;
     for (int j = pc->kfirst; j < s->p->nkernels; j++) {
-        hd_llvm_kernel *k = &s->p->kernels[j];
+        hd_plan_kernel *k = &s->p->kernels[j];
         const hd_ir_value *out = &g->values[g->nodes[k->nodes[k->nnodes - 1]].out];
         k->out_size = hd_shape_numel(out->shape, out->ndim);
     }
@@ -390,7 +389,7 @@ static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
 
 static hd_status plan_steps(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     p->steps = hd_ir_arena_alloc(&g->arena,
                                  ((size_t)g->nnodes + (size_t)p->nkernels + 1) * sizeof *p->steps);
     if (!p->steps) return g->ctx->status;
@@ -401,12 +400,12 @@ static hd_status plan_steps(plan_state *s) {
             const plan_piece *pc = &s->pieces[pi];
             if (pc->first != i) continue;
             for (int j = pc->kfirst; j < pc->kfirst + pc->nk; j++)
-                if (p->kernels[j].out_size > 0) p->steps[p->nsteps++] = (hd_llvm_step){j, -1};
+                if (p->kernels[j].out_size > 0) p->steps[p->nsteps++] = (hd_plan_step){j, -1};
             continue;
         }
         if (node_is_view(n)) continue;
         if (n->op >= 0 && val_bytes(&g->values[n->out]) == 0) continue; /* as interp */
-        p->steps[p->nsteps++] = (hd_llvm_step){-1, i};
+        p->steps[p->nsteps++] = (hd_plan_step){-1, i};
         if (n->op >= 0 && n->op != HD_OP_MATMUL) p->nfallback++;
     }
     return HD_OK;
@@ -414,15 +413,15 @@ static hd_status plan_steps(plan_state *s) {
 
 static void plan_stored(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     for (int i = 0; i < g->nnodes; i++) {
         int ki = p->kernel_of[i], v = g->nodes[i].out;
         if (ki < 0) continue;
-        hd_llvm_val *pv = &p->vals[v];
+        hd_plan_val *pv = &p->vals[v];
         pv->kernel = ki;
-        const hd_llvm_kernel *k = &p->kernels[ki];
+        const hd_plan_kernel *k = &p->kernels[ki];
         pv->stored =
-            s->is_output[v] || (k->kind != HD_LLVM_K_ELEMENTWISE && k->nodes[k->nnodes - 1] == i);
+            s->is_output[v] || (k->kind != HD_PLAN_K_ELEMENTWISE && k->nodes[k->nnodes - 1] == i);
         for (int u = s->use_start[v]; u < s->use_start[v + 1] && !pv->stored; u++)
             if (p->kernel_of[s->use_list[u]] != ki) pv->stored = 1;
     }
@@ -438,7 +437,7 @@ typedef struct plan_block {
 /* Does value v own memory in the arena (a stored intermediate or a
  * runtime node's result that is not a fresh output)? */
 static int needs_arena(const plan_state *s, int v) {
-    const hd_llvm_val *pv = &s->p->vals[v];
+    const hd_plan_val *pv = &s->p->vals[v];
     int d = s->def[v];
     if (d < 0 || pv->root != v || pv->fresh) return 0;
     return pv->kernel >= 0 ? pv->stored : 1;
@@ -471,10 +470,10 @@ static void arena_release(plan_block *live, int *nlive, int root) {
  * graph's outputs that are copied at the end live to the end. */
 static void plan_last_use(plan_state *s, int *last, int *defstep) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     for (int v = 0; v < g->nvalues; v++) last[v] = defstep[v] = -1;
     for (int st = 0; st < p->nsteps; st++) {
-        const hd_llvm_step *sp = &p->steps[st];
+        const hd_plan_step *sp = &p->steps[st];
         int nn = sp->kernel >= 0 ? p->kernels[sp->kernel].nnodes : 1;
         for (int j = 0; j < nn; j++) {
             int node = sp->kernel >= 0 ? p->kernels[sp->kernel].nodes[j] : sp->node;
@@ -495,7 +494,7 @@ static void plan_last_use(plan_state *s, int *last, int *defstep) {
 
 static hd_status plan_arena(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     size_t nv = (size_t)g->nvalues + 1;
     int *last = hd_ctx_alloc(g->ctx, 2 * nv * sizeof(int));
     plan_block *live = hd_ctx_alloc(g->ctx, nv * sizeof *live);
@@ -531,10 +530,10 @@ static hd_status plan_arena(plan_state *s) {
 
 static hd_status plan_slots(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     int nfresh = 0;
     for (int v = 0; v < g->nvalues; v++) {
-        hd_llvm_val *pv = &p->vals[v];
+        hd_plan_val *pv = &p->vals[v];
         int d = s->def[v];
         pv->fresh = s->is_output[v] && d >= 0 && pv->root == v && (pv->kernel < 0 || pv->stored);
         nfresh += pv->fresh;
@@ -571,9 +570,9 @@ static hd_status plan_slots(plan_state *s) {
  * root (values are placed in node order, so a root is placed first). */
 static void plan_places(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     for (int v = 0; v < g->nvalues; v++) {
-        hd_llvm_val *pv = &p->vals[v];
+        hd_plan_val *pv = &p->vals[v];
         if (pv->root == v) {
             if (pv->arena_off >= 0) {
                 pv->slot = 0;
@@ -584,7 +583,7 @@ static void plan_places(plan_state *s) {
             }
             continue;
         }
-        const hd_llvm_val *r = &p->vals[pv->root];
+        const hd_plan_val *r = &p->vals[pv->root];
         pv->slot = r->slot;
         pv->byte_off = r->byte_off + s->elem_off[v] * hd_dtype_size(g->values[v].dtype);
     }
@@ -592,7 +591,7 @@ static void plan_places(plan_state *s) {
 
 static hd_status plan_alloc(plan_state *s) {
     hd_ir_graph *g = s->g;
-    hd_llvm_plan *p = s->p;
+    hd_plan *p = s->p;
     size_t nv = (size_t)g->nvalues + 1, nn = (size_t)g->nnodes + 1;
     p->vals = hd_ir_arena_alloc(&g->arena, nv * sizeof *p->vals);
     p->kernels = hd_ir_arena_alloc(&g->arena, nn * sizeof *p->kernels);
@@ -609,7 +608,7 @@ static hd_status plan_alloc(plan_state *s) {
     return HD_OK;
 }
 
-hd_status hd_llvm_plan_build(hd_ir_graph *g, int no_reuse, hd_llvm_plan *p) {
+hd_status hd_plan_build(hd_ir_graph *g, int no_reuse, hd_plan *p) {
     plan_state s;
     memset(&s, 0, sizeof s);
     memset(p, 0, sizeof *p);
@@ -629,4 +628,3 @@ hd_status hd_llvm_plan_build(hd_ir_graph *g, int no_reuse, hd_llvm_plan *p) {
     return HD_OK;
 }
 
-#endif /* HODU_HAVE_LLVM */

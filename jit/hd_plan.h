@@ -1,0 +1,74 @@
+/* hd_plan: how a fused compiler turns an optimised graph into kernels
+ * (shared by the llvm and cuda compilers; docs/llvm.md, docs/cuda.md).
+ *
+ * Nodes of a fusion group that generated code supports form a "piece";
+ * a piece becomes one kernel per distinct shape of its nodes, a reduction
+ * computes its elementwise prologue inside its own kernel, and the nodes
+ * generated code does not cover run as runtime steps (the backend's eager
+ * kernels). Values read only inside their kernel live in registers; the
+ * rest are stored, intermediates in one arena. Pure C, every build. */
+#ifndef HD_PLAN_H
+#define HD_PLAN_H
+
+#include "hd_backend.h"
+#include "hd_pass.h"
+
+typedef enum {
+    HD_PLAN_K_ELEMENTWISE, /* one loop nest over the shape, nodes of one shape */
+    HD_PLAN_K_REDUCE,      /* a reduction and the prologue computed inside it */
+    HD_PLAN_K_SOFTMAX,     /* softmax or log_softmax rows */
+    HD_PLAN_K_LAYER_NORM,  /* layer_norm rows */
+} hd_plan_kernel_kind;
+
+typedef struct hd_plan_kernel {
+    hd_plan_kernel_kind kind;
+    int *nodes; /* node indices in node order; the last is the reduction or nn node */
+    int nnodes;
+    int ndim; /* the iteration shape: the nodes' shape; reduce: the reduction's input */
+    int64_t shape[HD_MAX_DIMS];
+    int64_t numel;    /* elements of the iteration shape */
+    int64_t out_size; /* elements written by the kernel's last node (0: nothing to run) */
+} hd_plan_kernel;
+
+/* One step of the main function: a kernel, or a node the runtime runs. */
+typedef struct hd_plan_step {
+    int kernel; /* >= 0: generated kernel */
+    int node;   /* else: a runtime node (fallback, matmul, callback) */
+} hd_plan_step;
+
+typedef struct hd_plan_val {
+    int kernel;                   /* kernel computing it, -1 */
+    int slot;                     /* slot holding its memory's base, -1: registers only */
+    int64_t byte_off;             /* element 0, from the slot's base */
+    int64_t strides[HD_MAX_DIMS]; /* elements */
+    int root;                     /* the value whose memory it is (itself unless a view) */
+    char stored;                  /* its kernel writes it to memory */
+    char imm;                     /* a one-element constant embedded in the code */
+    char fresh;                   /* a graph output given fresh memory at every run */
+    int64_t arena_off;            /* arena values: offset in the arena, else -1 */
+} hd_plan_val;
+
+typedef struct hd_plan {
+    hd_ir_graph *g;
+    hd_plan_val *vals;
+    hd_plan_kernel *kernels;
+    int nkernels;
+    hd_plan_step *steps;
+    int nsteps;
+    int *kernel_of; /* per node: its kernel, -1 */
+    /* slots: 0 the arena, then inputs, constants and fresh outputs */
+    int nslots, slot_in0, slot_const0, slot_out0;
+    int *slot_value; /* per slot: its value (-1 for the arena) */
+    size_t arena_bytes;
+    int nfallback; /* runtime nodes other than matmul and callbacks */
+} hd_plan;
+
+/* Does generated code compute node n (of g)? *why receives the reason if
+ * not. Matmul and callbacks are never generated. */
+int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why);
+
+/* Plan an optimised, lowered, compacted and fused graph. Everything lives
+ * in g's arena. no_reuse: one arena region per value. */
+hd_status hd_plan_build(hd_ir_graph *g, int no_reuse, hd_plan *p);
+
+#endif
