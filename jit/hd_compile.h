@@ -48,7 +48,10 @@ typedef struct hd_jit_stats {
     double trace_seconds, pass_seconds, llvm_seconds;
     double llvm_ir_seconds, llvm_opt_seconds, llvm_obj_seconds, llvm_link_seconds;
     int cache_hit; /* llvm: the machine code came from the disk cache */
-    int fallbacks; /* llvm: nodes run by the runtime's kernels (matmul not counted) */
+    int fallbacks; /* llvm, cuda: nodes run by the runtime's kernels (matmul not counted) */
+    int launches;   /* cuda: host launches per run besides copies: 1 once a run is one CUDA
+                     * Graph, else the kernels */
+    int cuda_graph; /* cuda: runs replay one captured CUDA Graph */
 } hd_jit_stats;
 
 typedef struct hd_jit_exec hd_jit_exec;

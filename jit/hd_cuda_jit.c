@@ -1,15 +1,29 @@
-/* The `cuda` compiler (compiled(compiler = "cuda")): runs the optimised
- * graph on a CUDA device with the backend's NVRTC kernels, one launch per
- * node, matmul through cuBLAS, constants placed on the device once at
- * compile time (the interp executor of hd_interp.c, on the cuda device).
- * Fused kernels per fusion group and CUDA Graph capture are not done yet
- * (docs/cuda.md). The device is the options' device when it is a cuda one,
- * else cuda:0; without a usable GPU every entry point is a clear error. */
+/* The `cuda` compiler (compiled(compiler = "cuda")): the shared passes and
+ * plan (hd_plan.c), one generated CUDA C module for the graph
+ * (hd_cuda_gen.c: a kernel per plan kernel, compiled with NVRTC and cached
+ * in memory and on disk by source hash and arch), the nodes it does not
+ * generate run as the backend's eager kernels (matmul through cuBLAS).
+ *
+ * Memory is fixed at compile time: stored intermediates in one device
+ * arena, constants placed once, one device buffer per input (a run copies
+ * its inputs in) and per fresh output (a run copies them out into new
+ * tensors). Since no pointer changes between runs, the second run captures
+ * every launch of a run on the device's stream as a CUDA Graph, and each
+ * later run is the input copies, one graph launch and the output copies.
+ * Graphs with callbacks or with steps that must not be replayed as
+ * recorded (random draws, index checks on the host, scratch memory) run
+ * their launches one by one. The device is the options' device when it is
+ * a cuda one, else cuda:0; without a usable GPU every entry point is a
+ * clear error (docs/cuda.md). */
 #include "hd_compile.h"
+#include "hd_cuda_gen.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* opt with its device made a cuda one, in buf. */
+/* opt with its device made a cuda one. */
 static hd_jit_options cj_options(const hd_jit_options *opt) {
     hd_jit_options o;
     if (opt)
@@ -32,29 +46,465 @@ static hd_status cj_available(hd_ctx *ctx, const hd_jit_options *opt) {
     return HD_OK;
 }
 
+#if HODU_HAVE_CUDA
+
+typedef struct cj_step {
+    int kernel; /* plan kernel, or -1: node runs as an eager kernel */
+    int node;
+    CUfunction f, fin;
+    void **args; /* the kernel's slot pointers, then the partials */
+} cj_step;
+
+struct hd_jit_exec {
+    hd_ctx *ctx;
+    const hd_backend *be;
+    int device;
+    hd_ir_graph *g; /* the optimised copy */
+    hd_plan plan;
+    hd_cuda_gen_info info;
+    hd_tensor **roots;      /* per slot: the device tensor it points into */
+    CUdeviceptr *slot_ptr;  /* per slot: its base address (kernel arguments point here) */
+    hd_tensor **vals;       /* per value: a tensor over its memory */
+    hd_tensor ***node_in;   /* per node: eager nodes' input tensors */
+    hd_tensor **node_in_flat;
+    size_t node_in_n;
+    hd_tensor *partials; /* split reductions' partial results */
+    CUdeviceptr part;
+    cj_step *steps;
+    int nsteps;
+    void **argv;
+    size_t argv_n;
+    int capturable; /* may run as one CUDA Graph */
+    CUgraphExec gexec;
+    hd_jit_stats stats;
+};
+
+static double cj_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cj_log_on(void) {
+    const char *s = getenv("HODU_LOG");
+    return s && (strstr(s, "cuda") || strstr(s, "all"));
+}
+
+static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
+    if (!e) return;
+    if (e->gexec) {
+        const hd_cuda_api *a = hd_cuda_api_get();
+        if (hd_cuda_dev_get(ctx, e->device)) a->graph_exec_destroy(e->gexec);
+        hd_error_clear(ctx);
+    }
+    int nv = e->g ? e->g->nvalues : 0, ns = e->plan.nslots, nn = e->g ? e->g->nnodes : 0;
+    if (e->vals)
+        for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
+    if (e->roots)
+        for (int s = 0; s < ns; s++) hd_tensor_unref(e->roots[s]);
+    hd_tensor_unref(e->partials);
+    hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
+    hd_ctx_free(ctx, e->roots, (size_t)(ns + 1) * sizeof *e->roots);
+    hd_ctx_free(ctx, e->slot_ptr, (size_t)(ns + 1) * sizeof *e->slot_ptr);
+    hd_ctx_free(ctx, e->node_in, (size_t)(nn + 1) * sizeof *e->node_in);
+    hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
+    hd_ctx_free(ctx, e->steps, ((size_t)e->plan.nsteps + 1) * sizeof *e->steps);
+    hd_ctx_free(ctx, e->argv, (e->argv_n + 1) * sizeof *e->argv);
+    hd_cuda_gen_info_free(ctx, &e->info);
+    hd_ir_graph_free(e->g);
+    hd_ctx_free(ctx, e, sizeof *e);
+}
+
+/* ---- memory ---- */
+
+static hd_tensor *cj_place_const(hd_jit_exec *e, hd_tensor *c) {
+    hd_ctx *ctx = e->ctx;
+    struct hd_trace *tr = ctx->trace;
+    ctx->trace = NULL;
+    hd_tensor *host = hd_tensor_contiguous(ctx, c);
+    ctx->trace = tr;
+    if (!host || host->storage->backend == e->be) return host;
+    hd_tensor *d = hd_tensor_new_on(ctx, e->be, e->device, c->dtype, c->shape, c->ndim);
+    if (d && host->numel &&
+        e->be->from_host(ctx, e->device, d->storage->data, hd_tensor_data(host),
+                         hd_tensor_nbytes(host))) {
+        hd_tensor_unref(d);
+        d = NULL;
+    }
+    hd_tensor_unref(host);
+    return d;
+}
+
+static hd_status cj_roots(hd_jit_exec *e) {
+    const hd_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    int64_t n = p->arena_bytes ? (int64_t)p->arena_bytes : 64;
+    if (!(e->roots[0] = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1)))
+        return e->ctx->status;
+    for (int s = 1; s < p->nslots; s++) {
+        const hd_ir_value *val = &g->values[p->slot_value[s]];
+        hd_tensor *t =
+            val->kind == HD_IR_VALUE_CONST
+                ? cj_place_const(e, g->consts[val->index].t)
+                : hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        if (!t) return e->ctx->status;
+        e->roots[s] = t;
+        if (val->kind == HD_IR_VALUE_CONST) {
+            e->stats.consts++;
+            e->stats.const_bytes += hd_tensor_nbytes(t);
+        }
+    }
+    for (int s = 0; s < p->nslots; s++)
+        e->slot_ptr[s] = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->roots[s]);
+    return HD_OK;
+}
+
+/* Tensors over every value with memory: views of their slot's root. */
+static hd_status cj_vals(hd_jit_exec *e) {
+    const hd_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    for (int v = 0; v < g->nvalues; v++) {
+        const hd_plan_val *pv = &p->vals[v];
+        const hd_ir_value *val = &g->values[v];
+        if (pv->slot < 0) continue;
+        hd_tensor *root = e->roots[pv->slot];
+        hd_tensor *t = hd_tensor_view(e->ctx, root, val->shape, pv->strides, val->ndim, 0);
+        if (!t) return e->ctx->status;
+        int es = hd_dtype_size(val->dtype);
+        int64_t base = (int64_t)root->offset * hd_dtype_size(root->dtype);
+        t->dtype = val->dtype;
+        t->offset = (base + pv->byte_off) / es;
+        e->vals[v] = t;
+    }
+    return HD_OK;
+}
+
+/* ---- steps ---- */
+
+/* May node n be recorded once and replayed? Random draws would repeat
+ * their numbers, index ops check indices on the host, and the loss
+ * compositions take scratch memory from the allocator. */
+static int cj_node_replayable(const hd_ir_node *n) {
+    switch (n->op) {
+    case HD_IR_CALLBACK:
+    case HD_OP_RAND:
+    case HD_OP_RANDN:
+    case HD_OP_DROPOUT:
+    case HD_OP_DROPOUT_BWD:
+    case HD_OP_INDEX_SELECT:
+    case HD_OP_INDEX_ADD:
+    case HD_OP_ONE_HOT:
+    case HD_OP_MSE:
+    case HD_OP_CROSS_ENTROPY:
+    case HD_OP_CROSS_ENTROPY_BWD: return 0;
+    default: return 1;
+    }
+}
+
+static hd_status cj_eager_step(hd_jit_exec *e, const hd_ir_node *n, hd_tensor **in) {
+    if (n->op < 0) return HD_OK;
+    hd_dtype dt = n->nin ? e->g->values[n->in[0]].dtype : e->g->values[n->out].dtype;
+    if (!e->be->supports_op((hd_op)n->op, dt))
+        return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cuda",
+                        hd_op_name((hd_op)n->op), hd_dtype_name(dt));
+    (void)in;
+    return HD_OK;
+}
+
+static hd_status cj_kernel_step(hd_jit_exec *e, hd_cuda_dev *d, const char *src, size_t len,
+                                cj_step *st, void ***argp) {
+    const hd_cuda_gen_kernel *k = &e->info.kernels[st->kernel];
+    char name[32];
+    if (hd_cuda_function_src(e->ctx, d, src, len, hd_cuda_gen_name(st->kernel, 0, name, 32),
+                             &st->f))
+        return e->ctx->status;
+    if (k->fin_blocks > 0 &&
+        hd_cuda_function_src(e->ctx, d, src, len, hd_cuda_gen_name(st->kernel, 1, name, 32),
+                             &st->fin))
+        return e->ctx->status;
+    st->args = *argp;
+    for (int j = 0; j < k->nslots; j++) st->args[j] = &e->slot_ptr[k->slots[j]];
+    if (k->partials > 0) st->args[k->nslots] = &e->part;
+    *argp += k->nslots + 1;
+    return HD_OK;
+}
+
+static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src *src) {
+    const hd_plan *p = &e->plan;
+    hd_ir_graph *g = e->g;
+    size_t nargs = 0, nin = 0;
+    for (int k = 0; k < e->info.nkernels; k++) nargs += (size_t)e->info.kernels[k].nslots + 1;
+    for (int s = 0; s < p->nsteps; s++)
+        if (p->steps[s].kernel < 0) nin += (size_t)g->nodes[p->steps[s].node].nin;
+    e->steps = hd_ctx_calloc(e->ctx, (size_t)p->nsteps + 1, sizeof *e->steps);
+    e->argv = hd_ctx_calloc(e->ctx, nargs + 1, sizeof *e->argv);
+    e->node_in_flat = hd_ctx_calloc(e->ctx, nin + 1, sizeof *e->node_in_flat);
+    if (!e->steps || !e->argv || !e->node_in_flat) return e->ctx->status;
+    e->argv_n = nargs;
+    e->node_in_n = nin;
+    void **argp = e->argv;
+    size_t k = 0;
+    e->capturable = 1;
+    for (int s = 0; s < p->nsteps; s++) {
+        cj_step *st = &e->steps[e->nsteps++];
+        st->kernel = p->steps[s].kernel;
+        st->node = p->steps[s].node;
+        if (st->kernel >= 0) {
+            if (cj_kernel_step(e, d, src->text, src->len, st, &argp)) return e->ctx->status;
+            e->stats.kernels += 1 + (e->info.kernels[st->kernel].fin_blocks > 0);
+            continue;
+        }
+        const hd_ir_node *n = &g->nodes[st->node];
+        e->node_in[st->node] = e->node_in_flat + k;
+        for (int j = 0; j < n->nin; j++) e->node_in_flat[k++] = e->vals[n->in[j]];
+        if (cj_eager_step(e, n, e->node_in[st->node])) return e->ctx->status;
+        e->capturable &= cj_node_replayable(n);
+        e->stats.kernels += n->op >= 0;
+    }
+    return HD_OK;
+}
+
+static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
+    hd_cuda_src src;
+    hd_cuda_src_init(&src, e->ctx);
+    hd_status st = hd_cuda_gen_module(e->ctx, &e->plan, &src, &e->info);
+    if (!st && e->info.partials > 0) {
+        int64_t n = e->info.partials * 8;
+        e->partials = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1);
+        if (!e->partials) st = e->ctx->status;
+        if (!st) e->part = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->partials);
+    }
+    if (!st) st = cj_steps_make(e, d, &src);
+    hd_cuda_src_free(&src);
+    return st;
+}
+
+static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
+    hd_ctx *ctx = e->ctx;
+    double t0 = cj_now();
+    if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
+    e->stats.pass_seconds = cj_now() - t0;
+    if (hd_plan_build(e->g, opt->no_reuse, &e->plan)) return ctx->status;
+    hd_ir_graph *g = e->g;
+    size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
+    e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
+    e->roots = hd_ctx_calloc(ctx, ns, sizeof *e->roots);
+    e->slot_ptr = hd_ctx_calloc(ctx, ns, sizeof *e->slot_ptr);
+    e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
+    if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in) return ctx->status;
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
+    if (!d || cj_roots(e) || cj_vals(e) || cj_codegen(e, d)) return ctx->status;
+    e->stats.planned_bytes = e->plan.arena_bytes;
+    e->stats.fallbacks = e->plan.nfallback;
+    e->stats.launches = e->stats.kernels;
+    return HD_OK;
+}
+
 static hd_status cj_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
                             hd_jit_exec **out) {
+    double t0 = cj_now();
     hd_jit_options o = cj_options(opt);
+    *out = NULL;
     if (cj_available(ctx, &o)) return ctx->status;
-    return hd_jit_interp.compile(ctx, g, &o, out);
+    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
+    if (!e) return ctx->status;
+    e->ctx = ctx;
+    if (hd_backend_parse_device(ctx, o.device, &e->be, &e->device) ||
+        !(e->g = hd_ir_graph_clone(g)) || cj_setup(e, &o)) {
+        cj_free(ctx, e);
+        return ctx->status;
+    }
+    e->stats.compile_seconds = cj_now() - t0;
+    *out = e;
+    return HD_OK;
+}
+
+/* ---- running ---- */
+
+static hd_status cj_launch(hd_ctx *ctx, hd_cuda_dev *d, const hd_cuda_gen_kernel *k,
+                           const cj_step *st) {
+    int64_t grid = k->n < 65535 * 16 ? k->n : 65535 * 16;
+    hd_status r = k->launch == HD_CUDA_LAUNCH_THREADS
+                      ? hd_cuda_launch(ctx, d, st->f, k->n, st->args)
+                      : hd_cuda_launch_grid(ctx, d, st->f, (unsigned)grid, 256, st->args);
+    if (r || k->fin_blocks <= 0) return r;
+    grid = k->fin_blocks < 65535 * 16 ? k->fin_blocks : 65535 * 16;
+    return hd_cuda_launch_grid(ctx, d, st->fin, (unsigned)grid, 256, st->args);
+}
+
+static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+    hd_ir_graph *g = e->g;
+    for (int s = 0; s < e->nsteps; s++) {
+        const cj_step *st = &e->steps[s];
+        hd_status r;
+        if (st->kernel >= 0) {
+            r = cj_launch(ctx, d, &e->info.kernels[st->kernel], st);
+        } else {
+            const hd_ir_node *n = &g->nodes[st->node];
+            hd_tensor **in = e->node_in[st->node];
+            if (n->op == HD_IR_CALLBACK) {
+                hd_cuda_api_get()->stream_synchronize(d->stream);
+                r = n->cb.fn(ctx, n->cb.ud, in, n->nin);
+            } else {
+                r = e->be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
+            }
+        }
+        if (r) return r;
+    }
+    return HD_OK;
+}
+
+/* Record one run's launches as a CUDA Graph and launch it. A failure to
+ * capture is not an error: the steps then run one by one, from now on. */
+static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+    const hd_cuda_api *a = hd_cuda_api_get();
+    CUgraph graph = NULL;
+    CUresult r = a->stream_begin_capture(d->stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    hd_status st = r == CUDA_SUCCESS ? cj_exec_steps(e, ctx, d) : HD_ERR_RUNTIME;
+    if (r == CUDA_SUCCESS) {
+        CUresult r2 = a->stream_end_capture(d->stream, &graph);
+        if (r2 != CUDA_SUCCESS) r = r2;
+    }
+    if (!st && r == CUDA_SUCCESS && graph) r = a->graph_instantiate(&e->gexec, graph, 0);
+    if (graph) a->graph_destroy(graph);
+    if (st || r != CUDA_SUCCESS || !graph) {
+        if (cj_log_on())
+            fprintf(stderr, "cuda: %s runs without a CUDA Graph (%s)\n", e->g->name,
+                    st ? ctx->errmsg : "capture failed");
+        hd_error_clear(ctx);
+        e->gexec = NULL;
+        e->capturable = 0;
+        return cj_exec_steps(e, ctx, d);
+    }
+    return hd_cuda_check(ctx, a->graph_launch(e->gexec, d->stream), "cuGraphLaunch");
+}
+
+static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+    if (e->gexec)
+        return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(e->gexec, d->stream),
+                             "cuGraphLaunch");
+    if (e->capturable && e->stats.runs >= 1) return cj_capture(e, ctx, d);
+    return cj_exec_steps(e, ctx, d);
+}
+
+/* Copy input i into its fixed buffer (stream-ordered). */
+static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor *t) {
+    hd_tensor *dst = e->roots[e->plan.slot_in0 + i];
+    const hd_storage *s = t->storage;
+    if (s->backend != e->be || s->device != e->device)
+        return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
+                        e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
+    if (!t->numel) return HD_OK;
+    if (hd_tensor_is_contiguous(t))
+        return hd_cuda_check(ctx,
+                             hd_cuda_api_get()->memcpy_dtod(
+                                 e->slot_ptr[e->plan.slot_in0 + i],
+                                 (CUdeviceptr)(uintptr_t)hd_tensor_data(t), hd_tensor_nbytes(t),
+                                 d->stream),
+                             "copy of an input");
+    static const hd_attrs none;
+    return e->be->run_op(ctx, HD_OP_COPY, dst, &t, 1, &none);
+}
+
+/* Output i for the caller: a new tensor holding a copy of its value. */
+static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor **out) {
+    int v = e->g->outputs[i].value;
+    const hd_plan_val *pv = &e->plan.vals[v];
+    hd_tensor *src = pv->fresh ? e->roots[pv->slot] : e->vals[v];
+    hd_tensor *t = hd_tensor_new_on(ctx, e->be, e->device, src->dtype, src->shape, src->ndim);
+    if (!t) return ctx->status;
+    hd_status st = HD_OK;
+    if (t->numel && hd_tensor_is_contiguous(src))
+        st = hd_cuda_check(ctx,
+                           hd_cuda_api_get()->memcpy_dtod((CUdeviceptr)(uintptr_t)hd_tensor_data(t),
+                                                          (CUdeviceptr)(uintptr_t)hd_tensor_data(src),
+                                                          hd_tensor_nbytes(t), d->stream),
+                           "copy of an output");
+    else if (t->numel) {
+        static const hd_attrs none;
+        st = e->be->run_op(ctx, HD_OP_COPY, t, &src, 1, &none);
+    }
+    if (st) {
+        hd_tensor_unref(t);
+        return st;
+    }
+    *out = t;
+    return HD_OK;
 }
 
 static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                         hd_tensor **outputs, int noutputs) {
-    return hd_jit_interp.run(ctx, e, inputs, ninputs, outputs, noutputs);
-}
-
-static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
-    hd_jit_interp.free(ctx, e);
+    double t0 = cj_now();
+    hd_ir_graph *g = e->g;
+    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
+    if (noutputs != g->noutputs)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
+                        g->noutputs, noutputs);
+    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
+    if (!d) return ctx->status;
+    hd_status st = HD_OK;
+    for (int i = 0; i < ninputs && !st; i++) st = cj_bind_input(e, ctx, d, i, inputs[i]);
+    if (!st) st = cj_exec(e, ctx, d);
+    for (int i = 0; i < noutputs && !st; i++) st = cj_output(e, ctx, d, i, &outputs[i]);
+    if (st) {
+        for (int i = 0; i < noutputs; i++) {
+            hd_tensor_unref(outputs[i]);
+            outputs[i] = NULL;
+        }
+        return st;
+    }
+    e->stats.runs++;
+    e->stats.launches = e->gexec ? 1 : e->stats.kernels;
+    e->stats.cuda_graph = e->gexec != NULL;
+    e->stats.run_seconds += cj_now() - t0;
+    return HD_OK;
 }
 
 static void cj_stats(const hd_jit_exec *e, hd_jit_stats *st) {
-    hd_jit_interp.stats(e, st);
+    *st = e->stats;
 }
 
 static const hd_ir_graph *cj_graph(const hd_jit_exec *e) {
-    return hd_jit_interp.graph(e);
+    return e->g;
 }
+
+#else /* a build without CUDA headers: never available */
+
+static hd_status cj_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
+                            hd_jit_exec **out) {
+    (void)g;
+    *out = NULL;
+    hd_jit_options o = cj_options(opt);
+    return cj_available(ctx, &o);
+}
+
+static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
+                        hd_tensor **outputs, int noutputs) {
+    (void)e;
+    (void)inputs;
+    (void)ninputs;
+    (void)outputs;
+    (void)noutputs;
+    return hd_error(ctx, HD_ERR_RUNTIME, "compiler 'cuda': this build has no CUDA backend");
+}
+
+static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
+    (void)ctx;
+    (void)e;
+}
+
+static void cj_stats(const hd_jit_exec *e, hd_jit_stats *st) {
+    (void)e;
+    memset(st, 0, sizeof *st);
+}
+
+static const hd_ir_graph *cj_graph(const hd_jit_exec *e) {
+    (void)e;
+    return NULL;
+}
+
+#endif
 
 const hd_jit_compiler hd_jit_cuda = {
     /* .name = */ "cuda",

@@ -32,6 +32,25 @@ void hd_cuda_src_printf(hd_cuda_src *s, const char *fmt, ...)
  * functions named after hd_ops.def, Philox4x32-10, block reductions. */
 const char *hd_cuda_prelude(void);
 
+/* A dtype in CUDA C: its storage and compute types and conversions. */
+typedef struct hd_cuda_dtype {
+    const char *sfx;   /* name suffix: "f32" */
+    const char *store; /* storage type: u16 for f16 and bf16 */
+    const char *comp;  /* compute type: float for f16 and bf16 */
+    const char *ld;    /* load: storage -> compute, %s is the element */
+    const char *st;    /* store: compute -> storage (a function name or a cast) */
+    const char *uns;   /* integers: the unsigned type arithmetic wraps in */
+    const char *tmin, *tmax;
+} hd_cuda_dtype;
+
+const hd_cuda_dtype *hd_cuda_dtype_info(hd_dtype dt);
+/* The expression of elementwise op on dtype dt as the eager kernels
+ * compute it, in the compute type C (U: the unsigned type, TMIN/TMAX its
+ * range; unary: x, clamp's bounds s0 s1; binary: a, b). NULL: none. The
+ * local typedefs come from hd_cuda_src_types. */
+const char *hd_cuda_ew_expr(hd_op op, hd_dtype dt);
+void hd_cuda_src_types(hd_cuda_src *s, hd_dtype dt);
+
 /* Which module an op's kernels live in; -1: no CUDA kernel for the op. */
 typedef enum {
     HD_CUDA_MOD_UNARY, /* one module per unary op (cast: one for every pair) */

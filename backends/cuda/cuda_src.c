@@ -71,15 +71,7 @@ const char *hd_cuda_prelude(void) {
 
 /* ---- dtypes in CUDA C ---- */
 
-typedef struct {
-    const char *sfx;   /* name suffix */
-    const char *store; /* storage type */
-    const char *comp;  /* compute type */
-    const char *ld;    /* load: storage -> compute, %s is the element */
-    const char *st;    /* store: compute -> storage */
-    const char *uns;   /* integers: the unsigned type arithmetic wraps in */
-    const char *tmin, *tmax;
-} cu_dtype;
+typedef hd_cuda_dtype cu_dtype;
 
 static const cu_dtype cu_dtypes[HD_DTYPE_COUNT] = {
     [HD_F16] = {"f16", "u16", "float", "ld_f16(%s)", "st_f16", NULL, NULL, NULL},
@@ -93,6 +85,10 @@ static const cu_dtype cu_dtypes[HD_DTYPE_COUNT] = {
                 "0x7fffffffffffffffLL"},
     [HD_BOOL] = {"b", "u8", "u8", "(u8)((%s) != 0)", "(u8)", NULL, NULL, NULL},
 };
+
+const hd_cuda_dtype *hd_cuda_dtype_info(hd_dtype dt) {
+    return &cu_dtypes[dt];
+}
 
 char *hd_cuda_kernel_name(hd_op op, hd_dtype in, hd_dtype out, char *buf, size_t n) {
     snprintf(buf, n, "k_%s_%s_%s", hd_op_name(op), cu_dtypes[in].sfx, cu_dtypes[out].sfx);
@@ -182,8 +178,20 @@ static const char *pick_expr(const char *f, const char *si, const char *u8, cons
     return si;
 }
 
+const char *hd_cuda_ew_expr(hd_op op, hd_dtype dt) {
+    for (size_t k = 0; k < sizeof cu_unaries / sizeof cu_unaries[0]; k++)
+        if (cu_unaries[k].op == op)
+            return pick_expr(cu_unaries[k].f, cu_unaries[k].si, cu_unaries[k].u8, cu_unaries[k].b,
+                             dt);
+    for (size_t k = 0; k < sizeof cu_binaries / sizeof cu_binaries[0]; k++)
+        if (cu_binaries[k].op == op)
+            return pick_expr(cu_binaries[k].f, cu_binaries[k].si, cu_binaries[k].u8,
+                             cu_binaries[k].b, dt);
+    return NULL;
+}
+
 /* The kernel's local typedefs: C (compute), U (unsigned), TMIN, TMAX. */
-static void src_types(hd_cuda_src *s, hd_dtype dt) {
+void hd_cuda_src_types(hd_cuda_src *s, hd_dtype dt) {
     const cu_dtype *d = &cu_dtypes[dt];
     hd_cuda_src_printf(s, "  typedef %s C;\n", d->comp);
     if (d->uns) hd_cuda_src_printf(s, "  typedef %s U;\n", d->uns);
@@ -199,7 +207,7 @@ static void src_ew_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out, hd_
     char name[96];
     hd_cuda_src_printf(s, "extern \"C\" __global__ void %s" EW_PARAMS " {\n",
                        hd_cuda_kernel_name(op, in, out, name, sizeof name));
-    src_types(s, compute);
+    hd_cuda_src_types(s, compute);
     hd_cuda_src_printf(s,
                        "  (void)s0; (void)s1; (void)b_; (void)c_;\n"
                        "  %s *o = (%s *)o_;\n",
