@@ -47,8 +47,8 @@ typedef struct hd_jit_stats {
      * machine code, linking; the disk cache skips the middle two) */
     double trace_seconds, pass_seconds, llvm_seconds;
     double llvm_ir_seconds, llvm_opt_seconds, llvm_obj_seconds, llvm_link_seconds;
-    int cache_hit; /* llvm: the machine code came from the disk cache */
-    int fallbacks; /* llvm, cuda: nodes run by the runtime's kernels (matmul not counted) */
+    int cache_hit;  /* llvm: the machine code came from the disk cache */
+    int fallbacks;  /* llvm, cuda: nodes run by the runtime's kernels (matmul not counted) */
     int launches;   /* cuda: host launches per run besides copies: 1 once a run is one CUDA
                      * Graph, else the kernels */
     int cuda_graph; /* cuda: runs replay one captured CUDA Graph */

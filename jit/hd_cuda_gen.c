@@ -16,9 +16,9 @@ typedef struct gen_state {
     hd_ctx *ctx;
     const hd_plan *p;
     const hd_ir_graph *g;
-    hd_cuda_src body;    /* the kernel being generated, without its head */
-    char *loaded;        /* per value: in a register of the current scope */
-    char *used;          /* per slot: the kernel reads or writes it */
+    hd_cuda_src body;     /* the kernel being generated, without its head */
+    char *loaded;         /* per value: in a register of the current scope */
+    char *used;           /* per slot: the kernel reads or writes it */
     const int64_t *shape; /* iteration shape */
     int nd;
     int ki;
@@ -315,8 +315,8 @@ static hd_status gen_red_loop(gen_state *G, const hd_plan_kernel *k, const gen_r
                               const char *lo, const char *hi, const char *step) {
     const hd_ir_node *red = &G->g->nodes[k->nodes[k->nnodes - 1]];
     gen_scope_reset(G);
-    hd_cuda_src_printf(&G->body, "    for (i64 r = %s + threadIdx.x; r < (%s); r += blockDim.x) {\n",
-                       lo, hi);
+    hd_cuda_src_printf(&G->body,
+                       "    for (i64 r = %s + threadIdx.x; r < (%s); r += blockDim.x) {\n", lo, hi);
     gen_red_index(G, rg);
     for (int j = 0; j < k->nnodes - 1; j++)
         if (gen_node(G, k->nodes[j], 0)) return G->ctx->status;
@@ -332,8 +332,9 @@ static void gen_red_store(gen_state *G, int out, const char *val) {
     hd_dtype dt = G->g->values[out].dtype;
     const hd_plan_val *pv = &G->p->vals[out];
     G->used[pv->slot] = 1;
-    hd_cuda_src_printf(&G->body, "    if (threadIdx.x == 0) ((%s *)(S%d + %lldLL))[ob] = ",
-                       gen_dt(dt)->store, pv->slot, (long long)pv->byte_off);
+    hd_cuda_src_printf(&G->body,
+                       "    if (threadIdx.x == 0) ((%s *)(S%d + %lldLL))[ob] = ", gen_dt(dt)->store,
+                       pv->slot, (long long)pv->byte_off);
     if (hd_dtype_is_float(dt))
         hd_cuda_src_printf(&G->body, "sd_%s(%s);\n", gen_dt(dt)->sfx, val);
     else
@@ -389,7 +390,8 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
     info->launch = HD_CUDA_LAUNCH_BLOCKS;
     if (red->op == HD_OP_VAR || red->op == HD_OP_STD || red->op == HD_OP_LOGSUMEXP) {
         info->n = rg.nout;
-        hd_cuda_src_printf(&G->body, "  for (i64 ob = blockIdx.x; ob < %lldLL; ob += gridDim.x) {\n",
+        hd_cuda_src_printf(&G->body,
+                           "  for (i64 ob = blockIdx.x; ob < %lldLL; ob += gridDim.x) {\n",
                            (long long)rg.nout);
         if (gen_red_two_pass(G, k, &rg, red)) return G->ctx->status;
         hd_cuda_src_printf(&G->body, "  }\n");
@@ -410,7 +412,8 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
                  GEN_SPLIT_CHUNK);
     } else {
         info->n = rg.nout;
-        hd_cuda_src_printf(&G->body, "  for (i64 ob = blockIdx.x; ob < %lldLL; ob += gridDim.x) {\n",
+        hd_cuda_src_printf(&G->body,
+                           "  for (i64 ob = blockIdx.x; ob < %lldLL; ob += gridDim.x) {\n",
                            (long long)rg.nout);
         snprintf(lo, sizeof lo, "0");
         snprintf(hi, sizeof hi, "NRED");
@@ -419,8 +422,7 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
     if (gen_red_loop(G, k, &rg, lo, hi, r.step)) return G->ctx->status;
     hd_cuda_src_printf(&G->body, "    acc = block_reduce(acc, %s);\n", r.comb);
     if (splits > 1)
-        hd_cuda_src_printf(&G->body, "    if (threadIdx.x == 0) ((%s *)part_)[b_] = acc;\n",
-                           r.acc);
+        hd_cuda_src_printf(&G->body, "    if (threadIdx.x == 0) ((%s *)part_)[b_] = acc;\n", r.acc);
     else
         gen_red_store(G, red->out, r.fin);
     hd_cuda_src_printf(&G->body, "  }\n");

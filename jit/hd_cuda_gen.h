@@ -24,12 +24,12 @@ typedef enum {
 } hd_cuda_launch_kind;
 
 typedef struct hd_cuda_gen_kernel {
-    int kernel;                  /* plan kernel */
-    hd_cuda_launch_kind launch;  /* how hd_k<i> is launched */
-    int64_t n;                   /* threads or blocks */
-    int64_t fin_blocks;          /* > 0: launch hd_k<i>_fin with that many blocks after */
-    int64_t partials;            /* split reductions: 8-byte partial results */
-    int *slots;                  /* the slots it takes, in order */
+    int kernel;                 /* plan kernel */
+    hd_cuda_launch_kind launch; /* how hd_k<i> is launched */
+    int64_t n;                  /* threads or blocks */
+    int64_t fin_blocks;         /* > 0: launch hd_k<i>_fin with that many blocks after */
+    int64_t partials;           /* split reductions: 8-byte partial results */
+    int *slots;                 /* the slots it takes, in order */
     int nslots;
 } hd_cuda_gen_kernel;
 

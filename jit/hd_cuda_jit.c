@@ -62,10 +62,10 @@ struct hd_jit_exec {
     hd_ir_graph *g; /* the optimised copy */
     hd_plan plan;
     hd_cuda_gen_info info;
-    hd_tensor **roots;      /* per slot: the device tensor it points into */
-    CUdeviceptr *slot_ptr;  /* per slot: its base address (kernel arguments point here) */
-    hd_tensor **vals;       /* per value: a tensor over its memory */
-    hd_tensor ***node_in;   /* per node: eager nodes' input tensors */
+    hd_tensor **roots;     /* per slot: the device tensor it points into */
+    CUdeviceptr *slot_ptr; /* per slot: its base address (kernel arguments point here) */
+    hd_tensor **vals;      /* per value: a tensor over its memory */
+    hd_tensor ***node_in;  /* per node: eager nodes' input tensors */
     hd_tensor **node_in_flat;
     size_t node_in_n;
     hd_tensor *partials; /* split reductions' partial results */
@@ -396,12 +396,12 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int 
                         e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
     if (!t->numel) return HD_OK;
     if (hd_tensor_is_contiguous(t))
-        return hd_cuda_check(ctx,
-                             hd_cuda_api_get()->memcpy_dtod(
-                                 e->slot_ptr[e->plan.slot_in0 + i],
-                                 (CUdeviceptr)(uintptr_t)hd_tensor_data(t), hd_tensor_nbytes(t),
-                                 d->stream),
-                             "copy of an input");
+        return hd_cuda_check(
+            ctx,
+            hd_cuda_api_get()->memcpy_dtod(e->slot_ptr[e->plan.slot_in0 + i],
+                                           (CUdeviceptr)(uintptr_t)hd_tensor_data(t),
+                                           hd_tensor_nbytes(t), d->stream),
+            "copy of an input");
     static const hd_attrs none;
     return e->be->run_op(ctx, HD_OP_COPY, dst, &t, 1, &none);
 }
@@ -415,11 +415,12 @@ static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, h
     if (!t) return ctx->status;
     hd_status st = HD_OK;
     if (t->numel && hd_tensor_is_contiguous(src))
-        st = hd_cuda_check(ctx,
-                           hd_cuda_api_get()->memcpy_dtod((CUdeviceptr)(uintptr_t)hd_tensor_data(t),
-                                                          (CUdeviceptr)(uintptr_t)hd_tensor_data(src),
-                                                          hd_tensor_nbytes(t), d->stream),
-                           "copy of an output");
+        st = hd_cuda_check(
+            ctx,
+            hd_cuda_api_get()->memcpy_dtod((CUdeviceptr)(uintptr_t)hd_tensor_data(t),
+                                           (CUdeviceptr)(uintptr_t)hd_tensor_data(src),
+                                           hd_tensor_nbytes(t), d->stream),
+            "copy of an output");
     else if (t->numel) {
         static const hd_attrs none;
         st = e->be->run_op(ctx, HD_OP_COPY, t, &src, 1, &none);

@@ -627,4 +627,3 @@ hd_status hd_plan_build(hd_ir_graph *g, int no_reuse, hd_plan *p) {
     plan_places(&s);
     return HD_OK;
 }
-

@@ -301,6 +301,7 @@ static hd_status stats_fill(hd_vm *vm, const hd_script *s, hd_value d) {
            put(vm, d, "planned_bytes", hd_int((int64_t)j->planned_bytes)) ||
            put(vm, d, "naive_bytes", hd_int((int64_t)j->naive_bytes)) ||
            put(vm, d, "inplace", hd_int(j->inplace)) ||
+           put(vm, d, "launches", hd_int(j->launches)) ||
            put_str(vm, d, "compiler", hd_script_compiler(s)) ||
            put_str(vm, d, "device", hd_script_device(s));
 }

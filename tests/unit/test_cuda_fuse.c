@@ -85,8 +85,8 @@ static hd_status bcast_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, 
 /* A random chain: each step applies a unary op to, or combines with a
  * binary op, values chosen by a fixed generator (ud: the seed). */
 static hd_status random_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
-    static const hd_op un[] = {HD_OP_TANH, HD_OP_SIGMOID, HD_OP_SIN, HD_OP_ABS, HD_OP_RELU,
-                               HD_OP_NEG};
+    static const hd_op un[] = {HD_OP_TANH, HD_OP_SIGMOID, HD_OP_SIN,
+                               HD_OP_ABS,  HD_OP_RELU,    HD_OP_NEG};
     static const hd_op bin[] = {HD_OP_ADD, HD_OP_SUB, HD_OP_MUL, HD_OP_MAXIMUM, HD_OP_MINIMUM};
     uint32_t r = (uint32_t)(uintptr_t)ud;
     hd_tensor *v[16] = {in[0], in[1], in[2]};
@@ -181,7 +181,8 @@ static hd_status rows_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, v
     a.ints[0] = 1;
     a.scalar[0] = 1e-5;
     STEP(op1(ctx, HD_OP_COS, in[0], NULL, &s));
-    if (!st) st = hd_op_run(ctx, HD_OP_LAYER_NORM, (hd_tensor *[]){s, in[1], in[2]}, 3, &a, &out[2]);
+    if (!st)
+        st = hd_op_run(ctx, HD_OP_LAYER_NORM, (hd_tensor *[]){s, in[1], in[2]}, 3, &a, &out[2]);
     hd_tensor_unref(t);
     hd_tensor_unref(s);
     return st;
@@ -193,17 +194,53 @@ static const fuse_case cases[] = {
     {"chain bf16", chain_body, 2, 1, HD_BF16, {{33, 5}, {33, 5}}, {2, 2}, 1, 0, 1, NULL},
     {"chain f64", chain_body, 2, 1, HD_F64, {{7}, {7}}, {1, 1}, 1, 0, 1, NULL},
     {"broadcast", bcast_body, 3, 2, HD_F32, {{4, 1, 6}, {3, 6}, {6}}, {3, 2, 1}, 3, 0, 1, NULL},
-    {"random 1", random_body, 3, 1, HD_F32, {{4, 1, 6}, {3, 6}, {6}}, {3, 2, 1}, -1, 0, 1,
+    {"random 1",
+     random_body,
+     3,
+     1,
+     HD_F32,
+     {{4, 1, 6}, {3, 6}, {6}},
+     {3, 2, 1},
+     -1,
+     0,
+     1,
      (void *)1},
-    {"random 2", random_body, 3, 1, HD_F32, {{5, 6}, {5, 1}, {1, 6}}, {2, 2, 2}, -1, 0, 1,
+    {"random 2",
+     random_body,
+     3,
+     1,
+     HD_F32,
+     {{5, 6}, {5, 1}, {1, 6}},
+     {2, 2, 2},
+     -1,
+     0,
+     1,
      (void *)2},
-    {"random 3", random_body, 3, 1, HD_F16, {{2, 3, 4}, {3, 4}, {2, 1, 4}}, {3, 2, 3}, -1, 0, 1,
+    {"random 3",
+     random_body,
+     3,
+     1,
+     HD_F16,
+     {{2, 3, 4}, {3, 4}, {2, 1, 4}},
+     {3, 2, 3},
+     -1,
+     0,
+     1,
      (void *)3},
     {"reduce", reduce_body, 2, 2, HD_F32, {{37, 300}, {37, 300}}, {2, 2}, 2, 0, 1, NULL},
     {"split mean", big_body, 1, 1, HD_F32, {{(1 << 20) + 3}}, {1}, 2, 0, 1, NULL},
     {"var lse", var_body, 1, 2, HD_F64, {{9, 70}}, {2}, 2, 0, 1, NULL},
-    {"mlp", mlp_body, 7, 1, HD_F32,
-     {{64, 512}, {512, 256}, {256}, {256, 128}}, {2, 2, 1, 2}, 3, 3, 1, NULL},
+    {"mlp",
+     mlp_body,
+     7,
+     1,
+     HD_F32,
+     {{64, 512}, {512, 256}, {256}, {256, 128}},
+     {2, 2, 1, 2},
+     3,
+     3,
+     1,
+     NULL},
     {"rows f32", rows_body, 3, 3, HD_F32, {{6, 50}, {50}, {50}}, {2, 1, 1}, 5, 0, 1, NULL},
     {"rows bf16", rows_body, 3, 3, HD_BF16, {{3, 7}, {7}, {7}}, {2, 1, 1}, 5, 0, 1, NULL},
 };
@@ -285,8 +322,8 @@ static void check_source(hd_ctx *ctx, const fuse_case *c, hd_ir_graph *g) {
     if (ok) {
         int nk = count_kernels(s.text);
         if (c->kernels >= 0)
-            CHECK_MSG(nk == c->kernels, "%s: %d kernels, %d expected:\n%s", c->name, nk,
-                      c->kernels, s.text + strlen(hd_cuda_prelude()));
+            CHECK_MSG(nk == c->kernels, "%s: %d kernels, %d expected:\n%s", c->name, nk, c->kernels,
+                      s.text + strlen(hd_cuda_prelude()));
         else
             CHECK_MSG(nk >= 1 && nk <= plan.nkernels + 1, "%s: %d kernels", c->name, nk);
         int eager = 0;
