@@ -4,7 +4,8 @@
 # 1. a fused elementwise chain over 256M f32 (Hodu eager and compiled cuda)
 #    against a device-to-device copy, as GB/s;
 # 2. matmul f32/bf16 at 4096 and 8192 against cuBLAS called directly;
-# 3. MLP forward sizes against PyTorch eager, torch.compile and jax.jit.
+# 3. MLP forward sizes (Hodu eager and compiled cuda, whose calls replay one
+#    CUDA Graph) against PyTorch eager, torch.compile and jax.jit.
 # Every timing synchronizes (Hodu: .item() of a reduction at the end).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
