@@ -43,10 +43,15 @@ typedef struct hd_llvm_kernel {
     int64_t out_size; /* elements written by the kernel's last node (0: nothing to run) */
 } hd_llvm_kernel;
 
-/* One step of the main function: a kernel, or a node the runtime runs. */
+/* One step of the main function: a kernel, or a node the runtime runs.
+ * A 2-D f32 matmul runs through hd_llvm_rt_gemm, which may take the
+ * elementwise kernel after it as its epilogue (bias, activation) and run
+ * it on each thread's rows as soon as the product is done. */
 typedef struct hd_llvm_step {
-    int kernel; /* >= 0: generated kernel */
-    int node;   /* else: a runtime node (fallback, matmul, callback) */
+    int kernel;   /* >= 0: generated kernel */
+    int node;     /* else: a runtime node (fallback, matmul, callback) */
+    int gemm;     /* the node is a matmul hd_llvm_rt_gemm runs */
+    int epilogue; /* gemm: the kernel run on its output's rows after it, -1 */
 } hd_llvm_step;
 
 typedef struct hd_llvm_val {
@@ -73,7 +78,8 @@ typedef struct hd_llvm_plan {
     int nslots, slot_in0, slot_const0, slot_out0;
     int *slot_value; /* per slot: its value (-1 for the arena) */
     size_t arena_bytes;
-    int nfallback; /* runtime nodes other than matmul and callbacks */
+    int nfallback;  /* runtime nodes other than matmul and callbacks */
+    int nepilogues; /* kernels run as a gemm's epilogue */
 } hd_llvm_plan;
 
 /* Does generated code compute node n (of g)? *why receives the reason if
@@ -205,6 +211,11 @@ typedef struct hd_llvm_rt {
 
 typedef void (*hd_llvm_kernel_fn)(void **slots, int64_t begin, int64_t end);
 int32_t hd_llvm_rt_node(void *rt, int32_t node);
+/* Matmul node `node` (a gemm step), then its epilogue epi (NULL: none),
+ * whose outermost loop of epi_range units walks the output's rows in
+ * order (hd_llvm_gemm.c). Returns an hd_status. */
+int32_t hd_llvm_rt_gemm(void *rt, int32_t node, hd_llvm_kernel_fn epi, void **slots,
+                        int64_t epi_range);
 void hd_llvm_rt_parallel(void *rt, hd_llvm_kernel_fn fn, void **slots, int64_t n, int64_t align);
 int64_t hd_llvm_rt_ipow(int64_t a, int64_t b, int32_t dtype);
 
