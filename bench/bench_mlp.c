@@ -6,11 +6,13 @@
  *   y  = h2 @ W3 + b3               W3 [H, O]
  *
  * at B x I x H x O = 32x256x512x256, 64x512x1024x512, 128x768x2048x1024:
- * Hodu eager against the graph compiled by llvm, 100 warm-up and 100 timed
- * iterations each, on `threads` threads (default 2). bench/peers_mlp.py
- * runs the same model in PyTorch (eager, torch.compile) and JAX (jit).
+ * Hodu eager against the graph compiled by llvm, 100 warm-up iterations
+ * then `rounds` (default 5) rounds of 100 timed ones, each, on `threads`
+ * threads (default 2): the best round's mean and the worst's (the machine
+ * is shared). bench/peers_mlp.py runs the same model in PyTorch (eager,
+ * torch.compile) and JAX (jit), measured the same way.
  *
- *   build/bench/bench_mlp [threads] [iters]
+ *   build/bench/bench_mlp [threads] [iters] [rounds]
  *
  * BENCH_SIZE=0|1|2 runs one size; BENCH_WHICH=eager|llvm times only one
  * (for profiling).                                                     */
@@ -103,18 +105,29 @@ static hd_ir_graph *trace_mlp(hd_ctx *ctx, const hd_tensor *x, const mlp_params 
     return g;
 }
 
-/* Mean milliseconds per forward over `iters` timed iterations after
- * `iters` warm-up ones; e NULL: eager. */
-static double time_forward(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *x, const mlp_params *p,
-                           int iters) {
-    double t0 = 0;
-    for (int i = 0; i < 2 * iters; i++) {
-        if (i == iters) t0 = now();
-        hd_tensor *y = NULL;
-        if (e ? hd_jit_llvm.run(ctx, e, &x, 1, &y, 1) : mlp(ctx, x, p, &y)) die(ctx, "forward");
-        hd_tensor_unref(y);
+/* Milliseconds per forward: `iters` warm-up iterations, then `rounds`
+ * rounds of `iters` timed ones; the best and the worst round's mean. e
+ * NULL: eager. */
+typedef struct mlp_time {
+    double best, worst;
+} mlp_time;
+
+static mlp_time time_forward(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *x, const mlp_params *p,
+                             int iters, int rounds) {
+    mlp_time t = {1e30, 0};
+    for (int r = -1; r < rounds; r++) {
+        double t0 = now();
+        for (int i = 0; i < iters; i++) {
+            hd_tensor *y = NULL;
+            if (e ? hd_jit_llvm.run(ctx, e, &x, 1, &y, 1) : mlp(ctx, x, p, &y)) die(ctx, "forward");
+            hd_tensor_unref(y);
+        }
+        double ms = (now() - t0) / iters * 1e3;
+        if (r < 0) continue; /* warm-up */
+        t.best = fmin(t.best, ms);
+        t.worst = fmax(t.worst, ms);
     }
-    return (now() - t0) / iters * 1e3;
+    return t;
 }
 
 /* Largest |eager - llvm| relative to the largest |eager| element. */
@@ -132,7 +145,8 @@ static double max_rel_diff(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *x, const mlp_
     return top > 0 ? diff / top : diff;
 }
 
-static void bench_size(int64_t B, int64_t I, int64_t H, int64_t O, int threads, int iters) {
+static void bench_size(int64_t B, int64_t I, int64_t H, int64_t O, int threads, int iters,
+                       int rounds) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     ctx.nthreads = threads;
@@ -148,14 +162,18 @@ static void bench_size(int64_t B, int64_t I, int64_t H, int64_t O, int threads, 
     if (hd_jit_llvm.compile(&ctx, g, NULL, &e)) die(&ctx, "compile");
     double tc = now() - t0;
     const char *which = getenv("BENCH_WHICH"); /* eager or llvm: only that one */
-    double te = which && !strcmp(which, "llvm") ? NAN : time_forward(&ctx, NULL, x, &p, iters);
-    double tl = which && !strcmp(which, "eager") ? NAN : time_forward(&ctx, e, x, &p, iters);
+    mlp_time none = {NAN, NAN}, te = none, tl = none;
+    if (!which || strcmp(which, "llvm")) te = time_forward(&ctx, NULL, x, &p, iters, rounds);
+    if (!which || strcmp(which, "eager")) tl = time_forward(&ctx, e, x, &p, iters, rounds);
     double flop = 2.0 * (double)B * ((double)I * H + (double)H * H + (double)H * O);
-    printf("mlp B=%lld I=%lld H=%lld O=%lld (%.1f MFLOP/forward), %d threads, %d iterations\n",
-           (long long)B, (long long)I, (long long)H, (long long)O, flop * 1e-6, threads, iters);
-    printf("  hodu eager  %9.3f ms  (%6.1f GFLOPS)\n", te, flop / te * 1e-6);
-    printf("  hodu llvm   %9.3f ms  (%6.1f GFLOPS, %.2fx eager; compile %.1f ms)\n", tl,
-           flop / tl * 1e-6, te / tl, tc * 1e3);
+    printf("mlp B=%lld I=%lld H=%lld O=%lld (%.1f MFLOP/forward), %d threads, %d iterations x %d "
+           "rounds (best, worst)\n",
+           (long long)B, (long long)I, (long long)H, (long long)O, flop * 1e-6, threads, iters,
+           rounds);
+    printf("  hodu eager  %9.3f ms  (%6.1f GFLOPS)  worst %.3f\n", te.best, flop / te.best * 1e-6,
+           te.worst);
+    printf("  hodu llvm   %9.3f ms  (%6.1f GFLOPS)  worst %.3f  (%.2fx eager; compile %.1f ms)\n",
+           tl.best, flop / tl.best * 1e-6, tl.worst, te.best / tl.best, tc * 1e3);
     printf("  max |eager - llvm| / max |eager| = %.2g\n", max_rel_diff(&ctx, e, x, &p));
     hd_jit_llvm.free(&ctx, e);
     hd_ir_graph_free(g);
@@ -169,15 +187,17 @@ static void bench_size(int64_t B, int64_t I, int64_t H, int64_t O, int threads, 
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2, iters = argc > 2 ? atoi(argv[2]) : 100;
+    int rounds = argc > 3 ? atoi(argv[3]) : 5;
     if (threads < 1) threads = 2;
     if (iters < 1) iters = 100;
+    if (rounds < 1) rounds = 5;
     setenv("HODU_CACHE_DIR", "off", 1);
     static const int64_t sizes[3][4] = {
         {32, 256, 512, 256}, {64, 512, 1024, 512}, {128, 768, 2048, 1024}};
     const char *only = getenv("BENCH_SIZE"); /* 0, 1 or 2 */
     for (int i = 0; i < 3; i++)
         if (!only || atoi(only) == i)
-            bench_size(sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3], threads, iters);
+            bench_size(sizes[i][0], sizes[i][1], sizes[i][2], sizes[i][3], threads, iters, rounds);
     return 0;
 }
 

@@ -4,20 +4,21 @@
 # llvm) and its peers in the same run (bench/peers_mlp.py: PyTorch eager,
 # torch.compile, JAX jit, each where installed). Threads: THREADS (default
 # 2) for Hodu and PyTorch; XLA sizes its own pool to the machine's cores.
-# Usage: bench/bench_mlp.sh [BUILD_DIR] [ITERS]
+# Usage: bench/bench_mlp.sh [BUILD_DIR] [ITERS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 iters=${2:-100}
+rounds=${3:-5}
 threads=${THREADS:-2}
 cmake --build "$build" -j2 --target bench_mlp >/dev/null
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== hodu"
-"$build/bench/bench_mlp" "$threads" "$iters"
+"$build/bench/bench_mlp" "$threads" "$iters" "$rounds"
 if python3 -c 'import numpy' 2>/dev/null; then
     echo "== peers"
-    python3 bench/peers_mlp.py "$threads" "$iters" 2>&1 | grep -v -i -e warning -e 'CUDA_HOME'
+    python3 bench/peers_mlp.py "$threads" "$iters" "$rounds" 2>&1 | grep -v -i -e warning -e 'CUDA_HOME'
 else
     echo "== numpy not installed: pip install numpy (torch, jax) for the peer figures"
 fi

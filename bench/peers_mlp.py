@@ -6,19 +6,21 @@ with GELU (erf form) and a residual connection, forward only, f32,
     y  = h2 @ W3 + b3
 
 at B x I x H x O = 32x256x512x256, 64x512x1024x512, 128x768x2048x1024, 100
-warm-up and 100 timed iterations (mean ms per forward), in PyTorch (eager,
-torch.compile) and JAX (jit), for those that are installed. Threads: the
+warm-up iterations then 5 rounds of 100 timed ones (the best and the worst
+round's mean ms per forward), in PyTorch (eager, torch.compile) and JAX
+(jit), for those that are installed. Threads: the
 first argument (default 2) for PyTorch; XLA sizes its own pool to the
 machine's cores.
 Run by bench/bench_mlp.sh in the same session.
 
-    python3 bench/peers_mlp.py [threads] [iters]"""
+    python3 bench/peers_mlp.py [threads] [iters] [rounds]"""
 import os
 import sys
 import time
 
 THREADS = int(sys.argv[1]) if len(sys.argv) > 1 else 2
 ITERS = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 SIZES = [(32, 256, 512, 256), (64, 512, 1024, 512), (128, 768, 2048, 1024)]
 ONLY = os.environ.get("BENCH_SIZE")
 
@@ -36,16 +38,21 @@ def params(rng, b, i, h, o):
 
 
 def timed(fn):
-    for _ in range(ITERS):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(ITERS):
-        fn()
-    return (time.perf_counter() - t0) / ITERS * 1e3
+    """ITERS warm-up iterations, then ROUNDS rounds of ITERS timed ones:
+    the best and the worst round's mean, in ms."""
+    times = []
+    for r in range(ROUNDS + 1):
+        t0 = time.perf_counter()
+        for _ in range(ITERS):
+            fn()
+        if r > 0:
+            times.append((time.perf_counter() - t0) / ITERS * 1e3)
+    return min(times), max(times)
 
 
-def report(name, ms, flop):
-    print(f"  {name:<14} {ms:9.3f} ms  ({flop / ms * 1e-6:6.1f} GFLOPS)")
+def report(name, t, flop):
+    best, worst = t
+    print(f"  {name:<14} {best:9.3f} ms  ({flop / best * 1e-6:6.1f} GFLOPS)  worst {worst:.3f}")
 
 
 def torch_peers(ws, bs, x, flop):
@@ -114,7 +121,8 @@ def main():
         rng = np.random.default_rng(k)
         ws, bs, x = params(rng, b, i, h, o)
         flop = 2.0 * b * (i * h + h * h + h * o)
-        print(f"mlp B={b} I={i} H={h} O={o}, {THREADS} threads, {ITERS} iterations")
+        print(f"mlp B={b} I={i} H={h} O={o}, {THREADS} threads, {ITERS} iterations x {ROUNDS} "
+              "rounds (best, worst)")
         torch_peers(ws, bs, x, flop)
         jax_peers(ws, bs, x, flop)
 

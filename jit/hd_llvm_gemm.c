@@ -41,9 +41,12 @@
 
 /* Rows up to which the own vector loops run instead of sgemm. */
 #define GEMM_SMALL_M 4
-/* m * n * k from which the product is split across threads: the vector
- * loops (about 40 us of work on one core), sgemm (about 20 us). */
-#define GEMM_SMALL_PAR (1 << 17)
+/* m * n * k from which the product is split across threads (about 10 us
+ * of work on one core): below, waking a second thread costs more than it
+ * saves as soon as another process wants the core (the d2l MLP's first
+ * layer, 2^17, ran 5-16 us on 2 threads of a busy 2-core machine against
+ * 8 us on one). */
+#define GEMM_SMALL_PAR (1 << 20)
 #define GEMM_PAR       (1 << 20)
 /* Elements from which an epilogue run alone is split (as hd_main does). */
 #define GEMM_EPI_PAR (1 << 16)
