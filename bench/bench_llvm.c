@@ -1,7 +1,8 @@
 /* The llvm compiler against eager mode and interp:
  *
  *   mlp      the d2l hybridize MLP (512 -> 256 -> 128 -> 2, relu, batch 1),
- *            `calls` calls eagerly, through interp and through llvm;
+ *            `calls` calls eagerly, through interp and through llvm, on
+ *            `threads` threads (default 1);
  *   chain    tanh(a * 2 + b) * sigmoid(b) - exp(-a) on 16M f32 (one fused
  *            kernel), in GB/s of bytes read and written, beside memcpy of
  *            the same bytes, on 1 and on 2 threads; and the light chain
@@ -9,7 +10,7 @@
  *   compile  the MLP graph: tracing, passes and LLVM, cold (cache off) and
  *            from the disk cache (a fresh folder).
  *
- *   build/bench/bench_llvm [calls]                                    */
+ *   build/bench/bench_llvm [calls] [threads]                          */
 #include "hd_compile.h"
 #include "hd_trace.h"
 
@@ -107,10 +108,10 @@ static double time_calls(hd_ctx *ctx, int calls, const hd_jit_compiler *c, hd_ji
     return best;
 }
 
-static void bench_mlp(int calls) {
+static void bench_mlp(int calls, int threads) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
-    ctx.nthreads = 1;
+    ctx.nthreads = threads;
     hd_tensor *p[6] = {randn(&ctx, 512, 256, 0.05), randn(&ctx, 256, 0, 0.01),
                        randn(&ctx, 256, 128, 0.05), randn(&ctx, 128, 0, 0.01),
                        randn(&ctx, 128, 2, 0.05),   randn(&ctx, 2, 0, 0.01)};
@@ -134,7 +135,7 @@ static void bench_mlp(int calls) {
         double d = hd_tensor_get(y0, i) - hd_tensor_get(y1, i);
         diff = d < 0 ? -d : d > diff ? d : diff;
     }
-    printf("mlp 512-256-128-2, batch 1, %d calls, 1 thread\n", calls);
+    printf("mlp 512-256-128-2, batch 1, %d calls, %d thread(s)\n", calls, threads);
     printf("  eager   %8.2f us/call\n", te);
     printf("  interp  %8.2f us/call  (%.2fx eager)\n", ti, te / ti);
     printf("  llvm    %8.2f us/call  (%.2fx eager, %.2fx interp)\n", tl, te / tl, ti / tl);
@@ -329,11 +330,12 @@ static void bench_compile(void) {
 }
 
 int main(int argc, char **argv) {
-    int calls = argc > 1 ? atoi(argv[1]) : 1000;
+    int calls = argc > 1 ? atoi(argv[1]) : 1000, threads = argc > 2 ? atoi(argv[2]) : 1;
     if (calls < 1) calls = 1000;
+    if (threads < 1) threads = 1;
     setenv("HODU_CACHE_DIR", "off", 1);
     const char *only = getenv("BENCH_ONLY"); /* mlp, chain or compile */
-    if (!only || !strcmp(only, "mlp")) bench_mlp(calls);
+    if (!only || !strcmp(only, "mlp")) bench_mlp(calls, threads);
     if (!only || !strcmp(only, "chain")) bench_chain();
     light = 1;
     if (!only || !strcmp(only, "chain")) bench_chain();

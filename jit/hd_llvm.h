@@ -146,6 +146,11 @@ typedef struct hd_llvm_rt {
 
 typedef void (*hd_llvm_kernel_fn)(void **slots, int64_t begin, int64_t end);
 int32_t hd_llvm_rt_node(void *rt, int32_t node);
+/* Matmul node `node` (a gemm step), then its epilogue epi (NULL: none),
+ * whose outermost loop of epi_range units walks the output's rows in
+ * order (hd_llvm_gemm.c). Returns an hd_status. */
+int32_t hd_llvm_rt_gemm(void *rt, int32_t node, hd_llvm_kernel_fn epi, void **slots,
+                        int64_t epi_range);
 void hd_llvm_rt_parallel(void *rt, hd_llvm_kernel_fn fn, void **slots, int64_t n, int64_t align);
 int64_t hd_llvm_rt_ipow(int64_t a, int64_t b, int32_t dtype);
 

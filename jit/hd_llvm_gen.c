@@ -1090,11 +1090,8 @@ static void main_kernel_call(hd_llvm_gen *G, LLVMValueRef mainfn, LLVMValueRef k
     LLVMBuildCall2(B, LLVMGlobalGetValueType(kfn), kfn, args, 3, "");
 }
 
-static void main_node_call(hd_llvm_gen *G, LLVMValueRef mainfn, int node) {
-    LLVMTypeRef ps[2] = {G->t.ptr8, G->t.i32};
-    LLVMValueRef f = declare(G, "hd_llvm_rt_node", G->t.i32, ps, 2);
-    LLVMValueRef args[2] = {LLVMGetParam(mainfn, 1), LLVMConstInt(G->t.i32, (uint64_t)node, 0)};
-    LLVMValueRef st = LLVMBuildCall2(B, LLVMGlobalGetValueType(f), f, args, 2, "");
+/* Return status st from main at once when it is nonzero. */
+static void main_check(hd_llvm_gen *G, LLVMValueRef mainfn, LLVMValueRef st) {
     LLVMBasicBlockRef fail = LLVMAppendBasicBlockInContext(G->t.c, mainfn, "fail");
     LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(G->t.c, mainfn, "next");
     LLVMBuildCondBr(B, LLVMBuildICmp(B, LLVMIntNE, st, LLVMConstInt(G->t.i32, 0, 0), ""), fail,
@@ -1102,6 +1099,25 @@ static void main_node_call(hd_llvm_gen *G, LLVMValueRef mainfn, int node) {
     LLVMPositionBuilderAtEnd(B, fail);
     LLVMBuildRet(B, st);
     LLVMPositionBuilderAtEnd(B, next);
+}
+
+static void main_node_call(hd_llvm_gen *G, LLVMValueRef mainfn, int node) {
+    LLVMTypeRef ps[2] = {G->t.ptr8, G->t.i32};
+    LLVMValueRef f = declare(G, "hd_llvm_rt_node", G->t.i32, ps, 2);
+    LLVMValueRef args[2] = {LLVMGetParam(mainfn, 1), LLVMConstInt(G->t.i32, (uint64_t)node, 0)};
+    main_check(G, mainfn, LLVMBuildCall2(B, LLVMGlobalGetValueType(f), f, args, 2, ""));
+}
+
+/* hd_llvm_rt_gemm(rt, node, epilogue or null, slots, the epilogue's range) */
+static void main_gemm_call(hd_llvm_gen *G, LLVMValueRef mainfn, int node, LLVMValueRef epi,
+                           int64_t range) {
+    LLVMTypeRef kty = LLVMPointerType(
+        LLVMFunctionType(G->t.vd, (LLVMTypeRef[]){G->t.pptr8, G->t.i64, G->t.i64}, 3, 0), 0);
+    LLVMTypeRef ps[5] = {G->t.ptr8, G->t.i32, kty, G->t.pptr8, G->t.i64};
+    LLVMValueRef f = declare(G, "hd_llvm_rt_gemm", G->t.i32, ps, 5);
+    LLVMValueRef args[5] = {LLVMGetParam(mainfn, 1), LLVMConstInt(G->t.i32, (uint64_t)node, 0),
+                            epi ? epi : LLVMConstNull(kty), LLVMGetParam(mainfn, 0), c64(G, range)};
+    main_check(G, mainfn, LLVMBuildCall2(B, LLVMGlobalGetValueType(f), f, args, 5, ""));
 }
 
 static void types_init(hd_llvm_gen *G) {
@@ -1130,7 +1146,7 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
     int *nlev = hd_ctx_calloc(G->ctx, nk, sizeof *nlev);
     hd_status st = kfn && reg && range && nlev ? HD_OK : G->ctx->status;
     for (int s = 0; s < p->nsteps && !st; s++) {
-        int ki = p->steps[s].kernel;
+        int ki = p->steps[s].kernel >= 0 ? p->steps[s].kernel : p->steps[s].epilogue;
         if (ki >= 0) st = gen_kernel_fn(G, ki, reg, &kfn[ki], &range[ki], &nlev[ki]);
     }
     if (!st) {
@@ -1139,11 +1155,15 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
             LLVMAddFunction(G->mod, "hd_main", LLVMFunctionType(G->t.i32, ps, 2, 0));
         LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, mainfn, "entry"));
         for (int s = 0; s < p->nsteps; s++) {
-            int ki = p->steps[s].kernel;
+            const hd_plan_step *sp = &p->steps[s];
+            int ki = sp->kernel, epi = sp->epilogue;
             if (ki >= 0)
                 main_kernel_call(G, mainfn, kfn[ki], range[ki], nlev[ki], p->kernels[ki].numel);
+            else if (sp->gemm)
+                main_gemm_call(G, mainfn, sp->node, epi >= 0 ? kfn[epi] : NULL,
+                               epi >= 0 ? range[epi] : 0);
             else
-                main_node_call(G, mainfn, p->steps[s].node);
+                main_node_call(G, mainfn, sp->node);
         }
         LLVMBuildRet(B, LLVMConstInt(G->t.i32, 0, 0));
     }

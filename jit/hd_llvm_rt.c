@@ -1,5 +1,6 @@
-/* What generated code calls back: nodes the runtime runs, the parallel
- * loop over a kernel's outermost dim, integer pow; and the table of every
+/* What generated code calls back: nodes the runtime runs (matmul has its
+ * own entry, hd_llvm_gemm.c), the parallel loop over a kernel's outermost
+ * dim, integer pow; and the table of every
  * external symbol the JIT links generated code against (no lookup in the
  * process's dynamic symbols is needed for these). */
 #include "hd_llvm.h"
@@ -65,6 +66,7 @@ int64_t hd_llvm_rt_ipow(int64_t a, int64_t b, int32_t dtype) {
 
 static const hd_llvm_symbol rt_symbols[] = {
     SYM(hd_llvm_rt_node),
+    SYM(hd_llvm_rt_gemm),
     SYM(hd_llvm_rt_parallel),
     SYM(hd_llvm_rt_ipow),
     SYM(expf),

@@ -32,6 +32,7 @@ typedef struct plan_state {
     hd_ir_graph *g;
     hd_plan *p;
     int no_reuse;
+    int gemm; /* HD_PLAN_GEMM */
     int *def;       /* per value: defining node, -1 */
     int *use_start; /* per value: users in use_list[use_start[v] .. use_start[v + 1]) */
     int *use_list;
@@ -387,6 +388,46 @@ static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
 
 /* ---- steps and stored values ---- */
 
+/* Is matmul n a gemm step: f32, a 1-D or 2-D, b 2-D? */
+static int node_is_gemm(const hd_ir_graph *g, const hd_ir_node *n) {
+    if (n->op != HD_OP_MATMUL) return 0;
+    const hd_ir_value *a = &g->values[n->in[0]], *b = &g->values[n->in[1]];
+    const hd_ir_value *y = &g->values[n->out];
+    return y->dtype == HD_F32 && a->dtype == HD_F32 && b->dtype == HD_F32 &&
+           (a->ndim == 1 || a->ndim == 2) && b->ndim == 2;
+}
+
+/* Can kernel k run as the epilogue of gemm node n, on the rows of n's
+ * output: an elementwise kernel of that shape that reads it? */
+static int kernel_is_epilogue(const plan_state *s, const hd_plan_kernel *k, const hd_ir_node *n) {
+    const hd_ir_value *y = &s->g->values[n->out];
+    if (k->kind != HD_PLAN_K_ELEMENTWISE || !same_shape(y, k->shape, k->ndim)) return 0;
+    for (int i = 0; i < k->nnodes; i++) {
+        const hd_ir_node *m = &s->g->nodes[k->nodes[i]];
+        for (int j = 0; j < m->nin; j++)
+            if (m->in[j] == n->out) return 1;
+    }
+    return 0;
+}
+
+/* A gemm step takes the kernel step right after it as its epilogue when
+ * the kernel qualifies; the kernel's step goes. */
+static void plan_epilogues(plan_state *s) {
+    hd_plan *p = s->p;
+    int out = 0;
+    for (int st = 0; st < p->nsteps; st++) {
+        hd_plan_step *prev = out > 0 ? &p->steps[out - 1] : NULL, cur = p->steps[st];
+        if (prev && prev->gemm && prev->epilogue < 0 && cur.kernel >= 0 &&
+            kernel_is_epilogue(s, &p->kernels[cur.kernel], &s->g->nodes[prev->node])) {
+            prev->epilogue = cur.kernel;
+            p->nepilogues++;
+            continue;
+        }
+        p->steps[out++] = cur;
+    }
+    p->nsteps = out;
+}
+
 static hd_status plan_steps(plan_state *s) {
     hd_ir_graph *g = s->g;
     hd_plan *p = s->p;
@@ -400,14 +441,16 @@ static hd_status plan_steps(plan_state *s) {
             const plan_piece *pc = &s->pieces[pi];
             if (pc->first != i) continue;
             for (int j = pc->kfirst; j < pc->kfirst + pc->nk; j++)
-                if (p->kernels[j].out_size > 0) p->steps[p->nsteps++] = (hd_plan_step){j, -1};
+                if (p->kernels[j].out_size > 0)
+                    p->steps[p->nsteps++] = (hd_plan_step){j, -1, 0, -1};
             continue;
         }
         if (node_is_view(n)) continue;
         if (n->op >= 0 && val_bytes(&g->values[n->out]) == 0) continue; /* as interp */
-        p->steps[p->nsteps++] = (hd_plan_step){-1, i};
+        p->steps[p->nsteps++] = (hd_plan_step){-1, i, s->gemm && node_is_gemm(g, n), -1};
         if (n->op >= 0 && n->op != HD_OP_MATMUL) p->nfallback++;
     }
+    if (s->gemm) plan_epilogues(s);
     return HD_OK;
 }
 
@@ -466,6 +509,18 @@ static void arena_release(plan_block *live, int *nlive, int root) {
         }
 }
 
+/* Node `node` (of kernel ki, or -1) runs at step st: it defines its output
+ * there and reads its inputs from outside its kernel. */
+static void step_node_uses(plan_state *s, int node, int ki, int st, int *last, int *defstep) {
+    const hd_ir_node *n = &s->g->nodes[node];
+    if (n->out >= 0) defstep[n->out] = st;
+    for (int k = 0; k < n->nin; k++) {
+        int u = n->in[k], d = s->def[u];
+        if (ki >= 0 && d >= 0 && s->p->kernel_of[d] == ki) continue;
+        last[s->p->vals[u].root] = st;
+    }
+}
+
 /* Step at which each root is last read (views count for their root); the
  * graph's outputs that are copied at the end live to the end. */
 static void plan_last_use(plan_state *s, int *last, int *defstep) {
@@ -474,17 +529,10 @@ static void plan_last_use(plan_state *s, int *last, int *defstep) {
     for (int v = 0; v < g->nvalues; v++) last[v] = defstep[v] = -1;
     for (int st = 0; st < p->nsteps; st++) {
         const hd_plan_step *sp = &p->steps[st];
-        int nn = sp->kernel >= 0 ? p->kernels[sp->kernel].nnodes : 1;
-        for (int j = 0; j < nn; j++) {
-            int node = sp->kernel >= 0 ? p->kernels[sp->kernel].nodes[j] : sp->node;
-            const hd_ir_node *n = &g->nodes[node];
-            if (n->out >= 0) defstep[n->out] = st;
-            for (int k = 0; k < n->nin; k++) {
-                int u = n->in[k], d = s->def[u];
-                if (sp->kernel >= 0 && d >= 0 && p->kernel_of[d] == sp->kernel) continue;
-                last[p->vals[u].root] = st;
-            }
-        }
+        if (sp->kernel < 0) step_node_uses(s, sp->node, -1, st, last, defstep);
+        int ki = sp->kernel >= 0 ? sp->kernel : sp->epilogue;
+        for (int j = 0; ki >= 0 && j < p->kernels[ki].nnodes; j++)
+            step_node_uses(s, p->kernels[ki].nodes[j], ki, st, last, defstep);
     }
     for (int i = 0; i < g->noutputs; i++) {
         int v = g->outputs[i].value;
@@ -608,13 +656,14 @@ static hd_status plan_alloc(plan_state *s) {
     return HD_OK;
 }
 
-hd_status hd_plan_build(hd_ir_graph *g, int no_reuse, hd_plan *p) {
+hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     plan_state s;
     memset(&s, 0, sizeof s);
     memset(p, 0, sizeof *p);
     s.g = g;
     s.p = p;
-    s.no_reuse = no_reuse;
+    s.no_reuse = (flags & HD_PLAN_NO_REUSE) != 0;
+    s.gemm = (flags & HD_PLAN_GEMM) != 0;
     p->g = g;
     if (plan_alloc(&s)) return g->ctx->status;
     plan_values(&s);

@@ -30,10 +30,16 @@ typedef struct hd_plan_kernel {
     int64_t out_size; /* elements written by the kernel's last node (0: nothing to run) */
 } hd_plan_kernel;
 
-/* One step of the main function: a kernel, or a node the runtime runs. */
+/* One step of the main function: a kernel, or a node the runtime runs.
+ * With HD_PLAN_GEMM, a 2-D f32 matmul is a gemm step, which may take the
+ * elementwise kernel after it as its epilogue (bias, activation), run on
+ * each thread's rows as soon as the product is done (the llvm compiler's
+ * hd_llvm_rt_gemm). */
 typedef struct hd_plan_step {
-    int kernel; /* >= 0: generated kernel */
-    int node;   /* else: a runtime node (fallback, matmul, callback) */
+    int kernel;   /* >= 0: generated kernel */
+    int node;     /* else: a runtime node (fallback, matmul, callback) */
+    int gemm;     /* the node is a matmul run as a gemm step */
+    int epilogue; /* gemm: the kernel run on its output's rows after it, -1 */
 } hd_plan_step;
 
 typedef struct hd_plan_val {
@@ -60,15 +66,22 @@ typedef struct hd_plan {
     int nslots, slot_in0, slot_const0, slot_out0;
     int *slot_value; /* per slot: its value (-1 for the arena) */
     size_t arena_bytes;
-    int nfallback; /* runtime nodes other than matmul and callbacks */
+    int nfallback;  /* runtime nodes other than matmul and callbacks */
+    int nepilogues; /* kernels run as a gemm's epilogue */
 } hd_plan;
 
 /* Does generated code compute node n (of g)? *why receives the reason if
  * not. Matmul and callbacks are never generated. */
 int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why);
 
+/* hd_plan_build's flags. */
+enum {
+    HD_PLAN_NO_REUSE = 1, /* one arena region per value */
+    HD_PLAN_GEMM = 2      /* gemm steps with epilogues (the executor runs them) */
+};
+
 /* Plan an optimised, lowered, compacted and fused graph. Everything lives
- * in g's arena. no_reuse: one arena region per value. */
-hd_status hd_plan_build(hd_ir_graph *g, int no_reuse, hd_plan *p);
+ * in g's arena. flags: HD_PLAN_*. */
+hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p);
 
 #endif
