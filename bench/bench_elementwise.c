@@ -104,8 +104,9 @@ static double in_cache(hd_ctx *ctx, hd_op op, hd_dtype dt, int transposed) {
     int64_t shape[2] = {64, 64};
     hd_tensor *a = hd_tensor_zeros(ctx, dt, shape, 2), *b = hd_tensor_zeros(ctx, dt, shape, 2);
     if (!a || !b) die(ctx, "alloc");
+    int pos = op == HD_OP_LOG || op == HD_OP_POW; /* a > 0 there */
     for (int64_t i = 0; i < a->numel; i++) {
-        hd_dtype_store(dt, a->storage->data, i, (double)(i % 17) * 0.25 - 2);
+        hd_dtype_store(dt, a->storage->data, i, (double)(i % 17) * 0.25 - (pos ? -0.1 : 2));
         hd_dtype_store(dt, b->storage->data, i, (double)(i % 13) * 0.5 + 1);
     }
     if (transposed) {
@@ -204,12 +205,15 @@ int main(int argc, char **argv) {
         hd_dtype dt;
         int transposed;
     } cases[] = {
-        {HD_OP_ADD, HD_F32, 0},     {HD_OP_ADD, HD_F32, 1},  {HD_OP_ADD, HD_F64, 0},
-        {HD_OP_ADD, HD_F16, 0},     {HD_OP_ADD, HD_BF16, 0}, {HD_OP_ADD, HD_I32, 0},
-        {HD_OP_ADD, HD_I8, 0},      {HD_OP_MUL, HD_I64, 0},  {HD_OP_LT, HD_F32, 0},
-        {HD_OP_MAXIMUM, HD_F32, 0}, {HD_OP_EXP, HD_F32, 0},  {HD_OP_EXP, HD_F16, 0},
-        {HD_OP_SIGMOID, HD_F32, 0}, {HD_OP_TANH, HD_F32, 0}, {HD_OP_RELU, HD_F32, 0},
-        {HD_OP_WHERE, HD_F32, 0},   {HD_OP_CAST, HD_F32, 0}, {HD_OP_COPY, HD_F32, 1},
+        {HD_OP_ADD, HD_F32, 0},     {HD_OP_ADD, HD_F32, 1},      {HD_OP_ADD, HD_F64, 0},
+        {HD_OP_ADD, HD_F16, 0},     {HD_OP_ADD, HD_BF16, 0},     {HD_OP_ADD, HD_I32, 0},
+        {HD_OP_ADD, HD_I8, 0},      {HD_OP_MUL, HD_I64, 0},      {HD_OP_LT, HD_F32, 0},
+        {HD_OP_MAXIMUM, HD_F32, 0}, {HD_OP_EXP, HD_F32, 0},      {HD_OP_EXP, HD_F16, 0},
+        {HD_OP_SIGMOID, HD_F32, 0}, {HD_OP_TANH, HD_F32, 0},     {HD_OP_LOG, HD_F32, 0},
+        {HD_OP_SILU, HD_F32, 0},    {HD_OP_SOFTPLUS, HD_F32, 0}, {HD_OP_GELU, HD_F32, 0},
+        {HD_OP_SIN, HD_F32, 0},     {HD_OP_COS, HD_F32, 0},      {HD_OP_POW, HD_F32, 0},
+        {HD_OP_EXP, HD_F64, 0},     {HD_OP_RELU, HD_F32, 0},     {HD_OP_WHERE, HD_F32, 0},
+        {HD_OP_CAST, HD_F32, 0},    {HD_OP_COPY, HD_F32, 1},
     };
     ctx.nthreads = 1;
     printf("in cache, 4096 elements, one thread:\n%-10s %-5s %-11s %8s\n", "op", "dtype", "layout",

@@ -209,7 +209,6 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
     G.ctx = e->ctx;
     G.plan = &e->plan;
     G.f16c = h.f16c;
-    G.fma = getenv("HODU_LLVM_FMA") != NULL;
     G.t.c = LLVMContextCreate();
     LLVMContextSetDiagnosticHandler(G.t.c, llvm_diagnostic, NULL);
     G.mod =

@@ -46,7 +46,6 @@ struct hd_llvm_gen {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     int f16c;         /* host converts f16 in hardware */
-    int fma;          /* polynomials may contract into FMA */
     int vw;           /* values being generated are vectors of vw lanes; 0: scalars */
     int scalar_calls; /* the kernel being built calls a scalar libm function */
 };
@@ -80,8 +79,8 @@ LLVMValueRef hd_llvm_round_half(hd_llvm_gen *G, LLVMValueRef v, hd_dtype dt);
 LLVMValueRef hd_llvm_const(hd_llvm_gen *G, hd_dtype dt, double d, int64_t i);
 /* Node n applied to register values args (already of its inputs' dtypes). */
 LLVMValueRef hd_llvm_emit_node(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef *args);
-/* exp and log as the eager kernels compute them, for the reductions and
- * row kernels: ew: cpu_elementwise's expf; nn: cpu_nn's. */
+/* exp as the eager kernels compute it, for the reductions and row kernels:
+ * ew: cpu_elementwise's (hd_vm_expf for f32); nn: cpu_nn's. */
 LLVMValueRef hd_llvm_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt);
 LLVMValueRef hd_llvm_nn_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt);
 LLVMValueRef hd_llvm_call_libm(hd_llvm_gen *G, const char *name, LLVMValueRef *args, int nargs);
@@ -96,8 +95,9 @@ typedef struct hd_llvm_timing {
     int cache_hit;
 } hd_llvm_timing;
 
-/* Target facts for the host: triple, CPU name and features (AVX-512 left
- * out, as the C build does), strings owned by LLVM's process-wide init. */
+/* Target facts for the host: triple, CPU name and features (AVX-512 where
+ * the CPU has it, unless HODU_LLVM_AVX512=0), strings owned by LLVM's
+ * process-wide init. */
 typedef struct hd_llvm_host {
     const char *triple, *cpu, *features;
     int f16c;

@@ -4,14 +4,17 @@
  * - registers: f16/bf16/f32 as float, f64 as double, i8/u8/bool as i8;
  *   an f16/bf16 result is rounded to its precision after every op, as the
  *   eager kernels store it; bools are 0/1 (any nonzero byte read is true);
- * - f32 exp and tanh (and so sigmoid, silu) are the same polynomials as
- *   ew_expf / ew_tanhf, written out in IR so that loops over them vectorize;
- *   other transcendental functions call libm as the eager loops do;
+ * - f32 (and so f16, bf16) exp, log, tanh, sigmoid, silu, softplus, gelu,
+ *   sin, cos and pow are the shared vector math of
+ *   backends/cpu/hd_vmath_algo.h, emitted here operation for operation
+ *   (the eager kernels run its C form), so loops over them vectorize; f64
+ *   ones and fmod call libm as the eager loops do;
  * - integer arithmetic wraps, x % 0 and x % -1 are 0, integer pow calls
  *   the runtime (by squaring, as eager);
  * - casts saturate float -> int (NaN -> 0) and wrap int -> int;
  *   f64 -> f16 rounds through f32, as eager does.
- * No fast-math flags anywhere: IEEE results, no contraction into FMA. */
+ * No fast-math flags anywhere: IEEE results; the only fused multiply-adds
+ * are the vector math's explicit ones (llvm.fma, one rounding, as fmaf). */
 #include "hd_llvm.h"
 
 #if HODU_HAVE_LLVM
@@ -301,66 +304,197 @@ static LLVMValueRef libm2(hd_llvm_gen *G, const char *base, LLVMValueRef x, LLVM
     return hd_llvm_call_libm(G, name, a, 2);
 }
 
-/* ---- exp and tanh as the eager kernels compute them ---- */
+/* ---- the shared f32 vector math (backends/cpu/hd_vmath_algo.h) ---- */
 
-/* a * b + c: two roundings as the eager C code, or one (llvm.fmuladd,
- * an FMA on the host) when G->fma allows contraction. */
-static LLVMValueRef madd(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
-    if (!G->fma) return LLVMBuildFAdd(B, LLVMBuildFMul(B, a, b, ""), c, "");
+/* a * b + c rounded once (llvm.fma: an FMA instruction on the host, or
+ * fmaf from the runtime's symbols where it has none; the same bits). */
+static LLVMValueRef vm_fma(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
     LLVMTypeRef ty = LLVMTypeOf(a);
-    unsigned id = LLVMLookupIntrinsicID("llvm.fmuladd", 12);
+    unsigned id = LLVMLookupIntrinsicID("llvm.fma", 8);
     LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, &ty, 1);
     LLVMValueRef args[3] = {a, b, c};
     return LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, &ty, 1), f, args, 3, "");
 }
 
-/* ew_expf, operation for operation. */
-static LLVMValueRef ew_expf(hd_llvm_gen *G, LLVMValueRef x) {
-    LLVMValueRef t = madd(G, x, cf32(G, 1.44269504088896341f), cf32(G, 12582912.0f));
-    LLVMValueRef k = LLVMBuildSub(B, as_i32(G, t), ci32(G, 0x4B400000u), "");
-    LLVMValueRef kf = LLVMBuildSIToFP(B, k, VT(f32), "");
-    LLVMValueRef r = madd(G, kf, cf32(G, -0.693359375f), x);
-    r = madd(G, kf, cf32(G, 2.12194440e-4f), r);
-    LLVMValueRef z = LLVMBuildFMul(B, r, r, "");
-    static const float c[] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
-                              1.6666665459e-1f, 5.0000001201e-1f};
-    LLVMValueRef p = cf32(G, 1.9875691500e-4f);
-    for (int i = 0; i < 5; i++) p = madd(G, p, r, cf32(G, c[i]));
-    p = LLVMBuildFAdd(B, madd(G, p, z, r), cf32(G, 1.0f), "");
-    LLVMValueRef k1 = LLVMBuildAShr(B, k, ci32(G, 1), ""), k2 = LLVMBuildSub(B, k, k1, "");
-    LLVMValueRef s1 =
-        as_f32(G, LLVMBuildShl(B, LLVMBuildAdd(B, k1, ci32(G, 127), ""), ci32(G, 23), ""));
-    LLVMValueRef s2 =
-        as_f32(G, LLVMBuildShl(B, LLVMBuildAdd(B, k2, ci32(G, 127), ""), ci32(G, 23), ""));
-    LLVMValueRef y = LLVMBuildFMul(B, LLVMBuildFMul(B, p, s1, ""), s2, "");
-    LLVMValueRef under = mask32(G, LLVMBuildFCmp(B, LLVMRealOLT, x, cf32(G, -110.0f), ""));
-    LLVMValueRef over = mask32(G, LLVMBuildFCmp(B, LLVMRealOGT, x, cf32(G, 89.0f), ""));
-    LLVMValueRef keep = LLVMBuildNot(B, LLVMBuildOr(B, under, over, ""), "");
-    LLVMValueRef bits = LLVMBuildOr(B, LLVMBuildAnd(B, as_i32(G, y), keep, ""),
-                                    LLVMBuildAnd(B, ci32(G, 0x7F800000u), over, ""), "");
-    return as_f32(G, bits);
+/* backends/cpu/hd_vmath_tab.c (the C functions of hd_vmath.h are not
+ * included here: their names are the emitters' below) */
+extern const double hd_vm_pio2_tab[512];
+
+/* hd_vm_pio2_tab[i] (sin and cos's reduction): the table goes into the
+ * module as a private constant, from the runtime's own array, so generated
+ * code reads the same values as the eager kernels. */
+static LLVMValueRef vm_table(hd_llvm_gen *G, LLVMValueRef i) {
+    const char *name = "hd_vm_pio2_tab";
+    LLVMValueRef tab = LLVMGetNamedGlobal(G->mod, name);
+    LLVMTypeRef aty = LLVMArrayType(G->t.f64, 512);
+    if (!tab) {
+        LLVMValueRef v[512];
+        for (int k = 0; k < 512; k++) v[k] = LLVMConstReal(G->t.f64, hd_vm_pio2_tab[k]);
+        tab = LLVMAddGlobal(G->mod, aty, name);
+        LLVMSetInitializer(tab, LLVMConstArray(G->t.f64, v, 512));
+        LLVMSetGlobalConstant(tab, 1);
+        LLVMSetLinkage(tab, LLVMPrivateLinkage);
+        LLVMSetUnnamedAddress(tab, LLVMGlobalUnnamedAddr);
+    }
+    LLVMValueRef idx[2] = {LLVMConstInt(G->t.i64, 0, 0), NULL};
+    LLVMTypeRef ity = hd_llvm_vec(G, G->t.i64);
+    idx[1] = LLVMBuildZExt(B, i, ity, "");
+    if (G->vw) { /* a vector of pointers: a gather */
+        LLVMValueRef p = LLVMBuildGEP2(B, aty, tab, idx, 2, "");
+        unsigned n = (unsigned)G->vw;
+        LLVMValueRef r = LLVMGetUndef(VT(f64));
+        for (unsigned k = 0; k < n; k++) {
+            LLVMValueRef kk = LLVMConstInt(G->t.i32, k, 0);
+            LLVMValueRef e = LLVMBuildLoad2(B, G->t.f64, LLVMBuildExtractElement(B, p, kk, ""), "");
+            r = LLVMBuildInsertElement(B, r, e, kk, "");
+        }
+        return r;
+    }
+    return LLVMBuildLoad2(B, G->t.f64, LLVMBuildInBoundsGEP2(B, aty, tab, idx, 2, ""), "");
 }
 
-/* ew_tanhf, operation for operation. */
-static LLVMValueRef ew_tanhf(hd_llvm_gen *G, LLVMValueRef x) {
-    LLVMValueRef ax = hd_llvm_intrinsic(G, "llvm.fabs", x), z = LLVMBuildFMul(B, x, x, "");
-    static const float c[] = {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
-                              -3.33332819422e-1f};
-    LLVMValueRef p = cf32(G, -5.70498872745e-3f);
-    for (int i = 0; i < 4; i++) {
-        LLVMValueRef pz = LLVMBuildFMul(B, p, z, "");
-        p = c[i] < 0 ? LLVMBuildFSub(B, pz, cf32(G, -c[i]), "")
-                     : LLVMBuildFAdd(B, pz, cf32(G, c[i]), "");
-    }
-    LLVMValueRef small =
-        as_i32(G, LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildFMul(B, p, z, ""), ax, ""), ax, ""));
-    LLVMValueRef e = ew_expf(G, LLVMBuildFMul(B, cf32(G, 2.0f), ax, ""));
-    LLVMValueRef q = LLVMBuildFDiv(B, cf32(G, 2.0f), LLVMBuildFAdd(B, e, cf32(G, 1.0f), ""), "");
-    LLVMValueRef big = as_i32(G, LLVMBuildFSub(B, cf32(G, 1.0f), q, ""));
-    LLVMValueRef m = mask32(G, LLVMBuildFCmp(B, LLVMRealOLT, ax, cf32(G, 0.625f), ""));
-    LLVMValueRef sign = LLVMBuildAnd(B, as_i32(G, x), ci32(G, 0x80000000u), "");
-    return as_f32(G, LLVMBuildOr(B, sel_bits(G, m, small, big), sign, ""));
+/* d held to [lo, hi]; NaN stays NaN */
+static LLVMValueRef vm_dclamp(hd_llvm_gen *G, LLVMValueRef d, double lo, double hi) {
+    LLVMValueRef l = LLVMConstReal(VT(f64), lo), h = LLVMConstReal(VT(f64), hi);
+    d = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, d, l, ""), l, d, "");
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, d, h, ""), h, d, "");
 }
+
+/* the f64 with high word u, low word 0 */
+static LLVMValueRef vm_dfromhi(hd_llvm_gen *G, LLVMValueRef u) {
+    LLVMValueRef w =
+        LLVMBuildShl(B, LLVMBuildZExt(B, u, VT(i64), ""), hd_llvm_cint(VT(i64), 32, 0), "");
+    return LLVMBuildBitCast(B, w, VT(f64), "");
+}
+
+/* The VM_* operations of hd_vmath_algo.h as IR builders: every function
+ * there becomes an emitter of the same operations, in order (scalars, or
+ * vectors of G->vw lanes). Masks are i1 values. */
+#define VM_F                 LLVMValueRef
+#define VM_U                 LLVMValueRef
+#define VM_M                 LLVMValueRef
+#define VM_FN1(name, a)      static LLVMValueRef name(hd_llvm_gen *G, LLVMValueRef a)
+#define VM_FN2(name, a, b)   static LLVMValueRef name(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b)
+#define VM_CALL1(name, a)    name(G, a)
+#define VM_CALL2(name, a, b) name(G, a, b)
+#define VM_CF(c)             cf32(G, (float)(c))
+#define VM_CU(c)             ci32(G, (uint32_t)(c))
+#define VM_ADD(a, b)         LLVMBuildFAdd(B, a, b, "")
+#define VM_SUB(a, b)         LLVMBuildFSub(B, a, b, "")
+#define VM_MUL(a, b)         LLVMBuildFMul(B, a, b, "")
+#define VM_DIV(a, b)         LLVMBuildFDiv(B, a, b, "")
+#define VM_FMA(a, b, c)      vm_fma(G, a, b, c)
+#define VM_NEG(a)            LLVMBuildFNeg(B, a, "")
+#define VM_LT(a, b)          LLVMBuildFCmp(B, LLVMRealOLT, a, b, "")
+#define VM_LE(a, b)          LLVMBuildFCmp(B, LLVMRealOLE, a, b, "")
+#define VM_GT(a, b)          LLVMBuildFCmp(B, LLVMRealOGT, a, b, "")
+#define VM_GE(a, b)          LLVMBuildFCmp(B, LLVMRealOGE, a, b, "")
+#define VM_EQ(a, b)          LLVMBuildFCmp(B, LLVMRealOEQ, a, b, "")
+#define VM_ULT(a, b)         LLVMBuildICmp(B, LLVMIntULT, a, b, "")
+#define VM_ILT(a, b)         LLVMBuildICmp(B, LLVMIntSLT, a, b, "")
+#define VM_MAND(m, n)        LLVMBuildAnd(B, m, n, "")
+#define VM_MOR(m, n)         LLVMBuildOr(B, m, n, "")
+#define VM_MNOT(m)           LLVMBuildNot(B, m, "")
+#define VM_SELF(m, a, b)     LLVMBuildSelect(B, m, a, b, "")
+#define VM_SELU(m, a, b)     LLVMBuildSelect(B, m, a, b, "")
+#define VM_BITS(f)           as_i32(G, f)
+#define VM_FLT(u)            as_f32(G, u)
+#define VM_UADD(a, b)        LLVMBuildAdd(B, a, b, "")
+#define VM_USUB(a, b)        LLVMBuildSub(B, a, b, "")
+#define VM_UMUL(a, b)        LLVMBuildMul(B, a, b, "")
+#define VM_UAND(a, b)        LLVMBuildAnd(B, a, b, "")
+#define VM_UOR(a, b)         LLVMBuildOr(B, a, b, "")
+#define VM_UXOR(a, b)        LLVMBuildXor(B, a, b, "")
+#define VM_SHL(a, k)         LLVMBuildShl(B, a, ci32(G, k), "")
+#define VM_SHR(a, k)         LLVMBuildLShr(B, a, ci32(G, k), "")
+#define VM_SAR(a, k)         LLVMBuildAShr(B, a, ci32(G, k), "")
+#define VM_ITOF(a)           LLVMBuildSIToFP(B, a, VT(f32), "")
+#define VM_UEQ(a, b)         LLVMBuildICmp(B, LLVMIntEQ, a, b, "")
+#define VM_FNQ(name, a, q)   static LLVMValueRef name(hd_llvm_gen *G, LLVMValueRef a, int q)
+#define VM_CALLQ(name, a, q) name(G, a, q)
+#define VM_FNSC(name, x, gh, gl, q)                                                                \
+    static LLVMValueRef name(hd_llvm_gen *G, LLVMValueRef x, LLVMValueRef gh, LLVMValueRef gl,     \
+                             int q)
+#define VM_CALLSC(name, x, gh, gl, q) name(G, x, gh, gl, q)
+#define VM_D                          LLVMValueRef
+#define VM_CD(c)                      LLVMConstReal(VT(f64), (double)(c))
+#define VM_DADD(a, b)                 LLVMBuildFAdd(B, a, b, "")
+#define VM_DSUB(a, b)                 LLVMBuildFSub(B, a, b, "")
+#define VM_DMUL(a, b)                 LLVMBuildFMul(B, a, b, "")
+#define VM_DDIV(a, b)                 LLVMBuildFDiv(B, a, b, "")
+#define VM_DFMA(a, b, c)              vm_fma(G, a, b, c)
+#define VM_DNEG(a)                    LLVMBuildFNeg(B, a, "")
+#define VM_ITOD(a)                    LLVMBuildSIToFP(B, a, VT(f64), "")
+#define VM_FTOD(a)                    LLVMBuildFPExt(B, a, VT(f64), "")
+#define VM_DTOF(a)                    LLVMBuildFPTrunc(B, a, VT(f32), "")
+#define VM_DLO(a)                     LLVMBuildTrunc(B, LLVMBuildBitCast(B, a, VT(i64), ""), VT(i32), "")
+#define VM_TABD(i)                    vm_table(G, i)
+#define VM_DCLAMP(d, lo, hi)          vm_dclamp(G, d, lo, hi)
+#define VM_DFROMHI(u)                 vm_dfromhi(G, u)
+#define VM_FTOI(a)                    LLVMBuildFPToSI(B, a, VT(i32), "")
+
+#include "hd_vmath_algo.h"
+
+#undef VM_F
+#undef VM_U
+#undef VM_M
+#undef VM_FN1
+#undef VM_FN2
+#undef VM_CALL1
+#undef VM_CALL2
+#undef VM_CF
+#undef VM_CU
+#undef VM_ADD
+#undef VM_SUB
+#undef VM_MUL
+#undef VM_DIV
+#undef VM_FMA
+#undef VM_NEG
+#undef VM_LT
+#undef VM_LE
+#undef VM_GT
+#undef VM_GE
+#undef VM_EQ
+#undef VM_ULT
+#undef VM_ILT
+#undef VM_MAND
+#undef VM_MOR
+#undef VM_MNOT
+#undef VM_SELF
+#undef VM_SELU
+#undef VM_BITS
+#undef VM_FLT
+#undef VM_UADD
+#undef VM_USUB
+#undef VM_UMUL
+#undef VM_UAND
+#undef VM_UOR
+#undef VM_UXOR
+#undef VM_SHL
+#undef VM_SHR
+#undef VM_SAR
+#undef VM_ITOF
+#undef VM_UEQ
+#undef VM_FNQ
+#undef VM_CALLQ
+#undef VM_FNSC
+#undef VM_CALLSC
+#undef VM_D
+#undef VM_CD
+#undef VM_DADD
+#undef VM_DSUB
+#undef VM_DMUL
+#undef VM_DDIV
+#undef VM_DFMA
+#undef VM_DNEG
+#undef VM_ITOD
+#undef VM_FTOD
+#undef VM_DTOF
+#undef VM_DLO
+#undef VM_TABD
+#undef VM_DCLAMP
+#undef VM_DFROMHI
+#undef VM_FTOI
 
 /* cpu_nn's nn_expf (the softmax family's), operation for operation. */
 static LLVMValueRef nn_expf(hd_llvm_gen *G, LLVMValueRef x) {
@@ -399,7 +533,7 @@ static LLVMValueRef nn_expf(hd_llvm_gen *G, LLVMValueRef x) {
 }
 
 LLVMValueRef hd_llvm_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt) {
-    return dt == HD_F64 ? libm1(G, "exp", x) : ew_expf(G, x);
+    return dt == HD_F64 ? libm1(G, "exp", x) : hd_vm_expf(G, x);
 }
 
 LLVMValueRef hd_llvm_nn_exp(hd_llvm_gen *G, LLVMValueRef x, hd_dtype dt) {
@@ -475,29 +609,34 @@ static LLVMValueRef fsel(hd_llvm_gen *G, LLVMRealPredicate p, LLVMValueRef a, LL
 static LLVMValueRef float_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef x, hd_dtype dt) {
     LLVMTypeRef ty = LLVMTypeOf(x);
     LLVMValueRef one = fconst(ty, 1.0), zero = fconst(ty, 0.0);
+    int f64 = dt == HD_F64; /* f64: libm; f32, f16, bf16: the shared f32 math */
     switch (n->op) {
     case HD_OP_NEG: return LLVMBuildFNeg(B, x, "");
     case HD_OP_ABS: return hd_llvm_intrinsic(G, "llvm.fabs", x);
     case HD_OP_EXP: return hd_llvm_exp(G, x, dt);
-    case HD_OP_LOG: return libm1(G, "log", x);
+    case HD_OP_LOG: return f64 ? libm1(G, "log", x) : hd_vm_logf(G, x);
     case HD_OP_SQRT: return hd_llvm_intrinsic(G, "llvm.sqrt", x);
     case HD_OP_RSQRT: return LLVMBuildFDiv(B, one, hd_llvm_intrinsic(G, "llvm.sqrt", x), "");
-    case HD_OP_SIN: return libm1(G, "sin", x);
-    case HD_OP_COS: return libm1(G, "cos", x);
-    case HD_OP_TANH: return dt == HD_F64 ? libm1(G, "tanh", x) : ew_tanhf(G, x);
+    case HD_OP_SIN: return f64 ? libm1(G, "sin", x) : hd_vm_sinf(G, x);
+    case HD_OP_COS: return f64 ? libm1(G, "cos", x) : hd_vm_cosf(G, x);
+    case HD_OP_TANH: return f64 ? libm1(G, "tanh", x) : hd_vm_tanhf(G, x);
     case HD_OP_SIGMOID:
+        if (!f64) return hd_vm_sigmoidf(G, x);
         return LLVMBuildFDiv(
-            B, one, LLVMBuildFAdd(B, one, hd_llvm_exp(G, LLVMBuildFNeg(B, x, ""), dt), ""), "");
+            B, one, LLVMBuildFAdd(B, one, libm1(G, "exp", LLVMBuildFNeg(B, x, "")), ""), "");
     case HD_OP_RELU: return fsel(G, LLVMRealOLE, x, zero, zero, x);
     case HD_OP_GELU: {
-        LLVMValueRef c = fconst(ty, dt == HD_F64 ? M_SQRT1_2 : (double)(float)M_SQRT1_2);
-        LLVMValueRef e = libm1(G, "erfc", LLVMBuildFMul(B, LLVMBuildFNeg(B, x, ""), c, ""));
+        if (!f64) return hd_vm_geluf(G, x);
+        LLVMValueRef e =
+            libm1(G, "erfc", LLVMBuildFMul(B, LLVMBuildFNeg(B, x, ""), fconst(ty, M_SQRT1_2), ""));
         return LLVMBuildFMul(B, LLVMBuildFMul(B, fconst(ty, 0.5), x, ""), e, "");
     }
     case HD_OP_SILU:
+        if (!f64) return hd_vm_siluf(G, x);
         return LLVMBuildFDiv(
-            B, x, LLVMBuildFAdd(B, one, hd_llvm_exp(G, LLVMBuildFNeg(B, x, ""), dt), ""), "");
+            B, x, LLVMBuildFAdd(B, one, libm1(G, "exp", LLVMBuildFNeg(B, x, "")), ""), "");
     case HD_OP_SOFTPLUS:
+        if (!f64) return hd_vm_softplusf(G, x);
         return fsel(G, LLVMRealOGT, x, fconst(ty, 20.0), x, libm1(G, "log1p", libm1(G, "exp", x)));
     case HD_OP_SIGN: {
         LLVMValueRef neg =
@@ -533,7 +672,7 @@ static LLVMValueRef float_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMVal
                                          LLVMBuildFCmp(B, LLVMRealOLT, m, zero, ""), "");
         return LLVMBuildSelect(B, LLVMBuildAnd(B, nz, diff, ""), LLVMBuildFAdd(B, m, b, ""), m, "");
     }
-    case HD_OP_POW: return libm2(G, "pow", a, b);
+    case HD_OP_POW: return is_f64(a) ? libm2(G, "pow", a, b) : hd_vm_powf(G, a, b);
     case HD_OP_MAXIMUM:
     case HD_OP_MINIMUM: {
         LLVMValueRef nan = LLVMBuildFCmp(B, LLVMRealUNO, a, a, "");

@@ -70,6 +70,8 @@ static const hd_llvm_symbol rt_symbols[] = {
     SYM(hd_llvm_rt_parallel),
     SYM(hd_llvm_rt_ipow),
     SYM(expf),
+    SYM(fmaf), /* llvm.fma where the host has no FMA instructions */
+    SYM(fma),
     SYM(exp),
     SYM(logf),
     SYM(log),

@@ -22,12 +22,16 @@
  * - integer clamp keeps the integers within [lo, hi] (ceil(lo), floor(hi)),
  *   saturated to the type; bool clamp is that, then "!= 0";
  * - maximum and minimum propagate NaN; sign(NaN) is NaN (torch gives 0);
- * - f32 exp and tanh (and so sigmoid and silu) use the vectorizable
- *   ew_expf / ew_tanhf below, within 1.4 ulp; the rest is libm;
+ * - f32 (and f16, bf16) exp, log, tanh, sigmoid, silu, softplus, gelu,
+ *   sin, cos and pow are the shared vector math of hd_vmath.h
+ *   (branch-free, vectorized by GCC, within 0.5 to 4 ulp, docs/vmath.md;
+ *   the llvm compiler emits the same operations, so compiled code gives
+ *   the same bits); f64 ones and fmod are libm;
  * - casts from float to an integer truncate toward zero, saturate at the
  *   type's limits and send NaN to 0 (hd_dtype_store's rule); casts between
  *   integers wrap; any cast to bool is "!= 0". */
 #include "cpu_iter.h"
+#include "hd_vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -109,53 +113,6 @@ static inline uint16_t ew_f2bf(float f) {
     return (uint16_t)((x & 0x7FFFFFFFu) > 0x7F800000u ? (x >> 16) | 0x40u : r);
 }
 
-/* expf written so that GCC vectorizes loops over it (libm's is a call per
- * element). exp(x) = 2^k exp(r) with k = round(x log2(e)) and r = x - k ln 2
- * in two parts (Cody-Waite); exp(r) on |r| <= ln(2)/2 by Cephes' expf
- * polynomial (about 1 ulp); 2^k is built in the exponent bits in two halves
- * so that subnormal results come out right (max error measured over all
- * floats: 0.98 ulp). Outside [-110, 89], where k is meaningless, the result
- * is replaced at the end by 0 or inf through bit masks (NaN stays NaN): a
- * clamp of x or a ?: there lets GCC branch around the polynomial, and then
- * it does not vectorize. */
-static inline float ew_expf(float x) {
-    float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-    int32_t k = (int32_t)(ew_bits_f32(t) - 0x4B400000u);
-    float kf = (float)k;
-    float r = x - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float z = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * z + r + 1.0f;
-    int32_t k1 = k >> 1, k2 = k - k1;
-    float y = p * ew_f32_bits((uint32_t)(k1 + 127) << 23) * ew_f32_bits((uint32_t)(k2 + 127) << 23);
-    uint32_t under = 0u - (uint32_t)(x < -110.0f), over = 0u - (uint32_t)(x > 89.0f);
-    return ew_f32_bits((ew_bits_f32(y) & ~(under | over)) | (0x7F800000u & over));
-}
-
-/* tanhf that vectorizes (libm's costs about 15 ns): for |x| < 0.625
- * Cephes' odd polynomial, else 1 - 2 / (exp(2|x|) + 1), which has no
- * cancellation there and gives 1 once exp overflows; both on |x|, one kept
- * by a mask, then x's sign put back (so tanh(-0) is -0). Max error
- * measured over all floats: 1.33 ulp. */
-static inline float ew_tanhf(float x) {
-    float ax = fabsf(x), z = x * x;
-    float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    uint32_t small = ew_bits_f32(p * z * ax + ax);
-    uint32_t big = ew_bits_f32(1.0f - 2.0f / (ew_expf(2.0f * ax) + 1.0f));
-    uint32_t m = 0u - (uint32_t)(ax < 0.625f);
-    return ew_f32_bits((small & m) | (big & ~m) | (ew_bits_f32(x) & 0x80000000u));
-}
-
 /* Float to integer that is defined everywhere: NaN -> 0, saturate at
  * [lo, hi], else truncate toward zero. */
 static inline int64_t ew_sat(double v, int64_t lo, int64_t hi) {
@@ -184,8 +141,10 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
         for (; i < (n); i++) __VA_ARGS__;                                                          \
     } while (0)
 
-#define EW_UN(name, T, TO, EXPR)                                                                   \
-    static void name(void *restrict o_, const void *restrict a_, int64_t n, const ew_par *p) {     \
+#define EW_UN(name, T, TO, EXPR) EW_UN_A(name, T, TO, EXPR, )
+#define EW_UN_A(name, T, TO, EXPR, ATTR)                                                           \
+    ATTR static void name(void *restrict o_, const void *restrict a_, int64_t n,                   \
+                          const ew_par *p) {                                                       \
         TO *restrict o = o_;                                                                       \
         const T *restrict a = a_;                                                                  \
         (void)p;                                                                                   \
@@ -195,21 +154,22 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
         });                                                                                        \
     }
 
-#define EW_BIN(name, T, TO, F)                                                                     \
-    static void name##_vv(void *restrict o_, const void *restrict a_, const void *restrict b_,     \
-                          int64_t n) {                                                             \
+#define EW_BIN(name, T, TO, F) EW_BIN_A(name, T, TO, F, )
+#define EW_BIN_A(name, T, TO, F, ATTR)                                                             \
+    ATTR static void name##_vv(void *restrict o_, const void *restrict a_,                         \
+                               const void *restrict b_, int64_t n) {                               \
         TO *restrict o = o_;                                                                       \
         const T *restrict a = a_, *restrict b = b_;                                                \
         EW_LOOP(i, n, o[i] = F(a[i], b[i]));                                                       \
     }                                                                                              \
-    static void name##_sv(void *restrict o_, const void *restrict a_, const void *restrict b_,     \
-                          int64_t n) {                                                             \
+    ATTR static void name##_sv(void *restrict o_, const void *restrict a_,                         \
+                               const void *restrict b_, int64_t n) {                               \
         TO *restrict o = o_;                                                                       \
         const T x = *(const T *)a_, *restrict b = b_;                                              \
         EW_LOOP(i, n, o[i] = F(x, b[i]));                                                          \
     }                                                                                              \
-    static void name##_vs(void *restrict o_, const void *restrict a_, const void *restrict b_,     \
-                          int64_t n) {                                                             \
+    ATTR static void name##_vs(void *restrict o_, const void *restrict a_,                         \
+                               const void *restrict b_, int64_t n) {                               \
         TO *restrict o = o_;                                                                       \
         const T y = *(const T *)b_, *restrict a = a_;                                              \
         EW_LOOP(i, n, o[i] = F(a[i], y));                                                          \
@@ -252,6 +212,10 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
         return a >= b;                                                                             \
     }
 
+/* f32 pow: the shared vector math (hd_vmath.h); f64: libm. */
+#define EW_POW_f32(a, b) hd_vm_powf(a, b)
+#define EW_POW_f64(a, b) pow(a, b)
+
 /* Float ops; M is the libm suffix (f for float, empty for double).
  * mod is torch.remainder: fmod, then moved into the divisor's sign. */
 #define EW_FLOAT_OPS(s, T, M)                                                                      \
@@ -271,8 +235,8 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
         T m = fmod##M(a, b);                                                                       \
         return m != 0 && ((b < 0) != (m < 0)) ? m + b : m;                                         \
     }                                                                                              \
-    static inline T pow_##s(T a, T b) {                                                            \
-        return pow##M(a, b);                                                                       \
+    HD_VM_INLINE T pow_##s(T a, T b) { /* always inlined: a call does not vectorize */             \
+        return EW_POW_##s(a, b);                                                                   \
     }                                                                                              \
     static inline T max_##s(T a, T b) {                                                            \
         return a != a || a > b ? a : b;                                                            \
@@ -410,29 +374,64 @@ EW_CMPS(EW_CMP, b)
         });                                                                                        \
     }
 
-#define EW_EXP_f32(x)  ew_expf(x)
-#define EW_EXP_f64(x)  exp(x)
-#define EW_TANH_f32(x) ew_tanhf(x)
-#define EW_TANH_f64(x) tanh(x)
+/* f32: the shared vector math (hd_vmath.h); f64: libm. gelu is torch's
+ * exact form 0.5 x (1 + erf(x / sqrt 2)), written with erfc so that it
+ * keeps its accuracy for negative x; softplus: beta 1, threshold 20. */
+#define EW_EXP_f32(x)      hd_vm_expf(x)
+#define EW_EXP_f64(x)      exp(x)
+#define EW_LOG_f32(x)      hd_vm_logf(x)
+#define EW_LOG_f64(x)      log(x)
+#define EW_TANH_f32(x)     hd_vm_tanhf(x)
+#define EW_TANH_f64(x)     tanh(x)
+#define EW_SIGMOID_f32(x)  hd_vm_sigmoidf(x)
+#define EW_SIGMOID_f64(x)  (1 / (1 + exp(-(x))))
+#define EW_SILU_f32(x)     hd_vm_siluf(x)
+#define EW_SILU_f64(x)     ((x) / (1 + exp(-(x))))
+#define EW_SOFTPLUS_f32(x) hd_vm_softplusf(x)
+#define EW_SOFTPLUS_f64(x) ((x) > 20 ? (x) : log1p(exp(x)))
+#define EW_GELU_f32(x)     hd_vm_geluf(x)
+#define EW_GELU_f64(x)     (0.5 * (x)*erfc(-(x)*M_SQRT1_2))
 
-/* gelu is torch's exact form 0.5 x (1 + erf(x / sqrt 2)), written with erfc
- * so that it keeps its accuracy for negative x; softplus: beta 1,
- * threshold 20; round: half to even. */
+/* f32 sin and cos: hd_vm_sincosf_small vectorized over the run (exact
+ * where |x| < 2^25), then hd_vm_sincosf, which reads its table, on the few
+ * larger |x| (GCC does not vectorize loops over table lookups on every
+ * CPU); the same bits as hd_vm_sinf / hd_vm_cosf everywhere. */
+#define EW_SINCOS_F32(name, q, ATTR)                                                               \
+    ATTR static void name(void *restrict o_, const void *restrict a_, int64_t n,                   \
+                          const ew_par *p) {                                                       \
+        float *restrict o = o_;                                                                    \
+        const float *restrict a = a_;                                                              \
+        uint32_t big = 0;                                                                          \
+        (void)p;                                                                                   \
+        EW_LOOP(i, n, {                                                                            \
+            float x = a[i];                                                                        \
+            o[i] = hd_vm_sincosf_small(x, q);                                                      \
+            big |= (ew_bits_f32(x) & 0x7FFFFFFFu) >= HD_VM_SINCOS_BIG << 23;                       \
+        });                                                                                        \
+        if (big)                                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                if ((ew_bits_f32(a[i]) & 0x7FFFFFFFu) >= HD_VM_SINCOS_BIG << 23)                   \
+                    o[i] = hd_vm_sincosf(a[i], q);                                                 \
+    }
+EW_SINCOS_F32(k_sin_f32, 0, )
+EW_SINCOS_F32(k_cos_f32, 1, )
+EW_UN(k_sin_f64, double, double, sin(x))
+EW_UN(k_cos_f64, double, double, cos(x))
+
+/* round: half to even. */
 #define EW_FLOAT_UNARY(s, T, M)                                                                    \
     EW_UN(k_neg_##s, T, T, -x)                                                                     \
     EW_UN(k_abs_##s, T, T, fabs##M(x))                                                             \
     EW_UN(k_exp_##s, T, T, EW_EXP_##s(x))                                                          \
-    EW_UN(k_log_##s, T, T, log##M(x))                                                              \
+    EW_UN(k_log_##s, T, T, EW_LOG_##s(x))                                                          \
     EW_UN(k_sqrt_##s, T, T, sqrt##M(x))                                                            \
     EW_UN(k_rsqrt_##s, T, T, (T)1 / sqrt##M(x))                                                    \
-    EW_UN(k_sin_##s, T, T, sin##M(x))                                                              \
-    EW_UN(k_cos_##s, T, T, cos##M(x))                                                              \
     EW_UN(k_tanh_##s, T, T, EW_TANH_##s(x))                                                        \
-    EW_UN(k_sigmoid_##s, T, T, (T)1 / ((T)1 + EW_EXP_##s(-x)))                                     \
+    EW_UN(k_sigmoid_##s, T, T, EW_SIGMOID_##s(x))                                                  \
     EW_UN(k_relu_##s, T, T, x <= 0 ? (T)0 : x)                                                     \
-    EW_UN(k_gelu_##s, T, T, (T)0.5 * x * erfc##M(-x * (T)M_SQRT1_2))                               \
-    EW_UN(k_silu_##s, T, T, x / ((T)1 + EW_EXP_##s(-x)))                                           \
-    EW_UN(k_softplus_##s, T, T, x > (T)20 ? x : log1p##M(exp##M(x)))                               \
+    EW_UN(k_gelu_##s, T, T, EW_GELU_##s(x))                                                        \
+    EW_UN(k_silu_##s, T, T, EW_SILU_##s(x))                                                        \
+    EW_UN(k_softplus_##s, T, T, EW_SOFTPLUS_##s(x))                                                \
     EW_UN(k_sign_##s, T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x + (T)0)                               \
     EW_UN(k_floor_##s, T, T, floor##M(x))                                                          \
     EW_UN(k_ceil_##s, T, T, ceil##M(x))                                                            \
@@ -563,10 +562,69 @@ EW_DTYPES(EW_WHERE_FN)
 #define EW_WHERE_ENTRY(s, T) k_where_##s,
 static const ew_where_fn where_table[HD_DTYPE_COUNT] = {EW_DTYPES(EW_WHERE_ENTRY)};
 
+/* ---- the vector math's loops where the build's target has no FMA ---- */
+
+/* hd_vmath.h's fused multiply-adds are fmaf: one instruction where the
+ * build targets FMA (the -march=native default), a libm call each
+ * elsewhere (HODU_NATIVE=OFF), the same bits. There the f32 vector math
+ * loops are compiled a second time for AVX2 + FMA, and the CPU picks. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__FMA__)
+#define EW_VM_DISPATCH 1
+#define EW_FMA_TARGET  __attribute__((target("avx2,fma")))
+EW_UN_A(k_exp_f32_fma, float, float, hd_vm_expf(x), EW_FMA_TARGET)
+EW_UN_A(k_log_f32_fma, float, float, hd_vm_logf(x), EW_FMA_TARGET)
+EW_UN_A(k_tanh_f32_fma, float, float, hd_vm_tanhf(x), EW_FMA_TARGET)
+EW_UN_A(k_sigmoid_f32_fma, float, float, hd_vm_sigmoidf(x), EW_FMA_TARGET)
+EW_UN_A(k_silu_f32_fma, float, float, hd_vm_siluf(x), EW_FMA_TARGET)
+EW_UN_A(k_softplus_f32_fma, float, float, hd_vm_softplusf(x), EW_FMA_TARGET)
+EW_UN_A(k_gelu_f32_fma, float, float, hd_vm_geluf(x), EW_FMA_TARGET)
+EW_SINCOS_F32(k_sin_f32_fma, 0, EW_FMA_TARGET)
+EW_SINCOS_F32(k_cos_f32_fma, 1, EW_FMA_TARGET)
+EW_BIN_A(k_pow_f32_fma, float, float, hd_vm_powf, EW_FMA_TARGET)
+
+static int ew_vm_fma(void) {
+    static int have = -1; /* a benign race: every thread stores the same */
+    if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return have;
+}
+
+#define EW_VM_PICK_UN(k)                                                                           \
+    static void k##_pick(void *restrict o, const void *restrict a, int64_t n, const ew_par *p) {   \
+        (ew_vm_fma() ? k##_fma : k)(o, a, n, p);                                                   \
+    }
+#define EW_VM_PICK_BIN1(k, f)                                                                      \
+    static void k##_pick##f(void *restrict o, const void *restrict a, const void *restrict b,      \
+                            int64_t n) {                                                           \
+        (ew_vm_fma() ? k##_fma##f : k##f)(o, a, b, n);                                             \
+    }
+EW_VM_PICK_UN(k_exp_f32)
+EW_VM_PICK_UN(k_log_f32)
+EW_VM_PICK_UN(k_tanh_f32)
+EW_VM_PICK_UN(k_sigmoid_f32)
+EW_VM_PICK_UN(k_silu_f32)
+EW_VM_PICK_UN(k_softplus_f32)
+EW_VM_PICK_UN(k_gelu_f32)
+EW_VM_PICK_UN(k_sin_f32)
+EW_VM_PICK_UN(k_cos_f32)
+EW_VM_PICK_BIN1(k_pow_f32, _vv)
+EW_VM_PICK_BIN1(k_pow_f32, _sv)
+EW_VM_PICK_BIN1(k_pow_f32, _vs)
+#define EW_VMK(k) k##_f32_pick
+#define EW_VMB3(k)                                                                                 \
+    { k##_f32_pick_vv, k##_f32_pick_sv, k##_f32_pick_vs }
+#else
+#define EW_VM_DISPATCH 0
+#define EW_VMK(k)      k##_f32
+#define EW_VMB3(k)                                                                                 \
+    { k##_f32_vv, k##_f32_sv, k##_f32_vs }
+#endif
+
 /* ---- op tables: NULL where an op is not defined for a dtype ---- */
 
 /* f16 and bf16 rows name the f32 loop: the drivers widen them. */
 #define EW_FLOATS(k) [HD_F16] = k##_f32, [HD_BF16] = k##_f32, [HD_F32] = k##_f32, [HD_F64] = k##_f64
+#define EW_FLOATS_VM(k)                                                                            \
+    [HD_F16] = EW_VMK(k), [HD_BF16] = EW_VMK(k), [HD_F32] = EW_VMK(k), [HD_F64] = k##_f64
 #define EW_SIGNED(k) [HD_I8] = k##_i8, [HD_I32] = k##_i32, [HD_I64] = k##_i64
 #define EW_INTS(k)   EW_SIGNED(k), [HD_U8] = k##_u8
 #define EW_COPY_INTS                                                                               \
@@ -580,18 +638,18 @@ static const ew_un_fn un_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_NEG] = {EW_FLOATS(k_neg), EW_INTS(k_neg)},
     [HD_OP_ABS] = {EW_FLOATS(k_abs),
                    EW_SIGNED(k_abs), [HD_U8] = ew_copy_mark, [HD_BOOL] = ew_copy_mark},
-    [HD_OP_EXP] = {EW_FLOATS(k_exp)},
-    [HD_OP_LOG] = {EW_FLOATS(k_log)},
+    [HD_OP_EXP] = {EW_FLOATS_VM(k_exp)},
+    [HD_OP_LOG] = {EW_FLOATS_VM(k_log)},
     [HD_OP_SQRT] = {EW_FLOATS(k_sqrt)},
     [HD_OP_RSQRT] = {EW_FLOATS(k_rsqrt)},
-    [HD_OP_SIN] = {EW_FLOATS(k_sin)},
-    [HD_OP_COS] = {EW_FLOATS(k_cos)},
-    [HD_OP_TANH] = {EW_FLOATS(k_tanh)},
-    [HD_OP_SIGMOID] = {EW_FLOATS(k_sigmoid)},
+    [HD_OP_SIN] = {EW_FLOATS_VM(k_sin)},
+    [HD_OP_COS] = {EW_FLOATS_VM(k_cos)},
+    [HD_OP_TANH] = {EW_FLOATS_VM(k_tanh)},
+    [HD_OP_SIGMOID] = {EW_FLOATS_VM(k_sigmoid)},
     [HD_OP_RELU] = {EW_FLOATS(k_relu), EW_SIGNED(k_relu), [HD_U8] = ew_copy_mark},
-    [HD_OP_GELU] = {EW_FLOATS(k_gelu)},
-    [HD_OP_SILU] = {EW_FLOATS(k_silu)},
-    [HD_OP_SOFTPLUS] = {EW_FLOATS(k_softplus)},
+    [HD_OP_GELU] = {EW_FLOATS_VM(k_gelu)},
+    [HD_OP_SILU] = {EW_FLOATS_VM(k_silu)},
+    [HD_OP_SOFTPLUS] = {EW_FLOATS_VM(k_softplus)},
     [HD_OP_SIGN] = {EW_FLOATS(k_sign), EW_INTS(k_sign)},
     [HD_OP_FLOOR] = {EW_FLOATS(k_floor), EW_COPY_INTS},
     [HD_OP_CEIL] = {EW_FLOATS(k_ceil), EW_COPY_INTS},
@@ -619,7 +677,11 @@ static const ew_bin3 bin_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_MUL] = {EW_BALL(mul), [HD_BOOL] = EW_B3(k_and_b)},
     [HD_OP_DIV] = {EW_BFLOATS(div)},
     [HD_OP_MOD] = {EW_BALL(mod)},
-    [HD_OP_POW] = {EW_BALL(pow)},
+    [HD_OP_POW] = {[HD_F16] = EW_VMB3(k_pow),
+                   [HD_BF16] = EW_VMB3(k_pow),
+                   [HD_F32] = EW_VMB3(k_pow),
+                   [HD_F64] = EW_B3(k_pow_f64),
+                   EW_BINTS(pow)},
     [HD_OP_MAXIMUM] = {EW_BALL(max), [HD_BOOL] = EW_B3(k_or_b)},
     [HD_OP_MINIMUM] = {EW_BALL(min), [HD_BOOL] = EW_B3(k_and_b)},
     [HD_OP_EQ] = EW_BCMP(eq),
