@@ -240,7 +240,8 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     double t0 = llvm_now();
     if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
     e->stats.pass_seconds = llvm_now() - t0;
-    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | HD_PLAN_GEMM, &e->plan)) return ctx->status;
+    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | HD_PLAN_GEMM, &e->plan))
+        return ctx->status;
     hd_ir_graph *g = e->g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
     e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);

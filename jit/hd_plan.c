@@ -32,7 +32,7 @@ typedef struct plan_state {
     hd_ir_graph *g;
     hd_plan *p;
     int no_reuse;
-    int gemm; /* HD_PLAN_GEMM */
+    int gemm;       /* HD_PLAN_GEMM */
     int *def;       /* per value: defining node, -1 */
     int *use_start; /* per value: users in use_list[use_start[v] .. use_start[v + 1]) */
     int *use_list;

@@ -33,9 +33,10 @@ static hd_status to_device(hd_vm *vm, hd_tensor **t, const hd_backend *be, int d
     int rec = hd_autograd_wants(ctx, HD_OP_COPY, t, 1, (*t)->dtype);
     if (rec < 0) return hd_tfail(vm, "to");
     if (rec)
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "to: moving a tensor that requires grad between devices is not "
-                           "differentiable; move it first, then make it a param (param(x.to(...)))");
+        return hd_vm_error(
+            vm, HD_ERR_RUNTIME,
+            "to: moving a tensor that requires grad between devices is not "
+            "differentiable; move it first, then make it a param (param(x.to(...)))");
     hd_tensor *d = NULL;
     if (hd_tensor_to_device(ctx, *t, be, device, &d)) return hd_tfail(vm, "to");
     hd_tensor_unref(*t);

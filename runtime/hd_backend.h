@@ -34,8 +34,7 @@ hd_status hd_backend_parse_device(hd_ctx *ctx, const char *spec, const hd_backen
                                   int *device);
 /* Parse and check availability: the error says why a device cannot be used
  * ("cuda is not available: libcuda.so.1 not found"). */
-hd_status hd_backend_open_device(hd_ctx *ctx, const char *spec, const hd_backend **be,
-                                 int *device);
+hd_status hd_backend_open_device(hd_ctx *ctx, const char *spec, const hd_backend **be, int *device);
 
 /* Where ops without tensor inputs (creation) put their results until the
  * matching pop: returns the previous place. */

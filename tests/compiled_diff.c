@@ -7,8 +7,8 @@
  *
  * Honours the golden programs' `# args:` and `# env:` lines; programs with
  * `# mode: check` are not run, nor programs that measure the allocator
- * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: " (logs,
- * warnings) are left out of the comparison of standard error.
+ * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: "
+ * (logs, warnings) are left out of the comparison of standard error.
  *
  * usage: compiled_diff HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
