@@ -125,8 +125,6 @@ void hd_llvm_cache_key(const char *ir, const hd_llvm_host *h, hd_llvm_key *k);
 hd_status hd_llvm_cache_get(hd_ctx *ctx, const hd_llvm_key *k, LLVMMemoryBufferRef *buf);
 /* Store an object; failures only log (HODU_LOG=cache). */
 void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_t n);
-/* The cache folder ("" when the cache is off), into buf. */
-const char *hd_llvm_cache_dir(char *buf, size_t n);
 
 /* ---- logging ---- */
 

@@ -13,6 +13,7 @@
  * removed and compiled again. Entries are written to a temporary file and
  * renamed, so a reader never sees half an entry. */
 #include "hd_llvm.h"
+#include "hd_cache.h"
 
 #if HODU_HAVE_LLVM
 
@@ -43,19 +44,6 @@ static void cache_log(const char *fmt, const char *path) {
     if (hd_llvm_log_on("cache")) fprintf(stderr, fmt, path);
 }
 
-const char *hd_llvm_cache_dir(char *buf, size_t n) {
-    const char *d = getenv("HODU_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    buf[0] = 0;
-    if (d && (!*d || !strcmp(d, "off") || !strcmp(d, "0"))) return buf;
-    if (d)
-        snprintf(buf, n, "%s", d);
-    else if (x && *x)
-        snprintf(buf, n, "%s/hodu", x);
-    else if (h && *h)
-        snprintf(buf, n, "%s/.cache/hodu", h);
-    return buf;
-}
-
 void hd_llvm_cache_key(const char *ir, const hd_llvm_host *h, hd_llvm_key *k) {
     const char *parts[] = {ir, h->triple, h->cpu, h->features, LLVM_VERSION_STRING, HODU_VERSION};
     for (int half = 0; half < 2; half++) {
@@ -76,22 +64,10 @@ static uint64_t cache_checksum(const void *p, size_t n) {
 
 /* <dir>/llvm-<key>.o into buf; 0 when the cache is off. */
 static int cache_path(const hd_llvm_key *k, char *buf, size_t n) {
-    char dir[1024];
-    if (!*hd_llvm_cache_dir(dir, sizeof dir)) return 0;
-    int w = snprintf(buf, n, "%s/llvm-%016llx%016llx.o", dir, (unsigned long long)k->h[0],
-                     (unsigned long long)k->h[1]);
-    return w > 0 && (size_t)w < n;
-}
-
-static int cache_read_all(int fd, char *p, size_t n) {
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return 0;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 1;
+    char name[64];
+    snprintf(name, sizeof name, "llvm-%016llx%016llx.o", (unsigned long long)k->h[0],
+             (unsigned long long)k->h[1]);
+    return hd_cache_path(name, buf, n);
 }
 
 /* The object of a checked entry into *buf, or NULL (damaged). */
@@ -99,14 +75,15 @@ static hd_status cache_load(hd_ctx *ctx, int fd, const struct stat *sb, const hd
                             LLVMMemoryBufferRef *buf) {
     cache_header h;
     *buf = NULL;
-    if ((size_t)sb->st_size < sizeof h || !cache_read_all(fd, (char *)&h, sizeof h)) return HD_OK;
+    if ((size_t)sb->st_size < sizeof h || !hd_cache_read_full(fd, (char *)&h, sizeof h))
+        return HD_OK;
     if (memcmp(h.magic, CACHE_MAGIC, 8) || h.version != CACHE_VERSION ||
         h.codegen != CACHE_CODEGEN || h.key[0] != k->h[0] || h.key[1] != k->h[1] ||
         h.size != (uint64_t)sb->st_size - sizeof h || h.size == 0)
         return HD_OK;
     char *obj = hd_ctx_alloc(ctx, (size_t)h.size);
     if (!obj) return ctx->status;
-    if (cache_read_all(fd, obj, (size_t)h.size) &&
+    if (hd_cache_read_full(fd, obj, (size_t)h.size) &&
         cache_checksum(obj, (size_t)h.size) == h.checksum)
         *buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, (size_t)h.size, "hodu-cached");
     hd_ctx_free(ctx, obj, (size_t)h.size);
@@ -137,45 +114,10 @@ hd_status hd_llvm_cache_get(hd_ctx *ctx, const hd_llvm_key *k, LLVMMemoryBufferR
     return HD_OK;
 }
 
-/* mkdir -p with mode 0700; 0 on failure. */
-static int cache_mkdirs(const char *dir) {
-    char p[1024];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof p) return 0;
-    memcpy(p, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != 0) continue;
-        char c = p[i];
-        p[i] = 0;
-        if (mkdir(p, 0700) != 0 && errno != EEXIST) return 0;
-        p[i] = c;
-    }
-    return 1;
-}
-
-static int cache_write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return 0;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
-
 void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_t n) {
     HD_UNUSED(ctx);
-    char path[1200], tmp[1300], dir[1024];
-    if (!cache_path(k, path, sizeof path) || !cache_mkdirs(hd_llvm_cache_dir(dir, sizeof dir)))
-        return;
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-        cache_log("llvm: cannot write the cache entry %s\n", tmp);
-        return;
-    }
+    char path[1200];
+    if (!cache_path(k, path, sizeof path)) return;
     cache_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CACHE_MAGIC, 8);
@@ -185,14 +127,10 @@ void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_
     h.key[1] = k->h[1];
     h.size = n;
     h.checksum = cache_checksum(obj, n);
-    int ok = cache_write_all(fd, &h, sizeof h) && cache_write_all(fd, obj, n);
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) {
+    if (hd_cache_write(path, &h, sizeof h, obj, n))
         cache_log("llvm: cache write %s\n", path);
-        return;
-    }
-    unlink(tmp);
-    cache_log("llvm: cannot write the cache entry %s\n", path);
+    else
+        cache_log("llvm: cannot write the cache entry %s\n", path);
 }
 
 #endif /* HODU_HAVE_LLVM */

@@ -9,6 +9,7 @@
  * temporary file that is renamed into place. */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
+#include "hd_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,32 +42,10 @@ static int nv_log_on(void) {
 }
 
 static int nv_cache_path(const nv_header *h, char *buf, size_t n) {
-    const char *d = getenv("HODU_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[1024];
-    if (d && (!*d || !strcmp(d, "off") || !strcmp(d, "0"))) return 0;
-    if (d)
-        snprintf(dir, sizeof dir, "%s", d);
-    else if (x && *x)
-        snprintf(dir, sizeof dir, "%s/hodu", x);
-    else if (home && *home)
-        snprintf(dir, sizeof dir, "%s/.cache/hodu", home);
-    else
-        return 0;
-    mkdir(dir, 0700); /* the parent exists in every case the tests and users meet */
-    int w = snprintf(buf, n, "%s/cuda-%016llx%016llx-sm%u.cubin", dir,
-                     (unsigned long long)h->key[0], (unsigned long long)h->key[1], h->arch);
-    return w > 0 && (size_t)w < n;
-}
-
-static int nv_read_all(int fd, char *p, size_t n) {
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return 0;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 1;
+    char name[80];
+    snprintf(name, sizeof name, "cuda-%016llx%016llx-sm%u.cubin", (unsigned long long)h->key[0],
+             (unsigned long long)h->key[1], h->arch);
+    return hd_cache_path(name, buf, n);
 }
 
 /* A checked entry's image, or *img NULL (a miss or a damaged entry). */
@@ -79,7 +58,7 @@ static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, si
     struct stat sb;
     nv_header h;
     int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
-             (size_t)sb.st_size > sizeof h && nv_read_all(fd, (char *)&h, sizeof h) &&
+             (size_t)sb.st_size > sizeof h && hd_cache_read_full(fd, (char *)&h, sizeof h) &&
              !memcmp(h.magic, want->magic, 8) && h.version == want->version &&
              h.arch == want->arch && h.key[0] == want->key[0] && h.key[1] == want->key[1] &&
              h.nvrtc_major == want->nvrtc_major && h.nvrtc_minor == want->nvrtc_minor &&
@@ -89,7 +68,8 @@ static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, si
         close(fd);
         return ctx->status;
     }
-    if (p && nv_read_all(fd, p, (size_t)h.size) && nv_hash(p, (size_t)h.size, 7) == h.checksum) {
+    if (p && hd_cache_read_full(fd, p, (size_t)h.size) &&
+        nv_hash(p, (size_t)h.size, 7) == h.checksum) {
         *img = p;
         *n = (size_t)h.size;
     } else if (p) {
@@ -101,30 +81,13 @@ static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, si
     return HD_OK;
 }
 
-static int nv_write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return 0;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
-
 static void nv_cache_put(const nv_header *k, const void *img, size_t n) {
-    char path[1200], tmp[1300];
+    char path[1200];
     if (!nv_cache_path(k, path, sizeof path)) return;
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return;
     nv_header h = *k;
     h.size = n;
     h.checksum = nv_hash(img, n, 7);
-    int ok = nv_write_all(fd, &h, sizeof h) && nv_write_all(fd, img, n);
-    ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) unlink(tmp);
+    hd_cache_write(path, &h, sizeof h, img, n);
 }
 
 /* The compiler's log as the error message (first lines: enough to see the
