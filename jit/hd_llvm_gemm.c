@@ -24,6 +24,8 @@
  * order, so any split of [0, range) is valid once the product is done. */
 #include "hd_llvm.h"
 
+#include "cpu_blas.h"
+
 #if HODU_HAVE_LLVM
 
 #include <limits.h>
@@ -47,7 +49,7 @@
  * layer, 2^17, ran 5-16 us on 2 threads of a busy 2-core machine against
  * 8 us on one). */
 #define GEMM_SMALL_PAR (1 << 20)
-#define GEMM_PAR       (1 << 20)
+#define GEMM_PAR       CPU_BLAS_PAR
 /* Elements from which an epilogue run alone is split (as hd_main does). */
 #define GEMM_EPI_PAR (1 << 16)
 
@@ -312,7 +314,7 @@ static int gemm_run_blas(hd_llvm_rt *rt, const gemm_job *j, hd_llvm_kernel_fn ep
                          int64_t range) {
     gemm_blas bl;
     if (!gemm_blas_init(j, &bl)) return 0;
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    cpu_blas_init();
     int nt = gemm_nthreads(rt, j, GEMM_PAR);
     if (nt > 1) {
         gemm_threads(j, nt, gemm_blas_cols, &bl, epi, slots, range);

@@ -1,13 +1,11 @@
 /* CPU conv2d (im2col + gemm per image and group; a direct loop for
  * depthwise groups) and max/avg 2-d pooling. Float dtypes only, computed in
  * the working type of cpu_nn.h. */
+#include "cpu_blas.h"
 #include "cpu_nn.h"
 
 #include <limits.h>
 #include <math.h>
-#if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-#include <cblas.h>
-#endif
 
 /* Geometry of one conv2d: x [n, c, h, w], weight [o, cg, kh, kw], output
  * [n, o, oh, ow]; k = cg * kh * kw (gemm depth), p = oh * ow. */
@@ -38,19 +36,19 @@ static void conv_valid_range(int64_t off, int64_t stride, int64_t size, int64_t 
 
 #define NN_T    float
 #define NN_S    f32
-#define NN_GEMM cblas_sgemm
+#define NN_F64  0
 #include "cpu_conv_tmpl.h"
 #undef NN_T
 #undef NN_S
-#undef NN_GEMM
+#undef NN_F64
 
 #define NN_T    double
 #define NN_S    f64
-#define NN_GEMM cblas_dgemm
+#define NN_F64  1
 #include "cpu_conv_tmpl.h"
 #undef NN_T
 #undef NN_S
-#undef NN_GEMM
+#undef NN_F64
 
 /* The shape rule has validated the attributes; 0 dilation or groups
  * mean 1. */

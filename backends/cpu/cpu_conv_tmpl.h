@@ -1,6 +1,6 @@
 /* W-generic bodies of conv2d and the 2-d pools, included by cpu_conv.c
  * once per working type. The includer defines NN_T, NN_S (see
- * cpu_nn_tmpl.h) and NN_GEMM, the cblas gemm for NN_T. No include guard on
+ * cpu_nn_tmpl.h) and NN_F64, 1 when NN_T is double (the gemm cpu_blas.c calls). No include guard on
  * purpose. */
 
 #define NN_FN(name) NN_CAT(name, NN_S)
@@ -41,12 +41,12 @@ static void NN_FN(conv_im2col)(const NN_T *x, NN_T *col, const conv_geom *g, int
 }
 
 /* C[M, N] += A[M, K] @ B[K, N], all row-major and contiguous. */
-static void NN_FN(conv_gemm)(int64_t m, int64_t n, int64_t k, const NN_T *a, const NN_T *b,
-                             NN_T *c) {
+static void NN_FN(conv_gemm)(int64_t m, int64_t n, int64_t k, const NN_T *a, const NN_T *b, NN_T *c,
+                             int nt) {
 #if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-    NN_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1, a, (int)k, b,
-            (int)n, 1, c, (int)n);
+    cpu_blas_gemm(nt, NN_F64, 0, 0, m, n, k, 1, a, k, b, n, 1, c, n);
 #else
+    HD_UNUSED(nt);
     for (int64_t i = 0; i < m; i++)
         for (int64_t t = 0; t < k; t++) {
             NN_T av = a[i * k + t];
@@ -118,7 +118,7 @@ static void NN_FN(conv_groups)(const NN_T *x, const NN_T *w, NN_T *y, NN_T *col,
             const NN_T *xg = x + (img * g->c + grp * g->cg) * g->h * g->w;
             NN_T *yg = y + (img * g->o + grp * g->og) * g->p;
             if (col) NN_FN(conv_im2col)(xg, col, g, nt);
-            NN_FN(conv_gemm)(g->og, g->p, g->k, w + grp * g->og * g->k, col ? col : xg, yg);
+            NN_FN(conv_gemm)(g->og, g->p, g->k, w + grp * g->og * g->k, col ? col : xg, yg, nt);
         }
 }
 

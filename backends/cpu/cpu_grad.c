@@ -3,15 +3,13 @@
  * rules cast float inputs to f32 or f64 and integer ones to i64, so each
  * kernel exists for float and double (cpu_grad_tmpl.h); the output is a
  * fresh contiguous tensor. */
+#include "cpu_blas.h"
 #include "cpu_kernels.h"
 #include "hd_rng.h"
 
 #include <limits.h>
 #include <math.h>
 #include <string.h>
-#if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-#include <cblas.h>
-#endif
 
 #define GR_CAT2(a, b) a##_##b
 #define GR_CAT(a, b)  GR_CAT2(a, b)
@@ -130,19 +128,19 @@ static hd_status grad_index_make(hd_ctx *ctx, const hd_tensor *out, const hd_ten
 
 #define GR_T    float
 #define GR_S    f32
-#define GR_GEMM cblas_sgemm
+#define GR_F64  0
 #include "cpu_grad_tmpl.h"
 #undef GR_T
 #undef GR_S
-#undef GR_GEMM
+#undef GR_F64
 
 #define GR_T    double
 #define GR_S    f64
-#define GR_GEMM cblas_dgemm
+#define GR_F64  1
 #include "cpu_grad_tmpl.h"
 #undef GR_T
 #undef GR_S
-#undef GR_GEMM
+#undef GR_F64
 
 #define GR_CALL(f64, name, ...) ((f64) ? name##_f64(__VA_ARGS__) : name##_f32(__VA_ARGS__))
 

@@ -1,6 +1,7 @@
 /* Type-generic bodies of the backward kernels, included by cpu_grad.c once
  * per type. The includer defines GR_T (float or double), GR_S (the suffix:
- * f32 or f64), GR_DT (its dtype) and GR_GEMM (the cblas gemm for GR_T). No
+ * f32 or f64), GR_DT (its dtype) and GR_F64 (1 for double: the gemm cpu_blas.c
+ * calls). No
  * include guard on purpose. */
 
 #define GR_FN(name) GR_CAT(name, GR_S)
@@ -27,7 +28,7 @@ static void GR_FN(grad_free)(hd_ctx *ctx, const hd_tensor *t, const GR_T *p, int
 /* C[m, n] = beta C + op(A) op(B), row-major; op transposes when ta / tb. */
 static void GR_FN(grad_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, const GR_T *a,
                              int64_t lda, const GR_T *b, int64_t ldb, GR_T beta, GR_T *c,
-                             int64_t ldc) {
+                             int64_t ldc, int nt) {
     if (m <= 0 || n <= 0) return;
     if (k <= 0) { /* an empty sum: BLAS rejects the leading dims */
         for (int64_t i = 0; i < m; i++)
@@ -35,9 +36,9 @@ static void GR_FN(grad_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, co
         return;
     }
 #if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-    GR_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
-            (int)n, (int)k, 1, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    cpu_blas_gemm(nt, GR_F64, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc);
 #else
+    HD_UNUSED(nt);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             GR_T s = 0;
@@ -240,10 +241,10 @@ static void GR_FN(conv_bwd_input)(const GR_T *g, const GR_T *w, GR_T *dx, GR_T *
             const GR_T *wg = w + grp * c->og * c->k;
             GR_T *dxg = dx + (img * c->c + grp * c->cg) * c->h * c->w;
             if (!col) {
-                GR_FN(grad_gemm)(1, 0, c->k, c->p, c->og, wg, c->k, gg, c->p, 0, dxg, c->p);
+                GR_FN(grad_gemm)(1, 0, c->k, c->p, c->og, wg, c->k, gg, c->p, 0, dxg, c->p, nt);
                 continue;
             }
-            GR_FN(grad_gemm)(1, 0, c->k, c->p, c->og, wg, c->k, gg, c->p, 0, col, c->p);
+            GR_FN(grad_gemm)(1, 0, c->k, c->p, c->og, wg, c->k, gg, c->p, 0, col, c->p, nt);
             GR_FN(col2im)(col, dxg, c, nt);
         }
 }
@@ -258,7 +259,7 @@ static void GR_FN(conv_bwd_weight)(const GR_T *x, const GR_T *g, GR_T *dw, GR_T 
             if (col) GR_FN(im2col)(xg, col, c, nt);
             GR_FN(grad_gemm)
             (0, 1, c->og, c->k, c->p, gg, c->p, col ? col : xg, c->p, 1, dw + grp * c->og * c->k,
-             c->k);
+             c->k, nt);
         }
 }
 

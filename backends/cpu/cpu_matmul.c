@@ -14,11 +14,13 @@
  * that wraps like the output type; without BLAS (-DHODU_BLAS=OFF) f32/f64 use
  * the same blocked loop.
  *
- * Threads: OpenBLAS threads each large gemm itself (its thread count is set
- * to the context's when they differ). Many small batched gemms, which
- * OpenBLAS runs on one thread, are spread over batches with OpenMP. The plain
- * loops are spread over (batch, row block) pairs. */
+ * Threads: OpenBLAS runs on one thread (cpu_blas.c); a large gemm is split
+ * into blocks of columns or rows over the context's OpenMP threads, many
+ * small batched gemms are spread over batches. The plain loops are spread
+ * over (batch, row block) pairs. */
 #include "cpu_kernels.h"
+
+#include "cpu_blas.h"
 
 #include <limits.h>
 #include <omp.h>
@@ -30,15 +32,9 @@
 
 enum { MM_ROWS = 4, MM_COLS = 256 };
 
-/* Below this m*n*k OpenBLAS runs a gemm on one thread: batches of such gemms
- * are spread over threads instead. */
-#define MM_SMALL_GEMM (1 << 18)
-/* Below this m*n*k Hodu asks OpenBLAS for one thread. OpenBLAS's own cut
- * (4 * 65536) splits products that take a few microseconds, and its idle
- * threads then spin in sched_yield: a training loop of 100 x 64 x 64
- * products spent most of its time there (three times slower on 2 cores
- * than on one, far worse when other processes share the cores). */
-#define MM_BLAS_THREADED (1 << 22)
+/* Below this m*n*k a gemm runs on one thread (cpu_blas.c): batches of such
+ * gemms are spread over threads instead. */
+#define MM_SMALL_GEMM CPU_BLAS_PAR
 
 /* One operand: a matrix of rows x cols with strides rs, cs (elements), and
  * for each output batch dim its stride (0 when broadcast). */
@@ -251,8 +247,9 @@ static int mm_layout(const mm_operand *op, enum CBLAS_TRANSPOSE *tr, int64_t *ld
 
 /* One batch: C (m x n, contiguous) = A B, through gemv when a side is a
  * vector (b a column: y = A x; a a row: y = B^T x), else gemm. */
-static void mm_blas_one(const mm_job *j, enum CBLAS_TRANSPOSE ta, int lda, enum CBLAS_TRANSPOSE tb,
-                        int ldb, const char *pa, const char *pb, char *pc) {
+static void mm_blas_one(const mm_job *j, int nt, enum CBLAS_TRANSPOSE ta, int lda,
+                        enum CBLAS_TRANSPOSE tb, int ldb, const char *pa, const char *pb,
+                        char *pc) {
     int m = (int)j->m, n = (int)j->n, k = (int)j->k, f64 = j->dt == HD_F64;
     if (n == 1 || m == 1) {
         const char *mat = n == 1 ? pa : pb, *vec = n == 1 ? pb : pa;
@@ -273,17 +270,16 @@ static void mm_blas_one(const mm_job *j, enum CBLAS_TRANSPOSE ta, int lda, enum 
                         inc, 0.0f, (float *)pc, 1);
         return;
     }
-    if (f64)
-        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, (const double *)pa, lda,
-                    (const double *)pb, ldb, 0.0, (double *)pc, n);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, (const float *)pa, lda, (const float *)pb,
-                    ldb, 0.0f, (float *)pc, n);
+    cpu_blas_gemm(nt, f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0,
+                  pc, n);
 }
 
-static void mm_blas_set_threads(hd_ctx *ctx, double mnk) {
-    int want = mnk < MM_BLAS_THREADED ? 1 : HD_MAX(ctx->nthreads, 1);
-    if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
+static void mm_blas_batch(const mm_job *j, int nt, int64_t bi, enum CBLAS_TRANSPOSE ta, int lda,
+                          enum CBLAS_TRANSPOSE tb, int ldb) {
+    int64_t oa, ob;
+    mm_batch_offsets(j, bi, &oa, &ob);
+    mm_blas_one(j, nt, ta, lda, tb, ldb, j->a.data + oa * j->es, j->b.data + ob * j->es,
+                j->out + bi * j->m * j->n * j->es);
 }
 
 /* f32/f64 through BLAS; operands BLAS cannot read are copied first. */
@@ -303,14 +299,16 @@ static hd_status mm_blas(hd_ctx *ctx, mm_job *j) {
         mm_layout(&j->b, &tb, &ldb);
     }
     double mnk = (double)j->m * j->n * j->k;
-    mm_blas_set_threads(ctx, mnk);
+    cpu_blas_init();
+    /* many small products: one per thread; else each product split */
     int nt = mnk < MM_SMALL_GEMM && j->nbatch > 1 ? mm_threads(ctx, mnk * j->nbatch) : 1;
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t bi = 0; bi < j->nbatch; bi++) {
-        int64_t oa, ob;
-        mm_batch_offsets(j, bi, &oa, &ob);
-        mm_blas_one(j, ta, (int)lda, tb, (int)ldb, j->a.data + oa * j->es, j->b.data + ob * j->es,
-                    j->out + bi * j->m * j->n * j->es);
+    if (nt > 1) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t bi = 0; bi < j->nbatch; bi++)
+            mm_blas_batch(j, 1, bi, ta, (int)lda, tb, (int)ldb);
+    } else {
+        for (int64_t bi = 0; bi < j->nbatch; bi++)
+            mm_blas_batch(j, HD_MAX(ctx->nthreads, 1), bi, ta, (int)lda, tb, (int)ldb);
     }
 done:
     for (int i = 0; i < 2; i++)
