@@ -12,6 +12,7 @@
  *            from the disk cache (a fresh folder).
  *
  *   build/bench/bench_llvm [calls] [threads]                          */
+#include "cpu_blas.h"
 #include "hd_compile.h"
 #include "hd_trace.h"
 
@@ -373,6 +374,7 @@ int main(int argc, char **argv) {
     if (calls < 1) calls = 1000;
     if (threads < 1) threads = 1;
     setenv("HODU_CACHE_DIR", "off", 1);
+    printf("openblas kernels: %s\n", cpu_blas_core());
     const char *only = getenv("BENCH_ONLY"); /* mlp, chain or compile */
     if (!only || !strcmp(only, "mlp")) bench_mlp(calls, threads);
     if (!only || !strcmp(only, "chain")) bench_chain();
