@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,22 +194,22 @@ hd_status hd_io_file_open(hd_ctx *ctx, const char *path, hd_io_file *f) {
         s = hd_error(ctx, HD_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     } else if (S_ISDIR(st.st_mode)) {
         s = hd_error(ctx, HD_ERR_IO, "%s: is a directory", path);
-    } else if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m != MAP_FAILED) {
-            f->map = m;
-            f->data = m;
-            f->n = (size_t)st.st_size;
-        }
+    } else if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX) {
+        /* the size, and one byte to see the end without growing */
+        size_t cap = (size_t)st.st_size + 1;
+        f->owned = hd_ctx_alloc(ctx, cap);
+        if (f->owned)
+            f->owned_cap = cap;
+        else
+            s = HD_ERR_MEMORY;
     }
-    if (!s && !f->map) s = hd_io_read_fd(ctx, path, fd, f);
+    if (!s) s = hd_io_read_fd(ctx, path, fd, f);
     close(fd);
     if (s) hd_io_file_close(ctx, f);
     return s;
 }
 
 void hd_io_file_close(hd_ctx *ctx, hd_io_file *f) {
-    if (f->map) munmap(f->map, f->n);
     hd_ctx_free(ctx, f->owned, f->owned_cap);
     memset(f, 0, sizeof *f);
 }

@@ -2,7 +2,7 @@
  *
  * Formats: .npy (one tensor), .npz (a ZIP of .npy members) and .safetensors
  * (named tensors), and numeric CSV read into a 2-D f32 tensor. Every loader
- * parses a memory buffer; the path versions map the file and call the same
+ * parses a memory buffer; the path versions read the file and call the same
  * code, so a damaged or hostile file gives an error in ctx, never a crash,
  * and no allocation larger than the file justifies. Loaders never run code.
  *

@@ -41,12 +41,13 @@ const char *hd_io_quote(const void *s, size_t n, char *buf, size_t cap);
 typedef struct {
     const unsigned char *data;
     size_t n;
-    void *map;            /* mmap'ed region, or NULL */
-    unsigned char *owned; /* read into memory (not a regular file), or NULL */
+    unsigned char *owned; /* the bytes read */
     size_t owned_cap;
 } hd_io_file;
 
-/* The whole file at path, mapped read-only (or read, for pipes). */
+/* The whole file at path, read into memory. Not mapped: a mapped file that
+ * another process truncates while it is parsed raises SIGBUS; a read sees
+ * the bytes as they were (a shortened file parses as a damaged one). */
 hd_status hd_io_file_open(hd_ctx *ctx, const char *path, hd_io_file *f);
 void hd_io_file_close(hd_ctx *ctx, hd_io_file *f);
 
