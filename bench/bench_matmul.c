@@ -66,10 +66,14 @@ static int bench_size(hd_ctx *ctx, int n) {
         err = th < 0;
         if (r >= 0 && th < best_h) best_h = th;
 #ifdef HODU_HAVE_BLAS
+        /* OpenBLAS's own threads for the direct call; Hodu keeps it on
+         * one (docs/runtime.md) and splits the product itself */
+        openblas_set_num_threads(ctx->nthreads);
         double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, hd_tensor_data(a), n,
                     hd_tensor_data(b), n, 0.0f, hd_tensor_data(c), n);
         double tb = bench_now() - t0;
+        openblas_set_num_threads(1);
         if (r >= 0 && tb < best_b) best_b = tb;
 #endif
     }
