@@ -352,6 +352,16 @@ static void test_threads(hd_ctx *ctx) {
             bad += !check_mm(ctx, a, b, "big");
             hd_tensor_unref(a);
             hd_tensor_unref(b);
+            /* split into column blocks (n > m; 1000 is no multiple of 16),
+             * each layout of a and b */
+            int64_t wa2[2] = {40, 300}, wb2[2] = {300, 1000};
+            for (int l = 0; l < 4; l++) {
+                a = make_layout(ctx, fdts[di], wa2, 2, l & 1 ? LAY_TRANSPOSED : LAY_CONTIG);
+                b = make_layout(ctx, fdts[di], wb2, 2, l & 2 ? LAY_TRANSPOSED : LAY_CONTIG);
+                bad += !check_mm(ctx, a, b, "big, column blocks");
+                hd_tensor_unref(a);
+                hd_tensor_unref(b);
+            }
             a = make_layout(ctx, fdts[di], ba, 3, LAY_CONTIG);
             b = make_layout(ctx, fdts[di], bb, 2, LAY_TRANSPOSED);
             bad += !check_mm(ctx, a, b, "many small");
