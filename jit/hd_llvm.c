@@ -209,6 +209,7 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
     G.ctx = e->ctx;
     G.plan = &e->plan;
     G.f16c = h.f16c;
+    G.avx512 = h.avx512;
     G.t.c = LLVMContextCreate();
     LLVMContextSetDiagnosticHandler(G.t.c, llvm_diagnostic, NULL);
     G.mod =

@@ -46,7 +46,9 @@ struct hd_llvm_gen {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     int f16c;         /* host converts f16 in hardware */
+    int avx512;       /* the code is for AVX-512 (host has it, HODU_LLVM_AVX512 not 0) */
     int vw;           /* values being generated are vectors of vw lanes; 0: scalars */
+    int nt_store;     /* vector stores of vw contiguous elements are aligned and streamed */
     int scalar_calls; /* the kernel being built calls a scalar libm function */
 };
 
@@ -100,7 +102,7 @@ typedef struct hd_llvm_timing {
  * process-wide init. */
 typedef struct hd_llvm_host {
     const char *triple, *cpu, *features;
-    int f16c;
+    int f16c, avx512;
 } hd_llvm_host;
 hd_status hd_llvm_host_get(hd_ctx *ctx, hd_llvm_host *h);
 

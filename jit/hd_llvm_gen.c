@@ -292,6 +292,118 @@ static void ptrs_restore(gen_kernel *K, LLVMValueRef *saved) {
 
 typedef void (*gen_body_fn)(gen_kernel *K, void *ud);
 
+/* ---- elementwise loops as explicit vectors ---- */
+
+/* On AVX-512 hosts the innermost loop of an f32 elementwise kernel is
+ * explicit vector code of GEN_EW_LANES lanes, then a scalar tail: the same
+ * operations as the scalar body (the same bits), with what the loop
+ * vectorizer cannot emit: the vector math's scaling by 2^k as one
+ * vscalefps (hd_vm_exp_scale), and, for a kernel of at least GEN_NT_MIN
+ * elements with one output, streamed (non-temporal) stores, after a
+ * scalar head that aligns the output to 64 bytes: the output is not read
+ * into the cache first, so the loop moves 12 bytes an element, not 16,
+ * for a chain of two inputs. */
+#define GEN_EW_LANES 32 /* two AVX-512 vectors, interleaved */
+#define GEN_EW_SHIFT 5  /* log2(GEN_EW_LANES) */
+#define GEN_NT_MIN   ((int64_t)1 << 21)
+
+static int ew_all_f32(const gen_kernel *K) {
+    const hd_ir_graph *g = K->G->plan->g;
+    for (int i = 0; i < K->k->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[K->k->nodes[i]];
+        if (g->values[n->out].dtype != HD_F32) return 0;
+        for (int j = 0; j < n->nin; j++)
+            if (g->values[n->in[j]].dtype != HD_F32) return 0;
+    }
+    return 1;
+}
+
+static int ew_vector_ok(const gen_kernel *K, int l) {
+    if (!K->G->avx512 || K->k->kind != HD_PLAN_K_ELEMENTWISE || K->has_calls) return 0;
+    if (K->lev[l] < GEN_EW_LANES || !ew_all_f32(K)) return 0;
+    for (int j = 0; j < K->nops; j++)
+        if (K->ops[j].st[l] != 0 && K->ops[j].st[l] != 1) return 0;
+    return 1;
+}
+
+/* The one stored operand of a one-loop kernel large enough to stream, or -1. */
+static int ew_stream_op(const gen_kernel *K) {
+    int s = -1;
+    if (K->nlev != 1 || K->k->numel < GEN_NT_MIN) return -1;
+    for (int j = 0; j < K->nops; j++) {
+        if (!K->ops[j].store) continue;
+        if (s >= 0 || K->ops[j].st[0] != 1) return -1;
+        s = j;
+    }
+    return s;
+}
+
+/* body over [lo, hi) of level l, one element at a time. */
+static void ew_scalar_loop(gen_kernel *K, int l, LLVMValueRef lo, LLVMValueRef hi, gen_body_fn body,
+                           void *ud) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef saved[K->nops + 1];
+    gen_loop L;
+    ptrs_step(K, l, loop_begin(G, &L, lo, hi), saved);
+    regs_clear(K);
+    body(K, ud);
+    ptrs_restore(K, saved);
+    loop_end(G, &L, 0);
+}
+
+/* Where the streamed head ends: the first index in [lo, hi] whose element
+ * of operand s is 64-byte aligned (hi if it never is). */
+static LLVMValueRef ew_head_end(gen_kernel *K, int s, LLVMValueRef lo, LLVMValueRef hi) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef a = LLVMBuildAdd(B, LLVMBuildPtrToInt(B, K->ops[s].ptr, G->t.i64, ""),
+                                  LLVMBuildShl(B, lo, c64(G, 2), ""), "");
+    LLVMValueRef mis = LLVMBuildAnd(B, a, c64(G, 63), "");
+    LLVMValueRef peel = LLVMBuildLShr(
+        B, LLVMBuildAnd(B, LLVMBuildSub(B, c64(G, 64), mis, ""), c64(G, 63), ""), c64(G, 2), "");
+    LLVMValueRef end = LLVMBuildAdd(B, lo, peel, "");
+    end = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, end, hi, ""), end, hi, "");
+    LLVMValueRef odd =
+        LLVMBuildICmp(B, LLVMIntNE, LLVMBuildAnd(B, a, c64(G, 3), ""), c64(G, 0), "");
+    return LLVMBuildSelect(B, odd, hi, end, "");
+}
+
+static void ew_sfence(hd_llvm_gen *G) {
+    const char *name = "llvm.x86.sse.sfence";
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, NULL, 0);
+    LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, NULL, 0), f, NULL, 0, "");
+}
+
+/* Level l over [lo, hi): the streamed head, vectors of GEN_EW_LANES, the
+ * scalar tail. */
+static void ew_vector_level(gen_kernel *K, int l, LLVMValueRef lo, LLVMValueRef hi,
+                            gen_body_fn body, void *ud) {
+    hd_llvm_gen *G = K->G;
+    int s = l == 0 ? ew_stream_op(K) : -1;
+    LLVMValueRef vlo = lo;
+    if (s >= 0) {
+        vlo = ew_head_end(K, s, lo, hi);
+        ew_scalar_loop(K, l, lo, vlo, body, ud);
+    }
+    LLVMValueRef nb = LLVMBuildLShr(B, LLVMBuildSub(B, hi, vlo, ""), c64(G, GEN_EW_SHIFT), "");
+    LLVMValueRef vend = LLVMBuildAdd(B, vlo, LLVMBuildShl(B, nb, c64(G, GEN_EW_SHIFT), ""), "");
+    LLVMValueRef saved[K->nops + 1];
+    gen_loop L;
+    LLVMValueRef b = loop_begin(G, &L, c64(G, 0), nb);
+    ptrs_step(K, l, LLVMBuildAdd(B, vlo, LLVMBuildShl(B, b, c64(G, GEN_EW_SHIFT), ""), ""), saved);
+    regs_clear(K);
+    K->vlev = l;
+    G->vw = GEN_EW_LANES;
+    G->nt_store = s >= 0;
+    body(K, ud);
+    G->vw = 0;
+    G->nt_store = 0;
+    ptrs_restore(K, saved);
+    loop_end(G, &L, 0);
+    ew_scalar_loop(K, l, vend, hi, body, ud);
+    if (s >= 0) ew_sfence(G);
+}
+
 /* Loops over levels [l, l1) around body(K, ud). Level 0 runs [lo, hi). */
 static void loops(gen_kernel *K, int l, int l1, LLVMValueRef lo, LLVMValueRef hi, gen_body_fn body,
                   void *ud) {
@@ -299,6 +411,10 @@ static void loops(gen_kernel *K, int l, int l1, LLVMValueRef lo, LLVMValueRef hi
     if (l == l1) {
         regs_clear(K);
         body(K, ud);
+        return;
+    }
+    if (l + 1 == l1 && ew_vector_ok(K, l)) {
+        ew_vector_level(K, l, l == 0 ? lo : c64(G, 0), l == 0 ? hi : c64(G, K->lev[l]), body, ud);
         return;
     }
     LLVMValueRef saved[K->nops + 1];

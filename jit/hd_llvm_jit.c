@@ -70,6 +70,7 @@ hd_status hd_llvm_host_get(hd_ctx *ctx, hd_llvm_host *h) {
     h->cpu = jit_cpu;
     h->features = e && !strcmp(e, "0") ? jit_features_no512 : jit_features;
     h->f16c = strstr(h->features, "+f16c") != NULL;
+    h->avx512 = strstr(h->features, "+avx512f") != NULL;
     return HD_OK;
 }
 

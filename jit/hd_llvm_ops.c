@@ -214,8 +214,14 @@ void hd_llvm_store_n(hd_llvm_gen *G, hd_dtype dt, LLVMValueRef ptr, int64_t step
     LLVMTypeRef mt = hd_llvm_mem_type(G, dt);
     if (G->vw && step == 1) {
         LLVMTypeRef vt = LLVMVectorType(mt, (unsigned)G->vw);
-        LLVMSetAlignment(LLVMBuildStore(B, v, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), "")),
-                         align);
+        LLVMValueRef st =
+            LLVMBuildStore(B, v, LLVMBuildBitCast(B, ptr, LLVMPointerType(vt, 0), ""));
+        LLVMSetAlignment(st, G->nt_store ? 64 : align); /* streamed: 64-byte aligned */
+        if (G->nt_store) {                              /* !nontemporal !{i32 1} */
+            LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(G->t.i32, 1, 0));
+            LLVMSetMetadata(st, LLVMGetMDKindIDInContext(G->t.c, "nontemporal", 11),
+                            LLVMMetadataAsValue(G->t.c, LLVMMDNodeInContext2(G->t.c, &one, 1)));
+        }
         return;
     }
     for (int i = 0; i < (G->vw ? G->vw : 1); i++) {
@@ -367,6 +373,34 @@ static LLVMValueRef vm_dfromhi(hd_llvm_gen *G, LLVMValueRef u) {
     return LLVMBuildBitCast(B, w, VT(f64), "");
 }
 
+/* t 2^n rounded once, n an integral float: vscalefps on 16 lanes (AVX-512
+ * vector code only; the vector math's exp scaling, hd_vm_exp_scale). */
+static LLVMValueRef vm_scalef16(hd_llvm_gen *G, LLVMValueRef t, LLVMValueRef n) {
+    const char *name = "llvm.x86.avx512.mask.scalef.ps.512";
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, NULL, 0);
+    LLVMValueRef args[5] = {t, n, LLVMGetUndef(LLVMTypeOf(t)), LLVMConstInt(G->t.i16, 0xffff, 0),
+                            LLVMConstInt(G->t.i32, 4, 0)}; /* all lanes, the current rounding */
+    return LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, NULL, 0), f, args, 5, "");
+}
+
+/* lanes [at, at + n) of v */
+static LLVMValueRef vm_lanes(hd_llvm_gen *G, LLVMValueRef v, unsigned at, unsigned n) {
+    LLVMValueRef idx[64];
+    for (unsigned i = 0; i < n; i++) idx[i] = LLVMConstInt(G->t.i32, at + i, 0);
+    return LLVMBuildShuffleVector(B, v, LLVMGetUndef(LLVMTypeOf(v)), LLVMConstVector(idx, n), "");
+}
+
+/* vm_scalef16 on vectors of 16 or 32 lanes (split in halves) */
+static LLVMValueRef vm_scalef(hd_llvm_gen *G, LLVMValueRef t, LLVMValueRef n) {
+    if (G->vw == 16) return vm_scalef16(G, t, n);
+    LLVMValueRef r0 = vm_scalef16(G, vm_lanes(G, t, 0, 16), vm_lanes(G, n, 0, 16));
+    LLVMValueRef r1 = vm_scalef16(G, vm_lanes(G, t, 16, 16), vm_lanes(G, n, 16, 16));
+    LLVMValueRef idx[32];
+    for (unsigned i = 0; i < 32; i++) idx[i] = LLVMConstInt(G->t.i32, i, 0);
+    return LLVMBuildShuffleVector(B, r0, r1, LLVMConstVector(idx, 32), "");
+}
+
 /* The VM_* operations of hd_vmath_algo.h as IR builders: every function
  * there becomes an emitter of the same operations, in order (scalars, or
  * vectors of G->vw lanes). Masks are i1 values. */
@@ -432,6 +466,8 @@ static LLVMValueRef vm_dfromhi(hd_llvm_gen *G, LLVMValueRef u) {
 #define VM_DCLAMP(d, lo, hi)          vm_dclamp(G, d, lo, hi)
 #define VM_DFROMHI(u)                 vm_dfromhi(G, u)
 #define VM_FTOI(a)                    LLVMBuildFPToSI(B, a, VT(i32), "")
+#define VM_LDEXP(t, n)                vm_scalef(G, t, n)
+#define VM_LDEXP_ON                   (G->avx512 && (G->vw == 16 || G->vw == 32))
 
 #include "hd_vmath_algo.h"
 
@@ -495,6 +531,8 @@ static LLVMValueRef vm_dfromhi(hd_llvm_gen *G, LLVMValueRef u) {
 #undef VM_DCLAMP
 #undef VM_DFROMHI
 #undef VM_FTOI
+#undef VM_LDEXP
+#undef VM_LDEXP_ON
 
 /* cpu_nn's nn_expf (the softmax family's), operation for operation. */
 static LLVMValueRef nn_expf(hd_llvm_gen *G, LLVMValueRef x) {

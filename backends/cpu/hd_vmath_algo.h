@@ -38,6 +38,8 @@
  *   VM_UEQ(a, b): u32 equality -> mask
  *   VM_FNQ(name, a, q), VM_CALLQ(name, a, q): a function with an extra int
  *   argument, a constant where it is called
+ *   optionally VM_LDEXP(t, n), VM_LDEXP_ON: t 2^n rounded once (n an
+ *   integral float) and whether the code being made has it
  * and for the f64 arithmetic of sin, cos and pow:
  *   VM_D                   the type of an f64 value
  *   VM_CD(c)               an f64 constant
@@ -81,6 +83,14 @@ VM_FN1(hd_vm_expm1_poly, r) {
  * (x + 127) left by 23 drops 0x4B400000's bits, which leaves the biased
  * exponent. */
 VM_FN2(hd_vm_exp_scale, q, z) {
+#ifdef VM_LDEXP
+    /* An instantiation with a one-step scaling (VM_LDEXP(t, n) = t 2^n
+     * rounded once, n an integral float; AVX-512's vscalefps) uses it where
+     * VM_LDEXP_ON: the same bits, since fma(q, s1, s1) is s1 (1 + q) with
+     * 1 + q rounded (s1 (1 + q) is normal), and the product by s2 rounds
+     * (1 + q) 2^k once. */
+    if (VM_LDEXP_ON) return VM_LDEXP(VM_ADD(q, VM_CF(1.0f)), VM_SUB(z, VM_CF(HD_VM_SHIFT)));
+#endif
     VM_U u = VM_BITS(z);
     VM_U h = VM_SHR(u, 1); /* 0x25A00000 + floor(k / 2) */
     VM_F s1 = VM_FLT(VM_SHL(VM_UADD(h, VM_CU(127)), 23));
