@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 const char *const hd_jit_compiler_names[] = {"interp", "llvm", "cuda", NULL};
 
@@ -88,6 +89,38 @@ hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *cons
         return hd_error(ctx, HD_ERR_ARGUMENT, "input '%s' has no data (a traced tensor)",
                         g->inputs[i].name);
     }
+    return HD_OK;
+}
+
+static double jit_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
+                     const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
+                     hd_tensor **outputs, int noutputs) {
+    double t0 = jit_now();
+    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
+    if (noutputs != g->noutputs)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
+                        g->noutputs, noutputs);
+    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
+    hd_status r = HD_OK;
+    for (int i = 0; i < ninputs && !r; i++) r = ops->bind_input(e, ctx, ud, i, inputs[i]);
+    if (!r) r = ops->exec(e, ctx, ud);
+    for (int i = 0; i < noutputs && !r; i++) r = ops->output(e, ctx, ud, i, &outputs[i]);
+    if (ops->unbind) ops->unbind(e);
+    if (r) {
+        for (int i = 0; i < noutputs; i++) {
+            hd_tensor_unref(outputs[i]);
+            outputs[i] = NULL;
+        }
+        return r;
+    }
+    st->runs++;
+    st->run_seconds += jit_now() - t0;
     return HD_OK;
 }
 

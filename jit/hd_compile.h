@@ -92,6 +92,22 @@ hd_status hd_jit_optimize(hd_ctx *ctx, hd_ir_graph *g, const hd_jit_options *opt
 hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *const *inputs,
                               int ninputs);
 
+/* What an executor does at each run, for hd_jit_run; ud is the executor's
+ * own (cuda: the device). unbind may be NULL. */
+typedef struct hd_jit_run_ops {
+    hd_status (*bind_input)(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t);
+    hd_status (*exec)(hd_jit_exec *e, hd_ctx *ctx, void *ud); /* outputs' memory, the steps */
+    hd_status (*output)(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out);
+    void (*unbind)(hd_jit_exec *e);
+} hd_jit_run_ops;
+
+/* A compiler's run (g: the executable's graph): checks the output count and
+ * the inputs, binds the inputs, runs, takes every output or none (outputs
+ * are NULL on an error), unbinds, and counts the run and its time in st. */
+hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
+                     const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
+                     hd_tensor **outputs, int noutputs);
+
 /* ---- cache keys ----
  *
  * The language caches compiled code by body, input signature, captured

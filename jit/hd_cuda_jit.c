@@ -159,26 +159,6 @@ static hd_status cj_roots(hd_jit_exec *e) {
     return HD_OK;
 }
 
-/* Tensors over every value with memory: views of their slot's root. */
-static hd_status cj_vals(hd_jit_exec *e) {
-    const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
-    for (int v = 0; v < g->nvalues; v++) {
-        const hd_plan_val *pv = &p->vals[v];
-        const hd_ir_value *val = &g->values[v];
-        if (pv->slot < 0) continue;
-        hd_tensor *root = e->roots[pv->slot];
-        hd_tensor *t = hd_tensor_view(e->ctx, root, val->shape, pv->strides, val->ndim, 0);
-        if (!t) return e->ctx->status;
-        int es = hd_dtype_size(val->dtype);
-        int64_t base = (int64_t)root->offset * hd_dtype_size(root->dtype);
-        t->dtype = val->dtype;
-        t->offset = (base + pv->byte_off) / es;
-        e->vals[v] = t;
-    }
-    return HD_OK;
-}
-
 /* ---- steps ---- */
 
 /* May node n be recorded once and replayed? Random draws would repeat
@@ -293,7 +273,8 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
     if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in) return ctx->status;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
-    if (!d || cj_roots(e) || cj_vals(e) || cj_codegen(e, d)) return ctx->status;
+    if (!d || cj_roots(e) || hd_plan_views(e->ctx, &e->plan, e->roots, e->vals) || cj_codegen(e, d))
+        return ctx->status;
     e->stats.planned_bytes = e->plan.arena_bytes;
     e->stats.fallbacks = e->plan.nfallback;
     e->stats.launches = e->stats.kernels;
@@ -379,7 +360,8 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     return hd_cuda_check(ctx, a->graph_launch(e->gexec, d->stream), "cuGraphLaunch");
 }
 
-static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
+    hd_cuda_dev *d = ud;
     if (e->gexec)
         return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(e->gexec, d->stream),
                              "cuGraphLaunch");
@@ -388,7 +370,8 @@ static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
 }
 
 /* Copy input i into its fixed buffer (stream-ordered). */
-static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor *t) {
+static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
+    hd_cuda_dev *d = ud;
     hd_tensor *dst = e->roots[e->plan.slot_in0 + i];
     const hd_storage *s = t->storage;
     if (s->backend != e->be || s->device != e->device)
@@ -407,7 +390,8 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int 
 }
 
 /* Output i for the caller: a new tensor holding a copy of its value. */
-static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor **out) {
+static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
+    hd_cuda_dev *d = ud;
     int v = e->g->outputs[i].value;
     const hd_plan_val *pv = &e->plan.vals[v];
     hd_tensor *src = pv->fresh ? e->roots[pv->slot] : e->vals[v];
@@ -435,30 +419,13 @@ static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, h
 
 static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                         hd_tensor **outputs, int noutputs) {
-    double t0 = cj_now();
-    hd_ir_graph *g = e->g;
+    static const hd_jit_run_ops ops = {cj_bind_input, cj_exec, cj_output, NULL};
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
-    if (noutputs != g->noutputs)
-        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
-                        g->noutputs, noutputs);
-    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
-    if (!d) return ctx->status;
-    hd_status st = HD_OK;
-    for (int i = 0; i < ninputs && !st; i++) st = cj_bind_input(e, ctx, d, i, inputs[i]);
-    if (!st) st = cj_exec(e, ctx, d);
-    for (int i = 0; i < noutputs && !st; i++) st = cj_output(e, ctx, d, i, &outputs[i]);
-    if (st) {
-        for (int i = 0; i < noutputs; i++) {
-            hd_tensor_unref(outputs[i]);
-            outputs[i] = NULL;
-        }
-        return st;
-    }
-    e->stats.runs++;
+    if (!d || hd_jit_run(ctx, &ops, e, d, e->g, &e->stats, inputs, ninputs, outputs, noutputs))
+        return ctx->status;
     e->stats.launches = e->gexec ? 1 : e->stats.kernels;
     e->stats.cuda_graph = e->gexec != NULL;
-    e->stats.run_seconds += cj_now() - t0;
     return HD_OK;
 }
 

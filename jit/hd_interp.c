@@ -256,8 +256,8 @@ static hd_status interp_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_
 
 /* Point input slot i at the caller's tensor, or copy it into the
  * executable's own buffer when it is strided or elsewhere. */
-static hd_status interp_bind_input(hd_jit_exec *e, int i, hd_tensor *t) {
-    hd_ctx *ctx = e->ctx;
+static hd_status interp_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
+    HD_UNUSED(ud);
     hd_tensor *slot = e->vals[e->g->inputs[i].value];
     const hd_storage *s = t->storage;
     if (s->backend == e->be && s->device == e->device && hd_tensor_is_contiguous(t)) {
@@ -308,7 +308,9 @@ static hd_status interp_exec_steps(hd_jit_exec *e) {
 
 /* Output i for the caller: this run's fresh memory, or a copy of a value
  * the executable keeps (an input, a constant, a view). */
-static hd_status interp_output(hd_jit_exec *e, int i, hd_tensor **out) {
+static hd_status interp_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
+    HD_UNUSED(ctx);
+    HD_UNUSED(ud);
     int v = e->g->outputs[i].value;
     if (e->fresh[v]) {
         *out = hd_tensor_ref(e->results[v]);
@@ -338,31 +340,17 @@ static void interp_unbind(hd_jit_exec *e) {
     }
 }
 
+static hd_status interp_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
+    HD_UNUSED(ctx);
+    HD_UNUSED(ud);
+    return interp_bind_outputs(e) || interp_exec_steps(e) ? e->ctx->status : HD_OK;
+}
+
 static hd_status interp_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                             hd_tensor **outputs, int noutputs) {
-    double t0 = interp_now();
-    hd_ir_graph *g = e->g;
-    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
-    if (noutputs != g->noutputs)
-        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
-                        g->noutputs, noutputs);
-    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
-    hd_status st = HD_OK;
-    for (int i = 0; i < ninputs && !st; i++) st = interp_bind_input(e, i, inputs[i]);
-    if (!st) st = interp_bind_outputs(e);
-    if (!st) st = interp_exec_steps(e);
-    for (int i = 0; i < noutputs && !st; i++) st = interp_output(e, i, &outputs[i]);
-    interp_unbind(e);
-    if (st) {
-        for (int i = 0; i < noutputs; i++) {
-            hd_tensor_unref(outputs[i]);
-            outputs[i] = NULL;
-        }
-        return st;
-    }
-    e->stats.runs++;
-    e->stats.run_seconds += interp_now() - t0;
-    return HD_OK;
+    static const hd_jit_run_ops ops = {interp_bind_input, interp_exec, interp_output,
+                                       interp_unbind};
+    return hd_jit_run(ctx, &ops, e, NULL, e->g, &e->stats, inputs, ninputs, outputs, noutputs);
 }
 
 static void interp_stats(const hd_jit_exec *e, hd_jit_stats *st) {

@@ -125,26 +125,6 @@ static hd_status llvm_roots(hd_jit_exec *e) {
     return HD_OK;
 }
 
-/* Tensors for every value with memory: views over their slot's root. */
-static hd_status llvm_vals(hd_jit_exec *e) {
-    const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
-    for (int v = 0; v < g->nvalues; v++) {
-        const hd_plan_val *pv = &p->vals[v];
-        const hd_ir_value *val = &g->values[v];
-        if (pv->slot < 0) continue;
-        hd_tensor *root = e->roots[pv->slot];
-        hd_tensor *t = hd_tensor_view(e->ctx, root, val->shape, pv->strides, val->ndim, 0);
-        if (!t) return e->ctx->status;
-        int es = hd_dtype_size(val->dtype);
-        int64_t base = pv->slot == 0 ? 0 : (int64_t)root->offset * hd_dtype_size(root->dtype);
-        t->dtype = val->dtype;
-        t->offset = (base + pv->byte_off) / es;
-        e->vals[v] = t;
-    }
-    return HD_OK;
-}
-
 /* The input tensors of every runtime node, and a check that the backend
  * runs it (as interp does). */
 static hd_status llvm_node_inputs(hd_jit_exec *e) {
@@ -253,7 +233,8 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
     if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in)
         return ctx->status;
-    if (llvm_roots(e) || llvm_vals(e) || llvm_node_inputs(e)) return ctx->status;
+    if (llvm_roots(e) || hd_plan_views(e->ctx, &e->plan, e->roots, e->vals) || llvm_node_inputs(e))
+        return ctx->status;
     llvm_log_fallbacks(e);
     e->rt = (hd_llvm_rt){ctx, &hd_cpu_backend, g, e->vals, e->node_in};
     e->stats.kernels = e->plan.nsteps;
@@ -298,7 +279,8 @@ static void llvm_set_slot(hd_jit_exec *e, int s, void *data) {
 
 /* Point input i's slot at the caller's tensor, or copy it into the
  * executable's own buffer when it is strided. */
-static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor *t) {
+static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
+    HD_UNUSED(ud);
     int s = e->plan.slot_in0 + i;
     if (!hd_tensor_is_cpu(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
@@ -329,7 +311,8 @@ static hd_status llvm_bind_outputs(hd_jit_exec *e) {
 
 /* Output i for the caller: this run's fresh memory, or a copy of a value
  * the executable keeps (an input, a constant, a view). */
-static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor **out) {
+static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
+    HD_UNUSED(ud);
     int v = e->g->outputs[i].value;
     const hd_plan_val *pv = &e->plan.vals[v];
     if (pv->fresh) {
@@ -358,34 +341,17 @@ static void llvm_unbind(hd_jit_exec *e) {
     }
 }
 
+static hd_status llvm_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
+    HD_UNUSED(ud);
+    if (llvm_bind_outputs(e)) return ctx->status;
+    e->rt.ctx = ctx;
+    return (hd_status)e->main(e->slots, &e->rt);
+}
+
 static hd_status llvm_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                           hd_tensor **outputs, int noutputs) {
-    double t0 = llvm_now();
-    hd_ir_graph *g = e->g;
-    for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
-    if (noutputs != g->noutputs)
-        return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
-                        g->noutputs, noutputs);
-    if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
-    hd_status st = HD_OK;
-    for (int i = 0; i < ninputs && !st; i++) st = llvm_bind_input(e, ctx, i, inputs[i]);
-    if (!st) st = llvm_bind_outputs(e);
-    if (!st) {
-        e->rt.ctx = ctx;
-        st = (hd_status)e->main(e->slots, &e->rt);
-    }
-    for (int i = 0; i < noutputs && !st; i++) st = llvm_output(e, ctx, i, &outputs[i]);
-    llvm_unbind(e);
-    if (st) {
-        for (int i = 0; i < noutputs; i++) {
-            hd_tensor_unref(outputs[i]);
-            outputs[i] = NULL;
-        }
-        return st;
-    }
-    e->stats.runs++;
-    e->stats.run_seconds += llvm_now() - t0;
-    return HD_OK;
+    static const hd_jit_run_ops ops = {llvm_bind_input, llvm_exec, llvm_output, llvm_unbind};
+    return hd_jit_run(ctx, &ops, e, NULL, e->g, &e->stats, inputs, ninputs, outputs, noutputs);
 }
 
 static void llvm_stats(const hd_jit_exec *e, hd_jit_stats *st) {

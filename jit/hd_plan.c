@@ -676,3 +676,21 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     plan_places(&s);
     return HD_OK;
 }
+
+hd_status hd_plan_views(hd_ctx *ctx, const hd_plan *p, hd_tensor *const *roots, hd_tensor **vals) {
+    const hd_ir_graph *g = p->g;
+    for (int v = 0; v < g->nvalues; v++) {
+        const hd_plan_val *pv = &p->vals[v];
+        const hd_ir_value *val = &g->values[v];
+        if (pv->slot < 0) continue;
+        const hd_tensor *root = roots[pv->slot];
+        hd_tensor *t = hd_tensor_view(ctx, root, val->shape, pv->strides, val->ndim, 0);
+        if (!t) return ctx->status;
+        int es = hd_dtype_size(val->dtype);
+        int64_t base = (int64_t)root->offset * hd_dtype_size(root->dtype);
+        t->dtype = val->dtype;
+        t->offset = (base + pv->byte_off) / es;
+        vals[v] = t;
+    }
+    return HD_OK;
+}

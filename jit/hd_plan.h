@@ -84,4 +84,11 @@ enum {
  * in g's arena. flags: HD_PLAN_*. */
 hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p);
 
+/* Tensors over every value of p with memory (slot >= 0) into vals[v]:
+ * views of their slot's tensor roots[slot] (its own offset plus the
+ * value's byte offset), with the value's shape, strides and dtype. The
+ * executors' (llvm, cuda) tensors for runtime nodes, callbacks and
+ * outputs. */
+hd_status hd_plan_views(hd_ctx *ctx, const hd_plan *p, hd_tensor *const *roots, hd_tensor **vals);
+
 #endif
