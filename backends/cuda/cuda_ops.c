@@ -439,6 +439,92 @@ static hd_status ops_cross_entropy_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *o
     return st;
 }
 
+/* ---- conv2d and the pools (cuda_src_more.c): contiguous operands ---- */
+
+typedef struct {
+    int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, cg, og;
+} ops_convgeo;
+
+typedef struct {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+} ops_poolgeo;
+
+/* x [n, c, h, w], weight [o, cg, kh, kw], output positions [oh, ow]; the
+ * shape rule has checked the attributes (0 dilation or groups: 1). */
+static void conv_geo(ops_convgeo *g, const int64_t *x, const int64_t *w, const int64_t *y,
+                     const hd_attrs *at) {
+    g->n = x[0], g->c = x[1], g->h = x[2], g->w = x[3];
+    g->o = w[0], g->cg = w[1], g->kh = w[2], g->kw = w[3];
+    g->oh = y[2], g->ow = y[3];
+    g->sh = at->ints[0], g->sw = at->ints[1], g->ph = at->ints[2], g->pw = at->ints[3];
+    g->dh = at->ints[4] ? at->ints[4] : 1, g->dw = at->ints[5] ? at->ints[5] : 1;
+    int64_t groups = at->ints[6] ? at->ints[6] : 1;
+    g->og = g->o / groups;
+}
+
+/* x [n, c, h, w] pooled to [.., oh, ow] (stride 0: the kernel's size). */
+static void pool_geo(ops_poolgeo *g, const int64_t *x, const int64_t *y, const hd_attrs *at) {
+    g->planes = x[0] * x[1], g->h = x[2], g->w = x[3], g->oh = y[2], g->ow = y[3];
+    g->kh = at->ints[0], g->kw = at->ints[1];
+    g->sh = at->ints[2] ? at->ints[2] : g->kh, g->sw = at->ints[3] ? at->ints[3] : g->kw;
+    g->ph = at->ints[4], g->pw = at->ints[5];
+}
+
+/* Run op's kernel with geometry geo on contiguous copies of in into out
+ * (through a contiguous buffer when out is strided). */
+static hd_status conv_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                             hd_tensor *const *in, int nin, void *geo) {
+    hd_tensor *c[3] = {NULL, NULL, NULL}, *y = out;
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin && !st; i++)
+        if (!(c[i] = hd_tensor_contiguous(ctx, in[i]))) st = ctx->status;
+    if (!st && !hd_tensor_is_contiguous(out) &&
+        !(y = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, out->dtype, out->shape,
+                               out->ndim)))
+        st = ctx->status;
+    char name[96];
+    CUfunction f;
+    if (!st)
+        st = hd_cuda_function(
+            ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, sizeof name), &f);
+    if (!st && out->numel) {
+        void *o = ops_ptr(y), *p[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < nin; i++) p[i] = ops_ptr(c[i]);
+        void *args[] = {geo, &o, &p[0], &p[1], &p[2]};
+        if (op == HD_OP_CONV2D_BWD_WEIGHT) { /* a block per weight element */
+            int64_t grid = out->numel < 65535 * 16 ? out->numel : 65535 * 16;
+            st = hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
+        } else {
+            st = hd_cuda_launch(ctx, d, f, out->numel, args);
+        }
+    }
+    if (!st && y != out) st = ops_into(ctx, d, out, y);
+    if (y != out) hd_tensor_unref(y);
+    for (int i = 0; i < nin; i++) hd_tensor_unref(c[i]);
+    return st;
+}
+
+static hd_status ops_conv(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                          hd_tensor *const *in, int nin, const hd_attrs *at) {
+    ops_convgeo cg;
+    ops_poolgeo pg;
+    switch (op) {
+    case HD_OP_CONV2D: /* x, w[, b] */
+        conv_geo(&cg, in[0]->shape, in[1]->shape, out->shape, at);
+        return conv_launch(ctx, d, op, out, in, nin, &cg);
+    case HD_OP_CONV2D_BWD_INPUT: /* g, w -> dx */
+        conv_geo(&cg, out->shape, in[1]->shape, in[0]->shape, at);
+        return conv_launch(ctx, d, op, out, in, 2, &cg);
+    case HD_OP_CONV2D_BWD_WEIGHT: /* x, g -> dw */
+        conv_geo(&cg, in[0]->shape, out->shape, in[1]->shape, at);
+        return conv_launch(ctx, d, op, out, in, 2, &cg);
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D: pool_geo(&pg, in[0]->shape, out->shape, at); break;
+    default: pool_geo(&pg, out->shape, in[nin - 1]->shape, at); break; /* [x,] g -> dx */
+    }
+    return conv_launch(ctx, d, op, out, in, nin, &pg);
+}
+
 /* ---- dispatch ---- */
 
 static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
@@ -458,6 +544,13 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
+    case HD_OP_CONV2D:
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D:
+    case HD_OP_CONV2D_BWD_INPUT:
+    case HD_OP_CONV2D_BWD_WEIGHT:
+    case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_AVG_POOL2D_BWD: return ops_conv(ctx, d, op, out, in, nin, attrs);
     default: break;
     }
     switch (hd_op_infos[op].kind) {

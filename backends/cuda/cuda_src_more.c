@@ -383,6 +383,182 @@ static int mod_dropout(hd_cuda_src *s, hd_op op) {
     return 1;
 }
 
+/* ---- conv2d and the 2-d pools, with their gradients: one thread per
+ * output element (a block per weight element for the weight's gradient,
+ * whose sum runs over every image and position), direct loops over the
+ * window as cpu_conv.c defines it: padding, stride, dilation, groups;
+ * max pads with -inf and keeps NaN; avg divides by kh * kw. Sums of
+ * products are in double; the pools and their gradients add in the cpu
+ * kernels' order and type. ---- */
+
+static const char conv_geo[] =
+    "struct ConvGeo { i64 n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, cg, og; };\n"
+    "struct PoolGeo { i64 planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw; };\n"
+    /* the outputs q in [lo, hi] of n whose window (q * s - p, size k) holds i */
+    "__device__ __forceinline__ void win_range(i64 i, i64 s, i64 p, i64 k, i64 n, i64 &lo, i64 "
+    "&hi) {\n"
+    "  i64 a = i + p - k + 1; lo = a <= 0 ? 0 : (a + s - 1) / s; hi = (i + p) / s;\n"
+    "  if (hi > n - 1) hi = n - 1; }\n"
+    "#define GRID_LOOP(t, total) for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < "
+    "(total); t += (i64)gridDim.x * blockDim.x)\n";
+
+/* The kernel's header: typedef C, pointers O, and A, B, D (const). */
+static void conv_head(hd_cuda_src *s, hd_op op, hd_dtype dt, const char *geo) {
+    char name[96];
+    const char *T = mo_store[dt];
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s(const %s g, void *o_, const void *a_, "
+                       "const void *b_, const void *d_) {\n"
+                       "  typedef %s C; const %s *A = (const %s *)a_, *B = (const %s *)b_, *D = "
+                       "(const %s *)d_; %s *O = (%s *)o_; (void)A; (void)B; (void)D;\n",
+                       hd_cuda_kernel_name(op, dt, dt, name, sizeof name), geo,
+                       dt == HD_F64 ? "double" : "float", T, T, T, T, T, T);
+}
+
+static void conv_store(hd_cuda_src *s, hd_dtype dt, const char *at, const char *v) {
+    hd_cuda_src_printf(s, "    O[%s] = %s((C)(%s));\n", at, st_c[dt], v);
+}
+
+#define CONV_X "A[((n * g.c + grp * g.cg + c) * g.h + ih) * g.w + iw]"
+#define CONV_W "B[((o * g.cg + c) * g.kh + i) * g.kw + j]"
+
+/* y[n, o, oh, ow] = bias[o] + sum over c, i, j of x * w. A x, B w, D bias
+ * or NULL. */
+static void conv_fwd_kernel(hd_cuda_src *s, hd_dtype dt) {
+    char lx[96], lw[96], lb[32];
+    snprintf(lx, sizeof lx, ld_c[dt], CONV_X);
+    snprintf(lw, sizeof lw, ld_c[dt], CONV_W);
+    snprintf(lb, sizeof lb, ld_c[dt], "D[o]");
+    conv_head(s, HD_OP_CONV2D, dt, "ConvGeo");
+    hd_cuda_src_printf(
+        s,
+        "  GRID_LOOP(t, g.n * g.o * g.oh * g.ow) {\n"
+        "    i64 ow = t %% g.ow, oh = (t / g.ow) %% g.oh, o = (t / (g.ow * g.oh)) %% g.o, n = t / "
+        "(g.ow * g.oh * g.o), grp = o / g.og;\n"
+        "    double acc = D ? (double)%s : 0.0;\n"
+        "    for (i64 c = 0; c < g.cg; c++) for (i64 i = 0; i < g.kh; i++) {\n"
+        "      i64 ih = oh * g.sh - g.ph + i * g.dh; if (ih < 0 || ih >= g.h) continue;\n"
+        "      for (i64 j = 0; j < g.kw; j++) {\n"
+        "        i64 iw = ow * g.sw - g.pw + j * g.dw; if (iw < 0 || iw >= g.w) continue;\n"
+        "        acc += (double)%s * (double)%s; } }\n",
+        lb, lx, lw);
+    conv_store(s, dt, "t", "acc");
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+/* dx[n, c, ih, iw] = sum over the outputs and kernel taps that read it of
+ * g * w. A g [n, o, oh, ow], B w. */
+static void conv_bwd_input_kernel(hd_cuda_src *s, hd_dtype dt) {
+    conv_head(s, HD_OP_CONV2D_BWD_INPUT, dt, "ConvGeo");
+    hd_cuda_src_printf(
+        s,
+        "  GRID_LOOP(t, g.n * g.c * g.h * g.w) {\n"
+        "    i64 iw = t %% g.w, ih = (t / g.w) %% g.h, ch = (t / (g.w * g.h)) %% g.c, n = t / (g.w "
+        "* g.h * g.c);\n"
+        "    i64 grp = ch / g.cg, c = ch %% g.cg; double acc = 0;\n"
+        "    for (i64 o = grp * g.og; o < (grp + 1) * g.og; o++) for (i64 i = 0; i < g.kh; i++) {\n"
+        "      i64 th = ih + g.ph - i * g.dh; if (th < 0 || th %% g.sh) continue;\n"
+        "      i64 oh = th / g.sh; if (oh >= g.oh) continue;\n"
+        "      for (i64 j = 0; j < g.kw; j++) {\n"
+        "        i64 tw = iw + g.pw - j * g.dw; if (tw < 0 || tw %% g.sw) continue;\n"
+        "        i64 ow = tw / g.sw; if (ow >= g.ow) continue;\n"
+        "        acc += (double)A[((n * g.o + o) * g.oh + oh) * g.ow + ow] * (double)" CONV_W
+        "; } }\n");
+    conv_store(s, dt, "t", "acc");
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+/* dw[o, c, i, j] = sum over images and output positions of x * g: one
+ * block per weight element. A x, B g. */
+static void conv_bwd_weight_kernel(hd_cuda_src *s, hd_dtype dt) {
+    conv_head(s, HD_OP_CONV2D_BWD_WEIGHT, dt, "ConvGeo");
+    hd_cuda_src_printf(
+        s,
+        "  i64 nw = g.o * g.cg * g.kh * g.kw, np = g.n * g.oh * g.ow;\n"
+        "  for (i64 t = blockIdx.x; t < nw; t += gridDim.x) {\n"
+        "    i64 j = t %% g.kw, i = (t / g.kw) %% g.kh, c = (t / (g.kw * g.kh)) %% g.cg, o = t / "
+        "(g.kw * g.kh * g.cg), grp = o / g.og;\n"
+        "    double acc = 0;\n"
+        "    for (i64 q = threadIdx.x; q < np; q += blockDim.x) {\n"
+        "      i64 ow = q %% g.ow, oh = (q / g.ow) %% g.oh, n = q / (g.ow * g.oh);\n"
+        "      i64 ih = oh * g.sh - g.ph + i * g.dh, iw = ow * g.sw - g.pw + j * g.dw;\n"
+        "      if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;\n"
+        "      acc += (double)" CONV_X " * (double)B[((n * g.o + o) * g.oh + oh) * g.ow + ow]; }\n"
+        "    acc = block_reduce(acc, [](double p, double q) { return p + q; });\n"
+        "    if (threadIdx.x == 0) O[t] = (C)acc;\n"
+        "  }\n}\n");
+}
+
+/* max or avg over each output's window. A x [planes, h, w]. */
+static void pool_fwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char lx[64];
+    snprintf(lx, sizeof lx, ld_c[dt], "A[(pl * g.h + h) * g.w + iw]");
+    int max = op == HD_OP_MAX_POOL2D;
+    conv_head(s, op, dt, "PoolGeo");
+    hd_cuda_src_printf(
+        s,
+        "  GRID_LOOP(t, g.planes * g.oh * g.ow) {\n"
+        "    i64 ow = t %% g.ow, oh = (t / g.ow) %% g.oh, pl = t / (g.ow * g.oh);\n"
+        "    i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw, h1 = h0 + g.kh < g.h ? h0 + g.kh : "
+        "g.h;\n"
+        "    C m = %s;\n"
+        "    for (i64 h = h0 < 0 ? 0 : h0; h < h1; h++) for (i64 j = 0; j < g.kw; j++) {\n"
+        "      i64 iw = w0 + j; if (iw < 0 || iw >= g.w) continue;\n"
+        "      C v = %s; %s }\n",
+        max ? "-(C)HD_INF" : "0", lx, max ? "m = (v > m || v != v) ? v : m;" : "m += v;");
+    if (!max) hd_cuda_src_printf(s, "    m *= (C)(1.0 / (double)(g.kh * g.kw));\n");
+    conv_store(s, dt, "t", "m");
+    hd_cuda_src_printf(s, "  }\n}\n");
+}
+
+/* dx[pl, ih, iw]: the gradients of the windows holding it, in the cpu
+ * kernel's order (oh, then ow); max: only the windows whose first maximum
+ * (as the cpu kernel scans) it is. max: A x, B g; avg: A g. */
+static void pool_bwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    int max = op == HD_OP_MAX_POOL2D_BWD;
+    conv_head(s, op, dt, "PoolGeo");
+    hd_cuda_src_printf(
+        s, "  GRID_LOOP(t, g.planes * g.h * g.w) {\n"
+           "    i64 iw = t %% g.w, ih = (t / g.w) %% g.h, pl = t / (g.w * g.h);\n"
+           "    i64 ohl, ohh, owl, owh; C acc = 0;\n"
+           "    win_range(ih, g.sh, g.ph, g.kh, g.oh, ohl, ohh);\n"
+           "    win_range(iw, g.sw, g.pw, g.kw, g.ow, owl, owh);\n"
+           "    for (i64 oh = ohl; oh <= ohh; oh++) for (i64 ow = owl; ow <= owh; ow++) "
+           "{\n");
+    if (max)
+        hd_cuda_src_printf(
+            s,
+            "      i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;\n"
+            "      i64 h1 = h0 + g.kh < g.h ? h0 + g.kh : g.h, w1 = w0 + g.kw < g.w ? w0 + g.kw : "
+            "g.w;\n"
+            "      h0 = h0 < 0 ? 0 : h0; w0 = w0 < 0 ? 0 : w0;\n"
+            "      C m = -(C)HD_INF; i64 at = h0 * g.w + w0;\n"
+            "      for (i64 h = h0; h < h1; h++) for (i64 w = w0; w < w1; w++) {\n"
+            "        C v = A[(pl * g.h + h) * g.w + w]; if (v > m || v != v) { m = v; at = h * "
+            "g.w + w; } }\n"
+            "      if (at == ih * g.w + iw) acc += B[(pl * g.oh + oh) * g.ow + ow];\n");
+    else
+        hd_cuda_src_printf(s, "      acc += (C)((double)A[(pl * g.oh + oh) * g.ow + ow] * (1.0 / "
+                              "(double)(g.kh * g.kw)));\n");
+    hd_cuda_src_printf(s, "    }\n    O[t] = acc;\n  }\n}\n");
+}
+
+static int mod_conv(hd_cuda_src *s, hd_op op) {
+    hd_cuda_src_printf(s, "%s", conv_geo);
+    for (int dt = HD_F16; dt <= HD_F64; dt++) {
+        if (!cpu_ok(op, (hd_dtype)dt)) continue;
+        switch (op) {
+        case HD_OP_CONV2D: conv_fwd_kernel(s, (hd_dtype)dt); break;
+        case HD_OP_CONV2D_BWD_INPUT: conv_bwd_input_kernel(s, (hd_dtype)dt); break;
+        case HD_OP_CONV2D_BWD_WEIGHT: conv_bwd_weight_kernel(s, (hd_dtype)dt); break;
+        case HD_OP_MAX_POOL2D:
+        case HD_OP_AVG_POOL2D: pool_fwd_kernel(s, op, (hd_dtype)dt); break;
+        default: pool_bwd_kernel(s, op, (hd_dtype)dt); break;
+        }
+    }
+    return 1;
+}
+
 int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     switch (op) {
     case HD_OP_SOFTMAX:
@@ -394,6 +570,13 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_ONE_HOT: return mod_index(s, op);
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD: return mod_dropout(s, op);
+    case HD_OP_CONV2D:
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D:
+    case HD_OP_CONV2D_BWD_INPUT:
+    case HD_OP_CONV2D_BWD_WEIGHT:
+    case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_AVG_POOL2D_BWD: return mod_conv(s, op);
     default: break;
     }
     if (hd_op_infos[op].kind == HD_KIND_CREATE) return mod_create(s, op);
@@ -404,16 +587,7 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
  * compositions of these (cross_entropy, mse, layer_norm and their
  * gradients) or copies (assign, concat, matmul through cuBLAS). */
 int hd_cuda_has_op(hd_op op) {
-    switch (op) {
-    case HD_OP_CONV2D:
-    case HD_OP_MAX_POOL2D:
-    case HD_OP_AVG_POOL2D:
-    case HD_OP_CONV2D_BWD_INPUT:
-    case HD_OP_CONV2D_BWD_WEIGHT:
-    case HD_OP_MAX_POOL2D_BWD:
-    case HD_OP_AVG_POOL2D_BWD: return 0; /* no CUDA kernels yet (docs/cuda.md) */
-    default: return (unsigned)op < HD_OP_COUNT && hd_op_infos[op].kind != HD_KIND_VIEW;
-    }
+    return (unsigned)op < HD_OP_COUNT && hd_op_infos[op].kind != HD_KIND_VIEW;
 }
 
 /* Does op have a generated module (else it is composed or copied)? */
@@ -437,7 +611,14 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_ONE_HOT:
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD:
-    case HD_OP_GELU_BWD: return 1;
+    case HD_OP_GELU_BWD:
+    case HD_OP_CONV2D:
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D:
+    case HD_OP_CONV2D_BWD_INPUT:
+    case HD_OP_CONV2D_BWD_WEIGHT:
+    case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_AVG_POOL2D_BWD: return 1;
     default: return 0;
     }
 }

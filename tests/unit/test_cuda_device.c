@@ -81,15 +81,35 @@ static const char *const cases[] = {
     "x.reshape([5, 4])",
     "x.to(f16).sum()",
     "exp(x.to(bf16))",
+    "conv2d(x.reshape([1, 1, 4, 5]), y[0:2, 0:3].reshape([1, 1, 2, 3]), padding = 1)",
+    "conv2d(stack([x, y, x * y, y - x]).reshape([1, 4, 4, 5]), x.reshape([2, 2, 1, 5])[:, :, :, "
+    "0:3], b = y[0, 0:2], stride = [1, 2], padding = [1, 0], dilation = [1, 2], groups = 2)",
+    "conv2d(stack([x, y]).reshape([2, 1, 4, 5]).to(f16), y[0:3, 0:3].reshape([1, 1, 3, "
+    "3]).to(f16))",
+    "max_pool2d(stack([x, y]).reshape([1, 2, 4, 5]), 2)",
+    "max_pool2d(x.reshape([1, 1, 4, 5]), [3, 2], stride = [1, 2], padding = [1, 1])",
+    "avg_pool2d(x.reshape([2, 1, 2, 5]), [2, 3], stride = 1, padding = [1, 1])",
 };
 
 /* Gradients of a loss on each device. */
 static const char *const grads[] = {
-    "sum(x * y)",          "mean(tanh(x) * y)",
-    "sum(softmax(x) * y)", "sum(log_softmax(x) * y)",
-    "cross_entropy(x, i)", "mse(x @ y.T, x @ x.T)",
-    "sum(gelu(x))",        "sum(x[i])",
-    "sum(relu(x) ** 2)",   "sum(dropout(x, 0.5))",
+    "sum(x * y)",
+    "mean(tanh(x) * y)",
+    "sum(softmax(x) * y)",
+    "sum(log_softmax(x) * y)",
+    "cross_entropy(x, i)",
+    "mse(x @ y.T, x @ x.T)",
+    "sum(gelu(x))",
+    "sum(x[i])",
+    "sum(relu(x) ** 2)",
+    "sum(dropout(x, 0.5))",
+    "sum(conv2d(x.reshape([1, 1, 4, 5]), y[0:2, 0:3].reshape([1, 1, 2, 3]), padding = 1) ** 2)",
+    "sum(conv2d(stack([x, y]).reshape([1, 2, 4, 5]), y.reshape([2, 1, 2, 5])[:, :, :, 0:3], "
+    "stride = [2, 1], dilation = [1, 2], groups = 2) * 3)",
+    "sum(conv2d(y.reshape([1, 1, 4, 5]), x[0:3, 0:3].reshape([1, 1, 3, 3]), padding = 1) ** 2)",
+    "sum(max_pool2d(x.reshape([1, 1, 4, 5]), 2, stride = 1, padding = 1) ** 2)",
+    "sum(max_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], stride = [2, 1]) * 3)",
+    "sum(avg_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], padding = 1) ** 2)",
 };
 
 static int run_case(hodu_vm *vm, const char *dev, const char *expr, int grad) {
