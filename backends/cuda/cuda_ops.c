@@ -5,6 +5,7 @@
 #include "cuda_int.h"
 #include "hd_rng.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* A device pointer to the first element of t's view. */
@@ -470,10 +471,11 @@ static void pool_geo(ops_poolgeo *g, const int64_t *x, const int64_t *y, const h
     g->ph = at->ints[4], g->pw = at->ints[5];
 }
 
-/* Run op's kernel with geometry geo on contiguous copies of in into out
- * (through a contiguous buffer when out is strided). */
+/* Run op's kernel (geo, out, in[0], in[1], in[2]) on contiguous copies of
+ * in into out (through a contiguous buffer when out is strided): a thread
+ * per output element, or `blocks` blocks of 256 threads. */
 static hd_status conv_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
-                             hd_tensor *const *in, int nin, void *geo) {
+                             hd_tensor *const *in, int nin, void *geo, int64_t blocks) {
     hd_tensor *c[3] = {NULL, NULL, NULL}, *y = out;
     hd_status st = HD_OK;
     for (int i = 0; i < nin && !st; i++)
@@ -491,12 +493,11 @@ static hd_status conv_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
         void *o = ops_ptr(y), *p[3] = {NULL, NULL, NULL};
         for (int i = 0; i < nin; i++) p[i] = ops_ptr(c[i]);
         void *args[] = {geo, &o, &p[0], &p[1], &p[2]};
-        if (op == HD_OP_CONV2D_BWD_WEIGHT) { /* a block per weight element */
-            int64_t grid = out->numel < 65535 * 16 ? out->numel : 65535 * 16;
-            st = hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
-        } else {
+        if (blocks > 0)
+            st = hd_cuda_launch_grid(
+                ctx, d, f, (unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, args);
+        else
             st = hd_cuda_launch(ctx, d, f, out->numel, args);
-        }
     }
     if (!st && y != out) st = ops_into(ctx, d, out, y);
     if (y != out) hd_tensor_unref(y);
@@ -511,18 +512,77 @@ static hd_status ops_conv(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
     switch (op) {
     case HD_OP_CONV2D: /* x, w[, b] */
         conv_geo(&cg, in[0]->shape, in[1]->shape, out->shape, at);
-        return conv_launch(ctx, d, op, out, in, nin, &cg);
+        return conv_launch(ctx, d, op, out, in, nin, &cg, 0);
     case HD_OP_CONV2D_BWD_INPUT: /* g, w -> dx */
         conv_geo(&cg, out->shape, in[1]->shape, in[0]->shape, at);
-        return conv_launch(ctx, d, op, out, in, 2, &cg);
-    case HD_OP_CONV2D_BWD_WEIGHT: /* x, g -> dw */
+        return conv_launch(ctx, d, op, out, in, 2, &cg, 0);
+    case HD_OP_CONV2D_BWD_WEIGHT: /* x, g -> dw: a block per weight element */
         conv_geo(&cg, in[0]->shape, out->shape, in[1]->shape, at);
-        return conv_launch(ctx, d, op, out, in, 2, &cg);
+        return conv_launch(ctx, d, op, out, in, 2, &cg, out->numel);
     case HD_OP_MAX_POOL2D:
     case HD_OP_AVG_POOL2D: pool_geo(&pg, in[0]->shape, out->shape, at); break;
     default: pool_geo(&pg, out->shape, in[nin - 1]->shape, at); break; /* [x,] g -> dx */
     }
-    return conv_launch(ctx, d, op, out, in, nin, &pg);
+    return conv_launch(ctx, d, op, out, in, nin, &pg, 0);
+}
+
+/* ---- layer_norm (cuda_src_more.c): a block per row ---- */
+
+typedef struct {
+    int64_t rows, d;
+    double eps;
+} ops_lngeo;
+
+/* layer_norm's weight gradient: the rows' statistics, then a block per
+ * column. in: x, g. */
+static hd_status ln_dw(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                       ops_lngeo *g) {
+    hd_tensor *x = hd_tensor_contiguous(ctx, in[0]), *gc = hd_tensor_contiguous(ctx, in[1]);
+    int64_t n2 = g->rows * 2;
+    hd_tensor *st =
+        x && gc ? hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, HD_F64, &n2, 1)
+                : NULL;
+    hd_tensor *y = out;
+    if (st && !hd_tensor_is_contiguous(out))
+        y = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, out->dtype, out->shape,
+                             out->ndim);
+    hd_status r = st && y ? HD_OK : ctx->status;
+    char n1[64], n2n[64];
+    snprintf(n1, sizeof n1, "k_layer_norm_stats_%s", hd_dtype_name(out->dtype));
+    snprintf(n2n, sizeof n2n, "k_layer_norm_dw_%s", hd_dtype_name(out->dtype));
+    CUfunction f1, f2;
+    if (!r && g->rows && g->d) {
+        void *ps = ops_ptr(st), *px = ops_ptr(x), *pg = ops_ptr(gc), *o = ops_ptr(y);
+        void *a1[] = {g, &ps, &px}, *a2[] = {g, &o, &ps, &px, &pg};
+        int64_t b1 = g->rows < 65535 * 16 ? g->rows : 65535 * 16;
+        int64_t b2 = g->d < 65535 * 16 ? g->d : 65535 * 16;
+        r = hd_cuda_function(ctx, d, HD_OP_LAYER_NORM_BWD, n1, &f1) ||
+                    hd_cuda_function(ctx, d, HD_OP_LAYER_NORM_BWD, n2n, &f2) ||
+                    hd_cuda_launch_grid(ctx, d, f1, (unsigned)b1, 256, a1) ||
+                    hd_cuda_launch_grid(ctx, d, f2, (unsigned)b2, 256, a2)
+                ? ctx->status
+                : HD_OK;
+    }
+    if (!r && y != out) r = ops_into(ctx, d, out, y);
+    if (y != out) hd_tensor_unref(y);
+    hd_tensor_unref(st);
+    hd_tensor_unref(x);
+    hd_tensor_unref(gc);
+    return r;
+}
+
+/* layer_norm over the last ints[0] dims (x[, w, b]); its gradient
+ * (x, g[, w]): ints[1] 0 for dx, 1 for dw. */
+static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                                hd_tensor *const *in, int nin, const hd_attrs *at) {
+    const hd_tensor *x = in[0];
+    int64_t k = at->ints[0] ? at->ints[0] : 1;
+    ops_lngeo g;
+    g.d = hd_shape_numel(x->shape + x->ndim - k, (int)k);
+    g.rows = g.d ? x->numel / g.d : 0;
+    g.eps = at->scalar[0] != 0 ? at->scalar[0] : 1e-5;
+    if (op == HD_OP_LAYER_NORM_BWD && at->ints[1] == 1) return ln_dw(ctx, d, out, in, &g);
+    return conv_launch(ctx, d, op, out, in, nin, &g, g.rows);
 }
 
 /* ---- dispatch ---- */
@@ -551,6 +611,8 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_CONV2D_BWD_WEIGHT:
     case HD_OP_MAX_POOL2D_BWD:
     case HD_OP_AVG_POOL2D_BWD: return ops_conv(ctx, d, op, out, in, nin, attrs);
+    case HD_OP_LAYER_NORM:
+    case HD_OP_LAYER_NORM_BWD: return ops_layer_norm(ctx, d, op, out, in, nin, attrs);
     default: break;
     }
     switch (hd_op_infos[op].kind) {

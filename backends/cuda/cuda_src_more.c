@@ -559,6 +559,89 @@ static int mod_conv(hd_cuda_src *s, hd_op op) {
     return 1;
 }
 
+/* ---- layer_norm over rows of d contiguous elements, as cpu_nn: mean and
+ * biased variance in double (two passes), y = (x - mean) rstd [* w + b]
+ * in the working type; the backward in double: dx = rstd (g w - mean(g
+ * w)) - (x - mean) rstd^3 mean(g w (x - mean)); dw = sum over rows of g
+ * xhat, from per-row statistics (k_layer_norm_stats_<t>) then one block
+ * per column (k_layer_norm_dw_<t>). A block per row. ---- */
+
+static const char ln_geo[] =
+    "struct LnGeo { i64 rows, d; double eps; };\n"
+    "#define LN_ADD [](double p, double q) { return p + q; }\n"
+    /* the mean and 1 / sqrt(biased var + eps) of row xr (every thread) */
+    "template <class T, class L> __device__ void ln_stats(const T *xr, i64 d, double eps, L ld, "
+    "double &m, double &rs) {\n"
+    "  double s = 0; for (i64 k = threadIdx.x; k < d; k += blockDim.x) s += (double)ld(xr[k]);\n"
+    "  m = block_reduce(s, LN_ADD) / (double)d;\n"
+    "  double v = 0; for (i64 k = threadIdx.x; k < d; k += blockDim.x) { double t = "
+    "(double)ld(xr[k]) - m; v += t * t; }\n"
+    "  rs = 1.0 / sqrt(block_reduce(v, LN_ADD) / (double)d + eps); }\n";
+
+static void ln_kernels(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char name[96], ld[64];
+    const char *T = mo_store[dt], *C = dt == HD_F64 ? "double" : "float";
+    snprintf(ld, sizeof ld, ld_c[dt], "v");
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s(const LnGeo g, void *o_, const void *a_, "
+                       "const void *b_, const void *d_) {\n"
+                       "  typedef %s C; const %s *A = (const %s *)a_, *B = (const %s *)b_, *D = "
+                       "(const %s *)d_; %s *O = (%s *)o_;\n"
+                       "  auto ld = [](%s v) { return (C)%s; };\n"
+                       "  for (i64 r = blockIdx.x; r < g.rows; r += gridDim.x) {\n"
+                       "    const %s *xr = A + r * g.d; double m, rs; ln_stats(xr, g.d, g.eps, ld, "
+                       "m, rs);\n",
+                       hd_cuda_kernel_name(op, dt, dt, name, sizeof name), C, T, T, T, T, T, T, T,
+                       ld, T);
+    if (op == HD_OP_LAYER_NORM) /* A x, B w, D b (both or neither) */
+        hd_cuda_src_printf(
+            s,
+            "    C mu = (C)m, r1 = (C)rs;\n"
+            "    for (i64 k = threadIdx.x; k < g.d; k += blockDim.x) {\n"
+            "      C y = (ld(xr[k]) - mu) * r1; if (B) y = y * ld(B[k]) + ld(D[k]);\n"
+            "      O[r * g.d + k] = %s(y); }\n  }\n}\n",
+            st_c[dt]);
+    else /* dx: A x, B g, D w or NULL */
+        hd_cuda_src_printf(
+            s,
+            "    const %s *gr = B + r * g.d; double a = 0, b = 0;\n"
+            "    for (i64 k = threadIdx.x; k < g.d; k += blockDim.x) {\n"
+            "      double gw = (double)gr[k] * (D ? (double)D[k] : 1.0); a += gw; b += gw * "
+            "((double)xr[k] - m); }\n"
+            "    a = block_reduce(a, LN_ADD); b = block_reduce(b, LN_ADD);\n"
+            "    double c0 = rs * a / (double)g.d, c1 = rs * rs * rs * b / (double)g.d;\n"
+            "    for (i64 k = threadIdx.x; k < g.d; k += blockDim.x)\n"
+            "      O[r * g.d + k] = (C)(rs * (double)gr[k] * (D ? (double)D[k] : 1.0) - c0 - "
+            "((double)xr[k] - m) * c1);\n  }\n}\n",
+            T);
+    if (op != HD_OP_LAYER_NORM_BWD) return;
+    /* dw: the rows' statistics into st [rows, 2], then a block per column */
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void k_layer_norm_stats_%s(const LnGeo g, double *st, const void "
+        "*a_) {\n"
+        "  const %s *A = (const %s *)a_; auto ld = [](%s v) { return (double)v; };\n"
+        "  for (i64 r = blockIdx.x; r < g.rows; r += gridDim.x) { double m, rs;\n"
+        "    ln_stats(A + r * g.d, g.d, g.eps, ld, m, rs);\n"
+        "    if (threadIdx.x == 0) { st[2 * r] = m; st[2 * r + 1] = rs; } }\n}\n"
+        "extern \"C\" __global__ void k_layer_norm_dw_%s(const LnGeo g, void *o_, const double "
+        "*st, const void *a_, const void *b_) {\n"
+        "  const %s *A = (const %s *)a_, *B = (const %s *)b_; %s *O = (%s *)o_;\n"
+        "  for (i64 j = blockIdx.x; j < g.d; j += gridDim.x) { double acc = 0;\n"
+        "    for (i64 r = threadIdx.x; r < g.rows; r += blockDim.x)\n"
+        "      acc += (double)B[r * g.d + j] * ((double)A[r * g.d + j] - st[2 * r]) * st[2 * r + "
+        "1];\n"
+        "    acc = block_reduce(acc, LN_ADD); if (threadIdx.x == 0) O[j] = (%s)acc; }\n}\n",
+        hd_dtype_name(dt), T, T, T, hd_dtype_name(dt), T, T, T, T, T, T);
+}
+
+static int mod_layer_norm(hd_cuda_src *s, hd_op op) {
+    hd_cuda_src_printf(s, "%s", ln_geo);
+    for (int dt = HD_F16; dt <= HD_F64; dt++)
+        if (cpu_ok(op, (hd_dtype)dt)) ln_kernels(s, op, (hd_dtype)dt);
+    return 1;
+}
+
 int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     switch (op) {
     case HD_OP_SOFTMAX:
@@ -577,6 +660,8 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_CONV2D_BWD_WEIGHT:
     case HD_OP_MAX_POOL2D_BWD:
     case HD_OP_AVG_POOL2D_BWD: return mod_conv(s, op);
+    case HD_OP_LAYER_NORM:
+    case HD_OP_LAYER_NORM_BWD: return mod_layer_norm(s, op);
     default: break;
     }
     if (hd_op_infos[op].kind == HD_KIND_CREATE) return mod_create(s, op);
@@ -584,8 +669,8 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
 }
 
 /* Ops run by a kernel of their own; the others of cuda_ops.c's list are
- * compositions of these (cross_entropy, mse, layer_norm and their
- * gradients) or copies (assign, concat, matmul through cuBLAS). */
+ * compositions of these (cross_entropy, mse and its gradient) or copies
+ * (assign, concat, matmul through cuBLAS). */
 int hd_cuda_has_op(hd_op op) {
     return (unsigned)op < HD_OP_COUNT && hd_op_infos[op].kind != HD_KIND_VIEW;
 }
@@ -618,7 +703,9 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_CONV2D_BWD_INPUT:
     case HD_OP_CONV2D_BWD_WEIGHT:
     case HD_OP_MAX_POOL2D_BWD:
-    case HD_OP_AVG_POOL2D_BWD: return 1;
+    case HD_OP_AVG_POOL2D_BWD:
+    case HD_OP_LAYER_NORM:
+    case HD_OP_LAYER_NORM_BWD: return 1;
     default: return 0;
     }
 }

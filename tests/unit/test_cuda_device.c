@@ -89,6 +89,9 @@ static const char *const cases[] = {
     "max_pool2d(stack([x, y]).reshape([1, 2, 4, 5]), 2)",
     "max_pool2d(x.reshape([1, 1, 4, 5]), [3, 2], stride = [1, 2], padding = [1, 1])",
     "avg_pool2d(x.reshape([2, 1, 2, 5]), [2, 3], stride = 1, padding = [1, 1])",
+    "layer_norm(x, [5])",
+    "layer_norm(x.reshape([2, 2, 5]), [2, 5], w = y.reshape([2, 2, 5])[0], b = y[1:3] - 1)",
+    "layer_norm(x.to(bf16), [5])",
 };
 
 /* Gradients of a loss on each device. */
@@ -110,6 +113,9 @@ static const char *const grads[] = {
     "sum(max_pool2d(x.reshape([1, 1, 4, 5]), 2, stride = 1, padding = 1) ** 2)",
     "sum(max_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], stride = [2, 1]) * 3)",
     "sum(avg_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], padding = 1) ** 2)",
+    "sum(layer_norm(x, [5]) * y)",
+    "sum(layer_norm(y.T, [4], w = x[0:4, 1], b = x[1, 0:4]) * y.T ** 2)",
+    "sum(layer_norm(y * 2, [5], w = x[1], b = y[0]) * y)",
 };
 
 static int run_case(hodu_vm *vm, const char *dev, const char *expr, int grad) {
