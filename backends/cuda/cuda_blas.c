@@ -2,7 +2,8 @@
  * broadcast), as one strided-batched GEMM. Row-major C = A B is computed
  * as column-major C^T = B^T A^T. f32 computes in f32 (no TF32, so results
  * match the cpu to 1e-5); f16 and bf16 accumulate in f32 on tensor cores;
- * f64 in f64. */
+ * f64 in f64. Integer dtypes run a generated kernel over the same
+ * operands (wrapping sums, as the cpu). */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
 
@@ -63,8 +64,25 @@ static hd_status blas_operand(hd_ctx *ctx, hd_tensor *t, const hd_tensor *out, i
     return *c ? HD_OK : ctx->status;
 }
 
+/* Integer products: the generated kernel (cuda_src_more.c) over the
+ * contiguous operands. */
+static hd_status blas_int(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, const hd_tensor *ca,
+                          const hd_tensor *cb, int64_t geo[6]) {
+    char name[96];
+    CUfunction f;
+    if (hd_cuda_function(ctx, d, HD_OP_MATMUL,
+                         hd_cuda_kernel_name(HD_OP_MATMUL, out->dtype, out->dtype, name, 96), &f))
+        return ctx->status;
+    void *o = out->storage->data;
+    void *pa = (char *)ca->storage->data + ca->offset * hd_dtype_size(ca->dtype);
+    void *pb = (char *)cb->storage->data + cb->offset * hd_dtype_size(cb->dtype);
+    void *args[] = {geo, &o, &pa, &pb};
+    return hd_cuda_launch(ctx, d, f, out->numel, args);
+}
+
 hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *a, hd_tensor *b) {
-    if (blas_handle(ctx, d)) return ctx->status;
+    int ints = !hd_dtype_is_float(out->dtype);
+    if (!ints && blas_handle(ctx, d)) return ctx->status;
     int64_t M = a->ndim == 1 ? 1 : a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
     int64_t N = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
@@ -88,6 +106,9 @@ hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor 
                            hd_cuda_api_get()->memset_d8((CUdeviceptr)(uintptr_t)out->storage->data,
                                                         0, hd_tensor_nbytes(out), d->stream),
                            "cuMemsetD8Async");
+    } else if (!st && batch > 0 && ints) {
+        int64_t geo[6] = {batch, M, N, K, sa, sb};
+        st = blas_int(ctx, d, out, ca, cb, geo);
     } else if (!st && batch > 0) {
         const char *pa = (const char *)ca->storage->data + ca->offset * hd_dtype_size(ca->dtype);
         const char *pb = (const char *)cb->storage->data + cb->offset * hd_dtype_size(cb->dtype);

@@ -642,6 +642,35 @@ static int mod_layer_norm(hd_cuda_src *s, hd_op op) {
     return 1;
 }
 
+/* ---- integer matmul (floats go through cuBLAS): products summed in
+ * wrapping u64, as cpu_matmul's loops; contiguous [batch, m, k] and
+ * [batch, k, n] operands with batch strides (0: broadcast) ---- */
+
+static void mm_int_kernel(hd_cuda_src *s, hd_dtype dt) {
+    char name[96];
+    const char *T = mo_store[dt];
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void %s(const MmGeo g, void *o_, const void *a_, const void *b_) "
+        "{\n"
+        "  const %s *A = (const %s *)a_, *B = (const %s *)b_; %s *O = (%s *)o_;\n"
+        "  for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < g.batch * g.m * g.n; t += "
+        "(i64)gridDim.x * blockDim.x) {\n"
+        "    i64 j = t %% g.n, i = (t / g.n) %% g.m, b = t / (g.n * g.m);\n"
+        "    const %s *ar = A + b * g.sa + i * g.k, *bc = B + b * g.sb + j; u64 acc = 0;\n"
+        "    for (i64 k = 0; k < g.k; k++) acc += (u64)(i64)ar[k] * (u64)(i64)bc[k * g.n];\n"
+        "    O[t] = (%s)acc; }\n}\n",
+        hd_cuda_kernel_name(HD_OP_MATMUL, dt, dt, name, sizeof name), T, T, T, T, T, T, T);
+}
+
+static int mod_matmul(hd_cuda_src *s) {
+    hd_cuda_src_printf(s, "struct MmGeo { i64 batch, m, n, k, sa, sb; };\n");
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+        if (!hd_dtype_is_float((hd_dtype)dt) && cpu_ok(HD_OP_MATMUL, (hd_dtype)dt))
+            mm_int_kernel(s, (hd_dtype)dt);
+    return 1;
+}
+
 int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     switch (op) {
     case HD_OP_SOFTMAX:
@@ -662,6 +691,7 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_AVG_POOL2D_BWD: return mod_conv(s, op);
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD: return mod_layer_norm(s, op);
+    case HD_OP_MATMUL: return mod_matmul(s);
     default: break;
     }
     if (hd_op_infos[op].kind == HD_KIND_CREATE) return mod_create(s, op);
@@ -705,7 +735,8 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_MAX_POOL2D_BWD:
     case HD_OP_AVG_POOL2D_BWD:
     case HD_OP_LAYER_NORM:
-    case HD_OP_LAYER_NORM_BWD: return 1;
+    case HD_OP_LAYER_NORM_BWD:
+    case HD_OP_MATMUL: return 1; /* integer dtypes only: floats go through cuBLAS */
     default: return 0;
     }
 }

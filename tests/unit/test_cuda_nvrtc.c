@@ -20,6 +20,7 @@ static void check_entry_points(const hd_cuda_src *s, hd_op op) {
         if (!hd_cpu_backend.supports_op(op, (hd_dtype)dt)) continue;
         hd_op_kind k = hd_op_infos[op].kind;
         if (op == HD_OP_CAST || op == HD_OP_WHERE || op == HD_OP_ONE_HOT) continue;
+        if (op == HD_OP_MATMUL && hd_dtype_is_float((hd_dtype)dt)) continue; /* cuBLAS */
         hd_dtype out = k == HD_KIND_COMPARE  ? HD_BOOL
                        : k == HD_KIND_REDUCE ? hd_cuda_reduce_out(op, (hd_dtype)dt)
                                              : (hd_dtype)dt;
