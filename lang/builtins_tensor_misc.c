@@ -24,21 +24,23 @@ static HD_TF_FN(tf_tolist) {
     return st;
 }
 
-/* Replace *t by its copy on (be, device). Moving a tensor that gradients
- * flow through is an error for now (no device-copy op in the table). */
+/* Replace *t by its copy on (be, device). A tensor that gradients flow
+ * through is recorded as a copy: its gradient (identity) comes back to the
+ * device it was moved from (backward moves each input's gradient to the
+ * input's device). */
 static hd_status to_device(hd_vm *vm, hd_tensor **t, const hd_backend *be, int device) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     const hd_storage *s = (*t)->storage;
     if (s && s->backend == be && s->device == device) return HD_OK;
     int rec = hd_autograd_wants(ctx, HD_OP_COPY, t, 1, (*t)->dtype);
     if (rec < 0) return hd_tfail(vm, "to");
-    if (rec)
-        return hd_vm_error(
-            vm, HD_ERR_RUNTIME,
-            "to: moving a tensor that requires grad between devices is not "
-            "differentiable; move it first, then make it a param (param(x.to(...)))");
     hd_tensor *d = NULL;
     if (hd_tensor_to_device(ctx, *t, be, device, &d)) return hd_tfail(vm, "to");
+    static const hd_attrs none;
+    if (rec && hd_autograd_record(ctx, HD_OP_COPY, t, t, 1, &none, d, 0)) {
+        hd_tensor_unref(d);
+        return hd_tfail(vm, "to");
+    }
     hd_tensor_unref(*t);
     *t = d;
     return HD_OK;

@@ -178,6 +178,8 @@ static hd_status node_fill(hd_ctx *ctx, hd_grad_node *n, const hd_grad_rule *rul
         hd_grad_edge *e = &n->edges[i];
         e->dtype = in[i]->dtype;
         e->ndim = in[i]->ndim;
+        e->be = in[i]->storage ? in[i]->storage->backend : NULL;
+        e->device = in[i]->storage ? in[i]->storage->device : 0;
         memcpy(e->shape, in[i]->shape, sizeof e->shape);
         if (tracked(in[i], sid)) {
             hd_grad_info *gi = in[i]->grad_info;
@@ -491,6 +493,13 @@ static hd_status grad_to_input(hd_ctx *ctx, hd_tensor **g, const hd_grad_edge *e
         hd_op_cast(ctx, t, e->dtype, &c);
         hd_tensor_unref(t);
         t = c;
+    }
+    if (t && e->be && t->storage &&
+        (t->storage->backend != e->be || t->storage->device != e->device)) {
+        hd_tensor *m = NULL;
+        hd_tensor_to_device(ctx, t, e->be, e->device, &m);
+        hd_tensor_unref(t);
+        t = m;
     }
     *g = t;
     return t ? HD_OK : ctx->status;

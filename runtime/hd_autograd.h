@@ -93,13 +93,16 @@ typedef struct hd_grad_node hd_grad_node;
 
 /* One input of a record. The gradient flows to node (the input's record) or
  * to leaf (the input itself, a leaf that requires grad); neither: a
- * constant. dtype and shape are the input's, which its gradient takes. */
+ * constant. dtype, shape and device are the input's, which its gradient
+ * takes (a device copy's gradient goes back to the device it came from). */
 typedef struct hd_grad_edge {
     hd_grad_node *node;
     hd_tensor *leaf;
     hd_dtype dtype;
     int ndim;
     int64_t shape[HD_MAX_DIMS];
+    const struct hd_backend *be; /* the input's device (NULL: traced, no memory) */
+    int device;
 } hd_grad_edge;
 
 struct hd_grad_node {

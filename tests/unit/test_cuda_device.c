@@ -119,6 +119,8 @@ static const char *const grads[] = {
     "sum(max_pool2d(x.reshape([1, 1, 4, 5]), 2, stride = 1, padding = 1) ** 2)",
     "sum(max_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], stride = [2, 1]) * 3)",
     "sum(avg_pool2d(x.reshape([1, 1, 4, 5]), [2, 3], padding = 1) ** 2)",
+    "sum(x.to(\"cpu\") ** 2)",
+    "sum((x.to(\"cpu\") * 3).to(dev) * y)",
     "sum(layer_norm(x, [5]) * y)",
     "sum(layer_norm(y.T, [4], w = x[0:4, 1], b = x[1, 0:4]) * y.T ** 2)",
     "sum(layer_norm(y * 2, [5], w = x[1], b = y[0]) * y)",
