@@ -847,7 +847,27 @@ static LLVMValueRef int_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMValue
     }
 }
 
+/* cpu_grad's gelu_bwd, operation for operation: in double, g (Phi(x) + x
+ * phi(x)) with Phi by libm's erf and phi by its exp; f32 rounded at the end. */
+static LLVMValueRef gelu_bwd(hd_llvm_gen *G, LLVMValueRef x, LLVMValueRef g) {
+    int f64 = is_f64(x);
+    LLVMTypeRef dty = VT(f64);
+    LLVMValueRef v = f64 ? x : LLVMBuildFPExt(B, x, dty, "");
+    LLVMValueRef gd = f64 ? g : LLVMBuildFPExt(B, g, dty, "");
+    LLVMValueRef e = LLVMBuildFMul(B, v, fconst(dty, 0.70710678118654752440), "");
+    LLVMValueRef erf_e = hd_llvm_call_libm(G, "erf", &e, 1);
+    LLVMValueRef cdf =
+        LLVMBuildFMul(B, fconst(dty, 0.5), LLVMBuildFAdd(B, fconst(dty, 1.0), erf_e, ""), "");
+    LLVMValueRef q = LLVMBuildFMul(B, LLVMBuildFMul(B, fconst(dty, -0.5), v, ""), v, "");
+    LLVMValueRef pdf = LLVMBuildFMul(B, fconst(dty, 0.39894228040143267794),
+                                     hd_llvm_call_libm(G, "exp", &q, 1), "");
+    LLVMValueRef r =
+        LLVMBuildFMul(B, gd, LLVMBuildFAdd(B, cdf, LLVMBuildFMul(B, v, pdf, ""), ""), "");
+    return f64 ? r : LLVMBuildFPTrunc(B, r, VT(f32), "");
+}
+
 LLVMValueRef hd_llvm_emit_node(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef *args) {
+    if (n->op == HD_OP_GELU_BWD) return gelu_bwd(G, args[0], args[1]);
     const hd_ir_graph *g = G->plan->g;
     hd_dtype dt = g->values[n->in[0]].dtype, od = g->values[n->out].dtype;
     int fl = hd_dtype_is_float(dt);

@@ -271,6 +271,38 @@ static void test_casts_and_where(hd_ctx *ctx) {
     }
 }
 
+/* gelu_bwd (a gradient kernel, elementwise) fused with its neighbours:
+ * gelu_bwd(x * 2, g) + x, one generated loop, the eager bits. */
+static hd_status gelu_bwd_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_tensor *two = hd_tensor_number(ctx, HD_F64, 2.0), *x2 = NULL, *gb = NULL;
+    hd_status st = op2(ctx, HD_OP_MUL, in[0], two, &x2);
+    if (!st) st = op2(ctx, HD_OP_GELU_BWD, x2, in[1], &gb);
+    if (!st) st = op2(ctx, HD_OP_ADD, gb, in[0], out);
+    hd_tensor_unref(two);
+    hd_tensor_unref(x2);
+    hd_tensor_unref(gb);
+    return st;
+}
+
+static void test_gelu_bwd(hd_ctx *ctx) {
+    static const int64_t sizes[] = {0, 1, 17, 257, 70001};
+    const hd_dtype dts[2] = {HD_F32, HD_F64};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        for (int d = 0; d < 2; d++) {
+            hd_tensor *in[2] = {make(ctx, dts[d], &sizes[i], 1, 3.0),
+                                make(ctx, dts[d], &sizes[i], 1, 0.5)};
+            char what[64];
+            snprintf(what, sizeof what, "gelu_bwd %s [%lld]", hd_dtype_name(dts[d]),
+                     (long long)sizes[i]);
+            hd_jit_stats st;
+            CHECK_MSG(check_body_tol(ctx, what, gelu_bwd_body, in, 2, 1, NULL, 0, &st), "%s", what);
+            CHECK(st.fallbacks == 0 && (sizes[i] == 0 || st.kernels == 1));
+            hd_tensor_unref(in[0]);
+            hd_tensor_unref(in[1]);
+        }
+}
+
 /* ---- fused chains, views, sizes ---- */
 
 /* tanh(a * 2 + b) * sigmoid(b) - exp(-a) */
@@ -1160,6 +1192,7 @@ int main(int argc, char **argv) {
     test_binary_ops(&ctx);
     test_casts_and_where(&ctx);
     test_chain(&ctx);
+    test_gelu_bwd(&ctx);
     test_vmath_sweep(&ctx);
     test_vmath_reductions(&ctx);
     test_views(&ctx);
