@@ -604,17 +604,11 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
-    case HD_OP_CONV2D:
-    case HD_OP_MAX_POOL2D:
-    case HD_OP_AVG_POOL2D:
-    case HD_OP_CONV2D_BWD_INPUT:
-    case HD_OP_CONV2D_BWD_WEIGHT:
-    case HD_OP_MAX_POOL2D_BWD:
-    case HD_OP_AVG_POOL2D_BWD: return ops_conv(ctx, d, op, out, in, nin, attrs);
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD: return ops_layer_norm(ctx, d, op, out, in, nin, attrs);
     default: break;
     }
+    if (hd_cuda_is_conv(op)) return ops_conv(ctx, d, op, out, in, nin, attrs);
     switch (hd_op_infos[op].kind) {
     case HD_KIND_CREATE: return ops_create(ctx, d, op, out, attrs);
     case HD_KIND_REDUCE: return ops_reduce(ctx, d, op, out, in, attrs);

@@ -543,6 +543,19 @@ static void pool_bwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     hd_cuda_src_printf(s, "    }\n    O[t] = acc;\n  }\n}\n");
 }
 
+int hd_cuda_is_conv(hd_op op) {
+    switch (op) {
+    case HD_OP_CONV2D:
+    case HD_OP_MAX_POOL2D:
+    case HD_OP_AVG_POOL2D:
+    case HD_OP_CONV2D_BWD_INPUT:
+    case HD_OP_CONV2D_BWD_WEIGHT:
+    case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_AVG_POOL2D_BWD: return 1;
+    default: return 0;
+    }
+}
+
 static int mod_conv(hd_cuda_src *s, hd_op op) {
     hd_cuda_src_printf(s, "%s", conv_geo);
     for (int dt = HD_F16; dt <= HD_F64; dt++) {
@@ -682,18 +695,12 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_ONE_HOT: return mod_index(s, op);
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD: return mod_dropout(s, op);
-    case HD_OP_CONV2D:
-    case HD_OP_MAX_POOL2D:
-    case HD_OP_AVG_POOL2D:
-    case HD_OP_CONV2D_BWD_INPUT:
-    case HD_OP_CONV2D_BWD_WEIGHT:
-    case HD_OP_MAX_POOL2D_BWD:
-    case HD_OP_AVG_POOL2D_BWD: return mod_conv(s, op);
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD: return mod_layer_norm(s, op);
     case HD_OP_MATMUL: return mod_matmul(s);
     default: break;
     }
+    if (hd_cuda_is_conv(op)) return mod_conv(s, op);
     if (hd_op_infos[op].kind == HD_KIND_CREATE) return mod_create(s, op);
     return 0;
 }
@@ -727,16 +734,9 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD:
     case HD_OP_GELU_BWD:
-    case HD_OP_CONV2D:
-    case HD_OP_MAX_POOL2D:
-    case HD_OP_AVG_POOL2D:
-    case HD_OP_CONV2D_BWD_INPUT:
-    case HD_OP_CONV2D_BWD_WEIGHT:
-    case HD_OP_MAX_POOL2D_BWD:
-    case HD_OP_AVG_POOL2D_BWD:
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD:
     case HD_OP_MATMUL: return 1; /* integer dtypes only: floats go through cuBLAS */
-    default: return 0;
+    default: return hd_cuda_is_conv(op);
     }
 }

@@ -15,11 +15,10 @@
 #include "hd_compile.h"
 #include "hd_cuda_gen.h"
 #include "hd_test.h"
+#include "hd_test_trace.h"
 #include "hd_trace.h"
 
 #if HODU_HAVE_CUDA
-
-typedef hd_status (*body_fn)(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud);
 
 typedef struct fuse_case {
     const char *name;
@@ -33,15 +32,6 @@ typedef struct fuse_case {
     int replayed; /* runs as one CUDA Graph */
     void *ud;
 } fuse_case;
-
-static hd_status op1(hd_ctx *ctx, hd_op op, hd_tensor *a, const hd_attrs *at, hd_tensor **out) {
-    return hd_op_run(ctx, op, &a, 1, at, out);
-}
-
-static hd_status op2(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, hd_tensor **out) {
-    hd_tensor *in[2] = {a, b};
-    return hd_op_run(ctx, op, in, 2, NULL, out);
-}
 
 /* Run ops on a value stack: t[k] = op(...); the caller frees t. */
 #define STEP(call)                                                                                 \
@@ -273,29 +263,7 @@ static hd_tensor *case_input(hd_ctx *ctx, const fuse_case *c, int i) {
 }
 
 static hd_ir_graph *trace_case(hd_ctx *ctx, const fuse_case *c, hd_tensor *const *in) {
-    hd_tensor *sym[8] = {0}, *out[4] = {0};
-    hd_ir_graph *g = NULL;
-    if (hd_trace_begin(ctx, c->name)) return NULL;
-    hd_status st = HD_OK;
-    for (int i = 0; i < c->nin && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "x%d", i);
-        sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim);
-        if (!sym[i]) st = ctx->status;
-    }
-    if (!st) st = c->body(ctx, sym, out, c->ud);
-    for (int i = 0; i < c->nout && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "y%d", i);
-        st = hd_trace_output(ctx, name, out[i]);
-    }
-    if (st)
-        hd_trace_abort(ctx);
-    else
-        hd_trace_end(ctx, &g);
-    for (int i = 0; i < 8; i++) hd_tensor_unref(sym[i]);
-    for (int i = 0; i < 4; i++) hd_tensor_unref(out[i]);
-    return g;
+    return trace_body(ctx, c->name, c->body, in, c->nin, c->nout, c->ud);
 }
 
 static int count_kernels(const char *src) {

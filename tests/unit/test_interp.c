@@ -4,6 +4,7 @@
  * memory-plan figures; compiler lookup; allocation failures. */
 #include "hd_compile.h"
 #include "hd_test.h"
+#include "hd_test_trace.h"
 #include "hd_trace.h"
 
 static int contains(const char *s, const char *sub) {
@@ -29,17 +30,6 @@ static int same_values(const hd_tensor *a, const hd_tensor *b, double tol) {
     return 1;
 }
 
-/* A function of tensors, run eagerly on data or traced on symbolic inputs. */
-typedef hd_status (*body_fn)(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud);
-
-static hd_status op1(hd_ctx *ctx, hd_op op, hd_tensor *a, const hd_attrs *at, hd_tensor **out) {
-    return hd_op_run(ctx, op, &a, 1, at, out);
-}
-static hd_status op2(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, hd_tensor **out) {
-    hd_tensor *in[2] = {a, b};
-    return hd_op_run(ctx, op, in, 2, NULL, out);
-}
-
 /* relu(x @ w1 + b1) @ w2 + b2, and its sum */
 static hd_status mlp_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
     hd_tensor **p = ud, *h = NULL, *h2 = NULL, *h3 = NULL, *o = NULL;
@@ -56,36 +46,6 @@ static hd_status mlp_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, vo
     return st;
 }
 
-/* Trace body over inputs shaped like `in`, named x0, x1, ... */
-static hd_ir_graph *trace_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, int nin, int nout,
-                               void *ud) {
-    hd_tensor *sym[8] = {0}, *out[8] = {0};
-    hd_ir_graph *g = NULL;
-    if (hd_trace_begin(ctx, "body")) return NULL;
-    hd_status st = HD_OK;
-    for (int i = 0; i < nin && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "x%d", i);
-        sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim);
-        if (!sym[i]) st = ctx->status;
-    }
-    if (!st) st = body(ctx, sym, out, ud);
-    for (int i = 0; i < nout && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "y%d", i);
-        st = hd_trace_output(ctx, name, out[i]);
-    }
-    if (st)
-        hd_trace_abort(ctx);
-    else
-        hd_trace_end(ctx, &g);
-    for (int i = 0; i < 8; i++) {
-        hd_tensor_unref(sym[i]);
-        hd_tensor_unref(out[i]);
-    }
-    return g;
-}
-
 /* Eager vs compiled by c on the same inputs; returns 1 if all outputs
  * agree (to tol, relative; 0: equal). */
 static int check_with(hd_ctx *ctx, const hd_jit_compiler *c, body_fn body, hd_tensor *const *in,
@@ -93,7 +53,7 @@ static int check_with(hd_ctx *ctx, const hd_jit_compiler *c, body_fn body, hd_te
                       double tol) {
     hd_tensor *want[8] = {0}, *got[8] = {0};
     int ok = body(ctx, in, want, ud) == HD_OK;
-    hd_ir_graph *g = ok ? trace_body(ctx, body, in, nin, nout, ud) : NULL;
+    hd_ir_graph *g = ok ? trace_body(ctx, "body", body, in, nin, nout, ud) : NULL;
     hd_jit_exec *e = NULL;
     ok = ok && g && c->compile(ctx, g, opt, &e) == HD_OK;
     ok = ok && c->run(ctx, e, in, nin, got, nout) == HD_OK;
@@ -170,7 +130,7 @@ static void test_fresh_outputs_and_errors(hd_ctx *ctx) {
     mlp_params(ctx, p);
     int64_t sx[2] = {3, 6}, bad[2] = {3, 5};
     hd_tensor *x = seq(ctx, HD_F32, sx, 2, 1.0), *x2 = seq(ctx, HD_F32, sx, 2, -0.5);
-    hd_ir_graph *g = trace_body(ctx, mlp_body, &x, 1, 2, p);
+    hd_ir_graph *g = trace_body(ctx, "body", mlp_body, &x, 1, 2, p);
     hd_jit_exec *e = NULL;
     CHECK(g && hd_jit_interp.compile(ctx, g, NULL, &e) == HD_OK);
     hd_tensor *o1[2] = {0}, *o2[2] = {0}, *want[2] = {0};
@@ -277,7 +237,7 @@ static hd_status rand_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, v
 static void test_random(hd_ctx *ctx) {
     int64_t s[2] = {4, 3};
     hd_tensor *x = seq(ctx, HD_F32, s, 2, 1.0), *want = NULL, *got = NULL, *got2 = NULL;
-    hd_ir_graph *g = trace_body(ctx, rand_body, &x, 1, 1, NULL);
+    hd_ir_graph *g = trace_body(ctx, "body", rand_body, &x, 1, 1, NULL);
     hd_jit_exec *e = NULL;
     CHECK(g && hd_jit_interp.compile(ctx, g, NULL, &e) == HD_OK);
     ctx->rng_offset = 0;
@@ -388,7 +348,7 @@ static void test_alloc_failures(hd_ctx *ctx) {
     mlp_params(ctx, p);
     int64_t sx[2] = {3, 6};
     hd_tensor *x = seq(ctx, HD_F32, sx, 2, 1.0);
-    hd_ir_graph *g = trace_body(ctx, mlp_body, &x, 1, 2, p);
+    hd_ir_graph *g = trace_body(ctx, "body", mlp_body, &x, 1, 2, p);
     int ok_at = -1;
     for (long k = 0; k < 400 && ok_at < 0; k++) {
         size_t before = ctx->mem_used;

@@ -10,6 +10,7 @@
  * HODU_CACHE_DIR=DIR and exits 0 if the machine code came from the cache. */
 #include "hd_compile.h"
 #include "hd_test.h"
+#include "hd_test_trace.h"
 #include "hd_trace.h"
 
 #if !HODU_HAVE_LLVM
@@ -84,45 +85,6 @@ static int agree(const hd_tensor *a, const hd_tensor *b, double tol, char *why, 
 
 /* ---- bodies: run eagerly on data, or traced on symbolic inputs ---- */
 
-typedef hd_status (*body_fn)(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud);
-
-static hd_status op1(hd_ctx *ctx, hd_op op, hd_tensor *a, const hd_attrs *at, hd_tensor **out) {
-    return hd_op_run(ctx, op, &a, 1, at, out);
-}
-static hd_status op2(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, hd_tensor **out) {
-    hd_tensor *in[2] = {a, b};
-    return hd_op_run(ctx, op, in, 2, NULL, out);
-}
-
-static hd_ir_graph *trace_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, int nin, int nout,
-                               void *ud) {
-    hd_tensor *sym[8] = {0}, *out[8] = {0};
-    hd_ir_graph *g = NULL;
-    if (hd_trace_begin(ctx, "body")) return NULL;
-    hd_status st = HD_OK;
-    for (int i = 0; i < nin && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "x%d", i);
-        sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim);
-        if (!sym[i]) st = ctx->status;
-    }
-    if (!st) st = body(ctx, sym, out, ud);
-    for (int i = 0; i < nout && !st; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "y%d", i);
-        st = hd_trace_output(ctx, name, out[i]);
-    }
-    if (st)
-        hd_trace_abort(ctx);
-    else
-        hd_trace_end(ctx, &g);
-    for (int i = 0; i < 8; i++) {
-        hd_tensor_unref(sym[i]);
-        hd_tensor_unref(out[i]);
-    }
-    return g;
-}
-
 /* Eager vs llvm (and interp) on the same inputs, twice (the second run
  * reuses the buffers). tol 0: bit for bit. Returns 1 if all agree. */
 static int check_body_tol(hd_ctx *ctx, const char *what, body_fn body, hd_tensor *const *in,
@@ -131,7 +93,7 @@ static int check_body_tol(hd_ctx *ctx, const char *what, body_fn body, hd_tensor
     char why[256] = "";
     int ok = body(ctx, in, want, ud) == HD_OK;
     if (!ok) snprintf(why, sizeof why, "eager: %s", hd_error_message(ctx));
-    hd_ir_graph *g = ok ? trace_body(ctx, body, in, nin, nout, ud) : NULL;
+    hd_ir_graph *g = ok ? trace_body(ctx, "body", body, in, nin, nout, ud) : NULL;
     hd_jit_exec *e = NULL;
     if (ok && (!g || LL->compile(ctx, g, NULL, &e) != HD_OK)) {
         snprintf(why, sizeof why, "compile: %s", hd_error_message(ctx));
@@ -810,7 +772,7 @@ static int gemm_check(hd_ctx *ctx, gemm_case *c, hd_jit_stats *stats) {
     c->bias = make(ctx, HD_F32, sbias, 1, 0.11);
     char why[160] = "";
     hd_tensor *want = NULL, *got = NULL;
-    hd_ir_graph *g = trace_body(ctx, gemm_body, in, 2, 1, c);
+    hd_ir_graph *g = trace_body(ctx, "body", gemm_body, in, 2, 1, c);
     hd_jit_exec *e = NULL;
     int ok =
         g && LL->compile(ctx, g, NULL, &e) == HD_OK && LL->run(ctx, e, in, 2, &got, 1) == HD_OK;
@@ -903,7 +865,7 @@ static void test_fallbacks(hd_ctx *ctx) {
     CHECK(check_body_tol(ctx, "fallbacks", fallback_body, in, 2, 2, NULL, 0, &st));
     CHECK(st.fallbacks == 3); /* concat, argmax, cross_entropy */
     /* a runtime node's error comes back as the run's error, nothing leaks */
-    hd_ir_graph *g = trace_body(ctx, fallback_body, in, 2, 2, NULL);
+    hd_ir_graph *g = trace_body(ctx, "body", fallback_body, in, 2, 2, NULL);
     hd_jit_exec *e = NULL;
     hd_tensor *out[2] = {0};
     CHECK(g && LL->compile(ctx, g, NULL, &e) == HD_OK);
@@ -1004,7 +966,7 @@ static void test_alloc_failures(hd_ctx *ctx) {
     mlp_params(ctx, p, 6, 5);
     int64_t sx[2] = {3, 6};
     hd_tensor *x = make(ctx, HD_F32, sx, 2, 1.0);
-    hd_ir_graph *g = trace_body(ctx, mlp_body, &x, 1, 2, p);
+    hd_ir_graph *g = trace_body(ctx, "body", mlp_body, &x, 1, 2, p);
     int ok_at = -1;
     for (long k = 0; k < 400 && ok_at < 0; k++) {
         size_t before = ctx->mem_used;
@@ -1034,7 +996,7 @@ static hd_ir_graph *cache_graph(hd_ctx *ctx, hd_tensor **in) {
     int64_t s[1] = {1000};
     in[0] = make(ctx, HD_F32, s, 1, 1.0);
     in[1] = make(ctx, HD_F32, s, 1, 0.5);
-    return trace_body(ctx, chain_body, in, 2, 1, NULL);
+    return trace_body(ctx, "body", chain_body, in, 2, 1, NULL);
 }
 
 /* Compile the cache graph; 1 if it came from the cache, 0 if compiled, -1
@@ -1171,7 +1133,7 @@ static void test_lookup(hd_ctx *ctx) {
     CHECK(strstr(hd_error_message(ctx), "cuda") != NULL);
     int64_t s[1] = {3};
     hd_tensor *x = make(ctx, HD_F32, s, 1, 1.0);
-    hd_ir_graph *g = trace_body(ctx, chain_body, (hd_tensor *[]){x, x}, 2, 1, NULL);
+    hd_ir_graph *g = trace_body(ctx, "body", chain_body, (hd_tensor *[]){x, x}, 2, 1, NULL);
     hd_jit_exec *e = NULL;
     CHECK(g && LL->compile(ctx, g, &o, &e) != HD_OK && !e);
     hd_error_clear(ctx);
