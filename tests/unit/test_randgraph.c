@@ -7,7 +7,8 @@
  * relative in f32 and 1e-12 in f64. A program is a function of a seed
  * and the shapes it sees, so the eager and the traced run build the same
  * graph. On a failure the seed and the graph's IR are printed:
- * HODU_RANDGRAPH_SEED=n reruns one. HODU_RANDGRAPH_N=n runs n graphs. */
+ * HODU_RANDGRAPH_SEED=n reruns one. HODU_RANDGRAPH_N=n runs n graphs,
+ * HODU_RANDGRAPH_LLVM=n the first n of them through llvm too. */
 #include "hd_compile.h"
 #include "hd_script.h"
 #include "hd_test.h"
@@ -15,7 +16,8 @@
 
 #define NGRAPHS     3000
 #define LLVM_GRAPHS 1500
-#define POOL        32
+static uint64_t llvm_graphs = LLVM_GRAPHS;
+#define POOL 32
 
 typedef struct prog {
     hd_ctx *ctx;
@@ -429,7 +431,7 @@ static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     hd_ir_graph *g = trace_program(ctx, pseed, gen.dt, in, nin);
     int ok = g != NULL;
     for (int c = 0; ok && c < NCOMPILERS; c++)
-        if (c == 0 || seed <= LLVM_GRAPHS)
+        if (c == 0 || seed <= llvm_graphs)
             ok = run_compiled(ctx, seed, compilers[c], g, in, nin, want, nout);
     const char *dir = getenv("HODU_RANDGRAPH_SAVE"); /* seeds for the script fuzzer */
     if (ok && dir && seed <= 60) {
@@ -455,13 +457,15 @@ int main(void) {
     result r = {0, 0};
     const char *one = getenv("HODU_RANDGRAPH_SEED"), *count = getenv("HODU_RANDGRAPH_N");
     uint64_t n = count ? strtoull(count, NULL, 10) : NGRAPHS;
+    const char *nl = getenv("HODU_RANDGRAPH_LLVM");
+    if (nl) llvm_graphs = strtoull(nl, NULL, 10);
     setenv("HODU_CACHE_DIR", "off", 1); /* llvm compiles every graph */
     if (one) {
         one_graph(&ctx, strtoull(one, NULL, 10), &r);
     } else {
         for (uint64_t seed = 1; seed <= n; seed++) one_graph(&ctx, seed, &r);
         printf("%d graphs agree (interp; llvm on the first %d too), %d programs refused eagerly\n",
-               r.ok, NCOMPILERS > 1 ? LLVM_GRAPHS : 0, r.skipped);
+               r.ok, NCOMPILERS > 1 ? (int)(llvm_graphs < n ? llvm_graphs : n) : 0, r.skipped);
         CHECK(r.ok + r.skipped == (int)n && r.skipped < (int)n / 20 + 1);
     }
     CHECK(ctx.mem_used == 0);
