@@ -876,6 +876,31 @@ typedef struct row_gen {
     LLVMValueRef p1, p2;     /* per-row parameters of the last pass */
 } row_gen;
 
+/* softmax_bwd (y (g - sum(g y))) or log_softmax_bwd (g - exp(y) sum(g)):
+ * cpu_grad's arithmetic, in double, with pass 2's sum and pass 3 only. */
+static int row_bwd(const row_gen *R) {
+    return R->n->op == HD_OP_SOFTMAX_BWD || R->n->op == HD_OP_LOG_SOFTMAX_BWD;
+}
+
+static void row_bwd_step(gen_kernel *K, row_gen *R) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef y = to_f64(G, value_at(K, R->n->in[0])), g = to_f64(G, value_at(K, R->n->in[1]));
+    int logsm = R->n->op == HD_OP_LOG_SOFTMAX_BWD;
+    if (R->pass == 2) {
+        LLVMValueRef a = LLVMBuildLoad2(B, hd_llvm_vec(G, G->t.f64), R->acc2, "");
+        LLVMBuildStore(B, LLVMBuildFAdd(B, a, logsm ? g : LLVMBuildFMul(B, g, y, ""), ""), R->acc2);
+        return;
+    }
+    LLVMValueRef s = hd_llvm_splat(G, R->p2), r;
+    if (logsm)
+        r = LLVMBuildFSub(B, g, LLVMBuildFMul(B, hd_llvm_call_libm(G, "exp", &y, 1), s, ""), "");
+    else
+        r = LLVMBuildFMul(B, y, LLVMBuildFSub(B, g, s, ""), "");
+    int out = op_find(K, R->n->out, 1);
+    hd_llvm_store_n(G, R->dt, K->ops[out].ptr, G->vw ? K->ops[out].st[K->vlev] : 1,
+                    hd_llvm_convert(G, r, HD_F64, R->dt));
+}
+
 /* Does softmax keep exp(x - max) in its output between passes 2 and 3?
  * Only where the output holds it exactly (f32, f64). */
 static int row_stash(const row_gen *R) {
@@ -885,6 +910,10 @@ static int row_stash(const row_gen *R) {
 static void row_step(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     row_gen *R = ud;
+    if (row_bwd(R)) {
+        row_bwd_step(K, R);
+        return;
+    }
     LLVMValueRef x = value_at(K, R->n->in[0]);
     LLVMTypeRef ty = LLVMTypeOf(x), f64 = hd_llvm_vec(G, G->t.f64);
     int ln = R->n->op == HD_OP_LAYER_NORM, out = op_find(K, R->n->out, 1);
@@ -936,7 +965,9 @@ static void row_params(gen_kernel *K, row_gen *R, int64_t count, int after) {
         return;
     }
     LLVMValueRef s = LLVMBuildLoad2(B, f64, R->acc2, "");
-    if (ln) {
+    if (row_bwd(R)) {
+        R->p2 = s;
+    } else if (ln) {
         LLVMValueRef v =
             LLVMBuildFAdd(B, LLVMBuildFDiv(B, s, LLVMConstReal(f64, (double)count), ""),
                           LLVMConstReal(f64, R->n->attrs.scalar[0]), "");
@@ -966,11 +997,14 @@ static void row_row(gen_kernel *K, void *ud) {
     int ln = R->n->op == HD_OP_LAYER_NORM;
     int64_t count = 1;
     for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
-    lanes_init(&R->L, G, ln ? LLVMConstReal(G->t.f64, 0) : LLVMConstReal(R->L.ty1, -INFINITY),
+    lanes_init(&R->L, G,
+               ln || row_bwd(R) ? LLVMConstReal(R->L.ty1, 0) : LLVMConstReal(R->L.ty1, -INFINITY),
                LLVMConstReal(G->t.f64, 0));
-    R->pass = 1;
-    lanes_pass(K, &R->L, 1, row_merge1, R);
-    row_params(K, R, count, 1);
+    if (!row_bwd(R)) {
+        R->pass = 1;
+        lanes_pass(K, &R->L, 1, row_merge1, R);
+        row_params(K, R, count, 1);
+    }
     R->pass = 2;
     lanes_pass(K, &R->L, 2, merge_fadd, R);
     row_params(K, R, count, 2);

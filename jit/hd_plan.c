@@ -33,6 +33,7 @@ typedef struct plan_state {
     hd_plan *p;
     int no_reuse;
     int gemm;       /* HD_PLAN_GEMM */
+    int flags;      /* HD_PLAN_* */
     int *def;       /* per value: defining node, -1 */
     int *use_start; /* per value: users in use_list[use_start[v] .. use_start[v + 1]) */
     int *use_list;
@@ -71,7 +72,7 @@ static int supports_reduce(hd_op op, hd_dtype dt) {
     }
 }
 
-int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why) {
+int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const char **why) {
     static const char *none = "";
     *why = none;
     if (n->op < 0) {
@@ -93,6 +94,11 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why
     case HD_KIND_NN:
         if ((op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX || op == HD_OP_LAYER_NORM) &&
             hd_dtype_is_float(dt))
+            return 1;
+        break;
+    case HD_KIND_GRAD:
+        if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) &&
+            (flags & HD_PLAN_GRAD_ROWS) && (dt == HD_F32 || dt == HD_F64))
             return 1;
         break;
     case HD_KIND_MATMUL: *why = "the BLAS library through the eager kernel"; return 0;
@@ -218,7 +224,7 @@ static hd_status plan_pieces(plan_state *s) {
         s->piece_of[i] = -1;
         if (node_is_view(n)) continue;
         int gi = n->group;
-        if (!hd_plan_supports(g, n, &why)) {
+        if (!hd_plan_supports(g, n, s->flags, &why)) {
             if (gi >= 0) open[gi] = -1;
             continue;
         }
@@ -664,6 +670,7 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     s.p = p;
     s.no_reuse = (flags & HD_PLAN_NO_REUSE) != 0;
     s.gemm = (flags & HD_PLAN_GEMM) != 0;
+    s.flags = flags;
     p->g = g;
     if (plan_alloc(&s)) return g->ctx->status;
     plan_values(&s);

@@ -70,15 +70,17 @@ typedef struct hd_plan {
     int nepilogues; /* kernels run as a gemm's epilogue */
 } hd_plan;
 
-/* Does generated code compute node n (of g)? *why receives the reason if
- * not. Matmul and callbacks are never generated. */
-int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, const char **why);
-
 /* hd_plan_build's flags. */
 enum {
     HD_PLAN_NO_REUSE = 1, /* one arena region per value */
-    HD_PLAN_GEMM = 2      /* gemm steps with epilogues (the executor runs them) */
+    HD_PLAN_GEMM = 2,     /* gemm steps with epilogues (the executor runs them) */
+    HD_PLAN_GRAD_ROWS = 4 /* softmax_bwd, log_softmax_bwd as row kernels (the code
+                           * generator has them) */
 };
+
+/* Does generated code compute node n (of g), for a plan with flags? *why
+ * receives the reason if not. Matmul and callbacks are never generated. */
+int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const char **why);
 
 /* Plan an optimised, lowered, compacted and fused graph. Everything lives
  * in g's arena. flags: HD_PLAN_*. */

@@ -265,6 +265,53 @@ static void test_gelu_bwd(hd_ctx *ctx) {
         }
 }
 
+/* softmax_bwd and log_softmax_bwd as row kernels: y = (log_)softmax(x) over
+ * an axis, then the gradient of g; sums in double in another order than
+ * the eager kernel's, so 1e-6 relative (f32), 1e-12 (f64). ud: the case. */
+typedef struct smb_case {
+    hd_op op;
+    int64_t axis;
+} smb_case;
+
+static hd_status smb_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const smb_case *c = ud;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = c->axis;
+    hd_tensor *y = NULL, *t2[2];
+    hd_op fwd = c->op == HD_OP_SOFTMAX_BWD ? HD_OP_SOFTMAX : HD_OP_LOG_SOFTMAX;
+    hd_status st = op1(ctx, fwd, in[0], &at, &y);
+    t2[0] = y;
+    t2[1] = in[1];
+    if (!st) st = hd_op_run(ctx, c->op, t2, 2, &at, out);
+    hd_tensor_unref(y);
+    return st;
+}
+
+static void test_softmax_bwd(hd_ctx *ctx) {
+    static const int64_t shapes[][3] = {{5, 37, 0}, {40, 3, 0}, {3, 4, 5}, {1, 9, 0}};
+    static const int nds[] = {2, 2, 3, 2};
+    static const int64_t axes[] = {-1, 0, 1, 1};
+    const hd_dtype dts[2] = {HD_F32, HD_F64};
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < 4; s++)
+            for (int d = 0; d < 2; d++) {
+                smb_case c = {k ? HD_OP_LOG_SOFTMAX_BWD : HD_OP_SOFTMAX_BWD, axes[s]};
+                hd_tensor *in[2] = {make(ctx, dts[d], shapes[s], nds[s], 1.0),
+                                    make(ctx, dts[d], shapes[s], nds[s], 0.3)};
+                char what[64];
+                snprintf(what, sizeof what, "%s %s case %d", hd_op_name(c.op),
+                         hd_dtype_name(dts[d]), s);
+                hd_jit_stats st;
+                CHECK_MSG(check_body_tol(ctx, what, smb_body, in, 2, 1, &c,
+                                         dts[d] == HD_F32 ? 1e-6 : 1e-12, &st),
+                          "%s", what);
+                CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
+                hd_tensor_unref(in[0]);
+                hd_tensor_unref(in[1]);
+            }
+}
+
 /* ---- fused chains, views, sizes ---- */
 
 /* tanh(a * 2 + b) * sigmoid(b) - exp(-a) */
@@ -1155,6 +1202,7 @@ int main(int argc, char **argv) {
     test_casts_and_where(&ctx);
     test_chain(&ctx);
     test_gelu_bwd(&ctx);
+    test_softmax_bwd(&ctx);
     test_vmath_sweep(&ctx);
     test_vmath_reductions(&ctx);
     test_views(&ctx);
