@@ -151,6 +151,9 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
     return HD_OK;
 }
 
+/* What the code generator covers beyond the shared plan (hd_plan.h). */
+#define LLVM_PLAN_FLAGS (HD_PLAN_GEMM | HD_PLAN_GRAD_ROWS | HD_PLAN_ARG_REDUCE)
+
 /* HODU_LOG=fallback: the nodes the runtime's kernels run. */
 static void llvm_log_fallbacks(const hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
@@ -161,7 +164,7 @@ static void llvm_log_fallbacks(const hd_jit_exec *e) {
         const hd_ir_node *n = &g->nodes[p->steps[s].node];
         const char *why;
         if (n->op < 0) continue;
-        hd_plan_supports(g, n, HD_PLAN_GEMM | HD_PLAN_GRAD_ROWS, &why);
+        hd_plan_supports(g, n, LLVM_PLAN_FLAGS, &why);
         const hd_ir_value *v = &g->values[n->out];
         char ty[160];
         hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty);
@@ -221,9 +224,7 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     double t0 = llvm_now();
     if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
     e->stats.pass_seconds = llvm_now() - t0;
-    if (hd_plan_build(e->g,
-                      (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | HD_PLAN_GEMM | HD_PLAN_GRAD_ROWS,
-                      &e->plan))
+    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS, &e->plan))
         return ctx->status;
     hd_ir_graph *g = e->g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;

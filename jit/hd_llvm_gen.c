@@ -1083,10 +1083,75 @@ static void add_attr(hd_llvm_gen *G, LLVMValueRef fn, unsigned idx, const char *
 
 /* A reduction's rows [lo, hi) of its outermost loop: in row order, or in
  * tiles of columns (vertical). */
+/* ---- argmax, argmin: the first index of the extreme over the reduced
+ * dims (row-major), a NaN counting as the extreme and the first one ending
+ * the search, as cpu_reduce; one element at a time ---- */
+
+typedef struct arg_gen {
+    const hd_ir_node *n;
+    hd_dtype dt;
+    LLVMValueRef best, idx, nan, k; /* allocas: the best value, its index (-1:
+                                     * none), a NaN taken, the running index */
+} arg_gen;
+
+static void arg_step(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    arg_gen *A = ud;
+    body_nodes(K, K->k->nnodes - 1);
+    LLVMValueRef v = value_at(K, A->n->in[0]);
+    int fl = hd_dtype_is_float(A->dt), mx = A->n->op == HD_OP_ARGMAX;
+    int sgn = A->dt == HD_I8 || A->dt == HD_I32 || A->dt == HD_I64;
+    LLVMValueRef best = LLVMBuildLoad2(B, LLVMTypeOf(v), A->best, "");
+    LLVMValueRef idx = LLVMBuildLoad2(B, G->t.i64, A->idx, "");
+    LLVMValueRef k = LLVMBuildLoad2(B, G->t.i64, A->k, "");
+    LLVMValueRef nan = LLVMBuildLoad2(B, G->t.i1, A->nan, "");
+    LLVMIntPredicate ip = mx ? (sgn ? LLVMIntSGT : LLVMIntUGT) : (sgn ? LLVMIntSLT : LLVMIntULT);
+    LLVMValueRef better = fl ? LLVMBuildFCmp(B, mx ? LLVMRealOGT : LLVMRealOLT, v, best, "")
+                             : LLVMBuildICmp(B, ip, v, best, "");
+    LLVMValueRef isnan = fl ? LLVMBuildFCmp(B, LLVMRealUNO, v, v, "") : LLVMConstInt(G->t.i1, 0, 0);
+    LLVMValueRef none = LLVMBuildICmp(B, LLVMIntSLT, idx, c64(G, 0), "");
+    LLVMValueRef cand = LLVMBuildOr(B, isnan, LLVMBuildOr(B, none, better, ""), "");
+    LLVMValueRef take = LLVMBuildAnd(B, cand, LLVMBuildNot(B, nan, ""), "");
+    LLVMBuildStore(B, LLVMBuildSelect(B, take, v, best, ""), A->best);
+    LLVMBuildStore(B, LLVMBuildSelect(B, take, k, idx, ""), A->idx);
+    LLVMBuildStore(B, LLVMBuildOr(B, nan, isnan, ""), A->nan);
+    LLVMBuildStore(B, LLVMBuildAdd(B, k, c64(G, 1), ""), A->k);
+}
+
+static void arg_row(gen_kernel *K, void *ud) {
+    hd_llvm_gen *G = K->G;
+    arg_gen *A = ud;
+    LLVMBuildStore(B, LLVMConstNull(hd_llvm_reg_type(G, A->dt)), A->best);
+    LLVMBuildStore(B, c64(G, -1), A->idx);
+    LLVMBuildStore(B, LLVMConstInt(G->t.i1, 0, 0), A->nan);
+    LLVMBuildStore(B, c64(G, 0), A->k);
+    loops(K, K->nkept, K->nlev, NULL, NULL, arg_step, A);
+    LLVMValueRef idx = LLVMBuildLoad2(B, G->t.i64, A->idx, "");
+    idx = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, idx, c64(G, 0), ""), c64(G, 0), idx, "");
+    hd_llvm_store(G, HD_I64, K->ops[op_find(K, A->n->out, 1)].ptr, idx);
+}
+
+static void arg_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi,
+                     const hd_ir_node *n) {
+    hd_llvm_gen *G = K->G;
+    arg_gen A;
+    A.n = n;
+    A.dt = G->plan->g->values[n->in[0]].dtype;
+    A.best = entry_alloca(G, fn, hd_llvm_reg_type(G, A.dt));
+    A.idx = entry_alloca(G, fn, G->t.i64);
+    A.nan = entry_alloca(G, fn, G->t.i1);
+    A.k = entry_alloca(G, fn, G->t.i64);
+    loops(K, 0, K->nkept, lo, hi, arg_row, &A);
+}
+
 static void reduce_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi) {
     hd_llvm_gen *G = K->G;
     const hd_ir_graph *g = G->plan->g;
     const hd_ir_node *last = &g->nodes[K->k->nodes[K->k->nnodes - 1]];
+    if (last->op == HD_OP_ARGMAX || last->op == HD_OP_ARGMIN) {
+        arg_body(K, fn, lo, hi, last);
+        return;
+    }
     red_gen R;
     memset(&R, 0, sizeof R);
     R.n = last;

@@ -89,7 +89,9 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
     switch (hd_op_infos[op].kind) {
     case HD_KIND_REDUCE:
         if (supports_reduce(op, dt)) return 1;
-        *why = "argmax and argmin run the eager kernel";
+        if ((op == HD_OP_ARGMAX || op == HD_OP_ARGMIN) && (flags & HD_PLAN_ARG_REDUCE)) return 1;
+        *why = op == HD_OP_ARGMAX || op == HD_OP_ARGMIN ? "argmax and argmin run the eager kernel"
+                                                        : "not defined for this dtype";
         return 0;
     case HD_KIND_NN:
         if ((op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX || op == HD_OP_LAYER_NORM) &&
