@@ -3,7 +3,9 @@
  * dropped from the output; batch dims broadcast) and cast both inputs to the
  * output dtype.
  *
- * f32/f64 go to OpenBLAS (sgemm/dgemm, or gemv when one side is a vector).
+ * f32 products of at most 4 rows (one batch) run cpu_rows.c's vector loops,
+ * as the llvm compiler's do (the same bits). Other f32/f64 go to OpenBLAS
+ * (sgemm/dgemm, or gemv when one side is a vector).
  * Views are passed as they are when BLAS can read them: a matrix whose
  * column stride is 1 (row-major, ld = row stride) or whose row stride is 1
  * (the transposed flag, ld = column stride). Other views are copied to
@@ -21,6 +23,7 @@
 #include "cpu_kernels.h"
 
 #include "cpu_blas.h"
+#include "cpu_rows.h"
 
 #include <limits.h>
 #include <omp.h>
@@ -374,6 +377,26 @@ static hd_status mm_half(hd_ctx *ctx, const mm_job *j) {
     return st;
 }
 
+/* One f32 product of few rows through cpu_rows (the llvm compiler's gemm
+ * steps run the same loops): 1 if done, 0 if it does not apply. */
+static int mm_rows(hd_ctx *ctx, const mm_job *j) {
+    if (j->dt != HD_F32 || j->nbatch != 1 || j->m > HD_ROWS_M) return 0;
+    hd_rows_job r = {(const float *)j->a.data,
+                     (const float *)j->b.data,
+                     (float *)j->out,
+                     j->m,
+                     j->n,
+                     j->k,
+                     j->a.rs,
+                     j->a.cs,
+                     j->b.rs,
+                     j->b.cs};
+    hd_rows_fn f = hd_cpu_rows_fn(&r);
+    if (!f) return 0;
+    hd_cpu_rows_run(&r, f, hd_cpu_rows_threads(&r, ctx->nthreads));
+    return 1;
+}
+
 hd_status hd_cpu_matmul(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                         const hd_attrs *attrs) {
     HD_UNUSED(op);
@@ -385,6 +408,7 @@ hd_status hd_cpu_matmul(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
         memset(j.out, 0, hd_tensor_nbytes(out));
         return HD_OK;
     }
+    if (mm_rows(ctx, &j)) return HD_OK;
     switch (j.dt) {
     case HD_F16:
     case HD_BF16: return mm_half(ctx, &j);

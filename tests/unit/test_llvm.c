@@ -842,8 +842,9 @@ static int gemm_agrees(const gemm_case *c, hd_tensor *const *in, const hd_tensor
                 mag += fabs(bj);
             }
             double got = hd_tensor_get(y, i * c->n + j), eager = hd_tensor_get(want, i * c->n + j);
+            /* few rows: eager and llvm run the same loops (cpu_rows.c) */
             if (!gemm_near(got, ref, mag) || !gemm_near(eager, ref, mag) ||
-                !gemm_near(got, eager, mag)) {
+                !gemm_near(got, eager, mag) || (c->m <= 4 && got != eager)) {
                 snprintf(why, nwhy, "[%lld, %lld]: llvm %.9g, eager %.9g, f64 loops %.9g",
                          (long long)i, (long long)j, got, eager, ref);
                 return 0;
