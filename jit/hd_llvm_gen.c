@@ -1081,8 +1081,6 @@ static void add_attr(hd_llvm_gen *G, LLVMValueRef fn, unsigned idx, const char *
     LLVMAddAttributeAtIndex(fn, idx, LLVMCreateEnumAttribute(G->t.c, kind, 0));
 }
 
-/* A reduction's rows [lo, hi) of its outermost loop: in row order, or in
- * tiles of columns (vertical). */
 /* ---- argmax, argmin: the first index of the extreme over the reduced
  * dims (row-major), a NaN counting as the extreme and the first one ending
  * the search, as cpu_reduce; one element at a time ---- */
@@ -1144,6 +1142,8 @@ static void arg_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueR
     loops(K, 0, K->nkept, lo, hi, arg_row, &A);
 }
 
+/* A reduction's rows [lo, hi) of its outermost loop: in row order, or in
+ * tiles of columns (vertical); argmax and argmin one element at a time. */
 static void reduce_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi) {
     hd_llvm_gen *G = K->G;
     const hd_ir_graph *g = G->plan->g;
