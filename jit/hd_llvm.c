@@ -152,7 +152,7 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
 }
 
 /* What the code generator covers beyond the shared plan (hd_plan.h). */
-#define LLVM_PLAN_FLAGS (HD_PLAN_GEMM | HD_PLAN_GRAD_ROWS | HD_PLAN_ARG_REDUCE)
+#define LLVM_PLAN_FLAGS (HD_PLAN_GEMM | HD_PLAN_EXTRA)
 
 /* HODU_LOG=fallback: the nodes the runtime's kernels run. */
 static void llvm_log_fallbacks(const hd_jit_exec *e) {

@@ -610,6 +610,11 @@ static void red_step(gen_kernel *K, void *ud) {
         r = ext_select(G, R->n->op == HD_OP_MAX, red_float(R) ? v : to_i64(G, v, R->dt), a);
         break;
     case HD_OP_LOGSUMEXP: r = ext_select(G, 1, v, a); break;
+    case HD_OP_MSE: { /* cpu_nn: the squared difference in double */
+        LLVMValueRef d = LLVMBuildFSub(B, to_f64(G, v), to_f64(G, value_at(K, R->n->in[1])), "");
+        r = LLVMBuildFAdd(B, a, LLVMBuildFMul(B, d, d, ""), "");
+        break;
+    }
     case -HD_OP_VAR:
     case -HD_OP_STD: {
         LLVMValueRef d = LLVMBuildFSub(B, to_f64(G, v), param, "");
@@ -657,7 +662,8 @@ static LLVMValueRef red_result(gen_kernel *K, red_gen *R, int64_t count) {
     case HD_OP_MIN: return red_float(R) ? a1 : hd_llvm_convert(G, a1, HD_I64, R->od);
     case HD_OP_SUM:
     case HD_OP_PROD: return red_float(R) ? hd_llvm_convert(G, a1, HD_F64, R->od) : a1;
-    case HD_OP_MEAN: {
+    case HD_OP_MEAN:
+    case HD_OP_MSE: {
         LLVMValueRef r = count ? LLVMBuildFDiv(B, a1, LLVMConstReal(G->t.f64, n), "")
                                : LLVMConstReal(G->t.f64, NAN);
         return hd_llvm_convert(G, r, HD_F64, R->od);

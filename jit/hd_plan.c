@@ -89,7 +89,7 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
     switch (hd_op_infos[op].kind) {
     case HD_KIND_REDUCE:
         if (supports_reduce(op, dt)) return 1;
-        if ((op == HD_OP_ARGMAX || op == HD_OP_ARGMIN) && (flags & HD_PLAN_ARG_REDUCE)) return 1;
+        if ((op == HD_OP_ARGMAX || op == HD_OP_ARGMIN) && (flags & HD_PLAN_EXTRA)) return 1;
         *why = op == HD_OP_ARGMAX || op == HD_OP_ARGMIN ? "argmax and argmin run the eager kernel"
                                                         : "not defined for this dtype";
         return 0;
@@ -97,10 +97,13 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
         if ((op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX || op == HD_OP_LAYER_NORM) &&
             hd_dtype_is_float(dt))
             return 1;
+        if (op == HD_OP_MSE && (flags & HD_PLAN_EXTRA) && hd_dtype_is_float(dt) &&
+            same_shape(&g->values[n->in[1]], g->values[n->in[0]].shape, g->values[n->in[0]].ndim))
+            return 1;
         break;
     case HD_KIND_GRAD:
-        if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) &&
-            (flags & HD_PLAN_GRAD_ROWS) && (dt == HD_F32 || dt == HD_F64))
+        if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) && (flags & HD_PLAN_EXTRA) &&
+            (dt == HD_F32 || dt == HD_F64))
             return 1;
         break;
     case HD_KIND_MATMUL: *why = "the BLAS library through the eager kernel"; return 0;
@@ -113,7 +116,7 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
 
 static hd_plan_kernel_kind node_kernel_kind(const hd_ir_node *n) {
     if (hd_pass_op_is_elementwise(n->op)) return HD_PLAN_K_ELEMENTWISE;
-    if (hd_op_infos[n->op].kind == HD_KIND_REDUCE) return HD_PLAN_K_REDUCE;
+    if (hd_op_infos[n->op].kind == HD_KIND_REDUCE || n->op == HD_OP_MSE) return HD_PLAN_K_REDUCE;
     if (n->op == HD_OP_LAYER_NORM) return HD_PLAN_K_LAYER_NORM;
     return HD_PLAN_K_SOFTMAX;
 }

@@ -72,11 +72,11 @@ typedef struct hd_plan {
 
 /* hd_plan_build's flags. */
 enum {
-    HD_PLAN_NO_REUSE = 1,  /* one arena region per value */
-    HD_PLAN_GEMM = 2,      /* gemm steps with epilogues (the executor runs them) */
-    HD_PLAN_GRAD_ROWS = 4, /* softmax_bwd, log_softmax_bwd as row kernels (the code
-                            * generator has them) */
-    HD_PLAN_ARG_REDUCE = 8 /* argmax, argmin as reduction kernels (likewise) */
+    HD_PLAN_NO_REUSE = 1, /* one arena region per value */
+    HD_PLAN_GEMM = 2,     /* gemm steps with epilogues (the executor runs them) */
+    HD_PLAN_EXTRA = 4     /* kernels the llvm generator has and the cuda one does
+                           * not: softmax_bwd and log_softmax_bwd rows, argmax and
+                           * argmin, mse (a reduction of two same-shape inputs) */
 };
 
 /* Does generated code compute node n (of g), for a plan with flags? *why

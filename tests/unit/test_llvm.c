@@ -357,6 +357,37 @@ static void test_argmax(hd_ctx *ctx) {
                 }
 }
 
+/* mse(x * 2, y) as a generated reduction (same shapes; sums in double in
+ * another order than eager's: 1e-6 relative), and with y broadcast (the
+ * runtime kernel runs it). */
+static hd_status mse_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    HD_UNUSED(ud);
+    hd_tensor *two = hd_tensor_number(ctx, HD_F64, 2.0), *x2 = NULL;
+    hd_status st = op2(ctx, HD_OP_MUL, in[0], two, &x2);
+    if (!st) st = op2(ctx, HD_OP_MSE, x2, in[1], out);
+    hd_tensor_unref(two);
+    hd_tensor_unref(x2);
+    return st;
+}
+
+static void test_mse(hd_ctx *ctx) {
+    static const int64_t sx[2] = {5, 37}, sy[2][2] = {{5, 37}, {1, 37}};
+    const hd_dtype dts[3] = {HD_F32, HD_F64, HD_BF16};
+    for (int d = 0; d < 3; d++)
+        for (int b = 0; b < 2; b++) {
+            hd_tensor *in[2] = {make(ctx, dts[d], sx, 2, 1.0), make(ctx, dts[d], sy[b], 2, 0.3)};
+            char what[64];
+            snprintf(what, sizeof what, "mse %s%s", hd_dtype_name(dts[d]), b ? " broadcast" : "");
+            hd_jit_stats st;
+            CHECK_MSG(check_body_tol(ctx, what, mse_body, in, 2, 1, NULL,
+                                     dts[d] == HD_F64 ? 1e-12 : 1e-6, &st),
+                      "%s", what);
+            CHECK_MSG(st.fallbacks == b, "%s: %d fallbacks", what, st.fallbacks);
+            hd_tensor_unref(in[0]);
+            hd_tensor_unref(in[1]);
+        }
+}
+
 /* ---- fused chains, views, sizes ---- */
 
 /* tanh(a * 2 + b) * sigmoid(b) - exp(-a) */
@@ -1250,6 +1281,7 @@ int main(int argc, char **argv) {
     test_gelu_bwd(&ctx);
     test_softmax_bwd(&ctx);
     test_argmax(&ctx);
+    test_mse(&ctx);
     test_vmath_sweep(&ctx);
     test_vmath_reductions(&ctx);
     test_views(&ctx);
