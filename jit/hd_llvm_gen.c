@@ -880,6 +880,7 @@ typedef struct row_gen {
     int pass;
     LLVMValueRef acc1, acc2; /* pass 1: max (T) or sum (f64); pass 2: sum (f64) */
     LLVMValueRef p1, p2;     /* per-row parameters of the last pass */
+    LLVMValueRef c0, c1;     /* layer_norm_bwd's dx: the last pass's constants */
 } row_gen;
 
 /* softmax_bwd (y (g - sum(g y))) or log_softmax_bwd (g - exp(y) sum(g)):
@@ -907,6 +908,39 @@ static void row_bwd_step(gen_kernel *K, row_gen *R) {
                     hd_llvm_convert(G, r, HD_F64, R->dt));
 }
 
+/* layer_norm_bwd's dx (x, g[, w]), as cpu_grad in double: pass 1 sums x
+ * (mean m), pass 2 the squared deviations (rstd), passes 4 and 5 a =
+ * sum(g w) and b = sum(g w (x - m)), pass 3 writes rstd g w - rstd a / d -
+ * (x - m) rstd^3 b / d. */
+static void row_lnb_step(gen_kernel *K, row_gen *R) {
+    hd_llvm_gen *G = K->G;
+    const hd_ir_node *n = R->n;
+    LLVMValueRef x = to_f64(G, value_at(K, n->in[0])), g = to_f64(G, value_at(K, n->in[1]));
+    LLVMValueRef w = n->nin == 3 ? to_f64(G, value_at(K, n->in[2])) : NULL;
+    LLVMValueRef m = R->pass > 1 ? hd_llvm_splat(G, R->p1) : NULL, r;
+    int p = R->pass;
+    if (p != 3) {
+        LLVMValueRef acc = p == 1 || p == 4 ? R->acc1 : R->acc2;
+        LLVMValueRef gw = w ? LLVMBuildFMul(B, g, w, "") : g, d = NULL;
+        if (p == 2 || p == 5) d = LLVMBuildFSub(B, x, m, "");
+        LLVMValueRef t = p == 1   ? x
+                         : p == 2 ? LLVMBuildFMul(B, d, d, "")
+                         : p == 4 ? gw
+                                  : LLVMBuildFMul(B, gw, d, "");
+        LLVMValueRef a = LLVMBuildLoad2(B, hd_llvm_vec(G, G->t.f64), acc, "");
+        LLVMBuildStore(B, LLVMBuildFAdd(B, a, t, ""), acc);
+        return;
+    }
+    LLVMValueRef rs = hd_llvm_splat(G, R->p2), rg = LLVMBuildFMul(B, rs, g, "");
+    if (w) rg = LLVMBuildFMul(B, rg, w, "");
+    r = LLVMBuildFSub(B, LLVMBuildFSub(B, rg, hd_llvm_splat(G, R->c0), ""),
+                      LLVMBuildFMul(B, LLVMBuildFSub(B, x, m, ""), hd_llvm_splat(G, R->c1), ""),
+                      "");
+    int out = op_find(K, n->out, 1);
+    hd_llvm_store_n(G, R->dt, K->ops[out].ptr, G->vw ? K->ops[out].st[K->vlev] : 1,
+                    hd_llvm_convert(G, r, HD_F64, R->dt));
+}
+
 /* Does softmax keep exp(x - max) in its output between passes 2 and 3?
  * Only where the output holds it exactly (f32, f64). */
 static int row_stash(const row_gen *R) {
@@ -918,6 +952,10 @@ static void row_step(gen_kernel *K, void *ud) {
     row_gen *R = ud;
     if (row_bwd(R)) {
         row_bwd_step(K, R);
+        return;
+    }
+    if (R->n->op == HD_OP_LAYER_NORM_BWD) {
+        row_lnb_step(K, R);
         return;
     }
     LLVMValueRef x = value_at(K, R->n->in[0]);
@@ -997,12 +1035,45 @@ static LLVMValueRef row_merge1(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, v
     return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, b, a, ""), b, a, "");
 }
 
+/* layer_norm_bwd's passes over one row (row_lnb_step). */
+static void row_lnb(gen_kernel *K, row_gen *R, int64_t count) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef zero = LLVMConstReal(G->t.f64, 0), d = LLVMConstReal(G->t.f64, (double)count);
+    double eps = R->n->attrs.scalar[0] != 0 ? R->n->attrs.scalar[0] : 1e-5;
+    lanes_init(&R->L, G, zero, zero);
+    R->pass = 1;
+    lanes_pass(K, &R->L, 1, merge_fadd, R);
+    R->p1 = LLVMBuildFDiv(B, LLVMBuildLoad2(B, G->t.f64, R->acc1, ""), d, "");
+    R->pass = 2;
+    lanes_pass(K, &R->L, 2, merge_fadd, R);
+    LLVMValueRef v2 = LLVMBuildFDiv(B, LLVMBuildLoad2(B, G->t.f64, R->acc2, ""), d, "");
+    LLVMValueRef v = LLVMBuildFAdd(B, v2, LLVMConstReal(G->t.f64, eps), "");
+    R->p2 =
+        LLVMBuildFDiv(B, LLVMConstReal(G->t.f64, 1.0), hd_llvm_intrinsic(G, "llvm.sqrt", v), "");
+    lanes_init(&R->L, G, zero, zero);
+    R->pass = 4;
+    lanes_pass(K, &R->L, 1, merge_fadd, R);
+    R->pass = 5;
+    lanes_pass(K, &R->L, 2, merge_fadd, R);
+    LLVMValueRef a = LLVMBuildLoad2(B, G->t.f64, R->acc1, "");
+    LLVMValueRef b = LLVMBuildLoad2(B, G->t.f64, R->acc2, "");
+    LLVMValueRef rs3 = LLVMBuildFMul(B, LLVMBuildFMul(B, R->p2, R->p2, ""), R->p2, "");
+    R->c0 = LLVMBuildFDiv(B, LLVMBuildFMul(B, R->p2, a, ""), d, "");
+    R->c1 = LLVMBuildFDiv(B, LLVMBuildFMul(B, rs3, b, ""), d, "");
+    R->pass = 3;
+    loops(K, K->nkept, K->nlev, NULL, NULL, row_step, R);
+}
+
 static void row_row(gen_kernel *K, void *ud) {
     hd_llvm_gen *G = K->G;
     row_gen *R = ud;
     int ln = R->n->op == HD_OP_LAYER_NORM;
     int64_t count = 1;
     for (int l = K->nkept; l < K->nlev; l++) count *= K->lev[l];
+    if (R->n->op == HD_OP_LAYER_NORM_BWD) {
+        row_lnb(K, R, count);
+        return;
+    }
     lanes_init(&R->L, G,
                ln || row_bwd(R) ? LLVMConstReal(R->L.ty1, 0) : LLVMConstReal(R->L.ty1, -INFINITY),
                LLVMConstReal(G->t.f64, 0));

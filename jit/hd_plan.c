@@ -102,8 +102,9 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
             return 1;
         break;
     case HD_KIND_GRAD:
-        if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) && (flags & HD_PLAN_EXTRA) &&
-            (dt == HD_F32 || dt == HD_F64))
+        if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD ||
+             (op == HD_OP_LAYER_NORM_BWD && n->attrs.ints[1] == 0)) &&
+            (flags & HD_PLAN_EXTRA) && (dt == HD_F32 || dt == HD_F64))
             return 1;
         break;
     case HD_KIND_MATMUL: *why = "the BLAS library through the eager kernel"; return 0;
@@ -117,7 +118,7 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
 static hd_plan_kernel_kind node_kernel_kind(const hd_ir_node *n) {
     if (hd_pass_op_is_elementwise(n->op)) return HD_PLAN_K_ELEMENTWISE;
     if (hd_op_infos[n->op].kind == HD_KIND_REDUCE || n->op == HD_OP_MSE) return HD_PLAN_K_REDUCE;
-    if (n->op == HD_OP_LAYER_NORM) return HD_PLAN_K_LAYER_NORM;
+    if (n->op == HD_OP_LAYER_NORM || n->op == HD_OP_LAYER_NORM_BWD) return HD_PLAN_K_LAYER_NORM;
     return HD_PLAN_K_SOFTMAX;
 }
 

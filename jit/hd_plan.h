@@ -75,8 +75,9 @@ enum {
     HD_PLAN_NO_REUSE = 1, /* one arena region per value */
     HD_PLAN_GEMM = 2,     /* gemm steps with epilogues (the executor runs them) */
     HD_PLAN_EXTRA = 4     /* kernels the llvm generator has and the cuda one does
-                           * not: softmax_bwd and log_softmax_bwd rows, argmax and
-                           * argmin, mse (a reduction of two same-shape inputs) */
+                           * not: softmax_bwd, log_softmax_bwd and layer_norm_bwd's
+                           * dx rows, argmax and argmin, mse (a reduction of two
+                           * same-shape inputs) */
 };
 
 /* Does generated code compute node n (of g), for a plan with flags? *why

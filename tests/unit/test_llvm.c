@@ -388,6 +388,48 @@ static void test_mse(hd_ctx *ctx) {
         }
 }
 
+/* layer_norm_bwd's dx as a row kernel (x, g[, w]) after a generated
+ * layer_norm: sums in double in another order than eager's, 1e-5 relative
+ * (f32), 1e-10 (f64; dx cancels: g w rstd against the row's means). ud:
+ * the normalised dims, and 1 to pass w. */
+static hd_status lnb_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const int *c = ud;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = c[0];
+    at.scalar[0] = 1e-5;
+    hd_tensor *y = NULL, *a[3] = {in[0], in[2], NULL};
+    hd_status st = hd_op_run(ctx, HD_OP_LAYER_NORM, a, 1, &at, &y);
+    hd_tensor *b[3] = {in[0], y, in[2]};
+    if (!st) st = hd_op_run(ctx, HD_OP_LAYER_NORM_BWD, b, c[1] ? 3 : 2, &at, out);
+    hd_tensor_unref(y);
+    return st;
+}
+
+static void test_layer_norm_bwd(hd_ctx *ctx) {
+    static const int64_t shapes[3][3] = {{5, 37, 0}, {3, 4, 6}, {40, 3, 0}};
+    static const int nds[3] = {2, 3, 2}, ks[3] = {1, 2, 1};
+    const hd_dtype dts[2] = {HD_F32, HD_F64};
+    for (int s = 0; s < 3; s++)
+        for (int d = 0; d < 2; d++)
+            for (int w = 0; w < 2; w++) {
+                int c[2] = {ks[s], w};
+                const int64_t *ws = shapes[s] + nds[s] - ks[s];
+                hd_tensor *in[3] = {make(ctx, dts[d], shapes[s], nds[s], 1.0),
+                                    make(ctx, dts[d], shapes[s], nds[s], 0.3),
+                                    make(ctx, dts[d], ws, ks[s], 0.7)};
+                char what[64];
+                snprintf(what, sizeof what, "layer_norm_bwd %s case %d%s", hd_dtype_name(dts[d]), s,
+                         w ? " with w" : "");
+                hd_jit_stats st;
+                CHECK_MSG(check_body_tol(ctx, what, lnb_body, in, 3, 1, c,
+                                         dts[d] == HD_F32 ? 1e-5 : 1e-10, &st),
+                          "%s", what);
+                CHECK_MSG(st.fallbacks == 0, "%s: %d fallbacks", what, st.fallbacks);
+                for (int i = 0; i < 3; i++) hd_tensor_unref(in[i]);
+            }
+}
+
 /* ---- fused chains, views, sizes ---- */
 
 /* tanh(a * 2 + b) * sigmoid(b) - exp(-a) */
@@ -1282,6 +1324,7 @@ int main(int argc, char **argv) {
     test_softmax_bwd(&ctx);
     test_argmax(&ctx);
     test_mse(&ctx);
+    test_layer_norm_bwd(&ctx);
     test_vmath_sweep(&ctx);
     test_vmath_reductions(&ctx);
     test_views(&ctx);
