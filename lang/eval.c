@@ -9,18 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#if defined(__GNUC__)
-#define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
-#define HD_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* Kept out of ev/ex so that their frames stay small: every level of a deep
- * recursion pays for the largest frame on the path. */
-#define HD_NOINLINE __attribute__((noinline))
-#else
-#define HD_LIKELY(x)   (x)
-#define HD_UNLIKELY(x) (x)
-#define HD_NOINLINE
-#endif
-
 /* Frames up to this many slots live on the C stack. */
 #define HD_STACK_SLOTS 32
 
@@ -39,13 +27,8 @@ static hd_value fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return hd_err_value();
 }
 
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 5, 6)))
-#endif
-    ;
-
-static hd_value failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...) {
+hd_value hd_eval_failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt,
+                       ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(vm->errmsg, sizeof vm->errmsg, fmt, ap);
@@ -355,7 +338,7 @@ int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok) {
 /* ---- names ---- */
 
 static HD_NOINLINE hd_value undefined(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    return failf(vm, f, n, HD_ERR_RUNTIME, "'%s' is used before its definition", n->name);
+    return hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "'%s' is used before its definition", n->name);
 }
 
 static hd_value *cell_of(hd_frame *f, int slot) {
@@ -376,8 +359,8 @@ static hd_value *name_slot(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref
     default: break;
     }
     if (!p) {
-        failf(vm, f, n, HD_ERR_RUNTIME, "internal error: unresolved name '%s'",
-              n->name ? n->name : "?");
+        hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "internal error: unresolved name '%s'",
+                      n->name ? n->name : "?");
         return NULL;
     }
     return p;
@@ -405,8 +388,8 @@ static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_va
     }
     if (!p) {
         hd_vunref(vm, v);
-        failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot store to '%s'",
-              n->name ? n->name : "?");
+        hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot store to '%s'",
+                      n->name ? n->name : "?");
         return 0;
     }
     hd_value old = *p;
@@ -439,7 +422,7 @@ static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n
         }
         if (!cell) {
             hd_vunref(vm, v);
-            return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: bad capture");
+            return hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "internal error: bad capture");
         }
         cell->obj.refcount++;
         c->cells[i] = cell;
@@ -1095,245 +1078,6 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
     }
 }
 
-/* ---- indexing ---- */
-
-/* Python's slice rules: clamp, then count. */
-static int64_t slice_bounds(int64_t len, const hd_index_part *s, int64_t *start, int64_t *step) {
-    int64_t st = s->has_step ? s->step : 1;
-    int64_t lower = st > 0 ? 0 : -1, upper = st > 0 ? len : len - 1;
-    int64_t a, b;
-    if (s->has_start) {
-        a = s->start;
-        if (a < 0)
-            a = a + len < lower ? lower : a + len;
-        else if (a > upper)
-            a = upper;
-    } else {
-        a = st > 0 ? lower : upper;
-    }
-    if (s->has_stop) {
-        b = s->stop;
-        if (b < 0)
-            b = b + len < lower ? lower : b + len;
-        else if (b > upper)
-            b = upper;
-    } else {
-        b = st > 0 ? upper : lower;
-    }
-    *start = a;
-    *step = st;
-    if (st > 0) return b > a ? (b - a - 1) / st + 1 : 0;
-    return a > b ? (a - b - 1) / (-st) + 1 : 0;
-}
-
-static hd_status seq_index(hd_vm *vm, hd_value x, int64_t len, int64_t i, int64_t *out) {
-    int64_t j = i < 0 ? i + len : i;
-    if (j < 0 || j >= len)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s index %lld out of range (length %lld)",
-                           hd_value_type_name(x), (long long)i, (long long)len);
-    *out = j;
-    return HD_OK;
-}
-
-static hd_status slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_value *out) {
-    if (s->has_step && s->step == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "slice step is zero");
-    int64_t start, step, count;
-    if (x.type == HD_V_LIST) {
-        hd_list *l = hd_as_list(x);
-        count = slice_bounds(l->len, s, &start, &step);
-        *out = hd_list_new(vm, count);
-        if (out->type != HD_V_LIST) return vm->err;
-        hd_list *o = hd_as_list(*out);
-        for (int64_t k = 0; k < count; k++)
-            hd_vref(o->items[o->len++] = l->items[start + k * step]);
-        return HD_OK;
-    }
-    if (x.type == HD_V_STR) {
-        hd_str *str = hd_as_str(x);
-        count = slice_bounds((int64_t)str->ulen, s, &start, &step);
-        hd_buf b;
-        hd_buf_init(&b, vm);
-        for (int64_t k = 0; k < count; k++) {
-            size_t off = hd_str_offset(str, start + k * step);
-            size_t end = hd_str_offset(str, start + k * step + 1);
-            hd_buf_add(&b, str->chars + off, end - off);
-        }
-        *out = hd_buf_to_str(&b);
-        return out->type == HD_V_STR ? HD_OK : vm->err;
-    }
-    if (x.type == HD_V_RANGE) {
-        hd_range *r = (hd_range *)x.as.o;
-        count = slice_bounds(hd_range_len(r), s, &start, &step);
-        int64_t first = hd_range_at(r->start, r->step, start), st, stop;
-        if (__builtin_mul_overflow(r->step, step, &st)) {
-            if (count > 1)
-                return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
-            st = (r->step > 0) == (step > 0) ? 1 : -1;
-        }
-        /* One past the last element; at the ends of i64 the range stops short. */
-        int64_t last = hd_range_at(first, st, count - 1);
-        if (!count)
-            stop = first;
-        else if (__builtin_add_overflow(last, st > 0 ? 1 : -1, &stop))
-            stop = last;
-        *out = hd_range_new(vm, first, stop, st);
-        return out->type == HD_V_RANGE ? HD_OK : vm->err;
-    }
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot slice a value of type %s",
-                       hd_value_type_name(x));
-}
-
-static hd_status get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
-    int64_t j = 0;
-    if (x.type == HD_V_DICT) {
-        if (k.type != HD_V_STR)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
-                               hd_value_type_name(k));
-        hd_value *v = hd_dict_get_str(x, hd_as_str(k));
-        if (!v)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "key \"%s\" not found in dict",
-                               hd_as_str(k)->chars);
-        if (HD_UNLIKELY(vm->trace_reads))
-            hd_compiled_note_member(vm, x, hd_as_str(k)->chars, 0, *v);
-        hd_vref(*out = *v);
-        return HD_OK;
-    }
-    if (x.type != HD_V_LIST && x.type != HD_V_STR && x.type != HD_V_RANGE)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot index a value of type %s",
-                           hd_value_type_name(x));
-    if (k.type != HD_V_INT)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s indices must be ints, not %s",
-                           hd_value_type_name(x), hd_value_type_name(k));
-    if (x.type == HD_V_LIST) {
-        hd_list *l = hd_as_list(x);
-        if (seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
-        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_member(vm, x, NULL, j, l->items[j]);
-        hd_vref(*out = l->items[j]);
-        return HD_OK;
-    }
-    if (x.type == HD_V_RANGE) {
-        hd_range *r = (hd_range *)x.as.o;
-        if (seq_index(vm, x, hd_range_len(r), k.as.i, &j) != HD_OK) return vm->err;
-        *out = hd_int(hd_range_at(r->start, r->step, j));
-        return HD_OK;
-    }
-    hd_str *s = hd_as_str(x);
-    if (seq_index(vm, x, (int64_t)s->ulen, k.as.i, &j) != HD_OK) return vm->err;
-    size_t off = hd_str_offset(s, j), end = hd_str_offset(s, j + 1);
-    *out = hd_str_new(vm, s->chars + off, end - off);
-    return out->type == HD_V_STR ? HD_OK : vm->err;
-}
-
-static hd_status set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v) {
-    if (x.type == HD_V_DICT) {
-        if (k.type != HD_V_STR)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
-                               hd_value_type_name(k));
-        hd_vref(v);
-        return hd_dict_set_str(vm, x, hd_as_str(k), v);
-    }
-    if (x.type == HD_V_LIST) {
-        if (k.type != HD_V_INT)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "list indices must be ints, not %s",
-                               hd_value_type_name(k));
-        hd_list *l = hd_as_list(x);
-        int64_t j = 0;
-        if (seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
-        hd_value old = l->items[j];
-        hd_vref(l->items[j] = v);
-        hd_vunref(vm, old);
-        return HD_OK;
-    }
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "a value of type %s does not support item assignment",
-                       hd_value_type_name(x));
-}
-
-/* Evaluate the parts of x[...]. Tensor parts are new references, released
- * by free_parts. Returns 0 on error (located). */
-static int eval_parts(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_index_part *parts) {
-    for (int i = 0; i < n->n; i++) {
-        const hd_ast *p = n->items[i];
-        hd_index_part *ip = &parts[i];
-        memset(ip, 0, sizeof *ip);
-        ip->v = hd_none();
-        if (p->kind == HD_AST_ELLIPSIS) {
-            ip->kind = HD_IDX_ELLIPSIS;
-            continue;
-        }
-        if (p->kind == HD_AST_SLICE) {
-            ip->kind = HD_IDX_SLICE;
-            const hd_ast *bounds[3] = {p->a, p->b, p->c};
-            int *has[3] = {&ip->has_start, &ip->has_stop, &ip->has_step};
-            int64_t *val[3] = {&ip->start, &ip->stop, &ip->step};
-            for (int k = 0; k < 3; k++) {
-                if (!bounds[k]) continue;
-                hd_value v = ev(vm, f, bounds[k]);
-                if (v.type == HD_V_ERR) return 0;
-                if (v.type == HD_V_NONE) continue;
-                if (v.type != HD_V_INT) {
-                    failf(vm, f, bounds[k], HD_ERR_RUNTIME, "slice bounds must be ints, not %s",
-                          hd_value_type_name(v));
-                    hd_vunref(vm, v);
-                    return 0;
-                }
-                *has[k] = 1;
-                *val[k] = v.as.i;
-            }
-            continue;
-        }
-        hd_value v = ev(vm, f, p);
-        if (v.type == HD_V_ERR) return 0;
-        if (v.type == HD_V_INT) {
-            ip->kind = HD_IDX_INT;
-            ip->i = v.as.i;
-        } else if (v.type == HD_V_NONE) {
-            ip->kind = HD_IDX_NONE;
-        } else {
-            ip->kind = HD_IDX_TENSOR;
-            ip->v = v;
-        }
-    }
-    return 1;
-}
-
-static void free_parts(hd_vm *vm, hd_index_part *parts, int n) {
-    for (int i = 0; i < n; i++) hd_vunref(vm, parts[i].v);
-}
-
-static hd_status tensor_index(hd_vm *vm, hd_value x, hd_index_part *parts, int n,
-                              const hd_value *set, hd_value *out) {
-    for (int i = 0; i < n; i++)
-        if (parts[i].kind == HD_IDX_TENSOR && parts[i].v.type != HD_V_TENSOR)
-            return hd_vm_error(vm, HD_ERR_RUNTIME,
-                               "a tensor index must be an int, slice, ..., none or a tensor, "
-                               "not %s",
-                               hd_value_type_name(parts[i].v));
-    hd_status st = set ? hd_tensor_set_index(vm, x, parts, n, *set)
-                       : hd_tensor_get_index(vm, x, parts, n, out);
-    if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);
-    return st;
-}
-
-/* x[parts] for any value: get (set == NULL) or set. */
-static hd_status index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, const hd_value *set,
-                          hd_value *out) {
-    if (x.type == HD_V_TENSOR) return tensor_index(vm, x, parts, n, set, out);
-    if (n != 1)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "a %s takes one index, not %d",
-                           hd_value_type_name(x), n);
-    hd_index_part *p = &parts[0];
-    if (p->kind == HD_IDX_SLICE) {
-        if (set)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "slice assignment is not supported on a %s",
-                               hd_value_type_name(x));
-        return slice_value(vm, x, p, out);
-    }
-    hd_value k = p->kind == HD_IDX_INT ? hd_int(p->i) : p->kind == HD_IDX_NONE ? hd_none() : p->v;
-    if (p->kind == HD_IDX_ELLIPSIS)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "... indexes tensors only");
-    return set ? set_item(vm, x, k, *set) : get_item(vm, x, k, out);
-}
-
 /* ---- expressions ---- */
 
 static HD_NOINLINE hd_value ev_str(hd_vm *vm, hd_frame *f, const hd_ast *n) {
@@ -1371,8 +1115,8 @@ static HD_NOINLINE hd_value ev_dict(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         hd_value k = ev(vm, f, pair->a);
         if (k.type == HD_V_ERR) goto fail;
         if (k.type != HD_V_STR) {
-            failf(vm, f, pair->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
-                  hd_value_type_name(k));
+            hd_eval_failf(vm, f, pair->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                          hd_value_type_name(k));
             hd_vunref(vm, k);
             goto fail;
         }
@@ -1403,7 +1147,7 @@ static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         n->items[0]->kind != HD_AST_ELLIPSIS) {
         hd_value k = ev(vm, f, n->items[0]);
         if (k.type != HD_V_ERR) {
-            if (get_item(vm, x, k, &out) != HD_OK) out = fail(vm, f, n);
+            if (hd_eval_get_item(vm, x, k, &out) != HD_OK) out = fail(vm, f, n);
             hd_vunref(vm, k);
         }
         hd_vunref(vm, x);
@@ -1421,10 +1165,10 @@ static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
     memset(parts, 0, (size_t)(n->n ? n->n : 1) * sizeof *parts);
     for (int i = 0; i < n->n; i++) parts[i].v = hd_none();
-    if (eval_parts(vm, f, n, parts)) {
-        if (index_op(vm, x, parts, n->n, NULL, &out) != HD_OK) out = fail(vm, f, n);
+    if (hd_eval_parts(vm, f, n, parts)) {
+        if (hd_eval_index_op(vm, x, parts, n->n, NULL, &out) != HD_OK) out = fail(vm, f, n);
     }
-    free_parts(vm, parts, n->n);
+    hd_eval_free_parts(vm, parts, n->n);
     if (parts != stack_parts) hd_ctx_free(&vm->ctx, parts, (size_t)n->n * sizeof *parts);
     hd_vunref(vm, x);
     return out;
@@ -1455,7 +1199,8 @@ static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, in
             for (int k = 0; k < *nkw; k++)
                 if (strcmp(kw[k].name, arg->name) == 0) {
                     hd_vunref(vm, v);
-                    failf(vm, f, arg, HD_ERR_RUNTIME, "argument '%s' given twice", arg->name);
+                    hd_eval_failf(vm, f, arg, HD_ERR_RUNTIME, "argument '%s' given twice",
+                                  arg->name);
                     return 0;
                 }
             kw[*nkw].name = arg->name;
@@ -1606,8 +1351,8 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
     case HD_AST_SCRIPT: return hd_script_eval(vm, f, n);
     default:
-        return failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
-                     (int)n->kind);
+        return hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
+                             (int)n->kind);
     }
 }
 
@@ -1714,7 +1459,7 @@ static int ex_for_dict(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
         if (fl) return loop_result(fl);
     }
     if (d->len != len)
-        return failf(vm, f, n->a, HD_ERR_RUNTIME, "dict changed size during iteration"),
+        return hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME, "dict changed size during iteration"),
                HD_FLOW_ERROR;
     return HD_FLOW_NORMAL;
 }
@@ -1737,7 +1482,7 @@ static int ex_for_str(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
 static int ex_for_tensor(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
     const hd_tensor *t = it.as.t;
     if (t->ndim == 0)
-        return failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a 0-d tensor"),
+        return hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a 0-d tensor"),
                HD_FLOW_ERROR;
     for (int64_t i = 0; i < t->shape[0]; i++) {
         hd_index_part part;
@@ -1746,7 +1491,8 @@ static int ex_for_tensor(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
         part.i = i;
         part.v = hd_none();
         hd_value row;
-        if (tensor_index(vm, it, &part, 1, NULL, &row) != HD_OK) return flow_fail(vm, f, n->a);
+        if (hd_eval_tensor_index(vm, it, &part, 1, NULL, &row) != HD_OK)
+            return flow_fail(vm, f, n->a);
         if (!bind_loop_var(vm, f, n, row)) return HD_FLOW_ERROR;
         int fl = loop_body(vm, f, n);
         if (fl) return loop_result(fl);
@@ -1777,9 +1523,10 @@ static int ex_for_object(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value obj) 
     hd_value *iter = hd_dict_get(cls->methods, "iter");
     hd_value *next = hd_dict_get(cls->methods, "next");
     if (!iter && !next)
-        return failf(vm, f, n->a, HD_ERR_RUNTIME,
-                     "cannot iterate over a %s object (its class has no iter or next method)",
-                     hd_value_type_name(obj)),
+        return hd_eval_failf(
+                   vm, f, n->a, HD_ERR_RUNTIME,
+                   "cannot iterate over a %s object (its class has no iter or next method)",
+                   hd_value_type_name(obj)),
                HD_FLOW_ERROR;
     if (!iter) return ex_for_next(vm, f, n, obj, *next);
     hd_value it;
@@ -1790,9 +1537,9 @@ static int ex_for_object(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value obj) 
     if (it.type == HD_V_OBJECT) {
         next = hd_dict_get(((hd_object *)it.as.o)->cls->methods, "next");
         fl = next ? ex_for_next(vm, f, n, it, *next)
-                  : (failf(vm, f, n->a, HD_ERR_RUNTIME,
-                           "iter() returned a %s object, which has no next method",
-                           hd_value_type_name(it)),
+                  : (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
+                                   "iter() returned a %s object, which has no next method",
+                                   hd_value_type_name(it)),
                      HD_FLOW_ERROR);
     } else {
         fl = ex_for_value(vm, f, n, it);
@@ -1813,8 +1560,8 @@ static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
     case HD_V_TENSOR: return ex_for_tensor(vm, f, n, v);
     case HD_V_OBJECT: return ex_for_object(vm, f, n, v);
     default:
-        failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
-              hd_value_type_name(v));
+        hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME, "cannot iterate over a value of type %s",
+                      hd_value_type_name(v));
         return HD_FLOW_ERROR;
     }
 }
@@ -1835,7 +1582,8 @@ static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         hd_value r = ev_binary_slow(vm, f, it, a, b);
         if (r.type == HD_V_ERR) return HD_FLOW_ERROR;
         hd_vunref(vm, r);
-        return failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over this range"), HD_FLOW_ERROR;
+        return hd_eval_failf(vm, f, it, HD_ERR_RUNTIME, "cannot iterate over this range"),
+               HD_FLOW_ERROR;
     }
     hd_value v = ev(vm, f, it);
     if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
@@ -1958,10 +1706,10 @@ static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, 
         memset(&parts[i], 0, sizeof parts[i]);
         parts[i].v = hd_none();
     }
-    if (!eval_parts(vm, f, t, parts)) goto done;
+    if (!hd_eval_parts(vm, f, t, parts)) goto done;
     if (n->op != HD_TOK_ASSIGN) {
         hd_value old;
-        if (index_op(vm, x, parts, t->n, NULL, &old) != HD_OK) {
+        if (hd_eval_index_op(vm, x, parts, t->n, NULL, &old) != HD_OK) {
             fail(vm, f, t);
             goto done;
         }
@@ -1971,12 +1719,12 @@ static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, 
         hd_vunref(vm, v);
         v = r;
     }
-    if (index_op(vm, x, parts, t->n, &v, NULL) != HD_OK)
+    if (hd_eval_index_op(vm, x, parts, t->n, &v, NULL) != HD_OK)
         fail(vm, f, t);
     else
         fl = HD_FLOW_NORMAL;
 done:
-    free_parts(vm, parts, parts == stack_parts && t->n > 4 ? 0 : t->n);
+    hd_eval_free_parts(vm, parts, parts == stack_parts && t->n > 4 ? 0 : t->n);
     if (parts != stack_parts) hd_ctx_free(&vm->ctx, parts, (size_t)t->n * sizeof *parts);
     hd_vunref(vm, x);
     hd_vunref(vm, v);

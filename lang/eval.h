@@ -17,6 +17,25 @@ hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b);
 /* The text of an operator token ("+", "==", ".."). */
 const char *hd_eval_op_name(int op);
 
+#if defined(__GNUC__)
+#define HD_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define HD_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Kept out of ev/ex so that their frames stay small: every level of a deep
+ * recursion pays for the largest frame on the path. */
+#define HD_NOINLINE __attribute__((noinline))
+#else
+#define HD_LIKELY(x)   (x)
+#define HD_UNLIKELY(x) (x)
+#define HD_NOINLINE
+#endif
+
+/* Fail at node n with status st and a formatted message (HD_V_ERR). */
+hd_value hd_eval_failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
 /* How a statement ended. */
 enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_ERROR };
 
@@ -30,5 +49,19 @@ hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
 hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
                           hd_value *out);
+
+/* Indexing (eval_index.c), for the evaluator: items of lists, strings and
+ * dicts (get, set); an index expression's parts evaluated (their count, or
+ * -1 on error; free them with hd_eval_free_parts); x[parts] on tensors,
+ * and on any value (get when set is NULL, else set). */
+struct hd_index_part;
+hd_status hd_eval_get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out);
+hd_status hd_eval_set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v);
+int hd_eval_parts(hd_vm *vm, hd_frame *f, const hd_ast *n, struct hd_index_part *parts);
+void hd_eval_free_parts(hd_vm *vm, struct hd_index_part *parts, int n);
+hd_status hd_eval_tensor_index(hd_vm *vm, hd_value x, struct hd_index_part *parts, int n,
+                               const hd_value *set, hd_value *out);
+hd_status hd_eval_index_op(hd_vm *vm, hd_value x, struct hd_index_part *parts, int n,
+                           const hd_value *set, hd_value *out);
 
 #endif
