@@ -1,8 +1,10 @@
 /* The CUDA libraries, opened at run time (dlopen) so that one build runs on
  * machines with and without a GPU. Opened once per process, on the first
  * call, under pthread_once; the handles stay open until exit (the driver
- * is process-wide anyway). HODU_CUDA_DRIVER names another driver library
- * (tests use a missing one to exercise the no-GPU paths on any machine). */
+ * is process-wide anyway). HODU_CUDA_DRIVER, HODU_CUDA_NVRTC and
+ * HODU_CUDA_BLAS name other libraries to open instead (tests use a missing
+ * driver to exercise the no-GPU paths, and tests/cuda_emu's emulated
+ * device to run the CUDA code on machines without a GPU). */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
 
@@ -15,8 +17,13 @@
 static hd_cuda_api cuda_api;
 static pthread_once_t cuda_api_once = PTHREAD_ONCE_INIT;
 
-/* First library of names that opens; names[0] is reported when none does. */
-static void *loader_open(const char *const *names, char *err, size_t n, const char *what) {
+/* First library of names that opens; names[0] is reported when none does.
+ * The environment variable env, when set, is the one name tried. */
+static void *loader_open(const char *env, const char *const *names, char *err, size_t n,
+                         const char *what) {
+    const char *e = getenv(env);
+    const char *only[] = {e, NULL};
+    if (e && *e) names = only;
     for (int i = 0; names[i]; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (h) return h;
@@ -48,10 +55,9 @@ static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, siz
     { (void **)&a->field, name }
 
 static void loader_driver(hd_cuda_api *a) {
-    const char *env = getenv("HODU_CUDA_DRIVER");
-    const char *names[] = {env && *env ? env : "libcuda.so.1", env && *env ? NULL : "libcuda.so",
-                           NULL};
-    void *h = loader_open(names, a->driver_error, sizeof a->driver_error, " (no NVIDIA driver)");
+    const char *names[] = {"libcuda.so.1", "libcuda.so", NULL};
+    void *h = loader_open("HODU_CUDA_DRIVER", names, a->driver_error, sizeof a->driver_error,
+                          " (no NVIDIA driver)");
     if (!h) return;
     const loader_sym syms[] = {
         SYM(init, "cuInit"),
@@ -108,7 +114,7 @@ static void loader_nvrtc(hd_cuda_api *a) {
                            "libnvrtc.so",
                            "/usr/local/cuda/lib64/libnvrtc.so",
                            NULL};
-    void *h = loader_open(names, a->nvrtc_error, sizeof a->nvrtc_error,
+    void *h = loader_open("HODU_CUDA_NVRTC", names, a->nvrtc_error, sizeof a->nvrtc_error,
                           " (the CUDA toolkit's NVRTC library)");
     if (!h) return;
     const loader_sym syms[] = {
@@ -133,7 +139,8 @@ static void loader_blas(hd_cuda_api *a) {
                            "libcublas.so",
                            "/usr/local/cuda/lib64/libcublas.so",
                            NULL};
-    void *h = loader_open(names, a->blas_error, sizeof a->blas_error, " (cuBLAS)");
+    void *h =
+        loader_open("HODU_CUDA_BLAS", names, a->blas_error, sizeof a->blas_error, " (cuBLAS)");
     if (!h) return;
     const loader_sym syms[] = {
         SYM(blas_create, "cublasCreate_v2"),

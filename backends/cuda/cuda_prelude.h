@@ -14,10 +14,17 @@ static const char cuda_prelude_text[] =
     "typedef unsigned long long u64;\n"
     "#define HD_INF __int_as_float(0x7f800000)\n"
     "#define HD_NAN __int_as_float(0x7fc00000)\n"
+    /* f16 conversions: PTX on the device; compiled for the host (the test
+     * suite's emulator), the host environment provides them */
+    "#ifdef __CUDA_ARCH__\n"
     "__device__ __forceinline__ float ld_f16(u16 h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : "
     "\"=f\"(f) : \"h\"(h)); return f; }\n"
     "__device__ __forceinline__ u16 st_f16(float f) { u16 h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
     "\"=h\"(h) : \"f\"(f)); return h; }\n"
+    "#else\n"
+    "__device__ __forceinline__ float ld_f16(u16 h) { return hd_host_ld_f16(h); }\n"
+    "__device__ __forceinline__ u16 st_f16(float f) { return hd_host_st_f16(f); }\n"
+    "#endif\n"
     "__device__ __forceinline__ float ld_bf16(u16 h) { return __uint_as_float(((u32)h) << 16); }\n"
     "__device__ __forceinline__ u16 st_bf16(float f) { u32 x = __float_as_uint(f);\n"
     "  if ((x & 0x7fffffffu) > 0x7f800000u) return (u16)((x >> 16) | 0x40u);\n"

@@ -1,0 +1,917 @@
+/* A CUDA device emulated on the CPU, for the test suite: one shared library
+ * that stands in for the driver (libcuda), NVRTC and cuBLAS, loaded by the
+ * CUDA backend through HODU_CUDA_DRIVER, HODU_CUDA_NVRTC and
+ * HODU_CUDA_BLAS. It lets every CUDA code path run (and be checked against
+ * the cpu backend) on machines without a GPU.
+ *
+ * - Device memory is host memory; copies and kernels run synchronously, in
+ *   stream order. Copies are checked against the allocations they touch.
+ * - "NVRTC" compiles the generated CUDA C as host C++ (emu_device.h is
+ *   force-included) into a shared object: that is the module image.
+ * - A launch runs the grid block by block; a block's threads are fibers
+ *   (ucontext) that switch at __syncthreads. A barrier that some threads of
+ *   a block never reach fails the launch (it would hang or misbehave on a
+ *   GPU).
+ * - Stream capture records launches, copies, memsets and GEMMs as a graph
+ *   that cuGraphLaunch replays with the arguments captured by value.
+ *   Synchronizing a capturing stream, or a copy from or to host memory in
+ *   one, invalidates the capture, as the driver does.
+ * - cuBLAS: cublasGemmStridedBatchedEx, column-major, from its documented
+ *   definition (sums in double).
+ *
+ * Only the entry points the backend uses exist; the types are spelled out
+ * here (plain integers and pointers at the ABI), so no CUDA header is
+ * needed. HODU_EMU_MEM_LIMIT (bytes) caps the device memory, to reach the
+ * out-of-memory paths; HODU_EMU_KEEP keeps each compiled source (its path
+ * goes to stderr); HODU_EMU_CXX and HODU_EMU_OPT choose the compiler and
+ * its optimization flag. */
+#define _GNU_SOURCE
+#include "hd_dtype.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#define EMU_EXPORT __attribute__((visibility("default")))
+
+extern char **environ;
+
+/* ---- the ABI's types and values (cuda.h, nvrtc.h, cublas_api.h) ---- */
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_LAUNCH_FAILED = 719,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+};
+enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
+enum { NVRTC_SUCCESS = 0, NVRTC_ERROR_OUT_OF_MEMORY = 1, NVRTC_ERROR_COMPILATION = 6 };
+enum { BLAS_SUCCESS = 0, BLAS_INVALID_VALUE = 7, BLAS_NOT_SUPPORTED = 15 };
+enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
+
+/* ---- memory: every allocation is known, so copies can be checked ---- */
+
+typedef struct emu_alloc {
+    char *p;
+    size_t n;
+} emu_alloc;
+
+static emu_alloc *mem_list;
+static size_t mem_count, mem_cap, mem_used;
+
+static size_t mem_limit(void) {
+    const char *s = getenv("HODU_EMU_MEM_LIMIT");
+    return s && *s ? (size_t)strtoull(s, NULL, 10) : (size_t)4 << 30;
+}
+
+/* Does [p, p + n) lie inside one allocation? */
+static int mem_valid(CUdeviceptr p, size_t n) {
+    const char *c = (const char *)(uintptr_t)p;
+    for (size_t i = 0; i < mem_count; i++)
+        if (c >= mem_list[i].p && c + n <= mem_list[i].p + mem_list[i].n) return 1;
+    return 0;
+}
+
+EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
+    if (!out || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (mem_used + n > mem_limit()) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mem_count == mem_cap) {
+        size_t cap = mem_cap ? mem_cap * 2 : 64;
+        emu_alloc *l = realloc(mem_list, cap * sizeof *l);
+        if (!l) return CUDA_ERROR_OUT_OF_MEMORY;
+        mem_list = l;
+        mem_cap = cap;
+    }
+    char *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(p, 0xA5, n); /* device memory starts as garbage, not zeros */
+    mem_list[mem_count++] = (emu_alloc){p, n};
+    mem_used += n;
+    *out = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+    for (size_t i = 0; i < mem_count; i++) {
+        if (mem_list[i].p != (char *)(uintptr_t)p) continue;
+        free(mem_list[i].p);
+        mem_used -= mem_list[i].n;
+        mem_list[i] = mem_list[--mem_count];
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- device, context, streams ---- */
+
+typedef struct emu_node emu_node;
+typedef struct emu_stream {
+    int capturing, invalidated;
+    emu_node *head, **tail; /* the graph being captured */
+} emu_stream;
+
+static int ctx_marker;
+
+EMU_EXPORT CUresult cuInit(unsigned flags) {
+    return flags ? CUDA_ERROR_INVALID_VALUE : 0;
+}
+EMU_EXPORT CUresult cuDeviceGetCount(int *n) {
+    *n = 1;
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuDeviceGet(int *dev, int i) {
+    if (i != 0) return CUDA_ERROR_INVALID_VALUE;
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+    if (dev != 0) return CUDA_ERROR_INVALID_VALUE;
+    *v = attr == ATTR_CC_MAJOR ? 8 : attr == ATTR_CC_MINOR ? 0 : 0;
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuDeviceGetName(char *buf, int n, int dev) {
+    if (dev != 0 || n <= 0) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(buf, (size_t)n, "Hodu CUDA emulator");
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    if (dev != 0) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = &ctx_marker;
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    return dev ? CUDA_ERROR_INVALID_VALUE : 0;
+}
+EMU_EXPORT CUresult cuCtxSetCurrent(void *ctx) {
+    return ctx == &ctx_marker ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+EMU_EXPORT CUresult cuStreamCreate(emu_stream **s, unsigned flags) {
+    (void)flags;
+    *s = calloc(1, sizeof **s);
+    return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void graph_nodes_free(emu_node *n);
+
+EMU_EXPORT CUresult cuStreamDestroy_v2(emu_stream *s) {
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    graph_nodes_free(s->head);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+/* An operation the stream cannot capture: the capture is invalidated. */
+static CUresult stream_unsupported(emu_stream *s) {
+    s->invalidated = 1;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+EMU_EXPORT CUresult cuStreamSynchronize(emu_stream *s) {
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    return s->capturing ? stream_unsupported(s) : CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuGetErrorString(CUresult r, const char **m) {
+    switch (r) {
+    case CUDA_SUCCESS: *m = "no error"; break;
+    case CUDA_ERROR_INVALID_VALUE: *m = "invalid argument"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *m = "out of memory"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *m = "device kernel image is invalid"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *m = "invalid resource handle"; break;
+    case CUDA_ERROR_NOT_FOUND: *m = "named symbol not found"; break;
+    case CUDA_ERROR_LAUNCH_FAILED: *m = "unspecified launch failure"; break;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+        *m = "operation not permitted when stream is capturing";
+        break;
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+        *m = "operation failed due to a previous error during capture";
+        break;
+    default: *m = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- graph nodes: what a capturing stream records ---- */
+
+enum { NODE_KERNEL, NODE_COPY, NODE_SET, NODE_GEMM };
+
+typedef struct emu_fn emu_fn;
+typedef struct emu_gemm {
+    int ta, tb, m, n, k, type, compute;
+    double alpha, beta;
+    const void *a, *b;
+    void *c;
+    int lda, ldb, ldc, batch;
+    long long sa, sb, sc;
+} emu_gemm;
+
+struct emu_node {
+    int kind;
+    emu_fn *fn; /* kernel */
+    unsigned grid[3], block[3];
+    void **args;          /* kernel: pointers into blob */
+    char *blob;           /* kernel: the arguments' values */
+    CUdeviceptr dst, src; /* copy, set */
+    size_t n;
+    unsigned char value;
+    emu_gemm gemm;
+    emu_node *next;
+};
+
+static void graph_nodes_free(emu_node *n) {
+    while (n) {
+        emu_node *next = n->next;
+        free(n->args);
+        free(n->blob);
+        free(n);
+        n = next;
+    }
+}
+
+static CUresult node_run(emu_node *n);
+
+/* Run now, or append to the capture. The node is owned either way. */
+static CUresult stream_submit(emu_stream *s, emu_node *n) {
+    if (!s || !s->capturing) {
+        CUresult r = node_run(n);
+        graph_nodes_free(n);
+        return r;
+    }
+    *s->tail = n;
+    s->tail = &n->next;
+    return CUDA_SUCCESS;
+}
+
+static emu_node *node_new(int kind) {
+    emu_node *n = calloc(1, sizeof *n);
+    if (n) n->kind = kind;
+    return n;
+}
+
+EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
+                                         emu_stream *s) {
+    if (s && s->capturing) return stream_unsupported(s);
+    if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, emu_stream *s) {
+    if (s && s->capturing) return stream_unsupported(s);
+    if (!mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                         emu_stream *s) {
+    if (!mem_valid(dst, n) || !mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    emu_node *c = node_new(NODE_COPY);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dst = dst;
+    c->src = src;
+    c->n = n;
+    return stream_submit(s, c);
+}
+
+EMU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, emu_stream *s) {
+    if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+    emu_node *c = node_new(NODE_SET);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dst = dst;
+    c->value = v;
+    c->n = n;
+    return stream_submit(s, c);
+}
+
+/* ---- modules: shared objects made by the fake NVRTC ---- */
+
+#define IMAGE_MAGIC "HDEMUSO1"
+
+typedef struct emu_dim3 {
+    unsigned x, y, z;
+} emu_dim3;
+typedef struct emu_state { /* hd_emu_state_t of emu_device.h */
+    emu_dim3 thread, block, block_dim, grid_dim;
+    void (*sync)(void);
+} emu_state;
+
+struct emu_fn {
+    void (*run)(void **);
+    emu_state *state;
+    int nparams;
+    size_t sizes[64];
+    emu_fn *next;
+};
+
+typedef struct emu_module {
+    void *so;
+    emu_fn *fns;
+} emu_module;
+
+/* Write n bytes to a new temporary file; its path in path. */
+static int temp_write(char *path, size_t cap, const char *suffix, const void *p, size_t n) {
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, cap, "%s/hodu-emu-XXXXXX%s", dir && *dir ? dir : "/tmp", suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    if (fd < 0) return 0;
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w <= 0) {
+            close(fd);
+            unlink(path);
+            return 0;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    close(fd);
+    return 1;
+}
+
+EMU_EXPORT CUresult cuModuleLoadData(emu_module **out, const void *img) {
+    const char *c = img;
+    if (!c || memcmp(c, IMAGE_MAGIC, 8)) return CUDA_ERROR_INVALID_IMAGE;
+    uint64_t n;
+    memcpy(&n, c + 8, 8);
+    char path[4096];
+    if (!temp_write(path, sizeof path, ".so", c + 16, (size_t)n)) return CUDA_ERROR_OUT_OF_MEMORY;
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    unlink(path);
+    if (!so) {
+        fprintf(stderr, "cuda emulator: %s\n", dlerror());
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    emu_module *m = calloc(1, sizeof *m);
+    if (!m) {
+        dlclose(so);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->so = so;
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuModuleUnload(emu_module *m) {
+    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+    for (emu_fn *f = m->fns, *n; f; f = n) {
+        n = f->next;
+        free(f);
+    }
+    dlclose(m->so);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char *name) {
+    char sym[512];
+    snprintf(sym, sizeof sym, "%s__emu_run", name);
+    void *run = dlsym(m->so, sym);
+    snprintf(sym, sizeof sym, "%s__emu_sig", name);
+    int (*sig)(size_t *) = (int (*)(size_t *))dlsym(m->so, sym);
+    emu_state *st = dlsym(m->so, "hd_emu_state");
+    if (!run || !sig || !st) return CUDA_ERROR_NOT_FOUND;
+    emu_fn *f = calloc(1, sizeof *f);
+    if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
+    *(void **)&f->run = run;
+    f->state = st;
+    f->nparams = sig(f->sizes);
+    f->next = m->fns;
+    m->fns = f;
+    *out = f;
+    return CUDA_SUCCESS;
+}
+
+/* ---- launches: blocks one after another, threads as fibers ---- */
+
+enum { FIB_RUN, FIB_BARRIER, FIB_DONE };
+#define FIB_STACK (256 << 10)
+
+static struct {
+    ucontext_t sched;
+    ucontext_t fib[1024];
+    char *stack[1024];
+    int state[1024];
+    int cur;
+    emu_node *node;
+} fib;
+
+static void fib_sync(void) {
+    fib.state[fib.cur] = FIB_BARRIER;
+    swapcontext(&fib.fib[fib.cur], &fib.sched);
+}
+
+static void fib_entry(void) {
+    fib.node->fn->run(fib.node->args);
+    fib.state[fib.cur] = FIB_DONE;
+}
+
+static void fib_coords(emu_state *st, unsigned t, const unsigned *b) {
+    st->thread.x = t % b[0];
+    st->thread.y = t / b[0] % b[1];
+    st->thread.z = t / (b[0] * b[1]);
+}
+
+/* One block. 0: every thread ran to its end; -1: a barrier that not all
+ * threads reached. */
+static int block_run(emu_node *n, unsigned nthreads) {
+    emu_state *st = n->fn->state;
+    for (unsigned t = 0; t < nthreads; t++) {
+        if (!fib.stack[t]) {
+            void *p = mmap(NULL, FIB_STACK, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) return -2;
+            fib.stack[t] = p;
+        }
+        getcontext(&fib.fib[t]);
+        fib.fib[t].uc_stack.ss_sp = fib.stack[t];
+        fib.fib[t].uc_stack.ss_size = FIB_STACK;
+        fib.fib[t].uc_link = &fib.sched;
+        makecontext(&fib.fib[t], fib_entry, 0);
+        fib.state[t] = FIB_RUN;
+    }
+    for (;;) {
+        unsigned waiting = 0, done = 0;
+        for (unsigned t = 0; t < nthreads; t++) {
+            if (fib.state[t] != FIB_RUN) continue;
+            fib.cur = (int)t;
+            fib_coords(st, t, n->block);
+            swapcontext(&fib.sched, &fib.fib[t]);
+        }
+        for (unsigned t = 0; t < nthreads; t++) {
+            waiting += fib.state[t] == FIB_BARRIER;
+            done += fib.state[t] == FIB_DONE;
+        }
+        if (done == nthreads) return 0;
+        if (done) return -1; /* some threads wait at a barrier the others left */
+        for (unsigned t = 0; t < nthreads; t++) fib.state[t] = FIB_RUN;
+    }
+}
+
+static CUresult kernel_run(emu_node *n) {
+    emu_state *st = n->fn->state;
+    unsigned nthreads = n->block[0] * n->block[1] * n->block[2];
+    st->sync = fib_sync;
+    st->block_dim = (emu_dim3){n->block[0], n->block[1], n->block[2]};
+    st->grid_dim = (emu_dim3){n->grid[0], n->grid[1], n->grid[2]};
+    fib.node = n;
+    for (unsigned z = 0; z < n->grid[2]; z++)
+        for (unsigned y = 0; y < n->grid[1]; y++)
+            for (unsigned x = 0; x < n->grid[0]; x++) {
+                st->block = (emu_dim3){x, y, z};
+                int r = block_run(n, nthreads);
+                if (r == -2) return CUDA_ERROR_OUT_OF_MEMORY;
+                if (r) {
+                    fprintf(stderr,
+                            "cuda emulator: block (%u,%u,%u): __syncthreads not reached by "
+                            "every thread\n",
+                            x, y, z);
+                    return CUDA_ERROR_LAUNCH_FAILED;
+                }
+            }
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz, unsigned shmem, emu_stream *s,
+                                   void **params, void **extra) {
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    unsigned long long threads = (unsigned long long)bx * by * bz;
+    if (!gx || !gy || !gz || !threads || threads > 1024 || gx > 0x7fffffffu || gy > 65535 ||
+        gz > 65535 || shmem > 48 * 1024 || extra || (f->nparams && !params))
+        return CUDA_ERROR_INVALID_VALUE;
+    emu_node *n = node_new(NODE_KERNEL);
+    size_t total = 0;
+    for (int i = 0; i < f->nparams; i++) total += (f->sizes[i] + 15) & ~(size_t)15;
+    if (n) {
+        n->args = calloc((size_t)f->nparams + 1, sizeof *n->args);
+        n->blob = calloc(total + 16, 1);
+    }
+    if (!n || !n->args || !n->blob) {
+        graph_nodes_free(n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    char *p = n->blob;
+    for (int i = 0; i < f->nparams; i++) { /* arguments by value, as the driver takes them */
+        memcpy(p, params[i], f->sizes[i]);
+        n->args[i] = p;
+        p += (f->sizes[i] + 15) & ~(size_t)15;
+    }
+    n->fn = f;
+    n->grid[0] = gx, n->grid[1] = gy, n->grid[2] = gz;
+    n->block[0] = bx, n->block[1] = by, n->block[2] = bz;
+    return stream_submit(s, n);
+}
+
+/* ---- cuBLAS ---- */
+
+static double gemm_load(const void *p, int type, long long i) {
+    switch (type) {
+    case DT_R_32F: return ((const float *)p)[i];
+    case DT_R_64F: return ((const double *)p)[i];
+    case DT_R_16F: return hd_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return hd_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+static void gemm_store(void *p, int type, long long i, double v) {
+    switch (type) {
+    case DT_R_32F: ((float *)p)[i] = (float)v; break;
+    case DT_R_64F: ((double *)p)[i] = v; break;
+    case DT_R_16F: ((uint16_t *)p)[i] = hd_f32_to_f16((float)v); break;
+    default: ((uint16_t *)p)[i] = hd_f32_to_bf16((float)v); break;
+    }
+}
+
+/* C = alpha op(A) op(B) + beta C, column-major, per batch. */
+static void gemm_run(const emu_gemm *g) {
+    for (int q = 0; q < g->batch; q++) {
+        const char *a = (const char *)g->a, *b = (const char *)g->b;
+        long long oa = q * g->sa, ob = q * g->sb, oc = q * g->sc;
+        for (int j = 0; j < g->n; j++)
+            for (int i = 0; i < g->m; i++) {
+                double s = 0;
+                for (int l = 0; l < g->k; l++) {
+                    double x = gemm_load(
+                        a, g->type,
+                        oa + (g->ta ? l + (long long)i * g->lda : i + (long long)l * g->lda));
+                    double y = gemm_load(
+                        b, g->type,
+                        ob + (g->tb ? j + (long long)l * g->ldb : l + (long long)j * g->ldb));
+                    s += x * y;
+                }
+                long long ci = oc + i + (long long)j * g->ldc;
+                double c = g->beta != 0 ? g->beta * gemm_load(g->c, g->type, ci) : 0;
+                gemm_store(g->c, g->type, ci, g->alpha * s + c);
+            }
+    }
+}
+
+typedef struct emu_blas {
+    emu_stream *stream;
+} emu_blas;
+
+EMU_EXPORT int cublasCreate_v2(emu_blas **h) {
+    *h = calloc(1, sizeof **h);
+    return *h ? BLAS_SUCCESS : 3 /* CUBLAS_STATUS_ALLOC_FAILED */;
+}
+EMU_EXPORT int cublasDestroy_v2(emu_blas *h) {
+    free(h);
+    return BLAS_SUCCESS;
+}
+EMU_EXPORT int cublasSetStream_v2(emu_blas *h, emu_stream *s) {
+    h->stream = s;
+    return BLAS_SUCCESS;
+}
+
+static size_t type_size(int t) {
+    return t == DT_R_64F ? 8 : t == DT_R_32F ? 4 : 2;
+}
+
+/* Is an operand of rows x cols (leading dimension ld) per batch inside
+ * device memory? */
+static int gemm_operand_ok(const void *p, int type, int rows, int cols, int ld, long long stride,
+                           int batch) {
+    if (ld < rows || ld < 1) return 0;
+    size_t last = (size_t)((long long)(batch - 1) * stride + (long long)(cols - 1) * ld + rows);
+    return mem_valid((CUdeviceptr)(uintptr_t)p, last * type_size(type));
+}
+
+EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, int n, int k,
+                                          const void *alpha, const void *A, int at, int lda,
+                                          long long sa, const void *B, int bt, int ldb,
+                                          long long sb, const void *beta, void *C, int ct, int ldc,
+                                          long long sc, int batch, int compute, int algo) {
+    (void)algo;
+    if (!h) return 1;
+    if (at != bt || at != ct || m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1)
+        return BLAS_INVALID_VALUE;
+    if (at != DT_R_32F && at != DT_R_64F && at != DT_R_16F && at != DT_R_16BF)
+        return BLAS_NOT_SUPPORTED;
+    if ((compute == 70) != (at == DT_R_64F)) return BLAS_NOT_SUPPORTED; /* 64F with f64 only */
+    if (!m || !n || !batch) return BLAS_SUCCESS;
+    if (!gemm_operand_ok(A, at, ta ? k : m, ta ? m : k, lda, sa, batch) ||
+        !gemm_operand_ok(B, bt, tb ? n : k, tb ? k : n, ldb, sb, batch) ||
+        !gemm_operand_ok(C, ct, m, n, ldc, sc, batch))
+        return BLAS_INVALID_VALUE;
+    emu_node *node = node_new(NODE_GEMM);
+    if (!node) return 3;
+    emu_gemm *g = &node->gemm;
+    *g = (emu_gemm){ta, tb, m, n, k, at, compute, 0, 0, A, B, C, lda, ldb, ldc, batch, sa, sb, sc};
+    g->alpha = at == DT_R_64F ? *(const double *)alpha : *(const float *)alpha;
+    g->beta = at == DT_R_64F ? *(const double *)beta : *(const float *)beta;
+    return stream_submit(h->stream, node) == CUDA_SUCCESS ? BLAS_SUCCESS : 13;
+}
+
+/* ---- graphs ---- */
+
+static CUresult node_run(emu_node *n) {
+    switch (n->kind) {
+    case NODE_KERNEL: return kernel_run(n);
+    case NODE_COPY:
+        memmove((void *)(uintptr_t)n->dst, (const void *)(uintptr_t)n->src, n->n);
+        return CUDA_SUCCESS;
+    case NODE_SET: memset((void *)(uintptr_t)n->dst, n->value, n->n); return CUDA_SUCCESS;
+    default: gemm_run(&n->gemm); return CUDA_SUCCESS;
+    }
+}
+
+typedef struct emu_graph {
+    emu_node *head;
+} emu_graph;
+
+EMU_EXPORT CUresult cuStreamBeginCapture_v2(emu_stream *s, int mode) {
+    (void)mode;
+    if (!s) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream */
+    if (s->capturing) return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = 1;
+    s->invalidated = 0;
+    s->head = NULL;
+    s->tail = &s->head;
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuStreamEndCapture(emu_stream *s, emu_graph **out) {
+    if (!s || !s->capturing) return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = 0;
+    *out = NULL;
+    if (s->invalidated) {
+        graph_nodes_free(s->head);
+        s->head = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    emu_graph *g = calloc(1, sizeof *g);
+    if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
+    g->head = s->head;
+    s->head = NULL;
+    *out = g;
+    return CUDA_SUCCESS;
+}
+
+/* An executable graph: a copy of the nodes (a graph may be destroyed once
+ * instantiated). */
+EMU_EXPORT CUresult cuGraphInstantiateWithFlags(emu_graph **exec, emu_graph *g,
+                                                unsigned long long flags) {
+    (void)flags;
+    emu_graph *e = calloc(1, sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    emu_node **tail = &e->head;
+    for (emu_node *n = g->head; n; n = n->next) {
+        emu_node *c = node_new(n->kind);
+        if (!c) goto oom;
+        *c = *n;
+        c->next = NULL;
+        c->args = NULL;
+        c->blob = NULL;
+        *tail = c;
+        tail = &c->next;
+        if (n->kind != NODE_KERNEL) continue;
+        size_t total = 0;
+        for (int i = 0; i < n->fn->nparams; i++) total += (n->fn->sizes[i] + 15) & ~(size_t)15;
+        c->args = calloc((size_t)n->fn->nparams + 1, sizeof *c->args);
+        c->blob = malloc(total + 16);
+        if (!c->args || !c->blob) goto oom;
+        memcpy(c->blob, n->blob, total + 16);
+        for (int i = 0; i < n->fn->nparams; i++)
+            c->args[i] = c->blob + ((char *)n->args[i] - n->blob);
+    }
+    *exec = e;
+    return CUDA_SUCCESS;
+oom:
+    graph_nodes_free(e->head);
+    free(e);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EMU_EXPORT CUresult cuGraphLaunch(emu_graph *e, emu_stream *s) {
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (s && s->capturing) return stream_unsupported(s);
+    for (emu_node *n = e->head; n; n = n->next) {
+        CUresult r = node_run(n);
+        if (r) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_free(emu_graph *g) {
+    if (!g) return CUDA_ERROR_INVALID_HANDLE;
+    graph_nodes_free(g->head);
+    free(g);
+    return CUDA_SUCCESS;
+}
+EMU_EXPORT CUresult cuGraphExecDestroy(emu_graph *e) {
+    return graph_free(e);
+}
+EMU_EXPORT CUresult cuGraphDestroy(emu_graph *g) {
+    return graph_free(g);
+}
+
+/* ---- NVRTC: CUDA C as host C++ ---- */
+
+typedef struct emu_prog {
+    char *src;
+    char *log;
+    char *image;
+    size_t image_n;
+} emu_prog;
+
+EMU_EXPORT const char *nvrtcGetErrorString(int r) {
+    return r == NVRTC_SUCCESS               ? "NVRTC_SUCCESS"
+           : r == NVRTC_ERROR_COMPILATION   ? "NVRTC_ERROR_COMPILATION"
+           : r == NVRTC_ERROR_OUT_OF_MEMORY ? "NVRTC_ERROR_OUT_OF_MEMORY"
+                                            : "NVRTC_ERROR";
+}
+
+EMU_EXPORT int nvrtcVersion(int *major, int *minor) {
+    *major = 99; /* not a real NVRTC: its cache entries are its own */
+    *minor = 1;
+    return NVRTC_SUCCESS;
+}
+
+EMU_EXPORT int nvrtcCreateProgram(emu_prog **out, const char *src, const char *name, int nh,
+                                  const char *const *h, const char *const *hn) {
+    (void)name, (void)h, (void)hn;
+    if (nh != 0) return 3; /* no headers: the generated code uses none */
+    emu_prog *p = calloc(1, sizeof *p);
+    if (!p || !(p->src = strdup(src))) {
+        free(p);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    *out = p;
+    return NVRTC_SUCCESS;
+}
+
+EMU_EXPORT int nvrtcDestroyProgram(emu_prog **p) {
+    if (!p || !*p) return 4;
+    free((*p)->src);
+    free((*p)->log);
+    free((*p)->image);
+    free(*p);
+    *p = NULL;
+    return NVRTC_SUCCESS;
+}
+
+/* The source with both entry points of every kernel appended. */
+static char *prog_source(const char *src) {
+    size_t n = strlen(src), cap = n * 2 + 4096, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    memcpy(out, src, n);
+    len = n;
+    for (const char *p = strstr(src, "__global__"); p; p = strstr(p + 1, "__global__")) {
+        const char *q = p + 10;
+        while (*q == ' ') q++;
+        if (!strncmp(q, "void", 4)) q += 4;
+        while (*q == ' ') q++;
+        if (!strncmp(q, "__launch_bounds__", 17)) {
+            q = strchr(q, ')');
+            if (!q) break;
+            q++;
+            while (*q == ' ') q++;
+        }
+        size_t k = 0;
+        while (q[k] == '_' || (q[k] >= 'a' && q[k] <= 'z') || (q[k] >= 'A' && q[k] <= 'Z') ||
+               (q[k] >= '0' && q[k] <= '9'))
+            k++;
+        if (!k) continue;
+        if (len + 4 * k + 256 > cap) {
+            cap = cap * 2 + 4 * k + 256;
+            char *m = realloc(out, cap);
+            if (!m) {
+                free(out);
+                return NULL;
+            }
+            out = m;
+        }
+        len +=
+            (size_t)snprintf(out + len, cap - len,
+                             "\nextern \"C\" int %.*s__emu_sig(size_t *s) { return "
+                             "hd_emu_sig(%.*s, s); }\n"
+                             "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n",
+                             (int)k, q, (int)k, q, (int)k, q, (int)k, q);
+    }
+    out[len] = 0;
+    return out;
+}
+
+static char *file_read(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) p[sz] = 0;
+    *n = p ? (size_t)sz : 0;
+    return p;
+}
+
+/* cxx -o so src, its messages into log; the exit status. */
+static int prog_cxx(const char *src, const char *so, const char *log) {
+    const char *cxx = getenv("HODU_EMU_CXX");
+    const char *opt = getenv("HODU_EMU_OPT");
+    char *argv[] = {(char *)(cxx && *cxx ? cxx : HD_EMU_CXX),
+                    "-std=c++17",
+                    (char *)(opt && *opt ? opt : "-O1"),
+                    "-fPIC",
+                    "-shared",
+                    "-w",
+                    "-include",
+                    HD_EMU_HEADER,
+                    "-x",
+                    "c++",
+                    (char *)src,
+                    "-o",
+                    (char *)so,
+                    NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (r) return -1;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+EMU_EXPORT int nvrtcCompileProgram(emu_prog *p, int nopt, const char *const *opts) {
+    (void)nopt, (void)opts;
+    char *text = prog_source(p->src);
+    char src[4096], so[4200], log[4200];
+    if (!text || !temp_write(src, sizeof src, ".cu", text, strlen(text))) {
+        free(text);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    free(text);
+    snprintf(so, sizeof so, "%s.so", src);
+    snprintf(log, sizeof log, "%s.log", src);
+    int r = prog_cxx(src, so, log);
+    size_t n = 0;
+    free(p->log);
+    p->log = file_read(log, &n);
+    char *img = r == 0 ? file_read(so, &n) : NULL;
+    if (getenv("HODU_EMU_KEEP")) /* debugging: keep the source */
+        fprintf(stderr, "cuda emulator: %s\n", src);
+    else
+        unlink(src);
+    unlink(so);
+    unlink(log);
+    if (!img) return NVRTC_ERROR_COMPILATION;
+    p->image = malloc(n + 16);
+    if (!p->image) {
+        free(img);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t n64 = n;
+    memcpy(p->image, IMAGE_MAGIC, 8);
+    memcpy(p->image + 8, &n64, 8);
+    memcpy(p->image + 16, img, n);
+    p->image_n = n + 16;
+    free(img);
+    return NVRTC_SUCCESS;
+}
+
+EMU_EXPORT int nvrtcGetProgramLogSize(emu_prog *p, size_t *n) {
+    *n = (p->log ? strlen(p->log) : 0) + 1;
+    return NVRTC_SUCCESS;
+}
+EMU_EXPORT int nvrtcGetProgramLog(emu_prog *p, char *out) {
+    strcpy(out, p->log ? p->log : "");
+    return NVRTC_SUCCESS;
+}
+EMU_EXPORT int nvrtcGetCUBINSize(emu_prog *p, size_t *n) {
+    *n = p->image_n;
+    return NVRTC_SUCCESS;
+}
+EMU_EXPORT int nvrtcGetCUBIN(emu_prog *p, char *out) {
+    if (!p->image) return 4;
+    memcpy(out, p->image, p->image_n);
+    return NVRTC_SUCCESS;
+}

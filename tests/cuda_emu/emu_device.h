@@ -1,0 +1,184 @@
+/* What a CUDA C module needs to compile as host C++ for the emulator
+ * (tests/cuda_emu/emu.c): the fake NVRTC compiles every generated module
+ * with the host's C++ compiler and this header force-included, then adds
+ * two entry points per kernel (emu_sig, emu_run below).
+ *
+ * Threads of a block run as fibers, one at a time, switched only at
+ * __syncthreads; so `__shared__` is a static (one copy, shared by the
+ * block, as blocks run one after another) and atomics are plain
+ * read-modify-writes. The driver writes the thread's coordinates into
+ * hd_emu_state before it resumes a fiber. */
+#ifndef HD_EMU_DEVICE_H
+#define HD_EMU_DEVICE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+#include <utility>
+
+struct hd_emu_dim3 {
+    unsigned x, y, z;
+};
+
+extern "C" {
+/* One per module; the driver finds it with dlsym. */
+struct hd_emu_state_t {
+    hd_emu_dim3 thread, block, block_dim, grid_dim;
+    void (*sync)(void); /* __syncthreads: back to the scheduler */
+};
+hd_emu_state_t hd_emu_state;
+}
+
+#define threadIdx hd_emu_state.thread
+#define blockIdx  hd_emu_state.block
+#define blockDim  hd_emu_state.block_dim
+#define gridDim   hd_emu_state.grid_dim
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__      static
+#define __launch_bounds__(...)
+
+static inline void __syncthreads(void) {
+    hd_emu_state.sync();
+}
+static inline void __threadfence(void) {}
+
+template <class T, class U> static inline T hd_emu_bits(U u) {
+    static_assert(sizeof(T) == sizeof(U), "same size");
+    T t;
+    memcpy(&t, &u, sizeof t);
+    return t;
+}
+static inline float __int_as_float(int x) {
+    return hd_emu_bits<float>(x);
+}
+static inline float __uint_as_float(unsigned x) {
+    return hd_emu_bits<float>(x);
+}
+static inline int __float_as_int(float x) {
+    return hd_emu_bits<int>(x);
+}
+static inline unsigned __float_as_uint(float x) {
+    return hd_emu_bits<unsigned>(x);
+}
+static inline double __longlong_as_double(long long x) {
+    return hd_emu_bits<double>(x);
+}
+static inline long long __double_as_longlong(double x) {
+    return hd_emu_bits<long long>(x);
+}
+static inline float rsqrtf(float x) {
+    return 1.0f / sqrtf(x);
+}
+static inline double rsqrt(double x) {
+    return 1.0 / sqrt(x);
+}
+static inline float __fdividef(float a, float b) {
+    return a / b;
+}
+
+template <class A, class B> static inline typename std::common_type<A, B>::type min(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a < (C)b ? (C)a : (C)b;
+}
+template <class A, class B> static inline typename std::common_type<A, B>::type max(A a, B b) {
+    typedef typename std::common_type<A, B>::type C;
+    return (C)a > (C)b ? (C)a : (C)b;
+}
+
+/* Fibers switch only at __syncthreads: a read-modify-write is atomic. */
+template <class T, class U> static inline T atomicAdd(T *p, U v) {
+    T old = *p;
+    *p = (T)(old + (T)v);
+    return old;
+}
+template <class T, class U> static inline T atomicMax(T *p, U v) {
+    T old = *p;
+    *p = old > (T)v ? old : (T)v;
+    return old;
+}
+template <class T, class U> static inline T atomicMin(T *p, U v) {
+    T old = *p;
+    *p = old < (T)v ? old : (T)v;
+    return old;
+}
+template <class T, class U> static inline T atomicExch(T *p, U v) {
+    T old = *p;
+    *p = (T)v;
+    return old;
+}
+template <class T, class U> static inline T atomicOr(T *p, U v) {
+    T old = *p;
+    *p = (T)(old | (T)v);
+    return old;
+}
+template <class T, class U, class V> static inline T atomicCAS(T *p, U cmp, V v) {
+    T old = *p;
+    if (old == (T)cmp) *p = (T)v;
+    return old;
+}
+
+/* f16 <-> f32 with round to nearest even (the prelude's host branch) */
+static inline float hd_host_ld_f16(unsigned short h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    return hd_emu_bits<float>(bits);
+}
+
+static inline unsigned short hd_host_st_f16(float f) {
+    uint32_t x = hd_emu_bits<uint32_t>(f), sign = (x >> 16) & 0x8000, absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u)
+        return (unsigned short)(sign | 0x7c00 |
+                                (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
+    if (absx >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);
+    if (absx < 0x38800000u) {
+        if (absx < 0x33000000u) return (unsigned short)sign;
+        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000, shift = 126 - e;
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (unsigned short)(sign | r);
+    }
+    uint32_t r = (absx - 0x38000000u) >> 13, rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (unsigned short)(sign | r);
+}
+
+/* The entry points the fake NVRTC appends for each kernel k:
+ * k__emu_sig(sizes) gives the parameters' count and sizes (the driver
+ * copies arguments by value, as cuLaunchKernel and graph capture do);
+ * k__emu_run(args) runs k for the current thread. */
+template <class... A> static int hd_emu_sig(void (*)(A...), size_t *sizes) {
+    size_t s[] = {sizeof(A)..., 0};
+    for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i];
+    return (int)sizeof...(A);
+}
+template <class... A, size_t... I>
+static void hd_emu_call(void (*f)(A...), void **args, std::index_sequence<I...>) {
+    f(*(typename std::remove_reference<A>::type *)args[I]...);
+}
+template <class... A> static void hd_emu_run(void (*f)(A...), void **args) {
+    hd_emu_call(f, args, std::index_sequence_for<A...>{});
+}
+
+#endif
