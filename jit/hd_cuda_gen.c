@@ -601,10 +601,21 @@ static hd_status gen_kernel(gen_state *G, hd_cuda_src *s, hd_cuda_gen_kernel *in
     case HD_PLAN_K_REDUCE: st = gen_reduce(G, k, info); break;
     default: gen_rows(G, k, info); break;
     }
-    if (st || gen_emit(G, s, 0, info->partials > 0)) return G->ctx->status;
+    if (st) return G->ctx->status;
     if (info->fin_blocks > 0) {
+        /* the final pass's body first: both launches take one argument
+         * list, so both heads name every slot either pass uses */
+        hd_cuda_src pass1 = G->body;
+        hd_cuda_src_init(&G->body, G->ctx);
         gen_reduce_fin(G, k, info);
-        if (gen_emit(G, s, 1, 1)) return G->ctx->status;
+        hd_cuda_src fin = G->body;
+        G->body = pass1;
+        st = gen_emit(G, s, 0, 1);
+        hd_cuda_src_free(&G->body);
+        G->body = fin;
+        if (st || gen_emit(G, s, 1, 1)) return G->ctx->status;
+    } else if (gen_emit(G, s, 0, info->partials > 0)) {
+        return G->ctx->status;
     }
     int n = 0;
     for (int sl = 0; sl < G->p->nslots; sl++) n += G->used[sl];
