@@ -283,8 +283,6 @@ hd_status hd_cuda_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, int64_t n, v
 }
 
 static int cuda_supports_op(hd_op op, hd_dtype dt) {
-    if (op == HD_OP_MATMUL && !hd_dtype_is_float(dt)) return 0; /* cuBLAS: floats only */
-    if (op == HD_OP_LAYER_NORM || op == HD_OP_LAYER_NORM_BWD) return 0;
     return hd_cuda_has_op(op) && hd_cpu_backend.supports_op(op, dt);
 }
 

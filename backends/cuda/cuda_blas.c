@@ -21,11 +21,11 @@ static hd_status blas_handle(hd_ctx *ctx, hd_cuda_dev *d) {
     return HD_OK;
 }
 
-/* An operand as [batch..., rows, cols], contiguous, with its batch stride:
- * 0 when it has no batch dims of its own (broadcast over the batch). */
-static hd_status blas_operand(hd_ctx *ctx, hd_tensor *t, const hd_tensor *out, int rows_of_out,
+/* An operand as [batch..., rows, cols] (batch: the output's first nbatch
+ * dims), contiguous, with its batch stride: 0 when it has no batch dims of
+ * its own (broadcast over the batch). */
+static hd_status blas_operand(hd_ctx *ctx, hd_tensor *t, const hd_tensor *out, int nbatch,
                               int64_t rows, int64_t cols, hd_tensor **c, long long *stride) {
-    HD_UNUSED(rows_of_out);
     int64_t shape[HD_MAX_DIMS];
     int nd = 0;
     if (t->ndim <= 2) {
@@ -33,8 +33,7 @@ static hd_status blas_operand(hd_ctx *ctx, hd_tensor *t, const hd_tensor *out, i
         shape[nd++] = cols;
         *stride = 0;
     } else {
-        int ob = out->ndim - (out->ndim >= 2 ? 2 : out->ndim);
-        for (int i = 0; i < ob; i++) shape[nd++] = out->shape[i];
+        for (int i = 0; i < nbatch; i++) shape[nd++] = out->shape[i];
         shape[nd++] = rows;
         shape[nd++] = cols;
         *stride = (long long)(rows * cols);
@@ -90,8 +89,10 @@ hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor 
     int64_t mn = M * N, batch = mn > 0 ? out->numel / mn : 0;
     hd_tensor *ca = NULL, *cb = NULL;
     long long sa = 0, sb = 0;
-    hd_status st = blas_operand(ctx, a, out, 1, M, K, &ca, &sa);
-    if (!st) st = blas_operand(ctx, b, out, 0, K, N, &cb, &sb);
+    /* the output's batch dims: those before the matrix dims a and b add */
+    int nbatch = out->ndim - (a->ndim >= 2) - (b->ndim >= 2);
+    hd_status st = blas_operand(ctx, a, out, nbatch, M, K, &ca, &sa);
+    if (!st) st = blas_operand(ctx, b, out, nbatch, K, N, &cb, &sb);
     cudaDataType ty = out->dtype == HD_F64    ? CUDA_R_64F
                       : out->dtype == HD_F16  ? CUDA_R_16F
                       : out->dtype == HD_BF16 ? CUDA_R_16BF
