@@ -155,6 +155,12 @@ static void unref_casts(hd_tensor **cast, int n) {
     for (int i = 0; i < n; i++) hd_tensor_unref(cast[i]);
 }
 
+static int op_all_numbers(hd_tensor *const *in, int nin) {
+    for (int i = 0; i < nin; i++)
+        if (!in[i]->number) return 0;
+    return 1;
+}
+
 /* Cast the inputs to the plan's dtypes and run the kernel; when rec is
  * set, record the op for backward with the inputs the kernel saw. */
 static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
@@ -195,6 +201,9 @@ static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin
         }
     }
     if (res->numel > 0) st = be->run_op(ctx, op, res, cast, nin, attrs);
+    /* numbers made from numbers (a cast, a gradient rule's 1 - b) are still
+     * numbers: they follow the other operands' device */
+    if (!st && nin > 0 && res->ndim == 0 && op_all_numbers(in, nin)) res->number = 1;
     if (!st && rec) st = hd_autograd_record(ctx, op, in, cast, nin, attrs, res, rng_base);
     if (st)
         hd_tensor_unref(res);
