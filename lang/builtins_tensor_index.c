@@ -77,11 +77,17 @@ typedef struct ixplan {
     hd_attrs at;
     int nones[HD_MAX_DIMS]; /* positions of inserted dims, in the output */
     int nnone;
-    int tpos;   /* output position of the tensor part, or -1 */
-    int tnones; /* nones before the tensor part */
-    const hd_tensor *idx;
+    int tpos;             /* output position of the tensor part, or -1 */
+    int tnones;           /* nones before the tensor part */
+    const hd_tensor *idx; /* in host memory */
+    hd_tensor *host;      /* idx copied from a device (owned), or NULL */
     int is_mask;
 } ixplan;
+
+static void ix_plan_free(ixplan *pl) {
+    hd_tensor_unref(pl->host);
+    pl->host = NULL;
+}
 
 static hd_status ix_error_shape(hd_vm *vm, const char *what, const hd_tensor *x, int n) {
     char s[128];
@@ -141,8 +147,11 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
     if (t->dtype == HD_BOOL && t->ndim == 0)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "a bool index needs at least one dim");
     if (hd_tensor_need_data(vm, t, "indexing with a tensor")) return HD_ERR_RUNTIME;
-    if (!hd_tensor_is_cpu(t))
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be on the cpu");
+    if (!hd_tensor_is_cpu(t)) { /* checked and wrapped on the host, as the cpu's */
+        pl->host = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
+        if (!pl->host) return hd_tfail(vm, NULL);
+        t = pl->host;
+    }
     pl->idx = t;
     pl->is_mask = t->dtype == HD_BOOL;
     pl->tpos = out;
@@ -150,8 +159,8 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
     return HD_OK;
 }
 
-static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
-                         ixplan *pl) {
+static hd_status ix_plan_parts(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
+                               ixplan *pl) {
     memset(pl, 0, sizeof *pl);
     pl->tpos = -1;
     int used = 0, ell = 0;
@@ -195,6 +204,22 @@ static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *par
             break;
         }
     }
+    return HD_OK;
+}
+
+static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
+                         ixplan *pl) {
+    hd_status st = ix_plan_parts(vm, x, parts, n, pl);
+    if (st) ix_plan_free(pl);
+    return st;
+}
+
+/* t on the place of x (indices made on the host, for a tensor on a device). */
+static hd_status ix_place_like(hd_vm *vm, hd_tensor *t, const hd_tensor *x, hd_tensor **out) {
+    hd_place p = hd_place_of(x);
+    if (hd_tensor_to_device(hd_vm_ctx(vm), t, p.backend ? p.backend : &hd_cpu_backend, p.device,
+                            out))
+        return hd_tfail(vm, NULL);
     return HD_OK;
 }
 
@@ -272,8 +297,12 @@ static hd_status ix_select(hd_vm *vm, hd_tensor *v, int axis, hd_tensor *idx, hd
     hd_attrs at;
     memset(&at, 0, sizeof at);
     at.ints[0] = axis;
-    hd_tensor *in[2] = {v, idx};
-    return hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
+    hd_tensor *di = NULL;
+    if (ix_place_like(vm, idx, v, &di)) return HD_ERR_RUNTIME;
+    hd_tensor *in[2] = {v, di};
+    hd_status st = hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
+    hd_tensor_unref(di);
+    return st;
 }
 
 /* x[mask] with the mask over k dims at pos: those dims merged into one,
@@ -300,7 +329,11 @@ hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
     hd_tensor *x = xv.as.t, *v = NULL, *r = NULL, *idx = NULL;
     ixplan pl;
-    if (ix_plan(vm, x, parts, n, &pl) || ix_view(vm, x, &pl, 1, &v)) return HD_ERR_RUNTIME;
+    if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
+    if (ix_view(vm, x, &pl, 1, &v)) {
+        ix_plan_free(&pl);
+        return HD_ERR_RUNTIME;
+    }
     hd_status st = HD_OK;
     if (!pl.idx) {
         r = v;
@@ -313,6 +346,7 @@ hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
     }
     hd_tensor_unref(idx);
     hd_tensor_unref(v);
+    ix_plan_free(&pl);
     if (st) return st;
     *out = hd_tensor_value(r);
     return HD_OK;
@@ -406,13 +440,14 @@ static hd_status assign_mask_scalar(hd_vm *vm, hd_tensor *dst, int pos, const hd
     int nd = 0;
     for (int i = 0; i < mask->ndim; i++) shape[nd++] = mask->shape[i];
     for (int i = pos + mask->ndim; i < dst->ndim; i++) shape[nd++] = 1;
-    hd_tensor *m = NULL, *w = NULL, *s = NULL;
+    hd_tensor *pm = NULL, *m = NULL, *w = NULL, *s = NULL;
     hd_ctx *ctx = hd_vm_ctx(vm);
     int64_t none[1];
-    hd_status st =
-        hd_treshape(ctx, (hd_tensor *)mask, shape, nd, &m) || hd_treshape(ctx, src, none, 0, &s)
-            ? hd_tfail(vm, NULL)
-            : HD_OK;
+    if (ix_place_like(vm, (hd_tensor *)mask, dst, &pm)) return HD_ERR_RUNTIME;
+    hd_status st = hd_treshape(ctx, pm, shape, nd, &m) || hd_treshape(ctx, src, none, 0, &s)
+                       ? hd_tfail(vm, NULL)
+                       : HD_OK;
+    hd_tensor_unref(pm);
     hd_tensor *in[3] = {m, s, dst};
     if (!st) st = hd_trun_t(vm, NULL, HD_OP_WHERE, in, 3, NULL, &w);
     if (!st) st = assign(vm, dst, w);
@@ -427,8 +462,19 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
     hd_tensor *x = xv.as.t, *v = NULL, *src = NULL, *p = NULL;
     ixplan pl;
-    if (ix_plan(vm, x, parts, n, &pl) || ix_view(vm, x, &pl, 0, &v)) return HD_ERR_RUNTIME;
+    if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
+    if (ix_view(vm, x, &pl, 0, &v)) {
+        ix_plan_free(&pl);
+        return HD_ERR_RUNTIME;
+    }
     hd_status st = hd_value_to_tensor(vm, val, "the assigned value", 0, HD_F32, &src);
+    hd_place ps = hd_place_of(src), pv = hd_place_of(v);
+    if (!st && (ps.backend != pv.backend || ps.device != pv.device)) { /* a number, a list */
+        hd_tensor *moved = NULL;
+        st = ix_place_like(vm, src, v, &moved);
+        hd_tensor_unref(src);
+        src = moved;
+    }
     int pos = pl.tpos - pl.tnones;
     if (!st && !pl.idx) {
         st = assign(vm, v, src);
@@ -448,6 +494,7 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
     hd_tensor_unref(p);
     hd_tensor_unref(src);
     hd_tensor_unref(v);
+    ix_plan_free(&pl);
     return st;
 }
 

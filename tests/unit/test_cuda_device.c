@@ -74,6 +74,10 @@ static const char *const cases[] = {
     "concat([x, y], 1)",
     "stack([x, y])",
     "x[i]",
+    "x[:, i]",
+    "x[tensor([-1, 0, -2], device = dev)]",
+    "x[x > 0]",
+    "put(x, x > 0, i)",
     "one_hot(i, 5)",
     "cross_entropy(x, i)",
     "mse(x, y)",
@@ -129,6 +133,13 @@ static const char *const grads[] = {
 static int run_case(hodu_vm *vm, const char *dev, const char *expr, int grad) {
     char src[2048];
     snprintf(src, sizeof src,
+             "fn put(x, m, i) {\n"
+             "  let y = x * 1\n"
+             "  y[m] = 0.5\n"
+             "  y[i[0:2]] = y[0] * 2\n"
+             "  y[1, 1:3] = tensor([7.0, 8.0], device = x.device)\n"
+             "  return y\n"
+             "}\n"
              "fn run_on(dev) {\n"
              "  manual_seed(7)\n"
              "  let x = randn([4, 5], device = dev)\n"
