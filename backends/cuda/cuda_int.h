@@ -2,8 +2,9 @@
  *
  * Nothing here links against CUDA: the driver (libcuda.so.1), NVRTC and
  * cuBLAS are opened with dlopen on first use (cuda_loader.c), so one build
- * runs with and without a GPU. The toolkit headers give the types only; a
- * build without them compiles cuda_stub.c instead, and the kernel sources
+ * runs with and without a GPU, and builds without the toolkit (the types
+ * and values it uses are in cuda_abi.h). A build configured with
+ * HODU_CUDA=OFF compiles cuda_stub.c instead; the kernel sources
  * (cuda_src.c) are generated in plain C in every build. */
 #ifndef HD_CUDA_INT_H
 #define HD_CUDA_INT_H
@@ -81,9 +82,7 @@ int hd_cuda_is_conv(hd_op op);
 hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt);
 
 #if HODU_HAVE_CUDA
-#include <cuda.h>
-#include <nvrtc.h>
-#include <cublas_api.h>
+#include "cuda_abi.h"
 
 /* ---- the libraries, opened once per process (cuda_loader.c) ---- */
 

@@ -1,0 +1,59 @@
+/* The part of the CUDA driver, NVRTC and cuBLAS interfaces the backend
+ * calls, declared here so that the backend builds without the toolkit: the
+ * libraries are opened with dlopen (cuda_loader.c), so only these types
+ * and values are needed, and they are part of NVIDIA's stable ABI (the
+ * handles are opaque pointers, the enums int-sized). Where the toolkit's
+ * headers are found at build time, test_cuda_abi checks every value and
+ * size here against them. */
+#ifndef HD_CUDA_ABI_H
+#define HD_CUDA_ABI_H
+
+/* (name, value) of each constant the backend uses: cuda.h, nvrtc.h,
+ * library_types.h, cublas_api.h. */
+#define HD_CUDA_ABI_VALUES(X)                                                                      \
+    X(CUDA_SUCCESS, 0)                                                                             \
+    X(CUDA_ERROR_OUT_OF_MEMORY, 2)                                                                 \
+    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)                                            \
+    X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                                            \
+    X(CU_STREAM_NON_BLOCKING, 1)                                                                   \
+    X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                                                           \
+    X(NVRTC_SUCCESS, 0)                                                                            \
+    X(CUBLAS_STATUS_SUCCESS, 0)                                                                    \
+    X(CUBLAS_OP_N, 0)                                                                              \
+    X(CUDA_R_32F, 0)                                                                               \
+    X(CUDA_R_64F, 1)                                                                               \
+    X(CUDA_R_16F, 2)                                                                               \
+    X(CUDA_R_16BF, 14)                                                                             \
+    X(CUBLAS_COMPUTE_32F, 68)                                                                      \
+    X(CUBLAS_COMPUTE_64F, 70)                                                                      \
+    X(CUBLAS_GEMM_DEFAULT, -1)
+
+#ifndef HD_CUDA_ABI_VALUES_ONLY
+#define HD_CUDA_ABI_ENUM(name, value) name = (value),
+enum { HD_CUDA_ABI_VALUES(HD_CUDA_ABI_ENUM) };
+#undef HD_CUDA_ABI_ENUM
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef int CUdevice_attribute;
+typedef int CUstreamCaptureMode;
+typedef unsigned long long CUdeviceptr; /* 64-bit hosts */
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+typedef struct cublasContext *cublasHandle_t;
+typedef int cublasStatus_t;
+typedef int cublasOperation_t;
+typedef int cudaDataType;
+typedef int cublasComputeType_t;
+typedef int cublasGemmAlgo_t;
+#endif
+
+#endif
