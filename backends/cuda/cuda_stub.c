@@ -1,13 +1,13 @@
-/* The cuda backend of a build without the CUDA toolkit headers: every
- * device query says so, and nothing else is ever reached. */
+/* The cuda backend of a build configured with HODU_CUDA=OFF (or not on
+ * Linux): every device query says so, and nothing else is ever reached. */
 #if !HODU_HAVE_CUDA
 #include "cuda_int.h"
 
 static hd_status stub_available(hd_ctx *ctx, int device) {
     HD_UNUSED(device);
     return hd_error(ctx, HD_ERR_RUNTIME,
-                    "cuda is not available: this build has no CUDA backend (the CUDA toolkit "
-                    "headers were not found when it was built)");
+                    "cuda is not available: this build has no CUDA backend (configured "
+                    "with HODU_CUDA=OFF)");
 }
 
 static void *stub_alloc(hd_ctx *ctx, int device, size_t nbytes) {
