@@ -72,9 +72,7 @@ static hd_status blas_int(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, const hd_
     if (hd_cuda_function(ctx, d, HD_OP_MATMUL,
                          hd_cuda_kernel_name(HD_OP_MATMUL, out->dtype, out->dtype, name, 96), &f))
         return ctx->status;
-    void *o = out->storage->data;
-    void *pa = (char *)ca->storage->data + ca->offset * hd_dtype_size(ca->dtype);
-    void *pb = (char *)cb->storage->data + cb->offset * hd_dtype_size(cb->dtype);
+    void *o = hd_tensor_data(out), *pa = hd_tensor_data(ca), *pb = hd_tensor_data(cb);
     void *args[] = {geo, &o, &pa, &pb};
     return hd_cuda_launch(ctx, d, f, out->numel, args);
 }
@@ -104,18 +102,17 @@ hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor 
     const void *beta = out->dtype == HD_F64 ? (const void *)&zero64 : (const void *)&zero;
     if (!st && batch > 0 && K == 0) { /* empty sum: zeros */
         st = hd_cuda_check(ctx,
-                           hd_cuda_api_get()->memset_d8((CUdeviceptr)(uintptr_t)out->storage->data,
+                           hd_cuda_api_get()->memset_d8((CUdeviceptr)(uintptr_t)hd_tensor_data(out),
                                                         0, hd_tensor_nbytes(out), d->stream),
                            "cuMemsetD8Async");
     } else if (!st && batch > 0 && ints) {
         int64_t geo[6] = {batch, M, N, K, sa, sb};
         st = blas_int(ctx, d, out, ca, cb, geo);
     } else if (!st && batch > 0) {
-        const char *pa = (const char *)ca->storage->data + ca->offset * hd_dtype_size(ca->dtype);
-        const char *pb = (const char *)cb->storage->data + cb->offset * hd_dtype_size(cb->dtype);
+        const void *pa = hd_tensor_data(ca), *pb = hd_tensor_data(cb);
         cublasStatus_t r = hd_cuda_api_get()->blas_gemm_strided(
             d->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)K, alpha, pb, ty, (int)N, sb,
-            pa, ty, (int)K, sa, beta, out->storage->data, ty, (int)N, (long long)(M * N),
+            pa, ty, (int)K, sa, beta, hd_tensor_data(out), ty, (int)N, (long long)(M * N),
             (int)batch, ct, CUBLAS_GEMM_DEFAULT);
         if (r != CUBLAS_STATUS_SUCCESS)
             st = hd_error(ctx, HD_ERR_RUNTIME, "cuda: cublasGemmStridedBatchedEx failed (%d)",
