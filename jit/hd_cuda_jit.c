@@ -374,11 +374,12 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_
     hd_cuda_dev *d = ud;
     hd_tensor *dst = e->roots[e->plan.slot_in0 + i];
     const hd_storage *s = t->storage;
-    if (s->backend != e->be || s->device != e->device)
+    int host = hd_tensor_follows_device(t); /* a cpu scalar: uploaded by the copy */
+    if (!host && (s->backend != e->be || s->device != e->device))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
                         e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
     if (!t->numel) return HD_OK;
-    if (hd_tensor_is_contiguous(t))
+    if (!host && hd_tensor_is_contiguous(t))
         return hd_cuda_check(
             ctx,
             hd_cuda_api_get()->memcpy_dtod(e->slot_ptr[e->plan.slot_in0 + i],

@@ -264,7 +264,7 @@ static hd_status interp_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i,
         slot->storage->data = hd_tensor_data(t);
         return HD_OK;
     }
-    if (s->backend != e->be)
+    if (s->backend != e->be && !hd_tensor_follows_device(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
                         e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
     if (!e->own_in[i] &&

@@ -51,6 +51,13 @@ hd_place hd_place_of(const hd_tensor *t);
  * already, else a contiguous copy. Not recorded for gradients. */
 hd_status hd_tensor_to_device(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device,
                               hd_tensor **out);
+/* t's data moved onto (be, device) in place, with its gradient: the tensor
+ * keeps its identity (module.to(device) in PyTorch's sense). */
+hd_status hd_tensor_move(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device);
+/* Numbers and 0-d cpu tensors: they take the device of the operands they
+ * meet (as PyTorch's cpu scalars: an optimizer's step count), in eager ops
+ * and as inputs of compiled code. */
+int hd_tensor_follows_device(const hd_tensor *t);
 /* t's values in host memory (cpu tensors: a new reference). */
 hd_tensor *hd_tensor_to_host(hd_ctx *ctx, hd_tensor *t);
 

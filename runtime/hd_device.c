@@ -1,5 +1,6 @@
 /* Devices: parsing device strings, the place of creation ops, and moving
  * tensors between backends. */
+#include "hd_autograd.h"
 #include "hd_backend.h"
 
 #include <stdlib.h>
@@ -134,4 +135,22 @@ hd_status hd_tensor_to_device(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, i
     }
     if (!st) (*out)->number = t->number;
     return st;
+}
+
+static hd_status move_data(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device) {
+    hd_tensor *m = NULL;
+    if (hd_tensor_to_device(ctx, t, be, device, &m)) return ctx->status;
+    if (m != t) hd_tensor_adopt(t, m);
+    hd_tensor_unref(m);
+    return HD_OK;
+}
+
+hd_status hd_tensor_move(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device) {
+    if (move_data(ctx, t, be, device)) return ctx->status;
+    hd_tensor *g = hd_grad_get(t);
+    return g ? move_data(ctx, g, be, device) : HD_OK;
+}
+
+int hd_tensor_follows_device(const hd_tensor *t) {
+    return t->number || (t->ndim == 0 && t->storage && t->storage->backend == &hd_cpu_backend);
 }

@@ -132,6 +132,7 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
         be = ctx->place_backend;
         *device = ctx->place_device;
     }
+    int placed = 0;
     for (int i = 0; i < nin; i++) {
         const hd_storage *s = in[i]->storage;
         if (!s) {
@@ -139,14 +140,15 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
                      hd_op_name(op), i);
             return NULL;
         }
-        if (in[i]->number) continue; /* numbers follow the other operands */
-        if (i > 0 && !in[0]->number && (s->backend != be || s->device != *device)) {
+        if (hd_tensor_follows_device(in[i])) continue;
+        if (placed && (s->backend != be || s->device != *device)) {
             hd_error(ctx, HD_ERR_RUNTIME, "%s: inputs are on different devices (%s:%d and %s:%d)",
                      hd_op_name(op), be->name, *device, s->backend->name, s->device);
             return NULL;
         }
         be = s->backend;
         *device = s->device;
+        placed = 1;
     }
     return be;
 }
