@@ -1,6 +1,7 @@
 /* What every object gets for training, beside parameters() (builtins_core.c):
  * train(mode), eval(), state_dict(), load_state_dict(d, strict),
- * named_parameters() and zero_grad(), and the reflection functions getattr,
+ * named_parameters(), zero_grad() and to(device), and the reflection
+ * functions getattr,
  * setattr and hasattr that stdlib/nn.hodu's Sequential uses. A class that
  * defines a method of the same name overrides these.
  *
@@ -12,6 +13,7 @@
  * private: these walks skip them (a layer can keep a cache there). */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
+#include "hd_backend.h"
 #include "vm_internal.h"
 
 #include <stdio.h>
@@ -32,6 +34,8 @@ struct walk {
     hd_status (*object)(walk *w, hd_value obj);
     hd_value out; /* what the walk builds */
     int flag;
+    const hd_backend *be; /* to(device): where */
+    int device;
 };
 
 static int seen_before(walk *w, hd_value v) {
@@ -292,6 +296,32 @@ static HD_TF_FN(om_zero_grad) {
     return walk_run(&w, self) ? vm->err : HD_OK;
 }
 
+/* ---- to(device) ---- */
+
+static hd_status move_one(walk *w, hd_tensor *t) {
+    if (hd_tensor_move(hd_vm_ctx(w->vm), t, w->be, w->device)) return hd_tfail(w->vm, "to");
+    return HD_OK;
+}
+
+/* Every tensor of the object's fields (and its gradient) moved to the
+ * device in place, as PyTorch's Module.to: layers and optimizers that hold
+ * the tensors see them moved. Returns self. */
+static HD_TF_FN(om_to) {
+    HD_TARGS_BIND(a); /* self, device */
+    if (a.v[1].type != HD_V_STR)
+        return hd_targ_type_error(vm, &a, 1, "a device string (\"cpu\", \"cuda:0\")");
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    walk w;
+    walk_init(&w, vm);
+    if (hd_backend_parse_device(ctx, hd_as_str(a.v[1])->chars, &w.be, &w.device) ||
+        w.be->available(ctx, w.device))
+        return hd_tfail(vm, "to");
+    w.tensor = move_one;
+    if (walk_run(&w, self)) return vm->err;
+    *out = hd_value_ref(self);
+    return HD_OK;
+}
+
 /* ---- getattr, setattr, hasattr ---- */
 
 static hd_status attr_name(hd_vm *vm, const hd_targs *a, const char **name) {
@@ -351,6 +381,7 @@ static const hd_tfunc object_methods[] = {
     {"load_state_dict", om_load_state_dict, "self, d, strict=", -1, 0},
     {"named_parameters", om_named_parameters, "self", -1, 0},
     {"zero_grad", om_zero_grad, "self", -1, 0},
+    {"to", om_to, "self, device", -1, 0},
 };
 
 hd_status hd_builtins_module_open(hd_vm *vm) {

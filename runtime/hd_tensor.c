@@ -80,6 +80,15 @@ static void hd_storage_unref(hd_storage *s) {
     hd_ctx_free(s->ctx, s, sizeof *s);
 }
 
+void hd_tensor_adopt(hd_tensor *t, const hd_tensor *src) {
+    hd_storage *old = t->storage;
+    src->storage->refcount++;
+    t->storage = src->storage;
+    t->offset = src->offset;
+    memcpy(t->strides, src->strides, sizeof t->strides);
+    hd_storage_unref(old);
+}
+
 hd_tensor *hd_tensor_new_on(hd_ctx *ctx, const hd_backend *be, int device, hd_dtype dt,
                             const int64_t *shape, int ndim) {
     size_t nbytes;

@@ -42,6 +42,10 @@ typedef struct hd_tensor {
     uint64_t trace_ref;
 } hd_tensor;
 
+/* t takes src's data (storage, offset, strides; same dtype and shape): t
+ * keeps its identity, and every holder sees the new data. */
+void hd_tensor_adopt(hd_tensor *t, const hd_tensor *src);
+
 /* Creation. Each returns a new reference, or NULL with an error in ctx. */
 hd_tensor *hd_tensor_new(hd_ctx *ctx, hd_dtype dt, const int64_t *shape, int ndim);
 hd_tensor *hd_tensor_new_on(hd_ctx *ctx, const struct hd_backend *be, int device, hd_dtype dt,
@@ -74,7 +78,7 @@ int hd_tensor_is_cpu(const hd_tensor *t);
 static inline size_t hd_tensor_nbytes(const hd_tensor *t) {
     return (size_t)t->numel * (size_t)hd_dtype_size(t->dtype);
 }
-/* Address of element 0 of the view (CPU only). */
+/* Address of element 0 of the view (a device address for device tensors). */
 static inline void *hd_tensor_data(const hd_tensor *t) {
     return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
 }
