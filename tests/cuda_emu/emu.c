@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -316,6 +317,7 @@ typedef struct emu_state { /* hd_emu_state_t of emu_device.h */
 struct emu_fn {
     void (*run)(void **);
     emu_state *state;
+    int sync; /* the kernel's source has barriers: run its threads as fibers */
     int nparams;
     size_t sizes[64];
     emu_fn *next;
@@ -393,6 +395,9 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
     *(void **)&f->run = run;
     f->state = st;
+    snprintf(sym, sizeof sym, "%s__emu_sync", name);
+    const int *sync = dlsym(m->so, sym);
+    f->sync = sync ? *sync : 1;
     f->nparams = sig(f->sizes);
     f->next = m->fns;
     m->fns = f;
@@ -400,28 +405,54 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     return CUDA_SUCCESS;
 }
 
-/* ---- launches: blocks one after another, threads as fibers ---- */
+/* ---- launches: blocks one after another, threads as fibers ----
+ *
+ * A kernel whose source has no barrier runs its threads one after another
+ * on this stack. The others run each thread as a fiber that leaves at
+ * every __syncthreads; when every thread waits, all go on. Fibers start
+ * with setcontext and switch with _setjmp/_longjmp (no signal-mask system
+ * call per switch); under AddressSanitizer, with swapcontext, which it
+ * knows about. */
 
 enum { FIB_RUN, FIB_BARRIER, FIB_DONE };
 #define FIB_STACK (256 << 10)
+#if defined(__SANITIZE_ADDRESS__)
+#define FIB_SWAPCONTEXT 1
+#else
+#define FIB_SWAPCONTEXT 0
+#endif
 
 static struct {
     ucontext_t sched;
     ucontext_t fib[1024];
+    jmp_buf sched_jb, jb[1024];
     char *stack[1024];
-    int state[1024];
-    int cur;
+    int state[1024], started[1024];
+    int cur, direct_sync;
     emu_node *node;
 } fib;
 
 static void fib_sync(void) {
     fib.state[fib.cur] = FIB_BARRIER;
+#if FIB_SWAPCONTEXT
     swapcontext(&fib.fib[fib.cur], &fib.sched);
+#else
+    if (!_setjmp(fib.jb[fib.cur])) _longjmp(fib.sched_jb, 1);
+#endif
+}
+
+/* __syncthreads in a kernel run without fibers: its source said it has
+ * no barrier (the launch fails). */
+static void fib_sync_direct(void) {
+    fib.direct_sync = 1;
 }
 
 static void fib_entry(void) {
     fib.node->fn->run(fib.node->args);
     fib.state[fib.cur] = FIB_DONE;
+#if !FIB_SWAPCONTEXT
+    _longjmp(fib.sched_jb, 1);
+#endif
 }
 
 static void fib_coords(emu_state *st, unsigned t, const unsigned *b) {
@@ -430,36 +461,56 @@ static void fib_coords(emu_state *st, unsigned t, const unsigned *b) {
     st->thread.z = t / (b[0] * b[1]);
 }
 
+static int fib_make(unsigned t) {
+    if (!fib.stack[t]) {
+        void *p = mmap(NULL, FIB_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return 0;
+        fib.stack[t] = p;
+    }
+    getcontext(&fib.fib[t]);
+    fib.fib[t].uc_stack.ss_sp = fib.stack[t];
+    fib.fib[t].uc_stack.ss_size = FIB_STACK;
+    fib.fib[t].uc_link = &fib.sched;
+    makecontext(&fib.fib[t], fib_entry, 0);
+    fib.state[t] = FIB_RUN;
+    fib.started[t] = 0;
+    return 1;
+}
+
+static void fib_resume(unsigned t) {
+#if FIB_SWAPCONTEXT
+    swapcontext(&fib.sched, &fib.fib[t]);
+#else
+    if (_setjmp(fib.sched_jb)) return;
+    if (fib.started[t]) _longjmp(fib.jb[t], 1);
+    fib.started[t] = 1;
+    setcontext(&fib.fib[t]);
+#endif
+}
+
 /* One block. 0: every thread ran to its end; -1: a barrier that not all
- * threads reached. */
+ * threads reached; -2: no memory for the stacks. */
 static int block_run(emu_node *n, unsigned nthreads) {
     emu_state *st = n->fn->state;
-    for (unsigned t = 0; t < nthreads; t++) {
-        if (!fib.stack[t]) {
-            void *p = mmap(NULL, FIB_STACK, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (p == MAP_FAILED) return -2;
-            fib.stack[t] = p;
+    if (!n->fn->sync) {
+        for (unsigned t = 0; t < nthreads; t++) {
+            fib_coords(st, t, n->block);
+            n->fn->run(n->args);
         }
-        getcontext(&fib.fib[t]);
-        fib.fib[t].uc_stack.ss_sp = fib.stack[t];
-        fib.fib[t].uc_stack.ss_size = FIB_STACK;
-        fib.fib[t].uc_link = &fib.sched;
-        makecontext(&fib.fib[t], fib_entry, 0);
-        fib.state[t] = FIB_RUN;
+        return 0;
     }
+    for (unsigned t = 0; t < nthreads; t++)
+        if (!fib_make(t)) return -2;
     for (;;) {
-        unsigned waiting = 0, done = 0;
+        unsigned done = 0;
         for (unsigned t = 0; t < nthreads; t++) {
             if (fib.state[t] != FIB_RUN) continue;
             fib.cur = (int)t;
             fib_coords(st, t, n->block);
-            swapcontext(&fib.sched, &fib.fib[t]);
+            fib_resume(t);
         }
-        for (unsigned t = 0; t < nthreads; t++) {
-            waiting += fib.state[t] == FIB_BARRIER;
-            done += fib.state[t] == FIB_DONE;
-        }
+        for (unsigned t = 0; t < nthreads; t++) done += fib.state[t] == FIB_DONE;
         if (done == nthreads) return 0;
         if (done) return -1; /* some threads wait at a barrier the others left */
         for (unsigned t = 0; t < nthreads; t++) fib.state[t] = FIB_RUN;
@@ -469,21 +520,21 @@ static int block_run(emu_node *n, unsigned nthreads) {
 static CUresult kernel_run(emu_node *n) {
     emu_state *st = n->fn->state;
     unsigned nthreads = n->block[0] * n->block[1] * n->block[2];
-    st->sync = fib_sync;
+    st->sync = n->fn->sync ? fib_sync : fib_sync_direct;
     st->block_dim = (emu_dim3){n->block[0], n->block[1], n->block[2]};
     st->grid_dim = (emu_dim3){n->grid[0], n->grid[1], n->grid[2]};
     fib.node = n;
+    fib.direct_sync = 0;
     for (unsigned z = 0; z < n->grid[2]; z++)
         for (unsigned y = 0; y < n->grid[1]; y++)
             for (unsigned x = 0; x < n->grid[0]; x++) {
                 st->block = (emu_dim3){x, y, z};
                 int r = block_run(n, nthreads);
                 if (r == -2) return CUDA_ERROR_OUT_OF_MEMORY;
-                if (r) {
-                    fprintf(stderr,
-                            "cuda emulator: block (%u,%u,%u): __syncthreads not reached by "
-                            "every thread\n",
-                            x, y, z);
+                if (r || fib.direct_sync) {
+                    fprintf(stderr, "cuda emulator: block (%u,%u,%u): %s\n", x, y, z,
+                            r ? "__syncthreads not reached by every thread"
+                              : "__syncthreads in a kernel whose source has none");
                     return CUDA_ERROR_LAUNCH_FAILED;
                 }
             }
@@ -769,13 +820,79 @@ EMU_EXPORT int nvrtcDestroyProgram(emu_prog **p) {
     return NVRTC_SUCCESS;
 }
 
-/* The source with both entry points of every kernel appended. */
+static int mem_has(const char *p, size_t n, const char *what) {
+    size_t w = strlen(what);
+    for (size_t i = 0; i + w <= n; i++)
+        if (!memcmp(p + i, what, w)) return 1;
+    return 0;
+}
+
+/* The names that reach a barrier: __syncthreads and every __device__
+ * function whose text mentions one of them (found until none is added;
+ * a name that only looks like one costs speed, not results). */
+typedef struct sync_names {
+    char name[64][64];
+    int n;
+} sync_names;
+
+static int sync_mentions(const sync_names *sn, const char *p, size_t n) {
+    for (int i = 0; i < sn->n; i++)
+        if (mem_has(p, n, sn->name[i])) return 1;
+    return 0;
+}
+
+/* The function name after a __device__ at p (the identifier before the
+ * first '('), in out. */
+static int sync_def_name(const char *p, char *out, size_t cap) {
+    const char *paren = strchr(p, '(');
+    if (!paren) return 0;
+    const char *e = paren;
+    while (e > p && e[-1] == ' ') e--;
+    const char *b = e;
+    while (b > p && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') ||
+                     (b[-1] >= 'A' && b[-1] <= 'Z') || (b[-1] >= '0' && b[-1] <= '9')))
+        b--;
+    if (b == e || (size_t)(e - b) >= cap) return 0;
+    memcpy(out, b, (size_t)(e - b));
+    out[e - b] = 0;
+    return 1;
+}
+
+/* The text from p to the next definition. */
+static size_t sync_def_len(const char *p) {
+    const char *d = strstr(p + 1, "__device__"), *g = strstr(p + 1, "__global__");
+    const char *e = !d ? g : !g ? d : d < g ? d : g;
+    return e ? (size_t)(e - p) : strlen(p);
+}
+
+static void sync_collect(const char *src, sync_names *sn) {
+    snprintf(sn->name[0], sizeof sn->name[0], "__syncthreads");
+    sn->n = 1;
+    for (int added = 1; added && sn->n < 64;) {
+        added = 0;
+        for (const char *p = strstr(src, "__device__"); p && sn->n < 64;
+             p = strstr(p + 1, "__device__")) {
+            char name[64];
+            size_t len = sync_def_len(p);
+            if (!sync_def_name(p, name, sizeof name) || !sync_mentions(sn, p, len)) continue;
+            int known = 0;
+            for (int i = 0; i < sn->n; i++) known |= !strcmp(sn->name[i], name);
+            if (known) continue;
+            snprintf(sn->name[sn->n++], sizeof sn->name[0], "%s", name);
+            added = 1;
+        }
+    }
+}
+
+/* The source with the entry points of every kernel appended. */
 static char *prog_source(const char *src) {
     size_t n = strlen(src), cap = n * 2 + 4096, len = 0;
     char *out = malloc(cap);
     if (!out) return NULL;
     memcpy(out, src, n);
     len = n;
+    sync_names sn;
+    sync_collect(src, &sn);
     for (const char *p = strstr(src, "__global__"); p; p = strstr(p + 1, "__global__")) {
         const char *q = p + 10;
         while (*q == ' ') q++;
@@ -792,8 +909,9 @@ static char *prog_source(const char *src) {
                (q[k] >= '0' && q[k] <= '9'))
             k++;
         if (!k) continue;
-        if (len + 4 * k + 256 > cap) {
-            cap = cap * 2 + 4 * k + 256;
+        int sync = sync_mentions(&sn, q, sync_def_len(q));
+        if (len + 5 * k + 320 > cap) {
+            cap = cap * 2 + 5 * k + 320;
             char *m = realloc(out, cap);
             if (!m) {
                 free(out);
@@ -805,8 +923,9 @@ static char *prog_source(const char *src) {
             (size_t)snprintf(out + len, cap - len,
                              "\nextern \"C\" int %.*s__emu_sig(size_t *s) { return "
                              "hd_emu_sig(%.*s, s); }\n"
-                             "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n",
-                             (int)k, q, (int)k, q, (int)k, q, (int)k, q);
+                             "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n"
+                             "extern \"C\" const int %.*s__emu_sync = %d;\n",
+                             (int)k, q, (int)k, q, (int)k, q, (int)k, q, (int)k, q, sync);
     }
     out[len] = 0;
     return out;
