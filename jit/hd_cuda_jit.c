@@ -76,6 +76,7 @@ struct hd_jit_exec {
     size_t argv_n;
     int capturable; /* may run as one CUDA Graph */
     CUgraphExec gexec;
+    hd_cuda_pool pool; /* scratch the graph's eager steps used: replays reuse it */
     hd_jit_stats stats;
 };
 
@@ -92,9 +93,11 @@ static int cj_log_on(void) {
 
 static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (!e) return;
-    if (e->gexec) {
+    if (e->gexec || e->pool.free) {
         const hd_cuda_api *a = hd_cuda_api_get();
-        if (hd_cuda_dev_get(ctx, e->device)) a->graph_exec_destroy(e->gexec);
+        hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
+        if (d && e->gexec) a->graph_exec_destroy(e->gexec);
+        if (d) hd_cuda_pool_release(ctx, d, &e->pool);
         hd_error_clear(ctx);
     }
     int nv = e->g ? e->g->nvalues : 0, ns = e->plan.nslots, nn = e->g ? e->g->nnodes : 0;
@@ -341,7 +344,10 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     const hd_cuda_api *a = hd_cuda_api_get();
     CUgraph graph = NULL;
     CUresult r = a->stream_begin_capture(d->stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    /* scratch that eager steps free while captured stays the graph's */
+    hd_cuda_pool_begin(d, &e->pool);
     hd_status st = r == CUDA_SUCCESS ? cj_exec_steps(e, ctx, d) : HD_ERR_RUNTIME;
+    hd_cuda_pool_end(d);
     if (r == CUDA_SUCCESS) {
         CUresult r2 = a->stream_end_capture(d->stream, &graph);
         if (r2 != CUDA_SUCCESS) r = r2;
@@ -355,6 +361,7 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         hd_error_clear(ctx);
         e->gexec = NULL;
         e->capturable = 0;
+        hd_cuda_pool_release(ctx, d, &e->pool); /* no graph replays it */
         return cj_exec_steps(e, ctx, d);
     }
     return hd_cuda_check(ctx, a->graph_launch(e->gexec, d->stream), "cuGraphLaunch");

@@ -105,18 +105,25 @@ static void alloc_release_cached(const hd_cuda_api *a, hd_cuda_dev *d, hd_ctx *c
     d->cached_bytes = 0;
 }
 
-static CUdeviceptr alloc_take(hd_cuda_dev *d, hd_ctx *ctx, size_t size) {
-    hd_cuda_block **pp = &d->bins[alloc_bin(size)];
+/* A block of exactly size from the list at pp (0: none). */
+static CUdeviceptr alloc_take_from(hd_cuda_block **pp, hd_ctx *ctx, size_t size) {
     for (; *pp; pp = &(*pp)->next) {
         if ((*pp)->size != size) continue;
         hd_cuda_block *k = *pp;
         CUdeviceptr p = k->p;
         *pp = k->next;
         hd_ctx_free(ctx, k, sizeof *k);
-        d->cached_bytes -= size;
         return p;
     }
     return 0;
+}
+
+static CUdeviceptr alloc_take(hd_cuda_dev *d, hd_ctx *ctx, size_t size) {
+    CUdeviceptr p = d->pool ? alloc_take_from(&d->pool->free, ctx, size) : 0;
+    if (p) return p;
+    p = alloc_take_from(&d->bins[alloc_bin(size)], ctx, size);
+    if (p) d->cached_bytes -= size;
+    return p;
 }
 
 static void *cuda_alloc(hd_ctx *ctx, int device, size_t nbytes) {
@@ -155,11 +162,36 @@ static void cuda_free(hd_ctx *ctx, int device, void *p, size_t nbytes) {
     hd_cuda_dev *d = &s->dev[device];
     k->p = (CUdeviceptr)(uintptr_t)p;
     k->size = size;
+    d->live_bytes -= size;
+    if (d->pool) { /* a captured graph replays into it */
+        k->next = d->pool->free;
+        d->pool->free = k;
+        return;
+    }
     int b = alloc_bin(size);
     k->next = d->bins[b];
     d->bins[b] = k;
     d->cached_bytes += size;
-    d->live_bytes -= size;
+}
+
+void hd_cuda_pool_begin(hd_cuda_dev *d, hd_cuda_pool *pool) {
+    d->pool = pool;
+}
+
+void hd_cuda_pool_end(hd_cuda_dev *d) {
+    d->pool = NULL;
+}
+
+void hd_cuda_pool_release(hd_ctx *ctx, hd_cuda_dev *d, hd_cuda_pool *pool) {
+    while (pool->free) {
+        hd_cuda_block *k = pool->free;
+        pool->free = k->next;
+        int b = alloc_bin(k->size);
+        k->next = d->bins[b];
+        d->bins[b] = k;
+        d->cached_bytes += k->size;
+    }
+    HD_UNUSED(ctx);
 }
 
 CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes) {

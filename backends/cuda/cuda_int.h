@@ -172,6 +172,13 @@ typedef struct hd_cuda_block {
     struct hd_cuda_block *next;
 } hd_cuda_block;
 
+/* Blocks freed while a CUDA Graph is captured: the graph's replays use
+ * them, so they stay out of the device's cache (where another tensor
+ * could get them) until the graph is destroyed. */
+typedef struct hd_cuda_pool {
+    hd_cuda_block *free;
+} hd_cuda_pool;
+
 typedef struct hd_cuda_module {
     uint64_t key; /* hash of the source */
     CUmodule mod;
@@ -189,6 +196,7 @@ typedef struct hd_cuda_dev {
      * rounded size), each list holding blocks of exactly one size */
     hd_cuda_block *bins[HD_CUDA_BINS];
     size_t cached_bytes, live_bytes;
+    hd_cuda_pool *pool;      /* set while a graph is captured */
     hd_cuda_module *modules; /* loaded modules by source hash */
     CUdeviceptr flag;        /* one int the kernels set on bad indices */
 } hd_cuda_dev;
@@ -210,6 +218,12 @@ hd_status hd_cuda_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, int64_t n, v
 /* Launch with an explicit grid and block. */
 hd_status hd_cuda_launch_grid(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, unsigned grid,
                               unsigned block, void **args);
+/* Capture into pool: until the matching end, blocks freed on the device go
+ * to pool, and allocations take from it first. */
+void hd_cuda_pool_begin(hd_cuda_dev *d, hd_cuda_pool *pool);
+void hd_cuda_pool_end(hd_cuda_dev *d);
+/* pool's blocks back to the device's cache, once nothing replays them. */
+void hd_cuda_pool_release(hd_ctx *ctx, hd_cuda_dev *d, hd_cuda_pool *pool);
 /* Scratch device memory through the caching allocator. */
 CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes);
 void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes);
