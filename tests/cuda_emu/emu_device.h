@@ -11,6 +11,8 @@
 #ifndef HD_EMU_DEVICE_H
 #define HD_EMU_DEVICE_H
 
+#include "hd_dtype.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -93,75 +95,30 @@ template <class A, class B> static inline typename std::common_type<A, B>::type 
 }
 
 /* Fibers switch only at __syncthreads: a read-modify-write is atomic. */
-template <class T, class U> static inline T atomicAdd(T *p, U v) {
-    T old = *p;
-    *p = (T)(old + (T)v);
-    return old;
-}
-template <class T, class U> static inline T atomicMax(T *p, U v) {
-    T old = *p;
-    *p = old > (T)v ? old : (T)v;
-    return old;
-}
-template <class T, class U> static inline T atomicMin(T *p, U v) {
-    T old = *p;
-    *p = old < (T)v ? old : (T)v;
-    return old;
-}
-template <class T, class U> static inline T atomicExch(T *p, U v) {
-    T old = *p;
-    *p = (T)v;
-    return old;
-}
-template <class T, class U> static inline T atomicOr(T *p, U v) {
-    T old = *p;
-    *p = (T)(old | (T)v);
-    return old;
-}
+#define HD_EMU_ATOMIC(name, update)                                                                \
+    template <class T, class U> static inline T name(T *p, U v) {                                  \
+        T old = *p;                                                                                \
+        *p = (update);                                                                             \
+        return old;                                                                                \
+    }
+HD_EMU_ATOMIC(atomicAdd, (T)(old + (T)v))
+HD_EMU_ATOMIC(atomicMax, old > (T)v ? old : (T)v)
+HD_EMU_ATOMIC(atomicMin, old < (T)v ? old : (T)v)
+HD_EMU_ATOMIC(atomicExch, (T)v)
+HD_EMU_ATOMIC(atomicOr, (T)(old | (T)v))
 template <class T, class U, class V> static inline T atomicCAS(T *p, U cmp, V v) {
     T old = *p;
     if (old == (T)cmp) *p = (T)v;
     return old;
 }
 
-/* f16 <-> f32 with round to nearest even (the prelude's host branch) */
+/* f16 <-> f32 with round to nearest even (the prelude's host branch): the
+ * cpu backend's conversions */
 static inline float hd_host_ld_f16(unsigned short h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalize */
-            int e = -1;
-            do {
-                e++;
-                man <<= 1;
-            } while (!(man & 0x400));
-            bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    }
-    return hd_emu_bits<float>(bits);
+    return hd_f16_to_f32(h);
 }
-
 static inline unsigned short hd_host_st_f16(float f) {
-    uint32_t x = hd_emu_bits<uint32_t>(f), sign = (x >> 16) & 0x8000, absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u)
-        return (unsigned short)(sign | 0x7c00 |
-                                (absx > 0x7f800000u ? 0x200 | ((absx >> 13) & 0x3ff) : 0));
-    if (absx >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);
-    if (absx < 0x38800000u) {
-        if (absx < 0x33000000u) return (unsigned short)sign;
-        uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000, shift = 126 - e;
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1))) r++;
-        return (unsigned short)(sign | r);
-    }
-    uint32_t r = (absx - 0x38000000u) >> 13, rem = absx & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (unsigned short)(sign | r);
+    return hd_f32_to_f16(f);
 }
 
 /* The entry points the fake NVRTC appends for each kernel k:
