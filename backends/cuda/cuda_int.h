@@ -78,6 +78,9 @@ int hd_cuda_has_op(hd_op op);
 int hd_cuda_op_generated(hd_op op);
 /* conv2d, the 2-d pools and their gradients (cuda_src_more.c, cuda_ops.c) */
 int hd_cuda_is_conv(hd_op op);
+/* Does the reduction have a split form (a chunk argument and a _fin
+ * kernel combining the partials)? */
+int hd_cuda_reduce_splits(hd_op op);
 /* A reduction's output dtype for an input of dtype dt. */
 hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt);
 

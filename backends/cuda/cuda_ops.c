@@ -108,6 +108,36 @@ typedef struct {
     int64_t oshape[8], ostr[8], rshape[8], rstr[8];
 } ops_rgeo;
 
+/* One block per output reads nred elements: for few outputs of many
+ * elements that is a handful of the GPU's SMs, so sum / mean / prod / max /
+ * min split each output into chunks a block each (at most 4096), then
+ * combine the partials. 0: no split. */
+static int64_t ops_reduce_chunk(hd_op op, const ops_rgeo *g) {
+    if (!hd_cuda_reduce_splits(op) || g->nout > 1024 || g->nred < (1 << 16)) return 0;
+    int64_t chunk = 8192;
+    if ((g->nred + chunk - 1) / chunk > 4096) chunk = (g->nred + 4095) / 4096;
+    return chunk;
+}
+
+static hd_status ops_reduce_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, int64_t blocks,
+                                   void **args) {
+    int64_t grid = blocks < 65535 * 16 ? blocks : 65535 * 16;
+    return hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
+}
+
+/* The second pass of a split reduction: each output's S partials. */
+static hd_status ops_reduce_fin(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const hd_tensor *x,
+                                hd_tensor *out, const ops_rgeo *g, void *part, int64_t S) {
+    char name[96], fin[104];
+    CUfunction f;
+    hd_cuda_kernel_name(op, x->dtype, out->dtype, name, sizeof name);
+    snprintf(fin, sizeof fin, "%s_fin", name);
+    if (hd_cuda_function(ctx, d, op, fin, &f)) return ctx->status;
+    void *o = ops_ptr(out);
+    void *args[] = {(void *)g, &o, &part, &S};
+    return ops_reduce_launch(ctx, d, f, g->nout, args);
+}
+
 static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                             hd_tensor *const *in, const hd_attrs *attrs) {
     const hd_tensor *x = in[0];
@@ -136,11 +166,21 @@ static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
     CUfunction f;
     if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, out->dtype, name, 96), &f))
         return ctx->status;
-    void *o = ops_ptr(out), *a = ops_ptr(x);
+    void *o = ops_ptr(out), *a = ops_ptr(x), *part = NULL;
     double corr = (double)attrs->ints[0];
-    void *args[] = {&g, &o, &a, &corr};
-    int64_t grid = g.nout < 65535 * 16 ? g.nout : 65535 * 16;
-    return hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
+    int64_t chunk = ops_reduce_chunk(op, &g), parts = 0;
+    void *args[] = {&g, &o, &a, &corr, &chunk, &part};
+    if (chunk > 0) {
+        parts = g.nout * ((g.nred + chunk - 1) / chunk);
+        part = (void *)(uintptr_t)hd_cuda_scratch(ctx, out->storage->device, (size_t)parts * 8);
+        if (!part) return ctx->status;
+    }
+    hd_status st = ops_reduce_launch(ctx, d, f, chunk > 0 ? parts : g.nout, args);
+    if (!st && chunk > 0) st = ops_reduce_fin(ctx, d, op, x, out, &g, part, parts / g.nout);
+    if (part)
+        hd_cuda_scratch_free(ctx, out->storage->device, (CUdeviceptr)(uintptr_t)part,
+                             (size_t)parts * 8);
+    return st;
 }
 
 /* ---- rows: softmax family over attrs->ints[0] ---- */

@@ -25,24 +25,32 @@ static int cpu_ok(hd_op op, hd_dtype dt) {
 }
 
 /* ---- reductions: one block per output; float accumulations in double,
- * integer sums and products in u64 (wrapping), integer extremes in i64 ---- */
+ * integer sums and products in u64 (wrapping), integer extremes in i64.
+ * sum, mean, prod, max and min also split (chunk > 0): block b_ reduces
+ * elements [lo, hi) of output b_ / S into part_[b_], and the _fin kernel
+ * combines each output's S partials (few outputs of many elements). ---- */
 
 static void red_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
     char name[96];
-    hd_cuda_src_printf(s,
-                       "extern \"C\" __global__ void %s(const RGeo g, void *o_, const void *a_, "
-                       "double corr) {\n"
-                       "  const %s *a = (const %s *)a_; %s *o = (%s *)o_; (void)corr;\n"
-                       "  for (i64 ob = blockIdx.x; ob < g.nout; ob += gridDim.x) {\n"
-                       "    i64 base = r_base(g, ob);\n",
-                       hd_cuda_kernel_name(op, in, out, name, sizeof name), mo_store[in],
-                       mo_store[in], mo_store[out], mo_store[out]);
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void %s(const RGeo g, void *o_, const void *a_, double corr, "
+        "i64 chunk, void *part_) {\n"
+        "  const %s *a = (const %s *)a_; %s *o = (%s *)o_; (void)corr; (void)part_;\n"
+        "  const i64 S = chunk > 0 ? (g.nred + chunk - 1) / chunk : 1;\n"
+        "  for (i64 b_ = blockIdx.x; b_ < g.nout * S; b_ += gridDim.x) {\n"
+        "    i64 ob = b_ / S, lo = chunk > 0 ? (b_ %% S) * chunk : 0;\n"
+        "    i64 hi = chunk > 0 && lo + chunk < g.nred ? lo + chunk : g.nred;\n"
+        "    i64 base = r_base(g, ob);\n",
+        hd_cuda_kernel_name(op, in, out, name, sizeof name), mo_store[in], mo_store[in],
+        mo_store[out], mo_store[out]);
 }
 
-/* acc = fold over the inner elements (x: the element as double, xi: as i64). */
+/* acc = fold over the inner elements lo..hi (x: the element as double, xi:
+ * as i64). */
 static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step) {
     hd_cuda_src_printf(s,
-                       "    %s\n    for (i64 r = threadIdx.x; r < g.nred; r += blockDim.x) {\n"
+                       "    %s\n    for (i64 r = lo + threadIdx.x; r < hi; r += blockDim.x) {\n"
                        "      i64 off = base + r_off(g, r); double x = ",
                        decl);
     ld_double(s, in, "a[off]");
@@ -59,43 +67,68 @@ static void red_store(hd_cuda_src *s, hd_dtype out, const char *v) {
 #define RED_ADD  "[](double p, double q) { return p + q; }"
 #define RED_ADDU "[](u64 p, u64 q) { return p + q; }"
 
-static void red_sum_like(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
-    int prod = op == HD_OP_PROD;
-    if (!hd_dtype_is_float(in)) {
-        red_loop(s, in, prod ? "u64 acc = 1;" : "u64 acc = 0;",
-                 prod ? "acc *= (u64)xi;" : "acc += (u64)xi;");
-        hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n",
-                           prod ? "[](u64 p, u64 q) { return p * q; }" : RED_ADDU);
-        red_store(s, out, "(i64)acc");
-        return;
+/* How sum, mean, prod, max and min fold: the accumulator's type and start,
+ * one element into it, two of them together, and the result. */
+typedef struct red_rule {
+    const char *acc, *init, *step, *comb, *fin;
+} red_rule;
+
+static red_rule red_rule_of(hd_op op, hd_dtype in) {
+    int flt = hd_dtype_is_float(in), mx = op == HD_OP_MAX;
+    if (op == HD_OP_MAX || op == HD_OP_MIN) {
+        if (flt)
+            return (red_rule){
+                "double", mx ? "-HD_INF" : "HD_INF",
+                mx ? "acc = (x > acc || x != x) ? x : acc;"
+                   : "acc = (x < acc || x != x) ? x : acc;",
+                mx ? "[](double p, double q) { return (q > p || q != q) && p == p ? q : p; }"
+                   : "[](double p, double q) { return (q < p || q != q) && p == p ? q : p; }",
+                "acc"};
+        return (red_rule){"i64", mx ? "(i64)0x8000000000000000ULL" : "0x7fffffffffffffffLL",
+                          mx ? "acc = xi > acc ? xi : acc;" : "acc = xi < acc ? xi : acc;",
+                          mx ? "[](i64 p, i64 q) { return q > p ? q : p; }"
+                             : "[](i64 p, i64 q) { return q < p ? q : p; }",
+                          in == HD_BOOL ? "acc != 0" : "acc"};
     }
-    red_loop(s, in, prod ? "double acc = 1;" : "double acc = 0;", prod ? "acc *= x;" : "acc += x;");
-    hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n",
-                       prod ? "[](double p, double q) { return p * q; }" : RED_ADD);
-    red_store(s, out, op == HD_OP_MEAN ? "g.nred ? acc / (double)g.nred : HD_NAN" : "acc");
+    int prod = op == HD_OP_PROD;
+    if (!flt)
+        return (red_rule){"u64", prod ? "1" : "0", prod ? "acc *= (u64)xi;" : "acc += (u64)xi;",
+                          prod ? "[](u64 p, u64 q) { return p * q; }" : RED_ADDU, "(i64)acc"};
+    return (red_rule){"double", prod ? "1" : "0", prod ? "acc *= x;" : "acc += x;",
+                      prod ? "[](double p, double q) { return p * q; }" : RED_ADD,
+                      op == HD_OP_MEAN ? "g.nred ? acc / (double)g.nred : HD_NAN" : "acc"};
 }
 
-static void red_extreme(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
-    int mx = op == HD_OP_MAX;
-    if (hd_dtype_is_float(in)) {
-        red_loop(s, in, mx ? "double acc = -HD_INF;" : "double acc = HD_INF;",
-                 mx ? "acc = (x > acc || x != x) ? x : acc;"
-                    : "acc = (x < acc || x != x) ? x : acc;");
-        hd_cuda_src_printf(s,
-                           "    acc = block_reduce(acc, [](double p, double q) { return "
-                           "(q %s p || q != q) && p == p ? q : p; });\n",
-                           mx ? ">" : "<");
-        red_store(s, out, "acc");
-        return;
-    }
-    red_loop(s, in,
-             mx ? "i64 acc = (i64)0x8000000000000000ULL;" : "i64 acc = 0x7fffffffffffffffLL;",
-             mx ? "acc = xi > acc ? xi : acc;" : "acc = xi < acc ? xi : acc;");
+static void red_fold(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    red_rule r = red_rule_of(op, in);
+    char decl[96];
+    snprintf(decl, sizeof decl, "%s acc = %s;", r.acc, r.init);
+    red_loop(s, in, decl, r.step);
     hd_cuda_src_printf(s,
-                       "    acc = block_reduce(acc, [](i64 p, i64 q) { return q %s p ? "
-                       "q : p; });\n",
-                       mx ? ">" : "<");
-    red_store(s, out, in == HD_BOOL ? "acc != 0" : "acc");
+                       "    acc = block_reduce(acc, %s);\n"
+                       "    if (chunk > 0) { if (threadIdx.x == 0) ((%s *)part_)[b_] = acc; "
+                       "continue; }\n",
+                       r.comb, r.acc);
+    red_store(s, out, r.fin);
+}
+
+/* The final pass of a split reduction: S partials per output. */
+static void red_fin_kernel(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
+    red_rule r = red_rule_of(op, in);
+    char name[96];
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s_fin(const RGeo g, void *o_, const void "
+                       "*part_, i64 S) {\n"
+                       "  %s *o = (%s *)o_; const %s *pp = (const %s *)part_;\n"
+                       "  for (i64 ob = blockIdx.x; ob < g.nout; ob += gridDim.x) {\n"
+                       "    %s acc = %s;\n"
+                       "    for (i64 c = threadIdx.x; c < S; c += blockDim.x) acc = (%s)(acc, "
+                       "pp[ob * S + c]);\n"
+                       "    acc = block_reduce(acc, %s);\n",
+                       hd_cuda_kernel_name(op, in, out, name, sizeof name), mo_store[out],
+                       mo_store[out], r.acc, r.acc, r.acc, r.init, r.comb, r.comb);
+    red_store(s, out, r.fin);
+    hd_cuda_src_printf(s, "  }\n}\n");
 }
 
 static void red_arg(hd_cuda_src *s, hd_op op, hd_dtype in) {
@@ -143,17 +176,20 @@ static void red_two_pass(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
 
 static void red_kernel(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
     red_head(s, op, in, out);
-    switch (op) {
-    case HD_OP_SUM:
-    case HD_OP_PROD:
-    case HD_OP_MEAN: red_sum_like(s, op, in, out); break;
-    case HD_OP_MAX:
-    case HD_OP_MIN: red_extreme(s, op, in, out); break;
-    case HD_OP_ARGMAX:
-    case HD_OP_ARGMIN: red_arg(s, op, in); break;
-    default: red_two_pass(s, op, in, out); break;
-    }
+    int split = hd_cuda_reduce_splits(op);
+    if (split)
+        red_fold(s, op, in, out);
+    else if (op == HD_OP_ARGMAX || op == HD_OP_ARGMIN)
+        red_arg(s, op, in);
+    else
+        red_two_pass(s, op, in, out);
     hd_cuda_src_printf(s, "  }\n}\n");
+    if (split) red_fin_kernel(s, op, in, out);
+}
+
+int hd_cuda_reduce_splits(hd_op op) {
+    return op == HD_OP_SUM || op == HD_OP_MEAN || op == HD_OP_PROD || op == HD_OP_MAX ||
+           op == HD_OP_MIN;
 }
 
 /* The output dtype of a reduction of an input of dtype dt (hd_shape.c's
