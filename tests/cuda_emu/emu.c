@@ -411,34 +411,48 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
  * on this stack. The others run each thread as a fiber that leaves at
  * every __syncthreads; when every thread waits, all go on. Fibers start
  * with setcontext and switch with _setjmp/_longjmp (no signal-mask system
- * call per switch); under AddressSanitizer, with swapcontext, which it
- * knows about. */
+ * call per switch). Under AddressSanitizer each switch is announced to it
+ * (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), so
+ * it knows which stack is in use. */
 
 enum { FIB_RUN, FIB_BARRIER, FIB_DONE };
 #define FIB_STACK (256 << 10)
 #if defined(__SANITIZE_ADDRESS__)
-#define FIB_SWAPCONTEXT 1
+#include <sanitizer/common_interface_defs.h>
+#define FIB_ASAN 1
 #else
-#define FIB_SWAPCONTEXT 0
+#define FIB_ASAN 0
 #endif
 
 static struct {
-    ucontext_t sched;
     ucontext_t fib[1024];
     jmp_buf sched_jb, jb[1024];
     char *stack[1024];
     int state[1024], started[1024];
     int cur, direct_sync;
     emu_node *node;
+    /* AddressSanitizer's view: the fake stacks saved at each switch, and
+     * the scheduler's stack */
+    void *fake[1024], *sched_fake;
+    const void *sched_bottom;
+    size_t sched_size;
 } fib;
+
+/* Leave the running fiber for the scheduler (done: it never comes back). */
+static void fib_leave(int done) {
+#if FIB_ASAN
+    __sanitizer_start_switch_fiber(done ? NULL : &fib.fake[fib.cur], fib.sched_bottom,
+                                   fib.sched_size);
+#endif
+    if (done || !_setjmp(fib.jb[fib.cur])) _longjmp(fib.sched_jb, 1);
+#if FIB_ASAN
+    __sanitizer_finish_switch_fiber(fib.fake[fib.cur], &fib.sched_bottom, &fib.sched_size);
+#endif
+}
 
 static void fib_sync(void) {
     fib.state[fib.cur] = FIB_BARRIER;
-#if FIB_SWAPCONTEXT
-    swapcontext(&fib.fib[fib.cur], &fib.sched);
-#else
-    if (!_setjmp(fib.jb[fib.cur])) _longjmp(fib.sched_jb, 1);
-#endif
+    fib_leave(0);
 }
 
 /* __syncthreads in a kernel run without fibers: its source said it has
@@ -448,11 +462,12 @@ static void fib_sync_direct(void) {
 }
 
 static void fib_entry(void) {
+#if FIB_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &fib.sched_bottom, &fib.sched_size);
+#endif
     fib.node->fn->run(fib.node->args);
     fib.state[fib.cur] = FIB_DONE;
-#if !FIB_SWAPCONTEXT
-    _longjmp(fib.sched_jb, 1);
-#endif
+    fib_leave(1);
 }
 
 static void fib_coords(emu_state *st, unsigned t, const unsigned *b) {
@@ -471,22 +486,27 @@ static int fib_make(unsigned t) {
     getcontext(&fib.fib[t]);
     fib.fib[t].uc_stack.ss_sp = fib.stack[t];
     fib.fib[t].uc_stack.ss_size = FIB_STACK;
-    fib.fib[t].uc_link = &fib.sched;
+    fib.fib[t].uc_link = NULL; /* fibers end with fib_leave */
     makecontext(&fib.fib[t], fib_entry, 0);
     fib.state[t] = FIB_RUN;
     fib.started[t] = 0;
+    fib.fake[t] = NULL;
     return 1;
 }
 
 static void fib_resume(unsigned t) {
-#if FIB_SWAPCONTEXT
-    swapcontext(&fib.sched, &fib.fib[t]);
-#else
-    if (_setjmp(fib.sched_jb)) return;
+    if (_setjmp(fib.sched_jb)) {
+#if FIB_ASAN
+        __sanitizer_finish_switch_fiber(fib.sched_fake, NULL, NULL);
+#endif
+        return;
+    }
+#if FIB_ASAN
+    __sanitizer_start_switch_fiber(&fib.sched_fake, fib.stack[t], FIB_STACK);
+#endif
     if (fib.started[t]) _longjmp(fib.jb[t], 1);
     fib.started[t] = 1;
     setcontext(&fib.fib[t]);
-#endif
 }
 
 /* One block. 0: every thread ran to its end; -1: a barrier that not all
