@@ -542,7 +542,7 @@ static void gen_rows(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_kernel *
         len = hd_shape_numel(G->shape + G->nd - nk, nk);
     } else {
         int axis = (int)(n->attrs.ints[0] < 0 ? n->attrs.ints[0] + G->nd : n->attrs.ints[0]);
-        len = G->shape[axis];
+        len = G->nd ? G->shape[axis] : 1; /* a 0-d tensor is one row of one */
     }
     int64_t rows = len ? k->numel / len : 0;
     info->launch = HD_CUDA_LAUNCH_BLOCKS;

@@ -8,7 +8,10 @@
  * and the shapes it sees, so the eager and the traced run build the same
  * graph. On a failure the seed and the graph's IR are printed:
  * HODU_RANDGRAPH_SEED=n reruns one. HODU_RANDGRAPH_N=n runs n graphs,
- * HODU_RANDGRAPH_LLVM=n the first n of them through llvm too. */
+ * HODU_RANDGRAPH_LLVM=n the first n of them through llvm too, and
+ * HODU_RANDGRAPH_CUDA=n through the cuda compiler (on a GPU or the
+ * emulator: the suite runs 120 there as emu.test_randgraph). */
+#include "hd_backend.h"
 #include "hd_compile.h"
 #include "hd_script.h"
 #include "hd_test.h"
@@ -399,6 +402,51 @@ static int run_compiled(hd_ctx *ctx, uint64_t seed, const hd_jit_compiler *c, hd
     return ok;
 }
 
+/* The cuda compiler on the first cuda_graphs seeds (HODU_RANDGRAPH_CUDA=n;
+ * 0 unless set: it needs a device, real or emulated): inputs moved to the
+ * device, outputs back. */
+static uint64_t cuda_graphs;
+
+static int run_cuda(hd_ctx *ctx, uint64_t seed, hd_ir_graph *g, hd_tensor *const *in, int nin,
+                    hd_tensor *const *want, int nout) {
+    hd_tensor *din[4] = {0}, *got[4] = {0};
+    hd_jit_exec *e = NULL;
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    o.device = "cuda:0";
+    o.opt_level = seed % 7 == 0 ? 0 : 1;
+    int ok = 1;
+    for (int i = 0; i < nin && ok; i++)
+        ok = hd_tensor_to_device(ctx, in[i], &hd_cuda_backend, 0, &din[i]) == HD_OK;
+    ok = ok && g && hd_jit_cuda.compile(ctx, g, &o, &e) == HD_OK;
+    for (int run = 0; ok && run < 3; run++) { /* launch by launch, captured, replayed */
+        ok = hd_jit_cuda.run(ctx, e, din, nin, got, nout) == HD_OK;
+        for (int i = 0; ok && i < nout; i++) {
+            hd_tensor *h = hd_tensor_to_host(ctx, got[i]);
+            double rtol = want[i]->dtype == HD_F64 ? 1e-12 : 1e-5;
+            ok = h && close_enough(want[i], h, rtol);
+            if (!ok) hd_error(ctx, HD_ERR_RUNTIME, "cuda: output %d differs (run %d)", i, run);
+            if (!ok && h)
+                for (int64_t k = 0; k < want[i]->numel && k < 8; k++)
+                    fprintf(stderr, "  [%lld] eager %.10g cuda %.10g\n", (long long)k,
+                            hd_tensor_get(want[i], k), hd_tensor_get(h, k));
+            hd_tensor_unref(h);
+        }
+        for (int i = 0; i < 4; i++) {
+            hd_tensor_unref(got[i]);
+            got[i] = NULL;
+        }
+    }
+    if (!ok) {
+        fprintf(stderr, "seed %llu (cuda): %s\n", (unsigned long long)seed, ctx->errmsg);
+        report(ctx, seed, &hd_jit_cuda, g, e);
+    }
+    if (e) hd_jit_cuda.free(ctx, e);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(din[i]);
+    hd_error_clear(ctx);
+    return ok;
+}
+
 static const hd_jit_compiler *const compilers[] = {
     &hd_jit_interp,
 #if HODU_HAVE_LLVM
@@ -433,6 +481,7 @@ static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     for (int c = 0; ok && c < NCOMPILERS; c++)
         if (c == 0 || seed <= llvm_graphs)
             ok = run_compiled(ctx, seed, compilers[c], g, in, nin, want, nout);
+    if (ok && seed <= cuda_graphs) ok = run_cuda(ctx, seed, g, in, nin, want, nout);
     const char *dir = getenv("HODU_RANDGRAPH_SAVE"); /* seeds for the script fuzzer */
     if (ok && dir && seed <= 60) {
         char path[512];
@@ -459,6 +508,8 @@ int main(void) {
     uint64_t n = count ? strtoull(count, NULL, 10) : NGRAPHS;
     const char *nl = getenv("HODU_RANDGRAPH_LLVM");
     if (nl) llvm_graphs = strtoull(nl, NULL, 10);
+    const char *nc = getenv("HODU_RANDGRAPH_CUDA");
+    if (nc) cuda_graphs = strtoull(nc, NULL, 10);
     setenv("HODU_CACHE_DIR", "off", 1); /* llvm compiles every graph */
     if (one) {
         one_graph(&ctx, strtoull(one, NULL, 10), &r);
@@ -468,6 +519,7 @@ int main(void) {
                r.ok, NCOMPILERS > 1 ? (int)(llvm_graphs < n ? llvm_graphs : n) : 0, r.skipped);
         CHECK(r.ok + r.skipped == (int)n && r.skipped < (int)n / 20 + 1);
     }
+    hd_ctx_release(&ctx); /* the device's state, when cuda ran */
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
