@@ -97,7 +97,7 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
         const hd_cuda_api *a = hd_cuda_api_get();
         hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
         if (d && e->gexec) a->graph_exec_destroy(e->gexec);
-        if (d) hd_cuda_pool_release(ctx, d, &e->pool);
+        if (d) hd_cuda_pool_release(d, &e->pool);
         hd_error_clear(ctx);
     }
     int nv = e->g ? e->g->nvalues : 0, ns = e->plan.nslots, nn = e->g ? e->g->nnodes : 0;
@@ -361,7 +361,7 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         hd_error_clear(ctx);
         e->gexec = NULL;
         e->capturable = 0;
-        hd_cuda_pool_release(ctx, d, &e->pool); /* no graph replays it */
+        hd_cuda_pool_release(d, &e->pool); /* no graph replays it */
         return cj_exec_steps(e, ctx, d);
     }
     return hd_cuda_check(ctx, a->graph_launch(e->gexec, d->stream), "cuGraphLaunch");

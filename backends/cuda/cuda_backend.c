@@ -182,7 +182,7 @@ void hd_cuda_pool_end(hd_cuda_dev *d) {
     d->pool = NULL;
 }
 
-void hd_cuda_pool_release(hd_ctx *ctx, hd_cuda_dev *d, hd_cuda_pool *pool) {
+void hd_cuda_pool_release(hd_cuda_dev *d, hd_cuda_pool *pool) {
     while (pool->free) {
         hd_cuda_block *k = pool->free;
         pool->free = k->next;
@@ -191,7 +191,6 @@ void hd_cuda_pool_release(hd_ctx *ctx, hd_cuda_dev *d, hd_cuda_pool *pool) {
         d->bins[b] = k;
         d->cached_bytes += k->size;
     }
-    HD_UNUSED(ctx);
 }
 
 CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes) {

@@ -226,7 +226,7 @@ hd_status hd_cuda_launch_grid(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, unsigne
 void hd_cuda_pool_begin(hd_cuda_dev *d, hd_cuda_pool *pool);
 void hd_cuda_pool_end(hd_cuda_dev *d);
 /* pool's blocks back to the device's cache, once nothing replays them. */
-void hd_cuda_pool_release(hd_ctx *ctx, hd_cuda_dev *d, hd_cuda_pool *pool);
+void hd_cuda_pool_release(hd_cuda_dev *d, hd_cuda_pool *pool);
 /* Scratch device memory through the caching allocator. */
 CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes);
 void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes);

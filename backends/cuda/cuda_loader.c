@@ -89,8 +89,9 @@ static void loader_driver(hd_cuda_api *a) {
         SYM(graph_exec_destroy, "cuGraphExecDestroy"),
         SYM(graph_destroy, "cuGraphDestroy"),
     };
+    const char *env = getenv("HODU_CUDA_DRIVER");
     if (!loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->driver_error,
-                        sizeof a->driver_error, names[0]))
+                        sizeof a->driver_error, env && *env ? env : names[0]))
         return;
     CUresult r = a->init(0);
     if (r != CUDA_SUCCESS) {
