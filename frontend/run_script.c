@@ -11,6 +11,7 @@
  * usage error. */
 #include "run_script.h"
 
+#include "hd_backend.h"
 #include "hd_io.h"
 #include "hd_script.h"
 #include "tensor_print.h"
@@ -90,15 +91,21 @@ static int ends_with(const char *s, const char *tail) {
     return n >= k && !strcmp(s + n - k, tail);
 }
 
+/* Each input file, on the script's device (files load into host memory). */
 static hd_status rs_bind(hd_ctx *ctx, hd_script *s, const rs_args *a) {
+    const hd_backend *be;
+    int dev;
+    if (hd_backend_parse_device(ctx, hd_script_device(s), &be, &dev)) return ctx->status;
     for (int i = 0; i < a->ninputs; i++) {
         char name[256];
         size_t n = (size_t)(a->files[i] - 1 - a->names[i]);
         snprintf(name, sizeof name, "%.*s", (int)n, a->names[i]);
-        hd_tensor *t = NULL;
+        hd_tensor *t = NULL, *d = NULL;
         if (hd_io_load_npy(ctx, a->files[i], &t)) return ctx->status;
-        hd_status st = hd_script_set_input(s, name, t);
+        hd_status st = hd_tensor_to_device(ctx, t, be, dev, &d);
         hd_tensor_unref(t);
+        if (!st) st = hd_script_set_input(s, name, d);
+        hd_tensor_unref(d);
         if (st) return st;
     }
     return HD_OK;
@@ -125,7 +132,10 @@ static hd_status rs_save(hd_ctx *ctx, const hd_script *s, const char *path) {
                             "%s: a .npy file holds one tensor and the script has %d outputs "
                             "(use .npz or .safetensors)",
                             path, n);
-        return hd_io_save_npy(ctx, path, hd_script_output_at(s, 0));
+        hd_tensor *h = hd_tensor_to_host(ctx, hd_script_output_at(s, 0));
+        hd_status st = h ? hd_io_save_npy(ctx, path, h) : ctx->status;
+        hd_tensor_unref(h);
+        return st;
     }
     int npz = ends_with(path, ".npz");
     if (!npz && !ends_with(path, ".safetensors"))
@@ -133,10 +143,12 @@ static hd_status rs_save(hd_ctx *ctx, const hd_script *s, const char *path) {
     hd_io_list l;
     hd_io_list_init(&l);
     hd_status st = HD_OK;
-    for (int i = 0; i < n && !st; i++) {
+    for (int i = 0; i < n && !st; i++) { /* outputs from the device to host memory */
         hd_script_port p;
         hd_script_output_info(s, i, &p);
-        st = hd_io_list_add(ctx, &l, p.name, hd_script_output_at(s, i));
+        hd_tensor *h = hd_tensor_to_host(ctx, hd_script_output_at(s, i));
+        st = h ? hd_io_list_add(ctx, &l, p.name, h) : ctx->status;
+        hd_tensor_unref(h);
     }
     if (!st) st = npz ? hd_io_save_npz(ctx, path, &l, 0) : hd_io_save_safetensors(ctx, path, &l);
     hd_io_list_free(ctx, &l);
