@@ -1,6 +1,7 @@
 /* nn functions: softmax, log_softmax, cross_entropy, mse, conv2d,
  * max_pool2d, avg_pool2d, dropout, layer_norm, embedding. */
 #include "builtins_tensor.h"
+#include "hd_backend.h"
 
 #include <string.h>
 
@@ -77,7 +78,12 @@ static hd_status ln_param(hd_vm *vm, hd_targs *a, int i, const hd_tensor *x, int
     memcpy(at.shape, x->shape + x->ndim - k, (size_t)k * sizeof(int64_t));
     at.dtype = hd_dtype_is_float(x->dtype) ? x->dtype : HD_F32;
     at.scalar[0] = fill;
-    return hd_trun_t(vm, "layer_norm", HD_OP_FULL, NULL, 0, &at, out);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_place p = hd_place_of(x); /* made on x's device */
+    hd_place prev = hd_place_push(ctx, p.backend ? p.backend : &hd_cpu_backend, p.device);
+    hd_status st = hd_trun_t(vm, "layer_norm", HD_OP_FULL, NULL, 0, &at, out);
+    hd_place_pop(ctx, prev);
+    return st;
 }
 
 static HD_TF_FN(tf_layer_norm) {
