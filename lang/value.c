@@ -929,6 +929,7 @@ void hd_buf_init(hd_buf *b, hd_vm *vm) {
     b->p = NULL;
     b->len = b->cap = 0;
     b->oom = 0;
+    b->failed = 0;
 }
 
 void hd_buf_free(hd_buf *b) {
@@ -983,6 +984,10 @@ void hd_buf_addf(hd_buf *b, const char *fmt, ...) {
 }
 
 hd_value hd_buf_to_str(hd_buf *b) {
+    if (b->failed) {
+        hd_buf_free(b);
+        return hd_none();
+    }
     if (b->oom) {
         hd_buf_free(b);
         hd_vm_oom(b->vm);
@@ -1067,6 +1072,8 @@ static void hd_buf_tensor(hd_buf *b, const hd_tensor *t) {
     hd_value s = hd_tensor_format(b->vm, t);
     if (s.type == HD_V_STR)
         hd_buf_add(b, hd_as_str(s)->chars, hd_as_str(s)->len);
+    else if (hd_vm_failed(b->vm))
+        b->failed = 1;
     else
         hd_buf_adds(b, "<tensor>");
     hd_vunref(b->vm, s);

@@ -158,6 +158,12 @@ struct hd_vm {
     int trace_reads;                    /* a compiled body is traced: reads are noted */
     int compile_all;                    /* HODU_COMPILE_ALL=1: trace every call with tensors */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
+
+    /* where creation functions put tensors without device= (NULL: the
+     * cpu): set_default_device(d), or HODU_DEVICE, resolved on first use */
+    const struct hd_backend *default_be;
+    int default_dev;
+    int default_pending; /* HODU_DEVICE not resolved yet */
 };
 
 /* ---- refcounting, inline for the evaluator ---- */
@@ -236,6 +242,8 @@ typedef struct hd_buf {
     char *p;
     size_t len, cap;
     int oom;
+    int failed; /* a part's text failed with the VM's error set (a tensor's
+                 * data could not be read): hd_buf_to_str gives that error */
 } hd_buf;
 void hd_buf_init(hd_buf *b, hd_vm *vm);
 void hd_buf_add(hd_buf *b, const char *s, size_t n);

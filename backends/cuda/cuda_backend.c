@@ -222,6 +222,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
  * and the caller may reuse it at once) ---- */
 
 static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
+    if (n == 0) return HD_OK; /* empty tensors own no device memory */
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
     if (!d) return ctx->status;
     const hd_cuda_api *a = hd_cuda_api_get();
@@ -232,6 +233,7 @@ static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *sr
 }
 
 static hd_status cuda_from_host(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
+    if (n == 0) return HD_OK;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
     if (!d) return ctx->status;
     const hd_cuda_api *a = hd_cuda_api_get();
