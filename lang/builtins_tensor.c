@@ -292,7 +292,9 @@ hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact,
     case HD_V_FLOAT:
         *out = number_tensor(hd_vm_ctx(vm), v, exact);
         return *out ? HD_OK : hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    case HD_V_LIST: return hd_tensor_from_value(vm, v, -1, float_dt, out);
+    case HD_V_LIST: /* made where tensors without device= go */
+        if (hd_tensor_from_value(vm, v, -1, float_dt, out)) return HD_ERR_RUNTIME;
+        return hd_default_device_move(vm, out);
     default:
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s must be a tensor, got %s", what,
                            v.type == HD_V_COUNT ? "nothing" : hd_value_type_name(v));
@@ -336,8 +338,7 @@ static void see_cat(nest *s, hd_dtype_cat c) {
 }
 
 static hd_status nest_tensor(nest *s, const hd_tensor *t, int depth) {
-    if (!t->storage || !hd_tensor_is_cpu(t))
-        return nest_err(s, depth, "is a tensor whose data is not on the cpu");
+    if (!t->storage) return nest_err(s, depth, "is a tensor without data (symbolic)");
     if (depth == s->nd && !s->have && depth + t->ndim <= HD_MAX_DIMS)
         for (int i = 0; i < t->ndim; i++) s->shape[s->nd++] = t->shape[i];
     if (depth + t->ndim != s->nd ||
@@ -400,21 +401,29 @@ static hd_status store_int(nest *s, int64_t x) {
     return HD_OK;
 }
 
+/* A tensor's elements (a device tensor's through a host copy). */
+static hd_status nest_fill_tensor(nest *s, hd_tensor *t) {
+    if (hd_tensor_need_data(s->vm, t, "tensor()")) return HD_ERR_RUNTIME;
+    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(s->vm), t);
+    if (!h) return hd_tfail(s->vm, "tensor");
+    hd_status st = HD_OK;
+    for (int64_t i = 0; i < h->numel && !st; i++) {
+        if (hd_dtype_is_float(h->dtype))
+            hd_dtype_store(s->dt, s->data, s->k++, hd_tensor_get(h, i));
+        else
+            st = store_int(s, hd_tensor_get_i64(h, i));
+    }
+    hd_tensor_unref(h);
+    return st;
+}
+
 static hd_status nest_fill(nest *s, hd_value v) {
     switch (v.type) {
     case HD_V_LIST:
         for (int64_t i = 0; i < hd_as_list(v)->len; i++)
             if (nest_fill(s, hd_as_list(v)->items[i])) return HD_ERR_RUNTIME;
         return HD_OK;
-    case HD_V_TENSOR:
-        if (hd_tensor_need_data(s->vm, v.as.t, "tensor()")) return HD_ERR_RUNTIME;
-        for (int64_t i = 0; i < v.as.t->numel; i++) {
-            if (hd_dtype_is_float(v.as.t->dtype))
-                hd_dtype_store(s->dt, s->data, s->k++, hd_tensor_get(v.as.t, i));
-            else if (store_int(s, hd_tensor_get_i64(v.as.t, i)))
-                return HD_ERR_RUNTIME;
-        }
-        return HD_OK;
+    case HD_V_TENSOR: return nest_fill_tensor(s, v.as.t);
     case HD_V_BOOL: return store_int(s, v.as.b);
     case HD_V_INT: return store_int(s, v.as.i);
     default: hd_dtype_store(s->dt, s->data, s->k++, v.as.f); return HD_OK;
@@ -633,6 +642,7 @@ static void (*const volatile api_keep[])(void) = {
 
 hd_status hd_builtins_tensor_open(hd_vm *vm) {
     if (!api_keep[0]) return HD_ERR_RUNTIME;
+    hd_default_device_init(vm);
     for (int d = 0; d < HD_DTYPE_COUNT; d++)
         if (hd_vm_def_value(vm, hd_dtype_name((hd_dtype)d), hd_dtype_value((hd_dtype)d)))
             return HD_ERR_MEMORY;

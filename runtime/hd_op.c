@@ -320,8 +320,18 @@ hd_status hd_op_cast(hd_ctx *ctx, hd_tensor *a, hd_dtype dt, hd_tensor **out) {
 }
 
 hd_status hd_tensor_copy_into(hd_ctx *ctx, hd_tensor *dst, hd_tensor *src) {
+    hd_place pd = hd_place_of(dst), ps = hd_place_of(src);
+    hd_tensor *moved = NULL;
+    if (dst->storage && src->storage && !hd_tensor_follows_device(src) &&
+        (pd.backend != ps.backend || pd.device != ps.device)) { /* across devices: as copy_ */
+        if (hd_tensor_to_device(ctx, src, pd.backend ? pd.backend : &hd_cpu_backend, pd.device,
+                                &moved))
+            return ctx->status;
+        src = moved;
+    }
     hd_tensor *in[2] = {dst, src}, *out = NULL;
     hd_status st = hd_op_run(ctx, HD_OP_ASSIGN, in, 2, NULL, &out);
     hd_tensor_unref(out);
+    hd_tensor_unref(moved);
     return st;
 }
