@@ -4,12 +4,14 @@
  * is a script object (runtime/hd_script.h) with set_input, run, compile,
  * save, ... load_script(path) reads a .hoduscript file. Tensors the block
  * reads from outside become constants saved with the graph. */
+#include "builtins_tensor.h"
 #include "compiled.h"
 #include "eval.h"
 #include "hd_script.h"
 #include "hd_trace.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- arguments of natives ---- */
@@ -475,6 +477,11 @@ hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (!st) st = script_args(vm, f, n, &o, held);
     if (!st) st = script_trace(vm, f, n, o.name, &g);
     if (!st && !(s = hd_script_new(hd_vm_ctx(vm), g))) st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    char defdev[32];
+    if (!st && !o.device && hd_default_device_name(vm, defdev, sizeof defdev)) {
+        o.device = defdev; /* the default device, and its compiler unless one was named */
+        if (!o.compiler && !getenv("HODU_COMPILER")) o.compiler = "cuda";
+    }
     if (!st && o.compiler && hd_script_set_compiler(s, o.compiler)) st = script_fail(vm, s);
     if (!st && o.device && hd_script_set_device(s, o.device)) st = script_fail(vm, s);
     for (int i = 0; i < nheld; i++) hd_value_unref(vm, held[i]);

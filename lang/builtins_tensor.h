@@ -87,6 +87,15 @@ hd_status hd_targ_dtype(hd_vm *vm, const hd_targs *a, int i, int def, int *out);
 /* device=: parses and opens the device (an unusable one is an error that
  * says why) and records it in a->place. */
 hd_status hd_targ_device(hd_vm *vm, hd_targs *a, int i);
+/* HODU_DEVICE, read when the VM opens (builtins_tensor_create.c). */
+void hd_default_device_init(hd_vm *vm);
+/* The default device (resolving HODU_DEVICE). */
+hd_status hd_default_device(hd_vm *vm, const struct hd_backend **be, int *dev);
+/* Its name ("cuda:0") in buf when it is not the cpu: 1; else 0. */
+int hd_default_device_name(hd_vm *vm, char *buf, size_t n);
+/* *t (a tensor made from a list) moved to the default device, if it is
+ * not the cpu. On failure *t is NULL, with the error. */
+hd_status hd_default_device_move(hd_vm *vm, hd_tensor **t);
 /* A shape: an int, a list of ints, or (a `*name` parameter) several ints. */
 hd_status hd_targ_shape(hd_vm *vm, const hd_targs *a, int i, int64_t *shape, int *nd);
 /* Axes into attrs->axes/naxes: none (all), an int, or a list of ints. */

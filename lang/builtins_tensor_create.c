@@ -1,22 +1,107 @@
 /* Creation: tensor, zeros, ones, full, rand, randn, arange, linspace, eye,
- * zeros_like, ones_like, manual_seed. */
+ * zeros_like, ones_like, manual_seed, and the default device they use
+ * (set_default_device, default_device, HODU_DEVICE). */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 #include "hd_rng.h"
+#include "vm_internal.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* The creation op, on the device= the arguments named (a->place). */
-static hd_status create_on(hd_vm *vm, const hd_targs *a, hd_op op, hd_attrs *at, hd_tensor **t) {
+/* ---- the default device ---- */
+
+static hd_status default_set(hd_vm *vm, const char *spec, const char *who) {
+    const hd_backend *be;
+    int dev;
+    if (hd_backend_open_device(hd_vm_ctx(vm), spec, &be, &dev)) return hd_tfail(vm, who);
+    vm->default_be = be == &hd_cpu_backend ? NULL : be;
+    vm->default_dev = be == &hd_cpu_backend ? 0 : dev;
+    return HD_OK;
+}
+
+/* No device= given: the default device (HODU_DEVICE resolved the first
+ * time, its errors at the line that creates a tensor). */
+static hd_status default_place(hd_vm *vm, hd_targs *a) {
+    if (a->place) return HD_OK;
+    if (vm->default_pending) {
+        vm->default_pending = 0;
+        if (default_set(vm, getenv("HODU_DEVICE"), "HODU_DEVICE")) return HD_ERR_RUNTIME;
+    }
+    a->place = vm->default_be ? vm->default_be : &hd_cpu_backend;
+    a->place_device = vm->default_dev;
+    return HD_OK;
+}
+
+hd_status hd_default_device(hd_vm *vm, const hd_backend **be, int *dev) {
+    hd_targs none;
+    memset(&none, 0, sizeof none);
+    if (default_place(vm, &none)) return HD_ERR_RUNTIME;
+    *be = none.place;
+    *dev = none.place_device;
+    return HD_OK;
+}
+
+int hd_default_device_name(hd_vm *vm, char *buf, size_t n) {
+    const hd_backend *be;
+    int dev;
+    if (hd_default_device(vm, &be, &dev)) {
+        hd_vm_clear_error(vm); /* a bad HODU_DEVICE is the creation functions' error */
+        return 0;
+    }
+    if (be == &hd_cpu_backend) return 0;
+    snprintf(buf, n, "%s:%d", be->name, dev);
+    return 1;
+}
+
+hd_status hd_default_device_move(hd_vm *vm, hd_tensor **t) {
+    const hd_backend *be;
+    int dev;
+    if (hd_default_device(vm, &be, &dev)) return HD_ERR_RUNTIME;
+    if (be == &hd_cpu_backend) return HD_OK;
+    hd_tensor *d = NULL;
+    hd_status st = hd_tensor_to_device(hd_vm_ctx(vm), *t, be, dev, &d);
+    hd_tensor_unref(*t);
+    *t = d;
+    return st ? hd_tfail(vm, NULL) : HD_OK;
+}
+
+void hd_default_device_init(hd_vm *vm) {
+    const char *d = getenv("HODU_DEVICE");
+    vm->default_pending = d && *d;
+}
+
+static HD_TF_FN(tf_set_default_device) {
+    HD_TARGS_BIND(a); /* device */
+    if (a.v[0].type != HD_V_STR) return hd_targ_type_error(vm, &a, 0, "a device string");
+    vm->default_pending = 0;
+    if (default_set(vm, hd_as_str(a.v[0])->chars, "set_default_device")) return HD_ERR_RUNTIME;
+    *out = hd_none();
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_default_device) {
+    HD_TARGS_BIND(a); /* none */
+    if (default_place(vm, &a)) return HD_ERR_RUNTIME;
+    *out = vm->default_be ? hd_str_fmt(vm, "%s:%d", vm->default_be->name, vm->default_dev)
+                          : hd_str_from(vm, "cpu");
+    return hd_vm_failed(vm) ? HD_ERR_MEMORY : HD_OK;
+}
+
+/* The creation op, on the device= the arguments named (a->place), else on
+ * the default device. */
+static hd_status create_on(hd_vm *vm, hd_targs *a, hd_op op, hd_attrs *at, hd_tensor **t) {
     hd_ctx *ctx = hd_vm_ctx(vm);
-    hd_place prev = hd_place_push(ctx, a->place ? a->place : &hd_cpu_backend, a->place_device);
+    if (default_place(vm, a)) return HD_ERR_RUNTIME;
+    hd_place prev = hd_place_push(ctx, a->place, a->place_device);
     hd_status st = hd_trun_t(vm, a->f->name, op, NULL, 0, at, t);
     hd_place_pop(ctx, prev);
     return st;
 }
 
-static hd_status create(hd_vm *vm, const hd_targs *a, hd_op op, hd_attrs *at, hd_value *out) {
+static hd_status create(hd_vm *vm, hd_targs *a, hd_op op, hd_attrs *at, hd_value *out) {
     hd_tensor *t = NULL;
     if (create_on(vm, a, op, at, &t)) return HD_ERR_RUNTIME;
     *out = hd_tensor_value(t);
@@ -197,7 +282,7 @@ static hd_status fill_like(hd_vm *vm, hd_value self, const hd_value *args, int n
     memcpy(at.shape, x->shape, sizeof at.shape);
     at.scalar[0] = v;
     hd_place p = hd_place_of(x); /* zeros_like(x) is on x's device */
-    a.place = p.backend;
+    a.place = p.backend ? p.backend : &hd_cpu_backend;
     a.place_device = p.device;
     hd_tensor_unref(x);
     return create(vm, &a, HD_OP_FULL, &at, out);
@@ -213,7 +298,8 @@ static HD_TF_FN(tf_ones_like) {
 static HD_TF_FN(tf_tensor) {
     HD_TARGS_BIND(a); /* data, dtype=, device= */
     int dt;
-    if (hd_targ_dtype(vm, &a, 1, -1, &dt) || hd_targ_device(vm, &a, 2)) return HD_ERR_RUNTIME;
+    if (hd_targ_dtype(vm, &a, 1, -1, &dt) || hd_targ_device(vm, &a, 2) || default_place(vm, &a))
+        return HD_ERR_RUNTIME;
     hd_tensor *t = NULL, *d = NULL;
     if (hd_tensor_from_value(vm, a.v[0], dt, HD_F32, &t)) return HD_ERR_RUNTIME;
     if (a.place && a.place != &hd_cpu_backend) {
@@ -248,6 +334,8 @@ static const hd_tfunc rows[] = {
     {"zeros_like", tf_zeros_like, "x, dtype=", -1, HD_TF_GLOBAL},
     {"ones_like", tf_ones_like, "x, dtype=", -1, HD_TF_GLOBAL},
     {"manual_seed", tf_manual_seed, "seed", -1, HD_TF_GLOBAL},
+    {"set_default_device", tf_set_default_device, "device", -1, HD_TF_GLOBAL},
+    {"default_device", tf_default_device, "", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_create = {rows, (int)(sizeof rows / sizeof rows[0])};

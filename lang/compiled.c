@@ -16,6 +16,7 @@
  * outputs are the returned tensors, the outer values the body assigned
  * (written back to their paths), tensors written in place (copied back)
  * and gradients (set as .grad). */
+#include "builtins_tensor.h"
 #include "compiled_int.h"
 #include "eval.h"
 #include "hd_autograd.h"
@@ -1145,6 +1146,10 @@ static void opts_default(hd_vm *vm, cp_opts *o) {
         o->chosen = cs->compiler_chosen;
     }
     snprintf(o->device, sizeof o->device, "cpu");
+    /* a default device other than the cpu: compiled code runs there, with
+     * its compiler unless one was named */
+    if (hd_default_device_name(vm, o->device, sizeof o->device) && !o->chosen)
+        snprintf(o->compiler, sizeof o->compiler, "cuda");
     o->opt_level = 1;
 }
 
