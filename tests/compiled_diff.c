@@ -14,6 +14,11 @@
  * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: "
  * (logs, warnings) are left out of the comparison of standard error.
  *
+ * A COMPILER of the form device=D runs the program eagerly with HODU_DEVICE=D
+ * instead (tensors made without device= go to D), and compares it with the
+ * cpu run once D's name is read as "cpu"; programs marked `# device: cpu`
+ * are left out of that comparison.
+ *
  * usage: compiled_diff HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
@@ -67,6 +72,7 @@ typedef struct {
     char *env[16];
     int nenv;
     int check;
+    int cpu_only; /* "# device: cpu": not run on another default device */
 } directives;
 
 static char *dup_n(const char *s, size_t n) {
@@ -95,6 +101,8 @@ static void parse(directives *d, const char *src) {
             d->env[d->nenv++] = dup_n(v, n);
         } else if ((v = after(line, len, "mode:", &n))) {
             d->check = n >= 5 && memcmp(v, "check", 5) == 0;
+        } else if ((v = after(line, len, "device:", &n))) {
+            d->cpu_only = n >= 3 && memcmp(v, "cpu", 3) == 0;
         }
         line = nl ? nl + 1 : line + len;
     }
@@ -133,7 +141,10 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
             *slash = 0;
         else
             snprintf(dir, sizeof dir, ".");
-        if (compiler) setenv("HODU_COMPILER", compiler, 1);
+        if (compiler && !strncmp(compiler, "device=", 7))
+            setenv("HODU_DEVICE", compiler + 7, 1);
+        else if (compiler)
+            setenv("HODU_COMPILER", compiler, 1);
         for (int i = 0; i < d->nenv; i++) put_env(d->env[i], dir);
         if (compiled)
             setenv("HODU_COMPILE_ALL", "1", 1);
@@ -232,6 +243,27 @@ static void first_difference(const char *what, const char *a, const char *b) {
             (int)(ea ? ea - la : (long)strlen(la)), la, (int)(eb ? eb - lb : (long)strlen(lb)), lb);
 }
 
+/* s with every mention of the default device's tensors made the cpu's
+ * (in place): `, device="cuda:0"` dropped, "cuda:0" read as "cpu". */
+static void undevice(char *s, const char *dev) {
+    char full[64], note[96];
+    snprintf(full, sizeof full, "%s%s", dev, strchr(dev, ':') ? "" : ":0");
+    snprintf(note, sizeof note, ", device=\"%s\"", full);
+    char *w = s;
+    for (const char *r = s; *r;) {
+        if (!strncmp(r, note, strlen(note))) {
+            r += strlen(note);
+        } else if (!strncmp(r, full, strlen(full))) {
+            memcpy(w, "cpu", 3);
+            w += 3;
+            r += strlen(full);
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+}
+
 /* Runs FILE compiled with compiler (NULL: the default) and compares it with
  * the eager run's status and outputs; 1 when they differ, 2 on a failure of
  * the tool itself. */
@@ -243,7 +275,8 @@ static int diff_compiled(const char *hodu, const char *file, const directives *d
         if (fd < 0) return 2;
         close(fd);
     }
-    int rc_c = run(hodu, file, d, 1, compiler, paths[0], paths[1]);
+    const char *dev = compiler && !strncmp(compiler, "device=", 7) ? compiler + 7 : NULL;
+    int rc_c = run(hodu, file, d, !dev, compiler, paths[0], paths[1]);
     char *out_c = read_all(paths[0]), *err_c = read_all(paths[1]);
     for (int i = 0; i < 2; i++) unlink(paths[i]);
     if (!out_c || !err_c) {
@@ -252,6 +285,10 @@ static int diff_compiled(const char *hodu, const char *file, const directives *d
         return 2;
     }
     drop_logs(err_c);
+    if (dev) {
+        undevice(out_c, dev);
+        undevice(err_c, dev);
+    }
     const char *name = compiler ? compiler : "default";
     int bad = 0;
     if (rc_e != rc_c) {
@@ -321,6 +358,7 @@ int main(int argc, char **argv) {
     int measures_memory = strstr(src, "memory_stats(") != NULL;
     free(src);
     if (d.check || measures_memory) return 0;
+    if (d.cpu_only && argc == 4 && !strncmp(argv[3], "device=", 7)) return 0;
     char paths[2][32] = {"/tmp/hodu_diff_XXXXXX", "/tmp/hodu_diff_XXXXXX"};
     for (int i = 0; i < 2; i++) {
         int fd = mkstemp(paths[i]);

@@ -12,6 +12,8 @@
  *   # mode: check            run `hodu check FILE` instead of running it
  *   # env: NAME=VALUE        set in the program's environment; $DIR is the
  *                            program's folder
+ *   # device: cpu            (compiled_diff) not compared when run with
+ *                            another default device
  *
  * Output must match line for line (trailing blanks aside): no missing or
  * extra lines. A program without
@@ -298,7 +300,8 @@ int main(int argc, char **argv) {
         fail(file, "exit status %s, expected %s", got, exp);
         if (!want_rc) fprintf(stderr, "stderr:\n%s", err);
     }
-    if (!want_rc && *err && rc == 0 && !e.nlog) fail(file, "unexpected standard error:\n%s%s", err, "");
+    if (!want_rc && *err && rc == 0 && !e.nlog)
+        fail(file, "unexpected standard error:\n%s%s", err, "");
     check_stdout(file, &e, out);
     check_stderr(file, &e, err);
     if (failures) fprintf(stderr, "%s: %d problem%s\n", file, failures, failures == 1 ? "" : "s");
