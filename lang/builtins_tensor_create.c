@@ -26,9 +26,9 @@ static hd_status default_set(hd_vm *vm, const char *spec, const char *who) {
  * time, its errors at the line that creates a tensor). */
 static hd_status default_place(hd_vm *vm, hd_targs *a) {
     if (a->place) return HD_OK;
-    if (vm->default_pending) {
-        vm->default_pending = 0;
+    if (vm->default_pending) { /* stays pending while it fails */
         if (default_set(vm, getenv("HODU_DEVICE"), "HODU_DEVICE")) return HD_ERR_RUNTIME;
+        vm->default_pending = 0;
     }
     a->place = vm->default_be ? vm->default_be : &hd_cpu_backend;
     a->place_device = vm->default_dev;
