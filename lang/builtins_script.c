@@ -480,7 +480,8 @@ hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     char defdev[32];
     if (!st && !o.device && hd_default_device_name(vm, defdev, sizeof defdev)) {
         o.device = defdev; /* the default device, and its compiler unless one was named */
-        if (!o.compiler && !getenv("HODU_COMPILER")) o.compiler = "cuda";
+        const char *env = getenv("HODU_COMPILER");
+        if (!o.compiler) o.compiler = env && *env ? env : "cuda";
     }
     if (!st && o.compiler && hd_script_set_compiler(s, o.compiler)) st = script_fail(vm, s);
     if (!st && o.device && hd_script_set_device(s, o.device)) st = script_fail(vm, s);
