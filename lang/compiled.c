@@ -1,5 +1,6 @@
 /* Compiled functions and blocks: tracing, the cache, running cached graphs
- * (see compiled.h and docs/compiled.md).
+ * (see compiled.h and docs/compiled.md). The entry points (calls, blocks,
+ * statements) are in compiled_call.c.
  *
  * A cache belongs to a body (a function's AST, or a compiled block's), so
  * every closure made from it shares it. An entry of the cache is one
@@ -27,165 +28,9 @@
 #include <string.h>
 #include <time.h>
 
-/* Compiles per body before new keys run eagerly, and entries kept. */
-#define CP_MAX_COMPILES 8
-#define CP_MAX_ENTRIES  8
-
-/* ---- entries ---- */
-
-/* Where a graph input's tensor comes from at a call. */
-typedef struct cp_input {
-    int arg;   /* argument index, or -1 */
-    int state; /* index into entry->state, or -1 */
-    hd_dtype dtype;
-    int ndim;
-    int64_t shape[HD_MAX_DIMS];
-    const hd_backend *backend;
-    int device;
-    char *name;
-} cp_input;
-
-/* An output that views an input: made again from the caller's tensor at
- * each run (so that it shares its storage, as in eager mode) instead of
- * being copied. */
-typedef struct cp_view {
-    int input; /* -1: the output is computed */
-    int nops;
-    hd_op *ops;
-    hd_attrs *attrs;
-} cp_view;
-
-typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD } cp_wb_kind;
-
-/* What to do with an output after a run. */
-typedef struct cp_wb {
-    cp_wb_kind kind;
-    int out;
-    cp_path path;   /* SET: where it goes */
-    int input;      /* COPY, GRAD: the target is this input's tensor, or -1 */
-    hd_tensor *obj; /* COPY, GRAD: else this constant's tensor (held) */
-} cp_wb;
-
-typedef enum { CP_T_OUT, CP_T_CONST, CP_T_LIST, CP_T_DICT, CP_T_PATH } cp_tmpl_kind;
-
-/* The shape of a returned value. */
-typedef struct cp_tmpl {
-    cp_tmpl_kind kind;
-    int out;
-    hd_value v;   /* CONST: held */
-    cp_path path; /* PATH */
-    int n;
-    struct cp_tmpl *kids;
-    char **keys; /* DICT */
-} cp_tmpl;
-
-typedef struct cp_entry {
-    int nargs;
-    uint64_t kw_hash;
-    int grad_mode;
-    hd_jit_key key;
-    cp_guard *guards;
-    int nguards, capguards;
-    cp_path *state;
-    int nstate, capstate;
-    cp_input *inputs;
-    int ninputs;
-    /* executable */
-    const hd_jit_compiler *jc;
-    hd_jit_exec *exec;
-    int noutputs;
-    cp_view *views; /* per output */
-    cp_wb *wbs;
-    int nwbs, capwbs;
-    cp_tmpl ret;
-    int eager; /* this key runs eagerly */
-    uint64_t hits;
-} cp_entry;
-
-/* One compiled function body or block, with its cache. */
-typedef struct cp_body {
-    const void *node;
-    char where[160]; /* "f at t.hodu:3:1" */
-    uint64_t hash;   /* of the source text */
-    cp_entry *entries[CP_MAX_ENTRIES];
-    int nentries;
-    int traces, warned, no_compile, analysed;
-    int implicit; /* traced only because of HODU_COMPILE_ALL */
-    int noted;    /* said that it runs eagerly for gradients */
-    uint64_t calls, hits, eager_calls;
-    double compile_seconds;
-    /* names for paths: captured variables (functions), slots (blocks) */
-    const char **upval_names;
-    int nupval;
-    const char **slot_names;
-    unsigned char *slot_decl; /* slots a block declares */
-    int *slot_reads;          /* outer slots a block reads */
-    int nslots, nreads;
-    struct cp_body *next;
-} cp_body;
-
-/* Options of compiled(...) blocks (compiled fns use the defaults). */
-typedef struct cp_opts {
-    char compiler[16];
-    char device[16];
-    int opt_level;
-    int chosen; /* the compiler was named (an option, HODU_COMPILER) */
-} cp_opts;
-
-/* A captured tensor with data. */
-typedef struct cp_cap {
-    hd_tensor *t; /* held */
-    int input;    /* its graph input (lifted), or -1 (a constant) */
-    hd_tensor *grad_before;
-} cp_cap;
-
-/* The trace in progress. */
-typedef struct cp_session {
-    hd_vm *vm;
-    cp_body *body;
-    cp_roots roots;
-    cp_scan pre;
-    cp_snapshot snap;
-    uint32_t serial;
-    cp_opts opts;
-    cp_cap *caps;
-    int ncaps, capcaps;
-    /* graph inputs in creation order: names, sources, first-run tensors */
-    cp_input *inputs;
-    hd_tensor **first;
-    int ninputs, capinputs, capfirst;
-    cp_path *state;
-    int nstate, capstate;
-    cp_guard *guards;
-    int nguards, capguards;
-    uint64_t *seen; /* guard path hashes */
-    int nseen, capseen;
-    int oom; /* a read could not be recorded */
-    /* outputs */
-    hd_tensor **outs; /* held */
-    char **outnames;
-    int nouts, capouts, capoutnames;
-    cp_wb *wbs;
-    int nwbs, capwbs;
-    hd_tensor **gradded; /* tensors whose .grad a path writes back (held) */
-    int ngradded, capgradded;
-} cp_session;
-
-typedef struct hd_compiled_state {
-    cp_body *bodies;
-    int log;
-    cp_session *session;
-    char *last_ir;
-    size_t last_ir_size;
-    uint64_t traces, compiles, hits, eager_calls, calls;
-    double compile_seconds;
-    char compiler[16];   /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
-    int compiler_chosen; /* it came from HODU_COMPILER */
-} hd_compiled_state;
-
 /* ---- small helpers ---- */
 
-static hd_compiled_state *state_of(hd_vm *vm) {
+hd_compiled_state *cp_state_of(hd_vm *vm) {
     if (vm->compiled) return vm->compiled;
     vm->compiled = hd_ctx_calloc(&vm->ctx, 1, sizeof *vm->compiled);
     if (!vm->compiled) hd_vm_oom(vm);
@@ -198,7 +43,7 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b) {
+void cp_logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b) {
     hd_compiled_state *cs = vm->compiled;
     if (!cs || !cs->log) return;
     fflush(stdout);
@@ -278,7 +123,7 @@ static void wbs_free(hd_vm *vm, cp_wb *w, int n) {
     }
 }
 
-static void entry_free(hd_vm *vm, cp_entry *e) {
+void cp_entry_free(hd_vm *vm, cp_entry *e) {
     if (!e) return;
     for (int i = 0; i < e->nguards; i++) cp_guard_free(vm, &e->guards[i]);
     cp_free_array(vm, e->guards, e->capguards, sizeof *e->guards);
@@ -301,7 +146,7 @@ static void entry_free(hd_vm *vm, cp_entry *e) {
 }
 
 static void body_free(hd_vm *vm, cp_body *b) {
-    for (int i = 0; i < b->nentries; i++) entry_free(vm, b->entries[i]);
+    for (int i = 0; i < b->nentries; i++) cp_entry_free(vm, b->entries[i]);
     hd_ctx_free(&vm->ctx, b->upval_names, (size_t)b->nupval * sizeof *b->upval_names);
     hd_ctx_free(&vm->ctx, b->slot_names, (size_t)b->nslots * sizeof *b->slot_names);
     hd_ctx_free(&vm->ctx, b->slot_decl, (size_t)b->nslots);
@@ -310,8 +155,8 @@ static void body_free(hd_vm *vm, cp_body *b) {
 }
 
 /* Keep at most CP_MAX_ENTRIES, most recent first. */
-static void body_add(hd_vm *vm, cp_body *b, cp_entry *e) {
-    if (b->nentries == CP_MAX_ENTRIES) entry_free(vm, b->entries[--b->nentries]);
+void cp_body_add(hd_vm *vm, cp_body *b, cp_entry *e) {
+    if (b->nentries == CP_MAX_ENTRIES) cp_entry_free(vm, b->entries[--b->nentries]);
     memmove(b->entries + 1, b->entries, (size_t)b->nentries * sizeof *b->entries);
     b->entries[0] = e;
     b->nentries++;
@@ -394,8 +239,8 @@ static int entry_match(hd_vm *vm, const cp_entry *e, const cp_roots *r, uint64_t
 
 /* The entry this call matches (moved to the front), or NULL with why
  * saying what differs from the most recent one. */
-static cp_entry *cache_find(hd_vm *vm, cp_body *b, const cp_roots *r, uint64_t kw_hash,
-                            const hd_jit_key *key, hd_tensor ***inputs, char *why, size_t n) {
+cp_entry *cp_cache_find(hd_vm *vm, cp_body *b, const cp_roots *r, uint64_t kw_hash,
+                        const hd_jit_key *key, hd_tensor ***inputs, char *why, size_t n) {
     char tmp[512];
     for (int i = 0; i < b->nentries; i++) {
         cp_entry *e = b->entries[i];
@@ -449,8 +294,8 @@ static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd
 }
 
 /* Run e on inputs; write back; *ret (may be NULL) gets the returned value. */
-static hd_status entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
-                           hd_value *ret) {
+hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
+                       hd_value *ret) {
     hd_ctx *ctx = &vm->ctx;
     hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)(e->noutputs + 1), sizeof *outs);
     if (!outs) return hd_vm_oom(vm);
@@ -583,8 +428,7 @@ static void reads_walk(const hd_ast *n, unsigned char *mark, int count, int dept
     for (int i = 0; i < n->n; i++) reads_walk(n->items[i], mark, count, depth + 1);
 }
 
-static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body,
-                               int stmt) {
+hd_status cp_block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body, int stmt) {
     HD_UNUSED(stmt);
     int count = f->nslots;
     b->nslots = count;
@@ -610,22 +454,22 @@ static hd_status block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const h
     return body_names(vm, scope, HD_REF_LOCAL, count, &b->slot_names);
 }
 
-static hd_status body_upvals(hd_vm *vm, cp_body *b, const hd_closure *c) {
+hd_status cp_body_upvals(hd_vm *vm, cp_body *b, const hd_closure *c) {
     if (!c || b->upval_names) return HD_OK;
     b->nupval = c->ncells;
     return body_names(vm, c->fn->body, HD_REF_UPVALUE, c->ncells, &b->upval_names);
 }
 
-static cp_body *body_get(hd_vm *vm, const void *node, const char *what, const hd_chunk *c,
-                         const hd_span *sp) {
-    if (!state_of(vm)) return NULL;
+cp_body *cp_body_get(hd_vm *vm, const void *node, const char *what, const hd_chunk *c,
+                     const hd_span *sp) {
+    if (!cp_state_of(vm)) return NULL;
     cp_body *b = body_find(vm, node);
     return b ? b : body_new(vm, node, what, c, sp);
 }
 
 /* ---- the trace in progress ---- */
 
-static cp_session *session_of(hd_vm *vm) {
+cp_session *cp_session_of(hd_vm *vm) {
     return vm->compiled ? vm->compiled->session : NULL;
 }
 
@@ -649,8 +493,8 @@ static void unique_name(const cp_session *s, const char *base, char *buf, size_t
 
 /* A graph input: a name unique among the inputs (into name), where its
  * tensor comes from, and t, its tensor at this call (held). */
-static hd_status session_input(cp_session *s, const char *base, int arg, int state, hd_tensor *t,
-                               char *name, size_t n) {
+hd_status cp_session_input(cp_session *s, const char *base, int arg, int state, hd_tensor *t,
+                           char *name, size_t n) {
     hd_vm *vm = s->vm;
     if (!CP_GROW(vm, s->inputs, s->capinputs, s->ninputs) ||
         !CP_GROW(vm, s->first, s->capfirst, s->ninputs))
@@ -689,7 +533,7 @@ static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t 
         if (!st) {
             s->nstate++;
             input = s->ninputs;
-            st = session_input(s, p->text, -1, s->nstate - 1, t, name, n);
+            st = cp_session_input(s, p->text, -1, s->nstate - 1, t, name, n);
         }
     } else if (node >= 0) {
         st = vm->err;
@@ -728,7 +572,7 @@ static void session_guard(cp_session *s, cp_path *p, hd_value v) {
 }
 
 void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v) {
-    cp_session *s = session_of(vm);
+    cp_session *s = cp_session_of(vm);
     if (!s || session_seen(s, cp_hash_root(CP_ROOT_GLOBAL, slot, m))) return;
     cp_path p;
     if (cp_path_root(&s->roots, CP_ROOT_GLOBAL, slot, m, &p)) {
@@ -739,7 +583,7 @@ void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v) {
 }
 
 void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v) {
-    cp_session *s = session_of(vm);
+    cp_session *s = cp_session_of(vm);
     int node = s ? cp_scan_find(&s->pre, c) : -1;
     if (node < 0 || session_seen(s, s->pre.nodes[node].hash)) return;
     cp_path p;
@@ -756,7 +600,7 @@ static void note_module(hd_vm *vm, hd_module *m, const char *name, hd_value v) {
 }
 
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v) {
-    cp_session *s = session_of(vm);
+    cp_session *s = cp_session_of(vm);
     if (!s) return;
     if (x.type == HD_V_MODULE) {
         if (name) note_module(vm, (hd_module *)x.as.o, name, v);
@@ -782,7 +626,7 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
 }
 
 /* A guard on a root (an argument, an outer slot) with its value now. */
-static hd_status session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v) {
+hd_status cp_session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v) {
     cp_path p;
     if (!hd_is_uninit(v) && v.type != HD_V_CELL &&
         !session_seen(s, cp_hash_root(kind, index, NULL))) {
@@ -792,8 +636,8 @@ static hd_status session_root_guard(cp_session *s, cp_root_kind kind, int index,
     return s->oom ? hd_vm_oom(s->vm) : HD_OK;
 }
 
-static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,
-                               const char *name) {
+hd_status cp_session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,
+                           const char *name) {
     memset(s, 0, sizeof *s);
     s->vm = vm;
     s->body = b;
@@ -808,7 +652,7 @@ static hd_status session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_op
 }
 
 /* Start reading: the roots are set; scan the heap they reach. */
-static hd_status session_scan(cp_session *s, const cp_roots *r) {
+hd_status cp_session_scan(cp_session *s, const cp_roots *r) {
     s->roots = *r;
     if (cp_scan_build(&s->pre, r) || cp_snapshot_take(&s->snap, s->vm, &s->pre, r))
         return s->vm->err;
@@ -816,7 +660,7 @@ static hd_status session_scan(cp_session *s, const cp_roots *r) {
     return HD_OK;
 }
 
-static void session_free(cp_session *s) {
+void cp_session_free(cp_session *s) {
     hd_vm *vm = s->vm;
     vm->trace_reads = 0;
     if (vm->compiled && vm->compiled->session == s) vm->compiled->session = NULL;
@@ -880,7 +724,7 @@ static void err_restore(hd_vm *vm, cp_err *e) {
 /* After a failed trace (or one whose results run eagerly): the heap the
  * call reaches as it was before, and every captured tensor's gradient.
  * The trace has ended. */
-static void session_restore(cp_session *s) {
+void cp_session_restore(cp_session *s) {
     hd_vm *vm = s->vm;
     cp_err saved;
     err_save(vm, &saved);
@@ -1133,8 +977,8 @@ static int default_compiler(hd_ctx *ctx, char *buf, size_t n) {
     return 0;
 }
 
-static void opts_default(hd_vm *vm, cp_opts *o) {
-    hd_compiled_state *cs = state_of(vm);
+void cp_opts_default(hd_vm *vm, cp_opts *o) {
+    hd_compiled_state *cs = cp_state_of(vm);
     memset(o, 0, sizeof *o);
     if (!cs) {
         hd_vm_clear_error(vm); /* the compile that follows fails the same way */
@@ -1160,7 +1004,7 @@ static void opts_jit(const cp_opts *o, hd_jit_options *j) {
 }
 
 /* The parts of a key that do not depend on what the body read. */
-static void key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k) {
+void cp_key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k) {
     hd_jit_options j;
     opts_jit(o, &j);
     memset(k, 0, sizeof *k);
@@ -1248,7 +1092,7 @@ static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
 }
 
 /* Move what the key is made of from the session into e. */
-static void entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash) {
+void cp_entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash) {
     e->nargs = nargs;
     e->kw_hash = kw_hash;
     e->grad_mode = hd_grad_is_enabled(&s->vm->ctx);
@@ -1287,7 +1131,7 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
     hd_status st = compile_with(ctx, o->compiler, &j, g, e);
     if (st && st != HD_ERR_MEMORY && !o->chosen && strcmp(o->compiler, "interp") != 0) {
         /* the default compiler cannot take this graph: interp can */
-        logf_line(vm, "hodu: %s: %s; compiled with interp", b->where, hd_error_message(ctx));
+        cp_logf_line(vm, "hodu: %s: %s; compiled with interp", b->where, hd_error_message(ctx));
         hd_error_clear(ctx);
         st = compile_with(ctx, "interp", &j, g, e);
     }
@@ -1296,7 +1140,7 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
     if (vm->compiled->log == 2) {
         char secs[64];
         snprintf(secs, sizeof secs, "%.3f ms", dt * 1e3);
-        logf_line(vm, "hodu: compile %s in %s", b->where, secs);
+        cp_logf_line(vm, "hodu: compile %s in %s", b->where, secs);
     }
     b->compile_seconds += dt;
     if (!b->implicit) {
@@ -1322,8 +1166,8 @@ static hd_status entry_inputs_session(cp_session *s, cp_entry *e) {
  * executable, or (a result needs gradients, which a graph would lose)
  * e->eager is set and the trace is abandoned. first (graph order) gets the
  * tensors of this call, borrowed from the session. */
-static hd_status session_finish(cp_session *s, const hd_value *ret, hd_value *sym, int nsym,
-                                cp_entry *e, hd_tensor ***first) {
+hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, int nsym,
+                            cp_entry *e, hd_tensor ***first) {
     hd_vm *vm = s->vm;
     vm->trace_reads = 0;
     if (s->oom) return hd_vm_oom(vm);
@@ -1353,557 +1197,8 @@ static hd_status session_finish(cp_session *s, const hd_value *ret, hd_value *sy
     return st;
 }
 
-static void first_free(hd_vm *vm, cp_entry *e, hd_tensor **first) {
+void cp_first_free(hd_vm *vm, cp_entry *e, hd_tensor **first) {
     if (first) hd_ctx_free(&vm->ctx, first, (size_t)(e->ninputs + 1) * sizeof *first);
-}
-
-static hd_status implicit_check(hd_vm *vm);
-
-/* ---- compiled fn ---- */
-
-static void count_eager(hd_vm *vm, cp_body *b) {
-    b->eager_calls++;
-    if (!b->implicit) vm->compiled->eager_calls++;
-}
-
-/* One call's arguments, flattened: self (if any), positional, named. */
-typedef struct cp_call {
-    hd_closure *c;
-    int has_self, nargs, nkw, nall;
-    const hd_kwarg *kw;
-    hd_value *all;
-    const char **names;
-    hd_value all_buf[16];
-    const char *names_buf[16];
-    uint64_t kw_hash;
-} cp_call;
-
-static hd_status call_flatten(hd_vm *vm, cp_call *k, hd_closure *c, hd_value self, int has_self,
-                              const hd_value *args, int nargs, const hd_kwarg *kw, int nkw) {
-    memset(k, 0, sizeof *k);
-    k->c = c;
-    k->has_self = has_self;
-    k->nargs = nargs;
-    k->kw = kw;
-    k->nkw = nkw;
-    k->nall = has_self + nargs + nkw;
-    k->all = k->all_buf;
-    k->names = k->names_buf;
-    if (k->nall > 16) {
-        k->all = hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->all);
-        k->names = k->all ? hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->names) : NULL;
-        if (!k->names) return hd_vm_oom(vm);
-    }
-    const hd_ast_fn *fn = c->fn;
-    int at = 0;
-    if (has_self) {
-        k->all[at] = self;
-        k->names[at++] = fn->nparams ? fn->params[0].name : "self";
-    }
-    for (int i = 0; i < nargs; i++, at++) {
-        k->all[at] = args[i];
-        k->names[at] = has_self + i < fn->nparams ? fn->params[has_self + i].name : "arg";
-    }
-    hd_ir_hasher h;
-    hd_ir_hash_init(&h);
-    for (int i = 0; i < nkw; i++, at++) {
-        k->all[at] = kw[i].value;
-        k->names[at] = kw[i].name;
-        hd_ir_hash_str(&h, kw[i].name);
-    }
-    k->kw_hash = hd_ir_hash_final(&h);
-    return HD_OK;
-}
-
-static void call_free(hd_vm *vm, cp_call *k) {
-    if (k->all && k->all != k->all_buf)
-        hd_ctx_free(&vm->ctx, k->all, (size_t)k->nall * sizeof *k->all);
-    if (k->names && k->names != k->names_buf)
-        hd_ctx_free(&vm->ctx, k->names, (size_t)k->nall * sizeof *k->names);
-}
-
-static void call_roots(const cp_call *k, hd_vm *vm, const cp_body *b, const hd_value *args,
-                       cp_roots *r) {
-    memset(r, 0, sizeof *r);
-    r->vm = vm;
-    r->args = args;
-    r->nargs = k->nall;
-    r->arg_names = k->names;
-    r->closure = k->c;
-    r->upval_names = b->upval_names;
-}
-
-static hd_status call_eager(hd_vm *vm, cp_body *b, const cp_call *k, hd_value *out) {
-    if (b) count_eager(vm, b);
-    const hd_value *all = k->all;
-    hd_kwarg kwbuf[16], *kw = k->nkw <= 16 ? kwbuf : NULL;
-    if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)k->nkw * sizeof *kw);
-    if (!kw) return hd_vm_oom(vm);
-    for (int i = 0; i < k->nkw; i++) kw[i] = k->kw[i];
-    hd_status st = hd_eval_closure(vm, k->c, k->has_self ? all[0] : hd_none(), k->has_self,
-                                   all + k->has_self, k->nargs, kw, k->nkw, out);
-    if (kw != kwbuf) hd_ctx_free(&vm->ctx, kw, (size_t)k->nkw * sizeof *kw);
-    return st;
-}
-
-/* Symbolic tensors for the tensor arguments (graph inputs named after the
- * parameters); other arguments as they are. */
-static hd_status call_symbolic(cp_session *s, const cp_call *k, hd_value *sym) {
-    hd_vm *vm = s->vm;
-    for (int i = 0; i < k->nall; i++) sym[i] = hd_none();
-    for (int i = 0; i < k->nall; i++) {
-        hd_value v = k->all[i];
-        if (v.type != HD_V_TENSOR || !v.as.t->storage) {
-            hd_vref(sym[i] = v);
-            continue;
-        }
-        char name[160];
-        if (session_input(s, k->names[i], i, -1, v.as.t, name, sizeof name)) return vm->err;
-        hd_tensor *t = hd_trace_input(&vm->ctx, name, v.as.t->dtype, v.as.t->shape, v.as.t->ndim);
-        if (!t) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-        sym[i] = hd_tensor_value(t);
-        if (hd_grad_requires(&vm->ctx, v.as.t) && hd_grad_set_requires(&vm->ctx, t, 1))
-            return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-    }
-    return HD_OK;
-}
-
-static hd_status call_body(hd_vm *vm, const cp_call *k, hd_value *sym, hd_value *ret) {
-    hd_kwarg kwbuf[16], *kw = k->nkw <= 16 ? kwbuf : NULL;
-    if (!kw) kw = hd_ctx_alloc(&vm->ctx, (size_t)k->nkw * sizeof *kw);
-    if (!kw) return hd_vm_oom(vm);
-    int off = k->has_self + k->nargs;
-    for (int i = 0; i < k->nkw; i++) {
-        kw[i].name = k->kw[i].name;
-        kw[i].value = sym[off + i];
-    }
-    hd_status st = hd_eval_closure(vm, k->c, k->has_self ? sym[0] : hd_none(), k->has_self,
-                                   sym + k->has_self, k->nargs, kw, k->nkw, ret);
-    if (kw != kwbuf) hd_ctx_free(&vm->ctx, kw, (size_t)k->nkw * sizeof *kw);
-    return st;
-}
-
-static void log_eager(hd_vm *vm, const cp_body *b, const char *why) {
-    char line[512];
-    snprintf(line, sizeof line, "%s", b->where);
-    logf_line(vm, "hodu: %s runs eagerly: %s", line, why);
-}
-
-/* Compiled code whose result needs gradients runs eagerly: said once per
- * body on standard error (a silent loss of speed would puzzle), and at
- * every such key under HODU_LOG=recompile. */
-static void note_grad_eager(hd_vm *vm, cp_body *b) {
-    static const char why[] =
-        "its result needs gradients (call it under no_grad, or call backward() inside it)";
-    if (!b->implicit && !b->noted && !(vm->compiled && vm->compiled->log)) {
-        fflush(stdout);
-        fprintf(stderr, "hodu: note: %s runs eagerly while gradients are on: %s\n", b->where, why);
-    }
-    b->noted = 1;
-    log_eager(vm, b, why);
-}
-
-/* The body on symbolic arguments, then the new entry run for this call
- * (unless its results need gradients: e->eager). */
-static hd_status call_trace_body(cp_session *s, cp_call *k, hd_value *sym, cp_entry *e,
-                                 hd_value *out) {
-    hd_vm *vm = s->vm;
-    cp_roots sroots, rroots;
-    hd_value ret = hd_none();
-    hd_tensor **first = NULL;
-    hd_status st = call_symbolic(s, k, sym);
-    call_roots(k, vm, s->body, sym, &sroots);
-    call_roots(k, vm, s->body, k->all, &rroots);
-    if (!st) st = session_scan(s, &sroots);
-    for (int i = 0; !st && i < k->nall; i++) st = session_root_guard(s, CP_ROOT_ARG, i, k->all[i]);
-    if (!st) st = call_body(vm, k, sym, &ret);
-    if (!st) st = session_finish(s, &ret, sym, k->nall, e, &first);
-    hd_vunref(vm, ret);
-    if (!st) entry_take(s, e, k->nall, k->kw_hash);
-    if (!st && !e->eager) st = entry_run(vm, e, &rroots, first, out);
-    e->hits = 0;
-    first_free(vm, e, first);
-    return st;
-}
-
-/* Trace the call, compile, run; or run eagerly when a result needs
- * gradients. */
-static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key *fixed,
-                            const cp_opts *o, hd_value *out) {
-    cp_session s;
-    hd_value *sym = hd_ctx_calloc(&vm->ctx, (size_t)(k->nall + 1), sizeof *sym);
-    cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
-    if (!sym || !e) {
-        hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
-        hd_ctx_free(&vm->ctx, e, sizeof *e);
-        return hd_vm_oom(vm);
-    }
-    e->ret.v = hd_none();
-    e->key = *fixed;
-    hd_status st = session_begin(vm, &s, b, o, k->c->fn->name ? k->c->fn->name : "fn");
-    if (!st) st = call_trace_body(&s, k, sym, e, out);
-    if (st || e->eager) {
-        hd_trace_abort(&vm->ctx);
-        session_restore(&s);
-    }
-    session_free(&s);
-    for (int i = 0; i < k->nall; i++) hd_vunref(vm, sym[i]);
-    hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
-    if (st) {
-        entry_free(vm, e);
-        return st;
-    }
-    body_add(vm, b, e);
-    if (!e->eager) return HD_OK;
-    note_grad_eager(vm, b);
-    return call_eager(vm, b, k, out);
-}
-
-static int any_tensor(const cp_call *k) {
-    for (int i = 0; i < k->nall; i++)
-        if (k->all[i].type == HD_V_TENSOR) return 1;
-    return 0;
-}
-
-/* A tensor argument with gradient history (made by recorded ops): inside
- * the graph it would be a new leaf, cut from that history, so the call
- * runs eagerly. */
-static int arg_with_history(hd_vm *vm, const cp_call *k) {
-    for (int i = 0; i < k->nall; i++) {
-        hd_value v = k->all[i];
-        if (v.type == HD_V_TENSOR && hd_grad_requires(&vm->ctx, v.as.t) &&
-            !hd_grad_is_leaf(&vm->ctx, v.as.t))
-            return 1;
-    }
-    return 0;
-}
-
-/* A miss: trace again unless the body was compiled too often. Returns 1
- * when the caller should run eagerly. */
-static int miss_eager(hd_vm *vm, cp_body *b, const char *why) {
-    if (b->traces >= CP_MAX_COMPILES) {
-        if (!b->warned && !b->implicit) {
-            fflush(stdout);
-            fprintf(stderr,
-                    "hodu: warning: %s was compiled %d times; calls with a new key run eagerly "
-                    "from now on (HODU_LOG=recompile shows what changes)\n",
-                    b->where, b->traces);
-        }
-        b->warned = 1;
-        return 1;
-    }
-    if (b->traces) logf_line(vm, "hodu: recompile %s: %s", b->where, why);
-    return 0;
-}
-
-static hd_status call_hit(hd_vm *vm, cp_body *b, cp_entry *e, cp_call *k, hd_tensor **in,
-                          hd_value *out) {
-    hd_status st;
-    if (e->eager) {
-        st = call_eager(vm, b, k, out);
-    } else {
-        cp_roots r;
-        call_roots(k, vm, b, k->all, &r);
-        st = entry_run(vm, e, &r, in, out);
-        b->hits++;
-        if (!b->implicit) vm->compiled->hits++;
-    }
-    hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
-    return st;
-}
-
-static hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out) {
-    cp_opts o;
-    opts_default(vm, &o);
-    hd_jit_key fixed;
-    key_fixed(b, &o, &fixed);
-    cp_roots r;
-    call_roots(k, vm, b, k->all, &r);
-    hd_tensor **in = NULL;
-    char why[512] = "first call";
-    cp_entry *e = cache_find(vm, b, &r, k->kw_hash, &fixed, &in, why, sizeof why);
-    if (e) return call_hit(vm, b, e, k, in, out);
-    if (hd_vm_failed(vm)) return vm->err;
-    if (arg_with_history(vm, k)) {
-        log_eager(vm, b, "an argument carries gradient history (its graph would cut it)");
-        return call_eager(vm, b, k, out);
-    }
-    if (miss_eager(vm, b, why)) return call_eager(vm, b, k, out);
-    hd_status st = call_trace(vm, b, k, &fixed, &o, out);
-    if (st && vm->compile_all && !k->c->fn->compiled) {
-        /* the differential mode: what does not compile runs eagerly */
-        log_eager(vm, b, vm->errmsg);
-        hd_vm_clear_error(vm);
-        b->no_compile = 1;
-        return call_eager(vm, b, k, out);
-    }
-    return st;
-}
-
-hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
-                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
-                           hd_value *out) {
-    if (vm->ctx.trace) { /* inside compiled code: inline */
-        if (c->fn->compiled && implicit_check(vm)) return vm->err;
-        return hd_eval_closure(vm, c, self, has_self, args, nargs, kw, nkw, out);
-    }
-    cp_call k;
-    if (call_flatten(vm, &k, c, self, has_self, args, nargs, kw, nkw)) return vm->err;
-    hd_status st;
-    cp_body *b = NULL;
-    if (!c->fn->compiled && !any_tensor(&k)) {
-        st = call_eager(vm, NULL, &k, out);
-    } else if (!(b = body_get(vm, c->fn, c->fn->name ? c->fn->name : "<anonymous>", c->chunk,
-                              &c->fn->body->span)) ||
-               body_upvals(vm, b, c)) {
-        st = vm->err;
-    } else {
-        b->implicit = !c->fn->compiled;
-        b->calls++;
-        if (!b->implicit) vm->compiled->calls++;
-        st = b->no_compile ? call_eager(vm, b, &k, out) : call_compiled(vm, b, &k, out);
-    }
-    call_free(vm, &k);
-    return st;
-}
-
-/* ---- compiled blocks ---- */
-
-static hd_status opt_str(hd_vm *vm, const char *what, hd_value v, char *buf, size_t n) {
-    if (v.type != HD_V_STR)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: %s must be a string, got %s", what,
-                           hd_value_type_name(v));
-    if (hd_as_str(v)->len >= n)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: %s '%s' is too long", what,
-                           hd_as_str(v)->chars);
-    snprintf(buf, n, "%s", hd_as_str(v)->chars);
-    return HD_OK;
-}
-
-static hd_status opt_set(hd_vm *vm, cp_opts *o, const char *name, hd_value v) {
-    hd_ctx *ctx = &vm->ctx;
-    if (!strcmp(name, "compiler")) {
-        const hd_jit_compiler *jc;
-        if (opt_str(vm, name, v, o->compiler, sizeof o->compiler)) return vm->err;
-        if (hd_jit_compiler_find(ctx, o->compiler, &jc)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-        o->chosen = 1;
-        return HD_OK;
-    }
-    if (!strcmp(name, "device")) {
-        const hd_backend *be;
-        int dev;
-        if (opt_str(vm, name, v, o->device, sizeof o->device)) return vm->err;
-        if (hd_backend_parse_device(ctx, o->device, &be, &dev) || be->available(ctx, dev))
-            return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-        return HD_OK;
-    }
-    if (!strcmp(name, "opt_level")) {
-        if (v.type != HD_V_INT || v.as.i < 0 || v.as.i > 1)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled: opt_level must be 0 or 1");
-        o->opt_level = (int)v.as.i;
-        return HD_OK;
-    }
-    return hd_vm_error(vm, HD_ERR_RUNTIME,
-                       "unknown option '%s' of compiled (options: compiler, device, opt_level)",
-                       name);
-}
-
-/* The options of compiled(...) { }, each checked at its own place. */
-static int block_opts(hd_vm *vm, hd_frame *f, const hd_ast *n, cp_opts *o) {
-    opts_default(vm, o);
-    for (int i = 0; i < n->n; i++) {
-        const hd_ast *arg = n->items[i];
-        hd_value v = hd_eval_expr(vm, f, arg->kind == HD_AST_ARG ? arg->a : arg);
-        if (v.type == HD_V_ERR) return 0;
-        hd_status st = opt_set(vm, o, arg->name ? arg->name : "", v);
-        hd_vunref(vm, v);
-        if (st) {
-            hd_vm_locate(vm, f, &arg->span);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static void block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
-    memset(r, 0, sizeof *r);
-    r->vm = vm;
-    r->closure = f->closure;
-    r->upval_names = b->upval_names;
-    r->slots = f->slots;
-    r->nslots = f->nslots < b->nslots ? f->nslots : b->nslots;
-    r->slot_skip = b->slot_decl;
-    r->slot_names = b->slot_names;
-}
-
-/* What a block run compiles: a compiled { } block, or (HODU_COMPILE_ALL)
- * one statement of a chunk's top level. */
-typedef struct cp_block {
-    const hd_ast *node; /* identity and place */
-    const hd_ast *body;
-    int stmt;
-} cp_block;
-
-static int block_run_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
-    return k->stmt ? hd_eval_stmt(vm, f, k->body) : hd_eval_block(vm, f, k->body);
-}
-
-static int block_eager(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
-    count_eager(vm, b);
-    return block_run_body(vm, f, k);
-}
-
-static int block_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    hd_vm_locate(vm, f, &n->span);
-    return HD_FLOW_ERROR;
-}
-
-static hd_status block_body(hd_vm *vm, hd_frame *f, const cp_block *k) {
-    int fl = block_run_body(vm, f, k);
-    if (fl == HD_FLOW_ERROR) return vm->err ? vm->err : HD_ERR_RUNTIME;
-    if (fl != HD_FLOW_NORMAL) {
-        hd_vm_error(vm, HD_ERR_RUNTIME,
-                    "break, continue and return cannot leave a compiled block (its loops must "
-                    "end inside it)");
-        hd_vm_locate(vm, f, &k->node->span);
-        return vm->err;
-    }
-    return HD_OK;
-}
-
-/* Guards on the outer slots the block reads, with their values now. */
-static hd_status block_guards(cp_session *s, const cp_body *b, hd_frame *f, const cp_roots *r) {
-    hd_status st = HD_OK;
-    for (int i = 0; !st && i < b->nreads && b->slot_reads[i] >= 0; i++) {
-        int k = b->slot_reads[i];
-        hd_value v = k < r->nslots ? f->slots[k] : hd_none();
-        if (v.type == HD_V_CELL) v = ((hd_cell *)v.as.o)->v;
-        st = session_root_guard(s, CP_ROOT_SLOT, k, v);
-    }
-    return st;
-}
-
-/* HODU_COMPILE_ALL: a statement that does not compile runs eagerly. */
-static int block_fallback(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k) {
-    log_eager(vm, b, vm->errmsg);
-    hd_vm_clear_error(vm);
-    b->no_compile = 1;
-    return block_eager(vm, b, f, k);
-}
-
-static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
-                       const hd_jit_key *fixed, const cp_opts *o) {
-    cp_session s;
-    cp_roots r;
-    cp_entry *e = hd_ctx_calloc(&vm->ctx, 1, sizeof *e);
-    hd_tensor **first = NULL;
-    if (!e) return hd_vm_oom(vm), block_fail(vm, f, k->node);
-    e->ret.v = hd_none();
-    e->key = *fixed;
-    block_roots(vm, b, f, &r);
-    hd_status st = session_begin(vm, &s, b, o, "compiled");
-    if (!st) st = session_scan(&s, &r);
-    if (!st) st = block_guards(&s, b, f, &r);
-    if (!st) st = block_body(vm, f, k);
-    if (!st) st = session_finish(&s, NULL, NULL, 0, e, &first);
-    if (!st) entry_take(&s, e, 0, 0);
-    if (!st && !e->eager) st = entry_run(vm, e, &r, first, NULL);
-    if (st || e->eager) {
-        hd_trace_abort(&vm->ctx);
-        session_restore(&s);
-    }
-    first_free(vm, e, first);
-    session_free(&s);
-    if (st) {
-        entry_free(vm, e);
-        if (b->implicit) return block_fallback(vm, b, f, k);
-        return block_fail(vm, f, k->node);
-    }
-    e->hits = 0;
-    body_add(vm, b, e);
-    if (!e->eager) return HD_FLOW_NORMAL;
-    note_grad_eager(vm, b);
-    return block_eager(vm, b, f, k);
-}
-
-static int block_cached(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k, const cp_opts *o) {
-    b->calls++;
-    if (!b->implicit) vm->compiled->calls++;
-    hd_jit_key fixed;
-    key_fixed(b, o, &fixed);
-    cp_roots r;
-    block_roots(vm, b, f, &r);
-    hd_tensor **in = NULL;
-    char why[512] = "first run";
-    cp_entry *e = cache_find(vm, b, &r, 0, &fixed, &in, why, sizeof why);
-    if (e) {
-        hd_status st = e->eager ? HD_OK : entry_run(vm, e, &r, in, NULL);
-        hd_ctx_free(&vm->ctx, in, (size_t)(e->ninputs + 1) * sizeof *in);
-        if (e->eager) return block_eager(vm, b, f, k);
-        b->hits++;
-        if (!b->implicit) vm->compiled->hits++;
-        return st ? block_fail(vm, f, k->node) : HD_FLOW_NORMAL;
-    }
-    if (hd_vm_failed(vm)) return block_fail(vm, f, k->node);
-    if (miss_eager(vm, b, why)) return block_eager(vm, b, f, k);
-    return block_trace(vm, b, f, k, &fixed, o);
-}
-
-static int block_enter(hd_vm *vm, hd_frame *f, const cp_block *k, const char *what,
-                       const cp_opts *o) {
-    cp_body *b = body_get(vm, k->node, what, f->chunk, &k->node->span);
-    if (!b) return block_fail(vm, f, k->node);
-    if (!b->analysed) {
-        b->implicit = k->stmt;
-        if (block_analyse(vm, b, f, k->body, k->stmt) || body_upvals(vm, b, f->closure))
-            return block_fail(vm, f, k->node);
-        b->analysed = 1;
-    }
-    if (b->no_compile) return block_eager(vm, b, f, k);
-    return block_cached(vm, b, f, k, o);
-}
-
-/* Explicit compiled code reached while a statement or a function is traced
- * only because of HODU_COMPILE_ALL: that trace gives up (and runs eagerly),
- * so that compiled code keeps its own caches and counts. */
-static hd_status implicit_check(hd_vm *vm) {
-    const cp_session *s = session_of(vm);
-    if (s && s->body->implicit)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled code inside a traced statement");
-    return HD_OK;
-}
-
-int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    cp_opts o;
-    if (!block_opts(vm, f, n, &o)) return HD_FLOW_ERROR;
-    if (vm->ctx.trace) { /* inside compiled code: inline */
-        if (implicit_check(vm)) return block_fail(vm, f, n);
-        return hd_eval_block(vm, f, n->body);
-    }
-    cp_block k = {n, n->body, 0};
-    return block_enter(vm, f, &k, "compiled block", &o);
-}
-
-/* Statements worth tracing: not definitions, not explicit compiled blocks. */
-static int traceable_stmt(const hd_ast *s) {
-    switch (s->kind) {
-    case HD_AST_FNDEF:
-    case HD_AST_CLASS:
-    case HD_AST_IMPORT:
-    case HD_AST_COMPILED:
-    case HD_AST_BREAK:
-    case HD_AST_CONTINUE:
-    case HD_AST_RETURN: return 0;
-    default: return 1;
-    }
-}
-
-int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
-    if (vm->ctx.trace || !traceable_stmt(s) || !state_of(vm)) return hd_eval_stmt(vm, f, s);
-    cp_opts o;
-    opts_default(vm, &o);
-    cp_block k = {s, s, 1};
-    return block_enter(vm, f, &k, "statement", &o);
 }
 
 /* ---- the rest of the interface ---- */
@@ -1911,7 +1206,7 @@ int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
 /* Does t (with data) stand for an input of the trace in progress: lifted,
  * written, or state the body could lift? */
 static int is_state(hd_vm *vm, const hd_tensor *t) {
-    const cp_session *s = session_of(vm);
+    const cp_session *s = cp_session_of(vm);
     return hd_trace_stands_for_input(&vm->ctx, t) || (s && cp_scan_find(&s->pre, t) >= 0);
 }
 
@@ -1938,7 +1233,7 @@ const char *hd_compiled_last_ir(hd_vm *vm) {
 }
 
 hd_status hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g) {
-    hd_compiled_state *cs = state_of(vm);
+    hd_compiled_state *cs = cp_state_of(vm);
     if (!cs) return vm->err;
     char *text = g ? hd_ir_to_text(g) : NULL;
     if (g && !text) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
@@ -1951,7 +1246,7 @@ void hd_compiled_init(hd_vm *vm) {
     const char *log = getenv("HODU_LOG");
     const char *all = getenv("HODU_COMPILE_ALL");
     vm->compile_all = all && *all && strcmp(all, "0") != 0;
-    if (!log || !state_of(vm)) return;
+    if (!log || !cp_state_of(vm)) return;
     /* "compile" (every compile) also matches inside "recompile" */
     if (strstr(log, "recompile")) vm->compiled->log = 1;
     for (const char *p = log; (p = strstr(p, "compile")); p += 7)

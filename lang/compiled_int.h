@@ -170,4 +170,191 @@ int cp_guard_check(const cp_roots *r, const cp_guard *g, char *why, size_t n);
 /* Short text of a value for messages ("0.1", "[4 items]", "a tensor"). */
 void cp_value_brief(hd_value v, char *buf, size_t n);
 
+/* ---- compiled code's caches, entries and traces (compiled.c) ---- */
+
+/* Compiles per body before new keys run eagerly, and entries kept. */
+#define CP_MAX_COMPILES 8
+#define CP_MAX_ENTRIES  8
+
+/* ---- entries ---- */
+
+/* Where a graph input's tensor comes from at a call. */
+typedef struct cp_input {
+    int arg;   /* argument index, or -1 */
+    int state; /* index into entry->state, or -1 */
+    hd_dtype dtype;
+    int ndim;
+    int64_t shape[HD_MAX_DIMS];
+    const hd_backend *backend;
+    int device;
+    char *name;
+} cp_input;
+
+/* An output that views an input: made again from the caller's tensor at
+ * each run (so that it shares its storage, as in eager mode) instead of
+ * being copied. */
+typedef struct cp_view {
+    int input; /* -1: the output is computed */
+    int nops;
+    hd_op *ops;
+    hd_attrs *attrs;
+} cp_view;
+
+typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD } cp_wb_kind;
+
+/* What to do with an output after a run. */
+typedef struct cp_wb {
+    cp_wb_kind kind;
+    int out;
+    cp_path path;   /* SET: where it goes */
+    int input;      /* COPY, GRAD: the target is this input's tensor, or -1 */
+    hd_tensor *obj; /* COPY, GRAD: else this constant's tensor (held) */
+} cp_wb;
+
+typedef enum { CP_T_OUT, CP_T_CONST, CP_T_LIST, CP_T_DICT, CP_T_PATH } cp_tmpl_kind;
+
+/* The shape of a returned value. */
+typedef struct cp_tmpl {
+    cp_tmpl_kind kind;
+    int out;
+    hd_value v;   /* CONST: held */
+    cp_path path; /* PATH */
+    int n;
+    struct cp_tmpl *kids;
+    char **keys; /* DICT */
+} cp_tmpl;
+
+typedef struct cp_entry {
+    int nargs;
+    uint64_t kw_hash;
+    int grad_mode;
+    hd_jit_key key;
+    cp_guard *guards;
+    int nguards, capguards;
+    cp_path *state;
+    int nstate, capstate;
+    cp_input *inputs;
+    int ninputs;
+    /* executable */
+    const hd_jit_compiler *jc;
+    hd_jit_exec *exec;
+    int noutputs;
+    cp_view *views; /* per output */
+    cp_wb *wbs;
+    int nwbs, capwbs;
+    cp_tmpl ret;
+    int eager; /* this key runs eagerly */
+    uint64_t hits;
+} cp_entry;
+
+/* One compiled function body or block, with its cache. */
+typedef struct cp_body {
+    const void *node;
+    char where[160]; /* "f at t.hodu:3:1" */
+    uint64_t hash;   /* of the source text */
+    cp_entry *entries[CP_MAX_ENTRIES];
+    int nentries;
+    int traces, warned, no_compile, analysed;
+    int implicit; /* traced only because of HODU_COMPILE_ALL */
+    int noted;    /* said that it runs eagerly for gradients */
+    uint64_t calls, hits, eager_calls;
+    double compile_seconds;
+    /* names for paths: captured variables (functions), slots (blocks) */
+    const char **upval_names;
+    int nupval;
+    const char **slot_names;
+    unsigned char *slot_decl; /* slots a block declares */
+    int *slot_reads;          /* outer slots a block reads */
+    int nslots, nreads;
+    struct cp_body *next;
+} cp_body;
+
+/* Options of compiled(...) blocks (compiled fns use the defaults). */
+typedef struct cp_opts {
+    char compiler[16];
+    char device[16];
+    int opt_level;
+    int chosen; /* the compiler was named (an option, HODU_COMPILER) */
+} cp_opts;
+
+/* A captured tensor with data. */
+typedef struct cp_cap {
+    hd_tensor *t; /* held */
+    int input;    /* its graph input (lifted), or -1 (a constant) */
+    hd_tensor *grad_before;
+} cp_cap;
+
+/* The trace in progress. */
+typedef struct cp_session {
+    hd_vm *vm;
+    cp_body *body;
+    cp_roots roots;
+    cp_scan pre;
+    cp_snapshot snap;
+    uint32_t serial;
+    cp_opts opts;
+    cp_cap *caps;
+    int ncaps, capcaps;
+    /* graph inputs in creation order: names, sources, first-run tensors */
+    cp_input *inputs;
+    hd_tensor **first;
+    int ninputs, capinputs, capfirst;
+    cp_path *state;
+    int nstate, capstate;
+    cp_guard *guards;
+    int nguards, capguards;
+    uint64_t *seen; /* guard path hashes */
+    int nseen, capseen;
+    int oom; /* a read could not be recorded */
+    /* outputs */
+    hd_tensor **outs; /* held */
+    char **outnames;
+    int nouts, capouts, capoutnames;
+    cp_wb *wbs;
+    int nwbs, capwbs;
+    hd_tensor **gradded; /* tensors whose .grad a path writes back (held) */
+    int ngradded, capgradded;
+} cp_session;
+
+typedef struct hd_compiled_state {
+    cp_body *bodies;
+    int log;
+    cp_session *session;
+    char *last_ir;
+    size_t last_ir_size;
+    uint64_t traces, compiles, hits, eager_calls, calls;
+    double compile_seconds;
+    char compiler[16];   /* the default: HODU_COMPILER, else llvm when it runs here, else interp */
+    int compiler_chosen; /* it came from HODU_COMPILER */
+} hd_compiled_state;
+
+/* compiled.c's helpers that compiled_call.c uses */
+hd_status cp_block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body, int stmt);
+void cp_body_add(hd_vm *vm, cp_body *b, cp_entry *e);
+cp_body *cp_body_get(hd_vm *vm, const void *node, const char *what, const hd_chunk *c,
+                     const hd_span *sp);
+hd_status cp_body_upvals(hd_vm *vm, cp_body *b, const hd_closure *c);
+cp_entry *cp_cache_find(hd_vm *vm, cp_body *b, const cp_roots *r, uint64_t kw_hash,
+                        const hd_jit_key *key, hd_tensor ***inputs, char *why, size_t n);
+void cp_entry_free(hd_vm *vm, cp_entry *e);
+hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
+                       hd_value *ret);
+void cp_entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash);
+void cp_first_free(hd_vm *vm, cp_entry *e, hd_tensor **first);
+void cp_key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k);
+void cp_logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b);
+void cp_opts_default(hd_vm *vm, cp_opts *o);
+hd_status cp_session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,
+                           const char *name);
+hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, int nsym,
+                            cp_entry *e, hd_tensor ***first);
+void cp_session_free(cp_session *s);
+hd_status cp_session_input(cp_session *s, const char *base, int arg, int state, hd_tensor *t,
+                           char *name, size_t n);
+cp_session *cp_session_of(hd_vm *vm);
+void cp_session_restore(cp_session *s);
+hd_status cp_session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v);
+hd_status cp_session_scan(cp_session *s, const cp_roots *r);
+hd_compiled_state *cp_state_of(hd_vm *vm);
+
 #endif
