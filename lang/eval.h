@@ -13,6 +13,8 @@
 /* Binary operator on two values (ints, floats, strings, lists, tensors...):
  * a new reference, or HD_V_ERR with an unlocated message in the VM. */
 hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b);
+/* A unary operator (-, not, +) on a value (eval_arith.c), as hd_eval_binop. */
+hd_value hd_eval_unop(hd_vm *vm, int op, hd_value x);
 
 /* The text of an operator token ("+", "==", ".."). */
 const char *hd_eval_op_name(int op);
