@@ -132,10 +132,7 @@ static hd_status rs_save(hd_ctx *ctx, const hd_script *s, const char *path) {
                             "%s: a .npy file holds one tensor and the script has %d outputs "
                             "(use .npz or .safetensors)",
                             path, n);
-        hd_tensor *h = hd_tensor_to_host(ctx, hd_script_output_at(s, 0));
-        hd_status st = h ? hd_io_save_npy(ctx, path, h) : ctx->status;
-        hd_tensor_unref(h);
-        return st;
+        return hd_io_save_npy(ctx, path, hd_script_output_at(s, 0));
     }
     int npz = ends_with(path, ".npz");
     if (!npz && !ends_with(path, ".safetensors"))
@@ -143,12 +140,10 @@ static hd_status rs_save(hd_ctx *ctx, const hd_script *s, const char *path) {
     hd_io_list l;
     hd_io_list_init(&l);
     hd_status st = HD_OK;
-    for (int i = 0; i < n && !st; i++) { /* outputs from the device to host memory */
+    for (int i = 0; i < n && !st; i++) {
         hd_script_port p;
         hd_script_output_info(s, i, &p);
-        hd_tensor *h = hd_tensor_to_host(ctx, hd_script_output_at(s, i));
-        st = h ? hd_io_list_add(ctx, &l, p.name, h) : ctx->status;
-        hd_tensor_unref(h);
+        st = hd_io_list_add(ctx, &l, p.name, hd_script_output_at(s, i));
     }
     if (!st) st = npz ? hd_io_save_npz(ctx, path, &l, 0) : hd_io_save_safetensors(ctx, path, &l);
     hd_io_list_free(ctx, &l);

@@ -1,7 +1,6 @@
 /* Files: save(path, value), load(path), read_csv(path) over runtime/hd_io.h.
  * .npy holds one tensor; .npz and .safetensors hold a dict of tensors. */
 #include "builtins_tensor.h"
-#include "hd_backend.h"
 
 #if __has_include("hd_io.h")
 #include "hd_io.h"
@@ -14,16 +13,6 @@ static hd_status path_arg(hd_vm *vm, hd_targs *a, const char **path) {
     return HD_OK;
 }
 
-/* t's data in host memory, to be written (a device tensor is copied, as
- * PyTorch's safetensors and NumPy conversions do); symbolic tensors as they
- * are, for the writer's error. A new reference, or NULL with an error. */
-static hd_tensor *save_host(hd_vm *vm, hd_tensor *t) {
-    if (!t->storage) return hd_tensor_ref(t);
-    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(vm), t);
-    if (!h) hd_tfail(vm, "save");
-    return h;
-}
-
 /* A dict of tensors as an hd_io_list (references taken). */
 static hd_status dict_list(hd_vm *vm, hd_value d, hd_io_list *l) {
     hd_ctx *ctx = hd_vm_ctx(vm);
@@ -32,11 +21,8 @@ static hd_status dict_list(hd_vm *vm, hd_value d, hd_io_list *l) {
         if (dict->vals[i].type != HD_V_TENSOR)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "save: dict entry \"%s\" is a %s, not a tensor",
                                dict->keys[i]->chars, hd_value_type_name(dict->vals[i]));
-        hd_tensor *h = save_host(vm, dict->vals[i].as.t);
-        if (!h) return HD_ERR_RUNTIME;
-        hd_status st = hd_io_list_add(ctx, l, dict->keys[i]->chars, h);
-        hd_tensor_unref(h);
-        if (st) return hd_tfail(vm, "save");
+        if (hd_io_list_add(ctx, l, dict->keys[i]->chars, dict->vals[i].as.t))
+            return hd_tfail(vm, "save");
     }
     return HD_OK;
 }
@@ -53,10 +39,7 @@ static HD_TF_FN(tf_save) {
         if (v.type != HD_V_TENSOR)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "save: a .npy file holds one tensor, got %s",
                                hd_value_type_name(v));
-        hd_tensor *h = save_host(vm, v.as.t);
-        if (!h) return HD_ERR_RUNTIME;
-        st = hd_io_save(ctx, path, h, NULL) ? hd_tfail(vm, "save") : HD_OK;
-        hd_tensor_unref(h);
+        st = hd_io_save(ctx, path, v.as.t, NULL) ? hd_tfail(vm, "save") : HD_OK;
     } else if (f == HD_IO_NPZ || f == HD_IO_SAFETENSORS) {
         if (v.type != HD_V_DICT)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "save: %s holds a dict of tensors, got %s", path,

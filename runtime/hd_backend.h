@@ -57,7 +57,9 @@ hd_status hd_tensor_move(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int de
 /* Numbers and 0-d cpu tensors: they take the device of the operands they
  * meet (as PyTorch's cpu scalars: an optimizer's step count), in eager ops
  * and as inputs of compiled code. */
-int hd_tensor_follows_device(const hd_tensor *t);
+static inline int hd_tensor_follows_device(const hd_tensor *t) { /* every op's dispatch */
+    return t->number || (t->ndim == 0 && t->storage && t->storage->backend == &hd_cpu_backend);
+}
 /* t's values in host memory (cpu tensors: a new reference). */
 hd_tensor *hd_tensor_to_host(hd_ctx *ctx, hd_tensor *t);
 

@@ -150,7 +150,3 @@ hd_status hd_tensor_move(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int de
     hd_tensor *g = hd_grad_get(t);
     return g ? move_data(ctx, g, be, device) : HD_OK;
 }
-
-int hd_tensor_follows_device(const hd_tensor *t) {
-    return t->number || (t->ndim == 0 && t->storage && t->storage->backend == &hd_cpu_backend);
-}

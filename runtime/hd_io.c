@@ -1,6 +1,7 @@
 /* hd_io: named-tensor lists, file input and output streams, element
  * conversion, and load/save chosen by file extension. */
 #include "hd_io_impl.h"
+#include "hd_backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -294,7 +295,20 @@ static void hd_io_reverse(unsigned char *d, const unsigned char *s, int n) {
     for (int k = 0; k < n; k++) d[k] = s[n - 1 - k];
 }
 
+static hd_status hd_io_out_host(hd_io_out *o, const hd_tensor *t);
+
+/* A device tensor is written through a host copy (as PyTorch's safetensors
+ * and NumPy conversions do). */
 hd_status hd_io_out_tensor(hd_io_out *o, const hd_tensor *t) {
+    if (t->numel == 0 || hd_tensor_is_cpu(t)) return hd_io_out_host(o, t);
+    hd_tensor *h = hd_tensor_to_host(o->ctx, (hd_tensor *)t);
+    if (!h) return o->ctx->status;
+    hd_status st = hd_io_out_host(o, h);
+    hd_tensor_unref(h);
+    return st;
+}
+
+static hd_status hd_io_out_host(hd_io_out *o, const hd_tensor *t) {
     if (t->numel == 0) return HD_OK;
     int es = hd_dtype_size(t->dtype);
     int swap = es > 1 && !hd_io_host_is_le();
@@ -323,10 +337,6 @@ hd_status hd_io_out_tensor(hd_io_out *o, const hd_tensor *t) {
 hd_status hd_io_check_saveable(hd_ctx *ctx, const char *name, const hd_tensor *t) {
     if (!t->storage)
         return hd_error(ctx, HD_ERR_ARGUMENT, "%s: cannot save a symbolic tensor (it has no data)",
-                        name);
-    if (!hd_tensor_is_cpu(t))
-        return hd_error(ctx, HD_ERR_ARGUMENT,
-                        "%s: the tensor is on a device; move it with .to(\"cpu\") to save it",
                         name);
     return HD_OK;
 }

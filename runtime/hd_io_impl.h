@@ -73,10 +73,11 @@ hd_status hd_io_out_raw(hd_io_out *o, const void *p, size_t n);
 hd_status hd_io_out_write(hd_io_out *o, const void *p, size_t n);
 /* Overwrite n bytes at an earlier position (headers whose sizes come late). */
 hd_status hd_io_out_patch(hd_io_out *o, uint64_t pos, const void *p, size_t n);
-/* The tensor's elements, row-major and little-endian, through the filter. */
+/* The tensor's elements, row-major and little-endian, through the filter
+ * (a device tensor's through a host copy). */
 hd_status hd_io_out_tensor(hd_io_out *o, const hd_tensor *t);
 
-/* Error unless t can be saved: a CPU tensor with data. */
+/* Error unless t can be saved: a tensor with data. */
 hd_status hd_io_check_saveable(hd_ctx *ctx, const char *name, const hd_tensor *t);
 
 /* Create path and run emit on a stream to it; on failure the partial file is
