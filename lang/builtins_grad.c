@@ -6,6 +6,8 @@
  * the user's line. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
+#include "compiled.h"
+#include "eval.h"
 #include "vm_internal.h"
 
 #include <stdint.h>
@@ -142,6 +144,7 @@ hd_status hd_grad_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value *ou
         *out = hd_bool(hd_grad_is_leaf(ctx, t));
     } else {
         hd_tensor *g = hd_grad_get(t);
+        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_grad(vm, t);
         *out = g ? hd_tensor_value(hd_tensor_ref(g)) : hd_none();
     }
     return HD_OK;

@@ -525,7 +525,7 @@ static hd_status session_cap(cp_session *s, hd_tensor *t, int input) {
 static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n) {
     cp_session *s = ud;
     hd_vm *vm = s->vm;
-    int node = cp_scan_find(&s->pre, t), input = -1;
+    int node = cp_scan_find_tensor(&s->pre, t), input = -1;
     hd_status st = HD_OK;
     if (node >= 0 && CP_GROW(vm, s->state, s->capstate, s->nstate)) {
         cp_path *p = &s->state[s->nstate];
@@ -625,6 +625,40 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
     session_guard(s, &p, v);
 }
 
+/* t.grad read: guarded on what it was before the call (none or a tensor,
+ * then lifted through its path). A .grad the body wrote itself before
+ * reading it (zero_grad(), an earlier backward()) says nothing about the
+ * state before the call: no guard. */
+void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t) {
+    cp_session *s = cp_session_of(vm);
+    int node = s ? cp_scan_find(&s->pre, t) : -1;
+    if (node < 0) return;
+    cp_step step = {CP_GRAD, 0, NULL};
+    uint64_t h = cp_hash_step(s->pre.nodes[node].hash, &step);
+    int before = cp_scan_find_hash(&s->pre, h);
+    hd_value was = before >= 0 ? s->pre.nodes[before].v : hd_none();
+    const hd_tensor *now = hd_grad_get(t);
+    if (now != (was.type == HD_V_TENSOR ? was.as.t : NULL) || session_seen(s, h)) return;
+    cp_path base, p;
+    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
+        note_oom(s);
+        return;
+    }
+    hd_status st = cp_path_extend(vm, &base, CP_GRAD, 0, NULL, &p);
+    cp_path_free(vm, &base);
+    if (st) {
+        note_oom(s);
+        return;
+    }
+    session_guard(s, &p, was);
+}
+
+static void session_grad_read(hd_ctx *ctx, void *ud, const hd_tensor *t) {
+    HD_UNUSED(ctx);
+    cp_session *s = ud;
+    hd_compiled_note_grad(s->vm, t);
+}
+
 /* A guard on a root (an argument, an outer slot) with its value now. */
 hd_status cp_session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v) {
     cp_path p;
@@ -645,6 +679,7 @@ hd_status cp_session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *
     if (hd_trace_begin(&vm->ctx, name)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     s->serial = vm->ctx.trace_serial;
     hd_trace_set_lift(&vm->ctx, session_lift, s);
+    hd_trace_set_grad_read(&vm->ctx, session_grad_read);
     vm->compiled->session = s;
     if (!b->implicit) vm->compiled->traces++;
     b->traces++;
@@ -1245,7 +1280,10 @@ hd_status hd_compiled_set_last_ir(hd_vm *vm, const hd_ir_graph *g) {
 void hd_compiled_init(hd_vm *vm) {
     const char *log = getenv("HODU_LOG");
     const char *all = getenv("HODU_COMPILE_ALL");
+    const char *eager = getenv("HODU_EAGER");
     vm->compile_all = all && *all && strcmp(all, "0") != 0;
+    vm->compile_none = eager && *eager && strcmp(eager, "0") != 0;
+    if (vm->compile_none) vm->compile_all = 0;
     if (!log || !cp_state_of(vm)) return;
     /* "compile" (every compile) also matches inside "recompile" */
     if (strstr(log, "recompile")) vm->compiled->log = 1;

@@ -40,6 +40,9 @@ void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v);
 void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v);
 /* x.name, x["name"] (objects, dicts, modules) and list[i] (name NULL). */
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v);
+/* t.grad read (by the evaluator, or by backward() deciding whether to add
+ * to a gradient or set one): whether it exists is state of the program. */
+void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t);
 
 /* Reading t's values (what names the reader: "item()", "a condition"):
  * an error suggesting where(...) when t stands for a value known only when

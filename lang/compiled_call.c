@@ -303,6 +303,7 @@ hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self
         if (c->fn->compiled && implicit_check(vm)) return vm->err;
         return hd_eval_closure(vm, c, self, has_self, args, nargs, kw, nkw, out);
     }
+    if (vm->compile_none) return hd_eval_closure(vm, c, self, has_self, args, nargs, kw, nkw, out);
     cp_call k;
     if (call_flatten(vm, &k, c, self, has_self, args, nargs, kw, nkw)) return vm->err;
     hd_status st;
@@ -536,6 +537,7 @@ int hd_compiled_block(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         if (implicit_check(vm)) return block_fail(vm, f, n);
         return hd_eval_block(vm, f, n->body);
     }
+    if (vm->compile_none) return hd_eval_block(vm, f, n->body);
     cp_block k = {n, n->body, 0};
     return block_enter(vm, f, &k, "compiled block", &o);
 }

@@ -117,6 +117,9 @@ hd_status cp_scan_build(cp_scan *s, const cp_roots *r);
 void cp_scan_free(cp_scan *s);
 /* The node of a tensor, object or cell, or -1. */
 int cp_scan_find(const cp_scan *s, const void *key);
+/* The node of tensor t, or of a tensor with its elements (t is a view
+ * made in the body with the same geometry: x.detach()), or -1. */
+int cp_scan_find_tensor(const cp_scan *s, const hd_tensor *t);
 /* The node whose path has this hash, or -1. */
 int cp_scan_find_hash(const cp_scan *s, uint64_t hash);
 hd_status cp_scan_path(const cp_scan *s, const cp_roots *r, int node, cp_path *out);

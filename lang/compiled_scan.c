@@ -379,6 +379,15 @@ static hd_status hash_grow(cp_scan *s, int cap) {
     return HD_OK;
 }
 
+int cp_scan_find_tensor(const cp_scan *s, const hd_tensor *t) {
+    int i = cp_scan_find(s, t);
+    for (int k = 0; i < 0 && t->storage && k < s->n; k++) {
+        hd_value v = s->nodes[k].v;
+        if (v.type == HD_V_TENSOR && hd_tensor_same_elements(v.as.t, t)) i = k;
+    }
+    return i;
+}
+
 int cp_scan_find_hash(const cp_scan *s, uint64_t h) {
     if (!s->hcap) return -1;
     size_t k = (size_t)(h >> 17) & (size_t)(s->hcap - 1);

@@ -157,6 +157,7 @@ struct hd_vm {
     struct hd_compiled_state *compiled; /* caches, the trace in progress */
     int trace_reads;                    /* a compiled body is traced: reads are noted */
     int compile_all;                    /* HODU_COMPILE_ALL=1: trace every call with tensors */
+    int compile_none;                   /* HODU_EAGER=1: compiled code runs eagerly */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
 
     /* where creation functions put tensors without device= (NULL: the

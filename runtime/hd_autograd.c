@@ -3,6 +3,7 @@
  * semantics. */
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_trace.h"
 
 #include <string.h>
 
@@ -651,6 +652,7 @@ static hd_status commit(hd_grad_pass *p) {
     for (size_t i = 0; i < n && !st; i++) {
         hd_grad_info *gi = ((hd_tensor *)p->leaves.p[i])->grad_info;
         if (!gi->pending) continue;
+        if (ctx->trace) hd_trace_note_grad(ctx, p->leaves.p[i]);
         next[i] =
             gi->grad ? run2(ctx, HD_OP_ADD, gi->grad, gi->pending) : grad_own(ctx, gi->pending);
         if (!next[i]) st = ctx->status;

@@ -82,6 +82,16 @@ static inline size_t hd_tensor_nbytes(const hd_tensor *t) {
 static inline void *hd_tensor_data(const hd_tensor *t) {
     return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
 }
+/* Are a and b views of the same elements (the same storage, dtype and
+ * geometry): a detached view autograd saved, t.detach()? */
+static inline int hd_tensor_same_elements(const hd_tensor *a, const hd_tensor *b) {
+    if (a->storage != b->storage || !a->storage || a->dtype != b->dtype || a->ndim != b->ndim ||
+        a->offset != b->offset)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
+    return 1;
+}
 /* New contiguous tensor with t's values, or a new reference to t if it is
  * already contiguous. */
 hd_tensor *hd_tensor_contiguous(hd_ctx *ctx, hd_tensor *t);

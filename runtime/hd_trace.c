@@ -14,6 +14,8 @@ struct hd_trace {
     /* optional: which captured tensors become inputs instead of constants */
     hd_trace_lift_fn lift;
     void *lift_ud;
+    /* optional: told when autograd reads a leaf's .grad */
+    hd_trace_grad_read_fn grad_read;
     /* tensors with data written whole in place inside the trace (held) */
     hd_tensor **writes;
     int nwrites, cap_writes;
@@ -146,10 +148,22 @@ static int trace_new_capture(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
     return hd_ir_add_input(tr->g, name, t->dtype, t->shape, t->ndim);
 }
 
+/* The value of a tensor already mapped that t aliases whole, or -1. Such a
+ * tensor must read what the trace made of it (an input, or the value a
+ * whole in-place write left), not its data at trace time. */
+static int trace_alias(const hd_trace *tr, const hd_tensor *t) {
+    for (int i = 0; i < tr->cap; i++)
+        if (tr->keys[i] && tr->keys[i] != t && hd_tensor_same_elements(tr->keys[i], t))
+            return tr->vals[i];
+    return -1;
+}
+
 static int trace_capture(hd_ctx *ctx, hd_trace *tr, hd_tensor *t) {
     long s = trace_find(tr, t);
     if (s >= 0) return tr->vals[s];
-    int v = trace_new_capture(ctx, tr, t);
+    int v = t->number ? -1 : trace_alias(tr, t);
+    if (v >= 0) return trace_map(ctx, tr, t, v) || hd_ir_add_const(tr->g, t) < 0 ? -1 : v;
+    v = trace_new_capture(ctx, tr, t);
     if (v < 0 || trace_map(ctx, tr, t, v)) return -1;
     return v;
 }
@@ -353,6 +367,15 @@ void hd_trace_set_lift(hd_ctx *ctx, hd_trace_lift_fn fn, void *ud) {
     if (!ctx->trace) return;
     ctx->trace->lift = fn;
     ctx->trace->lift_ud = ud;
+}
+
+void hd_trace_set_grad_read(hd_ctx *ctx, hd_trace_grad_read_fn fn) {
+    if (ctx->trace) ctx->trace->grad_read = fn;
+}
+
+void hd_trace_note_grad(hd_ctx *ctx, const hd_tensor *t) {
+    hd_trace *tr = ctx->trace;
+    if (tr && tr->grad_read) tr->grad_read(ctx, tr->lift_ud, t);
 }
 
 int hd_trace_nwrites(const hd_ctx *ctx) {

@@ -57,6 +57,14 @@ void hd_trace_abort(hd_ctx *ctx);
 typedef int (*hd_trace_lift_fn)(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n);
 void hd_trace_set_lift(hd_ctx *ctx, hd_trace_lift_fn fn, void *ud);
 
+/* Gradient-read hook (same ud as the lift hook): backward() inside the
+ * active trace reads whether a leaf already has a .grad (it adds to it or
+ * sets it), which is state of the program the graph must be guarded on. */
+typedef void (*hd_trace_grad_read_fn)(hd_ctx *ctx, void *ud, const hd_tensor *t);
+void hd_trace_set_grad_read(hd_ctx *ctx, hd_trace_grad_read_fn fn);
+/* Tell the hook (if any) that t's .grad is read now. */
+void hd_trace_note_grad(hd_ctx *ctx, const hd_tensor *t);
+
 /* Tensors with data written whole in place during the active trace, in the
  * order of their first write (borrowed; the trace holds them). Pass each to
  * hd_trace_output to get its final value. */

@@ -19,7 +19,12 @@
  * cpu run once D's name is read as "cpu"; programs marked `# device: cpu`
  * are left out of that comparison.
  *
- * usage: compiled_diff HODU FILE.hodu [COMPILER...] */
+ * --explicit compares explicit compiled code with itself run eagerly: the
+ * reference run sets HODU_EAGER=1 (every compiled fn and block runs as
+ * plain code), the others set neither HODU_EAGER nor HODU_COMPILE_ALL (the
+ * stateful fuzzer's programs, statefuzz.c).
+ *
+ * usage: compiled_diff [--explicit] HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
@@ -29,6 +34,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static int explicit_mode;
 
 static char *read_all(const char *path) {
     FILE *fp = fopen(path, "rb");
@@ -146,10 +153,17 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
         else if (compiler)
             setenv("HODU_COMPILER", compiler, 1);
         for (int i = 0; i < d->nenv; i++) put_env(d->env[i], dir);
-        if (compiled)
-            setenv("HODU_COMPILE_ALL", "1", 1);
-        else
+        if (explicit_mode) {
             unsetenv("HODU_COMPILE_ALL");
+            if (compiled)
+                unsetenv("HODU_EAGER");
+            else
+                setenv("HODU_EAGER", "1", 1);
+        } else if (compiled) {
+            setenv("HODU_COMPILE_ALL", "1", 1);
+        } else {
+            unsetenv("HODU_COMPILE_ALL");
+        }
         char *argv[80];
         int a = 0;
         argv[a++] = (char *)hodu;
@@ -344,8 +358,13 @@ static int self_test(void) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--self-test")) return self_test();
+    if (argc > 1 && !strcmp(argv[1], "--explicit")) {
+        explicit_mode = 1;
+        argv++;
+        argc--;
+    }
     if (argc < 3) {
-        fprintf(stderr, "usage: compiled_diff HODU FILE.hodu [COMPILER...]\n");
+        fprintf(stderr, "usage: compiled_diff [--explicit] HODU FILE.hodu [COMPILER...]\n");
         return 2;
     }
     char *src = read_all(argv[2]);
