@@ -429,7 +429,8 @@ NATIVE(bi_args) {
 }
 
 NATIVE(bi_clock) {
-    if (plain(vm, "clock", nargs, 0, 0, nkw) != HD_OK) return vm->err;
+    if (plain(vm, "clock", nargs, 0, 0, nkw) != HD_OK || hd_compiled_effect(vm, "clock"))
+        return vm->err;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     *result = hd_float((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);

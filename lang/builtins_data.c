@@ -47,9 +47,9 @@ static HD_TF_FN(tf_flush) {
 }
 
 static const hd_tfunc rows[] = {
-    {"randperm", tf_randperm, "n", -1, HD_TF_GLOBAL},
+    {"randperm", tf_randperm, "n", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"isatty", tf_isatty, "", -1, HD_TF_GLOBAL},
-    {"flush", tf_flush, "", -1, HD_TF_GLOBAL},
+    {"flush", tf_flush, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
 };
 
 const hd_tfunc_table hd_tfuncs_data = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -640,6 +640,14 @@ static void (*const volatile api_keep[])(void) = {
     (void (*)(void))hd_tensor_member_names, (void (*)(void))hd_tensor_format,
 };
 
+/* A function with an effect (seeding, files, the default device): inside
+ * compiled code it would run once, at the trace, not at every call. */
+static HD_TF_FN(tf_effect) {
+    const hd_tfunc *f = data;
+    if (hd_compiled_effect(vm, f->name)) return vm->err;
+    return f->fn(vm, self, args, nargs, kw, nkw, out, data);
+}
+
 hd_status hd_builtins_tensor_open(hd_vm *vm) {
     if (!api_keep[0]) return HD_ERR_RUNTIME;
     hd_default_device_init(vm);
@@ -652,7 +660,8 @@ hd_status hd_builtins_tensor_open(hd_vm *vm) {
         for (int i = 0; i < tables[k]->n; i++) {
             const hd_tfunc *f = &tables[k]->rows[i];
             if (!(f->flags & HD_TF_GLOBAL)) continue;
-            if (hd_vm_def_native(vm, f->name, f->fn, (void *)f)) return HD_ERR_MEMORY;
+            hd_native_fn fn = f->flags & HD_TF_EFFECT ? tf_effect : f->fn;
+            if (hd_vm_def_native(vm, f->name, fn, (void *)f)) return HD_ERR_MEMORY;
         }
     }
     if (hd_builtins_grad_open(vm)) return HD_ERR_MEMORY;

@@ -14,6 +14,7 @@ enum {
     HD_TF_GLOBAL = 1, /* a prelude name */
     HD_TF_METHOD = 2, /* a member of tensors */
     HD_TF_BOTH = 3,
+    HD_TF_EFFECT = 4, /* changes or reads the world: refused inside compiled code */
 };
 
 typedef struct hd_tfunc {

@@ -333,8 +333,8 @@ static const hd_tfunc rows[] = {
     {"eye", tf_eye, "n, m=, dtype=, device=", -1, HD_TF_GLOBAL},
     {"zeros_like", tf_zeros_like, "x, dtype=", -1, HD_TF_GLOBAL},
     {"ones_like", tf_ones_like, "x, dtype=", -1, HD_TF_GLOBAL},
-    {"manual_seed", tf_manual_seed, "seed", -1, HD_TF_GLOBAL},
-    {"set_default_device", tf_set_default_device, "device", -1, HD_TF_GLOBAL},
+    {"manual_seed", tf_manual_seed, "seed", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"set_default_device", tf_set_default_device, "device", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"default_device", tf_default_device, "", -1, HD_TF_GLOBAL},
 };
 

@@ -118,9 +118,9 @@ static HD_TF_FN(tf_no_io) {
 #endif
 
 static const hd_tfunc rows[] = {
-    {"save", tf_save, "path, value", -1, HD_TF_GLOBAL},
-    {"load", tf_load, "path", -1, HD_TF_GLOBAL},
-    {"read_csv", tf_read_csv, "path", -1, HD_TF_GLOBAL},
+    {"save", tf_save, "path, value", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"load", tf_load, "path", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"read_csv", tf_read_csv, "path", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
 };
 
 const hd_tfunc_table hd_tfuncs_io = {rows, (int)(sizeof rows / sizeof rows[0])};

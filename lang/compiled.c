@@ -93,16 +93,37 @@ static hd_status tmpl_list(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_te
     return HD_OK;
 }
 
+/* A new tensor with t's values (and its requires_grad) for this run. */
+static hd_status tmpl_fresh(hd_vm *vm, hd_tensor *t, hd_value *out) {
+    hd_ctx *ctx = &vm->ctx;
+    hd_tensor *c = NULL;
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_op_run(ctx, HD_OP_COPY, &t, 1, NULL, &c);
+    hd_grad_set_enabled(ctx, was);
+    if (c && hd_grad_requires(ctx, t) && hd_grad_set_requires(ctx, c, 1)) {
+        hd_tensor_unref(c);
+        c = NULL;
+    }
+    if (!c) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    *out = hd_tensor_value(c);
+    return HD_OK;
+}
+
 static hd_status tmpl_value(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_tensor **outs,
                             hd_value *out) {
     switch (t->kind) {
     case CP_T_OUT: *out = hd_tensor_value(hd_tensor_ref(outs[t->out])); return HD_OK;
     case CP_T_CONST: hd_vref(*out = t->v); return HD_OK;
+    case CP_T_FRESH: return tmpl_fresh(vm, t->v.as.t, out);
     case CP_T_PATH:
+    case CP_T_DETACH:
         if (!cp_path_get(r, &t->path, out))
             return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned %s no longer exists",
                                t->path.text);
-        hd_vref(*out);
+        if (t->kind == CP_T_PATH || out->type != HD_V_TENSOR) return hd_vref(*out), HD_OK;
+        hd_tensor *d = hd_grad_detach(&vm->ctx, out->as.t);
+        if (!d) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        *out = hd_tensor_value(d);
         return HD_OK;
     case CP_T_LIST:
     case CP_T_DICT: return tmpl_list(vm, t, r, outs, out);
@@ -120,6 +141,10 @@ static void wbs_free(hd_vm *vm, cp_wb *w, int n) {
     for (int i = 0; i < n; i++) {
         cp_path_free(vm, &w[i].path);
         hd_tensor_unref(w[i].obj);
+        if (w[i].tmpl) {
+            tmpl_free(vm, w[i].tmpl);
+            hd_ctx_free(&vm->ctx, w[i].tmpl, sizeof *w[i].tmpl);
+        }
     }
 }
 
@@ -262,10 +287,21 @@ static hd_tensor *wb_target(const cp_wb *w, hd_tensor **inputs) {
     return w->input >= 0 ? inputs[w->input] : w->obj;
 }
 
+static hd_status wb_value(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tensor **outs) {
+    hd_value v;
+    hd_status st = tmpl_value(vm, w->tmpl, r, outs, &v);
+    if (st) return st;
+    st = cp_path_set(r, &w->path, v);
+    hd_vunref(vm, v);
+    return st;
+}
+
 static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tensor **inputs,
                           hd_tensor **outs) {
+    if (w->kind == CP_WB_VALUE) return wb_value(vm, w, r, outs);
     hd_tensor *o = outs[w->out], *t;
     switch (w->kind) {
+    case CP_WB_VALUE: return HD_OK;
     case CP_WB_SET: return cp_path_set(r, &w->path, hd_tensor_value(o));
     case CP_WB_COPY:
         t = wb_target(w, inputs);
@@ -525,6 +561,14 @@ static hd_status session_cap(cp_session *s, hd_tensor *t, int input) {
 static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n) {
     cp_session *s = ud;
     hd_vm *vm = s->vm;
+    if (hd_grad_requires(ctx, t) && !hd_grad_is_leaf(ctx, t)) {
+        /* its records are eager code's: a graph would replay them as they
+         * were at the trace, or cut them */
+        s->history = 1;
+        hd_error(ctx, HD_ERR_RUNTIME,
+                 "compiled code reads a tensor with gradient history made outside it");
+        return -1;
+    }
     int node = cp_scan_find_tensor(&s->pre, t), input = -1;
     hd_status st = HD_OK;
     if (node >= 0 && CP_GROW(vm, s->state, s->capstate, s->nstate)) {
@@ -866,7 +910,8 @@ static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
 }
 
 static cp_wb *wb_new(cp_session *s, cp_wb_kind kind, int out) {
-    if (out < 0 || !CP_GROW(s->vm, s->wbs, s->capwbs, s->nwbs)) return NULL;
+    if ((out < 0 && kind != CP_WB_VALUE) || !CP_GROW(s->vm, s->wbs, s->capwbs, s->nwbs))
+        return NULL;
     cp_wb *w = &s->wbs[s->nwbs++];
     memset(w, 0, sizeof *w);
     w->kind = kind;
@@ -887,6 +932,103 @@ static int wb_is_grad(cp_session *s, const cp_scan *post, int i) {
     if (!CP_GROW(s->vm, s->gradded, s->capgradded, s->ngradded)) return 0;
     s->gradded[s->ngradded++] = hd_tensor_ref(t.as.t);
     return 1;
+}
+
+/* ---- state that is not traced tensors, stored by the body ---- */
+
+/* The path of a place the body changed. */
+static hd_status change_path(cp_session *s, const cp_change *c, cp_path *out) {
+    const cp_roots *r = &s->roots;
+    cp_path base;
+    switch (c->kind) {
+    case CP_SNAP_MODULE: return cp_path_root(r, CP_ROOT_GLOBAL, (int)c->index, c->mod, out);
+    case CP_SNAP_SLOTS: return cp_path_root(r, CP_ROOT_SLOT, (int)c->index, NULL, out);
+    case CP_SNAP_CELL: return cp_scan_path(&s->pre, r, c->node, out);
+    case CP_SNAP_LIST:
+    case CP_SNAP_DICT: break;
+    }
+    if (cp_scan_path(&s->pre, r, c->node, &base)) return s->vm->err;
+    hd_status st =
+        cp_path_extend(s->vm, &base, c->key ? CP_FIELD : CP_INDEX, c->index, c->key, out);
+    cp_path_free(s->vm, &base);
+    return st;
+}
+
+static hd_status change_stateful(cp_session *s, const char *what, const cp_change *c) {
+    cp_path p;
+    hd_status st = c->node >= 0 || c->kind == CP_SNAP_MODULE || c->kind == CP_SNAP_SLOTS
+                       ? change_path(s, c, &p)
+                       : HD_ERR_RUNTIME;
+    const char *where = st ? "a value outside it" : p.text;
+    snprintf(s->stateful, sizeof s->stateful, "it %s %s at every call, which a graph cannot replay",
+             what, where);
+    if (!st) cp_path_free(s->vm, &p);
+    return st == HD_ERR_MEMORY ? st : HD_OK;
+}
+
+/* The template of what the body stored: a tensor from before the call is
+ * stored as itself (found by its path), the rest as a returned value is. */
+static hd_status change_tmpl(cp_session *s, hd_value v, cp_tmpl *t) {
+    hd_vm *vm = s->vm;
+    int tensor = v.type == HD_V_TENSOR;
+    int node = tensor ? cp_scan_find(&s->pre, v.as.t) : -1;
+    if (node < 0 && !(tensor || v.type == HD_V_FUNC)) return tmpl_build(s, v, t, 0);
+    memset(t, 0, sizeof *t);
+    t->v = hd_none();
+    int alias = tensor && node < 0 ? cp_scan_find_tensor(&s->pre, v.as.t) : -1;
+    if (alias >= 0) { /* x.detach() of state */
+        t->kind = CP_T_DETACH;
+        return cp_scan_path(&s->pre, &s->roots, alias, &t->path) ? vm->err : HD_OK;
+    }
+    if (node < 0) {
+        /* a tensor with data made inside (param(tensor([...]))): a copy at
+         * every run; a function made inside: the one the trace made, stored
+         * again (the tensors it captured are written back through their
+         * paths) */
+        t->kind = tensor ? CP_T_FRESH : CP_T_CONST;
+        hd_vref(t->v = v);
+        return HD_OK;
+    }
+    t->kind = CP_T_PATH;
+    return cp_scan_path(&s->pre, &s->roots, node, &t->path) ? vm->err : HD_OK;
+}
+
+static hd_status wb_change(void *ud, const cp_change *c) {
+    cp_session *s = ud;
+    hd_vm *vm = s->vm;
+    hd_value v = c->now;
+    if (s->stateful[0]) return HD_OK;
+    if (c->reshaped) return change_stateful(s, "changes the length of", c);
+    if (hd_is_uninit(v) || v.type == HD_V_CELL ||
+        (c->kind != CP_SNAP_MODULE && c->kind != CP_SNAP_SLOTS && c->node < 0))
+        return HD_OK;
+    if (c->kind == CP_SNAP_SLOTS && s->roots.slot_skip && s->roots.slot_skip[c->index])
+        return HD_OK; /* the block's own variables */
+    if (v.type == HD_V_TENSOR && is_symbolic_here(vm, v.as.t)) return HD_OK; /* wb_scan's */
+    cp_tmpl *t = hd_ctx_calloc(&vm->ctx, 1, sizeof *t);
+    if (!t) return hd_vm_oom(vm);
+    hd_status st = change_tmpl(s, v, t);
+    cp_wb *w = st ? NULL : wb_new(s, CP_WB_VALUE, -1);
+    if (w) {
+        w->tmpl = t;
+        st = change_path(s, c, &w->path);
+        return st;
+    }
+    tmpl_free(vm, t);
+    hd_ctx_free(&vm->ctx, t, sizeof *t);
+    if (!st) return vm->err ? vm->err : hd_vm_oom(vm);
+    if (st == HD_ERR_MEMORY) return st;
+    hd_vm_clear_error(vm); /* an object made inside: not replayable */
+    return change_stateful(s, "stores a value made inside it in", c);
+}
+
+/* Non-tensor state the body changed (numbers, strings, values from before
+ * the call, containers made inside, stored in fields, dict entries, list
+ * items, globals, captured variables, the block's outer variables): stored
+ * again after every run. A change a graph cannot replay (a list or dict
+ * changing length, an object made inside) makes the key run eagerly. */
+static hd_status wb_values(cp_session *s) {
+    return cp_snapshot_changes(&s->snap, wb_change, s);
 }
 
 static hd_status wb_scan(cp_session *s) {
@@ -1207,12 +1349,17 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     vm->trace_reads = 0;
     if (s->oom) return hd_vm_oom(vm);
     hd_status st = ret ? tmpl_build(s, *ret, &e->ret, 0) : HD_OK;
+    if (!st) st = wb_values(s);
     if (!st) st = wb_scan(s);
     if (!st) st = wb_writes(s);
     if (!st) st = wb_grads(s, sym, nsym);
     if (st) return st;
-    if (needs_grad(s, ret ? &e->ret : NULL)) {
-        e->eager = 1;
+    if (s->stateful[0] || needs_grad(s, ret ? &e->ret : NULL)) {
+        e->eager = s->stateful[0] ? CP_EAGER_STATE : CP_EAGER_GRAD;
+        snprintf(e->eager_why, sizeof e->eager_why, "%s",
+                 s->stateful[0] ? s->stateful
+                                : "its result needs gradients (call it under no_grad, or call "
+                                  "backward() inside it)");
         hd_trace_abort(&vm->ctx);
         return entry_inputs_session(s, e);
     }
@@ -1261,6 +1408,14 @@ hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what
                  "tensor data inside compiled code: use where(...)",
                  what);
     return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+}
+
+hd_status hd_compiled_effect(hd_vm *vm, const char *what) {
+    if (!cp_session_of(vm)) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s() inside compiled code would run once, when the code is traced, not at "
+                       "every call: call it outside the compiled code",
+                       what);
 }
 
 const char *hd_compiled_last_ir(hd_vm *vm) {

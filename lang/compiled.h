@@ -44,6 +44,11 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
  * to a gradient or set one): whether it exists is state of the program. */
 void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t);
 
+/* A builtin with an effect (what: its name) called while compiled code is
+ * traced: an error (it would run once, at the trace, not at every call).
+ * HD_OK otherwise (also inside script blocks, whose reads are constants). */
+hd_status hd_compiled_effect(hd_vm *vm, const char *what);
+
 /* Reading t's values (what names the reader: "item()", "a condition"):
  * an error suggesting where(...) when t stands for a value known only when
  * compiled code runs. HD_OK otherwise. */

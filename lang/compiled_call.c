@@ -138,24 +138,30 @@ static hd_status call_body(hd_vm *vm, const cp_call *k, hd_value *sym, hd_value 
     return st;
 }
 
+/* A tensor with gradient history made outside the body reached the trace
+ * (a field, a global, an outer variable): that call runs eagerly, and is
+ * traced again at the next one. */
+#define HISTORY_WHY                                                                                \
+    "it reads a tensor with gradient history made outside it (a graph would cut that history)"
+
 static void log_eager(hd_vm *vm, const cp_body *b, const char *why) {
     char line[512];
     snprintf(line, sizeof line, "%s", b->where);
     cp_logf_line(vm, "hodu: %s runs eagerly: %s", line, why);
 }
 
-/* Compiled code whose result needs gradients runs eagerly: said once per
- * body on standard error (a silent loss of speed would puzzle), and at
- * every such key under HODU_LOG=recompile. */
-static void note_grad_eager(hd_vm *vm, cp_body *b) {
-    static const char why[] =
-        "its result needs gradients (call it under no_grad, or call backward() inside it)";
+/* A key that runs eagerly (its result needs gradients, or it changes state
+ * a graph cannot replay): said once per body on standard error (a silent
+ * loss of speed would puzzle), and at every such key under
+ * HODU_LOG=recompile. */
+static void note_eager(hd_vm *vm, cp_body *b, const cp_entry *e) {
     if (!b->implicit && !b->noted && !(vm->compiled && vm->compiled->log)) {
         fflush(stdout);
-        fprintf(stderr, "hodu: note: %s runs eagerly while gradients are on: %s\n", b->where, why);
+        fprintf(stderr, "hodu: note: %s runs eagerly%s: %s\n", b->where,
+                e->eager == CP_EAGER_GRAD ? " while gradients are on" : "", e->eager_why);
     }
     b->noted = 1;
-    log_eager(vm, b, why);
+    log_eager(vm, b, e->eager_why);
 }
 
 /* The body on symbolic arguments, then the new entry run for this call
@@ -202,16 +208,20 @@ static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key 
         hd_trace_abort(&vm->ctx);
         cp_session_restore(&s);
     }
+    int history = st && s.history;
     cp_session_free(&s);
     for (int i = 0; i < k->nall; i++) hd_vunref(vm, sym[i]);
     hd_ctx_free(&vm->ctx, sym, (size_t)(k->nall + 1) * sizeof *sym);
     if (st) {
         cp_entry_free(vm, e);
-        return st;
+        if (!history) return st;
+        hd_vm_clear_error(vm);
+        log_eager(vm, b, HISTORY_WHY);
+        return call_eager(vm, b, k, out);
     }
     cp_body_add(vm, b, e);
     if (!e->eager) return HD_OK;
-    note_grad_eager(vm, b);
+    note_eager(vm, b, e);
     return call_eager(vm, b, k, out);
 }
 
@@ -470,7 +480,14 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
         cp_session_restore(&s);
     }
     cp_first_free(vm, e, first);
+    int history = st && s.history;
     cp_session_free(&s);
+    if (st && history) {
+        cp_entry_free(vm, e);
+        hd_vm_clear_error(vm);
+        log_eager(vm, b, HISTORY_WHY);
+        return block_eager(vm, b, f, k);
+    }
     if (st) {
         cp_entry_free(vm, e);
         if (b->implicit) return block_fallback(vm, b, f, k);
@@ -479,7 +496,7 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
     e->hits = 0;
     cp_body_add(vm, b, e);
     if (!e->eager) return HD_FLOW_NORMAL;
-    note_grad_eager(vm, b);
+    note_eager(vm, b, e);
     return block_eager(vm, b, f, k);
 }
 

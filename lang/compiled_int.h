@@ -132,6 +132,14 @@ static inline int cp_scan_is_arg(const cp_scan *s, int i) {
 
 /* ---- snapshots: the heap a trace may change, put back when it fails ---- */
 
+typedef enum {
+    CP_SNAP_LIST,
+    CP_SNAP_DICT, /* a dict, or an object's fields */
+    CP_SNAP_MODULE,
+    CP_SNAP_SLOTS,
+    CP_SNAP_CELL
+} cp_snap_kind;
+
 typedef struct cp_snap cp_snap;
 typedef struct cp_snapshot {
     hd_vm *vm;
@@ -144,6 +152,21 @@ typedef struct cp_snapshot {
  * the frame's slots, tensors' .grad and the random stream. */
 hd_status cp_snapshot_take(cp_snapshot *sn, hd_vm *vm, const cp_scan *pre, const cp_roots *r);
 void cp_snapshot_restore(cp_snapshot *sn);
+
+/* A place whose value differs from the snapshot (the body stored there). */
+typedef struct cp_change {
+    cp_snap_kind kind;
+    int node;        /* list, dict, object or cell: its node in the scan, else -1 */
+    hd_module *mod;  /* module: which one */
+    int64_t index;   /* list item, global or frame slot */
+    const char *key; /* dict entry or field */
+    hd_value now;    /* the value there now (borrowed) */
+    int reshaped;    /* a list whose length changed, a dict that lost a key */
+} cp_change;
+typedef hd_status (*cp_change_fn)(void *ud, const cp_change *c);
+/* Call fn for every place the body changed (each list or dict reshaped
+ * once, as a whole). */
+hd_status cp_snapshot_changes(const cp_snapshot *sn, cp_change_fn fn, void *ud);
 void cp_snapshot_free(cp_snapshot *sn);
 
 /* ---- guards: what a graph's body read, checked before it runs again ---- */
@@ -203,18 +226,33 @@ typedef struct cp_view {
     hd_attrs *attrs;
 } cp_view;
 
-typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD } cp_wb_kind;
+typedef enum { CP_WB_SET, CP_WB_COPY, CP_WB_GRAD, CP_WB_VALUE } cp_wb_kind;
+
+struct cp_tmpl;
 
 /* What to do with an output after a run. */
 typedef struct cp_wb {
     cp_wb_kind kind;
     int out;
-    cp_path path;   /* SET: where it goes */
-    int input;      /* COPY, GRAD: the target is this input's tensor, or -1 */
-    hd_tensor *obj; /* COPY, GRAD: else this constant's tensor (held) */
+    cp_path path;         /* SET, VALUE: where it goes */
+    struct cp_tmpl *tmpl; /* VALUE: the value stored (not a traced tensor: numbers, strings,
+                             values from before the call, containers made inside) */
+    int input;            /* COPY, GRAD: the target is this input's tensor, or -1 */
+    hd_tensor *obj;       /* COPY, GRAD: else this constant's tensor (held) */
 } cp_wb;
 
-typedef enum { CP_T_OUT, CP_T_CONST, CP_T_LIST, CP_T_DICT, CP_T_PATH } cp_tmpl_kind;
+/* FRESH: a copy of the tensor v at every run (a tensor with data made
+ * inside the body, requires_grad as it had); DETACH: a detached view of
+ * the tensor at path (x.detach() of state). */
+typedef enum {
+    CP_T_OUT,
+    CP_T_CONST,
+    CP_T_LIST,
+    CP_T_DICT,
+    CP_T_PATH,
+    CP_T_FRESH,
+    CP_T_DETACH
+} cp_tmpl_kind;
 
 /* The shape of a returned value. */
 typedef struct cp_tmpl {
@@ -226,6 +264,9 @@ typedef struct cp_tmpl {
     struct cp_tmpl *kids;
     char **keys; /* DICT */
 } cp_tmpl;
+
+/* Why a key runs eagerly. */
+enum { CP_EAGER_GRAD = 1, CP_EAGER_STATE = 2 };
 
 typedef struct cp_entry {
     int nargs;
@@ -246,7 +287,8 @@ typedef struct cp_entry {
     cp_wb *wbs;
     int nwbs, capwbs;
     cp_tmpl ret;
-    int eager; /* this key runs eagerly */
+    int eager; /* this key runs eagerly: CP_EAGER_* */
+    char eager_why[200];
     uint64_t hits;
 } cp_entry;
 
@@ -308,7 +350,9 @@ typedef struct cp_session {
     int nguards, capguards;
     uint64_t *seen; /* guard path hashes */
     int nseen, capseen;
-    int oom; /* a read could not be recorded */
+    int oom;            /* a read could not be recorded */
+    char stateful[200]; /* a change of state a graph cannot replay, or "" */
+    int history;        /* the body read a tensor with gradient history: run eagerly */
     /* outputs */
     hd_tensor **outs; /* held */
     char **outnames;

@@ -9,18 +9,11 @@
 
 #include <string.h>
 
-typedef enum {
-    CP_SNAP_LIST,
-    CP_SNAP_DICT,
-    CP_SNAP_MODULE,
-    CP_SNAP_SLOTS,
-    CP_SNAP_CELL
-} cp_snap_kind;
-
 struct cp_snap {
     cp_snap_kind kind;
     hd_obj *owner;   /* the list, dict, module or cell (held) */
     hd_value *slots; /* CP_SNAP_SLOTS: the frame's slots */
+    int node;        /* the list, dict, object or cell's node in the scan, or -1 */
     hd_tensor *t;    /* a tensor whose .grad is kept (held), or NULL */
     hd_tensor *grad; /* held */
     int64_t n;
@@ -49,6 +42,7 @@ static cp_snap *snap_new(cp_snapshot *sn, cp_snap_kind kind, hd_obj *owner, int6
         return hd_vm_oom(vm), NULL;
     }
     s->n = n;
+    s->node = -1;
     if (owner) owner->refcount++;
     s->owner = owner;
     sn->n++;
@@ -96,6 +90,19 @@ static hd_status snap_grad(cp_snapshot *sn, hd_tensor *t) {
     return HD_OK;
 }
 
+static hd_status snap_container(cp_snapshot *sn, hd_value v, int node) {
+    hd_status st = HD_OK;
+    switch (v.type) {
+    case HD_V_LIST: st = snap_list(sn, v); break;
+    case HD_V_DICT: st = snap_dict(sn, v); break;
+    case HD_V_OBJECT: st = snap_dict(sn, ((hd_object *)v.as.o)->fields); break;
+    case HD_V_TENSOR: return snap_grad(sn, v.as.t);
+    default: return HD_OK;
+    }
+    if (!st) sn->items[sn->n - 1].node = node;
+    return st;
+}
+
 /* The containers, cells and tensors of a scan, each once. */
 static hd_status snap_node(cp_snapshot *sn, const cp_scan *pre, int i) {
     const cp_node *nd = &pre->nodes[i];
@@ -103,18 +110,13 @@ static hd_status snap_node(cp_snapshot *sn, const cp_scan *pre, int i) {
     if (nd->alias && cp_scan_find(pre, nd->alias) == i) {
         hd_cell *c = (hd_cell *)nd->alias;
         if (snap_slots(sn, CP_SNAP_CELL, nd->alias, &c->v, 1)) return sn->vm->err;
+        sn->items[sn->n - 1].node = i;
     }
     const void *key = v.type == HD_V_TENSOR ? (const void *)v.as.t
                       : hd_value_is_obj(v)  ? (const void *)v.as.o
                                             : NULL;
     if (!key || cp_scan_find(pre, key) != i) return HD_OK;
-    switch (v.type) {
-    case HD_V_LIST: return snap_list(sn, v);
-    case HD_V_DICT: return snap_dict(sn, v);
-    case HD_V_OBJECT: return snap_dict(sn, ((hd_object *)v.as.o)->fields);
-    case HD_V_TENSOR: return snap_grad(sn, v.as.t);
-    default: return HD_OK;
-    }
+    return snap_container(sn, v, i);
 }
 
 static hd_status snap_module(cp_snapshot *sn, hd_module *m) {
@@ -195,6 +197,79 @@ void cp_snapshot_restore(cp_snapshot *sn) {
     for (int i = 0; i < sn->n; i++) restore_one(vm, &sn->items[i]);
     vm->ctx.rng_seed = sn->rng_seed;
     vm->ctx.rng_offset = sn->rng_offset;
+}
+
+/* ---- what the body changed ---- */
+
+static int same_value(hd_value a, hd_value b) {
+    if (a.type != b.type) return 0;
+    if (hd_value_is_obj(a) && a.type != HD_V_STR) return a.as.o == b.as.o;
+    return hd_value_equal(a, b);
+}
+
+static hd_status changes_slots(const cp_snap *s, const hd_value *now, int64_t n, cp_change *c,
+                               cp_change_fn fn, void *ud) {
+    for (int64_t i = 0; i < n && i < s->n; i++) {
+        if (same_value(now[i], s->vals[i])) continue;
+        c->index = i;
+        c->now = now[i];
+        hd_status st = fn(ud, c);
+        if (st) return st;
+    }
+    return HD_OK;
+}
+
+static hd_status changes_dict(const cp_snap *s, cp_change *c, cp_change_fn fn, void *ud) {
+    const hd_dict *d = (const hd_dict *)s->owner;
+    hd_value dv = hd_obj_value(s->owner);
+    for (int64_t i = 0; i < s->n; i++)
+        if (!hd_dict_get(dv, s->keys[i]->chars)) {
+            c->reshaped = 1;
+            return fn(ud, c);
+        }
+    for (int64_t i = 0; i < d->len; i++) {
+        const char *k = d->keys[i]->chars;
+        int64_t j = 0;
+        while (j < s->n && strcmp(s->keys[j]->chars, k) != 0) j++;
+        if (j < s->n && same_value(d->vals[i], s->vals[j])) continue;
+        c->key = k;
+        c->now = d->vals[i];
+        hd_status st = fn(ud, c);
+        if (st) return st;
+    }
+    return HD_OK;
+}
+
+static hd_status changes_one(const cp_snap *s, cp_change_fn fn, void *ud) {
+    cp_change c;
+    memset(&c, 0, sizeof c);
+    c.kind = s->kind;
+    c.node = s->node;
+    switch (s->kind) {
+    case CP_SNAP_LIST: {
+        const hd_list *l = (const hd_list *)s->owner;
+        if (l->len == s->n) return changes_slots(s, l->items, l->len, &c, fn, ud);
+        c.reshaped = 1;
+        return fn(ud, &c);
+    }
+    case CP_SNAP_DICT: return changes_dict(s, &c, fn, ud);
+    case CP_SNAP_MODULE:
+        c.mod = (hd_module *)s->owner;
+        return changes_slots(s, c.mod->globals, c.mod->nglobals, &c, fn, ud);
+    case CP_SNAP_SLOTS:
+    case CP_SNAP_CELL: return changes_slots(s, s->slots, s->n, &c, fn, ud);
+    }
+    return HD_OK;
+}
+
+hd_status cp_snapshot_changes(const cp_snapshot *sn, cp_change_fn fn, void *ud) {
+    for (int i = 0; i < sn->n; i++) {
+        const cp_snap *s = &sn->items[i];
+        if (s->t) continue; /* gradients are outputs of their own */
+        hd_status st = changes_one(s, fn, ud);
+        if (st) return st;
+    }
+    return HD_OK;
 }
 
 void cp_snapshot_free(cp_snapshot *sn) {

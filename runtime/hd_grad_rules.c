@@ -513,10 +513,81 @@ RULE(expand, 0) {
     gin[0] = hd_gx_out(x, g);
 }
 
+/* cur (shape sh, nd dims) with zeros between its elements along axis d,
+ * step - 1 of them: length (L - 1) * step + 1. */
+static hd_tensor *spread(hd_gx *x, hd_tensor *cur, int64_t *sh, int nd, int d, int64_t step) {
+    if (step == 1 || sh[d] == 0) return cur;
+    if (nd == HD_MAX_DIMS) {
+        x->st = hd_error(x->ctx, HD_ERR_RUNTIME,
+                         "the gradient of a %d-d slice with a step is not supported inside "
+                         "compiled code",
+                         nd);
+        return NULL;
+    }
+    int64_t up[HD_MAX_DIMS], zs[HD_MAX_DIMS];
+    for (int i = 0, k = 0; i <= nd; i++) up[i] = i == d + 1 ? 1 : sh[k++];
+    memcpy(zs, up, sizeof zs);
+    zs[d + 1] = step - 1;
+    hd_tensor *parts[2] = {reshape(x, cur, up, nd + 1), full(x, zs, nd + 1, cur->dtype, 0)};
+    hd_attrs at = no_attrs();
+    at.ints[0] = d + 1;
+    cur = hd_gx_run(x, HD_OP_CONCAT, parts, 2, &at);
+    int64_t len = sh[d];
+    sh[d] = len * step;
+    cur = reshape(x, cur, sh, nd);
+    at = no_attrs();
+    for (int i = 0; i < nd; i++) {
+        at.step[i] = 1;
+        at.len[i] = i == d ? (len - 1) * step + 1 : sh[i];
+    }
+    sh[d] = at.len[d];
+    return hd_gx_run(x, HD_OP_SLICE, &cur, 1, &at);
+}
+
+/* cur with zeros before (before) and after it along axis d to size to. */
+static hd_tensor *pad_axis(hd_gx *x, hd_tensor *cur, int64_t *sh, int nd, int d, int64_t before,
+                           int64_t to) {
+    hd_tensor *parts[3];
+    int np = 0;
+    int64_t after = to - before - sh[d], zs[HD_MAX_DIMS];
+    memcpy(zs, sh, sizeof zs);
+    if (before > 0) zs[d] = before, parts[np++] = full(x, zs, nd, cur->dtype, 0);
+    parts[np++] = cur;
+    if (after > 0) zs[d] = after, parts[np++] = full(x, zs, nd, cur->dtype, 0);
+    sh[d] = to;
+    if (np == 1) return cur;
+    hd_attrs at = no_attrs();
+    at.ints[0] = d;
+    return hd_gx_run(x, HD_OP_CONCAT, parts, np, &at);
+}
+
+/* The slice's gradient without writing in place (inside compiled code a
+ * write into part of a tensor cannot be traced): g with the dropped dims
+ * back, spread by each step and padded with zeros to the input's shape. */
+static hd_tensor *slice_bwd_pure(hd_gx *x, const hd_grad_node *n, hd_tensor *g) {
+    const hd_grad_edge *e = &n->edges[0];
+    const hd_attrs *a = &n->attrs;
+    int nd = e->ndim;
+    int64_t sh[HD_MAX_DIMS] = {0};
+    for (int i = 0; i < nd; i++) sh[i] = a->len[i];
+    hd_tensor *cur = reshape(x, g, sh, nd);
+    for (int d = 0; d < nd && cur; d++) {
+        if (a->len[d] == e->shape[d]) continue; /* the whole axis, in order */
+        if (a->len[d] == 0) return full(x, e->shape, nd, g->dtype, 0);
+        cur = spread(x, cur, sh, nd, d, a->step[d]);
+        if (cur) cur = pad_axis(x, cur, sh, nd, d, a->start[d], e->shape[d]);
+    }
+    return cur;
+}
+
 /* g written into zeros at the sliced positions */
 RULE(slice, 0) {
     UNUSED_RULE_ARGS();
     const hd_grad_edge *e = &n->edges[0];
+    if (x->ctx->trace) {
+        gin[0] = hd_gx_out(x, slice_bwd_pure(x, n, g));
+        return;
+    }
     hd_tensor *z = full(x, e->shape, e->ndim, g->dtype, 0);
     hd_tensor *view = hd_gx_run(x, HD_OP_SLICE, &z, 1, &n->attrs);
     hd_tensor *in[2] = {view, g};

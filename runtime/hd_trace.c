@@ -315,10 +315,12 @@ static hd_status trace_assign(hd_ctx *ctx, hd_trace *tr, hd_tensor *const *in, i
     int v = write_value(ctx, tr, t, in[1]);
     if (v < 0) return ctx->status;
     long s = trace_find(tr, t);
-    if (s >= 0)
-        tr->vals[s] = v;
-    else if (trace_map(ctx, tr, t, v) || hd_ir_add_const(tr->g, t) < 0)
-        return ctx->status;
+    if (s < 0 && (trace_map(ctx, tr, t, v) || hd_ir_add_const(tr->g, t) < 0)) return ctx->status;
+    /* t and every tensor over its elements (x.detach(), saved views) now
+     * stand for the new value */
+    for (int i = 0; i < tr->cap; i++)
+        if (tr->keys[i] && (tr->keys[i] == t || hd_tensor_same_elements(tr->keys[i], t)))
+            tr->vals[i] = v;
     if (note_write(ctx, tr, t)) return ctx->status;
     *out = hd_tensor_ref(in[0]);
     return HD_OK;

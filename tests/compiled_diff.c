@@ -22,7 +22,9 @@
  * --explicit compares explicit compiled code with itself run eagerly: the
  * reference run sets HODU_EAGER=1 (every compiled fn and block runs as
  * plain code), the others set neither HODU_EAGER nor HODU_COMPILE_ALL (the
- * stateful fuzzer's programs, statefuzz.c).
+ * stateful fuzzer's programs, statefuzz.c); the cuda compiler's run then
+ * also sets HODU_DEVICE=cuda (the program's tensors on the device) and its
+ * output is read as the cpu's.
  *
  * usage: compiled_diff [--explicit] HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
@@ -148,10 +150,12 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
             *slash = 0;
         else
             snprintf(dir, sizeof dir, ".");
-        if (compiler && !strncmp(compiler, "device=", 7))
+        if (compiler && !strncmp(compiler, "device=", 7)) {
             setenv("HODU_DEVICE", compiler + 7, 1);
-        else if (compiler)
+        } else if (compiler) {
             setenv("HODU_COMPILER", compiler, 1);
+            if (explicit_mode && !strcmp(compiler, "cuda")) setenv("HODU_DEVICE", "cuda", 1);
+        }
         for (int i = 0; i < d->nenv; i++) put_env(d->env[i], dir);
         if (explicit_mode) {
             unsetenv("HODU_COMPILE_ALL");
@@ -291,6 +295,8 @@ static int diff_compiled(const char *hodu, const char *file, const directives *d
     }
     const char *dev = compiler && !strncmp(compiler, "device=", 7) ? compiler + 7 : NULL;
     int rc_c = run(hodu, file, d, !dev, compiler, paths[0], paths[1]);
+    /* --explicit with cuda: the program's tensors live on the device too */
+    if (explicit_mode && compiler && !strcmp(compiler, "cuda")) dev = "cuda";
     char *out_c = read_all(paths[0]), *err_c = read_all(paths[1]);
     for (int i = 0; i < 2; i++) unlink(paths[i]);
     if (!out_c || !err_c) {

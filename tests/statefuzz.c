@@ -102,12 +102,16 @@ static const char *const sf_bodies[] = {
     "    return P.grad",
     /* backward() into a gradient that may exist, then a read of it */
     "let l = (P * P).sum() + LOSS\n    l.backward()\n    return P.grad + 0",
+    /* non-tensor state written without being read, and a list appended to */
+    "net.k = 7\n    net.log.append(1)\n    return x.sum()",
+    /* a field replaced by a list made inside, with tensors in it */
+    "net.pair = [x.sum(), none, 2]\n    return net.pair[0]",
     /* calls another compiled function */
     "let a = CALLEE(x, y)\n    let b = (P * P * 0.5).sum()\n    b.backward()\n"
     "    return a",
 };
 #define SF_NBODIES (int)(sizeof sf_bodies / sizeof sf_bodies[0])
-#define SF_CALLER  9 /* the body that calls another */
+#define SF_CALLER  11 /* the body that calls another */
 
 static const char *const sf_forwards[] = {
     "tanh(x @ self.w1 + self.b1)",
@@ -155,6 +159,8 @@ static const char *const sf_actions[] = {
     "net.w1.requires_grad = not net.w1.requires_grad",
     "if opt != none { opt.lr = opt.lr * 0.5 }",
     "net.w1 = param(randn([3, 4]))",
+    "net.log = []",
+    "net.pair = none",
     "zero_grad(net.parameters())",
 };
 #define SF_NACTIONS (int)(sizeof sf_actions / sizeof sf_actions[0])
@@ -186,7 +192,7 @@ static void sf_dump_fn(sf_buf *b) {
               "    print(\"w1\", T(net.w1), T(net.w1.grad), net.w1.requires_grad)\n"
               "    print(\"b1\", T(net.b1), T(net.b1.grad))\n"
               "    print(\"P\", T(P), T(P.grad))\n"
-              "    print(\"scale\", T(net.scale), \"k\", net.k)\n"
+              "    print(\"scale\", T(net.scale), \"k\", net.k, len(net.log), T(net.pair))\n"
               "    if opt != none {\n"
               "        print(\"lr\", opt.lr)\n"
               "        if hasattr(opt, \"bufs\") { print(\"bufs\", T(opt.bufs)) }\n"
@@ -205,6 +211,8 @@ static void sf_header(sf_buf *b, uint64_t seed) {
               "        self.b1 = param(randn([4]) * 0.1)\n"
               "        self.scale = ones([4])\n"
               "        self.k = 1\n"
+              "        self.log = []\n"
+              "        self.pair = none\n"
               "    }\n"
               "    fn parameters(self) { return [self.w1, self.b1] }\n");
     sf_put(b, "    fn forward(self, x) { return %s }\n}\n",
