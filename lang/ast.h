@@ -35,8 +35,7 @@ typedef enum {
     HD_AST_OR,     /* a, b: short-circuit */
     HD_AST_CALL,   /* a: callee, items[n]: arguments (HD_AST_ARG) */
     HD_AST_ARG,    /* name (NULL if positional), a: value */
-    HD_AST_INDEX,  /* a: object, items[n]: index parts (expressions, HD_AST_SLICE, HD_AST_ELLIPSIS)
-                    */
+    HD_AST_INDEX,  /* a: object, items[n]: index parts (expressions, HD_AST_SLICE, HD_AST_ELLIPSIS) */
     HD_AST_SLICE,  /* a, b, c: start, stop, step, each may be NULL */
     HD_AST_ELLIPSIS,
     HD_AST_MEMBER, /* a: object, name */
@@ -44,20 +43,19 @@ typedef enum {
     HD_AST_SCRIPT, /* script(args) { body }: items[n] args (HD_AST_ARG), body */
 
     /* statements */
-    HD_AST_BLOCK,  /* items[n] statements; resolver: nslots (locals declared in it) */
-    HD_AST_EXPR,   /* a: expression statement */
-    HD_AST_LET,    /* name, a: value (may be NULL: `let x` binds none); resolver: ref */
-    HD_AST_ASSIGN, /* op (HD_TOK_ASSIGN, HD_TOK_PLUS_ASSIGN, ...), a: target (NAME, MEMBER or
-                      INDEX), b: value */
-    HD_AST_IF,     /* a: cond, body: then block, c: else (BLOCK, IF, or NULL) */
-    HD_AST_WHILE,  /* a: cond, body */
-    HD_AST_FOR,    /* name: loop variable, a: iterable, body; resolver: ref of the variable */
+    HD_AST_BLOCK,    /* items[n] statements; resolver: nslots (locals declared in it) */
+    HD_AST_EXPR,     /* a: expression statement */
+    HD_AST_LET,      /* name, a: value (may be NULL: `let x` binds none); resolver: ref */
+    HD_AST_ASSIGN,   /* op (HD_TOK_ASSIGN, HD_TOK_PLUS_ASSIGN, ...), a: target (NAME, MEMBER or INDEX), b: value */
+    HD_AST_IF,       /* a: cond, body: then block, c: else (BLOCK, IF, or NULL) */
+    HD_AST_WHILE,    /* a: cond, body */
+    HD_AST_FOR,      /* name: loop variable, a: iterable, body; resolver: ref of the variable */
     HD_AST_BREAK,
     HD_AST_CONTINUE,
-    HD_AST_RETURN, /* a: value or NULL */
-    HD_AST_FNDEF,  /* name, fn: the function (a named `fn` statement); resolver: ref */
-    HD_AST_CLASS,  /* name, items[n]: methods (HD_AST_FNDEF); resolver: ref */
-    HD_AST_IMPORT, /* str: module name or path, name: alias (the binding); is_path; resolver: ref */
+    HD_AST_RETURN,   /* a: value or NULL */
+    HD_AST_FNDEF,    /* name, fn: the function (a named `fn` statement); resolver: ref */
+    HD_AST_CLASS,    /* name, items[n]: methods (HD_AST_FNDEF); resolver: ref */
+    HD_AST_IMPORT,   /* str: module name or path, name: alias (the binding); is_path; resolver: ref */
     HD_AST_NO_GRAD,  /* body */
     HD_AST_GRAD_CTX, /* body */
     HD_AST_COMPILED, /* items[n]: options (HD_AST_ARG), body: compiled { } block */
@@ -90,8 +88,7 @@ typedef struct hd_ast_param {
 
 /* Where an upvalue of a closure comes from when the closure is created. */
 typedef struct hd_ast_capture {
-    int from_parent_cell; /* 1: the enclosing frame's slot `index` (a cell); 0: its upvalue `index`
-                           */
+    int from_parent_cell; /* 1: the enclosing frame's slot `index` (a cell); 0: its upvalue `index` */
     int index;
 } hd_ast_capture;
 
@@ -99,11 +96,11 @@ typedef struct hd_ast_fn {
     const char *name; /* NULL for an anonymous fn */
     hd_ast_param *params;
     int nparams;
-    hd_ast *body;  /* HD_AST_BLOCK */
-    int compiled;  /* `compiled fn` */
-    int expr_body; /* body's last statement is an expression whose value is returned */
+    hd_ast *body;       /* HD_AST_BLOCK */
+    int compiled;       /* `compiled fn` */
+    int expr_body;      /* body's last statement is an expression whose value is returned */
     /* resolver: */
-    int nslots; /* frame size: parameters first (slots 0..nparams-1), then locals */
+    int nslots;         /* frame size: parameters first (slots 0..nparams-1), then locals */
     hd_ast_capture *captures;
     int ncaptures;
     unsigned char *param_is_cell; /* nparams flags: a captured parameter is boxed on entry */
@@ -112,9 +109,9 @@ typedef struct hd_ast_fn {
 struct hd_ast {
     hd_ast_kind kind;
     hd_span span;
-    int op;      /* token kind for UNARY, BINARY, ASSIGN */
-    int n;       /* number of items */
-    int is_path; /* IMPORT: str is a path ("lib/x.hodu"), not a module name */
+    int op;       /* token kind for UNARY, BINARY, ASSIGN */
+    int n;        /* number of items */
+    int is_path;  /* IMPORT: str is a path ("lib/x.hodu"), not a module name */
     int64_t ival;
     double fval;
     const char *name; /* NAME, MEMBER, ARG, LET, FOR, FNDEF, CLASS, IMPORT alias */
@@ -124,8 +121,8 @@ struct hd_ast {
     hd_ast *body;
     hd_ast **items;
     hd_ast_fn *fn;
-    hd_ref ref; /* resolver */
-    int nslots; /* resolver: BLOCK, PROGRAM */
+    hd_ref ref;   /* resolver */
+    int nslots;   /* resolver: BLOCK, PROGRAM */
     /* resolver, BLOCK: the slots declared in it that hold cells (captured
      * variables); each entry to the block makes fresh ones, so closures
      * made in different loop iterations see different variables. */
@@ -176,12 +173,12 @@ typedef struct hd_diag {
 /* The result of parsing one chunk of source. */
 typedef struct hd_parse {
     hd_ast_arena *arena;
-    hd_ast *program; /* HD_AST_PROGRAM, or NULL when there were errors */
-    hd_diag *diags;  /* every error found, in source order (arena memory) */
+    hd_ast *program;     /* HD_AST_PROGRAM, or NULL when there were errors */
+    hd_diag *diags;      /* every error found, in source order (arena memory) */
     int ndiags;
-    int incomplete;     /* the input ended inside an open construct: the REPL asks for more */
-    const char *source; /* the text parsed (borrowed) */
-    const char *chunk;  /* file name or "<stdin>", "-e", ... (borrowed) */
+    int incomplete;      /* the input ended inside an open construct: the REPL asks for more */
+    const char *source;  /* the text parsed (borrowed) */
+    const char *chunk;   /* file name or "<stdin>", "-e", ... (borrowed) */
 } hd_parse;
 
 /* Parse a whole chunk. Returns HD_OK, HD_ERR_SYNTAX (diags filled), or

@@ -33,8 +33,7 @@ typedef enum {
     HD_V_OBJECT,
     HD_V_MODULE,
     HD_V_BOUND,  /* a method bound to its receiver */
-    HD_V_HANDLE, /* an opaque C object with a type name and a free hook (scripts, strategies, ...)
-                  */
+    HD_V_HANDLE, /* an opaque C object with a type name and a free hook (scripts, strategies, ...) */
     HD_V_CELL,   /* internal: a captured variable's box; never a program-visible value */
     HD_V_COUNT
 } hd_vtype;
@@ -111,8 +110,8 @@ typedef struct hd_native {
 } hd_native;
 
 typedef struct hd_handle_type {
-    const char *name;                 /* type(x) prints this */
-    void (*free)(hd_vm *vm, void *p); /* releases p */
+    const char *name;                              /* type(x) prints this */
+    void (*free)(hd_vm *vm, void *p);              /* releases p */
     /* optional: member lookup (x.name); returns HD_OK and a new reference, or
      * an error if there is no such member */
     hd_status (*member)(hd_vm *vm, hd_value self, const char *name, hd_value *out);
@@ -162,33 +161,25 @@ static inline hd_value hd_tensor_value(hd_tensor *t) {
     v.as.t = t;
     return v;
 }
-static inline int hd_value_is_obj(hd_value v) {
-    return v.type >= HD_V_STR;
-}
+static inline int hd_value_is_obj(hd_value v) { return v.type >= HD_V_STR; }
 
 /* Strings: NULL-free on success; on OOM the VM holds an HD_ERR_MEMORY error
  * and the result is none (check with hd_vm_failed). */
 hd_value hd_str_new(hd_vm *vm, const char *s, size_t len);
 hd_value hd_str_from(hd_vm *vm, const char *s);
 hd_value hd_str_fmt(hd_vm *vm, const char *fmt, ...);
-static inline hd_str *hd_as_str(hd_value v) {
-    return (hd_str *)v.as.o;
-}
+static inline hd_str *hd_as_str(hd_value v) { return (hd_str *)v.as.o; }
 
 hd_value hd_list_new(hd_vm *vm, int64_t cap);
 hd_status hd_list_push(hd_vm *vm, hd_value list, hd_value item); /* takes ownership of item */
-static inline hd_list *hd_as_list(hd_value v) {
-    return (hd_list *)v.as.o;
-}
+static inline hd_list *hd_as_list(hd_value v) { return (hd_list *)v.as.o; }
 
 hd_value hd_dict_new(hd_vm *vm);
 /* Takes ownership of val; the key is copied. */
 hd_status hd_dict_set(hd_vm *vm, hd_value dict, const char *key, hd_value val);
 /* Borrowed value, or NULL if absent. */
 hd_value *hd_dict_get(hd_value dict, const char *key);
-static inline hd_dict *hd_as_dict(hd_value v) {
-    return (hd_dict *)v.as.o;
-}
+static inline hd_dict *hd_as_dict(hd_value v) { return (hd_dict *)v.as.o; }
 
 hd_value hd_native_new(hd_vm *vm, const char *name, hd_native_fn fn, void *data);
 hd_value hd_handle_new(hd_vm *vm, const hd_handle_type *type, void *p);
