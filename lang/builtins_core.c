@@ -863,6 +863,11 @@ static int sort_merge(hd_vm *vm, sort_item *a, sort_item *tmp, int64_t n, int de
     return 1;
 }
 
+static int sort_same(hd_value a, hd_value b) {
+    if (a.type != b.type) return 0;
+    return hd_value_is_obj(a) ? a.as.o == b.as.o : hd_value_equal(a, b);
+}
+
 NATIVE(list_sort) {
     static const char *const allowed[] = {"key", "reverse", NULL};
     if (arity(vm, "sort", nargs, 0, 0) != HD_OK || only_kw(vm, "sort", kw, nkw, allowed) != HD_OK)
@@ -886,6 +891,12 @@ NATIVE(list_sort) {
     }
     if (st == HD_OK && l->len != n)
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "list changed size during sort()");
+    /* a key function that rewrote the list in place: its writes would be
+     * lost under the sorted items (Python: "list modified during sort") */
+    for (int64_t i = 0; st == HD_OK && i < n; i++)
+        if (!sort_same(l->items[i], items[i].val))
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "list modified during sort() (by its key function)");
     if (st == HD_OK && !sort_merge(vm, items, items + n, n, desc)) st = vm->err;
     if (st == HD_OK)
         for (int64_t i = 0; i < n; i++) {

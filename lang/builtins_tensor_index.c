@@ -461,6 +461,13 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
                               hd_value val) {
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
     hd_tensor *x = xv.as.t, *v = NULL, *src = NULL, *p = NULL;
+    /* an expanded tensor: several of its elements are one memory location,
+     * so a write to one writes them all (PyTorch refuses it too) */
+    for (int d = 0; d < x->ndim; d++)
+        if (x->strides[d] == 0 && x->shape[d] > 1)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "cannot write into an expanded tensor: several of its elements are "
+                               "one memory location (write into x.clone() instead)");
     ixplan pl;
     if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
     if (ix_view(vm, x, &pl, 0, &v)) {

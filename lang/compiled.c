@@ -159,6 +159,8 @@ void cp_entry_free(hd_vm *vm, cp_entry *e) {
         hd_ctx_free(&vm->ctx, e->inputs, (size_t)(e->ninputs + 1) * sizeof *e->inputs);
     }
     if (e->exec) e->jc->free(&vm->ctx, e->exec);
+    cp_aot_free(e->aot);
+    if (e->spent) hd_ctx_free(&vm->ctx, e->spent, (size_t)e->noutputs + 1);
     for (int k = 0; e->views && k < e->noutputs; k++) {
         hd_ctx_free(&vm->ctx, e->views[k].ops, (size_t)e->views[k].nops * sizeof(hd_op));
         hd_ctx_free(&vm->ctx, e->views[k].attrs, (size_t)e->views[k].nops * sizeof(hd_attrs));
@@ -337,6 +339,10 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
     if (!outs) return hd_vm_oom(vm);
     hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
     if (st) st = hd_vm_from_ctx(vm, st);
+    if (!st && e->aot) st = cp_aot_attach(vm, e, inputs, outs);
+    for (int k = 0; !st && e->spent && k < e->noutputs; k++)
+        if (e->spent[k] && hd_autograd_mark_spent(ctx, outs[k]))
+            st = hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     for (int k = 0; !st && k < e->noutputs; k++)
         if (e->views[k].input >= 0) st = view_remake(vm, &e->views[k], inputs, &outs[k]);
     for (int i = 0; !st && i < e->nwbs; i++) st = wb_apply(vm, &e->wbs[i], r, inputs, outs);
@@ -675,7 +681,7 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
  * state before the call: no guard. */
 void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t) {
     cp_session *s = cp_session_of(vm);
-    int node = s ? cp_scan_find(&s->pre, t) : -1;
+    int node = s && !s->aot_backward ? cp_scan_find(&s->pre, t) : -1;
     if (node < 0) return;
     cp_step step = {CP_GRAD, 0, NULL};
     uint64_t h = cp_hash_step(s->pre.nodes[node].hash, &step);
@@ -832,6 +838,7 @@ static int out_add(cp_session *s, hd_tensor *t, const char *base) {
     if (!CP_GROW(vm, s->outs, s->capouts, s->nouts) ||
         !CP_GROW(vm, s->outnames, s->capoutnames, s->nouts))
         return -1;
+    /* (names: base, base#2, ...) */
     char name[300];
     snprintf(name, sizeof name, "%s", base);
     for (int k = 2, clash = 1; clash; k++) {
@@ -843,6 +850,10 @@ static int out_add(cp_session *s, hd_tensor *t, const char *base) {
     if (!(s->outnames[s->nouts] = hd_ctx_strdup(&vm->ctx, name))) return hd_vm_oom(vm), -1;
     s->outs[s->nouts] = hd_tensor_ref(t);
     return s->nouts++;
+}
+
+int cp_session_out(cp_session *s, hd_tensor *t, const char *base) {
+    return out_add(s, t, base);
 }
 
 static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth);
@@ -956,7 +967,8 @@ static hd_status change_path(cp_session *s, const cp_change *c, cp_path *out) {
 
 static hd_status change_stateful(cp_session *s, const char *what, const cp_change *c) {
     cp_path p;
-    hd_status st = c->node >= 0 || c->kind == CP_SNAP_MODULE || c->kind == CP_SNAP_SLOTS
+    hd_status st = c->reshaped && c->node >= 0 ? cp_scan_path(&s->pre, &s->roots, c->node, &p)
+                   : c->node >= 0 || c->kind == CP_SNAP_MODULE || c->kind == CP_SNAP_SLOTS
                        ? change_path(s, c, &p)
                        : HD_ERR_RUNTIME;
     const char *where = st ? "a value outside it" : p.text;
@@ -1268,6 +1280,19 @@ static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
     return HD_OK;
 }
 
+/* Outputs whose records backward() used up inside the body (a returned
+ * loss): their runs' tensors get a used-up record too, so that a second
+ * backward() says so, as eagerly. */
+static hd_status entry_spent(cp_session *s, cp_entry *e) {
+    for (int k = 0; k < s->nouts && k < e->noutputs; k++) {
+        if (!hd_grad_is_spent(s->outs[k])) continue;
+        if (!e->spent && !(e->spent = hd_ctx_calloc(&s->vm->ctx, (size_t)e->noutputs + 1, 1)))
+            return hd_vm_oom(s->vm);
+        e->spent[k] = 1;
+    }
+    return HD_OK;
+}
+
 /* Move what the key is made of from the session into e. */
 void cp_entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash) {
     e->nargs = nargs;
@@ -1354,7 +1379,13 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     if (!st) st = wb_writes(s);
     if (!st) st = wb_grads(s, sym, nsym);
     if (st) return st;
-    if (s->stateful[0] || needs_grad(s, ret ? &e->ret : NULL)) {
+    int aot = 0;
+    if (!s->stateful[0] && needs_grad(s, ret ? &e->ret : NULL)) {
+        /* forward and backward graphs, or eagerly */
+        if ((st = cp_aot_trace(s, ret ? &e->ret : NULL, sym, nsym, &e->aot))) return st;
+        aot = e->aot != NULL;
+    }
+    if (s->stateful[0] || (!aot && needs_grad(s, ret ? &e->ret : NULL))) {
         e->eager = s->stateful[0] ? CP_EAGER_STATE : CP_EAGER_GRAD;
         snprintf(e->eager_why, sizeof e->eager_why, "%s",
                  s->stateful[0] ? s->stateful
@@ -1363,19 +1394,33 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
         hd_trace_abort(&vm->ctx);
         return entry_inputs_session(s, e);
     }
-    hd_ir_graph *g = NULL;
+    hd_ir_graph *g = NULL, *bwd = NULL;
     if (hd_trace_end(&vm->ctx, &g)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    if (aot) {
+        hd_ir_graph *fwd = NULL;
+        st = cp_aot_split(vm, g, e->aot, &fwd, &bwd);
+        hd_ir_graph_free(g);
+        if (st) return st;
+        g = fwd;
+    }
     *first = hd_ctx_calloc(&vm->ctx, (size_t)(g->ninputs + 1), sizeof **first);
     st = *first ? HD_OK : hd_vm_oom(vm);
     if (!st) st = entry_inputs(s, g, e, *first);
     if (!st) st = entry_outputs(vm, g, e);
+    if (!st) st = entry_spent(s, e);
     if (!st) {
         hd_jit_signature sig;
         hd_jit_signature_make(&sig, *first, g->ninputs);
         e->key.inputs = sig.hash;
         st = entry_compile(vm, s->body, &s->opts, g, e);
     }
+    if (!st && bwd) {
+        hd_jit_options j;
+        opts_jit(&s->opts, &j);
+        st = cp_aot_finish(vm, e->aot, e, bwd, &j);
+    }
     hd_ir_graph_free(g);
+    hd_ir_graph_free(bwd);
     return st;
 }
 

@@ -119,6 +119,10 @@ static hd_status call_symbolic(cp_session *s, const cp_call *k, hd_value *sym) {
         sym[i] = hd_tensor_value(t);
         if (hd_grad_requires(&vm->ctx, v.as.t) && hd_grad_set_requires(&vm->ctx, t, 1))
             return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        /* its .grad, which backward() inside adds to: an input through the
+         * path x.grad (and whether it exists, a guard) */
+        hd_tensor *g = hd_grad_get(v.as.t);
+        if (g && hd_grad_set(&vm->ctx, t, g)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     }
     return HD_OK;
 }

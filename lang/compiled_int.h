@@ -265,6 +265,9 @@ typedef struct cp_tmpl {
     char **keys; /* DICT */
 } cp_tmpl;
 
+/* compiled_aot.c: a compiled forward graph with its backward graph */
+typedef struct cp_aot cp_aot;
+
 /* Why a key runs eagerly. */
 enum { CP_EAGER_GRAD = 1, CP_EAGER_STATE = 2 };
 
@@ -287,6 +290,9 @@ typedef struct cp_entry {
     cp_wb *wbs;
     int nwbs, capwbs;
     cp_tmpl ret;
+    unsigned char *spent; /* per output: backward() used up its records at the trace */
+    cp_aot
+        *aot;  /* the result needs gradients: the backward graph (the executable is the forward) */
     int eager; /* this key runs eagerly: CP_EAGER_* */
     char eager_why[200];
     uint64_t hits;
@@ -353,6 +359,7 @@ typedef struct cp_session {
     int oom;            /* a read could not be recorded */
     char stateful[200]; /* a change of state a graph cannot replay, or "" */
     int history;        /* the body read a tensor with gradient history: run eagerly */
+    int aot_backward;   /* tracing the backward graph: .grad reads are not the program's */
     /* outputs */
     hd_tensor **outs; /* held */
     char **outnames;
@@ -403,5 +410,24 @@ void cp_session_restore(cp_session *s);
 hd_status cp_session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_value v);
 hd_status cp_session_scan(cp_session *s, const cp_roots *r);
 hd_compiled_state *cp_state_of(hd_vm *vm);
+
+/* compiled.c: the output index of a traced tensor (one per value), -1 on error */
+int cp_session_out(cp_session *s, hd_tensor *t, const char *base);
+
+/* compiled_aot.c (see there) */
+/* At the end of a trace whose result needs gradients: the backward of the
+ * result traced too, or *out NULL when the call cannot compile so (it runs
+ * eagerly). */
+hd_status cp_aot_trace(cp_session *s, const cp_tmpl *ret, const hd_value *sym, int nsym,
+                       cp_aot **out);
+/* The traced graph split into the forward and backward graphs. */
+hd_status cp_aot_split(hd_vm *vm, const hd_ir_graph *g, cp_aot *a, hd_ir_graph **fwd,
+                       hd_ir_graph **bwd);
+/* Compile the backward graph with the entry's compiler; leaves found among its inputs. */
+hd_status cp_aot_finish(hd_vm *vm, cp_aot *a, const cp_entry *e, const hd_ir_graph *bwd,
+                        const hd_jit_options *j);
+/* After the forward graph ran: the record of the result. */
+hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_tensor **outs);
+void cp_aot_free(cp_aot *a);
 
 #endif

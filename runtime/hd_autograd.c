@@ -92,6 +92,8 @@ static void node_link(hd_grad_scope *s, hd_grad_node *n) {
  * reference goes are pushed on *stack for the caller to free, so freeing a
  * long chain needs no recursion. */
 static void node_drop(hd_grad_node *n, hd_grad_node **stack) {
+    if (n->custom && n->custom->free && n->custom_ud) n->custom->free(n->ctx, n->custom_ud);
+    n->custom_ud = NULL;
     for (int i = 0; i <= n->nin; i++) {
         hd_tensor_unref(n->saved[i]);
         n->saved[i] = NULL;
@@ -252,6 +254,58 @@ hd_status hd_autograd_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, hd_ten
     gi->scope = s->id;
     gi->node = n;
     out->grad_info = gi;
+    return HD_OK;
+}
+
+hd_status hd_autograd_record_custom(hd_ctx *ctx, hd_tensor *const *in, int nin, hd_tensor *out,
+                                    const hd_grad_custom *fn, void *ud) {
+    static const hd_grad_rule none = {0};
+    hd_grad_scope *s = cur_scope(ctx);
+    hd_grad_node *n = out->grad_info ? NULL : node_new(ctx, nin);
+    hd_grad_info *gi = n ? hd_ctx_calloc(ctx, 1, sizeof *gi) : NULL;
+    if (!gi || node_fill(ctx, n, &none, in, in, out, s->id)) {
+        hd_ctx_free(ctx, gi, sizeof *gi);
+        if (n) {
+            n->refcount = 1;
+            node_unref(n);
+        }
+        if (fn->free) fn->free(ctx, ud);
+        return out->grad_info ? hd_error(ctx, HD_ERR_RUNTIME, "internal error: recorded twice")
+                              : ctx->status;
+    }
+    n->refcount = 1;
+    n->op = HD_OP_COPY; /* for messages: the rule is fn's */
+    n->custom = fn;
+    n->custom_ud = ud;
+    n->out_dtype = out->dtype;
+    n->out_ndim = out->ndim;
+    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    node_link(s, n);
+    gi->scope = s->id;
+    gi->node = n;
+    out->grad_info = gi;
+    return HD_OK;
+}
+
+int hd_grad_is_spent(const hd_tensor *t) {
+    const hd_grad_info *gi = t->grad_info;
+    return gi && gi->node && !gi->node->live && !gi->node->cleared;
+}
+
+hd_status hd_autograd_mark_spent(hd_ctx *ctx, hd_tensor *t) {
+    if (t->grad_info || !hd_dtype_is_float(t->dtype)) return HD_OK;
+    hd_grad_node *n = node_new(ctx, 0);
+    hd_grad_info *gi = n ? hd_ctx_calloc(ctx, 1, sizeof *gi) : NULL;
+    if (!gi) {
+        if (n) hd_ctx_free(ctx, n, n->nbytes);
+        return ctx->status;
+    }
+    n->refcount = 1;
+    n->live = 0;
+    n->op = HD_OP_COPY;
+    gi->scope = cur_scope_id(ctx);
+    gi->node = n;
+    t->grad_info = gi;
     return HD_OK;
 }
 
@@ -564,7 +618,9 @@ static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
         gin[i] = NULL;
         any |= need[i];
     }
-    if (!st && any) {
+    if (!st && any && n->custom) {
+        st = n->custom->backward(ctx, n->custom_ud, n->grad, need, gin, nin);
+    } else if (!st && any) {
         hd_gx x = {ctx, HD_OK, 0, {NULL}};
         hd_grad_rule_of(n->op)->fn(&x, n, n->grad, need, gin);
         for (int i = 0; i < x.n; i++) hd_tensor_unref(x.tmp[i]);

@@ -84,6 +84,27 @@ int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_d
  * kernel saw them (cast); rng_base: the rng counter before the kernel ran. */
 hd_status hd_autograd_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, hd_tensor *const *kin,
                              int nin, const hd_attrs *attrs, hd_tensor *out, uint64_t rng_base);
+/* A record whose gradient a host function computes (compiled code's
+ * backward graph): backward gets the gradient of out (g) and fills gin[i]
+ * (new references, NULL for none) for each input with need[i]; free drops
+ * ud when the record's contents go. */
+typedef struct hd_grad_custom {
+    hd_status (*backward)(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned char *need,
+                          hd_tensor **gin, int nin);
+    void (*free)(hd_ctx *ctx, void *ud);
+} hd_grad_custom;
+/* Record out as made from in[0..nin) by fn (ud owned by the record, freed
+ * by fn->free also on failure). out must have no record yet. */
+hd_status hd_autograd_record_custom(hd_ctx *ctx, hd_tensor *const *in, int nin, hd_tensor *out,
+                                    const hd_grad_custom *fn, void *ud);
+
+/* Was t made by a record that backward() has used up (freed)? */
+int hd_grad_is_spent(const hd_tensor *t);
+/* Give t (no record yet) a used-up record: requires_grad is true, and
+ * backward() says its records were freed, as for the tensor it stands for
+ * (a loss compiled code returns after calling backward() on it). */
+hd_status hd_autograd_mark_spent(hd_ctx *ctx, hd_tensor *t);
+
 /* t is being freed: release its grad_info. */
 void hd_autograd_tensor_free(hd_tensor *t);
 
@@ -118,7 +139,9 @@ struct hd_grad_node {
     hd_dtype out_dtype;
     int out_ndim;
     int64_t out_shape[HD_MAX_DIMS];
-    uint64_t rng_key, rng_base;  /* dropout: the draw to replay */
+    uint64_t rng_key, rng_base;          /* dropout: the draw to replay */
+    const struct hd_grad_custom *custom; /* a host function's record, or NULL */
+    void *custom_ud;
     size_t nbytes;               /* this allocation */
     hd_ctx *ctx;                 /* whose allocator owns it */
     hd_grad_scope *scope;        /* while live: the context whose list holds it */

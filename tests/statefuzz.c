@@ -160,6 +160,9 @@ static const char *const sf_actions[] = {
     "if opt != none { opt.lr = opt.lr * 0.5 }",
     "net.w1 = param(randn([3, 4]))",
     "net.log = []",
+    "x = param(randn([NB, 3]))\ny = randn([NB, 4])",
+    "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
+    "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
     "net.pair = none",
     "zero_grad(net.parameters())",
 };
@@ -191,7 +194,7 @@ static void sf_dump_fn(sf_buf *b) {
               "    print(tag, \"r\", T(r))\n"
               "    print(\"w1\", T(net.w1), T(net.w1.grad), net.w1.requires_grad)\n"
               "    print(\"b1\", T(net.b1), T(net.b1.grad))\n"
-              "    print(\"P\", T(P), T(P.grad))\n"
+              "    print(\"P\", T(P), T(P.grad), \"x\", T(x.grad))\n"
               "    print(\"scale\", T(net.scale), \"k\", net.k, len(net.log), T(net.pair))\n"
               "    if opt != none {\n"
               "        print(\"lr\", opt.lr)\n"

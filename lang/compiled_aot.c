@@ -1,0 +1,434 @@
+/* Compiled forward, backward() outside: a compiled fn whose result needs
+ * gradients runs as two graphs, as torch.compile's AOTAutograd does.
+ *
+ * At the trace, after the body ran, backward() of the result with a
+ * symbolic gradient ("grad:return", an input) is traced too, into the same
+ * graph, giving the gradient of every leaf the result depends on (tensor
+ * arguments and state that require grad; their .grad is kept aside
+ * meanwhile). That graph is split: the nodes that depend on the incoming
+ * gradient are the backward graph; the others are the forward graph, whose
+ * outputs are the call's outputs plus every value the backward graph reads
+ * (saved). At a run, the forward graph runs and the result gets a record
+ * (hd_autograd_record_custom) whose inputs are the call's leaves; a later
+ * backward() reaching it runs the backward graph on the saved values and
+ * the result's gradient, and passes each leaf its gradient.
+ *
+ * Eligible: a compiled fn (not a block) whose one result with gradient
+ * history is a returned tensor, whose body did not call backward() itself,
+ * and that reaches no tensor requiring grad except through a path or an
+ * argument. Anything else runs eagerly, as before. */
+#include "compiled_int.h"
+#include "hd_autograd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct cp_aot {
+    int refs;
+    hd_ctx *ctx;
+    const hd_jit_compiler *jc;
+    hd_jit_exec *bexec;
+    int ret_out; /* the output the record goes on */
+    int nfwd;    /* the forward graph's own outputs; saved ones follow */
+    int nsaved;
+    int nleaves;
+    int *leaf_input; /* per leaf: its entry input */
+    int *leaf_out;   /* per leaf: its output of the backward graph, or -1 */
+    int nbouts;
+    char **leaf_names; /* at the trace, until the entry's inputs are known */
+};
+
+static void aot_unref(cp_aot *a) {
+    if (!a || --a->refs > 0) return;
+    hd_ctx *ctx = a->ctx;
+    if (a->bexec) a->jc->free(ctx, a->bexec);
+    for (int i = 0; a->leaf_names && i < a->nleaves; i++) hd_ctx_strfree(ctx, a->leaf_names[i]);
+    size_t n = (size_t)(a->nleaves + 1);
+    hd_ctx_free(ctx, a->leaf_names, n * sizeof *a->leaf_names);
+    hd_ctx_free(ctx, a->leaf_input, n * sizeof *a->leaf_input);
+    hd_ctx_free(ctx, a->leaf_out, n * sizeof *a->leaf_out);
+    hd_ctx_free(ctx, a, sizeof *a);
+}
+
+void cp_aot_free(cp_aot *a) {
+    aot_unref(a);
+}
+
+/* ---- at the trace ---- */
+
+/* The one output with gradient history, if it is returned and nothing
+ * else has history; else -1. */
+static int aot_result(const cp_session *s, const cp_tmpl *ret) {
+    int found = -1;
+    for (int i = 0; i < s->nwbs; i++)
+        if (s->wbs[i].kind == CP_WB_GRAD ||
+            (s->wbs[i].kind == CP_WB_SET && hd_grad_has_history(s->outs[s->wbs[i].out])))
+            return -1;
+    for (int k = 0; k < s->nouts; k++) {
+        if (!hd_grad_has_history(s->outs[k])) continue;
+        if (found >= 0) return -1;
+        found = k;
+    }
+    if (found < 0 || !ret || !hd_dtype_is_float(s->outs[found]->dtype)) return -1;
+    /* it must be what the body returns (a tensor, or inside a list/dict) */
+    const cp_tmpl *stack[64];
+    int n = 0, seen = 0;
+    stack[n++] = ret;
+    while (n && !seen) {
+        const cp_tmpl *t = stack[--n];
+        if (t->kind == CP_T_OUT && t->out == found) seen = 1;
+        for (int i = 0; i < t->n && n < 64; i++) stack[n++] = &t->kids[i];
+    }
+    return seen ? found : -1;
+}
+
+/* The trace's tensor for session input k: the symbolic argument, or the
+ * state tensor itself. */
+static hd_tensor *aot_input_tensor(const cp_session *s, const hd_value *sym, int nsym, int k) {
+    const cp_input *in = &s->inputs[k];
+    if (in->arg >= 0)
+        return in->arg < nsym && sym[in->arg].type == HD_V_TENSOR ? sym[in->arg].as.t : NULL;
+    return s->first[k];
+}
+
+/* A constant of the trace that requires grad (reached by no path): eager
+ * code would give it a gradient the graphs cannot. */
+static int aot_const_leaf(const cp_session *s) {
+    for (int i = 0; i < s->ncaps; i++)
+        if (s->caps[i].input < 0 && hd_grad_requires(&s->vm->ctx, s->caps[i].t)) return 1;
+    return 0;
+}
+
+static cp_aot *aot_new(hd_vm *vm, int nleaves) {
+    cp_aot *a = hd_ctx_calloc(&vm->ctx, 1, sizeof *a);
+    if (!a) return NULL;
+    a->refs = 1;
+    a->ctx = &vm->ctx;
+    size_t n = (size_t)(nleaves + 1);
+    a->leaf_names = hd_ctx_calloc(&vm->ctx, n, sizeof *a->leaf_names);
+    a->leaf_input = hd_ctx_calloc(&vm->ctx, n, sizeof *a->leaf_input);
+    a->leaf_out = hd_ctx_calloc(&vm->ctx, n, sizeof *a->leaf_out);
+    a->nleaves = nleaves;
+    if (!a->leaf_names || !a->leaf_input || !a->leaf_out) {
+        aot_unref(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* backward() of the result o with a symbolic gradient; each leaf's
+ * gradient becomes an output named "grad:<j>". */
+static hd_status aot_backward(cp_session *s, cp_aot *a, hd_tensor *o, hd_tensor **leaves) {
+    hd_vm *vm = s->vm;
+    hd_ctx *ctx = &vm->ctx;
+    hd_tensor *kept[64] = {NULL};
+    for (int j = 0; j < a->nleaves; j++) {
+        kept[j] = hd_tensor_ref(hd_grad_get(leaves[j]));
+        hd_grad_set(ctx, leaves[j], NULL);
+    }
+    hd_tensor *gout = hd_trace_input(ctx, "grad:return", o->dtype, o->shape, o->ndim);
+    hd_status st = gout ? HD_OK : hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    s->aot_backward = 1;
+    if (!st && hd_grad_backward(ctx, o, gout, 0)) st = hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    s->aot_backward = 0;
+    hd_tensor_unref(gout);
+    for (int j = 0; j < a->nleaves; j++) {
+        hd_tensor *g = hd_grad_get(leaves[j]);
+        a->leaf_out[j] = -1;
+        if (!st && g) {
+            char name[32];
+            snprintf(name, sizeof name, "grad:%d", j);
+            int k = cp_session_out(s, g, name);
+            if (k < 0) st = vm->err ? vm->err : hd_vm_oom(vm);
+            a->leaf_out[j] = k; /* a session output for now: made relative below */
+        }
+        hd_grad_set(ctx, leaves[j], kept[j]);
+        hd_tensor_unref(kept[j]);
+    }
+    return st;
+}
+
+hd_status cp_aot_trace(cp_session *s, const cp_tmpl *ret, const hd_value *sym, int nsym,
+                       cp_aot **out) {
+    hd_vm *vm = s->vm;
+    *out = NULL;
+    int r = aot_result(s, ret);
+    if (r < 0 || aot_const_leaf(s)) return HD_OK;
+    hd_tensor *leaves[64];
+    int kin[64], n = 0;
+    for (int k = 0; k < s->ninputs; k++) {
+        hd_tensor *t = aot_input_tensor(s, sym, nsym, k);
+        if (!t || !hd_grad_requires(&vm->ctx, t)) continue;
+        if (n == 64) return HD_OK; /* too many leaves: eagerly */
+        leaves[n] = t;
+        kin[n++] = k;
+    }
+    cp_aot *a = aot_new(vm, n);
+    if (!a) return hd_vm_oom(vm);
+    for (int j = 0; j < n; j++)
+        if (!(a->leaf_names[j] = hd_ctx_strdup(&vm->ctx, s->inputs[kin[j]].name))) {
+            aot_unref(a);
+            return hd_vm_oom(vm);
+        }
+    a->ret_out = r;
+    a->nfwd = s->nouts;
+    hd_status st = aot_backward(s, a, s->outs[r], leaves);
+    if (st) {
+        aot_unref(a);
+        return st;
+    }
+    int nb = 0;
+    for (int j = 0; j < n; j++)
+        if (a->leaf_out[j] >= 0) a->leaf_out[j] = nb++;
+    a->nbouts = nb;
+    *out = a;
+    return HD_OK;
+}
+
+/* ---- splitting the traced graph ---- */
+
+typedef struct aot_split {
+    const hd_ir_graph *g;
+    hd_ir_graph *f, *b;
+    unsigned char *dep; /* value depends on the incoming gradient */
+    int *fmap, *bmap;   /* value of g -> value of f / b, or -1 */
+    int *saved;         /* values of g the backward graph reads from the forward one */
+    int nsaved;
+} aot_split;
+
+static int split_const(hd_ir_graph *h, int *map, const hd_ir_graph *g, int v) {
+    if (map[v] < 0) map[v] = hd_ir_add_const(h, g->consts[g->values[v].index].t);
+    return map[v];
+}
+
+/* The ids in h of node n's inputs (constants added on first use). */
+static int split_ins(hd_ir_graph *h, int *map, const hd_ir_graph *g, const hd_ir_node *n,
+                     int *ids) {
+    for (int i = 0; i < n->nin; i++) {
+        int v = n->in[i];
+        ids[i] = g->values[v].kind == HD_IR_VALUE_CONST ? split_const(h, map, g, v) : map[v];
+        if (ids[i] < 0) return -1;
+    }
+    return 0;
+}
+
+static hd_status split_node(aot_split *sp, hd_ir_graph *h, int *map, const hd_ir_node *n) {
+    int buf[16], *ids = n->nin <= 16 ? buf : hd_ctx_alloc(h->ctx, (size_t)n->nin * sizeof *ids);
+    if (!ids) return h->ctx->status;
+    hd_status st = HD_OK;
+    if (split_ins(h, map, sp->g, n, ids) < 0) {
+        st = h->ctx->status
+                 ? h->ctx->status
+                 : hd_error(h->ctx, HD_ERR_RUNTIME, "internal error: split lost a value");
+    } else if (n->op == HD_IR_CALLBACK) {
+        hd_ir_callback cb = n->cb;
+        if (cb.ud_dup) cb.ud = cb.ud_dup(cb.ud);
+        st = hd_ir_add_callback(h, &cb, ids, n->nin);
+    } else {
+        int v = hd_ir_add_node(h, (hd_op)n->op, ids, n->nin, &n->attrs);
+        if (v < 0) st = h->ctx->status;
+        map[n->out] = v;
+    }
+    if (ids != buf) hd_ctx_free(h->ctx, ids, (size_t)n->nin * sizeof *ids);
+    return st;
+}
+
+/* Mark what depends on value vg; list the forward values the backward
+ * nodes (and the backward outputs from nfwd on) read. */
+static void split_mark(aot_split *sp, int vg, int nfwd) {
+    const hd_ir_graph *g = sp->g;
+    sp->dep[vg] = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op == HD_IR_CALLBACK || n->out < 0) continue;
+        for (int k = 0; k < n->nin; k++) sp->dep[n->out] |= sp->dep[n->in[k]];
+    }
+    unsigned char *use = hd_ctx_calloc(g->ctx, (size_t)g->nvalues + 1, 1);
+    if (!use) return;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op != HD_IR_CALLBACK && n->out >= 0 && sp->dep[n->out])
+            for (int k = 0; k < n->nin; k++) use[n->in[k]] = 1;
+    }
+    for (int o = nfwd; o < g->noutputs; o++) use[g->outputs[o].value] = 1;
+    for (int v = 0; v < g->nvalues; v++)
+        if (use[v] && !sp->dep[v] && g->values[v].kind != HD_IR_VALUE_CONST)
+            sp->saved[sp->nsaved++] = v;
+    hd_ctx_free(g->ctx, use, (size_t)g->nvalues + 1);
+}
+
+static hd_status split_forward(aot_split *sp, int vg, int nfwd) {
+    const hd_ir_graph *g = sp->g;
+    hd_ir_graph *f = sp->f;
+    for (int i = 0; i < g->ninputs; i++) {
+        const hd_ir_value *v = &g->values[g->inputs[i].value];
+        if (g->inputs[i].value == vg) continue;
+        sp->fmap[g->inputs[i].value] =
+            hd_ir_add_input(f, g->inputs[i].name, v->dtype, v->shape, v->ndim);
+        if (sp->fmap[g->inputs[i].value] < 0) return f->ctx->status;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if ((n->op == HD_IR_CALLBACK || !sp->dep[n->out]) && split_node(sp, f, sp->fmap, n))
+            return f->ctx->status;
+    }
+    for (int o = 0; o < nfwd; o++)
+        if (hd_ir_add_output(f, g->outputs[o].name, sp->fmap[g->outputs[o].value]))
+            return f->ctx->status;
+    for (int k = 0; k < sp->nsaved; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "saved:%d", k);
+        if (hd_ir_add_output(f, name, sp->fmap[sp->saved[k]])) return f->ctx->status;
+    }
+    return HD_OK;
+}
+
+static hd_status split_backward(aot_split *sp, int vg, int nfwd) {
+    const hd_ir_graph *g = sp->g;
+    hd_ir_graph *b = sp->b;
+    for (int k = 0; k < sp->nsaved; k++) {
+        const hd_ir_value *v = &g->values[sp->saved[k]];
+        char name[32];
+        snprintf(name, sizeof name, "saved:%d", k);
+        if ((sp->bmap[sp->saved[k]] = hd_ir_add_input(b, name, v->dtype, v->shape, v->ndim)) < 0)
+            return b->ctx->status;
+    }
+    const hd_ir_value *gv = &g->values[vg];
+    if ((sp->bmap[vg] = hd_ir_add_input(b, "grad:return", gv->dtype, gv->shape, gv->ndim)) < 0)
+        return b->ctx->status;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op != HD_IR_CALLBACK && n->out >= 0 && sp->dep[n->out] &&
+            split_node(sp, b, sp->bmap, n))
+            return b->ctx->status;
+    }
+    for (int o = nfwd; o < g->noutputs; o++) {
+        int v = g->outputs[o].value;
+        int id =
+            g->values[v].kind == HD_IR_VALUE_CONST ? split_const(b, sp->bmap, g, v) : sp->bmap[v];
+        if (id < 0 || hd_ir_add_output(b, g->outputs[o].name, id)) return b->ctx->status;
+    }
+    return HD_OK;
+}
+
+hd_status cp_aot_split(hd_vm *vm, const hd_ir_graph *g, cp_aot *a, hd_ir_graph **fwd,
+                       hd_ir_graph **bwd) {
+    hd_ctx *ctx = &vm->ctx;
+    aot_split sp;
+    memset(&sp, 0, sizeof sp);
+    sp.g = g;
+    size_t nv = (size_t)g->nvalues + 1;
+    int gi = hd_ir_find_input(g, "grad:return");
+    sp.dep = hd_ctx_calloc(ctx, nv, 1);
+    sp.fmap = hd_ctx_alloc(ctx, nv * sizeof *sp.fmap);
+    sp.bmap = hd_ctx_alloc(ctx, nv * sizeof *sp.bmap);
+    sp.saved = hd_ctx_alloc(ctx, nv * sizeof *sp.saved);
+    sp.f = hd_ir_graph_new(ctx, g->name);
+    sp.b = hd_ir_graph_new(ctx, g->name);
+    hd_status st = sp.dep && sp.fmap && sp.bmap && sp.saved && sp.f && sp.b ? HD_OK : HD_ERR_MEMORY;
+    if (!st && gi < 0) st = hd_error(ctx, HD_ERR_RUNTIME, "internal error: no incoming gradient");
+    if (!st) {
+        int vg = g->inputs[gi].value;
+        for (size_t v = 0; v < nv; v++) sp.fmap[v] = sp.bmap[v] = -1;
+        split_mark(&sp, vg, a->nfwd);
+        st = split_forward(&sp, vg, a->nfwd);
+        if (!st) st = split_backward(&sp, vg, a->nfwd);
+        if (!st) st = hd_ir_verify(sp.f);
+        if (!st) st = hd_ir_verify(sp.b);
+    }
+    a->nsaved = sp.nsaved;
+    hd_ctx_free(ctx, sp.dep, nv);
+    hd_ctx_free(ctx, sp.fmap, nv * sizeof *sp.fmap);
+    hd_ctx_free(ctx, sp.bmap, nv * sizeof *sp.bmap);
+    hd_ctx_free(ctx, sp.saved, nv * sizeof *sp.saved);
+    if (st) {
+        hd_ir_graph_free(sp.f);
+        hd_ir_graph_free(sp.b);
+        return hd_vm_from_ctx(vm, st);
+    }
+    *fwd = sp.f;
+    *bwd = sp.b;
+    return HD_OK;
+}
+
+/* Compile the backward graph; find each leaf among the entry's inputs. */
+hd_status cp_aot_finish(hd_vm *vm, cp_aot *a, const cp_entry *e, const hd_ir_graph *bwd,
+                        const hd_jit_options *j) {
+    hd_ctx *ctx = &vm->ctx;
+    for (int l = 0; l < a->nleaves; l++) {
+        a->leaf_input[l] = -1;
+        for (int i = 0; i < e->ninputs; i++)
+            if (e->inputs[i].name && !strcmp(e->inputs[i].name, a->leaf_names[l]))
+                a->leaf_input[l] = i;
+        if (a->leaf_input[l] < 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "internal error: a leaf is not an input");
+    }
+    a->jc = e->jc;
+    if (!a->jc->compile(ctx, bwd, j, &a->bexec)) return HD_OK;
+    /* what the forward's compiler cannot take, interp can */
+    if (ctx->status == HD_ERR_MEMORY || hd_jit_compiler_find(ctx, "interp", &a->jc) ||
+        (hd_error_clear(ctx), a->jc->compile(ctx, bwd, j, &a->bexec)))
+        return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    return HD_OK;
+}
+
+/* ---- at a run ---- */
+
+typedef struct aot_record {
+    cp_aot *a;
+    hd_tensor **saved;
+} aot_record;
+
+static void record_free(hd_ctx *ctx, void *ud) {
+    aot_record *r = ud;
+    for (int k = 0; k < r->a->nsaved; k++) hd_tensor_unref(r->saved[k]);
+    hd_ctx_free(ctx, r->saved, (size_t)(r->a->nsaved + 1) * sizeof *r->saved);
+    aot_unref(r->a);
+    hd_ctx_free(ctx, r, sizeof *r);
+}
+
+static hd_status record_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned char *need,
+                                 hd_tensor **gin, int nin) {
+    aot_record *r = ud;
+    cp_aot *a = r->a;
+    int nin_b = a->nsaved + 1;
+    hd_tensor **in = hd_ctx_calloc(ctx, (size_t)nin_b, sizeof *in);
+    hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)a->nbouts + 1, sizeof *outs);
+    hd_status st = in && outs ? HD_OK : ctx->status;
+    if (!st) {
+        for (int k = 0; k < a->nsaved; k++) in[k] = r->saved[k];
+        in[a->nsaved] = g;
+        st = a->jc->run(ctx, a->bexec, in, nin_b, outs, a->nbouts);
+    }
+    for (int j = 0; !st && j < nin && j < a->nleaves; j++)
+        if (need[j] && a->leaf_out[j] >= 0) gin[j] = hd_tensor_ref(outs[a->leaf_out[j]]);
+    for (int k = 0; outs && k < a->nbouts; k++) hd_tensor_unref(outs[k]);
+    hd_ctx_free(ctx, in, (size_t)nin_b * sizeof *in);
+    hd_ctx_free(ctx, outs, (size_t)(a->nbouts + 1) * sizeof *outs);
+    return st;
+}
+
+static const hd_grad_custom aot_custom = {record_backward, record_free};
+
+hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_tensor **outs) {
+    hd_ctx *ctx = &vm->ctx;
+    cp_aot *a = e->aot;
+    hd_tensor *o = outs[a->ret_out];
+    if (e->views[a->ret_out].input >= 0 || o->grad_info) return HD_OK; /* remade with history */
+    aot_record *r = hd_ctx_calloc(ctx, 1, sizeof *r);
+    hd_tensor **leaves = hd_ctx_calloc(ctx, (size_t)a->nleaves + 1, sizeof *leaves);
+    if (r) r->saved = hd_ctx_calloc(ctx, (size_t)a->nsaved + 1, sizeof *r->saved);
+    if (!r || !leaves || !r->saved) {
+        if (r) hd_ctx_free(ctx, r->saved, (size_t)(a->nsaved + 1) * sizeof *r->saved);
+        hd_ctx_free(ctx, r, sizeof *r);
+        hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
+        return hd_vm_oom(vm);
+    }
+    r->a = a;
+    a->refs++;
+    for (int k = 0; k < a->nsaved; k++) r->saved[k] = hd_tensor_ref(outs[a->nfwd + k]);
+    for (int j = 0; j < a->nleaves; j++) leaves[j] = inputs[a->leaf_input[j]];
+    hd_status st = hd_autograd_record_custom(ctx, leaves, a->nleaves, o, &aot_custom, r);
+    hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
+    return st ? hd_vm_from_ctx(vm, HD_ERR_RUNTIME) : HD_OK;
+}
