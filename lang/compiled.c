@@ -318,7 +318,7 @@ static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tenso
 }
 
 static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd_tensor **out) {
-    hd_tensor *t = hd_tensor_ref(inputs[v->input]);
+    hd_tensor *t = hd_tensor_ref(v->own ? *out : inputs[v->input]);
     for (int i = 0; t && i < v->nops; i++) {
         hd_tensor *u = NULL;
         hd_op_run(&vm->ctx, v->ops[i], &t, 1, &v->attrs[i], &u);
@@ -339,12 +339,13 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
     if (!outs) return hd_vm_oom(vm);
     hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
     if (st) st = hd_vm_from_ctx(vm, st);
-    if (!st && e->aot) st = cp_aot_attach(vm, e, inputs, outs);
     for (int k = 0; !st && e->spent && k < e->noutputs; k++)
         if (e->spent[k] && hd_autograd_mark_spent(ctx, outs[k]))
             st = hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     for (int k = 0; !st && k < e->noutputs; k++)
-        if (e->views[k].input >= 0) st = view_remake(vm, &e->views[k], inputs, &outs[k]);
+        if (e->views[k].input >= 0 || e->views[k].own)
+            st = view_remake(vm, &e->views[k], inputs, &outs[k]);
+    if (!st && e->aot) st = cp_aot_attach(vm, e, inputs, outs);
     for (int i = 0; !st && i < e->nwbs; i++) st = wb_apply(vm, &e->wbs[i], r, inputs, outs);
     if (!st && ret) st = tmpl_value(vm, &e->ret, r, outs, ret);
     for (int k = 0; k < e->noutputs; k++) hd_tensor_unref(outs[k]);
@@ -879,6 +880,18 @@ static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     return HD_OK;
 }
 
+/* The node of a tensor from before the call that its path still leads to
+ * after the body ran (the body did not store another there), or -1. */
+static int tmpl_state_tensor(cp_session *s, hd_tensor *t) {
+    int node = t->storage ? cp_scan_find(&s->pre, t) : -1;
+    cp_path p;
+    hd_value now;
+    if (node < 0 || cp_scan_path(&s->pre, &s->roots, node, &p)) return -1;
+    int same = cp_path_get(&s->roots, &p, &now) && now.type == HD_V_TENSOR && now.as.t == t;
+    cp_path_free(s->vm, &p);
+    return same ? node : -1;
+}
+
 /* The shape of the returned value: tensors become outputs; numbers,
  * strings and none stay as they are; values from before the call are
  * found again by their paths. */
@@ -888,8 +901,13 @@ static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     t->v = hd_none();
     if (depth > 64)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned value is nested too deeply");
+    int node;
     switch (v.type) {
     case HD_V_TENSOR:
+        if ((node = tmpl_state_tensor(s, v.as.t)) >= 0) { /* itself, as eagerly */
+            t->kind = CP_T_PATH;
+            return cp_scan_path(&s->pre, &s->roots, node, &t->path);
+        }
         t->kind = CP_T_OUT;
         t->out = out_add(s, v.as.t, "return");
         return t->out < 0 ? vm->err : HD_OK;
@@ -984,7 +1002,7 @@ static hd_status change_tmpl(cp_session *s, hd_value v, cp_tmpl *t) {
     hd_vm *vm = s->vm;
     int tensor = v.type == HD_V_TENSOR;
     int node = tensor ? cp_scan_find(&s->pre, v.as.t) : -1;
-    if (node < 0 && !(tensor || v.type == HD_V_FUNC)) return tmpl_build(s, v, t, 0);
+    if (node >= 0 || !(tensor || v.type == HD_V_FUNC)) return tmpl_build(s, v, t, 0);
     memset(t, 0, sizeof *t);
     t->v = hd_none();
     int alias = tensor && node < 0 ? cp_scan_find_tensor(&s->pre, v.as.t) : -1;
@@ -992,17 +1010,14 @@ static hd_status change_tmpl(cp_session *s, hd_value v, cp_tmpl *t) {
         t->kind = CP_T_DETACH;
         return cp_scan_path(&s->pre, &s->roots, alias, &t->path) ? vm->err : HD_OK;
     }
-    if (node < 0) {
-        /* a tensor with data made inside (param(tensor([...]))): a copy at
-         * every run; a function made inside: the one the trace made, stored
-         * again (the tensors it captured are written back through their
-         * paths) */
-        t->kind = tensor ? CP_T_FRESH : CP_T_CONST;
-        hd_vref(t->v = v);
-        return HD_OK;
-    }
-    t->kind = CP_T_PATH;
-    return cp_scan_path(&s->pre, &s->roots, node, &t->path) ? vm->err : HD_OK;
+    /* a tensor with data made inside (param(tensor([...]))): a copy at every
+     * run (a traced one is an output); a function made inside: the one the
+     * trace made, stored again (the tensors it captured are written back
+     * through their paths) */
+    if (tensor && !v.as.t->storage) return tmpl_build(s, v, t, 0);
+    t->kind = tensor ? CP_T_FRESH : CP_T_CONST;
+    hd_vref(t->v = v);
+    return HD_OK;
 }
 
 static hd_status wb_change(void *ud, const cp_change *c) {
@@ -1238,22 +1253,34 @@ static hd_status entry_inputs(cp_session *s, const hd_ir_graph *g, cp_entry *e, 
     return HD_OK;
 }
 
-/* Does value v view an input through view ops only? *n gets their count. */
-static int view_chain(const hd_ir_graph *g, int v, int *n) {
+/* The value v views through view ops only (v itself when it is no view);
+ * *n gets their count. */
+static int view_base(const hd_ir_graph *g, int v, int *n) {
     *n = 0;
     while (g->values[v].kind == HD_IR_VALUE_NODE) {
         const hd_ir_node *nd = &g->nodes[g->values[v].index];
-        if (nd->op < 0 || hd_op_infos[nd->op].kind != HD_KIND_VIEW) return -1;
+        if (nd->op < 0 || hd_op_infos[nd->op].kind != HD_KIND_VIEW) break;
         v = nd->in[0];
         ++*n;
     }
-    return g->values[v].kind == HD_IR_VALUE_INPUT ? g->values[v].index : -1;
+    return v;
 }
 
-static hd_status view_make(hd_vm *vm, const hd_ir_graph *g, int v, cp_view *out) {
-    int n;
-    out->input = view_chain(g, v, &n);
-    if (out->input < 0 || !n) return HD_OK;
+/* Output k of g: a view of an input is made again from the caller's
+ * tensor; a view of a value computed inside (x.expand(...), x.T) is made
+ * of that value, which the graph outputs instead (own). */
+static hd_status view_make(hd_vm *vm, hd_ir_graph *g, int k, int keep, cp_view *out) {
+    int n, v = g->outputs[k].value, base = view_base(g, v, &n);
+    out->input = -1;
+    if (!n) return HD_OK;
+    if (g->values[base].kind == HD_IR_VALUE_INPUT) {
+        out->input = g->values[base].index;
+    } else if (!keep) {
+        out->own = 1;
+        g->outputs[k].value = base;
+    } else {
+        return HD_OK;
+    }
     out->ops = hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->ops);
     out->attrs = out->ops ? hd_ctx_alloc(&vm->ctx, (size_t)n * sizeof *out->attrs) : NULL;
     if (!out->attrs) {
@@ -1271,12 +1298,13 @@ static hd_status view_make(hd_vm *vm, const hd_ir_graph *g, int v, cp_view *out)
     return HD_OK;
 }
 
-static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
+static hd_status entry_outputs(hd_vm *vm, hd_ir_graph *g, cp_entry *e) {
     e->views = hd_ctx_calloc(&vm->ctx, (size_t)(g->noutputs + 1), sizeof *e->views);
     if (!e->views) return hd_vm_oom(vm);
     e->noutputs = g->noutputs;
+    int keep = e->aot ? cp_aot_result(e->aot) : -1; /* its record needs the value itself */
     for (int k = 0; k < g->noutputs; k++)
-        if (view_make(vm, g, g->outputs[k].value, &e->views[k])) return vm->err;
+        if (view_make(vm, g, k, k == keep, &e->views[k])) return vm->err;
     return HD_OK;
 }
 
@@ -1284,8 +1312,11 @@ static hd_status entry_outputs(hd_vm *vm, const hd_ir_graph *g, cp_entry *e) {
  * loss): their runs' tensors get a used-up record too, so that a second
  * backward() says so, as eagerly. */
 static hd_status entry_spent(cp_session *s, cp_entry *e) {
-    for (int k = 0; k < s->nouts && k < e->noutputs; k++) {
-        if (!hd_grad_is_spent(s->outs[k])) continue;
+    /* with a backward graph: the call's own outputs, not its result (whose
+     * records the traced backward used) nor the saved values */
+    int n = e->aot ? cp_aot_nfwd(e->aot) : s->nouts, skip = e->aot ? cp_aot_result(e->aot) : -1;
+    for (int k = 0; k < n && k < e->noutputs; k++) {
+        if (k == skip || !hd_grad_is_spent(s->outs[k])) continue;
         if (!e->spent && !(e->spent = hd_ctx_calloc(&s->vm->ctx, (size_t)e->noutputs + 1, 1)))
             return hd_vm_oom(s->vm);
         e->spent[k] = 1;

@@ -50,6 +50,14 @@ static void aot_unref(cp_aot *a) {
     hd_ctx_free(ctx, a, sizeof *a);
 }
 
+int cp_aot_result(const cp_aot *a) {
+    return a->ret_out;
+}
+
+int cp_aot_nfwd(const cp_aot *a) {
+    return a->nfwd;
+}
+
 void cp_aot_free(cp_aot *a) {
     aot_unref(a);
 }

@@ -221,6 +221,8 @@ typedef struct cp_input {
  * being copied. */
 typedef struct cp_view {
     int input; /* -1: the output is computed */
+    int own;   /* a view of a value computed inside: the graph outputs that value
+                  and the view is made of it at each run (an expanded tensor stays one) */
     int nops;
     hd_op *ops;
     hd_attrs *attrs;
@@ -429,5 +431,9 @@ hd_status cp_aot_finish(hd_vm *vm, cp_aot *a, const cp_entry *e, const hd_ir_gra
 /* After the forward graph ran: the record of the result. */
 hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_tensor **outs);
 void cp_aot_free(cp_aot *a);
+/* The output whose record runs the backward graph. */
+int cp_aot_result(const cp_aot *a);
+/* The forward graph's outputs before the saved values. */
+int cp_aot_nfwd(const cp_aot *a);
 
 #endif
