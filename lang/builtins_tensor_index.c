@@ -116,10 +116,10 @@ static hd_status ix_slice(hd_vm *vm, const hd_index_part *p, int64_t n, int d, h
     if (hi < 0) hi += n;
     lo = lo < 0 ? 0 : lo > n ? n : lo;
     hi = hi < 0 ? 0 : hi > n ? n : hi;
-    at->start[d] = lo;
-    at->step[d] = step;
-    at->len[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
-    if (at->len[d] == 0) at->start[d] = 0;
+    /* hi - lo + step - 1 would overflow for a step near INT64_MAX */
+    at->len[d] = hi > lo ? (hi - lo - 1) / step + 1 : 0;
+    at->start[d] = at->len[d] ? lo : 0;
+    at->step[d] = at->len[d] > 1 ? step : 1; /* keeps stride * step in range */
     return HD_OK;
 }
 
@@ -468,12 +468,14 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
         return HD_ERR_RUNTIME;
     }
     hd_status st = hd_value_to_tensor(vm, val, "the assigned value", 0, HD_F32, &src);
-    hd_place ps = hd_place_of(src), pv = hd_place_of(v);
-    if (!st && (ps.backend != pv.backend || ps.device != pv.device)) { /* a number, a list */
-        hd_tensor *moved = NULL;
-        st = ix_place_like(vm, src, v, &moved);
-        hd_tensor_unref(src);
-        src = moved;
+    if (!st) { /* src is NULL when the value is not tensor-like */
+        hd_place ps = hd_place_of(src), pv = hd_place_of(v);
+        if (ps.backend != pv.backend || ps.device != pv.device) { /* a number, a list */
+            hd_tensor *moved = NULL;
+            st = ix_place_like(vm, src, v, &moved);
+            hd_tensor_unref(src);
+            src = moved;
+        }
     }
     int pos = pl.tpos - pl.tnones;
     if (!st && !pl.idx) {
