@@ -146,6 +146,8 @@ static HD_TF_FN(tf_squeeze) {
         int ax;
         if (hd_norm_axis(hd_vm_ctx(vm), at.axes[i], x->ndim, &ax))
             st = hd_tfail(vm, "squeeze");
+        else if (drop & (1u << ax))
+            st = hd_vm_error(vm, HD_ERR_RUNTIME, "squeeze: axis %d appears twice", ax);
         else
             drop |= 1u << ax;
     }
@@ -343,11 +345,23 @@ static HD_TF_FN(tf_one_hot) {
     hd_tensor *r = NULL;
     hd_status st = hd_targ_int(vm, &a, 1, -1, &at.ints[0]);
     if (!st && at.ints[0] < 0 && hd_dtype_is_int(x->dtype) && x->numel > 0) {
-        hd_tensor *m = NULL;
-        st = hd_trun_t(vm, "one_hot", HD_OP_MAX, &x, 1, NULL, &m);
-        if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
-        if (!st) at.ints[0] = hd_tensor_get_i64(m, 0) + 1;
-        hd_tensor_unref(m);
+        /* n from the largest index; a negative one is the error, not n */
+        int64_t ext[2] = {0, 0}; /* min, max */
+        for (int k = 0; k < 2 && !st; k++) {
+            hd_tensor *m = NULL;
+            st = hd_trun_t(vm, "one_hot", k ? HD_OP_MAX : HD_OP_MIN, &x, 1, NULL, &m);
+            if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
+            if (!st) ext[k] = hd_tensor_get_i64(m, 0);
+            hd_tensor_unref(m);
+        }
+        if (!st && ext[0] < 0)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "one_hot: index %lld is negative (classes count from 0)",
+                             (long long)ext[0]);
+        else if (!st && ext[1] == INT64_MAX)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME, "one_hot: index %lld gives too many classes",
+                             (long long)ext[1]);
+        if (!st) at.ints[0] = ext[1] + 1;
     }
     if (!st) st = hd_trun_t(vm, "one_hot", HD_OP_ONE_HOT, &x, 1, &at, &r);
     return done(vm, x, st, r, out);
