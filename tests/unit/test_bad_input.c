@@ -103,6 +103,29 @@ static void run_case(hd_vm *vm, sink *k, const bad_case *c) {
     CHECK_MSG(strcmp(k->buf, "2\n") == 0, "after %s: %s", c->src, k->buf);
 }
 
+/* An error on a line longer than the error text shows a window of the line
+ * around the column, with the caret under it. */
+static void test_long_line(hd_vm *vm) {
+    enum { N = 20000 };
+    static char src[N + 64];
+    size_t n = 0;
+    n += (size_t)snprintf(src, sizeof src, "let x = [");
+    while (n < N) n += (size_t)snprintf(src + n, sizeof src - n, "1, ");
+    n += (size_t)snprintf(src + n, sizeof src - n, "\"a\" + 1, 2]");
+    hd_eval_opts o = {0, 0};
+    CHECK(hd_vm_eval(vm, src, n, "<long>", &o, NULL) == HD_ERR_RUNTIME);
+    const char *t = hd_vm_error_text(vm);
+    const char *l1 = strchr(t, '\n'), *l2 = l1 ? strchr(l1 + 1, '\n') : NULL;
+    CHECK_MSG(l1 && l2 && strstr(l1, "...1, 1") == l1 + 3, "%.300s", t);
+    if (l1 && l2) {
+        const char *q = strstr(l1, "\"a\" + 1");
+        const char *caret = strchr(l2, '^');
+        CHECK_MSG(q && caret && caret - (l2 + 1) == q - (l1 + 1), "%.400s", t);
+        CHECK(l2 - l1 < 200);
+    }
+    hd_vm_clear_error(vm);
+}
+
 int main(void) {
     sink k;
     hd_vm *vm = hd_vm_new(NULL);
@@ -110,6 +133,7 @@ int main(void) {
     if (!vm) TEST_END();
     hd_vm_set_writer(vm, sink_write, &k);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(vm, &k, &cases[i]);
+    test_long_line(vm);
     hd_vm_free(vm);
     TEST_END();
 }
