@@ -589,7 +589,9 @@ SHAPE_FN(conv2d) {
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "conv2d: stride, dilation and groups must be positive "
                         "and padding non-negative");
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1] * g || w->shape[0] % g)
+    /* C == C/groups * groups without the product, which a huge groups overflows */
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] % g || x->shape[1] / g != w->shape[1] ||
+        w->shape[0] % g)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "conv2d: input %s and weight %s do not agree (want [N, C, H, W] and "
                         "[O, C/groups, kH, kW])",

@@ -77,6 +77,10 @@ static const bad_case cases[] = {
     {"print(ones([3]).split(" I64_MAX "))", "[tensor([1., 1., 1.])]\n", NULL, 0},
     {"max_pool2d(ones([1, 1, 4, 4]), 2, padding = " I64_MAX ")", NULL, "padding at most half", 1},
     {"ones([1]).expand([4611686018427387904, 4611686018427387904])", NULL, "too large", 1},
+    {"conv2d(ones([1, 4, 4, 4]), ones([1, 1, 2, 2]), groups = 4611686018427387904)", NULL,
+     "do not agree", 1},
+    {"let x = ones([4, 4])\nprint(x[::" I64_MAX ", 1::" I64_MAX "].T.reshape([1]))",
+     "tensor([1.])\n", NULL, 0},
 };
 
 static void run_case(hd_vm *vm, sink *k, const bad_case *c) {
