@@ -4,6 +4,7 @@
 #include "builtins_tensor.h"
 #include "compiled.h"
 #include "hd_backend.h"
+#include "hd_trace.h"
 #include "tensor_print.h"
 #include "vm.h"
 
@@ -577,8 +578,39 @@ void hd_tunref_all(hd_tensor **t, int n) {
     for (int i = 0; i < n; i++) hd_tensor_unref(t[i]);
 }
 
+/* Integer % and ** have no value for a zero divisor or a negative power:
+ * a program's op is refused, as for int scalars and in PyTorch, instead of
+ * the 0 the kernels give. Compiled code checks a divisor it knows as it
+ * traces (a constant); one it gets only when it runs goes to the kernels
+ * (docs/compiled.md). */
+static hd_status int_operand_check(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in,
+                                   int nin) {
+    if ((op != HD_OP_MOD && op != HD_OP_POW) || nin != 2) return HD_OK;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *b = in[1];
+    if (hd_dtype_is_float(in[0]->dtype) || hd_dtype_is_float(b->dtype) || !b->storage ||
+        hd_trace_stands_for_input(ctx, b))
+        return HD_OK;
+    hd_tensor *h = hd_tensor_to_host(ctx, b);
+    if (!h) return hd_tfail(vm, fname);
+    hd_status st = HD_OK;
+    for (int64_t i = 0; i < h->numel && !st; i++) {
+        int64_t v = hd_tensor_get_i64(h, i);
+        if (op == HD_OP_MOD && v == 0)
+            st = hd_error(ctx, HD_ERR_RUNTIME, "integer modulo by zero");
+        else if (op == HD_OP_POW && v < 0)
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "integers to negative integer powers are not allowed (got %lld; "
+                          "use a float tensor)",
+                          (long long)v);
+    }
+    hd_tensor_unref(h);
+    return st ? hd_tfail(vm, fname) : HD_OK;
+}
+
 hd_status hd_trun_t(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
                     const hd_attrs *attrs, hd_tensor **t) {
+    if (int_operand_check(vm, fname, op, in, nin)) return HD_ERR_RUNTIME;
     if (hd_op_run(hd_vm_ctx(vm), op, in, nin, attrs, t)) return hd_tfail(vm, fname);
     return HD_OK;
 }

@@ -163,32 +163,6 @@ static int op_all_numbers(hd_tensor *const *in, int nin) {
     return 1;
 }
 
-/* Integer % and ** have no value for some operands: a zero divisor, a
- * negative power. They are refused, as for int scalars and in PyTorch,
- * instead of the 0 the kernels give. b is the op's second input, dt the
- * dtype the kernel takes it in. Compiled code checks the b it knows when
- * tracing (a constant); one it gets when it runs goes to the kernels. */
-static hd_status op_check_int_operand(hd_ctx *ctx, hd_op op, hd_tensor *b, int dt) {
-    if (dt < 0) dt = b->dtype;
-    if ((op != HD_OP_MOD && op != HD_OP_POW) || !hd_dtype_is_int((hd_dtype)dt) || !b->storage)
-        return HD_OK;
-    hd_tensor *h = hd_tensor_to_host(ctx, b);
-    if (!h) return ctx->status;
-    hd_status st = HD_OK;
-    for (int64_t i = 0; i < h->numel && !st; i++) {
-        int64_t v = hd_tensor_get_i64(h, i);
-        if (op == HD_OP_MOD && v == 0)
-            st = hd_error(ctx, HD_ERR_RUNTIME, "integer modulo by zero");
-        else if (op == HD_OP_POW && v < 0)
-            st = hd_error(ctx, HD_ERR_RUNTIME,
-                          "integers to negative integer powers are not allowed (got %lld; "
-                          "use a float tensor)",
-                          (long long)v);
-    }
-    hd_tensor_unref(h);
-    return st;
-}
-
 /* Cast the inputs to the plan's dtypes and run the kernel; when rec is
  * set, record the op for backward with the inputs the kernel saw. */
 static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
@@ -211,7 +185,6 @@ static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin
         hd_tensor_unref(cast[i]);
         cast[i] = c;
     }
-    if (!st && nin == 2) st = op_check_int_operand(ctx, op, cast[1], cast[1]->dtype);
     if (st) goto done;
     if (!be->supports_op(op, nin ? cast[0]->dtype : plan->dtype)) {
         st = hd_error(ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
@@ -294,9 +267,6 @@ static hd_status op_trace(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "dropout in training mode with gradients is not supported inside compiled "
                         "code (its backward replays the draw of one run)");
-    if (nin == 2 && !hd_trace_stands_for_input(ctx, in[1]) &&
-        op_check_int_operand(ctx, op, in[1], plan->in_dtype[1]))
-        return ctx->status;
     int was_disabled = ctx->grad_disabled;
     ctx->grad_disabled = 1;
     hd_status st = hd_trace_record(ctx, op, in, nin, attrs, plan, out);
