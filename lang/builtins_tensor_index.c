@@ -3,6 +3,7 @@
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const hd_tfunc *hd_tfunc_method(const char *name);
@@ -461,6 +462,19 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
                               hd_value val) {
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
     hd_tensor *x = xv.as.t, *v = NULL, *src = NULL, *p = NULL;
+    /* a number that does not fit an integer tensor is refused, as tensor()
+     * and full() refuse it (PyTorch too), not wrapped */
+    if ((val.type == HD_V_INT && !hd_dtype_holds_int(x->dtype, val.as.i)) ||
+        (val.type == HD_V_FLOAT && !hd_dtype_holds_float(x->dtype, val.as.f))) {
+        char num[32];
+        if (val.type == HD_V_INT)
+            snprintf(num, sizeof num, "%lld", (long long)val.as.i);
+        else
+            snprintf(num, sizeof num, "%g", val.as.f);
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "cannot assign %s to a tensor of dtype %s: it does not fit", num,
+                           hd_dtype_name(x->dtype));
+    }
     ixplan pl;
     if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
     if (ix_view(vm, x, &pl, 0, &v)) {
