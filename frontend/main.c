@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char hd_usage[] =
@@ -57,15 +58,22 @@ static int hd_report(hd_vm *vm, hd_status st) {
 }
 
 /* A file argument that cannot be read is a usage error (2), reported
- * before anything starts. */
+ * before anything starts: so is a directory or a device such as /dev/zero
+ * (a pipe, as from <(...), is read). */
 static int hd_readable(const char *path) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         fprintf(stderr, "hodu: cannot read %s: %s\n", path, strerror(errno));
         return 0;
     }
+    struct stat sb;
+    int bad = fstat(fileno(fp), &sb) == 0 &&
+              (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode));
+    if (bad)
+        fprintf(stderr, "hodu: cannot read %s: %s\n", path,
+                S_ISDIR(sb.st_mode) ? "it is a directory" : "it is a device, not a file");
     fclose(fp);
-    return 1;
+    return !bad;
 }
 
 static hd_vm *hd_make_vm(int argc, char **argv) {

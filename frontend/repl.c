@@ -346,6 +346,24 @@ static int step(repl *r, const char *line) {
     return quit;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define HD_REPL_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HD_REPL_LSAN 1
+#endif
+#endif
+#ifdef HD_REPL_LSAN
+/* LeakSanitizer's suppressions for a sanitizer build: libedit keeps the
+ * name and help strings that el_set(EL_ADDFN) copies with wcsdup, and
+ * el_end never frees them (160 bytes, once, inside libedit). With fast
+ * unwinding the stack stops at wcsdup (libedit has no frame pointers). */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) {
+    return "leak:el_set\nleak:wcsdup\n";
+}
+#endif
+
 int hd_repl_run(hd_vm *vm) {
     repl r;
     memset(&r, 0, sizeof r);
@@ -371,7 +389,13 @@ int hd_repl_run(hd_vm *vm) {
         }
         if (!line) {
             fputc('\n', stdout);
-            break;
+            if (!continuing) break;
+            /* Ctrl-D on a continuation line drops the statement, as Ctrl-C
+             * does; on the first line it leaves (a second end of input,
+             * as from a closed terminal, leaves too) */
+            r.len = 0;
+            continuing = 0;
+            continue;
         }
         if (step(&r, line)) break;
     }

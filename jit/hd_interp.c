@@ -126,7 +126,8 @@ static hd_tensor *interp_view(hd_jit_exec *e, const hd_ir_node *n) {
         int k = 0;
         for (int i = 0; i < x->ndim; i++) {
             if (a->len[i] > 0) offset += a->start[i] * x->strides[i];
-            if (!(a->drop_mask & (1u << i))) strides[k++] = x->strides[i] * a->step[i];
+            if (!(a->drop_mask & (1u << i)))
+                strides[k++] = hd_slice_stride(x->strides[i], a->step[i], a->len[i]);
         }
         break;
     }

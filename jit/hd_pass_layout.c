@@ -41,7 +41,8 @@ static void layout_view(const hd_ir_graph *g, const hd_ir_node *n, const layout 
         int k = 0;
         for (int i = 0; i < x->ndim; i++)
             if (!(n->attrs.drop_mask & (1u << i)))
-                out->strides[k++] = in->strides[i] * n->attrs.step[i];
+                out->strides[k++] =
+                    hd_slice_stride(in->strides[i], n->attrs.step[i], n->attrs.len[i]);
         break;
     }
     default: hd_contiguous_strides(y->shape, y->ndim, out->strides); break;

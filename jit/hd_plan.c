@@ -148,7 +148,8 @@ static void plan_view(plan_state *s, const hd_ir_node *n) {
         int k = 0;
         for (int i = 0; i < xv->ndim; i++) {
             if (a->len[i] > 0) off += a->start[i] * x->strides[i];
-            if (!(a->drop_mask & (1u << i))) y->strides[k++] = x->strides[i] * a->step[i];
+            if (!(a->drop_mask & (1u << i)))
+                y->strides[k++] = hd_slice_stride(x->strides[i], a->step[i], a->len[i]);
         }
         break;
     }

@@ -585,15 +585,37 @@ static const char *hd_diag_line(const char *source, int line, size_t *len) {
     return s;
 }
 
-/* '^' under column `col`, '~' to `end` (both 1-based, inclusive); the
- * padding copies the line's tabs so the caret lines up under them. */
-static void hd_diag_caret(hd_dump *d, const char *line, size_t len, const hd_span *span) {
+/* A long line is shown as a window of this many bytes around the column,
+ * with "..." where it is cut, so that the caret stays in the message. */
+enum { HD_DIAG_WIDTH = 160, HD_DIAG_BEFORE = 60 };
+
+static int hd_diag_cont(char c) { /* a UTF-8 continuation byte */
+    return ((unsigned char)c & 0xC0) == 0x80;
+}
+
+/* The source line, or the window [from, to) of it, then '^' under column
+ * `col` and '~' to `end` (both 1-based, inclusive); the padding copies the
+ * line's tabs so the caret lines up under them. */
+static void hd_diag_source(hd_dump *d, const char *line, size_t len, const hd_span *span) {
     size_t col = span->col > 0 ? (size_t)span->col - 1 : 0;
     if (col > len) col = len;
     size_t end =
         span->end_line > span->line ? len : (size_t)(span->end_col > 0 ? span->end_col : 0);
-    if (end > len) end = len;
-    for (size_t i = 0; i < col; i++) hd_dump_raw(d, line[i] == '\t' ? "\t" : " ", 1);
+    size_t from = 0, to = len;
+    if (len > HD_DIAG_WIDTH) {
+        from = col > HD_DIAG_BEFORE ? col - HD_DIAG_BEFORE : 0;
+        while (from > 0 && hd_diag_cont(line[from])) from--;
+        to = from + HD_DIAG_WIDTH < len ? from + HD_DIAG_WIDTH : len;
+        while (to < len && hd_diag_cont(line[to])) to++;
+    }
+    if (end > to) end = to;
+    hd_dump_s(d, "  ");
+    if (from) hd_dump_s(d, "...");
+    hd_dump_raw(d, line + from, to - from);
+    if (to < len) hd_dump_s(d, "...");
+    hd_dump_s(d, "\n  ");
+    if (from) hd_dump_s(d, "   ");
+    for (size_t i = from; i < col; i++) hd_dump_raw(d, line[i] == '\t' ? "\t" : " ", 1);
     hd_dump_s(d, "^");
     for (size_t i = col + 1; i < end; i++) hd_dump_s(d, "~");
 }
@@ -610,10 +632,8 @@ size_t hd_diag_format(char *buf, size_t n, const char *chunk, const char *source
     hd_dump_s(&d, kind ? kind : "error");
     hd_dump_s(&d, ": ");
     hd_dump_s(&d, message ? message : "");
-    hd_dump_s(&d, "\n  ");
-    hd_dump_raw(&d, line, len);
-    hd_dump_s(&d, "\n  ");
-    hd_diag_caret(&d, line, len, span);
+    hd_dump_s(&d, "\n");
+    hd_diag_source(&d, line, len, span);
     hd_dump_s(&d, "\n");
     if (n) buf[d.len < n ? d.len : n - 1] = 0;
     return d.len;

@@ -125,7 +125,12 @@ NATIVE(bi_len) {
     case HD_V_STR: *result = hd_int((int64_t)hd_as_str(x)->ulen); return HD_OK;
     case HD_V_LIST: *result = hd_int(hd_as_list(x)->len); return HD_OK;
     case HD_V_DICT: *result = hd_int(hd_as_dict(x)->len); return HD_OK;
-    case HD_V_RANGE: *result = hd_int(hd_range_len((hd_range *)x.as.o)); return HD_OK;
+    case HD_V_RANGE:
+        if (hd_range_ulen((hd_range *)x.as.o) > (uint64_t)INT64_MAX)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "len() of a range longer than %lld",
+                               (long long)INT64_MAX);
+        *result = hd_int(hd_range_len((hd_range *)x.as.o));
+        return HD_OK;
     case HD_V_TENSOR:
         if (x.as.t->ndim == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "len() of a 0-d tensor");
         *result = hd_int(x.as.t->shape[0]);

@@ -4,6 +4,7 @@
 #include "builtins_tensor.h"
 #include "compiled.h"
 #include "hd_backend.h"
+#include "hd_trace.h"
 #include "tensor_print.h"
 #include "vm.h"
 
@@ -385,19 +386,48 @@ static hd_status nest_shape(nest *s, hd_value v, int depth) {
     return HD_OK;
 }
 
-static hd_status store_int(nest *s, int64_t x) {
-    int64_t lo = 0, hi = 0;
-    switch (s->dt) {
-    case HD_I8: lo = INT8_MIN, hi = INT8_MAX; break;
-    case HD_U8: lo = 0, hi = UINT8_MAX; break;
-    case HD_I32: lo = INT32_MIN, hi = INT32_MAX; break;
-    case HD_I64: ((int64_t *)s->data)[s->k++] = x; return HD_OK;
-    default: hd_dtype_store(s->dt, s->data, s->k++, (double)x); return HD_OK;
+/* The bounds of an integer dtype; 0 for the others. */
+static int int_bounds(hd_dtype dt, int64_t *lo, int64_t *hi) {
+    switch (dt) {
+    case HD_I8: *lo = INT8_MIN, *hi = INT8_MAX; return 1;
+    case HD_U8: *lo = 0, *hi = UINT8_MAX; return 1;
+    case HD_I32: *lo = INT32_MIN, *hi = INT32_MAX; return 1;
+    case HD_I64: *lo = INT64_MIN, *hi = INT64_MAX; return 1;
+    default: return 0;
     }
-    if (x < lo || x > hi)
+}
+
+int hd_dtype_holds_int(hd_dtype dt, int64_t x) {
+    int64_t lo, hi;
+    return !int_bounds(dt, &lo, &hi) || (x >= lo && x <= hi);
+}
+
+/* A float goes into an integer dtype truncated, as in PyTorch: it must be a
+ * number and fit (2^63 is the first double past INT64_MAX). */
+int hd_dtype_holds_float(hd_dtype dt, double x) {
+    int64_t lo, hi;
+    if (!int_bounds(dt, &lo, &hi)) return 1;
+    double t = trunc(x);
+    if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0)) return 0;
+    return hd_dtype_holds_int(dt, (int64_t)t);
+}
+
+static hd_status store_int(nest *s, int64_t x) {
+    if (!hd_dtype_holds_int(s->dt, x))
         return hd_vm_error(s->vm, HD_ERR_RUNTIME, "tensor: %lld does not fit in %s", (long long)x,
                            hd_dtype_name(s->dt));
-    hd_dtype_store(s->dt, s->data, s->k++, (double)x);
+    if (s->dt == HD_I64)
+        ((int64_t *)s->data)[s->k++] = x;
+    else
+        hd_dtype_store(s->dt, s->data, s->k++, (double)x);
+    return HD_OK;
+}
+
+static hd_status store_float(nest *s, double x) {
+    if (!hd_dtype_holds_float(s->dt, x))
+        return hd_vm_error(s->vm, HD_ERR_RUNTIME, "tensor: %g does not fit in %s", x,
+                           hd_dtype_name(s->dt));
+    hd_dtype_store(s->dt, s->data, s->k++, x);
     return HD_OK;
 }
 
@@ -409,7 +439,7 @@ static hd_status nest_fill_tensor(nest *s, hd_tensor *t) {
     hd_status st = HD_OK;
     for (int64_t i = 0; i < h->numel && !st; i++) {
         if (hd_dtype_is_float(h->dtype))
-            hd_dtype_store(s->dt, s->data, s->k++, hd_tensor_get(h, i));
+            st = store_float(s, hd_tensor_get(h, i));
         else
             st = store_int(s, hd_tensor_get_i64(h, i));
     }
@@ -426,7 +456,7 @@ static hd_status nest_fill(nest *s, hd_value v) {
     case HD_V_TENSOR: return nest_fill_tensor(s, v.as.t);
     case HD_V_BOOL: return store_int(s, v.as.b);
     case HD_V_INT: return store_int(s, v.as.i);
-    default: hd_dtype_store(s->dt, s->data, s->k++, v.as.f); return HD_OK;
+    default: return store_float(s, v.as.f);
     }
 }
 
@@ -548,8 +578,39 @@ void hd_tunref_all(hd_tensor **t, int n) {
     for (int i = 0; i < n; i++) hd_tensor_unref(t[i]);
 }
 
+/* Integer % and ** have no value for a zero divisor or a negative power:
+ * a program's op is refused, as for int scalars and in PyTorch, instead of
+ * the 0 the kernels give. Compiled code checks a divisor it knows as it
+ * traces (a constant); one it gets only when it runs goes to the kernels
+ * (docs/compiled.md). */
+static hd_status int_operand_check(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in,
+                                   int nin) {
+    if ((op != HD_OP_MOD && op != HD_OP_POW) || nin != 2) return HD_OK;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *b = in[1];
+    if (hd_dtype_is_float(in[0]->dtype) || hd_dtype_is_float(b->dtype) || !b->storage ||
+        hd_trace_stands_for_input(ctx, b))
+        return HD_OK;
+    hd_tensor *h = hd_tensor_to_host(ctx, b);
+    if (!h) return hd_tfail(vm, fname);
+    hd_status st = HD_OK;
+    for (int64_t i = 0; i < h->numel && !st; i++) {
+        int64_t v = hd_tensor_get_i64(h, i);
+        if (op == HD_OP_MOD && v == 0)
+            st = hd_error(ctx, HD_ERR_RUNTIME, "integer modulo by zero");
+        else if (op == HD_OP_POW && v < 0)
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "integers to negative integer powers are not allowed (got %lld; "
+                          "use a float tensor)",
+                          (long long)v);
+    }
+    hd_tensor_unref(h);
+    return st ? hd_tfail(vm, fname) : HD_OK;
+}
+
 hd_status hd_trun_t(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
                     const hd_attrs *attrs, hd_tensor **t) {
+    if (int_operand_check(vm, fname, op, in, nin)) return HD_ERR_RUNTIME;
     if (hd_op_run(hd_vm_ctx(vm), op, in, nin, attrs, t)) return hd_tfail(vm, fname);
     return HD_OK;
 }

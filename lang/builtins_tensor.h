@@ -115,6 +115,10 @@ hd_status hd_targ_type_error(hd_vm *vm, const hd_targs *a, int i, const char *wa
  * (or plain 0-d tensors when exact is set: i64 and f64), lists are
  * converted as tensor() does (floats as float_dt). Error "what must be a
  * tensor" otherwise. */
+/* Whether an int or a float value can be stored in dt: integer dtypes
+ * refuse what does not fit (tensor() and full() alike); others take all. */
+int hd_dtype_holds_int(hd_dtype dt, int64_t x);
+int hd_dtype_holds_float(hd_dtype dt, double x);
 hd_status hd_value_to_tensor(hd_vm *vm, hd_value v, const char *what, int exact, hd_dtype float_dt,
                              hd_tensor **out);
 /* tensor(data): nested lists of numbers, bools and tensors; dt < 0 infers

@@ -155,6 +155,16 @@ static HD_TF_FN(tf_full) {
     if (shape_args(vm, &a, &at)) return HD_ERR_RUNTIME;
     if (hd_targ_dtype(vm, &a, 2, number_dtype(a.v[1]), &dt) || hd_targ_device(vm, &a, 3))
         return HD_ERR_RUNTIME;
+    if (vt == HD_V_INT ? !hd_dtype_holds_int((hd_dtype)dt, a.v[1].as.i)
+                       : !hd_dtype_holds_float((hd_dtype)dt, v)) {
+        char num[32];
+        if (vt == HD_V_INT)
+            snprintf(num, sizeof num, "%lld", (long long)a.v[1].as.i);
+        else
+            snprintf(num, sizeof num, "%g", v);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "full: %s does not fit in %s", num,
+                           hd_dtype_name((hd_dtype)dt));
+    }
     at.dtype = (hd_dtype)dt;
     at.scalar[0] = v;
     return create(vm, &a, HD_OP_FULL, &at, out);
@@ -184,6 +194,11 @@ static HD_TF_FN(tf_randn) {
         hd_targ_float(vm, &a, 2, 1, &sd) || hd_targ_dtype(vm, &a, 3, HD_F32, &dt) ||
         hd_targ_device(vm, &a, 4))
         return HD_ERR_RUNTIME;
+    if (!(sd >= 0) || !isfinite(sd) || !isfinite(mean)) /* NaN fails sd >= 0 */
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "randn: std must be finite and non-negative, mean finite (got mean "
+                           "%g, std %g)",
+                           mean, sd);
     at.dtype = (hd_dtype)dt;
     at.scalar[1] = 1;
     hd_tensor *t = NULL;

@@ -3,6 +3,7 @@
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const hd_tfunc *hd_tfunc_method(const char *name);
@@ -116,10 +117,10 @@ static hd_status ix_slice(hd_vm *vm, const hd_index_part *p, int64_t n, int d, h
     if (hi < 0) hi += n;
     lo = lo < 0 ? 0 : lo > n ? n : lo;
     hi = hi < 0 ? 0 : hi > n ? n : hi;
-    at->start[d] = lo;
-    at->step[d] = step;
-    at->len[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
-    if (at->len[d] == 0) at->start[d] = 0;
+    /* hi - lo + step - 1 would overflow for a step near INT64_MAX */
+    at->len[d] = hi > lo ? (hi - lo - 1) / step + 1 : 0;
+    at->start[d] = at->len[d] ? lo : 0;
+    at->step[d] = at->len[d] > 1 ? step : 1; /* keeps stride * step in range */
     return HD_OK;
 }
 
@@ -468,6 +469,19 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
             return hd_vm_error(vm, HD_ERR_RUNTIME,
                                "cannot write into an expanded tensor: several of its elements are "
                                "one memory location (write into x.clone() instead)");
+    /* a number that does not fit an integer tensor is refused, as tensor()
+     * and full() refuse it (PyTorch too), not wrapped */
+    if ((val.type == HD_V_INT && !hd_dtype_holds_int(x->dtype, val.as.i)) ||
+        (val.type == HD_V_FLOAT && !hd_dtype_holds_float(x->dtype, val.as.f))) {
+        char num[32];
+        if (val.type == HD_V_INT)
+            snprintf(num, sizeof num, "%lld", (long long)val.as.i);
+        else
+            snprintf(num, sizeof num, "%g", val.as.f);
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "cannot assign %s to a tensor of dtype %s: it does not fit", num,
+                           hd_dtype_name(x->dtype));
+    }
     ixplan pl;
     if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
     if (ix_view(vm, x, &pl, 0, &v)) {
@@ -475,12 +489,14 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
         return HD_ERR_RUNTIME;
     }
     hd_status st = hd_value_to_tensor(vm, val, "the assigned value", 0, HD_F32, &src);
-    hd_place ps = hd_place_of(src), pv = hd_place_of(v);
-    if (!st && (ps.backend != pv.backend || ps.device != pv.device)) { /* a number, a list */
-        hd_tensor *moved = NULL;
-        st = ix_place_like(vm, src, v, &moved);
-        hd_tensor_unref(src);
-        src = moved;
+    if (!st) { /* src is NULL when the value is not tensor-like */
+        hd_place ps = hd_place_of(src), pv = hd_place_of(v);
+        if (ps.backend != pv.backend || ps.device != pv.device) { /* a number, a list */
+            hd_tensor *moved = NULL;
+            st = ix_place_like(vm, src, v, &moved);
+            hd_tensor_unref(src);
+            src = moved;
+        }
     }
     int pos = pl.tpos - pl.tnones;
     if (!st && !pl.idx) {

@@ -57,10 +57,11 @@ static HD_TF_FN(tf_to) {
         a.v[3] = a.v[1];
         st = hd_targ_device(vm, &a, 3);
     } else if (hd_targ_has(&a, 1)) {
-        if (a.v[1].type != HD_V_DTYPE)
+        /* a dtype, or bool, int or float naming one (docs/tensors.md) */
+        if (a.v[1].type != HD_V_DTYPE && a.v[1].type != HD_V_NATIVE)
             st = hd_targ_type_error(vm, &a, 1, "a dtype or a device string");
         else
-            dt = a.v[1].as.dt;
+            st = hd_targ_dtype(vm, &a, 1, -1, &dt);
     }
     if (!st && dt < 0) st = hd_targ_dtype(vm, &a, 2, -1, &dt);
     if (!st) st = hd_targ_device(vm, &a, 3);

@@ -29,12 +29,24 @@ static HD_TF_FN(tf_loss) {
     return run_params(vm, &a, (hd_op)a.f->op, (int[]){0, 1}, 2, NULL, out);
 }
 
+/* Argument i, n ints in v, when given, must be positive: the op's attributes
+ * take 0 for "the default", so an explicit 0 would pass unnoticed there. */
+static hd_status positive(hd_vm *vm, const hd_targs *a, int i, const int64_t *v, int n) {
+    for (int k = 0; k < n && hd_targ_has(a, i); k++)
+        if (v[k] <= 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: %s must be positive, got %lld", a->f->name,
+                               a->names[i], (long long)v[k]);
+    return HD_OK;
+}
+
 static HD_TF_FN(tf_conv2d) {
     HD_TARGS_BIND(a); /* x, w, b=, stride=1, padding=0, dilation=1, groups=1 */
     hd_attrs at;
     memset(&at, 0, sizeof at);
     if (hd_targ_pair(vm, &a, 3, 1, at.ints) || hd_targ_pair(vm, &a, 4, 0, at.ints + 2) ||
-        hd_targ_pair(vm, &a, 5, 1, at.ints + 4) || hd_targ_int(vm, &a, 6, 1, &at.ints[6]))
+        hd_targ_pair(vm, &a, 5, 1, at.ints + 4) || hd_targ_int(vm, &a, 6, 1, &at.ints[6]) ||
+        positive(vm, &a, 3, at.ints, 2) || positive(vm, &a, 5, at.ints + 4, 2) ||
+        positive(vm, &a, 6, at.ints + 6, 1))
         return HD_ERR_RUNTIME;
     int n = hd_targ_has(&a, 2) ? 3 : 2;
     return run_params(vm, &a, HD_OP_CONV2D, (int[]){0, 1, 2}, n, &at, out);
@@ -45,7 +57,8 @@ static HD_TF_FN(tf_pool2d) {
     hd_attrs at;
     memset(&at, 0, sizeof at);
     if (hd_targ_pair(vm, &a, 1, 0, at.ints) || hd_targ_pair(vm, &a, 2, 0, at.ints + 2) ||
-        hd_targ_pair(vm, &a, 3, 0, at.ints + 4))
+        hd_targ_pair(vm, &a, 3, 0, at.ints + 4) || positive(vm, &a, 1, at.ints, 2) ||
+        positive(vm, &a, 2, at.ints + 2, 2))
         return HD_ERR_RUNTIME;
     if (!hd_targ_has(&a, 2)) { /* stride defaults to the kernel */
         at.ints[2] = at.ints[0];

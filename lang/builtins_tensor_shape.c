@@ -146,6 +146,8 @@ static HD_TF_FN(tf_squeeze) {
         int ax;
         if (hd_norm_axis(hd_vm_ctx(vm), at.axes[i], x->ndim, &ax))
             st = hd_tfail(vm, "squeeze");
+        else if (drop & (1u << ax))
+            st = hd_vm_error(vm, HD_ERR_RUNTIME, "squeeze: axis %d appears twice", ax);
         else
             drop |= 1u << ax;
     }
@@ -234,7 +236,7 @@ static HD_TF_FN(tf_stack) {
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "stack: tensors have at most %d dims", HD_MAX_DIMS);
     if (!st && hd_norm_axis(hd_vm_ctx(vm), axis, nd + 1, &ax)) st = hd_tfail(vm, "stack");
     int64_t shape[HD_MAX_DIMS];
-    for (int i = 0, k = 0; i <= nd; i++) shape[i] = i == ax ? 1 : t0->shape[k++];
+    for (int i = 0, k = 0; i <= nd && !st; i++) shape[i] = i == ax ? 1 : t0->shape[k++];
     for (int64_t i = 0; i < n && !st; i++) {
         if (t[i]->ndim != nd || memcmp(t[i]->shape, t0->shape, (size_t)nd * sizeof(int64_t))) {
             char s0[128], s1[128];
@@ -265,7 +267,7 @@ static hd_status split_sizes(hd_vm *vm, hd_targs *a, int64_t dim, int64_t **size
     hd_ctx *ctx = hd_vm_ctx(vm);
     if (v.type == HD_V_INT) {
         if (v.as.i <= 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "split: size must be positive");
-        *n = dim == 0 ? 1 : (dim + v.as.i - 1) / v.as.i;
+        *n = dim == 0 ? 1 : (dim - 1) / v.as.i + 1; /* dim + size - 1 may overflow */
         *sizes = hd_ctx_calloc(ctx, (size_t)*n, sizeof **sizes);
         if (!*sizes) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
         for (int64_t i = 0; i < *n; i++) (*sizes)[i] = HD_MIN(v.as.i, dim - i * v.as.i);
@@ -284,11 +286,16 @@ static hd_status split_sizes(hd_vm *vm, hd_targs *a, int64_t dim, int64_t **size
             return hd_vm_error(vm, HD_ERR_RUNTIME, "split: sections must be non-negative ints");
         }
         (*sizes)[i] = l->items[i].as.i;
-        total += l->items[i].as.i;
+        if (__builtin_add_overflow(total, l->items[i].as.i, &total)) total = -1;
+        if (total < 0) break; /* past any axis size */
     }
     if (total != dim) {
         hd_ctx_free(ctx, *sizes, (size_t)(l->len ? l->len : 1) * sizeof **sizes);
         *sizes = NULL;
+        if (total < 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "split: sections add up to more than the axis size %lld",
+                               (long long)dim);
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "split: sections add up to %lld but the axis has size %lld",
                            (long long)total, (long long)dim);
@@ -338,11 +345,23 @@ static HD_TF_FN(tf_one_hot) {
     hd_tensor *r = NULL;
     hd_status st = hd_targ_int(vm, &a, 1, -1, &at.ints[0]);
     if (!st && at.ints[0] < 0 && hd_dtype_is_int(x->dtype) && x->numel > 0) {
-        hd_tensor *m = NULL;
-        st = hd_trun_t(vm, "one_hot", HD_OP_MAX, &x, 1, NULL, &m);
-        if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
-        if (!st) at.ints[0] = hd_tensor_get_i64(m, 0) + 1;
-        hd_tensor_unref(m);
+        /* n from the largest index; a negative one is the error, not n */
+        int64_t ext[2] = {0, 0}; /* min, max */
+        for (int k = 0; k < 2 && !st; k++) {
+            hd_tensor *m = NULL;
+            st = hd_trun_t(vm, "one_hot", k ? HD_OP_MAX : HD_OP_MIN, &x, 1, NULL, &m);
+            if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
+            if (!st) ext[k] = hd_tensor_get_i64(m, 0);
+            hd_tensor_unref(m);
+        }
+        if (!st && ext[0] < 0)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "one_hot: index %lld is negative (classes count from 0)",
+                             (long long)ext[0]);
+        else if (!st && ext[1] == INT64_MAX)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME, "one_hot: index %lld gives too many classes",
+                             (long long)ext[1]);
+        if (!st) at.ints[0] = ext[1] + 1;
     }
     if (!st) st = hd_trun_t(vm, "one_hot", HD_OP_ONE_HOT, &x, 1, &at, &r);
     return done(vm, x, st, r, out);

@@ -9,12 +9,15 @@
 
 /* ---- indexing ---- */
 
+/* Positions and counts of a slice in 128 bits: a range may hold up to
+ * 2^64 - 1 elements, and a step may be INT64_MIN (its negation overflows). */
+typedef __int128 i128;
+
 /* Python's slice rules: clamp, then count. */
-static int64_t eval_slice_bounds(int64_t len, const hd_index_part *s, int64_t *start,
-                                 int64_t *step) {
+static i128 eval_slice_bounds(i128 len, const hd_index_part *s, i128 *start, int64_t *step) {
     int64_t st = s->has_step ? s->step : 1;
-    int64_t lower = st > 0 ? 0 : -1, upper = st > 0 ? len : len - 1;
-    int64_t a, b;
+    i128 lower = st > 0 ? 0 : -1, upper = st > 0 ? len : len - 1;
+    i128 a, b;
     if (s->has_start) {
         a = s->start;
         if (a < 0)
@@ -36,62 +39,76 @@ static int64_t eval_slice_bounds(int64_t len, const hd_index_part *s, int64_t *s
     *start = a;
     *step = st;
     if (st > 0) return b > a ? (b - a - 1) / st + 1 : 0;
-    return a > b ? (a - b - 1) / (-st) + 1 : 0;
+    return a > b ? (a - b - 1) / -(i128)st + 1 : 0;
 }
 
-static hd_status eval_seq_index(hd_vm *vm, hd_value x, int64_t len, int64_t i, int64_t *out) {
-    int64_t j = i < 0 ? i + len : i;
+static hd_status eval_seq_index(hd_vm *vm, hd_value x, i128 len, int64_t i, int64_t *out) {
+    i128 j = i < 0 ? i + len : i;
     if (j < 0 || j >= len)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s index %lld out of range (length %lld)",
-                           hd_value_type_name(x), (long long)i, (long long)len);
-    *out = j;
+                           hd_value_type_name(x), (long long)i,
+                           (long long)(len > INT64_MAX ? INT64_MAX : len));
+    *out = (int64_t)(uint64_t)j; /* a range's position may pass INT64_MAX: hd_range_at wraps */
     return HD_OK;
+}
+
+static int fits_i64(i128 v) {
+    return v >= INT64_MIN && v <= INT64_MAX;
+}
+
+/* r[s]: a new range. Positions run up to 2^64 - 1, so in 128 bits. */
+static hd_status eval_slice_range(hd_vm *vm, const hd_range *r, const hd_index_part *s,
+                                  hd_value *out) {
+    i128 start, count = eval_slice_bounds(hd_range_ulen(r), s, &start, &(int64_t){0});
+    int64_t step = s->has_step ? s->step : 1;
+    i128 first = count ? r->start + start * r->step : r->start;
+    i128 st = (i128)r->step * step, stop;
+    if (!fits_i64(st)) {
+        if (count > 1)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
+        st = st > 0 ? 1 : -1;
+    }
+    if (count == 1 && !fits_i64(first + (st > 0 ? 1 : -1))) st = st > 0 ? -1 : 1; /* either way */
+    /* One past the last element, which must be an int too. */
+    i128 last = first + (count - 1) * st;
+    stop = count ? last + (st > 0 ? 1 : -1) : first;
+    if (!fits_i64(stop))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "this slice of a range ends at %s, past the range of ints",
+                           st > 0 ? "9223372036854775807" : "-9223372036854775808");
+    *out = hd_range_new(vm, (int64_t)first, (int64_t)stop, (int64_t)st);
+    return out->type == HD_V_RANGE ? HD_OK : vm->err;
 }
 
 static hd_status eval_slice_value(hd_vm *vm, hd_value x, const hd_index_part *s, hd_value *out) {
     if (s->has_step && s->step == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "slice step is zero");
-    int64_t start, step, count;
+    i128 start;
+    int64_t step, count;
     if (x.type == HD_V_LIST) {
         hd_list *l = hd_as_list(x);
-        count = eval_slice_bounds(l->len, s, &start, &step);
+        count = (int64_t)eval_slice_bounds(l->len, s, &start, &step);
         *out = hd_list_new(vm, count);
         if (out->type != HD_V_LIST) return vm->err;
         hd_list *o = hd_as_list(*out);
         for (int64_t k = 0; k < count; k++)
-            hd_vref(o->items[o->len++] = l->items[start + k * step]);
+            hd_vref(o->items[o->len++] = l->items[(int64_t)(start + (i128)k * step)]);
         return HD_OK;
     }
     if (x.type == HD_V_STR) {
         hd_str *str = hd_as_str(x);
-        count = eval_slice_bounds((int64_t)str->ulen, s, &start, &step);
+        count = (int64_t)eval_slice_bounds((int64_t)str->ulen, s, &start, &step);
         hd_buf b;
         hd_buf_init(&b, vm);
         for (int64_t k = 0; k < count; k++) {
-            size_t off = hd_str_offset(str, start + k * step);
-            size_t end = hd_str_offset(str, start + k * step + 1);
+            int64_t at = (int64_t)(start + (i128)k * step);
+            size_t off = hd_str_offset(str, at);
+            size_t end = hd_str_offset(str, at + 1);
             hd_buf_add(&b, str->chars + off, end - off);
         }
         *out = hd_buf_to_str(&b);
         return out->type == HD_V_STR ? HD_OK : vm->err;
     }
-    if (x.type == HD_V_RANGE) {
-        hd_range *r = (hd_range *)x.as.o;
-        count = eval_slice_bounds(hd_range_len(r), s, &start, &step);
-        int64_t first = hd_range_at(r->start, r->step, start), st, stop;
-        if (__builtin_mul_overflow(r->step, step, &st)) {
-            if (count > 1)
-                return hd_vm_error(vm, HD_ERR_RUNTIME, "range slice step does not fit in an int");
-            st = (r->step > 0) == (step > 0) ? 1 : -1;
-        }
-        /* One past the last element; at the ends of i64 the range stops short. */
-        int64_t last = hd_range_at(first, st, count - 1);
-        if (!count)
-            stop = first;
-        else if (__builtin_add_overflow(last, st > 0 ? 1 : -1, &stop))
-            stop = last;
-        *out = hd_range_new(vm, first, stop, st);
-        return out->type == HD_V_RANGE ? HD_OK : vm->err;
-    }
+    if (x.type == HD_V_RANGE) return eval_slice_range(vm, (hd_range *)x.as.o, s, out);
     return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot slice a value of type %s",
                        hd_value_type_name(x));
 }
@@ -126,7 +143,7 @@ hd_status hd_eval_get_item(hd_vm *vm, hd_value x, hd_value k, hd_value *out) {
     }
     if (x.type == HD_V_RANGE) {
         hd_range *r = (hd_range *)x.as.o;
-        if (eval_seq_index(vm, x, hd_range_len(r), k.as.i, &j) != HD_OK) return vm->err;
+        if (eval_seq_index(vm, x, hd_range_ulen(r), k.as.i, &j) != HD_OK) return vm->err;
         *out = hd_int(hd_range_at(r->start, r->step, j));
         return HD_OK;
     }

@@ -601,13 +601,18 @@ hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step) {
     return hd_obj_value(&r->obj);
 }
 
-int64_t hd_range_len(const hd_range *r) {
+uint64_t hd_range_ulen(const hd_range *r) {
     /* Computed in unsigned arithmetic: stop - start may not fit in i64. */
     uint64_t n = 0;
     if (r->step > 0 && r->start < r->stop)
         n = ((uint64_t)r->stop - (uint64_t)r->start - 1) / (uint64_t)r->step + 1;
     else if (r->step < 0 && r->start > r->stop)
         n = ((uint64_t)r->start - (uint64_t)r->stop - 1) / (0 - (uint64_t)r->step) + 1;
+    return n;
+}
+
+int64_t hd_range_len(const hd_range *r) {
+    uint64_t n = hd_range_ulen(r);
     return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
 }
 
@@ -813,8 +818,8 @@ static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     case HD_V_DICT: return a.as.o == b.as.o || hd_dict_equal(hd_as_dict(a), b, depth);
     case HD_V_RANGE: {
         hd_range *x = (hd_range *)a.as.o, *y = (hd_range *)b.as.o;
-        int64_t n = hd_range_len(x);
-        if (n != hd_range_len(y)) return 0;
+        uint64_t n = hd_range_ulen(x);
+        if (n != hd_range_ulen(y)) return 0;
         return n == 0 || (x->start == y->start && (n == 1 || x->step == y->step));
     }
     case HD_V_BOUND: {

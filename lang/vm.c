@@ -287,6 +287,15 @@ static char *read_file(hd_vm *vm, const char *path, size_t *len) {
         hd_vm_error(vm, HD_ERR_IO, "cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
+    /* a directory or a device (/dev/zero) is no program; a pipe may be one */
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) == 0 &&
+        (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))) {
+        fclose(fp);
+        hd_vm_error(vm, HD_ERR_IO, "cannot read %s: %s", path,
+                    S_ISDIR(sb.st_mode) ? "it is a directory" : "it is a device, not a file");
+        return NULL;
+    }
     size_t cap = 4096, n = 0;
     char *buf = hd_ctx_alloc(&vm->ctx, cap);
     while (buf) {
@@ -303,8 +312,8 @@ static char *read_file(hd_vm *vm, const char *path, size_t *len) {
     }
     int bad = ferror(fp);
     fclose(fp);
-    if (!buf) {
-        hd_vm_oom(vm);
+    if (!buf) { /* named: an endless pipe ends here */
+        hd_vm_error(vm, HD_ERR_MEMORY, "cannot read %s: out of memory after %zu bytes", path, n);
         return NULL;
     }
     if (bad) {

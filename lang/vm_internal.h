@@ -204,7 +204,8 @@ size_t hd_obj_size(const hd_obj *o);
 void hd_obj_clear(hd_vm *vm, hd_obj *o);     /* drop what o holds; o stays valid and empty */
 hd_cell *hd_cell_new(hd_vm *vm, hd_value v); /* takes v */
 hd_value hd_range_new(hd_vm *vm, int64_t start, int64_t stop, int64_t step);
-int64_t hd_range_len(const hd_range *r);
+uint64_t hd_range_ulen(const hd_range *r); /* exact: up to 2^64 - 1 */
+int64_t hd_range_len(const hd_range *r);   /* clamped to INT64_MAX (loops, truth) */
 /* Element i of a range; in unsigned arithmetic because i * step alone may
  * leave i64 even when the element does not. */
 static inline int64_t hd_range_at(int64_t start, int64_t step, int64_t i) {

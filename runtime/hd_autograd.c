@@ -199,6 +199,15 @@ static hd_status node_fill(hd_ctx *ctx, hd_grad_node *n, const hd_grad_rule *rul
     return HD_OK;
 }
 
+/* Whether n's output is a view (through view ops only) of a leaf that
+ * requires grad, such as p[0] of a param p. */
+static int node_views_leaf(const hd_grad_node *n) {
+    for (; n && n->live && hd_op_infos[n->op].kind == HD_KIND_VIEW && n->nin == 1;
+         n = n->edges[0].node)
+        if (n->edges[0].leaf) return 1;
+    return 0;
+}
+
 int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_dtype out_dtype) {
     if (ctx->grad_disabled) return 0;
     uint64_t sid = cur_scope_id(ctx);
@@ -207,6 +216,13 @@ int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_d
     if (!any) return 0;
     if (op == HD_OP_ASSIGN) {
         const hd_grad_info *dst = in[0]->grad_info;
+        if (tracked(in[0], sid) && dst->node && node_views_leaf(dst->node)) {
+            hd_error(ctx, HD_ERR_RUNTIME,
+                     "in-place write into a view of a leaf tensor that requires grad (a param): "
+                     "its gradient would be wrong (write under no_grad, as an optimizer step "
+                     "does, or into a clone)");
+            return -1;
+        }
         if (tracked(in[0], sid) && dst->node) {
             hd_error(ctx, HD_ERR_RUNTIME,
                      "in-place write into a tensor computed from tensors that require grad: its "

@@ -518,6 +518,23 @@ static hd_status hd_io_npz_emit(hd_io_out *o, const void *arg) {
     return hd_io_out_raw(o, end, sizeof end);
 }
 
+/* Whether a key is safe as a ZIP member's path: tools that extract the
+ * archive write it as a file, so no absolute path, no "." or ".." part, no
+ * empty part, no backslash (a separator on Windows) and no control
+ * characters. "a/b" stays allowed (NumPy's savez makes the same member). */
+static int hd_io_npz_safe_name(const char *s) {
+    if (!*s || *s == '/') return 0;
+    for (const char *p = s; *p; p++)
+        if (*p == '\\' || (unsigned char)*p < 0x20 || *p == 0x7f) return 0;
+    for (const char *p = s; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return 0;
+        p += n;
+        if (*p == '/' && !*++p) return 0; /* a trailing slash: an empty last part */
+    }
+    return 1;
+}
+
 /* Everything that can be refused before a byte is written. */
 static hd_status hd_io_npz_check(hd_ctx *ctx, const char *name, const hd_io_list *l) {
     if (l->count > 65534)
@@ -530,6 +547,11 @@ static hd_status hd_io_npz_check(hd_ctx *ctx, const char *name, const hd_io_list
                  hd_io_quote(e->name, strlen(e->name), q, sizeof q));
         if (strlen(e->name) > 65535 - 4)
             return hd_error(ctx, HD_ERR_ARGUMENT, "%s: name too long for a ZIP member", label);
+        if (!hd_io_npz_safe_name(e->name))
+            return hd_error(ctx, HD_ERR_ARGUMENT,
+                            "%s: not a safe ZIP member name (empty, absolute, with a '.' or '..' "
+                            "part, a backslash or a control character)",
+                            label);
         if (hd_io_npy_check(ctx, label, e->tensor)) return ctx->status;
     }
     return hd_io_list_check_unique(ctx, name, l);

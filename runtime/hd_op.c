@@ -112,7 +112,7 @@ static hd_status make_view(hd_ctx *ctx, hd_op op, hd_tensor *t, const hd_attrs *
         for (int i = 0; i < t->ndim; i++) {
             if (attrs->len[i] > 0) offset += attrs->start[i] * t->strides[i];
             if (attrs->drop_mask & (1u << i)) continue;
-            strides[k++] = t->strides[i] * attrs->step[i];
+            strides[k++] = hd_slice_stride(t->strides[i], attrs->step[i], attrs->len[i]);
         }
         break;
     }

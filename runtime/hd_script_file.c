@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 enum {
@@ -666,6 +667,12 @@ hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, 
     if (!max_bytes) max_bytes = (size_t)1 << 30;
     FILE *f = fopen(path, "rb");
     if (!f) return hd_error(ctx, HD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb; /* a directory's "size" from ftell is LONG_MAX */
+    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return hd_error(ctx, HD_ERR_IO, "cannot read %s: %s", path,
+                        S_ISDIR(sb.st_mode) ? "it is a directory" : "not a regular file");
+    }
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET)) {

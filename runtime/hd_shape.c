@@ -589,7 +589,9 @@ SHAPE_FN(conv2d) {
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "conv2d: stride, dilation and groups must be positive "
                         "and padding non-negative");
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] != w->shape[1] * g || w->shape[0] % g)
+    /* C == C/groups * groups without the product, which a huge groups overflows */
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[1] % g || x->shape[1] / g != w->shape[1] ||
+        w->shape[0] % g)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "conv2d: input %s and weight %s do not agree (want [N, C, H, W] and "
                         "[O, C/groups, kH, kW])",
@@ -622,7 +624,7 @@ SHAPE_FN(pool2d) {
     if (x->ndim != 4)
         return hd_error(ctx, HD_ERR_RUNTIME, "%s: input %s must be [N, C, H, W]", hd_op_name(op),
                         hd_shape_str(x->shape, x->ndim, sa, sizeof sa));
-    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || ph * 2 > kh || pw * 2 > kw)
+    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 || ph > kh / 2 || pw > kw / 2)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "%s: kernel and stride must be positive, padding at most half the kernel",
                         hd_op_name(op));

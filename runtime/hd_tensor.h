@@ -73,6 +73,13 @@ void hd_tensor_unref(hd_tensor *t);
 /* Geometry. */
 int64_t hd_shape_numel(const int64_t *shape, int ndim);
 void hd_contiguous_strides(const int64_t *shape, int ndim, int64_t *strides);
+/* The stride of a sliced dim of len elements taken every step: a dim of at
+ * most one element keeps its stride, since its step is unbounded (a file or
+ * a slice such as x[::9223372036854775807] may give any) and stride * step
+ * would overflow; for two or more, (len - 1) * step lies inside the dim. */
+static inline int64_t hd_slice_stride(int64_t stride, int64_t step, int64_t len) {
+    return len > 1 ? stride * step : stride;
+}
 int hd_tensor_is_contiguous(const hd_tensor *t);
 int hd_tensor_is_cpu(const hd_tensor *t);
 static inline size_t hd_tensor_nbytes(const hd_tensor *t) {

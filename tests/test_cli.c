@@ -100,6 +100,10 @@ int main(int argc, char **argv) {
     EXPECT(r.status == 2 && strstr(r.err, "unknown option --bogus"), "unknown option", r);
     r = run((const char *[]){"/nonexistent/x.hodu", NULL}, NULL, 0);
     EXPECT(r.status == 2 && strstr(r.err, "cannot read /nonexistent/x.hodu"), "missing file", r);
+    r = run((const char *[]){"/dev/zero", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && strstr(r.err, "cannot read /dev/zero: it is a device"), "a device", r);
+    r = run((const char *[]){"/", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && strstr(r.err, "cannot read /: it is a directory"), "a directory", r);
     r = run((const char *[]){"-e", NULL}, NULL, 0);
     EXPECT(r.status == 2, "-e without code", r);
     r = run((const char *[]){"check", NULL}, NULL, 0);

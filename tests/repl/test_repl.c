@@ -177,6 +177,13 @@ static void session(const char *hodu, const char *home) {
     send_str(fd, ":type 1.5\r");
     check(expect(fd, "float\r\n", 5) && expect(fd, ">>> ", 5), ":type");
 
+    send_str(fd, "fn g() {\r");
+    check(expect(fd, "... ", 5), "continuation prompt before Ctrl-D");
+    send_str(fd, "\x04");
+    check(expect(fd, ">>> ", 5), "Ctrl-D on a continuation line cancels the statement");
+    send_str(fd, "1 + 2\r");
+    check(expect(fd, "3\r\n", 5) && expect(fd, ">>> ", 5), "input works after that Ctrl-D");
+
     send_str(fd, ":quit\r");
     int status = finish(pid, fd);
     check(WIFEXITED(status) && WEXITSTATUS(status) == 0, ":quit exits with status 0");

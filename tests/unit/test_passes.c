@@ -287,6 +287,35 @@ static void test_layout(void) {
     hd_ir_graph_free(g);
 }
 
+/* A slice keeping one element may have any step (a file may give 2^62):
+ * its stride must not be multiplied by it (UBSan checks the overflow). */
+static void test_layout_huge_step(void) {
+    int x, n;
+    hd_ir_graph *g = graph_x(HD_F32, 4, 3, &x);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.start[0] = 2;
+    at.step[0] = (int64_t)1 << 62;
+    at.len[0] = 1;
+    at.step[1] = 1;
+    at.len[1] = 3;
+    int s = node_at(g, HD_OP_SLICE, x, &at);
+    memset(&at, 0, sizeof at);
+    at.nshape = 2;
+    at.shape[0] = 1;
+    at.shape[1] = 0;
+    int t = node_at(g, HD_OP_PERMUTE, s, &at);
+    memset(&at, 0, sizeof at);
+    at.nshape = 1;
+    at.shape[0] = 3;
+    int r = node_at(g, HD_OP_RESHAPE, t, &at);
+    CHECK(s >= 0 && t >= 0 && r >= 0);
+    hd_ir_add_output(g, "r", r);
+    CHECK(hd_pass_layout(g, &n) == HD_OK && n == 0); /* [3, 1] with strides [1, 3]: contiguous */
+    CHECK(hd_ir_verify(g) == HD_OK);
+    hd_ir_graph_free(g);
+}
+
 static void test_fuse(void) {
     int64_t sw[2] = {3, 4};
     int x;
@@ -397,6 +426,7 @@ int main(void) {
     test_cse_dce();
     test_dce_callbacks();
     test_layout();
+    test_layout_huge_step();
     test_fuse();
     test_memplan();
     test_pipeline();
