@@ -242,6 +242,22 @@ static hd_tensor *input_tensor(const cp_entry *e, int i, const cp_roots *r, char
     return v.as.t;
 }
 
+/* The state inputs are distinct tensors, as at the trace (two paths that
+ * lead to one tensor now would be two inputs of the graph, one of which a
+ * write or a gradient would miss). */
+static int inputs_distinct(const cp_entry *e, hd_tensor **inputs, char *why, size_t n) {
+    for (int i = 0; i < e->ninputs; i++) {
+        if (e->inputs[i].arg >= 0) continue;
+        for (int j = i + 1; j < e->ninputs; j++)
+            if (e->inputs[j].arg < 0 && inputs[j] == inputs[i]) {
+                snprintf(why, n, "'%s' and '%s' are now one tensor", e->inputs[i].name,
+                         e->inputs[j].name);
+                return 0;
+            }
+    }
+    return 1;
+}
+
 static int entry_match(hd_vm *vm, const cp_entry *e, const cp_roots *r, uint64_t kw_hash,
                        const hd_jit_key *key, hd_tensor **inputs, char *why, size_t n) {
     if (e->nargs != r->nargs || e->kw_hash != kw_hash) {
@@ -261,7 +277,7 @@ static int entry_match(hd_vm *vm, const cp_entry *e, const cp_roots *r, uint64_t
         if (!cp_guard_check(r, &e->guards[i], why, n)) return 0;
     for (int i = 0; i < e->ninputs; i++)
         if (!(inputs[i] = input_tensor(e, i, r, why, n))) return 0;
-    return 1;
+    return inputs_distinct(e, inputs, why, n);
 }
 
 /* The entry this call matches (moved to the front), or NULL with why
@@ -619,7 +635,17 @@ static void session_guard(cp_session *s, cp_path *p, hd_value v) {
         cp_path_free(s->vm, p);
         return;
     }
-    cp_guard_make(s->vm, p, v, &s->guards[s->nguards++]);
+    cp_guard *g = &s->guards[s->nguards++];
+    cp_guard_make(s->vm, p, v, g);
+    /* a tensor read through another path than its first: the graph takes
+     * both for one tensor, so later calls must too */
+    int node = v.type == HD_V_TENSOR ? cp_scan_find(&s->pre, v.as.t) : -1;
+    cp_path first;
+    if (node < 0 || cp_scan_path(&s->pre, &s->roots, node, &first)) return;
+    if (strcmp(first.text, g->path.text) != 0)
+        g->same = first;
+    else
+        cp_path_free(s->vm, &first);
 }
 
 void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v) {

@@ -183,8 +183,10 @@ typedef struct cp_guard {
     cp_path path;
     cp_guard_kind kind;
     hd_vtype type;
-    hd_value v;  /* VALUE, IDENTITY: held */
-    int64_t len; /* LEN; TENSOR: requires_grad */
+    hd_value v;   /* VALUE, IDENTITY: held */
+    int64_t len;  /* LEN; TENSOR: requires_grad */
+    cp_path same; /* TENSOR read through a second path: the tensor must still be the
+                     one at this (its first) path, as the graph assumes (nsteps -1: none) */
 } cp_guard;
 
 /* A guard for value v found at path (taken). */

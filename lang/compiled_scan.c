@@ -613,6 +613,7 @@ void cp_value_brief(hd_value v, char *buf, size_t n) {
 
 hd_status cp_guard_make(hd_vm *vm, cp_path *path, hd_value v, cp_guard *g) {
     memset(g, 0, sizeof *g);
+    g->same.nsteps = -1;
     g->path = *path;
     memset(path, 0, sizeof *path);
     g->type = v.type;
@@ -647,6 +648,7 @@ hd_status cp_guard_make(hd_vm *vm, cp_path *path, hd_value v, cp_guard *g) {
 
 void cp_guard_free(hd_vm *vm, cp_guard *g) {
     cp_path_free(vm, &g->path);
+    if (g->same.nsteps >= 0) cp_path_free(vm, &g->same);
     hd_vunref(vm, g->v);
     g->v = hd_none();
 }
@@ -688,6 +690,15 @@ int cp_guard_check(const cp_roots *r, const cp_guard *g, char *why, size_t n) {
     case CP_G_TENSOR:
         if (hd_grad_requires(&r->vm->ctx, now.as.t) != (int)g->len)
             return guard_fail(g, now, why, n);
+        if (g->same.nsteps >= 0) {
+            hd_value first;
+            if (!cp_path_get(r, &g->same, &first) || first.type != HD_V_TENSOR ||
+                first.as.t != now.as.t) {
+                snprintf(why, n, "'%s' is no longer the tensor at '%s'", g->path.text,
+                         g->same.text);
+                return 0;
+            }
+        }
         break;
     case CP_G_TYPE: break;
     }

@@ -256,6 +256,31 @@ static hd_status trace_grad_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, 
     return st;
 }
 
+/* Dropout in training mode with gradients inside compiled code: the mask
+ * is dropout of ones (the same one draw from the stream as eager dropout
+ * makes, at each run), and the result x * mask, whose gradient is g * mask:
+ * eager code's backward replays its draw from the record, which a graph
+ * run at another point of the stream could not. Survivors are x * (1/(1-p))
+ * rounded once more than eager's x / (1-p): within an ulp. */
+static hd_status trace_dropout(hd_ctx *ctx, hd_tensor *x, const hd_attrs *attrs, hd_tensor **out) {
+    hd_attrs fa;
+    memset(&fa, 0, sizeof fa);
+    fa.nshape = x->ndim;
+    memcpy(fa.shape, x->shape, sizeof fa.shape);
+    fa.dtype = x->dtype;
+    fa.scalar[0] = 1;
+    hd_tensor *ones = NULL, *mask = NULL;
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_status st = hd_op_run(ctx, HD_OP_FULL, NULL, 0, &fa, &ones);
+    if (!st) st = hd_op_run(ctx, HD_OP_DROPOUT, &ones, 1, attrs, &mask);
+    hd_grad_set_enabled(ctx, was);
+    hd_tensor *in[2] = {x, mask};
+    if (!st) st = hd_op_run(ctx, HD_OP_MUL, in, 2, NULL, out);
+    hd_tensor_unref(ones);
+    hd_tensor_unref(mask);
+    return st;
+}
+
 /* Inside compiled code the op becomes a graph node (the shape rule has
  * already validated it), recorded for backward as an eager op would be, so
  * that backward() inside compiled code is traced like any other op. */
@@ -263,10 +288,7 @@ static hd_status op_trace(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                           const hd_attrs *attrs, const hd_op_plan *plan, hd_tensor **out) {
     int rec = hd_autograd_wants(ctx, op, in, nin, plan->dtype);
     if (rec < 0) return ctx->status;
-    if (rec && op == HD_OP_DROPOUT && attrs->ints[0])
-        return hd_error(ctx, HD_ERR_RUNTIME,
-                        "dropout in training mode with gradients is not supported inside compiled "
-                        "code (its backward replays the draw of one run)");
+    if (rec && op == HD_OP_DROPOUT && attrs->ints[0]) return trace_dropout(ctx, in[0], attrs, out);
     int was_disabled = ctx->grad_disabled;
     ctx->grad_disabled = 1;
     hd_status st = hd_trace_record(ctx, op, in, nin, attrs, plan, out);
