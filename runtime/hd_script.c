@@ -399,8 +399,23 @@ static hd_status prog_outputs(hd_script *s, const script_prog *p, hd_tensor **ou
     return st;
 }
 
+/* State values on the script's device (a loaded state is in host memory). */
+static hd_status state_to_device(hd_script *s) {
+    const hd_backend *be;
+    int dev;
+    if (hd_backend_parse_device(s->ctx, s->device, &be, &dev)) return s->ctx->status;
+    for (int i = 0; i < s->nvars; i++) {
+        hd_tensor *t = s->vars[i].t, *d = NULL;
+        if (!t || (t->storage && t->storage->backend == be && t->storage->device == dev)) continue;
+        if (hd_tensor_to_device(s->ctx, t, be, dev, &d)) return s->ctx->status;
+        hd_tensor_unref(t);
+        s->vars[i].t = d;
+    }
+    return HD_OK;
+}
+
 hd_status hd_script_run(hd_script *s) {
-    if (hd_script_compile(s)) return s->ctx->status;
+    if (hd_script_compile(s) || state_to_device(s)) return s->ctx->status;
     script_prog *p = s->init.g ? &s->init : &s->main;
     const hd_ir_graph *g = p->g;
     hd_tensor **in = hd_ctx_calloc(s->ctx, (size_t)g->ninputs + 1, sizeof *in);

@@ -145,15 +145,27 @@ static void w_attrs(wbuf *b, const hd_attrs *a) {
 
 /* A tensor's dims, nbytes and bytes; number: the constant record's flag
  * (-1: a state value, which has none). */
+static hd_status w_data(wbuf *b, const hd_tensor *t);
+
 static hd_status w_tensor(wbuf *b, hd_ctx *ctx, const hd_tensor *t, int number) {
     w_u8(b, (unsigned)t->dtype);
     w_u8(b, (unsigned)t->ndim);
     if (number >= 0) w_u8(b, (unsigned)number);
     for (int i = 0; i < t->ndim; i++) w_i64(b, t->shape[i]);
     w_u64(b, hd_tensor_nbytes(t));
-    if (!hd_tensor_is_cpu(t))
-        return hd_error(ctx, HD_ERR_RUNTIME, "cannot save a %s that is not on the cpu",
-                        number >= 0 ? "constant" : "state tensor");
+    if (!hd_tensor_is_cpu(t) && number >= 0)
+        return hd_error(ctx, HD_ERR_RUNTIME, "cannot save a constant that is not on the cpu");
+    hd_tensor *host = NULL; /* a state tensor on a device: through a host copy */
+    if (!hd_tensor_is_cpu(t)) {
+        if (!(host = hd_tensor_to_host(ctx, (hd_tensor *)t))) return ctx->status;
+        t = host;
+    }
+    hd_status st = w_data(b, t);
+    hd_tensor_unref(host);
+    return st;
+}
+
+static hd_status w_data(wbuf *b, const hd_tensor *t) {
     size_t es = (size_t)hd_dtype_size(t->dtype);
     if (hd_tensor_is_contiguous(t)) {
         w_bytes(b, hd_tensor_data(t), hd_tensor_nbytes(t));

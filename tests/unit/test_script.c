@@ -316,9 +316,9 @@ static void test_header_damage(const unsigned char *d, size_t size) {
     m.d[0] = 'X';
     BAD(m.d, m.n, "bad magic");
     memcpy(m.d, d, size);
-    wr(m.d + 8, 2, 4);
+    wr(m.d + 8, 3, 4);
     fix_crc(m.d, m.n);
-    BAD(m.d, m.n, "version 2 is not supported");
+    BAD(m.d, m.n, "version 3 is not supported");
     memcpy(m.d, d, size);
     wr(m.d + 12, 1, 4);
     fix_crc(m.d, m.n);
