@@ -304,7 +304,8 @@ static int put_standins(sv_trace *t, const char *name) {
         if (p->holder.type == HD_V_NONE)
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
                              "script '%s': the state '%s' starts as none in a place the script "
-                             "cannot write to again",
+                             "cannot write back to (a local variable of a function): keep it in "
+                             "an object's field or a global",
                              name, it->name);
         else
             st = place_set(vm, p, zv);
