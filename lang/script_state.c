@@ -22,7 +22,9 @@ typedef struct sv_item {
     char *name;
     hd_tensor *start; /* its tensor when the block began (held), or NULL */
     hd_tensor *end;   /* its traced value (held) */
+    hd_tensor *first; /* start before a stand-in replaced it (held) */
     int inplace;
+    int cleared; /* a gradient the block set to none (zero_grad) */
     hd_script_place place;
 } sv_item;
 
@@ -47,6 +49,7 @@ static void items_free(sv_trace *t) {
         hd_ctx_strfree(&t->vm->ctx, t->items[i].name);
         hd_tensor_unref(t->items[i].start);
         hd_tensor_unref(t->items[i].end);
+        hd_tensor_unref(t->items[i].first);
         place_free(t->vm, &t->items[i].place);
     }
     cp_free_array(t->vm, t->items, t->cap, sizeof *t->items);
@@ -129,6 +132,29 @@ static hd_status found_place(sv_trace *t, const cp_scan *post, int i) {
     return st;
 }
 
+/* Gradients the block cleared (zero_grad after backward): variables that
+ * the first run reads and leaves none, as eager code leaves them. */
+static hd_status collect_cleared(sv_trace *t) {
+    hd_vm *vm = t->vm;
+    for (int i = 0; i < t->pre.n; i++) {
+        const cp_node *nd = &t->pre.nodes[i];
+        if (nd->parent < 0 || nd->step.kind != CP_GRAD || cp_scan_under_grad(&t->pre, nd->parent))
+            continue;
+        hd_tensor *owner = t->pre.nodes[nd->parent].v.as.t;
+        if (!owner->storage || hd_grad_get(owner)) continue;
+        cp_path p;
+        if (cp_scan_path(&t->pre, &t->roots, i, &p)) return vm->err;
+        sv_item *it = item_add(t, p.text);
+        cp_path_free(vm, &p);
+        if (!it) return vm->err;
+        if (it->cleared || it->end) continue;
+        it->cleared = 1;
+        it->start = hd_tensor_ref(nd->v.as.t);
+        hd_vref(it->place.holder = t->pre.nodes[nd->parent].v);
+    }
+    return HD_OK;
+}
+
 /* The state the block left: tensors written in place, then outer places
  * holding traced tensors. */
 static hd_status collect(sv_trace *t) {
@@ -152,6 +178,7 @@ static hd_status collect(sv_trace *t) {
             it->inplace = 1;
         }
     }
+    if (collect_cleared(t)) return vm->err;
     cp_scan post;
     hd_status st = cp_scan_build(&post, &t->roots);
     for (int i = 0; !st && i < post.n; i++) {
@@ -197,7 +224,7 @@ static hd_status trace_once(sv_trace *t, hd_frame *f, const hd_ast *n, const cha
     }
     if (!st) st = collect(t);
     for (int i = 0; !st && lift && i < t->n; i++)
-        if (!t->items[i].end)
+        if (!t->items[i].end && !t->items[i].cleared)
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
                              "script '%s': its state differs from one trace to the next (%s)",
                              name, t->items[i].name);
@@ -207,6 +234,7 @@ static hd_status trace_once(sv_trace *t, hd_frame *f, const hd_ast *n, const cha
                          t->items[t->n - 1].name);
     for (int i = 0; !st && lift && i < t->n; i++) {
         char port[600];
+        if (t->items[i].cleared) continue; /* none after the run: no output */
         snprintf(port, sizeof port, "%c%s", HD_SCRIPT_STATE_PREFIX, t->items[i].name);
         /* written in place: the tensor stands for its last value */
         hd_tensor *end = t->items[i].inplace ? t->items[i].start : t->items[i].end;
@@ -282,6 +310,14 @@ static int put_standins(sv_trace *t, const char *name) {
     for (int i = 0; i < t->n; i++) {
         sv_item *it = &t->items[i];
         const hd_tensor *e = it->end;
+        if (it->cleared) { /* later runs start without it */
+            if (!it->start) continue;
+            it->first = it->start;
+            it->start = NULL;
+            if (place_set(vm, &it->place, hd_none())) return -1;
+            any = 1;
+            continue;
+        }
         if (it->start) {
             if (it->start->dtype == e->dtype && it->start->ndim == e->ndim &&
                 !memcmp(it->start->shape, e->shape, (size_t)e->ndim * sizeof *e->shape))
@@ -353,8 +389,9 @@ static hd_status make_state(sv_trace *t, hd_script *s, hd_ir_graph *init, hd_scr
 static hd_status start_values(sv_trace *t, hd_script *s, int *standin) {
     for (int i = 0; i < t->n; i++) {
         const sv_item *it = &t->items[i];
-        if (standin[i] || !it->start) continue;
-        if (hd_script_state_put(s, hd_script_state_at(s, i)->name, it->start))
+        hd_tensor *start = it->first ? it->first : it->start;
+        if (standin[i] || !start) continue;
+        if (hd_script_state_put(s, hd_script_state_at(s, i)->name, start))
             return hd_vm_from_ctx(t->vm, HD_ERR_RUNTIME);
     }
     return HD_OK;
@@ -424,8 +461,8 @@ hd_status hd_script_places_write(hd_vm *vm, const hd_script *s, const hd_script_
                                  int n) {
     for (int i = 0; i < n && i < hd_script_nstate(s); i++) {
         const hd_script_var *v = hd_script_state_at(s, i);
-        if (v->inplace || !v->t) continue;
-        if (place_set(vm, &places[i], hd_tensor_value(v->t))) return vm->err;
+        if (v->inplace) continue;
+        if (place_set(vm, &places[i], v->t ? hd_tensor_value(v->t) : hd_none())) return vm->err;
     }
     return HD_OK;
 }

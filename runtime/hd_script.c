@@ -396,6 +396,15 @@ static hd_status prog_outputs(hd_script *s, const script_prog *p, hd_tensor **ou
         }
         hd_tensor_unref(out[i]);
     }
+    /* a variable the main graph does not write is none after a run: a
+     * gradient the block clears (zero_grad) */
+    for (int v = 0; v < s->nvars; v++) {
+        char port[1100];
+        snprintf(port, sizeof port, "%c%s", HD_SCRIPT_STATE_PREFIX, s->vars[v].name);
+        if (hd_ir_find_output(s->g, port) >= 0) continue;
+        hd_tensor_unref(s->vars[v].t);
+        s->vars[v].t = NULL;
+    }
     return st;
 }
 
