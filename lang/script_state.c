@@ -226,8 +226,8 @@ static hd_status trace_once(sv_trace *t, hd_frame *f, const hd_ast *n, const cha
     for (int i = 0; !st && lift && i < t->n; i++)
         if (!t->items[i].end && !t->items[i].cleared)
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
-                             "script '%s': its state differs from one trace to the next (%s)",
-                             name, t->items[i].name);
+                             "script '%s': its state differs from one trace to the next (%s)", name,
+                             t->items[i].name);
     if (!st && lift && t->n != before)
         st = hd_vm_error(vm, HD_ERR_RUNTIME,
                          "script '%s': its state differs from one trace to the next (%s)", name,
@@ -414,7 +414,8 @@ static hd_status trace_state(sv_trace *t, hd_frame *f, const hd_ast *n, const ch
         cp_snapshot_restore(&t->snap);
     }
     hd_ir_graph *main = g2 ? g2 : g1, *init = g2 ? g1 : NULL;
-    if (!st && !(*out = hd_script_new(&vm->ctx, main))) st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    if (!st && !(*out = hd_script_new(&vm->ctx, main)))
+        st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     else if (st) {
         hd_ir_graph_free(g1);
         hd_ir_graph_free(g2);

@@ -208,8 +208,8 @@ hd_status hd_script_state_put(hd_script *s, const char *name, hd_tensor *t) {
         char want[160], got[160];
         hd_ir_type_str(dt, shape, nd, want, sizeof want);
         hd_ir_type_str(t->dtype, t->shape, t->ndim, got, sizeof got);
-        return hd_error(s->ctx, HD_ERR_ARGUMENT,
-                        "script '%s': state '%s' is %s, got %s", s->g->name, name, want, got);
+        return hd_error(s->ctx, HD_ERR_ARGUMENT, "script '%s': state '%s' is %s, got %s",
+                        s->g->name, name, want, got);
     }
     hd_script_var *var = &s->vars[v];
     if (var->inplace && var->t && var->t != t) /* shared with its program: keep sharing */
