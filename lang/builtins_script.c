@@ -413,6 +413,23 @@ SCRIPT_METHOD(sm_state) {
     return HD_OK;
 }
 
+/* set_state(name, t): a variable's new value (its dtype and shape), also
+ * at its place in the program. */
+SCRIPT_METHOD(sm_set_state) {
+    static const char *const params[] = {"name", "t", NULL};
+    hd_value v[2];
+    const char *name = NULL;
+    (void)out;
+    (void)data;
+    script_obj *o = obj_of(self);
+    if (bind(vm, "set_state", params, args, nargs, kw, nkw, v) ||
+        want_str(vm, "set_state", "name", v[0], &name) || want_tensor(vm, "set_state", "t", v[1]))
+        return vm->err;
+    if (hd_compiled_check_data(vm, v[1].as.t, "set_state()")) return vm->err;
+    if (hd_script_state_put(o->s, name, v[1].as.t)) return script_fail(vm, o->s);
+    return hd_script_places_write(vm, o->s, o->places, o->nplaces);
+}
+
 typedef struct script_method {
     const char *name;
     hd_native_fn fn;
@@ -433,6 +450,7 @@ static const script_method methods[] = {
     {"dot", sm_text, "dot", 0},
     {"save", sm_save, NULL, 1},
     {"state", sm_state, NULL, 0},
+    {"set_state", sm_set_state, NULL, 1},
 };
 
 static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_value *out) {
@@ -461,7 +479,7 @@ static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_va
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "script has no member '%s' (members: name, inputs, outputs, set_input, "
                        "add_input, run, compile, clear_inputs, set_compiler, set_device, stats, "
-                       "ir, dot, save, state)",
+                       "ir, dot, save, state, set_state)",
                        name);
 }
 
