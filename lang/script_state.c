@@ -193,11 +193,16 @@ static hd_status collect(sv_trace *t) {
 static int sv_lift(hd_ctx *ctx, void *ud, hd_tensor *x, char *name, size_t n) {
     sv_trace *t = ud;
     HD_UNUSED(ctx);
-    for (int i = 0; i < t->n; i++)
-        if (t->items[i].start == x) {
-            snprintf(name, n, "%c%s", HD_SCRIPT_STATE_PREFIX, t->items[i].name);
+    for (int i = 0; i < t->n; i++) {
+        const sv_item *it = &t->items[i];
+        /* a gradient is found by its place: setting .grad stores a view */
+        hd_value h = it->place.holder;
+        int grad = it->start && h.type == HD_V_TENSOR && hd_grad_get(h.as.t) == x;
+        if (it->start == x || grad) {
+            snprintf(name, n, "%c%s", HD_SCRIPT_STATE_PREFIX, it->name);
             return 1;
         }
+    }
     return 0;
 }
 
