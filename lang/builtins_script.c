@@ -194,11 +194,8 @@ static hd_value script_value(hd_vm *vm, hd_script *s, hd_script_place *places, i
     o->s = s;
     o->places = places;
     o->nplaces = nplaces;
-    hd_value v = hd_handle_new(vm, &script_type, o);
-    if (v.type != HD_V_HANDLE) {
-        script_free(vm, o);
-        hd_vm_oom(vm);
-    }
+    hd_value v = hd_handle_new(vm, &script_type, o); /* frees o when it fails */
+    if (v.type != HD_V_HANDLE) hd_vm_oom(vm);
     return v;
 }
 
@@ -281,6 +278,7 @@ SCRIPT_METHOD(sm_run) {
     script_obj *o = obj_of(self);
     hd_script *s = o->s;
     if (no_args(vm, "run", nargs, nkw) || compiled_now(vm, s)) return vm->err;
+    if (hd_script_places_read(vm, s, o->places, o->nplaces)) return vm->err;
     if (hd_script_run(s)) return script_fail(vm, s);
     if (hd_script_places_write(vm, s, o->places, o->nplaces)) return vm->err;
     hd_value d = hd_dict_new(vm);

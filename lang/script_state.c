@@ -419,12 +419,12 @@ static hd_status trace_state(sv_trace *t, hd_frame *f, const hd_ast *n, const ch
         cp_snapshot_restore(&t->snap);
     }
     hd_ir_graph *main = g2 ? g2 : g1, *init = g2 ? g1 : NULL;
-    if (!st && !(*out = hd_script_new(&vm->ctx, main)))
-        st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    else if (st) {
+    if (st) {
         hd_ir_graph_free(g1);
         hd_ir_graph_free(g2);
-        init = NULL;
+    } else if (!(*out = hd_script_new(&vm->ctx, main))) { /* it freed main */
+        hd_ir_graph_free(init);
+        st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     }
     if (!st) st = make_state(t, *out, init, places, nplaces);
     if (!st) st = start_values(t, *out, standin);
@@ -461,6 +461,56 @@ hd_status hd_script_trace_block(hd_vm *vm, hd_frame *f, const hd_ast *n, const c
     }
     trace_free(&t);
     return st;
+}
+
+/* The value at p, or 0 when the place is gone. */
+static int place_get(const hd_script_place *p, hd_value *out) {
+    hd_value h = p->holder;
+    const hd_value *slot = NULL;
+    switch (h.type) {
+    case HD_V_OBJECT: slot = hd_dict_get(((hd_object *)h.as.o)->fields, p->key); break;
+    case HD_V_DICT: slot = hd_dict_get(h, p->key); break;
+    case HD_V_LIST:
+        if (p->index < hd_as_list(h)->len) slot = &hd_as_list(h)->items[p->index];
+        break;
+    case HD_V_MODULE:
+        if (p->index < ((hd_module *)h.as.o)->nglobals)
+            slot = &((hd_module *)h.as.o)->globals[p->index];
+        break;
+    case HD_V_CELL: slot = &((hd_cell *)h.as.o)->v; break;
+    case HD_V_TENSOR: {
+        hd_tensor *g = hd_grad_get(h.as.t);
+        *out = g ? hd_tensor_value(g) : hd_none();
+        return 1;
+    }
+    default: return 0;
+    }
+    if (!slot) return 0;
+    *out = *slot;
+    return 1;
+}
+
+hd_status hd_script_places_read(hd_vm *vm, hd_script *s, const hd_script_place *places, int n) {
+    const hd_ir_graph *g = hd_script_graph(s);
+    for (int i = 0; i < n && i < hd_script_nstate(s); i++) {
+        const hd_script_var *v = hd_script_state_at(s, i);
+        hd_value now;
+        char port[1100];
+        snprintf(port, sizeof port, "%c%s", HD_SCRIPT_STATE_PREFIX, v->name);
+        if (v->inplace || !place_get(&places[i], &now) || hd_ir_find_input(g, port) < 0) continue;
+        if (now.type == HD_V_TENSOR && (now.as.t == v->t || !now.as.t->storage)) continue;
+        if (now.type != HD_V_TENSOR && now.type != HD_V_NONE) continue;
+        if (now.type == HD_V_NONE && !v->t) continue;
+        if (now.type == HD_V_TENSOR && v->t && now.as.t->storage == v->t->storage) continue;
+        hd_tensor *z = NULL; /* a gradient cleared (zero_grad): the graph adds to zeros */
+        if (now.type == HD_V_NONE && places[i].holder.type == HD_V_TENSOR &&
+            !(z = hd_tensor_zeros(&vm->ctx, v->t->dtype, v->t->shape, v->t->ndim)))
+            return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+        hd_status st = hd_script_state_put(s, v->name, now.type == HD_V_TENSOR ? now.as.t : z);
+        hd_tensor_unref(z);
+        if (st) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    }
+    return HD_OK;
 }
 
 hd_status hd_script_places_write(hd_vm *vm, const hd_script *s, const hd_script_place *places,

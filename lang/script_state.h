@@ -30,6 +30,10 @@ typedef struct hd_script_place {
  * error is unlocated. */
 hd_status hd_script_trace_block(hd_vm *vm, hd_frame *f, const hd_ast *n, const char *name,
                                 hd_script **out, hd_script_place **places, int *nplaces);
+/* Before a run: the values the program left at the places of the
+ * variables the graph reads, when they changed (an eager zero_grad, a
+ * buffer replaced). A value of another dtype or shape is an error. */
+hd_status hd_script_places_read(hd_vm *vm, hd_script *s, const hd_script_place *places, int n);
 /* After a run: each variable's value to its place. */
 hd_status hd_script_places_write(hd_vm *vm, const hd_script *s, const hd_script_place *places,
                                  int n);

@@ -203,7 +203,7 @@ hd_status hd_script_state_put(hd_script *s, const char *name, hd_tensor *t) {
     hd_dtype dt;
     const int64_t *shape;
     int nd;
-    if (var_type(s, v, &dt, &shape, &nd) &&
+    if (t && var_type(s, v, &dt, &shape, &nd) &&
         (t->dtype != dt || t->ndim != nd || memcmp(t->shape, shape, (size_t)nd * sizeof *shape))) {
         char want[160], got[160];
         hd_ir_type_str(dt, shape, nd, want, sizeof want);
@@ -212,6 +212,14 @@ hd_status hd_script_state_put(hd_script *s, const char *name, hd_tensor *t) {
                         s->g->name, name, want, got);
     }
     hd_script_var *var = &s->vars[v];
+    if (!t && !var->inplace) { /* none: a gradient cleared by the program */
+        hd_tensor_unref(var->t);
+        var->t = NULL;
+        return HD_OK;
+    }
+    if (!t)
+        return hd_error(s->ctx, HD_ERR_ARGUMENT, "script '%s': state '%s' cannot be none",
+                        s->g->name, name);
     if (var->inplace && var->t && var->t != t) /* shared with its program: keep sharing */
         return hd_tensor_copy_into(s->ctx, var->t, t);
     hd_tensor_ref(t);

@@ -77,7 +77,8 @@ hd_status hd_script_set_state(hd_script *s, hd_script_var *vars, int nvars, hd_i
 int hd_script_nstate(const hd_script *s);
 const hd_script_var *hd_script_state_at(const hd_script *s, int i);
 /* Replace variable name's value (a reference is held) by t, which must have
- * the variable's dtype and shape; errors name what is expected. */
+ * the variable's dtype and shape; errors name what is expected. t NULL
+ * makes a variable that is not written in place none. */
 hd_status hd_script_state_put(hd_script *s, const char *name, hd_tensor *t);
 /* Is the graph of the first run still to run (the state cannot be saved)? */
 int hd_script_state_pending(const hd_script *s);
