@@ -1,6 +1,7 @@
 /* hodu_api_script: saved scripts (.hoduscript) in the embedding API, over
  * runtime/hd_script.h. */
 #include "hodu_api_int.h"
+#include "hd_op.h"
 #include "hd_script.h"
 
 #include <string.h>
@@ -94,4 +95,40 @@ hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
         return NULL;
     }
     return hd_api_handle(h, t);
+}
+
+hodu_tensor *hodu_script_state(hodu_script *hs, const char *name) {
+    if (!hs) return NULL;
+    hodu_vm *h = hs->owner;
+    hd_api_begin(h);
+    if (!name) {
+        hd_api_arg_error(h, "hodu_script_state", "name is NULL");
+        return NULL;
+    }
+    for (int i = 0; i < hd_script_nstate(hs->s); i++) {
+        const hd_script_var *v = hd_script_state_at(hs->s, i);
+        if (strcmp(v->name, name)) continue;
+        if (v->t) return hd_api_handle(h, v->t);
+        hd_vm_error(h->vm, HD_ERR_RUNTIME, "hodu_script_state: state '%s' of script '%s' is none",
+                    name, hd_script_name(hs->s));
+        return NULL;
+    }
+    hd_vm_error(h->vm, HD_ERR_RUNTIME, "hodu_script_state: script '%s' has no state '%s'",
+                hd_script_name(hs->s), name);
+    return NULL;
+}
+
+hodu_status hodu_script_set_state(hodu_script *hs, const char *name, hodu_tensor *t) {
+    if (!hs) return HODU_ERROR_ARGUMENT;
+    hodu_vm *h = hs->owner;
+    hd_api_begin(h);
+    if (!name) return hd_api_arg_error(h, "hodu_script_set_state", "name is NULL");
+    if (hd_api_check_tensor(h, "hodu_script_set_state", t)) return HODU_ERROR_ARGUMENT;
+    hd_ctx *ctx = &h->vm->ctx;
+    /* the script's own copy: the host's memory may go away */
+    hd_tensor *c = hd_tensor_new(ctx, t->t->dtype, t->t->shape, t->t->ndim);
+    hd_status st = c ? hd_tensor_copy_into(ctx, c, t->t) : ctx->status;
+    if (!st) st = hd_script_state_put(hs->s, name, c);
+    hd_tensor_unref(c);
+    return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);
 }

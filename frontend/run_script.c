@@ -1,11 +1,15 @@
 /* hodu run-script: runs a saved .hoduscript without any source code.
  *
  *   hodu run-script F.hoduscript --input x=x.npy [--input y=y.npy]
- *                   [--output out.npz] [--compiler NAME] [--device D]
+ *                   [--output out.npz] [--state S.safetensors]
+ *                   [--compiler NAME] [--device D]
  *
  * Inputs are .npy files. The outputs go to one .npz or .safetensors file
  * (every output by name), or a .npy file when the script has one output;
- * without --output they are printed, one "name = tensor(...)" each.
+ * without --output they are printed, one "name = tensor(...)" each. A
+ * script with state (a training loop) reads it from --state's file before
+ * the run and writes it back there after (a missing file: the state saved
+ * in the script, and the file is made).
  * Exit status: 0 success; 1 the script could not be loaded or run (a
  * missing or damaged file, an unknown input, a wrong shape or dtype); 2 a
  * usage error. */
@@ -23,17 +27,19 @@
 
 static const char rs_usage[] =
     "usage: hodu run-script F.hoduscript [--input NAME=FILE.npy]... [--output OUT]\n"
-    "                       [--compiler NAME] [--device DEVICE]\n"
+    "                       [--state FILE.safetensors] [--compiler NAME] [--device DEVICE]\n"
     "\n"
     "  --input NAME=FILE  bind input NAME to the tensor in FILE (.npy)\n"
     "  --output OUT       write the outputs to OUT: .npz or .safetensors (all of\n"
     "                     them, by name), .npy (a script with one output);\n"
     "                     without it the outputs are printed\n"
+    "  --state FILE       a script's state (.safetensors): read before the run\n"
+    "                     (if the file exists), written after it\n"
     "  --compiler NAME    interp (default), llvm, cuda\n"
     "  --device DEVICE    cpu (default), cuda:0\n";
 
 typedef struct rs_args {
-    const char *script, *output, *compiler, *device;
+    const char *script, *output, *compiler, *device, *state;
     const char *names[RS_MAX_INPUTS], *files[RS_MAX_INPUTS];
     int ninputs;
 } rs_args;
@@ -55,6 +61,7 @@ static int rs_parse(int argc, char **argv, rs_args *a) {
         const char **slot = !strcmp(s, "--output")     ? &a->output
                             : !strcmp(s, "--compiler") ? &a->compiler
                             : !strcmp(s, "--device")   ? &a->device
+                            : !strcmp(s, "--state")    ? &a->state
                                                        : NULL;
         if (slot || !strcmp(s, "--input")) {
             if (i + 1 >= argc) return rs_usage_error("missing value after ", s);
@@ -150,6 +157,52 @@ static hd_status rs_save(hd_ctx *ctx, const hd_script *s, const char *path) {
     return st;
 }
 
+/* --state FILE: the script's state from FILE, when it exists. */
+static hd_status rs_state_load(hd_ctx *ctx, hd_script *s, const char *path) {
+    if (!hd_script_nstate(s))
+        return hd_error(ctx, HD_ERR_ARGUMENT,
+                        "--state: script '%s' has no state (it writes no tensors it reads)",
+                        hd_script_name(s));
+    if (!ends_with(path, ".safetensors"))
+        return hd_error(ctx, HD_ERR_ARGUMENT, "--state %s: the state file must be .safetensors",
+                        path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return HD_OK; /* made after the run */
+    fclose(f);
+    const hd_backend *be;
+    int dev;
+    if (hd_backend_parse_device(ctx, hd_script_device(s), &be, &dev)) return ctx->status;
+    hd_io_list l;
+    hd_io_list_init(&l);
+    hd_status st = hd_io_load_safetensors(ctx, path, &l);
+    for (size_t i = 0; !st && i < l.count; i++) {
+        hd_tensor *d = NULL;
+        st = hd_tensor_to_device(ctx, l.entries[i].tensor, be, dev, &d);
+        if (!st) st = hd_script_state_put(s, l.entries[i].name, d);
+        hd_tensor_unref(d);
+    }
+    if (st && st != HD_ERR_MEMORY && strncmp(hd_error_message(ctx), path, strlen(path))) {
+        char msg[HD_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", hd_error_message(ctx));
+        hd_error(ctx, st, "%.200s: %.800s", path, msg);
+    }
+    hd_io_list_free(ctx, &l);
+    return st;
+}
+
+static hd_status rs_state_save(hd_ctx *ctx, const hd_script *s, const char *path) {
+    hd_io_list l;
+    hd_io_list_init(&l);
+    hd_status st = HD_OK;
+    for (int i = 0; i < hd_script_nstate(s) && !st; i++) {
+        const hd_script_var *v = hd_script_state_at(s, i);
+        if (v->t) st = hd_io_list_add(ctx, &l, v->name, v->t);
+    }
+    if (!st) st = hd_io_save_safetensors(ctx, path, &l);
+    hd_io_list_free(ctx, &l);
+    return st;
+}
+
 int hd_run_script_main(int argc, char **argv) {
     rs_args a;
     int rc = rs_parse(argc, argv, &a);
@@ -161,8 +214,10 @@ int hd_run_script_main(int argc, char **argv) {
     if (!st && a.compiler) st = hd_script_set_compiler(s, a.compiler);
     if (!st && a.device) st = hd_script_set_device(s, a.device);
     if (!st) st = rs_bind(&ctx, s, &a);
+    if (!st && a.state) st = rs_state_load(&ctx, s, a.state);
     if (!st) st = hd_script_run(s);
     if (!st) st = a.output ? rs_save(&ctx, s, a.output) : rs_print(&ctx, s);
+    if (!st && a.state) st = rs_state_save(&ctx, s, a.state);
     rc = st ? rs_fail(&ctx) : 0;
     hd_script_free(s);
     hd_ctx_release(&ctx);

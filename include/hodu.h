@@ -179,6 +179,14 @@ HODU_API hodu_status hodu_script_set_input(hodu_script *s, const char *name, hod
 HODU_API hodu_status hodu_script_run(hodu_script *s);
 /* A new handle on output name of the last run, or NULL and an error. */
 HODU_API hodu_tensor *hodu_script_output(hodu_script *s, const char *name);
+/* A script that trains keeps state (parameters, optimizer buffers) that
+ * every run reads and updates, so runs continue from each other. A new
+ * handle on state variable name ("model.weight"), or NULL and an error
+ * (no such variable, or none before a first run). */
+HODU_API hodu_tensor *hodu_script_state(hodu_script *s, const char *name);
+/* Replace state variable name's value by a copy of t's (same dtype and
+ * shape, else HODU_ERROR_ARGUMENT naming what is expected). */
+HODU_API hodu_status hodu_script_set_state(hodu_script *s, const char *name, hodu_tensor *t);
 /* NULL is a no-op. */
 HODU_API void hodu_script_free(hodu_script *s);
 

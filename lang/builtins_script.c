@@ -3,12 +3,14 @@
  * dtype = f32) and whose outputs are named with output(name, t); the value
  * is a script object (runtime/hd_script.h) with set_input, run, compile,
  * save, ... load_script(path) reads a .hoduscript file. Tensors the block
- * reads from outside become constants saved with the graph. */
+ * reads from outside become constants saved with the graph, except its
+ * state (script_state.h): tensors it writes, read and written at each run. */
 #include "builtins_tensor.h"
 #include "compiled.h"
 #include "eval.h"
 #include "hd_script.h"
 #include "hd_trace.h"
+#include "script_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,14 @@ static hd_status not_in_script(hd_vm *vm, const char *fn) {
                        strcmp(fn, "input") ? "outputs" : "inputs");
 }
 
+/* Names that start with '$' are the state's. */
+static hd_status want_port(hd_vm *vm, const char *fn, const char *name) {
+    if (name[0] != HD_SCRIPT_STATE_PREFIX) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s(): names that start with '%c' are kept for the script's state", fn,
+                       HD_SCRIPT_STATE_PREFIX);
+}
+
 static hd_status bi_input(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
                           const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
     static const char *const params[] = {"name", "shape", "dtype", NULL};
@@ -101,7 +111,8 @@ static hd_status bi_input(hd_vm *vm, hd_value self, const hd_value *args, int na
     (void)data;
     if (!in_script(vm)) return not_in_script(vm, "input");
     if (bind(vm, "input", params, args, nargs, kw, nkw, v) ||
-        want_str(vm, "input", "name", v[0], &name) || want_shape(vm, v[1], shape, &nd))
+        want_str(vm, "input", "name", v[0], &name) || want_port(vm, "input", name) ||
+        want_shape(vm, v[1], shape, &nd))
         return vm->err;
     hd_dtype dt = HD_F32;
     if (given(v[2]) && v[2].type != HD_V_NONE) {
@@ -126,7 +137,8 @@ static hd_status bi_output(hd_vm *vm, hd_value self, const hd_value *args, int n
     (void)out;
     if (!in_script(vm)) return not_in_script(vm, "output");
     if (bind(vm, "output", params, args, nargs, kw, nkw, v) ||
-        want_str(vm, "output", "name", v[0], &name) || want_tensor(vm, "output", "t", v[1]))
+        want_str(vm, "output", "name", v[0], &name) || want_port(vm, "output", name) ||
+        want_tensor(vm, "output", "t", v[1]))
         return vm->err;
     if (hd_trace_output(&vm->ctx, name, v[1].as.t)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     return HD_OK;
@@ -134,17 +146,31 @@ static hd_status bi_output(hd_vm *vm, hd_value self, const hd_value *args, int n
 
 /* ---- script objects ---- */
 
+/* A script value: the script, and where its state lives in the program
+ * (none for a loaded script). */
+typedef struct script_obj {
+    hd_script *s;
+    hd_script_place *places;
+    int nplaces;
+} script_obj;
+
 static void script_free(hd_vm *vm, void *p) {
-    (void)vm;
-    hd_script_free(p);
+    script_obj *o = p;
+    hd_script_free(o->s);
+    hd_script_places_free(vm, o->places, o->nplaces);
+    hd_ctx_free(&vm->ctx, o, sizeof *o);
 }
 
 static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_value *out);
 
 static const hd_handle_type script_type = {"script", script_free, script_member};
 
+static script_obj *obj_of(hd_value self) {
+    return (script_obj *)((hd_handle *)self.as.o)->p;
+}
+
 static hd_script *script_of(hd_value self) {
-    return (hd_script *)((hd_handle *)self.as.o)->p;
+    return obj_of(self)->s;
 }
 
 static hd_status script_fail(hd_vm *vm, const hd_script *s) {
@@ -156,8 +182,19 @@ static hd_status script_fail(hd_vm *vm, const hd_script *s) {
     return hd_vm_error(vm, HD_ERR_RUNTIME, "script '%s': %s", hd_script_name(s), msg);
 }
 
-static hd_value script_value(hd_vm *vm, hd_script *s) {
-    hd_value v = hd_handle_new(vm, &script_type, s);
+/* A script value taking s and places (freed on error). */
+static hd_value script_value(hd_vm *vm, hd_script *s, hd_script_place *places, int nplaces) {
+    script_obj *o = hd_ctx_calloc(&vm->ctx, 1, sizeof *o);
+    if (!o) {
+        hd_script_free(s);
+        hd_script_places_free(vm, places, nplaces);
+        hd_vm_oom(vm);
+        return hd_err_value();
+    }
+    o->s = s;
+    o->places = places;
+    o->nplaces = nplaces;
+    hd_value v = hd_handle_new(vm, &script_type, o); /* frees o when it fails */
     if (v.type != HD_V_HANDLE) hd_vm_oom(vm);
     return v;
 }
@@ -238,9 +275,12 @@ SCRIPT_METHOD(sm_run) {
     (void)args;
     (void)kw;
     (void)data;
-    hd_script *s = script_of(self);
+    script_obj *o = obj_of(self);
+    hd_script *s = o->s;
     if (no_args(vm, "run", nargs, nkw) || compiled_now(vm, s)) return vm->err;
+    if (hd_script_places_read(vm, s, o->places, o->nplaces)) return vm->err;
     if (hd_script_run(s)) return script_fail(vm, s);
+    if (hd_script_places_write(vm, s, o->places, o->nplaces)) return vm->err;
     hd_value d = hd_dict_new(vm);
     if (d.type != HD_V_DICT) return vm->err;
     for (int i = 0; i < hd_script_noutputs(s); i++) {
@@ -351,6 +391,43 @@ SCRIPT_METHOD(sm_save) {
     return hd_script_save(s, path) ? script_fail(vm, s) : HD_OK;
 }
 
+/* state(): a dict name -> tensor (none before a first run made it). */
+SCRIPT_METHOD(sm_state) {
+    (void)args;
+    (void)kw;
+    (void)data;
+    hd_script *s = script_of(self);
+    if (no_args(vm, "state", nargs, nkw)) return vm->err;
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return vm->err;
+    for (int i = 0; i < hd_script_nstate(s); i++) {
+        const hd_script_var *v = hd_script_state_at(s, i);
+        if (hd_dict_set(vm, d, v->name, v->t ? hd_tensor_value(hd_tensor_ref(v->t)) : hd_none())) {
+            hd_value_unref(vm, d);
+            return vm->err;
+        }
+    }
+    *out = d;
+    return HD_OK;
+}
+
+/* set_state(name, t): a variable's new value (its dtype and shape), also
+ * at its place in the program. */
+SCRIPT_METHOD(sm_set_state) {
+    static const char *const params[] = {"name", "t", NULL};
+    hd_value v[2];
+    const char *name = NULL;
+    (void)out;
+    (void)data;
+    script_obj *o = obj_of(self);
+    if (bind(vm, "set_state", params, args, nargs, kw, nkw, v) ||
+        want_str(vm, "set_state", "name", v[0], &name) || want_tensor(vm, "set_state", "t", v[1]))
+        return vm->err;
+    if (hd_compiled_check_data(vm, v[1].as.t, "set_state()")) return vm->err;
+    if (hd_script_state_put(o->s, name, v[1].as.t)) return script_fail(vm, o->s);
+    return hd_script_places_write(vm, o->s, o->places, o->nplaces);
+}
+
 typedef struct script_method {
     const char *name;
     hd_native_fn fn;
@@ -370,6 +447,8 @@ static const script_method methods[] = {
     {"ir", sm_text, "ir", 0},
     {"dot", sm_text, "dot", 0},
     {"save", sm_save, NULL, 1},
+    {"state", sm_state, NULL, 0},
+    {"set_state", sm_set_state, NULL, 1},
 };
 
 static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_value *out) {
@@ -398,7 +477,7 @@ static hd_status script_member(hd_vm *vm, hd_value self, const char *name, hd_va
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "script has no member '%s' (members: name, inputs, outputs, set_input, "
                        "add_input, run, compile, clear_inputs, set_compiler, set_device, stats, "
-                       "ir, dot, save)",
+                       "ir, dot, save, state, set_state)",
                        name);
 }
 
@@ -433,30 +512,11 @@ static hd_status script_args(hd_vm *vm, hd_frame *f, const hd_ast *n, script_opt
     return HD_OK;
 }
 
-/* Trace the block into a graph; the error is located. */
+/* Trace the block into a script (with its state, if any). */
 static hd_status script_trace(hd_vm *vm, hd_frame *f, const hd_ast *n, const char *name,
-                              hd_ir_graph **g) {
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    if (hd_trace_begin(ctx, name)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-    vm->script_depth++;
-    int fl = hd_eval_block(vm, f, n->body);
-    vm->script_depth--;
-    hd_status st = fl == HD_FLOW_ERROR ? (vm->err ? vm->err : HD_ERR_RUNTIME) : HD_OK;
-    if (!st && fl != HD_FLOW_NORMAL)
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "break, continue and return cannot leave a script");
-    if (!st && hd_trace_nwrites(ctx))
-        st = hd_vm_error(vm, HD_ERR_RUNTIME,
-                         "script '%s' writes a tensor in place: a saved script has no variables "
-                         "to write (build a new tensor and output it)",
-                         name);
-    if (st) {
-        hd_trace_abort(ctx);
-        return st;
-    }
-    if (hd_trace_end(ctx, g)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
-    if ((*g)->noutputs) return HD_OK;
-    hd_ir_graph_free(*g);
-    *g = NULL;
+                              hd_script **s, hd_script_place **places, int *nplaces) {
+    if (hd_script_trace_block(vm, f, n, name, s, places, nplaces)) return vm->err;
+    if (hd_script_noutputs(*s)) return HD_OK;
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "script '%s' has no outputs: name them with output(name, tensor)", name);
 }
@@ -466,8 +526,9 @@ hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     int nheld = n->n < 8 ? n->n : 8;
     for (int i = 0; i < nheld; i++) held[i] = hd_none();
     script_opts o;
-    hd_ir_graph *g = NULL;
     hd_script *s = NULL;
+    hd_script_place *places = NULL;
+    int nplaces = 0;
     hd_status st = HD_OK;
     if (vm->ctx.trace)
         st = hd_vm_error(vm, HD_ERR_RUNTIME,
@@ -475,8 +536,7 @@ hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     else if (n->n > 8)
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "script(): too many arguments");
     if (!st) st = script_args(vm, f, n, &o, held);
-    if (!st) st = script_trace(vm, f, n, o.name, &g);
-    if (!st && !(s = hd_script_new(hd_vm_ctx(vm), g))) st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    if (!st) st = script_trace(vm, f, n, o.name, &s, &places, &nplaces);
     char defdev[32];
     if (!st && !o.device && hd_default_device_name(vm, defdev, sizeof defdev)) {
         o.device = defdev; /* the default device, and its compiler unless one was named */
@@ -488,10 +548,11 @@ hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (int i = 0; i < nheld; i++) hd_value_unref(vm, held[i]);
     if (st) {
         hd_script_free(s);
+        hd_script_places_free(vm, places, nplaces);
         hd_vm_locate(vm, f, &n->span);
         return hd_err_value();
     }
-    hd_value v = script_value(vm, s);
+    hd_value v = script_value(vm, s, places, nplaces);
     if (v.type != HD_V_HANDLE) {
         hd_vm_locate(vm, f, &n->span);
         return hd_err_value();
@@ -513,7 +574,7 @@ static hd_status bi_load_script(hd_vm *vm, hd_value self, const hd_value *args, 
         return vm->err;
     hd_script *s = NULL;
     if (hd_script_load(hd_vm_ctx(vm), path, &s)) return hd_vm_from_ctx(vm, HD_ERR_IO);
-    *out = script_value(vm, s);
+    *out = script_value(vm, s, NULL, 0);
     return out->type == HD_V_HANDLE ? HD_OK : vm->err;
 }
 

@@ -144,14 +144,29 @@ static void w_attrs(wbuf *b, const hd_attrs *a) {
     if (a->drop_mask) w_u8(b, TAG_DROP), w_u32(b, a->drop_mask);
 }
 
-static hd_status w_const(wbuf *b, hd_ctx *ctx, const hd_tensor *t) {
+/* A tensor's dims, nbytes and bytes; number: the constant record's flag
+ * (-1: a state value, which has none). */
+static hd_status w_data(wbuf *b, const hd_tensor *t);
+
+static hd_status w_tensor(wbuf *b, hd_ctx *ctx, const hd_tensor *t, int number) {
     w_u8(b, (unsigned)t->dtype);
     w_u8(b, (unsigned)t->ndim);
-    w_u8(b, (unsigned)(t->number != 0));
+    if (number >= 0) w_u8(b, (unsigned)number);
     for (int i = 0; i < t->ndim; i++) w_i64(b, t->shape[i]);
     w_u64(b, hd_tensor_nbytes(t));
-    if (!hd_tensor_is_cpu(t))
+    if (!hd_tensor_is_cpu(t) && number >= 0)
         return hd_error(ctx, HD_ERR_RUNTIME, "cannot save a constant that is not on the cpu");
+    hd_tensor *host = NULL; /* a state tensor on a device: through a host copy */
+    if (!hd_tensor_is_cpu(t)) {
+        if (!(host = hd_tensor_to_host(ctx, (hd_tensor *)t))) return ctx->status;
+        t = host;
+    }
+    hd_status st = w_data(b, t);
+    hd_tensor_unref(host);
+    return st;
+}
+
+static hd_status w_data(wbuf *b, const hd_tensor *t) {
     size_t es = (size_t)hd_dtype_size(t->dtype);
     if (hd_tensor_is_contiguous(t)) {
         w_bytes(b, hd_tensor_data(t), hd_tensor_nbytes(t));
@@ -189,7 +204,7 @@ static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_b
     }
     for (int i = 0; i < g->nconsts && !b->failed; i++) {
         *const_bytes += hd_tensor_nbytes(g->consts[i].t);
-        if (w_const(b, ctx, g->consts[i].t)) b->failed = 1;
+        if (w_tensor(b, ctx, g->consts[i].t, g->consts[i].t->number != 0)) b->failed = 1;
     }
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
@@ -208,15 +223,34 @@ static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_b
     }
 }
 
+/* The state section (version 2): a count, then per variable its name,
+ * flags (1: in place, 2: has a value) and value. */
+static void w_state(wbuf *b, hd_ctx *ctx, const hd_script_var *vars, int nvars) {
+    w_u32(b, (uint32_t)nvars);
+    for (int i = 0; i < nvars && !b->failed; i++) {
+        w_str(b, vars[i].name);
+        w_u8(b, (unsigned)((vars[i].inplace ? 1 : 0) | (vars[i].t ? 2 : 0)));
+        if (vars[i].t && w_tensor(b, ctx, vars[i].t, -1)) b->failed = 1;
+    }
+}
+
 static void put_le(unsigned char *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
 hd_status hd_script_encode(hd_ctx *ctx, const hd_ir_graph *src, unsigned char **data,
                            size_t *size) {
+    return hd_script_encode_state(ctx, src, NULL, 0, data, size);
+}
+
+hd_status hd_script_encode_state(hd_ctx *ctx, const hd_ir_graph *src, const hd_script_var *vars,
+                                 int nvars, unsigned char **data, size_t *size) {
     *data = NULL;
     *size = 0;
     if (script_check_savable(ctx, src)) return ctx->status;
+    for (int i = 0; i < nvars; i++)
+        if (strlen(vars[i].name) > NAME_MAX_BYTES)
+            return hd_error(ctx, HD_ERR_ARGUMENT, "state name too long to save");
     /* the numbering the format relies on: inputs, constants, nodes */
     hd_ir_graph *g = hd_ir_graph_clone(src);
     if (!g || hd_ir_compact(g) || hd_ir_verify(g)) {
@@ -228,10 +262,11 @@ hd_status hd_script_encode(hd_ctx *ctx, const hd_ir_graph *src, unsigned char **
     unsigned char header[HEADER_BYTES] = {0};
     w_bytes(&b, header, sizeof header);
     w_body(&b, ctx, g, &const_bytes);
+    if (nvars) w_state(&b, ctx, vars, nvars);
     w_u32(&b, 0); /* checksum, filled below */
     if (!b.failed) {
         memcpy(b.p, HD_SCRIPT_MAGIC, 8);
-        put_le(b.p + 8, HD_SCRIPT_VERSION, 4);
+        put_le(b.p + 8, nvars ? 2 : 1, 4); /* version 1 without state */
         put_le(b.p + 12, 0, 4);
         put_le(b.p + 16, (uint64_t)g->ninputs, 4);
         put_le(b.p + 20, (uint64_t)g->nconsts, 4);
@@ -437,10 +472,10 @@ static hd_status r_header(hd_ctx *ctx, const unsigned char *d, size_t size, scri
     h->noutputs = (uint32_t)v[5];
     h->const_bytes = v[6];
     h->file_size = v[7];
-    if (h->version != HD_SCRIPT_VERSION)
+    if (h->version < 1 || h->version > HD_SCRIPT_VERSION)
         return hd_error(ctx, HD_ERR_IO,
                         "script file format version %u is not supported (this build reads "
-                        "version %d)",
+                        "versions 1 to %d)",
                         (unsigned)h->version, HD_SCRIPT_VERSION);
     if (h->flags) return hd_error(ctx, HD_ERR_IO, "invalid script file: unknown flags");
     if (h->file_size != size)
@@ -493,14 +528,17 @@ static hd_status r_inputs(rbuf *r, hd_ir_graph *g, uint32_t n) {
     return HD_OK;
 }
 
-static hd_status r_const(rbuf *r, hd_ir_graph *g, uint64_t *total) {
-    unsigned d, nd, number;
+/* A tensor record (a constant's, or a state value's when number is NULL)
+ * into a new tensor; *total adds its bytes. */
+static hd_status r_tensor(rbuf *r, unsigned *number, uint64_t *total, hd_tensor **out) {
+    unsigned d, nd;
     int64_t shape[HD_MAX_DIMS];
     uint64_t nbytes;
-    if (!r_u8(r, &d) || !r_u8(r, &nd) || !r_u8(r, &number)) return r->ctx->status;
+    *out = NULL;
+    if (!r_u8(r, &d) || !r_u8(r, &nd) || (number && !r_u8(r, number))) return r->ctx->status;
     if (d >= HD_DTYPE_COUNT) return r_fail(r, "dtype out of range");
     if (nd > HD_MAX_DIMS) return r_fail(r, "too many dims");
-    if (number > 1 || (number && nd)) return r_fail(r, "bad number flag");
+    if (number && (*number > 1 || (*number && nd))) return r_fail(r, "bad number flag");
     size_t want = (size_t)hd_dtype_size((hd_dtype)d), span = want;
     for (unsigned i = 0; i < nd; i++) {
         if (!r_i64(r, &shape[i])) return r->ctx->status;
@@ -517,8 +555,16 @@ static hd_status r_const(rbuf *r, hd_ir_graph *g, uint64_t *total) {
     *total += nbytes;
     hd_tensor *t = hd_tensor_from_data(r->ctx, (hd_dtype)d, shape, (int)nd, r->p + r->pos);
     if (!t) return r->ctx->status;
-    t->number = (int)number;
     r->pos += (size_t)nbytes;
+    *out = t;
+    return HD_OK;
+}
+
+static hd_status r_const(rbuf *r, hd_ir_graph *g, uint64_t *total) {
+    unsigned number;
+    hd_tensor *t;
+    if (r_tensor(r, &number, total, &t)) return r->ctx->status;
+    t->number = (int)number;
     int v = hd_ir_add_const(g, t);
     hd_tensor_unref(t);
     return v < 0 ? r->ctx->status : HD_OK;
@@ -605,7 +651,40 @@ static hd_status r_outputs(rbuf *r, hd_ir_graph *g, uint32_t n) {
     return HD_OK;
 }
 
-static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g) {
+static hd_status r_state(rbuf *r, hd_script_var **out, int *nout) {
+    char name[NAME_MAX_BYTES + 1];
+    uint64_t n, total = 0;
+    r->where = "state";
+    if (!r_uint(r, 4, &n)) return r->ctx->status;
+    if (n > MAX_ENTRIES || n * 4 > r->end - r->pos) return r_fail(r, "too many state variables");
+    hd_script_var *vars = hd_ctx_calloc(r->ctx, (size_t)n + 1, sizeof *vars);
+    if (!vars) return r->ctx->status;
+    hd_status st = HD_OK;
+    int k = 0;
+    for (; k < (int)n && !st; k++) {
+        unsigned flags;
+        if (!r_name(r, 2, name, sizeof name) || !r_u8(r, &flags)) {
+            st = r->ctx->status;
+            break;
+        }
+        for (int i = 0; i < k && !st; i++)
+            if (!strcmp(vars[i].name, name)) st = r_fail(r, "duplicate state name");
+        if (!st && flags > 3) st = r_fail(r, "unknown state flags");
+        if (!st && !(vars[k].name = hd_ctx_strdup(r->ctx, name))) st = r->ctx->status;
+        vars[k].inplace = flags & 1;
+        if (!st && (flags & 2)) st = r_tensor(r, NULL, &total, &vars[k].t);
+    }
+    if (st) {
+        hd_script_vars_free(r->ctx, vars, (int)n);
+        return st;
+    }
+    *out = vars;
+    *nout = (int)n;
+    return HD_OK;
+}
+
+static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g, hd_script_var **vars,
+                        int *nvars) {
     uint64_t total = 0;
     if (r_inputs(r, g, h->ninputs)) return r->ctx->status;
     r->where = "constants";
@@ -619,17 +698,30 @@ static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g) {
     for (uint32_t i = 0; i < h->nnodes && !st; i++) st = r_node(r, g, &ins, &cap);
     if (ins) hd_ctx_free(r->ctx, ins, cap * sizeof *ins);
     if (st || r_outputs(r, g, h->noutputs)) return r->ctx->status;
+    if (h->version >= 2 && r_state(r, vars, nvars)) return r->ctx->status;
     if (r->pos != r->end) return r_fail(r, "trailing bytes");
+    if (*nvars && hd_script_check_state(r->ctx, g, *vars, *nvars)) return r_wrap(r);
     /* canonical numbering, unused constants dropped: a loaded graph hashes
      * and saves as the graph a trace of the same program */
     return hd_ir_compact(g) || hd_ir_verify(g) ? r_wrap(r) : HD_OK;
 }
 
 hd_status hd_script_decode(hd_ctx *ctx, const unsigned char *data, size_t size, hd_ir_graph **out) {
+    hd_script_var *vars = NULL;
+    int nvars = 0;
+    hd_status st = hd_script_decode_state(ctx, data, size, out, &vars, &nvars);
+    hd_script_vars_free(ctx, vars, nvars);
+    return st;
+}
+
+hd_status hd_script_decode_state(hd_ctx *ctx, const unsigned char *data, size_t size,
+                                 hd_ir_graph **out, hd_script_var **vars, int *nvars) {
     script_header h;
     char name[NAME_MAX_BYTES + 1];
     memset(&h, 0, sizeof h);
     *out = NULL;
+    *vars = NULL;
+    *nvars = 0;
     if (!data && size) return hd_error(ctx, HD_ERR_ARGUMENT, "no data");
     if (r_header(ctx, data, size, &h)) return ctx->status;
     rbuf r = {ctx, data, HEADER_BYTES, size - 4, "name"};
@@ -637,7 +729,10 @@ hd_status hd_script_decode(hd_ctx *ctx, const unsigned char *data, size_t size, 
     if (r_counts(&r, &h)) return ctx->status;
     hd_ir_graph *g = hd_ir_graph_new(ctx, name);
     if (!g) return ctx->status;
-    if (r_body(&r, &h, g)) {
+    if (r_body(&r, &h, g, vars, nvars)) {
+        hd_script_vars_free(ctx, *vars, *nvars);
+        *vars = NULL;
+        *nvars = 0;
         hd_ir_graph_free(g);
         return ctx->status;
     }
@@ -648,9 +743,14 @@ hd_status hd_script_decode(hd_ctx *ctx, const unsigned char *data, size_t size, 
 /* ---- files ---- */
 
 hd_status hd_script_save_graph(hd_ctx *ctx, const hd_ir_graph *g, const char *path) {
+    return hd_script_save_file(ctx, g, NULL, 0, path);
+}
+
+hd_status hd_script_save_file(hd_ctx *ctx, const hd_ir_graph *g, const hd_script_var *vars,
+                              int nvars, const char *path) {
     unsigned char *data;
     size_t size;
-    if (hd_script_encode(ctx, g, &data, &size)) return ctx->status;
+    if (hd_script_encode_state(ctx, g, vars, nvars, &data, &size)) return ctx->status;
     FILE *f = fopen(path, "wb");
     hd_status st = HD_OK;
     if (!f)
@@ -663,7 +763,18 @@ hd_status hd_script_save_graph(hd_ctx *ctx, const hd_ir_graph *g, const char *pa
 }
 
 hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, hd_ir_graph **out) {
+    hd_script_var *vars = NULL;
+    int nvars = 0;
+    hd_status st = hd_script_load_file(ctx, path, max_bytes, out, &vars, &nvars);
+    hd_script_vars_free(ctx, vars, nvars);
+    return st;
+}
+
+hd_status hd_script_load_file(hd_ctx *ctx, const char *path, size_t max_bytes, hd_ir_graph **out,
+                              hd_script_var **vars, int *nvars) {
     *out = NULL;
+    *vars = NULL;
+    *nvars = 0;
     if (!max_bytes) max_bytes = (size_t)1 << 30;
     FILE *f = fopen(path, "rb");
     if (!f) return hd_error(ctx, HD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
@@ -691,7 +802,7 @@ hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, 
     else if (fread(data, 1, (size_t)size, f) != (size_t)size)
         st = hd_error(ctx, HD_ERR_IO, "cannot read %s", path);
     fclose(f);
-    if (!st) st = hd_script_decode(ctx, data, (size_t)size, out);
+    if (!st) st = hd_script_decode_state(ctx, data, (size_t)size, out, vars, nvars);
     if (st && st != HD_ERR_MEMORY && strncmp(ctx->errmsg, path, strlen(path))) {
         char msg[HD_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", ctx->errmsg);
@@ -699,4 +810,39 @@ hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, 
     }
     hd_ctx_free(ctx, data, (size_t)size);
     return st;
+}
+
+/* ---- state ---- */
+
+static hd_status state_port(hd_ctx *ctx, const hd_ir_graph *g, const char *port, int value,
+                            const hd_script_var *vars, int nvars, int input) {
+    if (port[0] != HD_SCRIPT_STATE_PREFIX) return HD_OK;
+    int v = 0;
+    while (v < nvars && strcmp(vars[v].name, port + 1)) v++;
+    if (v == nvars)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "the graph's %s '%s' names no state variable",
+                        input ? "input" : "output", port);
+    const hd_tensor *t = vars[v].t;
+    const hd_ir_value *val = &g->values[value];
+    if (!input || !t) return HD_OK;
+    if (t->dtype != val->dtype || t->ndim != val->ndim ||
+        memcmp(t->shape, val->shape, (size_t)t->ndim * sizeof *t->shape)) {
+        char want[160], got[160];
+        hd_ir_type_str(val->dtype, val->shape, val->ndim, want, sizeof want);
+        hd_ir_type_str(t->dtype, t->shape, t->ndim, got, sizeof got);
+        return hd_error(ctx, HD_ERR_ARGUMENT, "state '%s' is %s where the graph reads %s",
+                        vars[v].name, got, want);
+    }
+    return HD_OK;
+}
+
+hd_status hd_script_check_state(hd_ctx *ctx, const hd_ir_graph *g, const hd_script_var *vars,
+                                int nvars) {
+    for (int i = 0; i < g->ninputs; i++)
+        if (state_port(ctx, g, g->inputs[i].name, g->inputs[i].value, vars, nvars, 1))
+            return ctx->status;
+    for (int i = 0; i < g->noutputs; i++)
+        if (state_port(ctx, g, g->outputs[i].name, g->outputs[i].value, vars, nvars, 0))
+            return ctx->status;
+    return HD_OK;
 }

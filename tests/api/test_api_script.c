@@ -1,10 +1,13 @@
 /* Scripts through the embedding API: load a saved .hoduscript (argv[1],
  * written by tools/make_script: input x f32 [4, 3], output
  * y = relu(x @ w + b)), bind host memory, run, read outputs; and every
- * misuse: wrong names, shapes, dtypes, missing inputs, damaged files. */
+ * misuse: wrong names, shapes, dtypes, missing inputs, damaged files; and
+ * a script with state (a training loop) that goes on from run to run. */
 #include "api_test.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 
 static const char *script_path;
 
@@ -171,6 +174,95 @@ static void test_limits(void) {
     CHECK_MSG(leaks == 0, "%ld runs leaked", leaks);
 }
 
+/* A training loop saved from a program: the loaded script's state (the
+ * model's weights) goes on from run to run as eager training does. */
+static const char train_src[] =
+    "manual_seed(2)\n"
+    "let xs = randn([16, 2])\n"
+    "let ys = xs @ tensor([[2.0], [-1.0]]) + 0.5\n"
+    "class Model {\n"
+    "    fn init(self) { self.w = param(zeros([2, 1])); self.b = param(zeros([1])) }\n"
+    "    fn forward(self, x) { return x @ self.w + self.b }\n"
+    "}\n"
+    "fn step(m, x, y) {\n"
+    "    let loss = mean((m(x) - y) ** 2)\n"
+    "    loss.backward()\n"
+    "    no_grad {\n"
+    "        m.w[...] = m.w - 0.1 * m.w.grad\n"
+    "        m.b[...] = m.b - 0.1 * m.b.grad\n"
+    "    }\n"
+    "    zero_grad([m.w, m.b])\n"
+    "    return loss\n"
+    "}\n"
+    "let model = Model()\n"
+    "let ref = Model()\n"
+    "let s = script(\"fit\") {\n"
+    "    let x = input(\"x\", [16, 2])\n"
+    "    let y = input(\"y\", [16, 1])\n"
+    "    let loss = none\n"
+    "    for e in 0..5 { loss = step(model, x, y) }\n"
+    "    output(\"loss\", loss)\n"
+    "}\n"
+    "fn ref5() { for e in 0..5 { step(ref, xs, ys) } }\n";
+
+static int same_floats(hodu_tensor *a, hodu_tensor *b, int n) {
+    const float *x = hodu_tensor_data(a), *y = hodu_tensor_data(b);
+    for (int i = 0; x && y && i < n; i++) {
+        float d = x[i] - y[i], m = y[i] < 0 ? -y[i] : y[i];
+        if (d > 1e-5f * (m + 1e-3f) || d < -1e-5f * (m + 1e-3f)) return 0;
+    }
+    return x && y;
+}
+
+static void test_state(void) {
+    hodu_options o;
+    hodu_options_init(&o);
+    o.allow_io = 1;
+    hodu_vm *vm = hodu_vm_new(&o);
+    char path[64], src[256];
+    snprintf(path, sizeof path, "/tmp/hodu_api_state_%ld.hoduscript", (long)getpid());
+    snprintf(src, sizeof src, "s.save(\"%s\")", path);
+    CHECK_OK(vm, hodu_eval(vm, train_src, "<train>"));
+    CHECK_OK(vm, hodu_eval(vm, src, "<save>"));
+    hodu_script *s = hodu_script_load(vm, path);
+    remove(path);
+    CHECK_MSG(s != NULL, "%s", hodu_error_message(vm));
+    if (!s) {
+        hodu_vm_free(vm);
+        return;
+    }
+    hodu_tensor *xs = hodu_get_global_tensor(vm, "xs"), *ys = hodu_get_global_tensor(vm, "ys");
+    CHECK_OK(vm, hodu_script_set_input(s, "x", xs));
+    CHECK_OK(vm, hodu_script_set_input(s, "y", ys));
+    CHECK(hodu_script_set_input(s, "$model.w", xs) == HODU_ERROR_ARGUMENT);
+    CHECK(hodu_script_state(s, "model.w.grad") == NULL); /* zeroed: not state */
+    CHECK_OK(vm, hodu_eval(vm, "let rw = ref.w\nlet rb = ref.b", "<ref>"));
+    hodu_tensor *rw = hodu_get_global_tensor(vm, "rw"), *rb = hodu_get_global_tensor(vm, "rb");
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(vm, hodu_script_run(s));
+        CHECK_OK(vm, hodu_eval(vm, "ref5()", "<ref>"));
+        hodu_tensor *w = hodu_script_state(s, "model.w"), *b = hodu_script_state(s, "model.b");
+        CHECK(w && b && same_floats(w, rw, 2) && same_floats(b, rb, 1));
+        hodu_tensor_release(w);
+        hodu_tensor_release(b);
+    }
+    /* the state can be set from the host: back to zeros, as at the start */
+    float zw[2] = {0, 0}, z3[3] = {0, 0, 0};
+    int64_t sw[2] = {2, 1}, s3[1] = {3};
+    hodu_tensor *tw = hodu_tensor_wrap(vm, HODU_F32, sw, 2, zw);
+    hodu_tensor *t3 = hodu_tensor_wrap(vm, HODU_F32, s3, 1, z3);
+    CHECK_OK(vm, hodu_script_set_state(s, "model.w", tw));
+    CHECK_ST(vm, hodu_script_set_state(s, "model.b", t3), HODU_ERROR_ARGUMENT);
+    CHECK_ERR(vm, "state 'model.b' is f32[1], got f32[3]");
+    CHECK_ST(vm, hodu_script_set_state(s, "nope", tw), HODU_ERROR_ARGUMENT);
+    hodu_tensor *w = hodu_script_state(s, "model.w");
+    CHECK(w && ((const float *)hodu_tensor_data(w))[1] == 0.0f);
+    hodu_tensor *handles[] = {xs, ys, rw, rb, tw, t3, w};
+    for (size_t i = 0; i < sizeof handles / sizeof *handles; i++) hodu_tensor_release(handles[i]);
+    hodu_script_free(s);
+    hodu_vm_free(vm);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api_script FILE.hoduscript\n");
@@ -180,5 +272,6 @@ int main(int argc, char **argv) {
     test_run();
     test_misuse();
     test_limits();
+    test_state();
     TEST_END();
 }

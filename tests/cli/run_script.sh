@@ -109,5 +109,79 @@ run2 unknown_option "$DIR/double.hoduscript" --fast
 check help 0 $?
 contains help "$DIR/help.txt" "--input NAME=FILE"
 
+# a training loop with state: two runs with --state go on from each other,
+# as eager training of the same 40 steps does
+cat > "$DIR/train.hodu" <<'HODU'
+import nn
+import optim
+let dir = args()[0]
+manual_seed(5)
+let xs = randn([50, 3])
+let ys = xs @ tensor([[1.0], [-2.0], [0.5]]) + 0.3
+save(dir + "/xs.npy", xs)
+save(dir + "/ys.npy", ys)
+manual_seed(9)
+let model = nn.Linear(3, 1)
+let opt = optim.Adam(model.parameters(), lr = 0.05)
+let s = script("train") {
+    let x = input("x", [50, 3])
+    let y = input("y", [50, 1])
+    let loss = none
+    for e in 0..20 {
+        opt.zero_grad()
+        loss = mse(model(x), y)
+        loss.backward()
+        opt.step()
+    }
+    output("loss", loss)
+}
+s.set_input("x", xs)
+s.set_input("y", ys)
+s.run()
+s.save(dir + "/train.hoduscript")
+# the eager reference: 20 steps done above, then 40 more
+for e in 0..40 {
+    opt.zero_grad()
+    let loss = mse(model(xs), ys)
+    loss.backward()
+    opt.step()
+}
+save(dir + "/ref.safetensors", {"weight": model.weight, "bias": model.bias, "m": opt.m[0]})
+HODU
+"$HODU" "$DIR/train.hodu" "$DIR" > "$DIR/out.txt" 2>&1
+check make_train 0 $?
+for k in 1 2; do
+    "$HODU" run-script "$DIR/train.hoduscript" --input x="$DIR/xs.npy" --input y="$DIR/ys.npy" \
+        --state "$DIR/state.safetensors" > "$DIR/out.txt" 2>&1
+    check "state_run_$k" 0 $?
+done
+cat > "$DIR/cmp.hodu" <<'HODU'
+let dir = args()[0]
+let st = load(dir + "/state.safetensors")
+let ref = load(dir + "/ref.safetensors")
+fn close(a, b) { return (abs(a - b) - 1e-5 * (abs(b) + 1e-3)).max().item() <= 0 }
+print(close(st["model.weight"], ref.weight), close(st["model.bias"], ref.bias),
+      close(st["opt.m[0]"], ref.m), st["opt.t"].item())
+HODU
+"$HODU" "$DIR/cmp.hodu" "$DIR" > "$DIR/cmp.txt" 2>&1
+check state_compare 0 $?
+contains state_compare "$DIR/cmp.txt" "true true true 60"
+# a state file of the wrong shape, and --state on a script without state
+cat > "$DIR/bad.hodu" <<'HODU'
+let dir = args()[0]
+let st = load(dir + "/state.safetensors")
+st["model.weight"] = zeros([1, 4])
+save(dir + "/bad.safetensors", st)
+HODU
+"$HODU" "$DIR/bad.hodu" "$DIR" > "$DIR/out.txt" 2>&1
+"$HODU" run-script "$DIR/train.hoduscript" --input x="$DIR/xs.npy" --input y="$DIR/ys.npy" \
+    --state "$DIR/bad.safetensors" > "$DIR/err.txt" 2>&1
+check state_bad_shape 1 $?
+contains state_bad_shape "$DIR/err.txt" "state 'model.weight' is f32[1, 3], got f32[1, 4]"
+"$HODU" run-script "$DIR/double.hoduscript" --input "x=$DIR/v.npy" --state "$DIR/s.safetensors" \
+    > "$DIR/err.txt" 2>&1
+check state_none 1 $?
+contains state_none "$DIR/err.txt" "has no state"
+
 [ $fails -eq 0 ] && echo "run-script: all checks passed"
 exit $((fails > 0))

@@ -130,6 +130,22 @@ static void test_failure_injection(void) {
           "s.set_input(\"x\", tensor([1.0, 2.0]))\n"
           "print(s.run().y.tolist(), s.inputs, s.stats().runs)\n",
           "[3.0, 6.0] [{\"name\": \"x\", \"shape\": [2], \"dtype\": f32}] 1");
+    /* a script with state: a parameter written in place, a buffer that
+     * starts as none, a gradient left on the parameter */
+    sweep("let w = param(ones([2]))\n"
+          "let opt = {\"buf\": none}\n"
+          "let s = script(\"t\") {\n"
+          "  let x = input(\"x\", [2])\n"
+          "  let loss = (w * x).sum()\n"
+          "  loss.backward()\n"
+          "  no_grad { opt.buf = w.grad * 0.5; w[...] = w - opt.buf }\n"
+          "  output(\"loss\", loss)\n"
+          "}\n"
+          "s.set_input(\"x\", tensor([1.0, 2.0]))\n"
+          "s.run()\n"
+          "w.grad = none\n"
+          "print(s.run().loss.item(), w.tolist(), opt.buf.tolist(), len(s.state()))\n",
+          "0.5 [0.0, -1.0] [0.5, 1.0] 3");
 }
 
 int main(void) {

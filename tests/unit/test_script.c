@@ -316,9 +316,9 @@ static void test_header_damage(const unsigned char *d, size_t size) {
     m.d[0] = 'X';
     BAD(m.d, m.n, "bad magic");
     memcpy(m.d, d, size);
-    wr(m.d + 8, 2, 4);
+    wr(m.d + 8, 3, 4);
     fix_crc(m.d, m.n);
-    BAD(m.d, m.n, "version 2 is not supported");
+    BAD(m.d, m.n, "version 3 is not supported");
     memcpy(m.d, d, size);
     wr(m.d + 12, 1, 4);
     fix_crc(m.d, m.n);
@@ -506,6 +506,119 @@ static void test_alloc_failures(const unsigned char *d, size_t size) {
     CHECK(ok_at > 5);
 }
 
+/* ---- state (version 2) ---- */
+
+/* step: $w' = w - 0.5 * x, $c' = x * 2, y = sum(w); variables w (a value,
+ * in place) and c (none: written, never read). */
+static hd_ir_graph *build_state(hd_script_var **vars) {
+    int64_t sh[1] = {3};
+    hd_ir_graph *g = NULL;
+    hd_tensor *half = hd_tensor_number(C, HD_F64, 0.5), *two = hd_tensor_number(C, HD_F64, 2.0);
+    hd_tensor *a = NULL, *b = NULL, *c = NULL, *y = NULL;
+    hd_trace_begin(C, "state");
+    hd_tensor *w = hd_trace_input(C, "$w", HD_F32, sh, 1);
+    hd_tensor *x = hd_trace_input(C, "x", HD_F32, sh, 1);
+    op(HD_OP_MUL, x, half, NULL, &a);
+    op(HD_OP_SUB, w, a, NULL, &b);
+    op(HD_OP_MUL, x, two, NULL, &c);
+    op(HD_OP_SUM, w, NULL, NULL, &y);
+    hd_trace_output(C, "$w", b);
+    hd_trace_output(C, "$c", c);
+    hd_trace_output(C, "y", y);
+    hd_trace_end(C, &g);
+    hd_tensor *ts[] = {half, two, a, b, c, y, w, x};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) hd_tensor_unref(ts[i]);
+    *vars = hd_ctx_calloc(C, 3, sizeof **vars);
+    (*vars)[0].name = hd_ctx_strdup(C, "w");
+    (*vars)[0].t = seq(HD_F32, sh, 1, 1.0);
+    (*vars)[0].inplace = 1;
+    (*vars)[1].name = hd_ctx_strdup(C, "c");
+    return g;
+}
+
+static void test_state_file(void) {
+    hd_script_var *vars, *back = NULL;
+    int nback = 0;
+    hd_ir_graph *g = build_state(&vars), *h = NULL;
+    unsigned char *d = NULL, *d2 = NULL;
+    size_t size = 0, size2 = 0;
+    CHECK(hd_script_encode_state(C, g, vars, 2, &d, &size) == HD_OK && d[8] == 2);
+    CHECK(hd_script_decode_state(C, d, size, &h, &back, &nback) == HD_OK && nback == 2);
+    CHECK(!strcmp(back[0].name, "w") && back[0].inplace && same_values(back[0].t, vars[0].t));
+    CHECK(!strcmp(back[1].name, "c") && !back[1].inplace && !back[1].t);
+    CHECK(hd_script_encode_state(C, h, back, nback, &d2, &size2) == HD_OK && size2 == size &&
+          !memcmp(d, d2, size));
+    hd_ctx_free(C, d2, size2);
+    hd_ir_graph_free(h);
+    /* the script object: state read and written at each run */
+    hd_script *s = hd_script_new(C, g);
+    CHECK(s && hd_script_set_state(s, back, nback, NULL) == HD_OK);
+    CHECK(hd_script_ninputs(s) == 1 && hd_script_noutputs(s) == 1 && hd_script_nstate(s) == 2);
+    int64_t sh[1] = {3}, sh4[1] = {4};
+    hd_tensor *x = seq(HD_F32, sh, 1, 2.0), *x4 = seq(HD_F32, sh4, 1, 1.0);
+    CHECK(hd_script_set_input(s, "$w", x) == HD_ERR_ARGUMENT);
+    CHECK(contains(hd_error_message(C), "'w' is state, not an input"));
+    hd_error_clear(C);
+    CHECK(hd_script_set_input(s, "x", x) == HD_OK);
+    CHECK(hd_script_run(s) == HD_OK && hd_script_run(s) == HD_OK);
+    const hd_tensor *w = hd_script_state_at(s, 0)->t;
+    for (int64_t i = 0; i < 3; i++)
+        CHECK(hd_tensor_get(w, i) == hd_tensor_get(vars[0].t, i) - hd_tensor_get(x, i));
+    CHECK(hd_script_state_at(s, 1)->t && hd_script_output(s, "$w") == NULL);
+    CHECK(hd_script_state_put(s, "w", x4) == HD_ERR_ARGUMENT);
+    CHECK(contains(hd_error_message(C), "state 'w' is f32[3], got f32[4]"));
+    hd_error_clear(C);
+    CHECK(hd_script_state_put(s, "q", x) == HD_ERR_ARGUMENT);
+    hd_error_clear(C);
+    hd_script_free(s);
+    hd_tensor_unref(x);
+    hd_tensor_unref(x4);
+    hd_script_vars_free(C, vars, 2);
+    /* damage in the state section: truncation everywhere, flips */
+    size_t state_at = size - 4 - (4 + 3 + 1 + 2 + 8 + 8 + 12) - (3 + 1);
+    for (size_t n = state_at; n < size - 4; n++) {
+        mut m = copy_of(d, n + 4);
+        wr(m.d + 40, n + 4, 8);
+        fix_crc(m.d, m.n);
+        BAD(m.d, m.n, "invalid script file");
+        free(m.d);
+    }
+    mut m = copy_of(d, size);
+    m.d[state_at + 4 + 3] = 9; /* w's flags */
+    fix_crc(m.d, m.n);
+    BAD(m.d, m.n, "unknown state flags");
+    memcpy(m.d, d, size);
+    m.d[size - 4 - 2] = 'w'; /* c renamed w */
+    fix_crc(m.d, m.n);
+    BAD(m.d, m.n, "duplicate state name");
+    memcpy(m.d, d, size);
+    m.d[size - 4 - 2] = 'q'; /* $c names no variable */
+    fix_crc(m.d, m.n);
+    BAD(m.d, m.n, "names no state variable");
+    memcpy(m.d, d, size);
+    m.d[state_at + 4 + 3 + 1] = 3; /* w's value f64: not what the graph reads */
+    fix_crc(m.d, m.n);
+    BAD(m.d, m.n, NULL);
+    free(m.d);
+    for (int i = 0; i < 2000; i++) {
+        mut r = copy_of(d, size);
+        r.d[state_at + (size_t)i % (size - 4 - state_at)] ^= (unsigned char)(1u << (i % 8));
+        fix_crc(r.d, r.n);
+        hd_ir_graph *gg = NULL;
+        hd_script_var *vv = NULL;
+        int nv = 0;
+        size_t before = C->mem_used;
+        if (hd_script_decode_state(C, r.d, r.n, &gg, &vv, &nv) == HD_OK)
+            CHECK(hd_script_check_state(C, gg, vv, nv) == HD_OK);
+        hd_ir_graph_free(gg);
+        hd_script_vars_free(C, vv, nv);
+        CHECK(C->mem_used == before);
+        hd_error_clear(C);
+        free(r.d);
+    }
+    hd_ctx_free(C, d, size);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -526,6 +639,7 @@ int main(void) {
     test_random_flips(d, size);
     test_load_file_errors();
     test_alloc_failures(d, size);
+    test_state_file();
     printf("%d damaged files rejected\n", ndamaged);
     CHECK(ndamaged >= 30);
     hd_ctx_free(C, d, size);
