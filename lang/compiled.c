@@ -639,7 +639,8 @@ static void session_guard(cp_session *s, cp_path *p, hd_value v) {
     cp_guard_make(s->vm, p, v, g);
     /* a tensor read through another path than its first: the graph takes
      * both for one tensor, so later calls must too */
-    int node = v.type == HD_V_TENSOR ? cp_scan_find(&s->pre, v.as.t) : -1;
+    int arg = g->path.root == CP_ROOT_ARG && !g->path.nsteps; /* its own input */
+    int node = v.type == HD_V_TENSOR && !arg ? cp_scan_find(&s->pre, v.as.t) : -1;
     cp_path first;
     if (node < 0 || cp_scan_path(&s->pre, &s->roots, node, &first)) return;
     if (strcmp(first.text, g->path.text) != 0)
