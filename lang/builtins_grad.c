@@ -1,10 +1,9 @@
 /* Gradients in the language (SPEC §7): param, backward, zero_grad, detach,
  * clear_tape, the requires_grad / grad members, gradient context values
  * (grad_context()), and the no_grad and grad_context blocks (through the
- * evaluator's block hooks). The semantics
- * are the autograd runtime's (runtime/hd_autograd.h, docs/autograd.md);
- * this file turns Hodu values into its calls and its errors into errors at
- * the user's line. */
+ * evaluator's block hooks). The semantics are the autograd runtime's
+ * (runtime/hd_autograd.h, docs/autograd.md); this file turns Hodu values
+ * into its calls and its errors into errors at the user's line. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
 #include "vm_internal.h"
@@ -212,7 +211,7 @@ static hd_status gctx_close(hd_vm *vm, hd_value self, const hd_value *args, int 
     (void)data;
     if (nargs || nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "close() takes no arguments");
     hd_grad_scope *s = h->p;
-    if (s && s->entered)
+    if (s && hd_grad_context_entered(s))
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "close: the gradient context is entered (close it after its "
                            "grad_context block)");

@@ -449,6 +449,10 @@ uint64_t hd_grad_context_id(const hd_grad_scope *s) {
     return s->id;
 }
 
+int hd_grad_context_entered(const hd_grad_scope *s) {
+    return s->entered;
+}
+
 size_t hd_grad_context_records(const hd_grad_scope *s) {
     return s->nrecords;
 }

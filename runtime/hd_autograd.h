@@ -81,6 +81,7 @@ hd_grad_scope *hd_grad_context_new(hd_ctx *ctx);
 hd_status hd_grad_context_enter(hd_ctx *ctx, hd_grad_scope *s);
 void hd_grad_context_free(hd_ctx *ctx, hd_grad_scope *s);
 uint64_t hd_grad_context_id(const hd_grad_scope *s);
+int hd_grad_context_entered(const hd_grad_scope *s);
 size_t hd_grad_context_records(const hd_grad_scope *s); /* live records */
 
 /* clear_tape(): free the current context's records now. Tensors they made
