@@ -340,6 +340,27 @@ hd_parse_params *hd_parse_param_add(hd_parser *p, hd_parse_params *ps, const cha
     return ps;
 }
 
+hd_ast *hd_parse_grad_ctx(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body) {
+    int n = args ? args->n : 0;
+    if (!body) {
+        if (n)
+            hd_parse_error(p, span,
+                           "grad_context(ctx) needs a block on the same line: grad_context(ctx) { "
+                           "... } enters ctx, and grad_context() makes a new context");
+        hd_ast *callee = hd_parse_named(p, HD_AST_NAME, "grad_context", span, NULL);
+        return callee ? hd_parse_mk(p, HD_AST_CALL, span, callee, NULL, NULL) : NULL;
+    }
+    if (n != 1 || args->items[0]->name)
+        hd_parse_error(p, span,
+                       "grad_context(ctx) { } takes one argument: a context made by "
+                       "grad_context()");
+    hd_ast *g = hd_parse_node(p, HD_AST_GRAD_CTX, span);
+    if (!g) return NULL;
+    g->a = n ? args->items[0]->a : NULL;
+    g->body = body;
+    return hd_parse_done(p, g);
+}
+
 void hd_parse_check_args(hd_parser *p, hd_parse_list *args, int named_only) {
     int named = 0;
     for (int i = 0; args && i < args->n; i++) {

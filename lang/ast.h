@@ -57,7 +57,7 @@ typedef enum {
     HD_AST_CLASS,    /* name, items[n]: methods (HD_AST_FNDEF); resolver: ref */
     HD_AST_IMPORT,   /* str: module name or path, name: alias (the binding); is_path; resolver: ref */
     HD_AST_NO_GRAD,  /* body */
-    HD_AST_GRAD_CTX, /* body */
+    HD_AST_GRAD_CTX, /* a: the context of grad_context(ctx) { } (NULL: a new one), body */
     HD_AST_COMPILED, /* items[n]: options (HD_AST_ARG), body: compiled { } block */
     HD_AST_PROGRAM,  /* items[n]: top-level statements; resolver: nslots (globals of the chunk) */
     HD_AST_KIND_COUNT

@@ -1,9 +1,9 @@
 /* Gradients in the language (SPEC §7): param, backward, zero_grad, detach,
- * clear_tape, the requires_grad / grad members, and the no_grad and
- * grad_context blocks (through the evaluator's block hooks). The semantics
- * are the autograd runtime's (runtime/hd_autograd.h, docs/autograd.md);
- * this file turns Hodu values into its calls and its errors into errors at
- * the user's line. */
+ * clear_tape, the requires_grad / grad members, gradient context values
+ * (grad_context()), and the no_grad and grad_context blocks (through the
+ * evaluator's block hooks). The semantics are the autograd runtime's
+ * (runtime/hd_autograd.h, docs/autograd.md); this file turns Hodu values
+ * into its calls and its errors into errors at the user's line. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
 #include "compiled.h"
@@ -122,6 +122,8 @@ static HD_TF_FN(tf_memory_stats) {
     return HD_OK;
 }
 
+static HD_TF_FN(tf_grad_context);
+
 static const hd_tfunc rows[] = {
     {"param", tf_param, "t", -1, HD_TF_GLOBAL},
     {"detach", tf_detach, "x", -1, HD_TF_BOTH},
@@ -130,6 +132,7 @@ static const hd_tfunc rows[] = {
     {"clear_tape", tf_clear_tape, "", -1, HD_TF_GLOBAL},
     {"is_grad_enabled", tf_is_grad_enabled, "", -1, HD_TF_GLOBAL},
     {"memory_stats", tf_memory_stats, "", -1, HD_TF_GLOBAL},
+    {"grad_context", tf_grad_context, "", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_grad = {rows, (int)(sizeof rows / sizeof rows[0])};
@@ -166,25 +169,127 @@ hd_status hd_grad_set_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value
     return st ? grad_fail(vm) : HD_OK;
 }
 
-/* ---- no_grad { } and grad_context { } ---- */
+/* ---- context values: let c = grad_context() ---- */
 
-static hd_status grad_enter(hd_vm *vm, int kind, void **state) {
+/* A handle whose object is a held gradient context (hd_grad_context_new).
+ * It is freed with its records when the last reference to the value goes,
+ * or earlier by c.close(), which leaves the handle empty (p NULL). */
+static void gctx_free(hd_vm *vm, void *p) {
+    hd_grad_context_free(hd_vm_ctx(vm), p);
+}
+
+static hd_status gctx_member(hd_vm *vm, hd_value self, const char *name, hd_value *out);
+
+static const hd_handle_type gctx_type = {"grad_context", gctx_free, gctx_member};
+
+static hd_handle *gctx_handle(hd_value v) {
+    if (v.type != HD_V_HANDLE) return NULL;
+    hd_handle *h = (hd_handle *)v.as.o;
+    return h->htype == &gctx_type ? h : NULL;
+}
+
+static hd_status gctx_closed(hd_vm *vm, const char *what) {
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s: the gradient context was closed (ctx.close()); make a new one with "
+                       "grad_context()",
+                       what);
+}
+
+/* grad_context(): a new context, entered by grad_context(c) { }. */
+static HD_TF_FN(tf_grad_context) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_grad_scope *s = hd_grad_context_new(hd_vm_ctx(vm));
+    if (!s) return grad_fail(vm);
+    *out = hd_handle_new(vm, &gctx_type, s); /* frees s when it fails */
+    return out->type == HD_V_HANDLE ? HD_OK : hd_vm_oom(vm);
+}
+
+/* c.close(): frees the context's records now; its parameters are
+ * constants from then on. Closing twice does nothing. */
+static hd_status gctx_close(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                            const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    hd_handle *h = gctx_handle(self);
+    (void)args;
+    (void)kw;
+    (void)data;
+    if (nargs || nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "close() takes no arguments");
+    hd_grad_scope *s = h->p;
+    if (s && hd_grad_context_entered(s))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "close: the gradient context is entered (close it after its "
+                           "grad_context block)");
+    h->p = NULL;
+    hd_grad_context_free(hd_vm_ctx(vm), s);
+    *out = hd_none();
+    return HD_OK;
+}
+
+static hd_status gctx_member(hd_vm *vm, hd_value self, const char *name, hd_value *out) {
+    const hd_grad_scope *s = gctx_handle(self)->p;
+    if (!strcmp(name, "close")) {
+        hd_native proto;
+        memset(&proto, 0, sizeof proto);
+        proto.name = "close";
+        proto.fn = gctx_close;
+        *out = hd_native_bound(vm, &proto, hd_value_ref(self));
+        return out->type == HD_V_NATIVE ? HD_OK : vm->err;
+    }
+    if (!strcmp(name, "closed")) {
+        *out = hd_bool(s == NULL);
+        return HD_OK;
+    }
+    if (!strcmp(name, "id") || !strcmp(name, "records")) {
+        if (!s) return gctx_closed(vm, name);
+        *out = hd_int(name[0] == 'i' ? (int64_t)hd_grad_context_id(s)
+                                     : (int64_t)hd_grad_context_records(s));
+        return HD_OK;
+    }
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "grad_context has no member '%s' (members: id, records, closed, close)",
+                       name);
+}
+
+/* ---- no_grad { }, grad_context { } and grad_context(c) { } ---- */
+
+/* grad_context(c) { }: the block holds a reference to c (kept in *state)
+ * so that the context outlives the block even if the program drops c
+ * inside it. */
+static hd_status gctx_enter(hd_vm *vm, const hd_value *arg, void **state) {
+    hd_handle *h = gctx_handle(*arg);
+    if (!h)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "grad_context(ctx): ctx must be a gradient context (made by "
+                           "grad_context()), got %s",
+                           hd_value_type_name(*arg));
+    if (!h->p) return gctx_closed(vm, "grad_context(ctx)");
+    if (hd_grad_context_enter(hd_vm_ctx(vm), h->p)) return grad_fail(vm);
+    *state = h;
+    hd_value_ref(*arg);
+    return HD_OK;
+}
+
+static hd_status grad_enter(hd_vm *vm, int kind, const hd_value *arg, void **state) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     if (kind == HD_AST_NO_GRAD) {
         *state = (void *)(intptr_t)hd_grad_set_enabled(ctx, 0);
         return HD_OK;
     }
+    if (arg) return gctx_enter(vm, arg, state);
     return hd_grad_context_push(ctx) ? grad_fail(vm) : HD_OK;
 }
 
 /* Runs after the block, also when it failed: the error in flight stays
- * the VM's; the context's error slot is not touched by these calls. */
+ * the VM's; the context's error slot is not touched by these calls. A
+ * context value is left with its records kept (popping a held context
+ * does not free it); dropping the block's reference may free it. */
 static void grad_exit(hd_vm *vm, int kind, void *state) {
     hd_ctx *ctx = hd_vm_ctx(vm);
-    if (kind == HD_AST_NO_GRAD)
+    if (kind == HD_AST_NO_GRAD) {
         hd_grad_set_enabled(ctx, (int)(intptr_t)state);
-    else
-        hd_grad_context_pop(ctx);
+        return;
+    }
+    hd_grad_context_pop(ctx);
+    if (state) hd_value_unref(vm, hd_obj_value(&((hd_handle *)state)->obj));
 }
 
 hd_status hd_builtins_grad_open(hd_vm *vm) {

@@ -1540,10 +1540,16 @@ static int ex_assign(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 
 static HD_NOINLINE int ex_grad(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     /* Gradient hook point: the autograd layer installs enter/exit through
-     * hd_vm_set_grad_hooks; without it the block simply runs. */
+     * hd_vm_set_grad_hooks; without it the block simply runs. The context
+     * of `grad_context(ctx) { }` is borrowed by enter (which keeps its own
+     * reference for the block). */
     void *state = NULL;
     int kind = n->kind;
-    if (vm->grad_enter && vm->grad_enter(vm, kind, &state) != HD_OK) return flow_fail(vm, f, n);
+    hd_value arg = hd_none();
+    if (n->a && (arg = ev(vm, f, n->a)).type == HD_V_ERR) return HD_FLOW_ERROR;
+    hd_status st = vm->grad_enter ? vm->grad_enter(vm, kind, n->a ? &arg : NULL, &state) : HD_OK;
+    hd_vunref(vm, arg);
+    if (st != HD_OK) return flow_fail(vm, f, n);
     int fl = ex_block(vm, f, n->body);
     if (vm->grad_exit) vm->grad_exit(vm, kind, state);
     return fl;

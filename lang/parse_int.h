@@ -112,6 +112,10 @@ hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, in
 hd_parse_list *hd_parse_list_add(hd_parser *p, hd_parse_list *l, hd_ast *item);
 hd_parse_params *hd_parse_param_add(hd_parser *p, hd_parse_params *ps, const char *name,
                                     hd_ast *def, hd_span span);
+/* grad_context(args) { body }: enters the context that is the one positional
+ * argument. grad_context(args) without a body (body NULL): a call of the
+ * prelude's grad_context, which makes a context and takes no arguments. */
+hd_ast *hd_parse_grad_ctx(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body);
 /* Call-like argument lists: positional before named, no name twice;
  * `named_only` for compiled(...) options. */
 void hd_parse_check_args(hd_parser *p, hd_parse_list *args, int named_only);

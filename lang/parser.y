@@ -182,6 +182,10 @@ stmt
         $$->body = $3;
         HD_NEED($$ = hd_parse_done(p, $$));
     }
+    /* no newline before the block: grad_context(c) alone is an expression */
+    | GRAD_CONTEXT LPAREN opt_args RPAREN block {
+        HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, $5));
+    }
     | COMPILED nls block {
         HD_NEED($$ = hd_parse_node(p, HD_AST_COMPILED, @$));
         $$->body = $3;
@@ -377,6 +381,7 @@ primary
     | COMPILED FN LPAREN opt_params RPAREN nls block {
         HD_NEED($$ = hd_parse_fn(p, HD_AST_FN, @$, NULL, $4, $7, 1));
     }
+    | GRAD_CONTEXT LPAREN opt_args RPAREN { HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, NULL)); }
     | SCRIPT LPAREN opt_args RPAREN nls block {
         hd_parse_check_args(p, $3, 0);
         HD_NEED($$ = hd_parse_node(p, HD_AST_SCRIPT, @$));
@@ -483,7 +488,8 @@ static int hd_yy_starts_expr(yysymbol_kind_t k) {
     case YYSYMBOL_NAME: case YYSYMBOL_INT: case YYSYMBOL_FLOAT: case YYSYMBOL_STRING:
     case YYSYMBOL_LPAREN: case YYSYMBOL_LBRACKET: case YYSYMBOL_LBRACE: case YYSYMBOL_FN:
     case YYSYMBOL_COMPILED: case YYSYMBOL_TRUE: case YYSYMBOL_FALSE: case YYSYMBOL_NONE:
-    case YYSYMBOL_NOT: case YYSYMBOL_SCRIPT: case YYSYMBOL_PLUS: case YYSYMBOL_MINUS: return 1;
+    case YYSYMBOL_NOT: case YYSYMBOL_SCRIPT: case YYSYMBOL_PLUS: case YYSYMBOL_MINUS:
+    case YYSYMBOL_GRAD_CONTEXT: return 1;
     default: return 0;
     }
 }

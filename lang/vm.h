@@ -61,9 +61,10 @@ void hd_vm_member_names(hd_vm *vm, hd_value v, void (*fn)(const char *name, void
 
 /* Gradient blocks: `no_grad { }` and `grad_context { }` call enter (kind is
  * HD_AST_NO_GRAD or HD_AST_GRAD_CTX from ast.h) before the block and exit
- * after it, also when the block fails. The autograd layer installs them;
- * without hooks the blocks just run their body. */
-typedef hd_status (*hd_grad_enter_fn)(hd_vm *vm, int kind, void **state);
+ * after it, also when the block fails. arg is the value of `grad_context(arg)
+ * { }` (borrowed), NULL for the forms without one. The autograd layer
+ * installs them; without hooks the blocks just run their body. */
+typedef hd_status (*hd_grad_enter_fn)(hd_vm *vm, int kind, const hd_value *arg, void **state);
 typedef void (*hd_grad_exit_fn)(hd_vm *vm, int kind, void *state);
 void hd_vm_set_grad_hooks(hd_vm *vm, hd_grad_enter_fn enter, hd_grad_exit_fn exit);
 

@@ -456,25 +456,76 @@ static void scope_clear(hd_grad_scope *s) {
     }
 }
 
-hd_status hd_grad_context_push(hd_ctx *ctx) {
+static hd_grad_scope *scope_new(hd_ctx *ctx, int held) {
     hd_grad_scope *s = hd_ctx_calloc(ctx, 1, sizeof *s);
-    if (!s) return ctx->status;
-    s->parent = ctx->grad_scope;
+    if (!s) return NULL;
     s->id = ++ctx->grad_ids;
-    s->outer_disabled = ctx->grad_disabled;
-    ctx->grad_disabled = 0;
-    ctx->grad_scope = s;
-    return HD_OK;
+    s->held = held;
+    return s;
+}
+
+/* Take s off the stack (it must be the innermost) and restore the grad
+ * mode it found. */
+static void scope_leave(hd_ctx *ctx, hd_grad_scope *s) {
+    ctx->grad_scope = s->parent;
+    ctx->grad_disabled = s->outer_disabled;
+    s->parent = NULL;
+    s->entered = 0;
+}
+
+static void scope_free(hd_ctx *ctx, hd_grad_scope *s) {
+    scope_clear(s);
+    hd_ctx_free(ctx, s, sizeof *s);
+}
+
+hd_status hd_grad_context_push(hd_ctx *ctx) {
+    hd_grad_scope *s = scope_new(ctx, 0);
+    if (!s) return ctx->status;
+    return hd_grad_context_enter(ctx, s);
 }
 
 hd_status hd_grad_context_pop(hd_ctx *ctx) {
     hd_grad_scope *s = ctx->grad_scope;
     if (!s) return hd_error(ctx, HD_ERR_RUNTIME, "no gradient context to end");
-    scope_clear(s);
-    ctx->grad_scope = s->parent;
-    ctx->grad_disabled = s->outer_disabled;
-    hd_ctx_free(ctx, s, sizeof *s);
+    scope_leave(ctx, s);
+    if (!s->held) scope_free(ctx, s);
     return HD_OK;
+}
+
+hd_grad_scope *hd_grad_context_new(hd_ctx *ctx) {
+    return scope_new(ctx, 1);
+}
+
+hd_status hd_grad_context_enter(hd_ctx *ctx, hd_grad_scope *s) {
+    if (s->entered)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "grad_context: this context is already entered (a context cannot be "
+                        "entered again inside its own block)");
+    s->parent = ctx->grad_scope;
+    s->outer_disabled = ctx->grad_disabled;
+    s->entered = 1;
+    ctx->grad_disabled = 0;
+    ctx->grad_scope = s;
+    return HD_OK;
+}
+
+void hd_grad_context_free(hd_ctx *ctx, hd_grad_scope *s) {
+    if (!s) return;
+    /* normally left already; at a teardown, leave it and what is inside it */
+    while (s->entered) hd_grad_context_pop(ctx);
+    scope_free(ctx, s);
+}
+
+uint64_t hd_grad_context_id(const hd_grad_scope *s) {
+    return s->id;
+}
+
+int hd_grad_context_entered(const hd_grad_scope *s) {
+    return s->entered;
+}
+
+size_t hd_grad_context_records(const hd_grad_scope *s) {
+    return s->nrecords;
 }
 
 int hd_grad_context_depth(const hd_ctx *ctx) {
@@ -771,8 +822,9 @@ static hd_status check_root(hd_ctx *ctx, const hd_tensor *t) {
         return hd_error(ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
     if (gi->scope != cur_scope_id(ctx))
         return hd_error(ctx, HD_ERR_RUNTIME,
-                        "backward: the tensor belongs to another gradient context (tensors from "
-                        "other contexts are constants inside grad_context)");
+                        "backward: the tensor belongs to another gradient context (backward "
+                        "follows the current context's records only: call it inside the context "
+                        "that computed the tensor)");
     if (gi->node && !gi->node->live) return hd_error(ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
     return HD_OK;
 }

@@ -17,7 +17,8 @@
  *
  * Gradient contexts (grad_context blocks) nest: records made in one belong to
  * it, tensors of other contexts are constants there, and its records are
- * freed when it is popped. docs/autograd.md has the user-level semantics. */
+ * freed when it is popped (or, for a held context that a program keeps as a
+ * value, when it is freed). docs/autograd.md has the user-level semantics. */
 #ifndef HD_AUTOGRAD_H
 #define HD_AUTOGRAD_H
 
@@ -62,10 +63,26 @@ int hd_grad_set_enabled(hd_ctx *ctx, int on);
 int hd_grad_is_enabled(const hd_ctx *ctx);
 
 /* grad_context { }: push a new innermost gradient context (recording is on
- * inside it); pop frees its records and restores the outer grad mode. */
+ * inside it); pop leaves the innermost one, restores the outer grad mode
+ * and, unless it is a held context (below), frees it with its records. */
 hd_status hd_grad_context_push(hd_ctx *ctx);
 hd_status hd_grad_context_pop(hd_ctx *ctx);
 int hd_grad_context_depth(const hd_ctx *ctx); /* 0: only the outermost */
+
+/* A held context (let c = grad_context()): a context with its own id that
+ * outlives its blocks. hd_grad_context_enter makes it the innermost (an
+ * error if it is entered already: a context is on the stack at most once),
+ * hd_grad_context_pop leaves it and keeps its records, and
+ * hd_grad_context_free frees its records and itself (leaving it first, and
+ * any context inside it, if it is still entered). Leaves marked in it
+ * belong to it at every entry; afterwards they are constants. NULL from
+ * new on allocation failure, with the error. */
+hd_grad_scope *hd_grad_context_new(hd_ctx *ctx);
+hd_status hd_grad_context_enter(hd_ctx *ctx, hd_grad_scope *s);
+void hd_grad_context_free(hd_ctx *ctx, hd_grad_scope *s);
+uint64_t hd_grad_context_id(const hd_grad_scope *s);
+int hd_grad_context_entered(const hd_grad_scope *s);
+size_t hd_grad_context_records(const hd_grad_scope *s); /* live records */
 
 /* clear_tape(): free the current context's records now. Tensors they made
  * act as constants afterwards; backward through them is an error. */

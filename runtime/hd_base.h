@@ -35,15 +35,18 @@ typedef struct hd_cached_block {
     size_t n;
 } hd_cached_block;
 
-/* A gradient context (grad_context blocks; the outermost one is built into
- * hd_ctx). Managed by hd_autograd.c: records made while it is innermost are
- * linked here so that clear_tape() and the block's end can free them. */
+/* A gradient context (grad_context blocks and context values; the outermost
+ * one is built into hd_ctx). Managed by hd_autograd.c: records made while it
+ * is innermost are linked here so that clear_tape(), the block's end or the
+ * context's release can free them. */
 typedef struct hd_grad_scope {
     struct hd_grad_scope *parent;
     struct hd_grad_node *records; /* live records made in this context */
     size_t nrecords;
     uint64_t id;        /* tensors name their context by id: ids are never reused */
     int outer_disabled; /* grad mode to restore when the block ends */
+    int entered;        /* on the stack of entered contexts */
+    int held;           /* made by hd_grad_context_new: its owner frees it, not the block */
 } hd_grad_scope;
 
 struct hd_backend;

@@ -235,6 +235,48 @@ static void test_context_mode(hd_ctx *ctx) {
     unref_all((hd_tensor *[]){w, y, z}, 3);
 }
 
+/* Held contexts: entered again and again, their leaves train at every
+ * entry, their records last between entries and go when the context is
+ * freed; a context is on the stack at most once. */
+static void test_held_context(hd_ctx *ctx) {
+    hd_tensor *w = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, 2}));
+    hd_grad_scope *a = hd_grad_context_new(ctx), *b = hd_grad_context_new(ctx);
+    CHECK(a && b && hd_grad_context_id(a) != hd_grad_context_id(b));
+    CHECK(hd_grad_context_enter(ctx, a) == HD_OK && hd_grad_context_depth(ctx) == 1);
+    hd_tensor *v = param(ctx, vec(ctx, HD_F64, 2, (double[]){3, 4}));
+    hd_tensor *m1 = op2(ctx, HD_OP_MUL, v, w), *l1 = sum(ctx, m1); /* w: a constant here */
+    hd_tensor *m2 = scale(ctx, v, 2), *keep = sum(ctx, m2);
+    CHECK(hd_grad_context_records(a) == 4 && hd_grad_record_count(ctx) == 4);
+    CHECK(backward(ctx, l1) == HD_OK && grad_is(v, 2, (double[]){1, 2}) && !hd_grad_get(w));
+    CHECK(hd_grad_context_enter(ctx, a) == HD_ERR_RUNTIME && msg_has(ctx, "already entered"));
+    CHECK(hd_grad_context_pop(ctx) == HD_OK && hd_grad_context_depth(ctx) == 0);
+    /* outside: v is a constant, the records are kept */
+    CHECK(!hd_grad_requires(ctx, v) && !hd_grad_requires(ctx, keep));
+    CHECK(hd_grad_context_records(a) == 2);
+    CHECK(backward(ctx, keep) == HD_ERR_RUNTIME && msg_has(ctx, "another gradient context"));
+    /* b inside a plain block, and a inside b */
+    CHECK(hd_grad_context_push(ctx) == HD_OK && hd_grad_context_enter(ctx, b) == HD_OK);
+    CHECK(hd_grad_context_enter(ctx, a) == HD_OK && hd_grad_context_depth(ctx) == 3);
+    CHECK(hd_grad_requires(ctx, v) && hd_grad_requires(ctx, keep));
+    CHECK(backward(ctx, keep) == HD_OK && grad_is(v, 2, (double[]){3, 4}));
+    CHECK(hd_grad_context_records(a) == 0);
+    hd_tensor *m3 = scale(ctx, v, 3), *l2 = sum(ctx, m3);
+    CHECK(hd_grad_context_pop(ctx) == HD_OK && hd_grad_context_pop(ctx) == HD_OK);
+    CHECK(hd_grad_context_pop(ctx) == HD_OK && hd_grad_context_depth(ctx) == 0);
+    /* freeing a frees its records: l2 is a constant with freed records */
+    CHECK(hd_grad_context_records(a) == 2);
+    hd_grad_context_free(ctx, a);
+    CHECK(backward(ctx, l2) == HD_ERR_RUNTIME && msg_has(ctx, "already freed"));
+    /* freeing a context still entered leaves it, and what is inside it */
+    CHECK(hd_grad_context_enter(ctx, b) == HD_OK && hd_grad_context_push(ctx) == HD_OK);
+    hd_tensor *u = param(ctx, vec(ctx, HD_F64, 1, (double[]){5}));
+    hd_tensor *lu = scale(ctx, u, 2);
+    hd_grad_context_free(ctx, b);
+    CHECK(hd_grad_context_depth(ctx) == 0 && hd_grad_record_count(ctx) == 0);
+    CHECK(hd_grad_get(w) == NULL);
+    unref_all((hd_tensor *[]){w, v, m1, l1, m2, keep, m3, l2, u, lu}, 10);
+}
+
 static void test_clear_tape(hd_ctx *ctx) {
     hd_tensor *w = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, 2}));
     hd_tensor *y = scale(ctx, w, 2), *l = sum(ctx, y);
@@ -597,6 +639,7 @@ int main(void) {
     test_no_grad_detach(&ctx);
     test_contexts(&ctx);
     test_context_mode(&ctx);
+    test_held_context(&ctx);
     test_clear_tape(&ctx);
     test_inplace(&ctx);
     test_errors(&ctx);

@@ -153,6 +153,11 @@ static const dump_case dump_cases[] = {
      "(program (no_grad (block (assign = (name y) (call (name f) (arg (name x)))))))"},
     {"grad_context { loss.backward() }",
      "(program (grad_context (block (expr (call (member (name loss) backward))))))"},
+    {"let c = grad_context()", "(program (let c (call (name grad_context))))"},
+    {"grad_context(c) { loss.backward() }",
+     "(program (grad_context (name c) (block (expr (call (member (name loss) backward))))))"},
+    {"grad_context(models[1].ctx) { }",
+     "(program (grad_context (member (index (name models) (int 1)) ctx) (block)))"},
     {"compiled { loss = step(x, y) }", "(program (compiled (block (assign = (name loss) (call "
                                        "(name step) (arg (name x)) (arg (name y)))))))"},
     {"compiled(compiler = \"llvm\", device = \"cpu\") { y = f(x) }",
