@@ -93,17 +93,13 @@ static hd_status tmpl_list(hd_vm *vm, const cp_tmpl *t, const cp_roots *r, hd_te
     return HD_OK;
 }
 
-/* A new tensor with t's values (and its requires_grad) for this run. */
+/* A new tensor with t's values for this run. */
 static hd_status tmpl_fresh(hd_vm *vm, hd_tensor *t, hd_value *out) {
     hd_ctx *ctx = &vm->ctx;
     hd_tensor *c = NULL;
     int was = hd_grad_set_enabled(ctx, 0);
     hd_op_run(ctx, HD_OP_COPY, &t, 1, NULL, &c);
     hd_grad_set_enabled(ctx, was);
-    if (c && hd_grad_requires(ctx, t) && hd_grad_set_requires(ctx, c, 1)) {
-        hd_tensor_unref(c);
-        c = NULL;
-    }
     if (!c) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     *out = hd_tensor_value(c);
     return HD_OK;
@@ -1042,6 +1038,7 @@ static hd_status change_tmpl(cp_session *s, hd_value v, cp_tmpl *t) {
      * trace made, stored again (the tensors it captured are written back
      * through their paths) */
     if (tensor && !v.as.t->storage) return tmpl_build(s, v, t, 0);
+    if (tensor && v.as.t->grad_info) return HD_ERR_RUNTIME; /* a param made inside: eagerly */
     t->kind = tensor ? CP_T_FRESH : CP_T_CONST;
     hd_vref(t->v = v);
     return HD_OK;
@@ -1062,6 +1059,10 @@ static hd_status wb_change(void *ud, const cp_change *c) {
     cp_tmpl *t = hd_ctx_calloc(&vm->ctx, 1, sizeof *t);
     if (!t) return hd_vm_oom(vm);
     hd_status st = change_tmpl(s, v, t);
+    if (st == HD_ERR_RUNTIME && !vm->err) { /* a tensor with gradient state made inside */
+        hd_ctx_free(&vm->ctx, t, sizeof *t);
+        return change_stateful(s, "stores a parameter made inside it in", c);
+    }
     cp_wb *w = st ? NULL : wb_new(s, CP_WB_VALUE, -1);
     if (w) {
         w->tmpl = t;

@@ -246,7 +246,7 @@ typedef struct cp_wb {
 } cp_wb;
 
 /* FRESH: a copy of the tensor v at every run (a tensor with data made
- * inside the body, requires_grad as it had); DETACH: a detached view of
+ * inside the body, without gradient state); DETACH: a detached view of
  * the tensor at path (x.detach() of state). */
 typedef enum {
     CP_T_OUT,
