@@ -8,6 +8,7 @@
 #include "vm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,12 +60,12 @@ static int hd_report(hd_vm *vm, hd_status st) {
 /* A file argument that cannot be read is a usage error (2), reported
  * before anything starts. */
 static int hd_readable(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block here */
+    if (fd < 0) {
         fprintf(stderr, "hodu: cannot read %s: %s\n", path, strerror(errno));
         return 0;
     }
-    fclose(fp);
+    close(fd);
     return 1;
 }
 

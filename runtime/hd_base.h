@@ -56,6 +56,7 @@ typedef struct hd_ctx {
     size_t mem_limit;    /* 0: no limit */
     long fail_countdown; /* tests: the allocation that brings this to 0 fails; <0 off */
     int nthreads;        /* threads for large kernels; 1 = single-threaded */
+    int disk_off;        /* 1: never touch the disk (no disk cache): VMs without file access */
     uint64_t rng_seed;   /* Philox key */
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
     size_t cache_limit;  /* bytes of freed large blocks kept for reuse; 0: off */

@@ -6,6 +6,7 @@
  * to earlier values, every node goes through its shape rule and must give
  * the type the file declares. Nothing in a file is ever executed. */
 #include "hd_script.h"
+#include "hd_io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -664,32 +665,16 @@ hd_status hd_script_save_graph(hd_ctx *ctx, const hd_ir_graph *g, const char *pa
 hd_status hd_script_load_graph(hd_ctx *ctx, const char *path, size_t max_bytes, hd_ir_graph **out) {
     *out = NULL;
     if (!max_bytes) max_bytes = (size_t)1 << 30;
-    FILE *f = fopen(path, "rb");
-    if (!f) return hd_error(ctx, HD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET)) {
-        fclose(f);
-        return hd_error(ctx, HD_ERR_IO, "cannot read %s", path);
-    }
-    if ((unsigned long)size > max_bytes) {
-        fclose(f);
-        return hd_error(ctx, HD_ERR_IO, "%s: %ld bytes is more than the %zu allowed", path, size,
-                        max_bytes);
-    }
-    unsigned char *data = hd_ctx_alloc(ctx, (size_t)size);
-    hd_status st = HD_OK;
-    if (!data)
-        st = ctx->status;
-    else if (fread(data, 1, (size_t)size, f) != (size_t)size)
-        st = hd_error(ctx, HD_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (!st) st = hd_script_decode(ctx, data, (size_t)size, out);
+    unsigned char *data;
+    size_t size;
+    hd_status st = hd_io_read_file(ctx, path, max_bytes, &data, &size);
+    if (st) return st;
+    st = hd_script_decode(ctx, data, size, out);
     if (st && st != HD_ERR_MEMORY && strncmp(ctx->errmsg, path, strlen(path))) {
         char msg[HD_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", ctx->errmsg);
         hd_error(ctx, st, "%.200s: %.800s", path, msg);
     }
-    hd_ctx_free(ctx, data, (size_t)size);
+    hd_ctx_free(ctx, data, size + 1);
     return st;
 }
