@@ -2,16 +2,25 @@
  * FIFO, a device or a directory at once, with a message naming the file
  * (a FIFO without a writer used to block for ever, /dev/zero to be read
  * until memory ran out); a VM without file access writes nothing to the
- * disk cache; the disk cache stays under its cap. An alarm turns a reader
+ * disk cache; the disk cache stays under its cap; a safetensors header
+ * counts against the memory limit. An alarm turns a reader
  * that blocks into a failure instead of a hung test. */
 #include "api_test.h"
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[64];
+
+static hodu_vm *vm_with_limit(size_t bytes) {
+    hodu_options o;
+    hodu_options_init(&o);
+    o.memory_limit = bytes;
+    return hodu_vm_new(&o);
+}
 
 /* A file name in the test's folder. */
 static const char *in_tmp(const char *name, char *buf, size_t n) {
@@ -183,6 +192,55 @@ static void test_disk_cache(void) {
     unsetenv("HODU_CACHE_MAX");
 }
 
+/* A .safetensors file whose header lists n empty tensors (about 60 bytes
+ * of JSON each). */
+static void write_many_tensors(const char *path, long n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    char *hdr = malloc((size_t)n * 64 + 16), *p = hdr;
+    p += sprintf(p, "{");
+    for (long i = 0; i < n; i++)
+        p += sprintf(p, "%s\"t%ld\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                     i ? "," : "", i);
+    p += sprintf(p, "}");
+    unsigned long long len = (unsigned long long)(p - hdr);
+    unsigned char le[8];
+    for (int k = 0; k < 8; k++) le[k] = (unsigned char)(len >> (8 * k));
+    CHECK(fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len);
+    fclose(f);
+    free(hdr);
+}
+
+static long rss_kib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* A 24 MB safetensors header under a 64 MiB limit: the header is parsed
+ * through the VM's allocator, so the load fails with HODU_ERROR_MEMORY
+ * instead of the process growing by a gigabyte outside the limit. */
+static void test_safetensors_header(void) {
+    char big[256], small[256], prog[600];
+    in_tmp("big.safetensors", big, sizeof big);
+    in_tmp("small.safetensors", small, sizeof small);
+    write_many_tensors(big, 400000);
+    write_many_tensors(small, 1000);
+    hodu_vm *vm = vm_with_limit((size_t)64 << 20);
+    long before = rss_kib();
+    snprintf(prog, sizeof prog, "let d = load(\"%s\")", big);
+    CHECK_ST(vm, hodu_eval(vm, prog, NULL), HODU_ERROR_MEMORY);
+    long grown = rss_kib() - before;
+    CHECK_MSG(grown < 160 * 1024, "the process grew by %ld KiB under a 64 MiB limit", grown);
+    snprintf(prog, sizeof prog, "let d = load(\"%s\")\nlet n = len(d)", small);
+    CHECK_OK(vm, hodu_eval(vm, prog, NULL));
+    double n = 0;
+    CHECK_OK(vm, hodu_get_global_number(vm, "n", &n));
+    CHECK(n == 1000);
+    hodu_vm_free(vm);
+}
+
 static void on_alarm(int sig) {
     (void)sig;
     static const char msg[] = "test_api_files: a reader blocked (alarm)\n";
@@ -198,6 +256,7 @@ int main(void) {
     test_builtins();
     test_host_readers();
     test_disk_cache();
+    test_safetensors_header();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("cannot remove %s\n", tmpdir);
