@@ -640,6 +640,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
     vm->ctx.mem_limit = opts->memory_limit;
     if (opts->nthreads > 0) vm->ctx.nthreads = opts->nthreads;
     vm->ctx.disk_off = !opts->allow_io;
+    vm->ctx.interrupt = &vm->interrupted;
     /* Keep freed tensor blocks for reuse: a training loop makes and drops
      * the same sizes every step. A quarter of the memory limit at most. */
     size_t cache = (size_t)256 << 20;
