@@ -51,7 +51,12 @@ hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...) {
 }
 
 hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st) {
-    if (st == HD_OK) st = vm->ctx.status ? vm->ctx.status : HD_ERR_RUNTIME;
+    hd_status cs = vm->ctx.status;
+    /* running out of memory or being interrupted keeps its status whatever
+     * the caller would call a failure of its own (compiled code passes
+     * HD_ERR_RUNTIME for every failure of a graph) */
+    if (st == HD_OK || (st == HD_ERR_RUNTIME && (cs == HD_ERR_MEMORY || cs == HD_ERR_LIMIT)))
+        st = cs ? cs : HD_ERR_RUNTIME;
     hd_vm_error(vm, st, "%s", vm->ctx.errmsg[0] ? vm->ctx.errmsg : "error in the tensor runtime");
     hd_error_clear(&vm->ctx);
     return st;
