@@ -64,9 +64,22 @@ hodu_status hd_api_ctx_error(hodu_vm *h) {
     return (hodu_status)hd_vm_from_ctx(h->vm, HD_OK);
 }
 
-hodu_status hd_api_check_idle(hodu_vm *h, const char *fn) {
-    if (!h->busy) return HODU_OK;
+/* This thread's token: the address of a thread-local byte. */
+static _Thread_local char hd_api_thread;
+
+hodu_status hd_api_enter(hodu_vm *h, const char *fn) {
+    uintptr_t me = (uintptr_t)&hd_api_thread, was = 0;
+    if (atomic_compare_exchange_strong(&h->busy, &was, me)) {
+        hd_api_begin(h);
+        return HODU_OK;
+    }
+    if (was != me) return HODU_ERROR_ARGUMENT; /* another thread is inside */
+    hd_api_begin(h);
     return hd_api_arg_error(h, fn, "the VM is running code (called from a hook?)");
+}
+
+void hd_api_leave(hodu_vm *h) {
+    atomic_store(&h->busy, 0);
 }
 
 const char *hodu_error_message(hodu_vm *h) {
@@ -117,7 +130,7 @@ hodu_vm *hodu_vm_new(const hodu_options *opts) {
 void hodu_vm_free(hodu_vm *h) {
     /* From a hook while the VM runs: refused (the frames on the C stack
      * still use it); there is no status to return. */
-    if (!h || h->busy) return;
+    if (!h || atomic_load(&h->busy)) return;
     hd_api_free_scripts(h);
     while (h->tensors) hodu_tensor_release(h->tensors);
     hd_vm *vm = h->vm;
@@ -131,24 +144,20 @@ void hodu_vm_interrupt(hodu_vm *h) {
 
 hodu_status hodu_eval(hodu_vm *h, const char *source, const char *chunk_name) {
     if (!h) return HODU_ERROR_ARGUMENT;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_eval")) return HODU_ERROR_ARGUMENT;
-    if (!source) return hd_api_arg_error(h, "hodu_eval", "source is NULL");
-    h->busy = 1;
-    hd_status st =
-        hd_vm_eval(h->vm, source, strlen(source), chunk_name ? chunk_name : "<host>", NULL, NULL);
-    h->busy = 0;
+    if (hd_api_enter(h, "hodu_eval")) return HODU_ERROR_ARGUMENT;
+    hd_status st = source ? hd_vm_eval(h->vm, source, strlen(source),
+                                       chunk_name ? chunk_name : "<host>", NULL, NULL)
+                          : hd_api_arg_error(h, "hodu_eval", "source is NULL");
+    hd_api_leave(h);
     return (hodu_status)st;
 }
 
 hodu_status hodu_eval_file(hodu_vm *h, const char *path) {
     if (!h) return HODU_ERROR_ARGUMENT;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_eval_file")) return HODU_ERROR_ARGUMENT;
-    if (!path) return hd_api_arg_error(h, "hodu_eval_file", "path is NULL");
-    h->busy = 1;
-    hd_status st = hd_vm_eval_file(h->vm, path, NULL);
-    h->busy = 0;
+    if (hd_api_enter(h, "hodu_eval_file")) return HODU_ERROR_ARGUMENT;
+    hd_status st = path ? hd_vm_eval_file(h->vm, path, NULL)
+                        : hd_api_arg_error(h, "hodu_eval_file", "path is NULL");
+    hd_api_leave(h);
     return (hodu_status)st;
 }
 
@@ -202,20 +211,22 @@ static hodu_status set_global_value(hodu_vm *h, const char *name, hd_value v) {
 
 hodu_status hodu_set_global(hodu_vm *h, const char *name, hodu_tensor *t) {
     if (!h) return HODU_ERROR_ARGUMENT;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_set_global") || check_name(h, "hodu_set_global", name) ||
-        hd_api_check_tensor(h, "hodu_set_global", t))
-        return HODU_ERROR_ARGUMENT;
-    return set_global_value(h, name, hd_tensor_value(hd_tensor_ref(t->t)));
+    if (hd_api_enter(h, "hodu_set_global")) return HODU_ERROR_ARGUMENT;
+    hodu_status st = HODU_ERROR_ARGUMENT;
+    if (!check_name(h, "hodu_set_global", name) && !hd_api_check_tensor(h, "hodu_set_global", t))
+        st = set_global_value(h, name, hd_tensor_value(hd_tensor_ref(t->t)));
+    hd_api_leave(h);
+    return st;
 }
 
 hodu_status hodu_set_global_number(hodu_vm *h, const char *name, double value) {
     if (!h) return HODU_ERROR_ARGUMENT;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_set_global_number") ||
-        check_name(h, "hodu_set_global_number", name))
-        return HODU_ERROR_ARGUMENT;
-    return set_global_value(h, name, hd_float(value));
+    if (hd_api_enter(h, "hodu_set_global_number")) return HODU_ERROR_ARGUMENT;
+    hodu_status st = HODU_ERROR_ARGUMENT;
+    if (!check_name(h, "hodu_set_global_number", name))
+        st = set_global_value(h, name, hd_float(value));
+    hd_api_leave(h);
+    return st;
 }
 
 /* The global called name (borrowed), or NULL and an error naming fn. */
@@ -346,13 +357,9 @@ static hodu_status check_call_args(hodu_vm *h, const char *fn_name, hodu_tensor 
 
 #define HD_CALL_STACK_ARGS 8
 
-hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
-                      hodu_tensor **result) {
-    if (result) *result = NULL;
-    if (!h) return HODU_ERROR_ARGUMENT;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_call") || check_call_args(h, fn_name, args, nargs))
-        return HODU_ERROR_ARGUMENT;
+static hodu_status call_entered(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
+                                hodu_tensor **result) {
+    if (check_call_args(h, fn_name, args, nargs)) return HODU_ERROR_ARGUMENT;
     hd_vm *vm = h->vm;
     hd_value stack[HD_CALL_STACK_ARGS], *av = stack, callee, out = hd_none();
     if (nargs > HD_CALL_STACK_ARGS &&
@@ -364,9 +371,7 @@ hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int n
     if (st == HD_OK) {
         vm->steps = 0;
         vm->interrupted = 0;
-        h->busy = 1;
         st = hd_vm_call(vm, callee, av, nargs, NULL, 0, &out);
-        h->busy = 0;
         hd_value_unref(vm, callee);
     }
     for (int i = 0; i < nargs; i++) hd_tensor_unref(av[i].as.t);
@@ -377,4 +382,14 @@ hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int n
         return HODU_OK;
     }
     return call_result(h, fn_name, out, result);
+}
+
+hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
+                      hodu_tensor **result) {
+    if (result) *result = NULL;
+    if (!h) return HODU_ERROR_ARGUMENT;
+    if (hd_api_enter(h, "hodu_call")) return HODU_ERROR_ARGUMENT;
+    hodu_status st = call_entered(h, fn_name, args, nargs, result);
+    hd_api_leave(h);
+    return st;
 }

@@ -9,6 +9,9 @@
 #include "hodu.h"
 #include "vm_internal.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 struct hodu_tensor {
     hodu_vm *owner;
     hodu_tensor *prev, *next; /* owner's live tensor handles */
@@ -21,7 +24,9 @@ struct hodu_vm {
     hd_vm *vm;
     hodu_tensor *tensors; /* live tensor handles */
     hodu_script *scripts; /* live scripts */
-    int busy;             /* inside hodu_eval / hodu_call / a script run */
+    /* the thread inside hodu_eval / hodu_call / a script run / a global
+     * setter (a token: hd_api_enter), 0 when none */
+    _Atomic uintptr_t busy;
     char msg[HD_ERRTEXT_MAX];
 };
 
@@ -38,9 +43,13 @@ hodu_status hd_api_arg_error(hodu_vm *h, const char *fn, const char *fmt, ...)
     ;
 /* Turn the runtime context's pending error into the VM's error. */
 hodu_status hd_api_ctx_error(hodu_vm *h);
-/* HODU_OK unless the VM is running code (a hook calling back into the API):
- * then an argument error naming fn. */
-hodu_status hd_api_check_idle(hodu_vm *h, const char *fn);
+/* Enter a call that runs code or changes globals: clears the last error.
+ * HODU_ERROR_ARGUMENT when the VM is inside such a call already: from a
+ * hook on the same thread with a message naming fn; from another thread
+ * without touching the VM at all (its message belongs to the running
+ * call). hd_api_leave ends what a successful enter began. */
+hodu_status hd_api_enter(hodu_vm *h, const char *fn);
+void hd_api_leave(hodu_vm *h);
 /* A new handle holding a new reference to t (the caller keeps its own);
  * NULL and a memory error if the handle cannot be allocated. */
 hodu_tensor *hd_api_handle(hodu_vm *h, hd_tensor *t);

@@ -71,11 +71,9 @@ hodu_status hodu_script_set_input(hodu_script *hs, const char *name, hodu_tensor
 hodu_status hodu_script_run(hodu_script *hs) {
     if (!hs) return HODU_ERROR_ARGUMENT;
     hodu_vm *h = hs->owner;
-    hd_api_begin(h);
-    if (hd_api_check_idle(h, "hodu_script_run")) return HODU_ERROR_ARGUMENT;
-    h->busy = 1;
+    if (hd_api_enter(h, "hodu_script_run")) return HODU_ERROR_ARGUMENT;
     hd_status st = hd_script_run(hs->s);
-    h->busy = 0;
+    hd_api_leave(h);
     return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);
 }
 

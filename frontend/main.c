@@ -8,6 +8,7 @@
 #include "vm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,18 +62,18 @@ static int hd_report(hd_vm *vm, hd_status st) {
  * before anything starts: so is a directory or a device such as /dev/zero
  * (a pipe, as from <(...), is read). */
 static int hd_readable(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block here */
+    if (fd < 0) {
         fprintf(stderr, "hodu: cannot read %s: %s\n", path, strerror(errno));
         return 0;
     }
     struct stat sb;
-    int bad = fstat(fileno(fp), &sb) == 0 &&
+    int bad = fstat(fd, &sb) == 0 &&
               (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode));
     if (bad)
         fprintf(stderr, "hodu: cannot read %s: %s\n", path,
                 S_ISDIR(sb.st_mode) ? "it is a directory" : "it is a device, not a file");
-    fclose(fp);
+    close(fd);
     return !bad;
 }
 

@@ -104,8 +104,9 @@ HODU_API hodu_vm *hodu_vm_new(const hodu_options *opts);
  * when called from a hook while the VM runs. */
 HODU_API void hodu_vm_free(hodu_vm *vm);
 /* Make the running hodu_eval / hodu_call stop with HODU_ERROR_LIMIT
- * ("interrupted") at its next loop iteration or call. Safe from another
- * thread or a signal handler. */
+ * ("interrupted") at its next loop iteration or call, or inside a long
+ * reduction or string repetition. Safe from another thread or a signal
+ * handler. */
 HODU_API void hodu_vm_interrupt(hodu_vm *vm);
 
 /* Run source (a whole program; its top-level names become globals that

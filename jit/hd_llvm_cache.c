@@ -63,11 +63,11 @@ static uint64_t cache_checksum(const void *p, size_t n) {
 }
 
 /* <dir>/llvm-<key>.o into buf; 0 when the cache is off. */
-static int cache_path(const hd_llvm_key *k, char *buf, size_t n) {
+static int cache_path(const hd_ctx *ctx, const hd_llvm_key *k, char *buf, size_t n) {
     char name[64];
     snprintf(name, sizeof name, "llvm-%016llx%016llx.o", (unsigned long long)k->h[0],
              (unsigned long long)k->h[1]);
-    return hd_cache_path(name, buf, n);
+    return hd_cache_path(ctx, name, buf, n);
 }
 
 /* The object of a checked entry into *buf, or NULL (damaged). */
@@ -93,8 +93,8 @@ static hd_status cache_load(hd_ctx *ctx, int fd, const struct stat *sb, const hd
 hd_status hd_llvm_cache_get(hd_ctx *ctx, const hd_llvm_key *k, LLVMMemoryBufferRef *buf) {
     char path[1200];
     *buf = NULL;
-    if (!cache_path(k, path, sizeof path)) return HD_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (!cache_path(ctx, k, path, sizeof path)) return HD_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         cache_log("llvm: cache miss %s\n", path);
         return HD_OK;
@@ -103,6 +103,7 @@ hd_status hd_llvm_cache_get(hd_ctx *ctx, const hd_llvm_key *k, LLVMMemoryBufferR
     hd_status st = HD_OK;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid())
         st = cache_load(ctx, fd, &sb, k, buf);
+    if (*buf) hd_cache_touch(fd);
     close(fd);
     if (st) return st;
     if (!*buf) {
@@ -115,9 +116,8 @@ hd_status hd_llvm_cache_get(hd_ctx *ctx, const hd_llvm_key *k, LLVMMemoryBufferR
 }
 
 void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_t n) {
-    HD_UNUSED(ctx);
     char path[1200];
-    if (!cache_path(k, path, sizeof path)) return;
+    if (!cache_path(ctx, k, path, sizeof path)) return;
     cache_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CACHE_MAGIC, 8);

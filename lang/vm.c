@@ -5,6 +5,7 @@
 #endif
 #include "compiled.h"
 #include "hd_autograd.h"
+#include "hd_io.h"
 #include "resolve.h"
 #include "tensor_api.h"
 #include "vm_internal.h"
@@ -50,7 +51,12 @@ hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...) {
 }
 
 hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st) {
-    if (st == HD_OK) st = vm->ctx.status ? vm->ctx.status : HD_ERR_RUNTIME;
+    hd_status cs = vm->ctx.status;
+    /* running out of memory or being interrupted keeps its status whatever
+     * the caller would call a failure of its own (compiled code passes
+     * HD_ERR_RUNTIME for every failure of a graph) */
+    if (st == HD_OK || (st == HD_ERR_RUNTIME && (cs == HD_ERR_MEMORY || cs == HD_ERR_LIMIT)))
+        st = cs ? cs : HD_ERR_RUNTIME;
     hd_vm_error(vm, st, "%s", vm->ctx.errmsg[0] ? vm->ctx.errmsg : "error in the tensor runtime");
     hd_error_clear(&vm->ctx);
     return st;
@@ -280,65 +286,15 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Read a whole file into VM memory (NUL-terminated). */
+/* Read a whole file into VM memory (NUL-terminated, *len + 1 bytes). Only
+ * a regular file: a FIFO or a device would block or never end. */
 static char *read_file(hd_vm *vm, const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        hd_vm_error(vm, HD_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    unsigned char *buf;
+    if (hd_io_read_file(&vm->ctx, path, 0, &buf, len)) {
+        hd_vm_from_ctx(vm, vm->ctx.status);
         return NULL;
     }
-    /* a directory or a device (/dev/zero) is no program; a pipe may be one */
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) == 0 &&
-        (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))) {
-        fclose(fp);
-        hd_vm_error(vm, HD_ERR_IO, "cannot read %s: %s", path,
-                    S_ISDIR(sb.st_mode) ? "it is a directory" : "it is a device, not a file");
-        return NULL;
-    }
-    size_t cap = 4096, n = 0;
-    char *buf = hd_ctx_alloc(&vm->ctx, cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, fp);
-        if (n < cap - 1) break;
-        char *b = hd_ctx_realloc(&vm->ctx, buf, cap, cap * 2);
-        if (!b) {
-            hd_ctx_free(&vm->ctx, buf, cap);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (!buf) { /* named: an endless pipe ends here */
-        hd_vm_error(vm, HD_ERR_MEMORY, "cannot read %s: out of memory after %zu bytes", path, n);
-        return NULL;
-    }
-    if (bad) {
-        hd_ctx_free(&vm->ctx, buf, cap);
-        hd_vm_error(vm, HD_ERR_IO, "cannot read %s", path);
-        return NULL;
-    }
-    /* Shrink to the exact size so the chunk can free it knowing only len. */
-    char *exact = hd_ctx_realloc(&vm->ctx, buf, cap, n + 1);
-    if (exact) {
-        buf = exact;
-    } else {
-        hd_error_clear(&vm->ctx);
-        char *copy = buf;
-        buf = hd_ctx_alloc(&vm->ctx, n + 1);
-        if (buf) memcpy(buf, copy, n);
-        hd_ctx_free(&vm->ctx, copy, cap);
-        if (!buf) {
-            hd_vm_oom(vm);
-            return NULL;
-        }
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    return (char *)buf;
 }
 
 /* ---- chunks ---- */
@@ -688,6 +644,8 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
     vm->opts = *opts;
     vm->ctx.mem_limit = opts->memory_limit;
     if (opts->nthreads > 0) vm->ctx.nthreads = opts->nthreads;
+    vm->ctx.disk_off = !opts->allow_io;
+    vm->ctx.interrupt = &vm->interrupted;
     /* Keep freed tensor blocks for reuse: a training loop makes and drops
      * the same sizes every step. A quarter of the memory limit at most. */
     size_t cache = (size_t)256 << 20;

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 /* Same values as hodu_status in include/hodu.h. */
 typedef enum {
@@ -59,6 +60,10 @@ typedef struct hd_ctx {
     size_t mem_limit;    /* 0: no limit */
     long fail_countdown; /* tests: the allocation that brings this to 0 fails; <0 off */
     int nthreads;        /* threads for large kernels; 1 = single-threaded */
+    int disk_off;        /* 1: never touch the disk (no disk cache): VMs without file access */
+    /* the owner's interrupt flag (NULL: none): long kernels read it every
+     * HD_INTERRUPT_CHUNK elements or so and stop early (hd_ctx_interrupted) */
+    const _Atomic int *interrupt;
     uint64_t rng_seed;   /* Philox key */
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
     size_t cache_limit;  /* bytes of freed large blocks kept for reuse; 0: off */
@@ -98,6 +103,17 @@ void hd_assert_fail(const char *cond, const char *file, int line);
 #define HD_UNUSED(x) ((void)(x))
 #define HD_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Elements a kernel may process between two looks at ctx->interrupt. */
+#define HD_INTERRUPT_CHUNK ((int64_t)1 << 16)
+
+/* The flag says stop (a relaxed load: cheap enough to read once a chunk). */
+static inline int hd_interrupt_set(const _Atomic int *flag) {
+    return flag && atomic_load_explicit(flag, memory_order_relaxed);
+}
+static inline int hd_ctx_interrupted(const hd_ctx *ctx) {
+    return hd_interrupt_set(ctx->interrupt);
+}
 
 /* Initialise a context with the default allocator (alloc may be NULL). */
 void hd_ctx_init(hd_ctx *ctx, hd_alloc_fn alloc, void *ud);

@@ -164,50 +164,85 @@ hd_status hd_io_shape_size(hd_ctx *ctx, const char *name, const int64_t *shape, 
 
 /* ---- input files ---- */
 
-static hd_status hd_io_read_fd(hd_ctx *ctx, const char *path, int fd, hd_io_file *f) {
+static const char *hd_io_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+hd_status hd_io_open_regular(hd_ctx *ctx, const char *path, int *fd, uint64_t *size) {
+    /* O_NONBLOCK: opening a FIFO that has no writer would otherwise block */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0) return hd_error(ctx, HD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) != 0) {
+        int e = errno;
+        close(*fd);
+        *fd = -1;
+        return hd_error(ctx, HD_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        if (S_ISDIR(st.st_mode)) return hd_error(ctx, HD_ERR_IO, "%s: is a directory", path);
+        return hd_error(ctx, HD_ERR_IO, "%s: is %s, not a regular file", path,
+                        hd_io_kind(st.st_mode));
+    }
+    *size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return HD_OK;
+}
+
+hd_status hd_io_read_file(hd_ctx *ctx, const char *path, size_t max_bytes, unsigned char **data,
+                          size_t *n) {
+    *data = NULL;
+    *n = 0;
+    int fd;
+    uint64_t size;
+    if (hd_io_open_regular(ctx, path, &fd, &size)) return ctx->status;
+    hd_status s = HD_OK;
+    if (size >= SIZE_MAX / 2 || (max_bytes && size > max_bytes)) {
+        close(fd);
+        return hd_error(ctx, HD_ERR_IO, "%s: %llu bytes is more than the %zu allowed", path,
+                        (unsigned long long)size, max_bytes ? max_bytes : SIZE_MAX / 2);
+    }
+    /* the size at open time bounds the read: a file that grows meanwhile is
+     * read as it was */
+    unsigned char *p = hd_ctx_alloc(ctx, (size_t)size + 1);
     size_t len = 0;
-    for (;;) {
-        if (len == f->owned_cap) {
-            size_t ncap = f->owned_cap ? f->owned_cap * 2 : 65536;
-            unsigned char *p = hd_ctx_realloc(ctx, f->owned, f->owned_cap, ncap);
-            if (!p) return HD_ERR_MEMORY;
-            f->owned = p;
-            f->owned_cap = ncap;
-        }
-        ssize_t r = read(fd, f->owned + len, f->owned_cap - len);
+    if (!p) s = HD_ERR_MEMORY;
+    while (!s && len < size) {
+        ssize_t r = read(fd, p + len, (size_t)size - len);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return hd_error(ctx, HD_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-        if (r == 0) break;
+        if (r < 0) s = hd_error(ctx, HD_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        if (r <= 0) break;
         len += (size_t)r;
     }
-    f->data = f->owned;
-    f->n = len;
+    close(fd);
+    if (!s && len < size)
+        s = hd_error(ctx, HD_ERR_IO, "%s: cannot read: the file shrank while it was read", path);
+    if (s) {
+        hd_ctx_free(ctx, p, (size_t)size + 1);
+        return s;
+    }
+    p[len] = 0;
+    *data = p;
+    *n = len;
     return HD_OK;
 }
 
 hd_status hd_io_file_open(hd_ctx *ctx, const char *path, hd_io_file *f) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return hd_error(ctx, HD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    hd_status s = HD_OK;
-    if (fstat(fd, &st) != 0) {
-        s = hd_error(ctx, HD_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    } else if (S_ISDIR(st.st_mode)) {
-        s = hd_error(ctx, HD_ERR_IO, "%s: is a directory", path);
-    } else if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size < SIZE_MAX) {
-        /* the size, and one byte to see the end without growing */
-        size_t cap = (size_t)st.st_size + 1;
-        f->owned = hd_ctx_alloc(ctx, cap);
-        if (f->owned)
-            f->owned_cap = cap;
-        else
-            s = HD_ERR_MEMORY;
-    }
-    if (!s) s = hd_io_read_fd(ctx, path, fd, f);
-    close(fd);
-    if (s) hd_io_file_close(ctx, f);
-    return s;
+    unsigned char *p;
+    size_t n;
+    if (hd_io_read_file(ctx, path, 0, &p, &n)) return ctx->status;
+    f->owned = p;
+    f->owned_cap = n + 1;
+    f->data = p;
+    f->n = n;
+    return HD_OK;
 }
 
 void hd_io_file_close(hd_ctx *ctx, hd_io_file *f) {

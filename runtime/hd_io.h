@@ -45,6 +45,18 @@ hd_status hd_io_list_add_meta(hd_ctx *ctx, hd_io_list *l, const char *key, const
 /* Borrowed tensor of that name (the first), or NULL. */
 hd_tensor *hd_io_list_get(const hd_io_list *l, const char *name);
 
+/* Open path for reading and refuse anything but a regular file (a FIFO, a
+ * device, a socket, a directory: an HD_ERR_IO error naming the file). The
+ * open does not block, even on a FIFO without a writer. On success *fd is
+ * open (the caller closes it) and *size is the file's size. */
+hd_status hd_io_open_regular(hd_ctx *ctx, const char *path, int *fd, uint64_t *size);
+/* The whole regular file at path in memory from ctx's allocator (so it
+ * counts against the memory limit), NUL-terminated: *data holds *n + 1
+ * bytes, freed with hd_ctx_free(ctx, *data, *n + 1). Reads at most the size
+ * the file had when opened; max_bytes, when not 0, bounds that size too. */
+hd_status hd_io_read_file(hd_ctx *ctx, const char *path, size_t max_bytes, unsigned char **data,
+                          size_t *n);
+
 /* A growable byte buffer (memory allocated through ctx). */
 typedef struct {
     unsigned char *data;

@@ -6,6 +6,7 @@
  * to earlier values, every node goes through its shape rule and must give
  * the type the file declares. Nothing in a file is ever executed. */
 #include "hd_script.h"
+#include "hd_io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -776,39 +777,17 @@ hd_status hd_script_load_file(hd_ctx *ctx, const char *path, size_t max_bytes, h
     *vars = NULL;
     *nvars = 0;
     if (!max_bytes) max_bytes = (size_t)1 << 30;
-    FILE *f = fopen(path, "rb");
-    if (!f) return hd_error(ctx, HD_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb; /* a directory's "size" from ftell is LONG_MAX */
-    if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return hd_error(ctx, HD_ERR_IO, "cannot read %s: %s", path,
-                        S_ISDIR(sb.st_mode) ? "it is a directory" : "not a regular file");
-    }
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET)) {
-        fclose(f);
-        return hd_error(ctx, HD_ERR_IO, "cannot read %s", path);
-    }
-    if ((unsigned long)size > max_bytes) {
-        fclose(f);
-        return hd_error(ctx, HD_ERR_IO, "%s: %ld bytes is more than the %zu allowed", path, size,
-                        max_bytes);
-    }
-    unsigned char *data = hd_ctx_alloc(ctx, (size_t)size);
-    hd_status st = HD_OK;
-    if (!data)
-        st = ctx->status;
-    else if (fread(data, 1, (size_t)size, f) != (size_t)size)
-        st = hd_error(ctx, HD_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (!st) st = hd_script_decode_state(ctx, data, (size_t)size, out, vars, nvars);
+    unsigned char *data;
+    size_t size;
+    hd_status st = hd_io_read_file(ctx, path, max_bytes, &data, &size);
+    if (st) return st;
+    st = hd_script_decode_state(ctx, data, size, out, vars, nvars);
     if (st && st != HD_ERR_MEMORY && strncmp(ctx->errmsg, path, strlen(path))) {
         char msg[HD_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", ctx->errmsg);
         hd_error(ctx, st, "%.200s: %.800s", path, msg);
     }
-    hd_ctx_free(ctx, data, (size_t)size);
+    hd_ctx_free(ctx, data, size + 1);
     return st;
 }
 

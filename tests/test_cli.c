@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,6 +146,25 @@ int main(int argc, char **argv) {
             300);
     EXPECT(r.status == 1 && strstr(r.err, "error: interrupted") && strstr(r.err, "-e:3:"),
            "Ctrl-C stops a loop", r);
+
+    r = run((const char *[]){"-e", "print(ones([1]).expand([10**12]).sum())", NULL}, NULL, 300);
+    EXPECT(r.status == 1 && strstr(r.err, "interrupted") && strstr(r.err, "-e:1:"),
+           "Ctrl-C stops a long sum", r);
+    /* files that are not files: refused at once, named */
+    char fifo[] = "/tmp/hodu_cli_fifo_XXXXXX";
+    if (mkdtemp(fifo)) {
+        char path[64], in[128];
+        snprintf(path, sizeof path, "%s/p.hodu", fifo);
+        if (mkfifo(path, 0600) == 0) {
+            r = run((const char *[]){path, NULL}, NULL, 0);
+            EXPECT(r.status == 1 && strstr(r.err, "is a FIFO"), "a FIFO as the program", r);
+            snprintf(in, sizeof in, "x=%s", path);
+            r = run((const char *[]){"run-script", path, "--input", in, NULL}, NULL, 0);
+            EXPECT(r.status != 0 && strstr(r.err, "is a FIFO"), "a FIFO as a script", r);
+            unlink(path);
+        }
+        rmdir(fifo);
+    }
 
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;

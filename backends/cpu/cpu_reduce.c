@@ -66,8 +66,14 @@ typedef struct {
     red_geom outer, inner;
     int64_t count; /* inner elements per output */
     red_kind pass1, pass2;
-    double correction; /* var/std */
+    double correction;       /* var/std */
+    const _Atomic int *stop; /* the context's interrupt flag */
 } red_job;
+
+/* Long runs look at the interrupt flag once per HD_INTERRUPT_CHUNK elements
+ * and stop early (the op then fails, so the partial result is never seen);
+ * the order of operations is the same as without the looks. */
+#define RED_STOPPED(stop) hd_interrupt_set(stop)
 
 /* ---- gathering a strided run into a buffer ---- */
 
@@ -204,12 +210,13 @@ typedef double (*red_f64_fn)(const double *, int64_t, double);
 
 /* The sum of a float kernel over a run: contiguous f32/f64 runs are read in
  * place, others gathered in chunks (f16/bf16 as f32, f64 as f64). */
-static double run_floats(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, double c,
-                         red_f32_fn k32, red_f64_fn k64) {
+static double run_floats(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+                         int64_t n, double c, red_f32_fn k32, red_f64_fn k64) {
     if (s == 1 && dt == HD_F32) return k32((const float *)p, n, c);
     if (s == 1 && dt == HD_F64) return k64((const double *)p, n, c);
     double total = 0;
     for (int64_t i = 0; i < n; i += RED_CHUNK) {
+        if (!(i % HD_INTERRUPT_CHUNK) && RED_STOPPED(stop)) break;
         int64_t m = HD_MIN(RED_CHUNK, n - i);
         const char *q = p + i * s * es;
         if (dt == HD_F64) {
@@ -226,21 +233,24 @@ static double run_floats(hd_dtype dt, int es, const char *p, int64_t s, int64_t 
 }
 
 /* i64 sum with wraparound (unsigned arithmetic: no undefined overflow). */
-static uint64_t run_sumi(const char *p, int64_t s, int64_t n) {
+static uint64_t run_sumi(const _Atomic int *stop, const char *p, int64_t s, int64_t n) {
     const int64_t *x = (const int64_t *)p;
     uint64_t acc[RED_LANES] = {0}, total = 0;
     int64_t i = 0;
     if (s == 1)
         for (; i + RED_LANES <= n; i += RED_LANES)
             for (int l = 0; l < RED_LANES; l++) acc[l] += (uint64_t)x[i + l];
-    for (; i < n; i++) total += (uint64_t)x[i * s];
+    while (i < n && !RED_STOPPED(stop))
+        for (int64_t e = HD_MIN(n, i + HD_INTERRUPT_CHUNK); i < e; i++) total += (uint64_t)x[i * s];
     for (int l = 0; l < RED_LANES; l++) total += acc[l];
     return total;
 }
 
-static double run_prodf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n) {
+static double run_prodf(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+                        int64_t n) {
     double r = 1, buf[RED_CHUNK];
     for (int64_t i = 0; i < n; i += RED_CHUNK) {
+        if (!(i % HD_INTERRUPT_CHUNK) && RED_STOPPED(stop)) break;
         int64_t m = HD_MIN(RED_CHUNK, n - i);
         gather_f64(dt, p + i * s * es, s, m, buf);
         for (int64_t k = 0; k < m; k++) r *= buf[k];
@@ -248,10 +258,11 @@ static double run_prodf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n
     return r;
 }
 
-static uint64_t run_prodi(const char *p, int64_t s, int64_t n) {
+static uint64_t run_prodi(const _Atomic int *stop, const char *p, int64_t s, int64_t n) {
     const int64_t *x = (const int64_t *)p;
     uint64_t r = 1;
-    for (int64_t i = 0; i < n; i++) r *= (uint64_t)x[i * s];
+    for (int64_t i = 0; i < n && !RED_STOPPED(stop);)
+        for (int64_t e = HD_MIN(n, i + HD_INTERRUPT_CHUNK); i < e; i++) r *= (uint64_t)x[i * s];
     return r;
 }
 
@@ -282,7 +293,8 @@ RED_EXT_FLOAT(min_f64, double, <)
 /* Integer extremes of n elements at p with stride s, from m0 (clamped to
  * T's range: accumulators start at the int64 extremes). */
 #define RED_EXT_INT(NAME, T, TMIN, TMAX, CMP)                                                      \
-    static int64_t NAME(const char *p, int64_t s, int64_t n, int64_t m0) {                         \
+    static int64_t NAME(const _Atomic int *stop, const char *p, int64_t s, int64_t n,              \
+                        int64_t m0) {                                                              \
         const T *x = (const T *)p;                                                                 \
         T m = (T)(m0 < TMIN ? TMIN : m0 > TMAX ? TMAX : m0);                                       \
         int64_t i = 0;                                                                             \
@@ -293,7 +305,9 @@ RED_EXT_FLOAT(min_f64, double, <)
                 for (int l = 0; l < 16; l++) lane[l] = x[i + l] CMP lane[l] ? x[i + l] : lane[l];  \
             for (int l = 0; l < 16; l++) m = lane[l] CMP m ? lane[l] : m;                          \
         }                                                                                          \
-        for (; i < n; i++) m = x[i * s] CMP m ? x[i * s] : m;                                      \
+        while (i < n && !RED_STOPPED(stop))                                                        \
+            for (int64_t e = HD_MIN(n, i + HD_INTERRUPT_CHUNK); i < e; i++)                        \
+                m = x[i * s] CMP m ? x[i * s] : m;                                                 \
         return m;                                                                                  \
     }
 
@@ -306,13 +320,14 @@ RED_EXT_INT(min_i32, int32_t, INT32_MIN, INT32_MAX, <)
 RED_EXT_INT(max_i64, int64_t, INT64_MIN, INT64_MAX, >)
 RED_EXT_INT(min_i64, int64_t, INT64_MIN, INT64_MAX, <)
 
-static double run_extf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n, int ismax,
-                       double m) {
+static double run_extf(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+                       int64_t n, int ismax, double m) {
     if (dt == HD_F64) {
         if (s == 1)
             return ismax ? max_f64((const double *)p, n, m) : min_f64((const double *)p, n, m);
         double buf[RED_CHUNK];
         for (int64_t i = 0; i < n; i += RED_CHUNK) {
+            if (!(i % HD_INTERRUPT_CHUNK) && RED_STOPPED(stop)) break;
             int64_t k = HD_MIN(RED_CHUNK, n - i);
             gather_f64(dt, p + i * s * es, s, k, buf);
             m = ismax ? max_f64(buf, k, m) : min_f64(buf, k, m);
@@ -324,6 +339,7 @@ static double run_extf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n,
         return ismax ? max_f32((const float *)p, n, fm) : min_f32((const float *)p, n, fm);
     float buf[RED_CHUNK];
     for (int64_t i = 0; i < n; i += RED_CHUNK) {
+        if (!(i % HD_INTERRUPT_CHUNK) && RED_STOPPED(stop)) break;
         int64_t k = HD_MIN(RED_CHUNK, n - i);
         gather_f32(dt, p + i * s * es, s, k, buf);
         fm = ismax ? max_f32(buf, k, fm) : min_f32(buf, k, fm);
@@ -331,20 +347,22 @@ static double run_extf(hd_dtype dt, int es, const char *p, int64_t s, int64_t n,
     return fm;
 }
 
-static int64_t run_exti(hd_dtype dt, const char *p, int64_t s, int64_t n, int ismax, int64_t m) {
+static int64_t run_exti(const _Atomic int *stop, hd_dtype dt, const char *p, int64_t s, int64_t n,
+                        int ismax, int64_t m) {
     switch (dt) {
-    case HD_I8: return ismax ? max_i8(p, s, n, m) : min_i8(p, s, n, m);
-    case HD_I32: return ismax ? max_i32(p, s, n, m) : min_i32(p, s, n, m);
-    case HD_I64: return ismax ? max_i64(p, s, n, m) : min_i64(p, s, n, m);
+    case HD_I8: return ismax ? max_i8(stop, p, s, n, m) : min_i8(stop, p, s, n, m);
+    case HD_I32: return ismax ? max_i32(stop, p, s, n, m) : min_i32(stop, p, s, n, m);
+    case HD_I64: return ismax ? max_i64(stop, p, s, n, m) : min_i64(stop, p, s, n, m);
     case HD_BOOL: { /* any nonzero byte is true */
         int64_t r = m;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t v = p[i * s] != 0;
-            r = ismax ? HD_MAX(r, v) : HD_MIN(r, v);
-        }
+        for (int64_t i = 0; i < n && !RED_STOPPED(stop);)
+            for (int64_t e = HD_MIN(n, i + HD_INTERRUPT_CHUNK); i < e; i++) {
+                int64_t v = p[i * s] != 0;
+                r = ismax ? HD_MAX(r, v) : HD_MIN(r, v);
+            }
         return r;
     }
-    default: return ismax ? max_u8(p, s, n, m) : min_u8(p, s, n, m);
+    default: return ismax ? max_u8(stop, p, s, n, m) : min_u8(stop, p, s, n, m);
     }
 }
 
@@ -367,6 +385,7 @@ RED_FIND(find_i64, int64_t)
 static void run_arg(const red_job *j, const char *p, int64_t s, int64_t n, int64_t k, int ismax,
                     red_acc *a) {
     for (int64_t i = 0; i < n && !a->nan; i += RED_CHUNK) {
+        if (!(i % HD_INTERRUPT_CHUNK) && RED_STOPPED(j->stop)) break;
         int64_t m = HD_MIN(RED_CHUNK, n - i);
         const char *q = p + i * s * j->esize;
         if (j->dt == HD_F64) {
@@ -387,8 +406,8 @@ static void run_arg(const red_job *j, const char *p, int64_t s, int64_t n, int64
             int64_t buf[RED_CHUNK];
             const int64_t *x = (s == 1 && j->dt == HD_I64) ? (const int64_t *)q : buf;
             if (x == buf) gather_i64(j->dt, q, s, m, buf);
-            int64_t e = ismax ? max_i64((const char *)x, 1, m, INT64_MIN)
-                              : min_i64((const char *)x, 1, m, INT64_MAX);
+            int64_t e = ismax ? max_i64(NULL, (const char *)x, 1, m, INT64_MIN)
+                              : min_i64(NULL, (const char *)x, 1, m, INT64_MAX);
             if (a->idx < 0 || (ismax ? e > a->v : e < a->v))
                 a->v = e, a->idx = k + i + find_i64(x, m, e);
         }
@@ -419,22 +438,24 @@ static void acc_init(const red_job *j, red_kind kind, red_acc *a) {
 static void acc_run(const red_job *j, red_kind kind, const char *p, int64_t s, int64_t n, int64_t k,
                     double param, red_acc *a) {
     switch (kind) {
-    case RK_SUMF: a->f += run_floats(j->dt, j->esize, p, s, n, 0, sum_f32, sum_f64); break;
-    case RK_SUMI: a->u += run_sumi(p, s, n); break;
-    case RK_PRODF: a->f *= run_prodf(j->dt, j->esize, p, s, n); break;
-    case RK_PRODI: a->u *= run_prodi(p, s, n); break;
+    case RK_SUMF: a->f += run_floats(j->stop, j->dt, j->esize, p, s, n, 0, sum_f32, sum_f64); break;
+    case RK_SUMI: a->u += run_sumi(j->stop, p, s, n); break;
+    case RK_PRODF: a->f *= run_prodf(j->stop, j->dt, j->esize, p, s, n); break;
+    case RK_PRODI: a->u *= run_prodi(j->stop, p, s, n); break;
     case RK_MAX:
     case RK_MIN:
         if (j->isfloat)
-            a->f = run_extf(j->dt, j->esize, p, s, n, kind == RK_MAX, a->f);
+            a->f = run_extf(j->stop, j->dt, j->esize, p, s, n, kind == RK_MAX, a->f);
         else
-            a->v = run_exti(j->dt, p, s, n, kind == RK_MAX, a->v);
+            a->v = run_exti(j->stop, j->dt, p, s, n, kind == RK_MAX, a->v);
         break;
     case RK_ARGMAX: run_arg(j, p, s, n, k, 1, a); break;
     case RK_ARGMIN: run_arg(j, p, s, n, k, 0, a); break;
-    case RK_SQDEV: a->f += run_floats(j->dt, j->esize, p, s, n, param, sqdev_f32, sqdev_f64); break;
+    case RK_SQDEV:
+        a->f += run_floats(j->stop, j->dt, j->esize, p, s, n, param, sqdev_f32, sqdev_f64);
+        break;
     case RK_SUMEXP:
-        a->f += run_floats(j->dt, j->esize, p, s, n, param, sumexp_f32, sumexp_f64);
+        a->f += run_floats(j->stop, j->dt, j->esize, p, s, n, param, sumexp_f32, sumexp_f64);
         break;
     case RK_NONE: break;
     }
@@ -508,9 +529,13 @@ static void red_range(const red_job *j, red_kind kind, const char *base, int64_t
     int64_t idx[HD_MAX_DIMS];
     red_geom rows = *g;
     rows.ndim = nd - 1;
-    int64_t off = geom_start(&rows, k0 / len, idx), pos = k0 % len;
+    int64_t off = geom_start(&rows, k0 / len, idx), pos = k0 % len, seen = 0;
     for (int64_t k = k0; k < k1;) {
         int64_t n = HD_MIN(len - pos, k1 - k);
+        if ((seen += n) >= HD_INTERRUPT_CHUNK) {
+            seen = 0;
+            if (RED_STOPPED(j->stop)) return;
+        }
         acc_run(j, kind, base + (off + pos * s) * j->esize, s, n, k, param, a);
         k += n;
         pos = 0;
@@ -599,6 +624,7 @@ static void red_outputs(const red_job *j, hd_tensor *out, int64_t o0, int64_t o1
     int64_t idx[HD_MAX_DIMS];
     int64_t off = geom_start(&j->outer, o0, idx);
     for (int64_t o = o0; o < o1; o++) {
+        if (!(o % 4096) && RED_STOPPED(j->stop)) return;
         red_output(j, out, o, j->data + off * j->esize);
         geom_next(&j->outer, j->outer.ndim, idx, &off);
     }
@@ -670,9 +696,14 @@ static void red_split(const red_job *j, hd_tensor *out, int nt) {
         int nd = g->ndim;                                                                          \
         int64_t len = g->shape[nd - 1], s = g->stride[nd - 1], idx[HD_MAX_DIMS] = {0}, off = 0;    \
         for (int64_t k = 0; k < j->count; k += len) {                                              \
+            if (RED_STOPPED(j->stop)) break;                                                       \
             const T *x = (const T *)base + off;                                                    \
             int64_t r = 0;                                                                         \
             for (; r + 4 <= len; r += 4) {                                                         \
+                if (!(r % HD_INTERRUPT_CHUNK) && r && RED_STOPPED(j->stop)) {                      \
+                    r = len;                                                                       \
+                    break;                                                                         \
+                }                                                                                  \
                 const T *x0 = x + r * s, *x1 = x0 + s, *x2 = x1 + s, *x3 = x2 + s;                 \
                 _Pragma("omp simd") for (int t = 0; t < tw; t++) {                                 \
                     ACC a = acc[t], v0 = LOAD(x0[t]), v1 = LOAD(x1[t]), v2 = LOAD(x2[t]),          \
@@ -939,6 +970,7 @@ hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     double work = (double)out->numel * (double)j.count;
     int nt = HD_MIN(HD_MAX(ctx->nthreads, 1), RED_MAX_THREADS);
     if (work < CPU_PAR_MIN) nt = 1;
+    j.stop = ctx->interrupt;
     red_vert_fn vf = red_vertical_for(&j);
     if (vf)
         red_vertical(&j, vf, out, nt);
@@ -946,6 +978,7 @@ hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
         red_split(&j, out, nt);
     else
         red_over_outputs(&j, out, nt);
+    if (hd_ctx_interrupted(ctx)) return hd_error(ctx, HD_ERR_LIMIT, "interrupted");
     return HD_OK;
 }
 

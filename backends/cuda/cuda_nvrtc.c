@@ -41,19 +41,19 @@ static int nv_log_on(void) {
     return s && (strstr(s, "cuda") || strstr(s, "all"));
 }
 
-static int nv_cache_path(const nv_header *h, char *buf, size_t n) {
+static int nv_cache_path(const hd_ctx *ctx, const nv_header *h, char *buf, size_t n) {
     char name[80];
     snprintf(name, sizeof name, "cuda-%016llx%016llx-sm%u.cubin", (unsigned long long)h->key[0],
              (unsigned long long)h->key[1], h->arch);
-    return hd_cache_path(name, buf, n);
+    return hd_cache_path(ctx, name, buf, n);
 }
 
 /* A checked entry's image, or *img NULL (a miss or a damaged entry). */
 static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, size_t *n) {
     char path[1200];
     *img = NULL;
-    if (!nv_cache_path(want, path, sizeof path)) return HD_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (!nv_cache_path(ctx, want, path, sizeof path)) return HD_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return HD_OK;
     struct stat sb;
     nv_header h;
@@ -72,6 +72,7 @@ static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, si
         nv_hash(p, (size_t)h.size, 7) == h.checksum) {
         *img = p;
         *n = (size_t)h.size;
+        hd_cache_touch(fd);
     } else if (p) {
         hd_ctx_free(ctx, p, (size_t)h.size);
     }
@@ -81,9 +82,9 @@ static hd_status nv_cache_get(hd_ctx *ctx, const nv_header *want, void **img, si
     return HD_OK;
 }
 
-static void nv_cache_put(const nv_header *k, const void *img, size_t n) {
+static void nv_cache_put(const hd_ctx *ctx, const nv_header *k, const void *img, size_t n) {
     char path[1200];
-    if (!nv_cache_path(k, path, sizeof path)) return;
+    if (!nv_cache_path(ctx, k, path, sizeof path)) return;
     nv_header h = *k;
     h.size = n;
     h.checksum = nv_hash(img, n, 7);
@@ -153,7 +154,7 @@ hd_status hd_cuda_nvrtc_compile(hd_ctx *ctx, const char *src, size_t len, int ar
     if (use_cache && nv_cache_get(ctx, &k, img, n)) return ctx->status;
     if (*img) return HD_OK;
     if (nv_compile(ctx, a, src, arch, img, n)) return ctx->status;
-    if (use_cache) nv_cache_put(&k, *img, *n);
+    if (use_cache) nv_cache_put(ctx, &k, *img, *n);
     return HD_OK;
 }
 #endif
