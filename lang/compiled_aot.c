@@ -36,6 +36,12 @@ struct cp_aot {
     int *leaf_out;   /* per leaf: its output of the backward graph, or -1 */
     int nbouts;
     char **leaf_names; /* at the trace, until the entry's inputs are known */
+    /* inputs whose values a gradient rule of the forward keeps (as eager
+     * records keep them), with the op: changed in place before backward,
+     * they make it fail as eager autograd does */
+    int ncheck;
+    int *check_input;
+    const char **check_op;
 };
 
 static void aot_unref(cp_aot *a) {
@@ -47,6 +53,9 @@ static void aot_unref(cp_aot *a) {
     hd_ctx_free(ctx, a->leaf_names, n * sizeof *a->leaf_names);
     hd_ctx_free(ctx, a->leaf_input, n * sizeof *a->leaf_input);
     hd_ctx_free(ctx, a->leaf_out, n * sizeof *a->leaf_out);
+    size_t nc = (size_t)a->ncheck + 1;
+    if (a->check_input) hd_ctx_free(ctx, a->check_input, nc * sizeof *a->check_input);
+    if (a->check_op) hd_ctx_free(ctx, a->check_op, nc * sizeof *a->check_op);
     hd_ctx_free(ctx, a, sizeof *a);
 }
 
@@ -202,6 +211,7 @@ typedef struct aot_split {
     int *fmap, *bmap;   /* value of g -> value of f / b, or -1 */
     int *saved;         /* values of g the backward graph reads from the forward one */
     int nsaved;
+    int gin; /* the incoming gradient's input index */
 } aot_split;
 
 static int split_const(hd_ir_graph *h, int *map, const hd_ir_graph *g, int v) {
@@ -263,6 +273,58 @@ static void split_mark(aot_split *sp, int vg, int nfwd) {
         if (use[v] && !sp->dep[v] && g->values[v].kind != HD_IR_VALUE_CONST)
             sp->saved[sp->nsaved++] = v;
     hd_ctx_free(g->ctx, use, (size_t)g->nvalues + 1);
+}
+
+/* The leaves' inputs, and every forward value computed from them: what
+ * eager autograd would record. */
+static unsigned char *split_tracked(const aot_split *sp, const cp_aot *a) {
+    const hd_ir_graph *g = sp->g;
+    unsigned char *tr = hd_ctx_calloc(g->ctx, (size_t)g->nvalues + 1, 1);
+    if (!tr) return NULL;
+    for (int l = 0; l < a->nleaves; l++) {
+        int i = hd_ir_find_input(g, a->leaf_names[l]);
+        if (i >= 0) tr[g->inputs[i].value] = 1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op < 0 || sp->dep[n->out]) continue;
+        for (int k = 0; k < n->nin; k++) tr[n->out] |= tr[n->in[k]];
+    }
+    return tr;
+}
+
+/* Inputs of the graph that a recorded forward op's gradient rule keeps
+ * (checked for in-place changes before backward), with the op. */
+static hd_status split_checks(aot_split *sp, cp_aot *a) {
+    const hd_ir_graph *g = sp->g;
+    hd_ctx *ctx = g->ctx;
+    size_t cap = (size_t)g->ninputs + 1;
+    unsigned char *tr = split_tracked(sp, a);
+    a->check_input = hd_ctx_alloc(ctx, cap * sizeof *a->check_input);
+    a->check_op = hd_ctx_calloc(ctx, cap, sizeof *a->check_op);
+    if (!tr || !a->check_input || !a->check_op) {
+        if (tr) hd_ctx_free(ctx, tr, (size_t)g->nvalues + 1);
+        return ctx->status;
+    }
+    a->ncheck = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op < 0 || sp->dep[n->out] || !tr[n->out]) continue;
+        const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
+        for (int k = 0; rule && k < n->nin; k++) {
+            const hd_ir_value *v = &g->values[n->in[k]];
+            if (v->kind != HD_IR_VALUE_INPUT || (k < 31 && !(rule->save & (1u << k)))) continue;
+            int dup = 0;
+            for (int c = 0; c < a->ncheck && !dup; c++)
+                dup = a->check_input[c] == v->index - (v->index > sp->gin);
+            if (dup || a->ncheck >= g->ninputs) continue;
+            /* the forward graph has the inputs of g but the incoming gradient */
+            a->check_input[a->ncheck] = v->index - (v->index > sp->gin);
+            a->check_op[a->ncheck++] = hd_op_name((hd_op)n->op);
+        }
+    }
+    hd_ctx_free(ctx, tr, (size_t)g->nvalues + 1);
+    return HD_OK;
 }
 
 static hd_status split_forward(aot_split *sp, int vg, int nfwd) {
@@ -337,9 +399,12 @@ hd_status cp_aot_split(hd_vm *vm, const hd_ir_graph *g, cp_aot *a, hd_ir_graph *
     if (!st && gi < 0) st = hd_error(ctx, HD_ERR_RUNTIME, "internal error: no incoming gradient");
     if (!st) {
         int vg = g->inputs[gi].value;
+        sp.gin = gi;
         for (size_t v = 0; v < nv; v++) sp.fmap[v] = sp.bmap[v] = -1;
         split_mark(&sp, vg, a->nfwd);
-        st = split_forward(&sp, vg, a->nfwd);
+        a->nsaved = sp.nsaved;
+        st = split_checks(&sp, a);
+        if (!st) st = split_forward(&sp, vg, a->nfwd);
         if (!st) st = split_backward(&sp, vg, a->nfwd);
         if (!st) st = hd_ir_verify(sp.f);
         if (!st) st = hd_ir_verify(sp.b);
@@ -385,12 +450,18 @@ hd_status cp_aot_finish(hd_vm *vm, cp_aot *a, const cp_entry *e, const hd_ir_gra
 typedef struct aot_record {
     cp_aot *a;
     hd_tensor **saved;
+    hd_tensor **src;   /* per check: the input's tensor, or NULL (held) */
+    uint64_t *version; /* its storage version at the call */
 } aot_record;
 
 static void record_free(hd_ctx *ctx, void *ud) {
     aot_record *r = ud;
+    size_t ns = (size_t)r->a->nsaved + 1, nc = (size_t)r->a->ncheck + 1;
     for (int k = 0; k < r->a->nsaved; k++) hd_tensor_unref(r->saved[k]);
-    hd_ctx_free(ctx, r->saved, (size_t)(r->a->nsaved + 1) * sizeof *r->saved);
+    for (int k = 0; r->src && k < r->a->ncheck; k++) hd_tensor_unref(r->src[k]);
+    hd_ctx_free(ctx, r->saved, ns * sizeof *r->saved);
+    if (r->src) hd_ctx_free(ctx, r->src, nc * sizeof *r->src);
+    if (r->version) hd_ctx_free(ctx, r->version, nc * sizeof *r->version);
     aot_unref(r->a);
     hd_ctx_free(ctx, r, sizeof *r);
 }
@@ -399,6 +470,12 @@ static hd_status record_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsi
                                  hd_tensor **gin, int nin) {
     aot_record *r = ud;
     cp_aot *a = r->a;
+    for (int k = 0; k < a->ncheck; k++) /* as eager autograd checks its saved tensors */
+        if (r->src[k] && r->src[k]->storage && r->src[k]->storage->version != r->version[k])
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "a tensor needed by the gradient of %s was changed in place (after "
+                            "the forward pass used it; write into a clone instead)",
+                            a->check_op[k]);
     int nin_b = a->nsaved + 1;
     hd_tensor **in = hd_ctx_calloc(ctx, (size_t)nin_b, sizeof *in);
     hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)a->nbouts + 1, sizeof *outs);
@@ -423,11 +500,20 @@ hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_ten
     cp_aot *a = e->aot;
     hd_tensor *o = outs[a->ret_out];
     if (e->views[a->ret_out].input >= 0 || o->grad_info) return HD_OK; /* remade with history */
+    size_t ns = (size_t)a->nsaved + 1, nc = (size_t)a->ncheck + 1;
     aot_record *r = hd_ctx_calloc(ctx, 1, sizeof *r);
     hd_tensor **leaves = hd_ctx_calloc(ctx, (size_t)a->nleaves + 1, sizeof *leaves);
-    if (r) r->saved = hd_ctx_calloc(ctx, (size_t)a->nsaved + 1, sizeof *r->saved);
-    if (!r || !leaves || !r->saved) {
-        if (r) hd_ctx_free(ctx, r->saved, (size_t)(a->nsaved + 1) * sizeof *r->saved);
+    if (r) {
+        r->saved = hd_ctx_calloc(ctx, ns, sizeof *r->saved);
+        r->src = hd_ctx_calloc(ctx, nc, sizeof *r->src);
+        r->version = hd_ctx_calloc(ctx, nc, sizeof *r->version);
+    }
+    if (!r || !leaves || !r->saved || !r->src || !r->version) {
+        if (r) {
+            hd_ctx_free(ctx, r->saved, ns * sizeof *r->saved);
+            hd_ctx_free(ctx, r->src, nc * sizeof *r->src);
+            hd_ctx_free(ctx, r->version, nc * sizeof *r->version);
+        }
         hd_ctx_free(ctx, r, sizeof *r);
         hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
         return hd_vm_oom(vm);
@@ -435,6 +521,13 @@ hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_ten
     r->a = a;
     a->refs++;
     for (int k = 0; k < a->nsaved; k++) r->saved[k] = hd_tensor_ref(outs[a->nfwd + k]);
+    for (int k = 0; k < a->ncheck; k++) {
+        hd_tensor *in = inputs[a->check_input[k]];
+        if (in->storage) {
+            r->src[k] = hd_tensor_ref(in);
+            r->version[k] = in->storage->version;
+        }
+    }
     for (int j = 0; j < a->nleaves; j++) leaves[j] = inputs[a->leaf_input[j]];
     hd_status st = hd_autograd_record_custom(ctx, leaves, a->nleaves, o, &aot_custom, r);
     hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
