@@ -862,7 +862,6 @@ static int out_add(cp_session *s, hd_tensor *t, const char *base) {
     if (!CP_GROW(vm, s->outs, s->capouts, s->nouts) ||
         !CP_GROW(vm, s->outnames, s->capoutnames, s->nouts))
         return -1;
-    /* (names: base, base#2, ...) */
     char name[300];
     snprintf(name, sizeof name, "%s", base);
     for (int k = 2, clash = 1; clash; k++) {

@@ -396,7 +396,7 @@ static int block_opts(hd_vm *vm, hd_frame *f, const hd_ast *n, cp_opts *o) {
     return 1;
 }
 
-static void block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
+void cp_block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
     memset(r, 0, sizeof *r);
     r->vm = vm;
     r->closure = f->closure;
@@ -471,7 +471,7 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
     if (!e) return hd_vm_oom(vm), block_fail(vm, f, k->node);
     e->ret.v = hd_none();
     e->key = *fixed;
-    block_roots(vm, b, f, &r);
+    cp_block_roots(vm, b, f, &r);
     hd_status st = cp_session_begin(vm, &s, b, o, "compiled");
     if (!st) st = cp_session_scan(&s, &r);
     if (!st) st = block_guards(&s, b, f, &r);
@@ -510,7 +510,7 @@ static int block_cached(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k, c
     hd_jit_key fixed;
     cp_key_fixed(b, o, &fixed);
     cp_roots r;
-    block_roots(vm, b, f, &r);
+    cp_block_roots(vm, b, f, &r);
     hd_tensor **in = NULL;
     char why[512] = "first run";
     cp_entry *e = cp_cache_find(vm, b, &r, 0, &fixed, &in, why, sizeof why);

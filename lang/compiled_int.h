@@ -386,6 +386,9 @@ typedef struct hd_compiled_state {
     int compiler_chosen; /* it came from HODU_COMPILER */
 } hd_compiled_state;
 
+/* compiled_call.c: the roots of a block run in frame f */
+void cp_block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r);
+
 /* compiled.c's helpers that compiled_call.c uses */
 hd_status cp_block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_ast *body, int stmt);
 void cp_body_add(hd_vm *vm, cp_body *b, cp_entry *e);

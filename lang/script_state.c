@@ -252,17 +252,6 @@ static hd_status trace_once(sv_trace *t, hd_frame *f, const hd_ast *n, const cha
     return hd_trace_end(ctx, g) ? hd_vm_from_ctx(vm, HD_ERR_RUNTIME) : HD_OK;
 }
 
-static void block_roots(hd_vm *vm, const cp_body *b, hd_frame *f, cp_roots *r) {
-    memset(r, 0, sizeof *r);
-    r->vm = vm;
-    r->closure = f->closure;
-    r->upval_names = b->upval_names;
-    r->slots = f->slots;
-    r->nslots = f->nslots < b->nslots ? f->nslots : b->nslots;
-    r->slot_skip = b->slot_decl;
-    r->slot_names = b->slot_names;
-}
-
 static hd_status trace_roots(hd_vm *vm, hd_frame *f, const hd_ast *n, cp_roots *r) {
     cp_body *b = cp_body_get(vm, n, "script", f->chunk, &n->span);
     if (!b) return vm->err ? vm->err : hd_vm_oom(vm);
@@ -271,7 +260,7 @@ static hd_status trace_roots(hd_vm *vm, hd_frame *f, const hd_ast *n, cp_roots *
             return vm->err;
         b->analysed = 1;
     }
-    block_roots(vm, b, f, r);
+    cp_block_roots(vm, b, f, r);
     return HD_OK;
 }
 
