@@ -1437,13 +1437,13 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     if (!st) st = wb_writes(s);
     if (!st) st = wb_grads(s, sym, nsym);
     if (st) return st;
-    int aot = 0;
-    if (!s->stateful[0] && needs_grad(s, ret ? &e->ret : NULL)) {
-        /* forward and backward graphs, or eagerly */
+    /* (asked once: tracing the backward graph uses the result's records up) */
+    int aot = 0, needs = !s->stateful[0] && needs_grad(s, ret ? &e->ret : NULL);
+    if (needs) { /* forward and backward graphs, or eagerly */
         if ((st = cp_aot_trace(s, ret ? &e->ret : NULL, sym, nsym, &e->aot))) return st;
         aot = e->aot != NULL;
     }
-    if (s->stateful[0] || (!aot && needs_grad(s, ret ? &e->ret : NULL))) {
+    if (s->stateful[0] || (needs && !aot)) {
         e->eager = s->stateful[0] ? CP_EAGER_STATE : CP_EAGER_GRAD;
         snprintf(e->eager_why, sizeof e->eager_why, "%s",
                  s->stateful[0] ? s->stateful

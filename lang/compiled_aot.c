@@ -157,7 +157,9 @@ static hd_status aot_backward(cp_session *s, cp_aot *a, hd_tensor *o, hd_tensor 
             snprintf(name, sizeof name, "grad:%d", j);
             int k = cp_session_out(s, g, name);
             if (k < 0) st = vm->err ? vm->err : hd_vm_oom(vm);
-            a->leaf_out[j] = k; /* a session output for now: made relative below */
+            /* the backward graph's outputs are the session's from nfwd on
+             * (two leaves with one gradient value share one) */
+            a->leaf_out[j] = k < a->nfwd ? -2 : k - a->nfwd;
         }
         hd_grad_set(ctx, leaves[j], kept[j]);
         hd_tensor_unref(kept[j]);
@@ -194,10 +196,12 @@ hd_status cp_aot_trace(cp_session *s, const cp_tmpl *ret, const hd_value *sym, i
         aot_unref(a);
         return st;
     }
-    int nb = 0;
     for (int j = 0; j < n; j++)
-        if (a->leaf_out[j] >= 0) a->leaf_out[j] = nb++;
-    a->nbouts = nb;
+        if (a->leaf_out[j] == -2) { /* a gradient that is a forward output: eagerly */
+            aot_unref(a);
+            return HD_OK;
+        }
+    a->nbouts = s->nouts - a->nfwd;
     *out = a;
     return HD_OK;
 }
@@ -307,7 +311,9 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
         return ctx->status;
     }
     a->ncheck = 0;
-    for (int i = 0; i < g->nnodes; i++) {
+    /* last op first, as backward meets them: the op an error names is the
+     * one eager autograd would name */
+    for (int i = g->nnodes - 1; i >= 0; i--) {
         const hd_ir_node *n = &g->nodes[i];
         if (n->op < 0 || sp->dep[n->out] || !tr[n->out]) continue;
         const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
