@@ -51,18 +51,18 @@ void cp_logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b) {
     fputc('\n', stderr);
 }
 
-static int is_symbolic_here(const hd_vm *vm, const hd_tensor *t) {
+int cp_is_symbolic_here(const hd_vm *vm, const hd_tensor *t) {
     return !t->storage && (uint32_t)(t->trace_ref >> 32) == vm->ctx.trace_serial;
 }
 
 /* ---- templates of returned values ---- */
 
-static void tmpl_free(hd_vm *vm, cp_tmpl *t) {
+void cp_tmpl_free(hd_vm *vm, cp_tmpl *t) {
     hd_vunref(vm, t->v);
     t->v = hd_none();
     cp_path_free(vm, &t->path);
     for (int i = 0; i < t->n; i++) {
-        tmpl_free(vm, &t->kids[i]);
+        cp_tmpl_free(vm, &t->kids[i]);
         if (t->keys) hd_ctx_strfree(&vm->ctx, t->keys[i]);
     }
     if (t->n) hd_ctx_free(&vm->ctx, t->kids, (size_t)t->n * sizeof *t->kids);
@@ -138,7 +138,7 @@ static void wbs_free(hd_vm *vm, cp_wb *w, int n) {
         cp_path_free(vm, &w[i].path);
         hd_tensor_unref(w[i].obj);
         if (w[i].tmpl) {
-            tmpl_free(vm, w[i].tmpl);
+            cp_tmpl_free(vm, w[i].tmpl);
             hd_ctx_free(&vm->ctx, w[i].tmpl, sizeof *w[i].tmpl);
         }
     }
@@ -164,7 +164,7 @@ void cp_entry_free(hd_vm *vm, cp_entry *e) {
     if (e->views) hd_ctx_free(&vm->ctx, e->views, (size_t)(e->noutputs + 1) * sizeof *e->views);
     wbs_free(vm, e->wbs, e->nwbs);
     cp_free_array(vm, e->wbs, e->capwbs, sizeof *e->wbs);
-    tmpl_free(vm, &e->ret);
+    cp_tmpl_free(vm, &e->ret);
     hd_ctx_free(&vm->ctx, e, sizeof *e);
 }
 
@@ -622,7 +622,7 @@ static int session_seen(cp_session *s, uint64_t h) {
 static void session_guard(cp_session *s, cp_path *p, hd_value v) {
     /* a tensor this trace made was stored by the body itself: reading it
      * back says nothing about the state before the call */
-    if (v.type == HD_V_TENSOR && is_symbolic_here(s->vm, v.as.t)) {
+    if (v.type == HD_V_TENSOR && cp_is_symbolic_here(s->vm, v.as.t)) {
         cp_path_free(s->vm, p);
         return;
     }
@@ -879,8 +879,6 @@ int cp_session_out(cp_session *s, hd_tensor *t, const char *base) {
     return out_add(s, t, base);
 }
 
-static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth);
-
 static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     hd_vm *vm = s->vm;
     int dict = v.type == HD_V_DICT;
@@ -897,7 +895,7 @@ static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
         hd_value item = dict ? hd_as_dict(v)->vals[i] : hd_as_list(v)->items[i];
         if (dict && !(t->keys[i] = hd_ctx_strdup(&vm->ctx, hd_as_dict(v)->keys[i]->chars)))
             return hd_vm_oom(vm);
-        if (tmpl_build(s, item, &t->kids[i], depth + 1)) return vm->err;
+        if (cp_tmpl_build(s, item, &t->kids[i], depth + 1)) return vm->err;
     }
     return HD_OK;
 }
@@ -917,7 +915,7 @@ static int tmpl_state_tensor(cp_session *s, hd_tensor *t) {
 /* The shape of the returned value: tensors become outputs; numbers,
  * strings and none stay as they are; values from before the call are
  * found again by their paths. */
-static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
+hd_status cp_tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     hd_vm *vm = s->vm;
     memset(t, 0, sizeof *t);
     t->v = hd_none();
@@ -960,7 +958,7 @@ static hd_status tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     }
 }
 
-static cp_wb *wb_new(cp_session *s, cp_wb_kind kind, int out) {
+cp_wb *cp_wb_new(cp_session *s, cp_wb_kind kind, int out) {
     if ((out < 0 && kind != CP_WB_VALUE) || !CP_GROW(s->vm, s->wbs, s->capwbs, s->nwbs))
         return NULL;
     cp_wb *w = &s->wbs[s->nwbs++];
@@ -985,113 +983,13 @@ static int wb_is_grad(cp_session *s, const cp_scan *post, int i) {
     return 1;
 }
 
-/* ---- state that is not traced tensors, stored by the body ---- */
-
-/* The path of a place the body changed. */
-static hd_status change_path(cp_session *s, const cp_change *c, cp_path *out) {
-    const cp_roots *r = &s->roots;
-    cp_path base;
-    switch (c->kind) {
-    case CP_SNAP_MODULE: return cp_path_root(r, CP_ROOT_GLOBAL, (int)c->index, c->mod, out);
-    case CP_SNAP_SLOTS: return cp_path_root(r, CP_ROOT_SLOT, (int)c->index, NULL, out);
-    case CP_SNAP_CELL: return cp_scan_path(&s->pre, r, c->node, out);
-    case CP_SNAP_LIST:
-    case CP_SNAP_DICT: break;
-    }
-    if (cp_scan_path(&s->pre, r, c->node, &base)) return s->vm->err;
-    hd_status st =
-        cp_path_extend(s->vm, &base, c->key ? CP_FIELD : CP_INDEX, c->index, c->key, out);
-    cp_path_free(s->vm, &base);
-    return st;
-}
-
-static hd_status change_stateful(cp_session *s, const char *what, const cp_change *c) {
-    cp_path p;
-    hd_status st = c->reshaped && c->node >= 0 ? cp_scan_path(&s->pre, &s->roots, c->node, &p)
-                   : c->node >= 0 || c->kind == CP_SNAP_MODULE || c->kind == CP_SNAP_SLOTS
-                       ? change_path(s, c, &p)
-                       : HD_ERR_RUNTIME;
-    const char *where = st ? "a value outside it" : p.text;
-    snprintf(s->stateful, sizeof s->stateful, "it %s %s at every call, which a graph cannot replay",
-             what, where);
-    if (!st) cp_path_free(s->vm, &p);
-    return st == HD_ERR_MEMORY ? st : HD_OK;
-}
-
-/* The template of what the body stored: a tensor from before the call is
- * stored as itself (found by its path), the rest as a returned value is. */
-static hd_status change_tmpl(cp_session *s, hd_value v, cp_tmpl *t) {
-    hd_vm *vm = s->vm;
-    int tensor = v.type == HD_V_TENSOR;
-    int node = tensor ? cp_scan_find(&s->pre, v.as.t) : -1;
-    if (node >= 0 || !(tensor || v.type == HD_V_FUNC)) return tmpl_build(s, v, t, 0);
-    memset(t, 0, sizeof *t);
-    t->v = hd_none();
-    int alias = tensor && node < 0 ? cp_scan_find_tensor(&s->pre, v.as.t) : -1;
-    if (alias >= 0) { /* x.detach() of state */
-        t->kind = CP_T_DETACH;
-        return cp_scan_path(&s->pre, &s->roots, alias, &t->path) ? vm->err : HD_OK;
-    }
-    /* a tensor with data made inside (param(tensor([...]))): a copy at every
-     * run (a traced one is an output); a function made inside: the one the
-     * trace made, stored again (the tensors it captured are written back
-     * through their paths) */
-    if (tensor && !v.as.t->storage) return tmpl_build(s, v, t, 0);
-    if (tensor && v.as.t->grad_info) return HD_ERR_RUNTIME; /* a param made inside: eagerly */
-    t->kind = tensor ? CP_T_FRESH : CP_T_CONST;
-    hd_vref(t->v = v);
-    return HD_OK;
-}
-
-static hd_status wb_change(void *ud, const cp_change *c) {
-    cp_session *s = ud;
-    hd_vm *vm = s->vm;
-    hd_value v = c->now;
-    if (s->stateful[0]) return HD_OK;
-    if (c->reshaped) return change_stateful(s, "changes the length of", c);
-    if (hd_is_uninit(v) || v.type == HD_V_CELL ||
-        (c->kind != CP_SNAP_MODULE && c->kind != CP_SNAP_SLOTS && c->node < 0))
-        return HD_OK;
-    if (c->kind == CP_SNAP_SLOTS && s->roots.slot_skip && s->roots.slot_skip[c->index])
-        return HD_OK; /* the block's own variables */
-    if (v.type == HD_V_TENSOR && is_symbolic_here(vm, v.as.t)) return HD_OK; /* wb_scan's */
-    cp_tmpl *t = hd_ctx_calloc(&vm->ctx, 1, sizeof *t);
-    if (!t) return hd_vm_oom(vm);
-    hd_status st = change_tmpl(s, v, t);
-    if (st == HD_ERR_RUNTIME && !vm->err) { /* a tensor with gradient state made inside */
-        hd_ctx_free(&vm->ctx, t, sizeof *t);
-        return change_stateful(s, "stores a parameter made inside it in", c);
-    }
-    cp_wb *w = st ? NULL : wb_new(s, CP_WB_VALUE, -1);
-    if (w) {
-        w->tmpl = t;
-        st = change_path(s, c, &w->path);
-        return st;
-    }
-    tmpl_free(vm, t);
-    hd_ctx_free(&vm->ctx, t, sizeof *t);
-    if (!st) return vm->err ? vm->err : hd_vm_oom(vm);
-    if (st == HD_ERR_MEMORY) return st;
-    hd_vm_clear_error(vm); /* an object made inside: not replayable */
-    return change_stateful(s, "stores a value made inside it in", c);
-}
-
-/* Non-tensor state the body changed (numbers, strings, values from before
- * the call, containers made inside, stored in fields, dict entries, list
- * items, globals, captured variables, the block's outer variables): stored
- * again after every run. A change a graph cannot replay (a list or dict
- * changing length, an object made inside) makes the key run eagerly. */
-static hd_status wb_values(cp_session *s) {
-    return cp_snapshot_changes(&s->snap, wb_change, s);
-}
-
 static hd_status wb_scan(cp_session *s) {
     hd_vm *vm = s->vm;
     cp_scan post;
     hd_status st = cp_scan_build(&post, &s->roots);
     for (int i = 0; !st && i < post.n; i++) {
         hd_value v = post.nodes[i].v;
-        if (v.type != HD_V_TENSOR || !is_symbolic_here(vm, v.as.t) || cp_scan_is_arg(&post, i))
+        if (v.type != HD_V_TENSOR || !cp_is_symbolic_here(vm, v.as.t) || cp_scan_is_arg(&post, i))
             continue;
         int g = cp_scan_under_grad(&post, i) ? wb_is_grad(s, &post, i) : -1;
         if (!g) {
@@ -1101,7 +999,7 @@ static hd_status wb_scan(cp_session *s) {
         if (g < 0 && cp_scan_under_grad(&post, i)) continue;
         cp_path p;
         if ((st = cp_scan_path(&post, &s->roots, i, &p))) break;
-        cp_wb *w = wb_new(s, CP_WB_SET, out_add(s, v.as.t, p.text));
+        cp_wb *w = cp_wb_new(s, CP_WB_SET, out_add(s, v.as.t, p.text));
         if (!w) {
             cp_path_free(vm, &p);
             st = vm->err ? vm->err : hd_vm_oom(vm);
@@ -1132,7 +1030,7 @@ static hd_status wb_writes(cp_session *s) {
             snprintf(name, sizeof name, "%s", p.text);
             cp_path_free(s->vm, &p);
         }
-        cp_wb *w = wb_new(s, CP_WB_COPY, out_add(s, t, name));
+        cp_wb *w = cp_wb_new(s, CP_WB_COPY, out_add(s, t, name));
         if (!w) return s->vm->err ? s->vm->err : hd_vm_oom(s->vm);
         w->input = cap_input(s, t);
         if (w->input < 0) w->obj = hd_tensor_ref(t);
@@ -1142,8 +1040,8 @@ static hd_status wb_writes(cp_session *s) {
 
 static hd_status wb_grad(cp_session *s, hd_tensor *t, int input) {
     hd_tensor *g = hd_grad_get(t);
-    if (!g || !is_symbolic_here(s->vm, g)) return HD_OK;
-    cp_wb *w = wb_new(s, CP_WB_GRAD, out_add(s, g, "grad"));
+    if (!g || !cp_is_symbolic_here(s->vm, g)) return HD_OK;
+    cp_wb *w = cp_wb_new(s, CP_WB_GRAD, out_add(s, g, "grad"));
     if (!w) return s->vm->err ? s->vm->err : hd_vm_oom(s->vm);
     w->input = input;
     if (input < 0) w->obj = hd_tensor_ref(t);
@@ -1431,8 +1329,8 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     hd_vm *vm = s->vm;
     vm->trace_reads = 0;
     if (s->oom) return hd_vm_oom(vm);
-    hd_status st = ret ? tmpl_build(s, *ret, &e->ret, 0) : HD_OK;
-    if (!st) st = wb_values(s);
+    hd_status st = ret ? cp_tmpl_build(s, *ret, &e->ret, 0) : HD_OK;
+    if (!st) st = cp_wb_values(s);
     if (!st) st = wb_scan(s);
     if (!st) st = wb_writes(s);
     if (!st) st = wb_grads(s, sym, nsym);
@@ -1560,60 +1458,4 @@ void hd_compiled_free(hd_vm *vm) {
     if (cs->last_ir) hd_ctx_strfree(&vm->ctx, cs->last_ir);
     hd_ctx_free(&vm->ctx, cs, sizeof *cs);
     vm->compiled = NULL;
-}
-
-/* ---- compiled_stats ---- */
-
-static hd_status stat_put(hd_vm *vm, hd_value d, const char *k, uint64_t v) {
-    return hd_dict_set(vm, d, k, hd_int((int64_t)v));
-}
-
-static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
-    const hd_compiled_state *cs = vm->compiled;
-    uint64_t z = 0;
-    if (b)
-        return stat_put(vm, d, "calls", b->calls) || stat_put(vm, d, "hits", b->hits) ||
-               stat_put(vm, d, "compiles", (uint64_t)b->traces) ||
-               stat_put(vm, d, "entries", (uint64_t)b->nentries) ||
-               stat_put(vm, d, "eager_calls", b->eager_calls) ||
-               hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
-    return stat_put(vm, d, "calls", cs ? cs->calls : z) ||
-           stat_put(vm, d, "hits", cs ? cs->hits : z) ||
-           stat_put(vm, d, "compiles", cs ? cs->traces : z) ||
-           stat_put(vm, d, "eager_calls", cs ? cs->eager_calls : z) ||
-           hd_dict_set(vm, d, "compile_seconds", hd_float(cs ? cs->compile_seconds : 0));
-}
-
-static hd_status bi_compiled_stats(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
-                                   const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
-    (void)self;
-    (void)kw;
-    (void)data;
-    if (nargs > 1 || nkw)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled_stats(f = none) takes one argument");
-    const cp_body *b = NULL;
-    if (nargs && args[0].type != HD_V_NONE) {
-        if (args[0].type != HD_V_FUNC)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "compiled_stats: expected a function, got %s",
-                               hd_value_type_name(args[0]));
-        const hd_ast_fn *fn = ((hd_closure *)args[0].as.o)->fn;
-        for (b = vm->compiled ? vm->compiled->bodies : NULL; b && b->node != fn; b = b->next) {
-        }
-    }
-    hd_value d = hd_dict_new(vm);
-    if (d.type != HD_V_DICT) return vm->err;
-    cp_body none;
-    memset(&none, 0, sizeof none);
-    if (stats_of(vm, nargs && args[0].type != HD_V_NONE ? (b ? b : &none) : NULL, d)) {
-        hd_vunref(vm, d);
-        return vm->err;
-    }
-    *out = d;
-    return HD_OK;
-}
-
-hd_status hd_builtins_compiled_open(hd_vm *vm) {
-    hd_compiled_init(vm);
-    if (hd_vm_def_native(vm, "compiled_stats", bi_compiled_stats, NULL)) return vm->err;
-    return hd_builtins_script_open(vm);
 }

@@ -420,6 +420,16 @@ hd_compiled_state *cp_state_of(hd_vm *vm);
 
 /* compiled.c: the output index of a traced tensor (one per value), -1 on error */
 int cp_session_out(cp_session *s, hd_tensor *t, const char *base);
+/* compiled.c: is t a symbolic tensor of the trace in progress? */
+int cp_is_symbolic_here(const hd_vm *vm, const hd_tensor *t);
+/* compiled.c: the template of a value the body returns or stores (tensors
+ * made inside become outputs, values from before the call their paths) */
+hd_status cp_tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth);
+void cp_tmpl_free(hd_vm *vm, cp_tmpl *t);
+/* compiled.c: a new write-back of the session (out: its output, or -1 for VALUE) */
+cp_wb *cp_wb_new(cp_session *s, cp_wb_kind kind, int out);
+/* compiled_wb.c: write-backs of the non-tensor state the body changed */
+hd_status cp_wb_values(cp_session *s);
 
 /* compiled_aot.c (see there) */
 /* At the end of a trace whose result needs gradients: the backward of the
