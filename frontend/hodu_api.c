@@ -51,7 +51,7 @@ static const char *article(const char *word) {
     return strchr("aeiou", word[0]) && word[0] ? "an" : "a";
 }
 
-hodu_status hd_api_arg_error(hodu_vm *h, const char *fn, const char *fmt, ...) {
+hodu_status hd_api_arg_error(hd_api_vm *h, const char *fn, const char *fmt, ...) {
     char msg[HD_ERRMSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -60,14 +60,14 @@ hodu_status hd_api_arg_error(hodu_vm *h, const char *fn, const char *fmt, ...) {
     return (hodu_status)hd_vm_error(h->vm, HD_ERR_ARGUMENT, "%s: %s", fn, msg);
 }
 
-hodu_status hd_api_ctx_error(hodu_vm *h) {
+hodu_status hd_api_ctx_error(hd_api_vm *h) {
     return (hodu_status)hd_vm_from_ctx(h->vm, HD_OK);
 }
 
 /* This thread's token: the address of a thread-local byte. */
 static _Thread_local char hd_api_thread;
 
-hodu_status hd_api_enter(hodu_vm *h, const char *fn) {
+hodu_status hd_api_enter(hd_api_vm *h, const char *fn) {
     uintptr_t me = (uintptr_t)&hd_api_thread, was = 0;
     if (atomic_compare_exchange_strong(&h->busy, &was, me)) {
         hd_api_begin(h);
@@ -78,19 +78,23 @@ hodu_status hd_api_enter(hodu_vm *h, const char *fn) {
     return hd_api_arg_error(h, fn, "the VM is running code (called from a hook?)");
 }
 
-void hd_api_leave(hodu_vm *h) {
+void hd_api_leave(hd_api_vm *h) {
     atomic_store(&h->busy, 0);
 }
 
-const char *hodu_error_message(hodu_vm *h) {
-    if (!h) return "no VM (hodu_vm_new returned NULL, or NULL was passed)";
+const char *hodu_error_message(hodu_vm *vm) {
+    hd_api_vm *h = hd_api_vm_of(vm);
+    if (!h)
+        return vm ? "not a live VM (freed by hodu_vm_free, or not made by hodu_vm_new)"
+                  : "no VM (hodu_vm_new returned NULL, or NULL was passed)";
     snprintf(h->msg, sizeof h->msg, "%s", hd_vm_error_text(h->vm));
     size_t n = strlen(h->msg);
     while (n && h->msg[n - 1] == '\n') h->msg[--n] = 0;
     return h->msg;
 }
 
-hodu_status hodu_error_status(hodu_vm *h) {
+hodu_status hodu_error_status(hodu_vm *vm) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     return h ? (hodu_status)h->vm->err : HODU_ERROR_ARGUMENT;
 }
 
@@ -116,33 +120,41 @@ hodu_vm *hodu_vm_new(const hodu_options *opts) {
     o.stdlib_dir = opts->stdlib_path;
     hd_vm *vm = hd_vm_new(&o);
     if (!vm) return NULL;
-    hodu_vm *h = hd_ctx_alloc(hd_vm_ctx(vm), sizeof *h);
-    if (!h) {
+    hd_api_vm *h = hd_ctx_alloc(hd_vm_ctx(vm), sizeof *h);
+    if (h) {
+        memset(h, 0, sizeof *h);
+        h->vm = vm;
+        h->handle = hd_api_handle_new(h, HD_HANDLE_VM);
+    }
+    if (!h || !h->handle) {
+        if (h) hd_ctx_free(hd_vm_ctx(vm), h, sizeof *h);
         hd_vm_free(vm);
         return NULL;
     }
-    memset(h, 0, sizeof *h);
-    h->vm = vm;
     if (opts->write) hd_vm_set_writer(vm, opts->write, opts->write_ud);
-    return h;
+    return (hodu_vm *)h->handle;
 }
 
-void hodu_vm_free(hodu_vm *h) {
+void hodu_vm_free(hodu_vm *vm) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     /* From a hook while the VM runs: refused (the frames on the C stack
      * still use it); there is no status to return. */
     if (!h || atomic_load(&h->busy)) return;
+    hd_api_handle_drop(h->handle);
     hd_api_free_scripts(h);
-    while (h->tensors) hodu_tensor_release(h->tensors);
-    hd_vm *vm = h->vm;
-    hd_ctx_free(hd_vm_ctx(vm), h, sizeof *h);
-    hd_vm_free(vm);
+    while (h->tensors) hd_api_tensor_free(h->tensors);
+    hd_vm *v = h->vm;
+    hd_ctx_free(hd_vm_ctx(v), h, sizeof *h);
+    hd_vm_free(v);
 }
 
-void hodu_vm_interrupt(hodu_vm *h) {
+void hodu_vm_interrupt(hodu_vm *vm) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (h) hd_vm_interrupt(h->vm);
 }
 
-hodu_status hodu_eval(hodu_vm *h, const char *source, const char *chunk_name) {
+hodu_status hodu_eval(hodu_vm *vm, const char *source, const char *chunk_name) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_eval")) return HODU_ERROR_ARGUMENT;
     hd_status st = source ? hd_vm_eval(h->vm, source, strlen(source),
@@ -152,7 +164,8 @@ hodu_status hodu_eval(hodu_vm *h, const char *source, const char *chunk_name) {
     return (hodu_status)st;
 }
 
-hodu_status hodu_eval_file(hodu_vm *h, const char *path) {
+hodu_status hodu_eval_file(hodu_vm *vm, const char *path) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_eval_file")) return HODU_ERROR_ARGUMENT;
     hd_status st = path ? hd_vm_eval_file(h->vm, path, NULL)
@@ -181,7 +194,7 @@ static int is_identifier(const char *s) {
     return 1;
 }
 
-static hodu_status check_name(hodu_vm *h, const char *fn, const char *name) {
+static hodu_status check_name(hd_api_vm *h, const char *fn, const char *name) {
     if (!name) return hd_api_arg_error(h, fn, "name is NULL");
     if (!is_identifier(name))
         return hd_api_arg_error(h, fn, "'%s' is not a valid global name", name);
@@ -189,7 +202,7 @@ static hodu_status check_name(hodu_vm *h, const char *fn, const char *name) {
 }
 
 /* Bind a global of the main module (a new slot if the name is new); takes v. */
-static hodu_status set_global_value(hodu_vm *h, const char *name, hd_value v) {
+static hodu_status set_global_value(hd_api_vm *h, const char *name, hd_value v) {
     hd_vm *vm = h->vm;
     hd_module *m = vm->main;
     hd_value *slot = hd_dict_get(m->names, name);
@@ -209,17 +222,21 @@ static hodu_status set_global_value(hodu_vm *h, const char *name, hd_value v) {
     return HODU_OK;
 }
 
-hodu_status hodu_set_global(hodu_vm *h, const char *name, hodu_tensor *t) {
+hodu_status hodu_set_global(hodu_vm *vm, const char *name, hodu_tensor *t) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_set_global")) return HODU_ERROR_ARGUMENT;
     hodu_status st = HODU_ERROR_ARGUMENT;
-    if (!check_name(h, "hodu_set_global", name) && !hd_api_check_tensor(h, "hodu_set_global", t))
-        st = set_global_value(h, name, hd_tensor_value(hd_tensor_ref(t->t)));
+    hd_api_tensor *ht;
+    if (!check_name(h, "hodu_set_global", name) &&
+        !hd_api_check_tensor(h, "hodu_set_global", t, &ht))
+        st = set_global_value(h, name, hd_tensor_value(hd_tensor_ref(ht->t)));
     hd_api_leave(h);
     return st;
 }
 
-hodu_status hodu_set_global_number(hodu_vm *h, const char *name, double value) {
+hodu_status hodu_set_global_number(hodu_vm *vm, const char *name, double value) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_set_global_number")) return HODU_ERROR_ARGUMENT;
     hodu_status st = HODU_ERROR_ARGUMENT;
@@ -230,7 +247,7 @@ hodu_status hodu_set_global_number(hodu_vm *h, const char *name, double value) {
 }
 
 /* The global called name (borrowed), or NULL and an error naming fn. */
-static hd_value *find_global(hodu_vm *h, const char *fn, const char *name) {
+static hd_value *find_global(hd_api_vm *h, const char *fn, const char *name) {
     if (!name) {
         hd_api_arg_error(h, fn, "name is NULL");
         return NULL;
@@ -240,7 +257,8 @@ static hd_value *find_global(hodu_vm *h, const char *fn, const char *name) {
     return v;
 }
 
-hodu_tensor *hodu_get_global_tensor(hodu_vm *h, const char *name) {
+hodu_tensor *hodu_get_global_tensor(hodu_vm *vm, const char *name) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return NULL;
     hd_api_begin(h);
     hd_value *v = find_global(h, "hodu_get_global_tensor", name);
@@ -255,7 +273,8 @@ hodu_tensor *hodu_get_global_tensor(hodu_vm *h, const char *name) {
     return hd_api_handle(h, v->as.t);
 }
 
-hodu_status hodu_get_global_number(hodu_vm *h, const char *name, double *out) {
+hodu_status hodu_get_global_number(hodu_vm *vm, const char *name, double *out) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
     hd_api_begin(h);
     if (!out) return hd_api_arg_error(h, "hodu_get_global_number", "out is NULL");
@@ -283,7 +302,7 @@ hodu_status hodu_get_global_number(hodu_vm *h, const char *name, double *out) {
 /* ---- calls ---- */
 
 /* The value fn_name names: a global, then members for each ".part". */
-static hd_status find_callee(hodu_vm *h, const char *fn_name, hd_value *out) {
+static hd_status find_callee(hd_api_vm *h, const char *fn_name, hd_value *out) {
     char buf[256];
     const char *dot = strchr(fn_name, '.');
     size_t n = dot ? (size_t)(dot - fn_name) : strlen(fn_name);
@@ -316,7 +335,8 @@ static hd_status find_callee(hodu_vm *h, const char *fn_name, hd_value *out) {
 
 /* The call's result as a handle: tensors as they are, numbers and bools as
  * 0-d tensors, none as NULL. Takes v. */
-static hodu_status call_result(hodu_vm *h, const char *fn_name, hd_value v, hodu_tensor **result) {
+static hodu_status call_result(hd_api_vm *h, const char *fn_name, hd_value v,
+                               hodu_tensor **result) {
     hd_ctx *ctx = hd_vm_ctx(h->vm);
     hd_tensor *t = NULL;
     switch (v.type) {
@@ -343,21 +363,24 @@ static hodu_status call_result(hodu_vm *h, const char *fn_name, hd_value v, hodu
     return *result ? HODU_OK : (hodu_status)h->vm->err;
 }
 
-static hodu_status check_call_args(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs) {
+static hodu_status check_call_args(hd_api_vm *h, const char *fn_name, hodu_tensor **args,
+                                   int nargs) {
     if (!fn_name) return hd_api_arg_error(h, "hodu_call", "fn_name is NULL");
     if (nargs < 0) return hd_api_arg_error(h, "hodu_call", "nargs is negative (%d)", nargs);
     if (nargs > 0 && !args) return hd_api_arg_error(h, "hodu_call", "args is NULL");
-    for (int i = 0; i < nargs; i++)
-        if (!args[i])
-            return hd_api_arg_error(h, "hodu_call", "args[%d] is NULL", i);
-        else if (args[i]->owner != h)
+    for (int i = 0; i < nargs; i++) {
+        hd_api_tensor *t = hd_api_tensor_of(args[i]);
+        if (!args[i]) return hd_api_arg_error(h, "hodu_call", "args[%d] is NULL", i);
+        if (!t) return hd_api_arg_error(h, "hodu_call", "args[%d] is not a live tensor handle", i);
+        if (t->owner != h)
             return hd_api_arg_error(h, "hodu_call", "args[%d] belongs to another VM", i);
+    }
     return HODU_OK;
 }
 
 #define HD_CALL_STACK_ARGS 8
 
-static hodu_status call_entered(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
+static hodu_status call_entered(hd_api_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
                                 hodu_tensor **result) {
     if (check_call_args(h, fn_name, args, nargs)) return HODU_ERROR_ARGUMENT;
     hd_vm *vm = h->vm;
@@ -366,7 +389,8 @@ static hodu_status call_entered(hodu_vm *h, const char *fn_name, hodu_tensor **a
         !(av = hd_ctx_alloc(hd_vm_ctx(vm), (size_t)nargs * sizeof *av)))
         return hd_api_ctx_error(h);
     /* references of their own: a hook may release the handles meanwhile */
-    for (int i = 0; i < nargs; i++) av[i] = hd_tensor_value(hd_tensor_ref(args[i]->t));
+    for (int i = 0; i < nargs; i++)
+        av[i] = hd_tensor_value(hd_tensor_ref(hd_api_tensor_of(args[i])->t));
     hd_status st = find_callee(h, fn_name, &callee);
     if (st == HD_OK) {
         vm->steps = 0;
@@ -384,8 +408,9 @@ static hodu_status call_entered(hodu_vm *h, const char *fn_name, hodu_tensor **a
     return call_result(h, fn_name, out, result);
 }
 
-hodu_status hodu_call(hodu_vm *h, const char *fn_name, hodu_tensor **args, int nargs,
+hodu_status hodu_call(hodu_vm *vm, const char *fn_name, hodu_tensor **args, int nargs,
                       hodu_tensor **result) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (result) *result = NULL;
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_call")) return HODU_ERROR_ARGUMENT;

@@ -6,14 +6,15 @@
 
 #include <string.h>
 
-struct hodu_script {
-    hodu_vm *owner;
-    hodu_script *prev, *next; /* owner's live scripts */
+struct hd_api_script {
+    uintptr_t handle;
+    hd_api_vm *owner;
+    hd_api_script *prev, *next; /* owner's live scripts */
     hd_script *s;
 };
 
-static void script_unlink(hodu_script *hs) {
-    hodu_vm *h = hs->owner;
+static void script_unlink(hd_api_script *hs) {
+    hd_api_vm *h = hs->owner;
     if (hs->prev)
         hs->prev->next = hs->next;
     else
@@ -21,18 +22,24 @@ static void script_unlink(hodu_script *hs) {
     if (hs->next) hs->next->prev = hs->prev;
 }
 
-void hodu_script_free(hodu_script *hs) {
-    if (!hs) return;
+static void script_free(hd_api_script *hs) {
+    hd_api_handle_drop(hs->handle);
     script_unlink(hs);
     hd_script_free(hs->s);
     hd_ctx_free(hd_vm_ctx(hs->owner->vm), hs, sizeof *hs);
 }
 
-void hd_api_free_scripts(hodu_vm *h) {
-    while (h->scripts) hodu_script_free(h->scripts);
+void hodu_script_free(hodu_script *handle) {
+    hd_api_script *hs = hd_api_script_of(handle);
+    if (hs) script_free(hs);
 }
 
-hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
+void hd_api_free_scripts(hd_api_vm *h) {
+    while (h->scripts) script_free(h->scripts);
+}
+
+hodu_script *hodu_script_load(hodu_vm *vm, const char *path) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return NULL;
     hd_api_begin(h);
     if (!path) {
@@ -40,7 +47,7 @@ hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
         return NULL;
     }
     hd_ctx *ctx = hd_vm_ctx(h->vm);
-    hodu_script *hs = hd_ctx_alloc(ctx, sizeof *hs);
+    hd_api_script *hs = hd_ctx_alloc(ctx, sizeof *hs);
     if (!hs) {
         hd_api_ctx_error(h);
         return NULL;
@@ -51,35 +58,45 @@ hodu_script *hodu_script_load(hodu_vm *h, const char *path) {
         hd_ctx_free(ctx, hs, sizeof *hs);
         return NULL;
     }
+    if (!(hs->handle = hd_api_handle_new(hs, HD_HANDLE_SCRIPT))) {
+        hd_script_free(hs->s);
+        hd_ctx_free(ctx, hs, sizeof *hs);
+        hd_vm_error(h->vm, HD_ERR_MEMORY, "out of memory (a script handle)");
+        return NULL;
+    }
     hs->owner = h;
     hs->next = h->scripts;
     if (h->scripts) h->scripts->prev = hs;
     h->scripts = hs;
-    return hs;
+    return (hodu_script *)hs->handle;
 }
 
-hodu_status hodu_script_set_input(hodu_script *hs, const char *name, hodu_tensor *t) {
+hodu_status hodu_script_set_input(hodu_script *handle, const char *name, hodu_tensor *t) {
+    hd_api_script *hs = hd_api_script_of(handle);
     if (!hs) return HODU_ERROR_ARGUMENT;
-    hodu_vm *h = hs->owner;
+    hd_api_vm *h = hs->owner;
     hd_api_begin(h);
     if (!name) return hd_api_arg_error(h, "hodu_script_set_input", "name is NULL");
-    if (hd_api_check_tensor(h, "hodu_script_set_input", t)) return HODU_ERROR_ARGUMENT;
-    if (hd_script_set_input(hs->s, name, t->t) != HD_OK) return hd_api_ctx_error(h);
+    hd_api_tensor *ht;
+    if (hd_api_check_tensor(h, "hodu_script_set_input", t, &ht)) return HODU_ERROR_ARGUMENT;
+    if (hd_script_set_input(hs->s, name, ht->t) != HD_OK) return hd_api_ctx_error(h);
     return HODU_OK;
 }
 
-hodu_status hodu_script_run(hodu_script *hs) {
+hodu_status hodu_script_run(hodu_script *handle) {
+    hd_api_script *hs = hd_api_script_of(handle);
     if (!hs) return HODU_ERROR_ARGUMENT;
-    hodu_vm *h = hs->owner;
+    hd_api_vm *h = hs->owner;
     if (hd_api_enter(h, "hodu_script_run")) return HODU_ERROR_ARGUMENT;
     hd_status st = hd_script_run(hs->s);
     hd_api_leave(h);
     return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);
 }
 
-hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
+hodu_tensor *hodu_script_output(hodu_script *handle, const char *name) {
+    hd_api_script *hs = hd_api_script_of(handle);
     if (!hs) return NULL;
-    hodu_vm *h = hs->owner;
+    hd_api_vm *h = hs->owner;
     hd_api_begin(h);
     if (!name) {
         hd_api_arg_error(h, "hodu_script_output", "name is NULL");
@@ -95,9 +112,10 @@ hodu_tensor *hodu_script_output(hodu_script *hs, const char *name) {
     return hd_api_handle(h, t);
 }
 
-hodu_tensor *hodu_script_state(hodu_script *hs, const char *name) {
+hodu_tensor *hodu_script_state(hodu_script *handle, const char *name) {
+    hd_api_script *hs = hd_api_script_of(handle);
     if (!hs) return NULL;
-    hodu_vm *h = hs->owner;
+    hd_api_vm *h = hs->owner;
     hd_api_begin(h);
     if (!name) {
         hd_api_arg_error(h, "hodu_script_state", "name is NULL");
@@ -116,16 +134,18 @@ hodu_tensor *hodu_script_state(hodu_script *hs, const char *name) {
     return NULL;
 }
 
-hodu_status hodu_script_set_state(hodu_script *hs, const char *name, hodu_tensor *t) {
+hodu_status hodu_script_set_state(hodu_script *handle, const char *name, hodu_tensor *t) {
+    hd_api_script *hs = hd_api_script_of(handle);
     if (!hs) return HODU_ERROR_ARGUMENT;
-    hodu_vm *h = hs->owner;
+    hd_api_vm *h = hs->owner;
     hd_api_begin(h);
     if (!name) return hd_api_arg_error(h, "hodu_script_set_state", "name is NULL");
-    if (hd_api_check_tensor(h, "hodu_script_set_state", t)) return HODU_ERROR_ARGUMENT;
+    hd_api_tensor *ht;
+    if (hd_api_check_tensor(h, "hodu_script_set_state", t, &ht)) return HODU_ERROR_ARGUMENT;
     hd_ctx *ctx = &h->vm->ctx;
     /* the script's own copy: the host's memory may go away */
-    hd_tensor *c = hd_tensor_new(ctx, t->t->dtype, t->t->shape, t->t->ndim);
-    hd_status st = c ? hd_tensor_copy_into(ctx, c, t->t) : ctx->status;
+    hd_tensor *c = hd_tensor_new(ctx, ht->t->dtype, ht->t->shape, ht->t->ndim);
+    hd_status st = c ? hd_tensor_copy_into(ctx, c, ht->t) : ctx->status;
     if (!st) st = hd_script_state_put(hs->s, name, c);
     hd_tensor_unref(c);
     return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);

@@ -3,29 +3,37 @@
 
 #include <string.h>
 
-hodu_tensor *hd_api_handle(hodu_vm *h, hd_tensor *t) {
-    hodu_tensor *ht = hd_ctx_alloc(hd_vm_ctx(h->vm), sizeof *ht);
-    if (!ht) {
-        hd_api_ctx_error(h);
+hodu_tensor *hd_api_handle(hd_api_vm *h, hd_tensor *t) {
+    hd_api_tensor *ht = hd_ctx_alloc(hd_vm_ctx(h->vm), sizeof *ht);
+    if (ht) {
+        memset(ht, 0, sizeof *ht);
+        ht->handle = hd_api_handle_new(ht, HD_HANDLE_TENSOR);
+    }
+    if (!ht || !ht->handle) {
+        if (ht) hd_ctx_free(hd_vm_ctx(h->vm), ht, sizeof *ht);
+        hd_vm_error(h->vm, HD_ERR_MEMORY, "out of memory (a tensor handle)");
         return NULL;
     }
-    memset(ht, 0, sizeof *ht);
     ht->owner = h;
     ht->t = hd_tensor_ref(t);
     ht->next = h->tensors;
     if (h->tensors) h->tensors->prev = ht;
     h->tensors = ht;
-    return ht;
+    return (hodu_tensor *)ht->handle;
 }
 
-hodu_status hd_api_check_tensor(hodu_vm *h, const char *fn, const hodu_tensor *t) {
+hodu_status hd_api_check_tensor(hd_api_vm *h, const char *fn, const hodu_tensor *t,
+                                hd_api_tensor **out) {
+    *out = hd_api_tensor_of(t);
     if (!t) return hd_api_arg_error(h, fn, "tensor is NULL");
-    if (t->owner != h) return hd_api_arg_error(h, fn, "the tensor belongs to another VM");
+    if (!*out)
+        return hd_api_arg_error(h, fn, "the tensor is not a live handle (released already?)");
+    if ((*out)->owner != h) return hd_api_arg_error(h, fn, "the tensor belongs to another VM");
     return HODU_OK;
 }
 
 /* dtype, ndim and shape as hodu_tensor_wrap and hodu_tensor_new take them. */
-static hodu_status check_geometry(hodu_vm *h, const char *fn, hodu_dtype dt, const int64_t *shape,
+static hodu_status check_geometry(hd_api_vm *h, const char *fn, hodu_dtype dt, const int64_t *shape,
                                   int ndim) {
     if ((int)dt < 0 || (int)dt >= HD_DTYPE_COUNT)
         return hd_api_arg_error(h, fn, "unknown dtype %d", (int)dt);
@@ -40,7 +48,7 @@ static hodu_status check_geometry(hodu_vm *h, const char *fn, hodu_dtype dt, con
 }
 
 /* Take a new tensor into a handle (the tensor's reference moves into it). */
-static hodu_tensor *adopt(hodu_vm *h, hd_tensor *t) {
+static hodu_tensor *adopt(hd_api_vm *h, hd_tensor *t) {
     if (!t) {
         hd_api_ctx_error(h);
         return NULL;
@@ -50,8 +58,9 @@ static hodu_tensor *adopt(hodu_vm *h, hd_tensor *t) {
     return ht;
 }
 
-hodu_tensor *hodu_tensor_wrap(hodu_vm *h, hodu_dtype dt, const int64_t *shape, int ndim,
+hodu_tensor *hodu_tensor_wrap(hodu_vm *vm, hodu_dtype dt, const int64_t *shape, int ndim,
                               void *data) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return NULL;
     hd_api_begin(h);
     if (check_geometry(h, "hodu_tensor_wrap", dt, shape, ndim)) return NULL;
@@ -67,20 +76,21 @@ hodu_tensor *hodu_tensor_wrap(hodu_vm *h, hodu_dtype dt, const int64_t *shape, i
     return adopt(h, hd_tensor_wrap(hd_vm_ctx(h->vm), (hd_dtype)dt, shape, ndim, data));
 }
 
-hodu_tensor *hodu_tensor_new(hodu_vm *h, hodu_dtype dt, const int64_t *shape, int ndim) {
+hodu_tensor *hodu_tensor_new(hodu_vm *vm, hodu_dtype dt, const int64_t *shape, int ndim) {
+    hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return NULL;
     hd_api_begin(h);
     if (check_geometry(h, "hodu_tensor_new", dt, shape, ndim)) return NULL;
     return adopt(h, hd_tensor_zeros(hd_vm_ctx(h->vm), (hd_dtype)dt, shape, ndim));
 }
 
-static void drop_copy(hodu_tensor *t) {
+static void drop_copy(hd_api_tensor *t) {
     hd_tensor_unref(t->copy);
     t->copy = NULL;
 }
 
 /* A contiguous copy of t->t, without a gradient record. */
-static void *refresh_copy(hodu_tensor *t) {
+static void *refresh_copy(hd_api_tensor *t) {
     hd_ctx *ctx = hd_vm_ctx(t->owner->vm);
     drop_copy(t);
     int was = ctx->grad_disabled;
@@ -95,9 +105,10 @@ static void *refresh_copy(hodu_tensor *t) {
     return hd_tensor_data(t->copy);
 }
 
-void *hodu_tensor_data(hodu_tensor *t) {
+void *hodu_tensor_data(hodu_tensor *handle) {
+    hd_api_tensor *t = hd_api_tensor_of(handle);
     if (!t) return NULL;
-    hodu_vm *h = t->owner;
+    hd_api_vm *h = t->owner;
     hd_api_begin(h);
     hd_tensor *x = t->t;
     if (!x->storage || !hd_tensor_is_cpu(x)) {
@@ -112,29 +123,45 @@ void *hodu_tensor_data(hodu_tensor *t) {
     return refresh_copy(t);
 }
 
-int hodu_tensor_ndim(const hodu_tensor *t) {
-    return t ? t->t->ndim : -1;
+/* The tensor of a live handle, or NULL. */
+static const hd_tensor *tensor_of(const hodu_tensor *handle) {
+    const hd_api_tensor *t = hd_api_tensor_of(handle);
+    return t ? t->t : NULL;
 }
 
-const int64_t *hodu_tensor_shape(const hodu_tensor *t) {
-    return t ? t->t->shape : NULL;
+int hodu_tensor_ndim(const hodu_tensor *handle) {
+    const hd_tensor *t = tensor_of(handle);
+    return t ? t->ndim : -1;
 }
 
-hodu_dtype hodu_tensor_dtype(const hodu_tensor *t) {
-    return t ? (hodu_dtype)t->t->dtype : HODU_DTYPE_INVALID;
+const int64_t *hodu_tensor_shape(const hodu_tensor *handle) {
+    const hd_tensor *t = tensor_of(handle);
+    return t ? t->shape : NULL;
 }
 
-int64_t hodu_tensor_numel(const hodu_tensor *t) {
-    return t ? t->t->numel : -1;
+hodu_dtype hodu_tensor_dtype(const hodu_tensor *handle) {
+    const hd_tensor *t = tensor_of(handle);
+    return t ? (hodu_dtype)t->dtype : HODU_DTYPE_INVALID;
 }
 
-size_t hodu_tensor_nbytes(const hodu_tensor *t) {
-    return t ? hd_tensor_nbytes(t->t) : 0;
+int64_t hodu_tensor_numel(const hodu_tensor *handle) {
+    const hd_tensor *t = tensor_of(handle);
+    return t ? t->numel : -1;
 }
 
-void hodu_tensor_release(hodu_tensor *t) {
-    if (!t) return;
-    hodu_vm *h = t->owner;
+size_t hodu_tensor_nbytes(const hodu_tensor *handle) {
+    const hd_tensor *t = tensor_of(handle);
+    return t ? hd_tensor_nbytes(t) : 0;
+}
+
+void hodu_tensor_release(hodu_tensor *handle) {
+    hd_api_tensor *t = hd_api_tensor_of(handle);
+    if (t) hd_api_tensor_free(t);
+}
+
+void hd_api_tensor_free(hd_api_tensor *t) {
+    hd_api_vm *h = t->owner;
+    hd_api_handle_drop(t->handle);
     if (t->prev)
         t->prev->next = t->next;
     else

@@ -13,9 +13,17 @@
  * the caller's, to give back with hodu_tensor_release / hodu_script_free.
  * hodu_vm_free releases whatever handles of that VM are still alive.
  *
- * Threads: no global state. Any number of VMs per process, each used by
- * one thread at a time; only hodu_vm_interrupt may be called from another
- * thread (or a signal handler). */
+ * Handles are checked: a hodu_vm *, hodu_tensor * or hodu_script * is a
+ * numbered slot with a generation, not an address, so a handle used after
+ * it was released (twice released, or used after hodu_vm_free), one of
+ * another kind, or a made-up value is refused as NULL would be
+ * (HODU_ERROR_ARGUMENT, NULL or -1) and never reaches freed memory.
+ *
+ * Threads: any number of VMs per process, each used by one thread at a
+ * time; a call from a second thread while one is inside the VM returns
+ * HODU_ERROR_ARGUMENT. Only hodu_vm_interrupt may be called from another
+ * thread (or a signal handler). The one process-wide structure is the
+ * table of handles (locked to add and remove, read without a lock). */
 #ifndef HODU_H
 #define HODU_H
 

@@ -5,5 +5,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config ca-certificates \
-    libopenblas-dev re2c bison libjson-c-dev libedit-dev zlib1g-dev llvm-dev \
+    libopenblas-dev re2c bison libedit-dev zlib1g-dev llvm-dev \
     >/dev/null

@@ -263,6 +263,32 @@ static void test_state(void) {
     hodu_vm_free(vm);
 }
 
+/* A script handle freed twice, used after hodu_script_free or after its
+ * VM was freed, or of another kind: refused, no freed memory touched. */
+static void check_dead_script(hodu_vm *vm, hodu_script *s, hodu_tensor *t) {
+    CHECK(hodu_script_set_input(s, "x", t) == HODU_ERROR_ARGUMENT);
+    CHECK(hodu_script_run(s) == HODU_ERROR_ARGUMENT);
+    CHECK(hodu_script_output(s, "y") == NULL);
+    CHECK(hodu_script_state(s, "w") == NULL);
+    CHECK(hodu_script_set_state(s, "w", t) == HODU_ERROR_ARGUMENT);
+    hodu_script_free(s); /* ignored */
+    if (vm) CHECK_OK(vm, hodu_eval(vm, "let fine = 1", NULL));
+}
+
+static void test_stale_scripts(void) {
+    hodu_vm *vm = hodu_vm_new(NULL);
+    int64_t shape[1] = {2};
+    hodu_tensor *t = hodu_tensor_new(vm, HODU_F32, shape, 1);
+    hodu_script *s = hodu_script_load(vm, script_path), *s2 = hodu_script_load(vm, script_path);
+    CHECK(s && s2);
+    hodu_script_free(s);
+    check_dead_script(vm, s, t);
+    check_dead_script(vm, (hodu_script *)(void *)t, t);
+    CHECK(hodu_tensor_numel(t) == 2);
+    hodu_vm_free(vm);
+    check_dead_script(NULL, s2, t);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_api_script FILE.hoduscript\n");
@@ -273,5 +299,6 @@ int main(int argc, char **argv) {
     test_misuse();
     test_limits();
     test_state();
+    test_stale_scripts();
     TEST_END();
 }
