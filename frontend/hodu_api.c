@@ -113,6 +113,7 @@ hodu_vm *hodu_vm_new(const hodu_options *opts) {
     memset(&o, 0, sizeof o);
     o.memory_limit = opts->memory_limit;
     o.max_steps = opts->max_steps;
+    o.time_limit_ms = opts->time_limit_ms;
     o.allow_io = opts->allow_io != 0;
     o.alloc = opts->alloc;
     o.alloc_ud = opts->alloc_ud;
@@ -393,8 +394,7 @@ static hodu_status call_entered(hd_api_vm *h, const char *fn_name, hodu_tensor *
         av[i] = hd_tensor_value(hd_tensor_ref(hd_api_tensor_of(args[i])->t));
     hd_status st = find_callee(h, fn_name, &callee);
     if (st == HD_OK) {
-        vm->steps = 0;
-        vm->interrupted = 0;
+        hd_vm_run_begin(vm);
         st = hd_vm_call(vm, callee, av, nargs, NULL, 0, &out);
         hd_value_unref(vm, callee);
     }

@@ -199,6 +199,7 @@ int32_t hd_llvm_rt_gemm(void *p, int32_t node, hd_llvm_kernel_fn epi, void **slo
     hd_tensor **in = rt->node_in[node];
     gemm_job j;
     gemm_job_init(&j, in[0], in[1], rt->vals[n->out]);
+    j.stop = &rt->ctx->stop;
     hd_rows_fn small = hd_cpu_rows_fn(&j);
     if (j.k == 0) {
         memset(j.c, 0, (size_t)(j.m * j.n) * sizeof(float));
@@ -210,6 +211,7 @@ int32_t hd_llvm_rt_gemm(void *p, int32_t node, hd_llvm_kernel_fn epi, void **slo
         if (st) return st;
         gemm_epilogue(rt, &j, epi, slots, range);
     }
+    if (hd_ctx_interrupted(rt->ctx)) return (int32_t)hd_ctx_stop_error(rt->ctx);
     return 0;
 }
 

@@ -15,7 +15,9 @@ static int fold_candidate(const hd_ir_graph *g, const hd_ir_node *n, size_t limi
 }
 
 /* Run the node eagerly; 1 if folded, 0 if the kernel refused (the node then
- * stays and reports the same error when it runs), -1 on a memory error. */
+ * stays and reports the same error when it runs), -1 on a memory error or
+ * when the run was stopped (an interrupt or the time limit: the compile
+ * stops with it). */
 static int fold_node(hd_ir_graph *g, hd_ir_node *n, hd_pass_map *m) {
     enum { STACK_IN = 8 };
     hd_ctx *ctx = g->ctx;
@@ -28,7 +30,7 @@ static int fold_node(hd_ir_graph *g, hd_ir_node *n, hd_pass_map *m) {
     hd_status st = hd_op_run(ctx, (hd_op)n->op, in, n->nin, &n->attrs, &res);
     ctx->trace = tr;
     if (in != buf) hd_ctx_free(ctx, in, (size_t)n->nin * sizeof *in);
-    if (st == HD_ERR_MEMORY) return -1;
+    if (st == HD_ERR_MEMORY || st == HD_ERR_LIMIT) return -1;
     if (st) {
         hd_error_clear(ctx);
         return 0;

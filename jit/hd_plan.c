@@ -88,6 +88,13 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
     }
     switch (hd_op_infos[op].kind) {
     case HD_KIND_REDUCE:
+        const hd_ir_value *x = &g->values[n->in[0]];
+        if (hd_shape_numel(x->shape, x->ndim) > HD_PLAN_REDUCE_MAX) {
+            /* more than memory holds: a broadcast view. The eager kernel
+             * looks at interrupts and the time limit as it goes. */
+            *why = "a reduction over more than 2^32 elements runs the eager kernel";
+            return 0;
+        }
         if (supports_reduce(op, dt)) return 1;
         if ((op == HD_OP_ARGMAX || op == HD_OP_ARGMIN) && (flags & HD_PLAN_EXTRA)) return 1;
         *why = op == HD_OP_ARGMAX || op == HD_OP_ARGMIN ? "argmax and argmin run the eager kernel"

@@ -80,6 +80,11 @@ enum {
                            * same-shape inputs) */
 };
 
+/* Reductions over more elements than this run as runtime steps (the eager
+ * kernel, which stops on an interrupt or the time limit; generated loops
+ * run to their end). */
+#define HD_PLAN_REDUCE_MAX ((int64_t)1 << 32)
+
 /* Does generated code compute node n (of g), for a plan with flags? *why
  * receives the reason if not. Matmul and callbacks are never generated. */
 int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const char **why);

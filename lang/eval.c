@@ -44,9 +44,15 @@ static int flow_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 }
 
 static HD_NOINLINE int tick_fail(hd_vm *vm) {
+    if (!vm->interrupted && vm->steps - 1 < vm->max_steps) {
+        /* a look at the clock under a time limit */
+        if (!hd_stop_now(&vm->ctx.stop)) {
+            vm->step_check = HD_MIN(vm->max_steps, vm->steps + HD_TICK_CLOCK);
+            return 0;
+        }
+    }
     if (vm->interrupted) {
-        vm->interrupted = 0;
-        hd_vm_error(vm, HD_ERR_LIMIT, "interrupted");
+        hd_vm_stop_error(vm);
     } else {
         hd_vm_error(vm, HD_ERR_LIMIT, "step limit (%llu) exceeded",
                     (unsigned long long)vm->max_steps);
@@ -56,7 +62,7 @@ static HD_NOINLINE int tick_fail(hd_vm *vm) {
 
 /* Loop back-edges and calls: interrupts and the step limit, one branch. */
 static inline int tick(hd_vm *vm) {
-    if (HD_LIKELY(!(vm->interrupted | (vm->steps++ >= vm->max_steps)))) return 0;
+    if (HD_LIKELY(!(vm->interrupted | (vm->steps++ >= vm->step_check)))) return 0;
     return tick_fail(vm);
 }
 

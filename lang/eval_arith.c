@@ -117,10 +117,9 @@ static hd_value repeat(hd_vm *vm, hd_value seq, int64_t times) {
             memcpy(b.p, s->chars, s->len);
             b.len = s->len;
             while (b.len < total) {
-                if (vm->interrupted) {
+                if (hd_ctx_interrupted(&vm->ctx)) {
                     hd_buf_free(&b);
-                    vm->interrupted = 0;
-                    return hd_vm_error(vm, HD_ERR_LIMIT, "interrupted"), hd_err_value();
+                    return hd_vm_stop_error(vm), hd_err_value();
                 }
                 size_t n = HD_MIN(HD_MIN(b.len, total - b.len), piece);
                 memcpy(b.p + b.len, b.p, n);
@@ -139,10 +138,9 @@ static hd_value repeat(hd_vm *vm, hd_value seq, int64_t times) {
     hd_list *o = hd_as_list(out);
     int64_t n = l->len;
     for (int64_t t = 0; t < times; t++) {
-        if (vm->interrupted && !(t % 1024)) {
-            vm->interrupted = 0;
+        if (!(t % 1024) && hd_ctx_interrupted(&vm->ctx)) {
             hd_vunref(vm, out);
-            return hd_vm_error(vm, HD_ERR_LIMIT, "interrupted"), hd_err_value();
+            return hd_vm_stop_error(vm), hd_err_value();
         }
         for (int64_t i = 0; i < n; i++) {
             hd_vref(l->items[i]);

@@ -244,7 +244,25 @@ void hd_vm_set_writer(hd_vm *vm, void (*write)(void *ud, const char *s, size_t n
 }
 
 void hd_vm_interrupt(hd_vm *vm) {
-    vm->interrupted = 1;
+    vm->interrupted = HD_STOP_INTERRUPT;
+}
+
+hd_status hd_vm_stop_error(hd_vm *vm) {
+    char buf[64];
+    hd_status st =
+        hd_vm_error(vm, HD_ERR_LIMIT, "%s", hd_stop_reason(&vm->ctx.stop, buf, sizeof buf));
+    vm->interrupted = 0;
+    return st;
+}
+
+void hd_vm_run_begin(hd_vm *vm) {
+    vm->steps = 0;
+    vm->interrupted = 0;
+    vm->step_check = vm->max_steps;
+    uint32_t ms = vm->opts.time_limit_ms;
+    vm->ctx.stop.limit_ms = ms;
+    vm->ctx.stop.deadline_ns = ms ? hd_now_ns() + (int64_t)ms * 1000000 : 0;
+    if (ms) vm->step_check = HD_MIN(vm->max_steps, HD_TICK_CLOCK);
 }
 
 /* ---- modules ---- */
@@ -360,8 +378,7 @@ hd_status hd_vm_eval(hd_vm *vm, const char *source, size_t len, const char *chun
     if (!opts) opts = &none;
     if (incomplete) *incomplete = 0;
     hd_vm_clear_error(vm);
-    vm->interrupted = 0;
-    vm->steps = 0;
+    hd_vm_run_begin(vm);
     hd_chunk *c = chunk_new(vm, source, len, NULL, chunk);
     if (!c) return hd_vm_oom(vm);
     hd_status st = chunk_prepare(vm, c, vm->main, opts->repl, incomplete);
@@ -645,7 +662,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
     vm->ctx.mem_limit = opts->memory_limit;
     if (opts->nthreads > 0) vm->ctx.nthreads = opts->nthreads;
     vm->ctx.disk_off = !opts->allow_io;
-    vm->ctx.interrupt = &vm->interrupted;
+    vm->ctx.stop.flag = &vm->interrupted;
     /* Keep freed tensor blocks for reuse: a training loop makes and drops
      * the same sizes every step. A quarter of the memory limit at most. */
     size_t cache = (size_t)256 << 20;
@@ -653,6 +670,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
         cache = vm->opts.memory_limit / 4;
     hd_ctx_set_cache_limit(&vm->ctx, cache);
     vm->max_steps = vm->opts.max_steps ? vm->opts.max_steps : UINT64_MAX;
+    vm->step_check = vm->max_steps;
     vm->max_depth = HD_DEFAULT_MAX_DEPTH;
     vm->gc_threshold = 100000;
     for (int i = 0; i < HD_V_COUNT; i++) vm->methods[i] = hd_none();

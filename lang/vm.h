@@ -9,6 +9,7 @@
 typedef struct hd_vm_options {
     size_t memory_limit; /* 0: none */
     uint64_t max_steps;  /* 0: none */
+    uint32_t time_limit_ms; /* wall-clock time per run (hd_vm_run_begin); 0: none */
     int allow_io;        /* file builtins and path imports */
     int argc;            /* args() of the program */
     char **argv;
@@ -52,6 +53,10 @@ void hd_vm_clear_error(hd_vm *vm);
  * "interrupted" error (sets an atomic flag: safe from a signal handler or
  * another thread). */
 void hd_vm_interrupt(hd_vm *vm);
+
+/* A run (an evaluation, or a call from the host) begins: the step count,
+ * the interrupt flag and the time limit's deadline start again. */
+void hd_vm_run_begin(hd_vm *vm);
 
 /* REPL support: global names (builtins and user globals), a global's
  * value (borrowed, NULL if none), and the member names of a value. */

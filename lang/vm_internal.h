@@ -139,6 +139,8 @@ struct hd_vm {
     hd_frame *frame;
     int depth, max_depth;
     uint64_t steps, max_steps;
+    uint64_t step_check; /* steps at which tick() looks again: max_steps, or
+                          * sooner under a time limit (to read the clock) */
     _Atomic int interrupted; /* set by hd_vm_interrupt, maybe from another thread */
     int repl;
 
@@ -266,6 +268,11 @@ size_t hd_vm_collect(hd_vm *vm);
 /* ---- VM internals (vm.c) ---- */
 void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span);
 hd_status hd_vm_oom(hd_vm *vm);
+/* The HD_ERR_LIMIT error of a stopped run ("interrupted", or the time
+ * limit's); clears the interrupt flag. */
+hd_status hd_vm_stop_error(hd_vm *vm);
+/* Steps between two looks at the clock under a time limit. */
+#define HD_TICK_CLOCK 1024
 hd_status hd_vm_import(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_value *out);
 hd_value *hd_module_global(hd_module *m, const char *name);
 hd_status hd_module_grow(hd_vm *vm, hd_module *m, int n);

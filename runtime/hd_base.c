@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char hd_oom_message[] = "out of memory";
@@ -198,4 +199,30 @@ int hd_mul_overflow(size_t a, size_t b, size_t *out) {
     if (a && b > SIZE_MAX / a) return 0;
     *out = a * b;
     return 1;
+}
+
+/* ---- stopping a run ---- */
+
+int64_t hd_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int hd_stop_deadline(const hd_stop *s) {
+    if (hd_now_ns() < s->deadline_ns) return 0;
+    int none = 0;
+    atomic_compare_exchange_strong(s->flag, &none, HD_STOP_TIME);
+    return 1;
+}
+
+const char *hd_stop_reason(const hd_stop *s, char *buf, size_t n) {
+    if (!s->flag || atomic_load(s->flag) != HD_STOP_TIME) return "interrupted";
+    snprintf(buf, n, "time limit (%u ms) exceeded", (unsigned)s->limit_ms);
+    return buf;
+}
+
+hd_status hd_ctx_stop_error(hd_ctx *ctx) {
+    char buf[64];
+    return hd_error(ctx, HD_ERR_LIMIT, "%s", hd_stop_reason(&ctx->stop, buf, sizeof buf));
 }

@@ -52,6 +52,17 @@ typedef struct hd_grad_scope {
 
 struct hd_backend;
 
+/* When a run must stop: its owner's interrupt flag (set to HD_STOP_INTERRUPT
+ * by an interrupt, maybe from another thread or a signal handler) and a
+ * deadline on the monotonic clock, which the first look after it turns into
+ * HD_STOP_TIME in the flag. */
+enum { HD_STOP_INTERRUPT = 1, HD_STOP_TIME = 2 };
+typedef struct hd_stop {
+    _Atomic int *flag;   /* NULL: nothing stops the owner */
+    int64_t deadline_ns; /* 0: none */
+    uint32_t limit_ms;   /* the limit the deadline came from, for messages */
+} hd_stop;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -61,9 +72,9 @@ typedef struct hd_ctx {
     long fail_countdown; /* tests: the allocation that brings this to 0 fails; <0 off */
     int nthreads;        /* threads for large kernels; 1 = single-threaded */
     int disk_off;        /* 1: never touch the disk (no disk cache): VMs without file access */
-    /* the owner's interrupt flag (NULL: none): long kernels read it every
+    /* when the owner's run must stop: long kernels look every
      * HD_INTERRUPT_CHUNK elements or so and stop early (hd_ctx_interrupted) */
-    const _Atomic int *interrupt;
+    hd_stop stop;
     uint64_t rng_seed;   /* Philox key */
     uint64_t rng_offset; /* Philox counter: next unused 128-bit block */
     size_t cache_limit;  /* bytes of freed large blocks kept for reuse; 0: off */
@@ -107,13 +118,25 @@ void hd_assert_fail(const char *cond, const char *file, int line);
 /* Elements a kernel may process between two looks at ctx->interrupt. */
 #define HD_INTERRUPT_CHUNK ((int64_t)1 << 16)
 
-/* The flag says stop (a relaxed load: cheap enough to read once a chunk). */
-static inline int hd_interrupt_set(const _Atomic int *flag) {
-    return flag && atomic_load_explicit(flag, memory_order_relaxed);
+/* Monotonic time in nanoseconds. */
+int64_t hd_now_ns(void);
+/* The deadline has passed: sets the flag to HD_STOP_TIME and says 1. */
+int hd_stop_deadline(const hd_stop *s);
+/* The run must stop (a relaxed load, and a clock read when there is a
+ * deadline: cheap enough once a chunk). */
+static inline int hd_stop_now(const hd_stop *s) {
+    if (!s || !s->flag) return 0;
+    if (atomic_load_explicit(s->flag, memory_order_relaxed)) return 1;
+    return s->deadline_ns && hd_stop_deadline(s);
 }
 static inline int hd_ctx_interrupted(const hd_ctx *ctx) {
-    return hd_interrupt_set(ctx->interrupt);
+    return hd_stop_now(&ctx->stop);
 }
+/* Why the run stopped, for an error message: "interrupted" or "time limit
+ * (N ms) exceeded" (buf holds the text). */
+const char *hd_stop_reason(const hd_stop *s, char *buf, size_t n);
+/* The HD_ERR_LIMIT error of a stopped run. */
+hd_status hd_ctx_stop_error(hd_ctx *ctx);
 
 /* Initialise a context with the default allocator (alloc may be NULL). */
 void hd_ctx_init(hd_ctx *ctx, hd_alloc_fn alloc, void *ud);

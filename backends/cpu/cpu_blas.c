@@ -46,10 +46,9 @@ static int64_t blas_part(int64_t n, int t, int nt, int64_t align) {
     return lo - lo % align;
 }
 
-void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
-                   const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                   int64_t ldc) {
-    cpu_blas_init();
+static void blas_gemm_par(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                          double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                          double beta, void *c, int64_t ldc) {
     double mnk = (double)m * (double)n * (double)k;
     if (nt < 2 || mnk < CPU_BLAS_PAR || omp_in_parallel() || (m < 32 && n < 32)) {
         blas_gemm1(f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -73,6 +72,33 @@ void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_
     }
 }
 
+void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                   const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                   int64_t ldc, const hd_stop *stop) {
+    cpu_blas_init();
+    double mnk = (double)m * (double)n * (double)k;
+    if (!stop || mnk <= 2 * CPU_BLAS_PIECE) {
+        blas_gemm_par(nt, f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    size_t es = f64 ? sizeof(double) : sizeof(float);
+    int cols = n >= m;
+    int64_t len = cols ? n : m, other = cols ? m : n;
+    int64_t step = (int64_t)(CPU_BLAS_PIECE / ((double)other * (double)k));
+    step = HD_MAX(CPU_BLAS_PIECE_MIN, step - step % 16);
+    for (int64_t lo = 0; lo < len && !hd_stop_now(stop); lo += step) {
+        int64_t w = HD_MIN(step, len - lo);
+        if (cols)
+            blas_gemm_par(nt, f64, ta, tb, m, w, k, alpha, a, lda,
+                          (const char *)b + (size_t)(lo * (tb ? ldb : 1)) * es, ldb, beta,
+                          (char *)c + (size_t)lo * es, ldc);
+        else
+            blas_gemm_par(nt, f64, ta, tb, w, n, k, alpha,
+                          (const char *)a + (size_t)(lo * (ta ? 1 : lda)) * es, lda, b, ldb, beta,
+                          (char *)c + (size_t)(lo * ldc) * es, ldc);
+    }
+}
+
 #else
 
 void cpu_blas_init(void) {}
@@ -83,7 +109,8 @@ const char *cpu_blas_core(void) {
 
 void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
                    const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                   int64_t ldc) {
+                   int64_t ldc, const hd_stop *stop) {
+    HD_UNUSED(stop);
     HD_UNUSED(nt), HD_UNUSED(f64), HD_UNUSED(ta), HD_UNUSED(tb), HD_UNUSED(m), HD_UNUSED(n);
     HD_UNUSED(k), HD_UNUSED(alpha), HD_UNUSED(a), HD_UNUSED(lda), HD_UNUSED(b), HD_UNUSED(ldb);
     HD_UNUSED(beta), HD_UNUSED(c), HD_UNUSED(ldc);

@@ -36,7 +36,7 @@ static void GR_FN(grad_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, co
         return;
     }
 #if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-    cpu_blas_gemm(nt, GR_F64, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc);
+    cpu_blas_gemm(nt, GR_F64, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc, NULL);
 #else
     HD_UNUSED(nt);
     for (int64_t i = 0; i < m; i++)

@@ -55,7 +55,8 @@ typedef struct {
     int64_t nbatch;
     int64_t m, n, k;
     mm_operand a, b;
-    char *out; /* contiguous [batch..., m, n] */
+    char *out;           /* contiguous [batch..., m, n] */
+    const hd_stop *stop; /* looked at between batches, pieces and chunks of k */
 } mm_job;
 
 /* Storage offsets of batch bi in a and b. */
@@ -127,6 +128,7 @@ static void mm_job_init(mm_job *j, hd_tensor *out, hd_tensor *a, hd_tensor *b) {
                 for (int r = 0; r < ni; r++)                                                       \
                     for (int c = 0; c < nj; c++) acc[r][c] = 0;                                    \
                 for (int64_t k = 0; k < j->k; k++) {                                               \
+                    if (!(k % HD_INTERRUPT_CHUNK) && k && hd_stop_now(j->stop)) return;            \
                     const T *brow = B + k * brs + jb * bcs;                                        \
                     for (int r = 0; r < ni; r++) {                                                 \
                         ACC av = CVT(A[(i + r) * ars + k * acs]);                                  \
@@ -181,6 +183,7 @@ static hd_status mm_plain(hd_ctx *ctx, const mm_job *j) {
     int nt = mm_threads(ctx, (double)j->nbatch * j->m * j->n * j->k);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t it = 0; it < items; it++) {
+        if (hd_stop_now(j->stop)) continue;
         int64_t bi = it / blocks, i0 = (it % blocks) * MM_ROWS, oa, ob;
         mm_batch_offsets(j, bi, &oa, &ob);
         f(j, j->a.data + oa * j->es, j->b.data + ob * j->es, j->out + bi * j->m * j->n * j->es, i0,
@@ -274,7 +277,7 @@ static void mm_blas_one(const mm_job *j, int nt, enum CBLAS_TRANSPOSE ta, int ld
         return;
     }
     cpu_blas_gemm(nt, f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0,
-                  pc, n);
+                  pc, n, j->stop);
 }
 
 static void mm_blas_batch(const mm_job *j, int nt, int64_t bi, enum CBLAS_TRANSPOSE ta, int lda,
@@ -308,9 +311,9 @@ static hd_status mm_blas(hd_ctx *ctx, mm_job *j) {
     if (nt > 1) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t bi = 0; bi < j->nbatch; bi++)
-            mm_blas_batch(j, 1, bi, ta, (int)lda, tb, (int)ldb);
+            if (!hd_stop_now(j->stop)) mm_blas_batch(j, 1, bi, ta, (int)lda, tb, (int)ldb);
     } else {
-        for (int64_t bi = 0; bi < j->nbatch; bi++)
+        for (int64_t bi = 0; bi < j->nbatch && !hd_stop_now(j->stop); bi++)
             mm_blas_batch(j, HD_MAX(ctx->nthreads, 1), bi, ta, (int)lda, tb, (int)ldb);
     }
 done:
@@ -362,7 +365,7 @@ static hd_status mm_half(hd_ctx *ctx, const mm_job *j) {
     float *fb = fa + na, *fc = fb + nbb;
     int64_t last_a = -1, last_b = -1;
     hd_status st = HD_OK;
-    for (int64_t bi = 0; bi < j->nbatch && !st; bi++) {
+    for (int64_t bi = 0; bi < j->nbatch && !st && !hd_stop_now(j->stop); bi++) {
         int64_t oa, ob;
         mm_batch_offsets(j, bi, &oa, &ob);
         if (oa != last_a) mm_to_f32(j->dt, &j->a, j->a.data + oa * 2, fa);
@@ -390,7 +393,8 @@ static int mm_rows(hd_ctx *ctx, const mm_job *j) {
                      j->a.rs,
                      j->a.cs,
                      j->b.rs,
-                     j->b.cs};
+                     j->b.cs,
+                     j->stop};
     hd_rows_fn f = hd_cpu_rows_fn(&r);
     if (!f) return 0;
     hd_cpu_rows_run(&r, f, hd_cpu_rows_threads(&r, ctx->nthreads));
@@ -404,20 +408,25 @@ hd_status hd_cpu_matmul(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     HD_UNUSED(attrs);
     mm_job j;
     mm_job_init(&j, out, in[0], in[1]);
+    j.stop = &ctx->stop;
     if (j.k == 0) { /* empty sums: zeros (all-zero bytes in every dtype) */
         memset(j.out, 0, hd_tensor_nbytes(out));
         return HD_OK;
     }
-    if (mm_rows(ctx, &j)) return HD_OK;
-    switch (j.dt) {
-    case HD_F16:
-    case HD_BF16: return mm_half(ctx, &j);
+    hd_status st;
+    if (mm_rows(ctx, &j))
+        st = HD_OK;
+    else if (j.dt == HD_F16 || j.dt == HD_BF16)
+        st = mm_half(ctx, &j);
 #ifdef HODU_HAVE_BLAS
-    case HD_F32:
-    case HD_F64: return mm_blas(ctx, &j);
+    else if (j.dt == HD_F32 || j.dt == HD_F64)
+        st = mm_blas(ctx, &j);
 #endif
-    default: return mm_plain(ctx, &j);
-    }
+    else
+        st = mm_plain(ctx, &j);
+    /* a stopped product is unfinished: the op fails */
+    if (!st && hd_ctx_interrupted(ctx)) st = hd_ctx_stop_error(ctx);
+    return st;
 }
 
 int hd_cpu_matmul_supports(hd_op op, hd_dtype dt) {

@@ -67,13 +67,13 @@ typedef struct {
     int64_t count; /* inner elements per output */
     red_kind pass1, pass2;
     double correction;       /* var/std */
-    const _Atomic int *stop; /* the context's interrupt flag */
+    const hd_stop *stop; /* the context's interrupt flag */
 } red_job;
 
 /* Long runs look at the interrupt flag once per HD_INTERRUPT_CHUNK elements
  * and stop early (the op then fails, so the partial result is never seen);
  * the order of operations is the same as without the looks. */
-#define RED_STOPPED(stop) hd_interrupt_set(stop)
+#define RED_STOPPED(stop) hd_stop_now(stop)
 
 /* ---- gathering a strided run into a buffer ---- */
 
@@ -210,7 +210,7 @@ typedef double (*red_f64_fn)(const double *, int64_t, double);
 
 /* The sum of a float kernel over a run: contiguous f32/f64 runs are read in
  * place, others gathered in chunks (f16/bf16 as f32, f64 as f64). */
-static double run_floats(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+static double run_floats(const hd_stop *stop, hd_dtype dt, int es, const char *p, int64_t s,
                          int64_t n, double c, red_f32_fn k32, red_f64_fn k64) {
     if (s == 1 && dt == HD_F32) return k32((const float *)p, n, c);
     if (s == 1 && dt == HD_F64) return k64((const double *)p, n, c);
@@ -233,7 +233,7 @@ static double run_floats(const _Atomic int *stop, hd_dtype dt, int es, const cha
 }
 
 /* i64 sum with wraparound (unsigned arithmetic: no undefined overflow). */
-static uint64_t run_sumi(const _Atomic int *stop, const char *p, int64_t s, int64_t n) {
+static uint64_t run_sumi(const hd_stop *stop, const char *p, int64_t s, int64_t n) {
     const int64_t *x = (const int64_t *)p;
     uint64_t acc[RED_LANES] = {0}, total = 0;
     int64_t i = 0;
@@ -246,7 +246,7 @@ static uint64_t run_sumi(const _Atomic int *stop, const char *p, int64_t s, int6
     return total;
 }
 
-static double run_prodf(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+static double run_prodf(const hd_stop *stop, hd_dtype dt, int es, const char *p, int64_t s,
                         int64_t n) {
     double r = 1, buf[RED_CHUNK];
     for (int64_t i = 0; i < n; i += RED_CHUNK) {
@@ -258,7 +258,7 @@ static double run_prodf(const _Atomic int *stop, hd_dtype dt, int es, const char
     return r;
 }
 
-static uint64_t run_prodi(const _Atomic int *stop, const char *p, int64_t s, int64_t n) {
+static uint64_t run_prodi(const hd_stop *stop, const char *p, int64_t s, int64_t n) {
     const int64_t *x = (const int64_t *)p;
     uint64_t r = 1;
     for (int64_t i = 0; i < n && !RED_STOPPED(stop);)
@@ -293,7 +293,7 @@ RED_EXT_FLOAT(min_f64, double, <)
 /* Integer extremes of n elements at p with stride s, from m0 (clamped to
  * T's range: accumulators start at the int64 extremes). */
 #define RED_EXT_INT(NAME, T, TMIN, TMAX, CMP)                                                      \
-    static int64_t NAME(const _Atomic int *stop, const char *p, int64_t s, int64_t n,              \
+    static int64_t NAME(const hd_stop *stop, const char *p, int64_t s, int64_t n,              \
                         int64_t m0) {                                                              \
         const T *x = (const T *)p;                                                                 \
         T m = (T)(m0 < TMIN ? TMIN : m0 > TMAX ? TMAX : m0);                                       \
@@ -320,7 +320,7 @@ RED_EXT_INT(min_i32, int32_t, INT32_MIN, INT32_MAX, <)
 RED_EXT_INT(max_i64, int64_t, INT64_MIN, INT64_MAX, >)
 RED_EXT_INT(min_i64, int64_t, INT64_MIN, INT64_MAX, <)
 
-static double run_extf(const _Atomic int *stop, hd_dtype dt, int es, const char *p, int64_t s,
+static double run_extf(const hd_stop *stop, hd_dtype dt, int es, const char *p, int64_t s,
                        int64_t n, int ismax, double m) {
     if (dt == HD_F64) {
         if (s == 1)
@@ -347,7 +347,7 @@ static double run_extf(const _Atomic int *stop, hd_dtype dt, int es, const char 
     return fm;
 }
 
-static int64_t run_exti(const _Atomic int *stop, hd_dtype dt, const char *p, int64_t s, int64_t n,
+static int64_t run_exti(const hd_stop *stop, hd_dtype dt, const char *p, int64_t s, int64_t n,
                         int ismax, int64_t m) {
     switch (dt) {
     case HD_I8: return ismax ? max_i8(stop, p, s, n, m) : min_i8(stop, p, s, n, m);
@@ -970,7 +970,7 @@ hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     double work = (double)out->numel * (double)j.count;
     int nt = HD_MIN(HD_MAX(ctx->nthreads, 1), RED_MAX_THREADS);
     if (work < CPU_PAR_MIN) nt = 1;
-    j.stop = ctx->interrupt;
+    j.stop = &ctx->stop;
     red_vert_fn vf = red_vertical_for(&j);
     if (vf)
         red_vertical(&j, vf, out, nt);
@@ -978,7 +978,7 @@ hd_status hd_cpu_reduce(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
         red_split(&j, out, nt);
     else
         red_over_outputs(&j, out, nt);
-    if (hd_ctx_interrupted(ctx)) return hd_error(ctx, HD_ERR_LIMIT, "interrupted");
+    if (hd_ctx_interrupted(ctx)) return hd_ctx_stop_error(ctx);
     return HD_OK;
 }
 

@@ -45,15 +45,19 @@ static inline __attribute__((always_inline)) void gemm_axpy_block(const hd_rows_
 #pragma GCC unroll 8
         for (int v = 0; v < NV; v++) acc[r][v] = gemm_splat(0.0f);
     const float *bp = j->b + j0, *ap = j->a;
-    for (int64_t k = 0; k < j->k; k++, bp += j->brs, ap += j->acs) {
-        gemm_v8 w[8];
+    for (int64_t k0 = 0; k0 < j->k; k0 += HD_INTERRUPT_CHUNK) {
+        if (k0 && hd_stop_now(j->stop)) return;
+        for (int64_t k = k0, k1 = HD_MIN(j->k, k0 + HD_INTERRUPT_CHUNK); k < k1;
+             k++, bp += j->brs, ap += j->acs) {
+            gemm_v8 w[8];
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; v++) w[v] = *(const gemm_v8u *)(bp + 8 * v);
+            for (int v = 0; v < NV; v++) w[v] = *(const gemm_v8u *)(bp + 8 * v);
 #pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
-            gemm_v8 x = gemm_splat(ap[r * j->ars]);
+            for (int r = 0; r < MR; r++) {
+                gemm_v8 x = gemm_splat(ap[r * j->ars]);
 #pragma GCC unroll 8
-            for (int v = 0; v < NV; v++) acc[r][v] = gemm_fma8(x, w[v], acc[r][v]);
+                for (int v = 0; v < NV; v++) acc[r][v] = gemm_fma8(x, w[v], acc[r][v]);
+            }
         }
     }
 #pragma GCC unroll 8
@@ -68,9 +72,12 @@ static void gemm_column(const hd_rows_job *j, int64_t col) {
         const float *ap = j->a + r * j->ars, *bp = j->b + col * j->bcs;
         float s[4] = {0, 0, 0, 0};
         int64_t k = 0;
-        for (; k + 4 <= j->k; k += 4)
-            for (int q = 0; q < 4; q++)
-                s[q] = gemm_fma1(ap[(k + q) * j->acs], bp[(k + q) * j->brs], s[q]);
+        while (k + 4 <= j->k) {
+            if (k && hd_stop_now(j->stop)) return;
+            for (int64_t k1 = HD_MIN(j->k, k + HD_INTERRUPT_CHUNK); k + 4 <= k1; k += 4)
+                for (int q = 0; q < 4; q++)
+                    s[q] = gemm_fma1(ap[(k + q) * j->acs], bp[(k + q) * j->brs], s[q]);
+        }
         for (; k < j->k; k++) s[0] = gemm_fma1(ap[k * j->acs], bp[k * j->brs], s[0]);
         j->c[r * j->n + col] = (s[0] + s[1]) + (s[2] + s[3]);
     }
@@ -107,15 +114,18 @@ static inline __attribute__((always_inline)) void gemm_dot_block(const hd_rows_j
         for (int q = 0; q < NC; q++) acc[r][q] = gemm_splat(0.0f);
     const float *bp = j->b + c * j->bcs;
     int64_t k = 0;
-    for (; k + 8 <= j->k; k += 8) {
-        gemm_v8 x[HD_ROWS_M];
+    while (k + 8 <= j->k) {
+        if (k && hd_stop_now(j->stop)) return;
+        for (int64_t k1 = HD_MIN(j->k, k + HD_INTERRUPT_CHUNK); k + 8 <= k1; k += 8) {
+            gemm_v8 x[HD_ROWS_M];
 #pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) x[r] = *(const gemm_v8u *)(j->a + r * j->ars + k);
+            for (int r = 0; r < MR; r++) x[r] = *(const gemm_v8u *)(j->a + r * j->ars + k);
 #pragma GCC unroll 8
-        for (int q = 0; q < NC; q++) {
-            gemm_v8 w = *(const gemm_v8u *)(bp + q * j->bcs + k);
+            for (int q = 0; q < NC; q++) {
+                gemm_v8 w = *(const gemm_v8u *)(bp + q * j->bcs + k);
 #pragma GCC unroll 8
-            for (int r = 0; r < MR; r++) acc[r][q] = gemm_fma8(x[r], w, acc[r][q]);
+                for (int r = 0; r < MR; r++) acc[r][q] = gemm_fma8(x[r], w, acc[r][q]);
+            }
         }
     }
     for (int r = 0; r < MR; r++)

@@ -11,6 +11,8 @@
 #ifndef HD_CPU_ROWS_H
 #define HD_CPU_ROWS_H
 
+#include "hd_base.h"
+
 #include <stdint.h>
 
 /* Rows up to which these loops run instead of BLAS. */
@@ -26,6 +28,9 @@ typedef struct hd_rows_job {
     float *c;
     int64_t m, n, k;
     int64_t ars, acs, brs, bcs;
+    /* looked at every HD_INTERRUPT_CHUNK steps of k; on a stop the loops
+     * return early and C is left unfinished (the caller fails). NULL: never */
+    const hd_stop *stop;
 } hd_rows_job;
 
 /* Columns [c0, c1) of C. */
