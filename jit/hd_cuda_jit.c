@@ -129,7 +129,7 @@ static void cj_graph_drop(hd_jit_exec *e, cj_cgraph *g) {
 
 static void cj_graphs_free(hd_ctx *ctx, hd_jit_exec *e) {
     int any = e->pool.free != NULL;
-    for (int i = 0; i < CJ_GRAPHS; i++) any |= e->graphs[i].exec != NULL;
+    for (int i = 0; i < CJ_GRAPHS; i++) any |= e->graphs[i].exec || e->graphs[i].addr;
     if (!any) return;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
     for (int i = 0; i < CJ_GRAPHS; i++)
