@@ -5,7 +5,9 @@
 #    against a device-to-device copy, as GB/s;
 # 2. matmul f32/bf16 at 4096 and 8192 against cuBLAS called directly;
 # 3. MLP forward sizes (Hodu eager and compiled cuda, whose calls replay one
-#    CUDA Graph) against PyTorch eager, torch.compile and jax.jit.
+#    CUDA Graph) against PyTorch eager, torch.compile and jax.jit;
+# 4. host time per eager op and per compiled call on tiny tensors
+#    (bench_cuda_host, the real driver).
 # Every timing synchronizes (Hodu: .item() of a reduction at the end).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,3 +29,6 @@ echo "== hodu"
 
 echo "== peers (PyTorch eager, torch.compile, jax.jit)"
 python3 "$here/cuda/peers_cuda.py"
+
+echo "== host time per call (the real driver)"
+HODU_BENCH_GPU=1 "$here/bench_cuda_host.sh" "$build"

@@ -4,12 +4,21 @@
  * in memory and on disk by source hash and arch), the nodes it does not
  * generate run as the backend's eager kernels (matmul through cuBLAS).
  *
- * Memory is fixed at compile time: stored intermediates in one device
- * arena, constants placed once, one device buffer per input (a run copies
- * its inputs in) and per fresh output (a run copies them out into new
- * tensors). Since no pointer changes between runs, the second run captures
- * every launch of a run on the device's stream as a CUDA Graph, and each
- * later run is the input copies, one graph launch and the output copies.
+ * Memory: stored intermediates in one device arena and constants placed
+ * once, both fixed at compile time. Inputs are used where they are (a
+ * contiguous tensor on the device: its own address) and fresh outputs get
+ * new memory from the caching allocator each run, handed to the caller as
+ * they are: a run copies nothing. Only a strided input, a cpu scalar, or
+ * an input or output whose address keeps moving (below) goes through a
+ * buffer of the executable's own.
+ *
+ * CUDA Graphs: the second run captures every launch of a run on the
+ * device's stream, and each later run whose addresses (inputs, outputs)
+ * are those of a captured graph is one graph launch. New addresses are
+ * captured again (HODU_LOG=recompile says so); the last CJ_GRAPHS graphs
+ * are kept, so a caller's output kept across one call (y = f(x): the
+ * allocator alternates two addresses) settles on two graphs. An address
+ * that keeps moving after that goes through a fixed buffer from then on.
  * Graphs with callbacks or with steps that must not be replayed as
  * recorded (random draws, index checks on the host, scratch memory) run
  * their launches one by one. The device is the options' device when it is
@@ -48,6 +57,18 @@ static hd_status cj_available(hd_ctx *ctx, const hd_jit_options *opt) {
 
 #if HODU_HAVE_CUDA
 
+/* Graphs kept per executable, and captures for new addresses before the
+ * moving ones go through fixed buffers. */
+#define CJ_GRAPHS     4
+#define CJ_RECAPTURES 8
+
+/* A captured graph and the slot addresses it was captured with. */
+typedef struct cj_cgraph {
+    CUgraphExec exec;
+    CUdeviceptr *addr; /* nslots */
+    uint64_t used;     /* the run that last launched it */
+} cj_cgraph;
+
 typedef struct cj_step {
     int kernel; /* plan kernel, or -1: node runs as an eager kernel */
     int node;
@@ -75,7 +96,14 @@ struct hd_jit_exec {
     void **argv;
     size_t argv_n;
     int capturable; /* may run as one CUDA Graph */
-    CUgraphExec gexec;
+    cj_cgraph graphs[CJ_GRAPHS];
+    cj_cgraph *gexec;  /* the graph this run launched, or NULL */
+    cj_cgraph *last;   /* the graph launched most recently */
+    int recaptures;    /* captures for new addresses so far */
+    hd_tensor **out;   /* per slot: a fresh output's tensor for this run */
+    hd_tensor **own;   /* per slot: the executable's buffer for an input or output */
+    int *moves;        /* per slot: runs whose address differed from the one before */
+    char *fixed;       /* per slot: goes through own[] from now on */
     hd_cuda_pool pool; /* scratch the graph's eager steps used: replays reuse it */
     hd_jit_stats stats;
 };
@@ -91,20 +119,42 @@ static int cj_log_on(void) {
     return s && (strstr(s, "cuda") || strstr(s, "all"));
 }
 
+static void cj_graph_drop(hd_jit_exec *e, cj_cgraph *g) {
+    if (g->exec) hd_cuda_api_get()->graph_exec_destroy(g->exec);
+    hd_ctx_free(e->ctx, g->addr, (size_t)e->plan.nslots * sizeof *g->addr);
+    if (e->gexec == g) e->gexec = NULL;
+    if (e->last == g) e->last = NULL;
+    memset(g, 0, sizeof *g);
+}
+
+static void cj_graphs_free(hd_ctx *ctx, hd_jit_exec *e) {
+    int any = e->pool.free != NULL;
+    for (int i = 0; i < CJ_GRAPHS; i++) any |= e->graphs[i].exec || e->graphs[i].addr;
+    if (!any) return;
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
+    for (int i = 0; i < CJ_GRAPHS; i++)
+        if (d)
+            cj_graph_drop(e, &e->graphs[i]);
+        else
+            hd_ctx_free(ctx, e->graphs[i].addr, (size_t)e->plan.nslots * sizeof(CUdeviceptr));
+    if (d) hd_cuda_pool_release(d, &e->pool);
+    hd_error_clear(ctx);
+}
+
 static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (!e) return;
-    if (e->gexec || e->pool.free) {
-        const hd_cuda_api *a = hd_cuda_api_get();
-        hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
-        if (d && e->gexec) a->graph_exec_destroy(e->gexec);
-        if (d) hd_cuda_pool_release(d, &e->pool);
-        hd_error_clear(ctx);
-    }
+    cj_graphs_free(ctx, e);
     int nv = e->g ? e->g->nvalues : 0, ns = e->plan.nslots, nn = e->g ? e->g->nnodes : 0;
     if (e->vals)
         for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
     if (e->roots)
         for (int s = 0; s < ns; s++) hd_tensor_unref(e->roots[s]);
+    for (int s = 0; s < ns && e->out; s++) hd_tensor_unref(e->out[s]);
+    for (int s = 0; s < ns && e->own; s++) hd_tensor_unref(e->own[s]);
+    hd_ctx_free(ctx, e->out, (size_t)(ns + 1) * sizeof *e->out);
+    hd_ctx_free(ctx, e->own, (size_t)(ns + 1) * sizeof *e->own);
+    hd_ctx_free(ctx, e->moves, (size_t)(ns + 1) * sizeof *e->moves);
+    hd_ctx_free(ctx, e->fixed, (size_t)(ns + 1));
     hd_tensor_unref(e->partials);
     hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
     hd_ctx_free(ctx, e->roots, (size_t)(ns + 1) * sizeof *e->roots);
@@ -138,6 +188,21 @@ static hd_tensor *cj_place_const(hd_jit_exec *e, hd_tensor *c) {
     return d;
 }
 
+/* Is slot s an input's or a fresh output's (its address set per run)? */
+static int cj_slot_moves(const hd_plan *p, int s) {
+    return (s >= p->slot_in0 && s < p->slot_const0) || s >= p->slot_out0;
+}
+
+/* The root of an input or fresh output slot: a tensor over memory it
+ * does not own, pointed at the run's memory by cj_slot_set. */
+static hd_tensor *cj_moving_root(hd_jit_exec *e, const hd_ir_value *val) {
+    hd_tensor *t = hd_tensor_wrap(e->ctx, val->dtype, val->shape, val->ndim, NULL);
+    if (!t) return NULL;
+    t->storage->backend = e->be;
+    t->storage->device = e->device;
+    return t;
+}
+
 static hd_status cj_roots(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
     hd_ir_graph *g = e->g;
@@ -146,10 +211,8 @@ static hd_status cj_roots(hd_jit_exec *e) {
         return e->ctx->status;
     for (int s = 1; s < p->nslots; s++) {
         const hd_ir_value *val = &g->values[p->slot_value[s]];
-        hd_tensor *t =
-            val->kind == HD_IR_VALUE_CONST
-                ? cj_place_const(e, g->consts[val->index].t)
-                : hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        hd_tensor *t = val->kind == HD_IR_VALUE_CONST ? cj_place_const(e, g->consts[val->index].t)
+                                                      : cj_moving_root(e, val);
         if (!t) return e->ctx->status;
         e->roots[s] = t;
         if (val->kind == HD_IR_VALUE_CONST) {
@@ -158,8 +221,25 @@ static hd_status cj_roots(hd_jit_exec *e) {
         }
     }
     for (int s = 0; s < p->nslots; s++)
-        e->slot_ptr[s] = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->roots[s]);
+        if (!cj_slot_moves(p, s))
+            e->slot_ptr[s] = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->roots[s]);
     return HD_OK;
+}
+
+/* Point slot s at p for this run (kernel arguments and the eager steps'
+ * views follow). */
+static void cj_slot_set(hd_jit_exec *e, int s, void *p) {
+    e->slot_ptr[s] = (CUdeviceptr)(uintptr_t)p;
+    e->roots[s]->storage->data = p;
+}
+
+/* The executable's own buffer for slot s (made on first use). */
+static hd_tensor *cj_own(hd_jit_exec *e, int s) {
+    if (!e->own[s]) {
+        const hd_ir_value *val = &e->g->values[e->plan.slot_value[s]];
+        e->own[s] = hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+    }
+    return e->own[s];
 }
 
 /* ---- steps ---- */
@@ -274,7 +354,13 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->roots = hd_ctx_calloc(ctx, ns, sizeof *e->roots);
     e->slot_ptr = hd_ctx_calloc(ctx, ns, sizeof *e->slot_ptr);
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
-    if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in) return ctx->status;
+    e->out = hd_ctx_calloc(ctx, ns, sizeof *e->out);
+    e->own = hd_ctx_calloc(ctx, ns, sizeof *e->own);
+    e->moves = hd_ctx_calloc(ctx, ns, sizeof *e->moves);
+    e->fixed = hd_ctx_calloc(ctx, ns, 1);
+    if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in || !e->out || !e->own || !e->moves ||
+        !e->fixed)
+        return ctx->status;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
     if (!d || cj_roots(e) || hd_plan_views(e->ctx, &e->plan, e->roots, e->vals) || cj_codegen(e, d))
         return ctx->status;
@@ -338,13 +424,70 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     return HD_OK;
 }
 
+static int cj_log_recompile(void) {
+    const char *s = getenv("HODU_LOG");
+    return s && (strstr(s, "compile") || strstr(s, "all"));
+}
+
+/* The captured graph for this run's addresses, or NULL. */
+static cj_cgraph *cj_graph_find(hd_jit_exec *e) {
+    size_t n = (size_t)e->plan.nslots * sizeof(CUdeviceptr);
+    for (int i = 0; i < CJ_GRAPHS; i++)
+        if (e->graphs[i].exec && !memcmp(e->graphs[i].addr, e->slot_ptr, n)) return &e->graphs[i];
+    return NULL;
+}
+
+/* A free entry for a new graph: the least recently launched one goes. */
+static cj_cgraph *cj_graph_slot(hd_jit_exec *e) {
+    cj_cgraph *g = &e->graphs[0];
+    for (int i = 0; i < CJ_GRAPHS; i++) {
+        if (!e->graphs[i].exec) return &e->graphs[i];
+        if (e->graphs[i].used < g->used) g = &e->graphs[i];
+    }
+    cj_graph_drop(e, g);
+    return g;
+}
+
+/* The input or output a moving slot holds, for messages. */
+static const char *cj_slot_name(const hd_jit_exec *e, int s) {
+    if (s < e->plan.slot_const0) return e->g->inputs[s - e->plan.slot_in0].name;
+    for (int i = 0; i < e->g->noutputs; i++)
+        if (e->plan.vals[e->g->outputs[i].value].slot == s) return e->g->outputs[i].name;
+    return "?";
+}
+
+/* No graph for this run's addresses: count the slots that differ from
+ * the last graph's. After CJ_RECAPTURES such captures, inputs and outputs
+ * that moved more than once go through the executable's buffers from the
+ * next run on (a copy per run each), so that the graphs stay valid. */
+static void cj_note_moves(hd_jit_exec *e) {
+    for (int s = 0; e->last && s < e->plan.nslots; s++)
+        e->moves[s] += e->last->addr[s] != e->slot_ptr[s];
+    if (e->recaptures < CJ_RECAPTURES) return;
+    for (int s = 0; s < e->plan.nslots; s++) {
+        if (!cj_slot_moves(&e->plan, s) || e->moves[s] < 2 || e->fixed[s]) continue;
+        e->fixed[s] = 1;
+        if (cj_log_recompile())
+            fprintf(stderr, "hodu: cuda graph of %s: %s '%s' keeps moving, copied from now on\n",
+                    e->g->name, s < e->plan.slot_const0 ? "input" : "output", cj_slot_name(e, s));
+    }
+    memset(e->moves, 0, (size_t)e->plan.nslots * sizeof *e->moves);
+    e->recaptures = 0;
+}
+
 /* Record one run's launches as a CUDA Graph and launch it. A failure to
  * capture is not an error: the steps then run one by one, from now on. */
 static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     const hd_cuda_api *a = hd_cuda_api_get();
+    int again = e->last != NULL;
+    if (again && cj_log_recompile())
+        fprintf(stderr, "hodu: cuda graph of %s: new input or output addresses, captured again\n",
+                e->g->name);
+    e->recaptures += again;
+    cj_cgraph *slot = cj_graph_slot(e);
     CUgraph graph = NULL;
     CUresult r = a->stream_begin_capture(d->stream, CU_STREAM_CAPTURE_MODE_RELAXED);
-    /* scratch that eager steps free while captured stays the graph's */
+    /* scratch that eager steps free while captured stays the graphs' */
     hd_cuda_pool_begin(d, &e->pool);
     hd_status st = r == CUDA_SUCCESS ? cj_exec_steps(e, ctx, d) : HD_ERR_RUNTIME;
     hd_cuda_pool_end(d);
@@ -352,44 +495,80 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         CUresult r2 = a->stream_end_capture(d->stream, &graph);
         if (r2 != CUDA_SUCCESS) r = r2;
     }
-    if (!st && r == CUDA_SUCCESS && graph) r = a->graph_instantiate(&e->gexec, graph, 0);
+    size_t n = (size_t)e->plan.nslots * sizeof(CUdeviceptr);
+    if (!st && r == CUDA_SUCCESS && graph && !(slot->addr = hd_ctx_alloc(ctx, n))) st = ctx->status;
+    if (!st && r == CUDA_SUCCESS && graph) r = a->graph_instantiate(&slot->exec, graph, 0);
     if (graph) a->graph_destroy(graph);
     if (st || r != CUDA_SUCCESS || !graph) {
         if (cj_log_on())
             fprintf(stderr, "cuda: %s runs without a CUDA Graph (%s)\n", e->g->name,
                     st ? ctx->errmsg : "capture failed");
         hd_error_clear(ctx);
-        e->gexec = NULL;
+        slot->exec = NULL;
+        cj_graphs_free(ctx, e); /* no graph replays the pool from now on */
         e->capturable = 0;
-        hd_cuda_pool_release(d, &e->pool); /* no graph replays it */
         return cj_exec_steps(e, ctx, d);
     }
-    return hd_cuda_check(ctx, a->graph_launch(e->gexec, d->stream), "cuGraphLaunch");
+    memcpy(slot->addr, e->slot_ptr, n);
+    slot->used = e->stats.runs;
+    e->gexec = e->last = slot;
+    return hd_cuda_check(ctx, a->graph_launch(slot->exec, d->stream), "cuGraphLaunch");
+}
+
+/* Fresh outputs: new memory from the allocator for the caller (or the
+ * executable's buffer, copied out, for one that keeps moving). */
+static hd_status cj_bind_outputs(hd_jit_exec *e) {
+    for (int s = e->plan.slot_out0; s < e->plan.nslots; s++) {
+        hd_tensor *t = e->fixed[s] ? cj_own(e, s) : NULL;
+        if (!e->fixed[s]) {
+            const hd_ir_value *val = &e->g->values[e->plan.slot_value[s]];
+            t = e->out[s] =
+                hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        }
+        if (!t) return e->ctx->status;
+        cj_slot_set(e, s, hd_tensor_data(t));
+    }
+    return HD_OK;
 }
 
 static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
-    if (e->gexec)
-        return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(e->gexec, d->stream),
-                             "cuGraphLaunch");
-    if (e->capturable && e->stats.runs >= 1) return cj_capture(e, ctx, d);
-    return cj_exec_steps(e, ctx, d);
+    if (cj_bind_outputs(e)) return ctx->status;
+    e->gexec = NULL;
+    if (!e->capturable || e->stats.runs < 1) return cj_exec_steps(e, ctx, d);
+    cj_cgraph *g = cj_graph_find(e);
+    if (!g) {
+        cj_note_moves(e);
+        return cj_capture(e, ctx, d);
+    }
+    g->used = e->stats.runs;
+    e->gexec = e->last = g;
+    return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(g->exec, d->stream), "cuGraphLaunch");
 }
 
-/* Copy input i into its fixed buffer (stream-ordered). */
+/* Input i where it is when it can be (a contiguous tensor on the device),
+ * else copied into the executable's buffer (stream-ordered). */
 static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
     hd_cuda_dev *d = ud;
-    hd_tensor *dst = e->roots[e->plan.slot_in0 + i];
-    const hd_storage *s = t->storage;
+    int s = e->plan.slot_in0 + i;
+    const hd_storage *st = t->storage;
     int host = hd_tensor_follows_device(t); /* a cpu scalar: uploaded by the copy */
-    if (!host && (s->backend != e->be || s->device != e->device))
+    if (!host && (st->backend != e->be || st->device != e->device))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
-                        e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
+                        e->g->inputs[i].name, st->backend->name, st->device, e->be->name,
+                        e->device);
+    if (!host && !e->fixed[s] && hd_tensor_is_contiguous(t)) {
+        cj_slot_set(e, s, t->numel ? hd_tensor_data(t) : e->roots[0]->storage->data);
+        return HD_OK;
+    }
+    hd_tensor *dst = cj_own(e, s);
+    if (!dst) return ctx->status;
+    cj_slot_set(e, s, dst->numel ? hd_tensor_data(dst) : e->roots[0]->storage->data);
     if (!t->numel) return HD_OK;
     if (!host && hd_tensor_is_contiguous(t))
         return hd_cuda_check(
             ctx,
-            hd_cuda_api_get()->memcpy_dtod(e->slot_ptr[e->plan.slot_in0 + i],
+            hd_cuda_api_get()->memcpy_dtod((CUdeviceptr)(uintptr_t)hd_tensor_data(dst),
                                            (CUdeviceptr)(uintptr_t)hd_tensor_data(t),
                                            hd_tensor_nbytes(t), d->stream),
             "copy of an input");
@@ -397,12 +576,9 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_
     return e->be->run_op(ctx, HD_OP_COPY, dst, &t, 1, &none);
 }
 
-/* Output i for the caller: a new tensor holding a copy of its value. */
-static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
-    hd_cuda_dev *d = ud;
-    int v = e->g->outputs[i].value;
-    const hd_plan_val *pv = &e->plan.vals[v];
-    hd_tensor *src = pv->fresh ? e->roots[pv->slot] : e->vals[v];
+/* A copy of src for the caller (a new tensor, stream-ordered). */
+static hd_status cj_copy_out(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *src,
+                             hd_tensor **out) {
     hd_tensor *t = hd_tensor_new_on(ctx, e->be, e->device, src->dtype, src->shape, src->ndim);
     if (!t) return ctx->status;
     hd_status st = HD_OK;
@@ -425,9 +601,30 @@ static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tens
     return HD_OK;
 }
 
+/* Output i for the caller: a fresh output's own tensor as it is; other
+ * values (inputs, constants, views) and buffers that are reused as a
+ * copy. */
+static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
+    int v = e->g->outputs[i].value;
+    const hd_plan_val *pv = &e->plan.vals[v];
+    if (pv->fresh && e->out[pv->slot]) {
+        *out = hd_tensor_ref(e->out[pv->slot]);
+        return HD_OK;
+    }
+    return cj_copy_out(e, ctx, ud, pv->fresh ? e->roots[pv->slot] : e->vals[v], out);
+}
+
+/* After a run: this run's outputs belong to the caller alone. */
+static void cj_unbind(hd_jit_exec *e) {
+    for (int s = e->plan.slot_out0; s < e->plan.nslots; s++) {
+        hd_tensor_unref(e->out[s]);
+        e->out[s] = NULL;
+    }
+}
+
 static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                         hd_tensor **outputs, int noutputs) {
-    static const hd_jit_run_ops ops = {cj_bind_input, cj_exec, cj_output, NULL};
+    static const hd_jit_run_ops ops = {cj_bind_input, cj_exec, cj_output, cj_unbind};
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
     if (!d || hd_jit_run(ctx, &ops, e, d, e->g, &e->stats, inputs, ninputs, outputs, noutputs))

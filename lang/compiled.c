@@ -1121,9 +1121,53 @@ void cp_opts_default(hd_vm *vm, cp_opts *o) {
     snprintf(o->device, sizeof o->device, "cpu");
     /* a default device other than the cpu: compiled code runs there, with
      * its compiler unless one was named */
-    if (hd_default_device_name(vm, o->device, sizeof o->device) && !o->chosen)
-        snprintf(o->compiler, sizeof o->compiler, "cuda");
+    o->device_set = hd_default_device_name(vm, o->device, sizeof o->device);
+    if (o->device_set && !o->chosen) snprintf(o->compiler, sizeof o->compiler, "cuda");
     o->opt_level = 1;
+}
+
+/* One tensor's vote for where the code runs: the first device seen, or
+ * an error naming both devices. */
+static hd_status follow_one(hd_vm *vm, const char *where, const hd_tensor *t, const char *name,
+                            const hd_tensor **first, const char **first_name) {
+    const hd_storage *s = t->storage, *f = *first ? (*first)->storage : NULL;
+    if (!f) {
+        *first = t;
+        *first_name = name;
+        return HD_OK;
+    }
+    if (f->backend == s->backend && f->device == s->device) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s: tensors on different devices: '%s' is on %s:%d, '%s' on %s:%d", where,
+                       *first_name, f->backend->name, f->device, name, s->backend->name, s->device);
+}
+
+/* Compiled code with no device named (no device = option, no default
+ * device) runs where its tensors are, as torch.compile and jax.jit follow
+ * their inputs: this call's graph inputs and the captured constants on a
+ * device (cpu constants are uploaded, as before); on a cuda device with
+ * the cuda compiler unless one was named. Hodu numbers and 0-d cpu
+ * tensors follow the others. */
+static hd_status opts_follow(hd_vm *vm, const char *where, cp_opts *o, const hd_ir_graph *g,
+                             hd_tensor *const *in) {
+    if (o->device_set) return HD_OK;
+    const hd_tensor *first = NULL;
+    const char *first_name = NULL;
+    for (int i = 0; i < g->ninputs; i++) {
+        const hd_tensor *t = in[i];
+        if (!t || !t->storage || hd_tensor_follows_device(t)) continue;
+        if (follow_one(vm, where, t, g->inputs[i].name, &first, &first_name)) return vm->err;
+    }
+    for (int i = 0; i < g->nconsts; i++) {
+        const hd_tensor *t = g->consts[i].t;
+        if (!t || !t->storage || hd_tensor_is_cpu(t)) continue;
+        if (follow_one(vm, where, t, "a captured tensor", &first, &first_name)) return vm->err;
+    }
+    if (!first || hd_tensor_is_cpu(first)) return HD_OK;
+    snprintf(o->device, sizeof o->device, "%s:%d", first->storage->backend->name,
+             first->storage->device);
+    if (!o->chosen) snprintf(o->compiler, sizeof o->compiler, "cuda");
+    return HD_OK;
 }
 
 static void opts_jit(const cp_opts *o, hd_jit_options *j) {
@@ -1368,7 +1412,8 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
         hd_jit_signature sig;
         hd_jit_signature_make(&sig, *first, g->ninputs);
         e->key.inputs = sig.hash;
-        st = entry_compile(vm, s->body, &s->opts, g, e);
+        st = opts_follow(vm, s->body->where, &s->opts, g, *first);
+        if (!st) st = entry_compile(vm, s->body, &s->opts, g, e);
     }
     if (!st && bwd) {
         hd_jit_options j;

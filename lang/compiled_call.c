@@ -366,6 +366,7 @@ static hd_status opt_set(hd_vm *vm, cp_opts *o, const char *name, hd_value v) {
         if (opt_str(vm, name, v, o->device, sizeof o->device)) return vm->err;
         if (hd_backend_parse_device(ctx, o->device, &be, &dev) || be->available(ctx, dev))
             return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+        o->device_set = 1;
         return HD_OK;
     }
     if (!strcmp(name, "opt_level")) {

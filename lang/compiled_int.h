@@ -329,7 +329,8 @@ typedef struct cp_opts {
     char compiler[16];
     char device[16];
     int opt_level;
-    int chosen; /* the compiler was named (an option, HODU_COMPILER) */
+    int chosen;     /* the compiler was named (an option, HODU_COMPILER) */
+    int device_set; /* the device was named (an option, the default device) */
 } cp_opts;
 
 /* A captured tensor with data. */

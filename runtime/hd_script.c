@@ -29,6 +29,9 @@ struct hd_script {
     int nvars;
     char compiler[16];
     char device[32];
+    char compiler_named[16]; /* the compiler before following inputs to a device */
+    int device_set;          /* set_device was called: inputs are not followed */
+    int compiler_set;        /* set_compiler was called */
     uint64_t compiles;
 };
 
@@ -431,8 +434,49 @@ static hd_status state_to_device(hd_script *s) {
     return HD_OK;
 }
 
+/* One bound input's vote for the device: the first seen, or an error
+ * naming both. */
+static hd_status follow_input(hd_script *s, int i, int *first) {
+    const hd_tensor *t = s->inputs[i];
+    if (!t || !t->storage || hd_tensor_follows_device(t)) return HD_OK;
+    if (*first < 0) {
+        *first = i;
+        return HD_OK;
+    }
+    const hd_storage *a = s->inputs[*first]->storage, *b = t->storage;
+    if (a->backend == b->backend && a->device == b->device) return HD_OK;
+    return hd_error(s->ctx, HD_ERR_RUNTIME,
+                    "script '%s': inputs on different devices: '%s' is on %s:%d, '%s' on %s:%d",
+                    s->g->name, s->g->inputs[*first].name, a->backend->name, a->device,
+                    s->g->inputs[i].name, b->backend->name, b->device);
+}
+
+/* Without set_device a script runs where its bound inputs are (as
+ * compiled code follows its inputs): on a cuda device with the cuda
+ * compiler unless set_compiler named one; back on the cpu with the
+ * compiler it had. */
+static hd_status script_follow(hd_script *s) {
+    int first = -1;
+    if (s->device_set) return HD_OK;
+    for (int i = 0; i < s->g->ninputs; i++)
+        if (follow_input(s, i, &first)) return s->ctx->status;
+    if (first < 0) return HD_OK;
+    const hd_storage *st = s->inputs[first]->storage;
+    char dev[32];
+    snprintf(dev, sizeof dev, "%s:%d", st->backend->name, st->device);
+    if (st->backend == &hd_cpu_backend) snprintf(dev, sizeof dev, "cpu");
+    if (!strcmp(dev, s->device)) return HD_OK;
+    script_drop_exec(s);
+    if (!s->compiler_named[0])
+        snprintf(s->compiler_named, sizeof s->compiler_named, "%s", s->compiler);
+    snprintf(s->device, sizeof s->device, "%s", dev);
+    snprintf(s->compiler, sizeof s->compiler, "%s",
+             s->compiler_set || st->backend == &hd_cpu_backend ? s->compiler_named : "cuda");
+    return HD_OK;
+}
+
 hd_status hd_script_run(hd_script *s) {
-    if (hd_script_compile(s) || state_to_device(s)) return s->ctx->status;
+    if (script_follow(s) || hd_script_compile(s) || state_to_device(s)) return s->ctx->status;
     script_prog *p = s->init.g ? &s->init : &s->main;
     const hd_ir_graph *g = p->g;
     hd_tensor **in = hd_ctx_calloc(s->ctx, (size_t)g->ninputs + 1, sizeof *in);
@@ -463,6 +507,8 @@ hd_status hd_script_set_compiler(hd_script *s, const char *name) {
     if (hd_jit_compiler_find(s->ctx, name, &jc)) return s->ctx->status;
     script_drop_exec(s);
     snprintf(s->compiler, sizeof s->compiler, "%s", jc->name);
+    snprintf(s->compiler_named, sizeof s->compiler_named, "%s", jc->name);
+    s->compiler_set = 1;
     return HD_OK;
 }
 
@@ -475,6 +521,7 @@ hd_status hd_script_set_device(hd_script *s, const char *device) {
         return s->ctx->status;
     script_drop_exec(s);
     snprintf(s->device, sizeof s->device, "%s", device);
+    s->device_set = 1;
     return HD_OK;
 }
 

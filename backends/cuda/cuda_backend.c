@@ -4,6 +4,7 @@
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,9 +54,30 @@ static hd_status cuda_dev_open(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d
     return hd_cuda_check(ctx, a->mem_alloc(&d->flag, sizeof(int)), "cuMemAlloc");
 }
 
+/* The context this thread last made current, and the epoch it was made
+ * in: closing a device starts a new epoch, so no thread trusts a note
+ * about a context that may since have been released. */
+static _Thread_local CUcontext cuda_tls_ctx;
+static _Thread_local unsigned cuda_tls_epoch;
+static atomic_uint cuda_epoch = 1;
+
+static hd_status cuda_make_current(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) {
+    unsigned epoch = atomic_load_explicit(&cuda_epoch, memory_order_relaxed);
+    if (cuda_tls_ctx == d->cu && cuda_tls_epoch == epoch) return HD_OK;
+    if (hd_cuda_check(ctx, a->ctx_set_current(d->cu), "cuCtxSetCurrent")) return ctx->status;
+    cuda_tls_ctx = d->cu;
+    cuda_tls_epoch = epoch;
+    return HD_OK;
+}
+
 hd_cuda_dev *hd_cuda_dev_get(hd_ctx *ctx, int device) {
+    hd_cuda_state *s = ctx->device_state;
+    if (s && device >= 0 && device < HD_CUDA_MAX_DEVICES && s->dev[device].ready) {
+        hd_cuda_dev *d = &s->dev[device]; /* the hot path: no driver call */
+        return cuda_make_current(ctx, hd_cuda_api_get(), d) ? NULL : d;
+    }
     if (cuda_available(ctx, device)) return NULL;
-    hd_cuda_state *s = cuda_state(ctx);
+    s = cuda_state(ctx);
     if (!s) return NULL;
     const hd_cuda_api *a = hd_cuda_api_get();
     hd_cuda_dev *d = &s->dev[device];
@@ -67,8 +89,7 @@ hd_cuda_dev *hd_cuda_dev_get(hd_ctx *ctx, int device) {
         hd_error(ctx, st, "%s", msg);
         return NULL;
     }
-    if (hd_cuda_check(ctx, a->ctx_set_current(d->cu), "cuCtxSetCurrent")) return NULL;
-    return d;
+    return cuda_make_current(ctx, a, d) ? NULL : d;
 }
 
 /* ---- caching allocator ----
@@ -204,12 +225,15 @@ void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes)
 static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) {
     if (!d->ready) return;
     a->ctx_set_current(d->cu);
+    atomic_fetch_add_explicit(&cuda_epoch, 1, memory_order_relaxed);
+    cuda_tls_ctx = NULL;
     if (d->stream) a->stream_synchronize(d->stream);
     for (hd_cuda_module *m = d->modules, *n; m; m = n) {
         n = m->next;
         a->module_unload(m->mod);
         hd_ctx_free(ctx, m, sizeof *m);
     }
+    hd_ctx_free(ctx, d->kernels, d->kcap * sizeof *d->kernels);
     alloc_release_cached(a, d, ctx);
     if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
@@ -283,12 +307,56 @@ hd_status hd_cuda_function_src(hd_ctx *ctx, hd_cuda_dev *d, const char *src, siz
                                const char *name, CUfunction *f) {
     CUmodule mod = NULL;
     if (module_load(ctx, d, src, len, &mod)) return ctx->status;
+    CUresult r = hd_cuda_api_get()->module_get_function(f, mod, name);
+    if (r == CUDA_SUCCESS) return HD_OK;
     char what[160];
     snprintf(what, sizeof what, "kernel %s", name);
-    return hd_cuda_check(ctx, hd_cuda_api_get()->module_get_function(f, mod, name), what);
+    return hd_cuda_check(ctx, r, what);
 }
 
-hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, CUfunction *f) {
+/* ---- the eager kernels' table: packed key -> CUfunction ---- */
+
+static uint64_t kernel_key(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvariant v) {
+    return ((uint64_t)op + 1) << 24 | (uint64_t)in << 16 | (uint64_t)out << 8 | (uint64_t)v;
+}
+
+static size_t kernel_slot(const hd_cuda_dev *d, uint64_t key) {
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & (d->kcap - 1);
+    while (d->kernels[i].key && d->kernels[i].key != key) i = (i + 1) & (d->kcap - 1);
+    return i;
+}
+
+/* Room for one more entry (the table stays at most half full). */
+static hd_status kernel_table_grow(hd_ctx *ctx, hd_cuda_dev *d) {
+    if ((d->kcount + 1) * 2 <= d->kcap) return HD_OK;
+    size_t cap = d->kcap ? d->kcap * 2 : 64, oldcap = d->kcap;
+    hd_cuda_kentry *old = d->kernels, *t = hd_ctx_calloc(ctx, cap, sizeof *t);
+    if (!t) return ctx->status;
+    d->kernels = t;
+    d->kcap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i].key) d->kernels[kernel_slot(d, old[i].key)] = old[i];
+    hd_ctx_free(ctx, old, oldcap * sizeof *old);
+    return HD_OK;
+}
+
+/* The entry point's name, as cuda_src.c's modules define it. */
+static void kernel_entry_name(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvariant v, char *buf,
+                              size_t n) {
+    if (v == HD_CUDA_K_LN_STATS || v == HD_CUDA_K_LN_DW) {
+        snprintf(buf, n, "k_layer_norm_%s_%s", v == HD_CUDA_K_LN_STATS ? "stats" : "dw",
+                 hd_dtype_name(out));
+        return;
+    }
+    hd_cuda_kernel_name(op, in, out, buf, n);
+    if (v == HD_CUDA_K_FIN) strncat(buf, "_fin", n - strlen(buf) - 1);
+}
+
+/* A miss: generate op's module, load it, look the entry point up. */
+static hd_status kernel_load(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype in, hd_dtype out,
+                             hd_cuda_kvariant v, CUfunction *f) {
+    char name[112];
+    kernel_entry_name(op, in, out, v, name, sizeof name);
     hd_cuda_src s;
     hd_cuda_src_init(&s, ctx);
     if (!hd_cuda_src_module(&s, op)) {
@@ -299,6 +367,25 @@ hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *na
                          : hd_cuda_function_src(ctx, d, s.text, s.len, name, f);
     hd_cuda_src_free(&s);
     return st;
+}
+
+hd_status hd_cuda_kernel(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype in, hd_dtype out,
+                         hd_cuda_kvariant variant, CUfunction *f) {
+    uint64_t key = kernel_key(op, in, out, variant);
+    if (d->kcap) {
+        const hd_cuda_kentry *k = &d->kernels[kernel_slot(d, key)];
+        if (k->key == key) {
+            *f = k->f;
+            return HD_OK;
+        }
+    }
+    if (kernel_load(ctx, d, op, in, out, variant, f) || kernel_table_grow(ctx, d))
+        return ctx->status;
+    hd_cuda_kentry *k = &d->kernels[kernel_slot(d, key)];
+    k->key = key;
+    k->f = *f;
+    d->kcount++;
+    return HD_OK;
 }
 
 hd_status hd_cuda_launch_grid(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, unsigned grid,

@@ -67,10 +67,8 @@ static hd_status blas_operand(hd_ctx *ctx, hd_tensor *t, const hd_tensor *out, i
  * contiguous operands. */
 static hd_status blas_int(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, const hd_tensor *ca,
                           const hd_tensor *cb, int64_t geo[6]) {
-    char name[96];
     CUfunction f;
-    if (hd_cuda_function(ctx, d, HD_OP_MATMUL,
-                         hd_cuda_kernel_name(HD_OP_MATMUL, out->dtype, out->dtype, name, 96), &f))
+    if (hd_cuda_kernel(ctx, d, HD_OP_MATMUL, out->dtype, out->dtype, HD_CUDA_K_MAIN, &f))
         return ctx->status;
     void *o = hd_tensor_data(out), *pa = hd_tensor_data(ca), *pb = hd_tensor_data(cb);
     void *args[] = {geo, &o, &pa, &pb};

@@ -188,6 +188,12 @@ typedef struct hd_cuda_module {
     struct hd_cuda_module *next;
 } hd_cuda_module;
 
+/* A loaded kernel by its key (cuda_backend.c's kernel table). */
+typedef struct hd_cuda_kentry {
+    uint64_t key; /* 0: empty */
+    CUfunction f;
+} hd_cuda_kentry;
+
 typedef struct hd_cuda_dev {
     int ready;
     CUdevice dev;
@@ -201,7 +207,9 @@ typedef struct hd_cuda_dev {
     size_t cached_bytes, live_bytes;
     hd_cuda_pool *pool;      /* set while a graph is captured */
     hd_cuda_module *modules; /* loaded modules by source hash */
-    CUdeviceptr flag;        /* one int the kernels set on bad indices */
+    hd_cuda_kentry *kernels; /* eager kernels by hd_cuda_kernel's key (open addressing) */
+    size_t kcap, kcount;
+    CUdeviceptr flag; /* one int the kernels set on bad indices */
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {
@@ -209,10 +217,24 @@ typedef struct hd_cuda_state {
 } hd_cuda_state;
 
 /* The context's state of device d, made current on this thread (made on
- * first use). NULL with an error when the device cannot be used. */
+ * first use). NULL with an error when the device cannot be used. The
+ * driver is asked to make the context current only when this thread's
+ * last one was another (a per-thread note, reset when a device closes). */
 hd_cuda_dev *hd_cuda_dev_get(hd_ctx *ctx, int device);
-/* The kernel `name` from the module generated for op (compiled, cached). */
-hd_status hd_cuda_function(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, CUfunction *f);
+/* Which entry point of an op's module for a dtype pair. */
+typedef enum {
+    HD_CUDA_K_MAIN,     /* k_<op>_<in>_<out> */
+    HD_CUDA_K_FIN,      /* k_<op>_<in>_<out>_fin: a split reduction's second pass */
+    HD_CUDA_K_LN_STATS, /* k_layer_norm_stats_<out> */
+    HD_CUDA_K_LN_DW,    /* k_layer_norm_dw_<out> */
+} hd_cuda_kvariant;
+
+/* The eager kernel of op for dtypes (in, out) and variant: one look-up in
+ * the device's table by a packed key; the module's source is generated,
+ * compiled and loaded (and the entry point looked up) only on the first
+ * call for the key. */
+hd_status hd_cuda_kernel(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype in, hd_dtype out,
+                         hd_cuda_kvariant variant, CUfunction *f);
 /* The kernel `name` of a module given as source (the cuda compiler's). */
 hd_status hd_cuda_function_src(hd_ctx *ctx, hd_cuda_dev *d, const char *src, size_t len,
                                const char *name, CUfunction *f);

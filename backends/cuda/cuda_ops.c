@@ -55,10 +55,11 @@ static void ew_geo(ops_ewgeo *g, const hd_tensor *out, hd_tensor *const *in, int
     memcpy(g->so, out->strides, (size_t)out->ndim * sizeof(int64_t));
 }
 
-static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *name, hd_tensor *out,
+/* op's kernel for dtypes (idt, out's) over out and in. */
+static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, hd_tensor *out,
                            hd_tensor *const *in, int nin, double s0, double s1) {
     CUfunction f;
-    if (hd_cuda_function(ctx, d, op, name, &f)) return ctx->status;
+    if (hd_cuda_kernel(ctx, d, op, idt, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     ops_ewgeo g;
     ew_geo(&g, out, in, nin);
     void *o = ops_ptr(out), *p[3] = {NULL, NULL, NULL};
@@ -69,14 +70,11 @@ static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const char *na
 
 static hd_status ops_elementwise(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                                  hd_tensor *const *in, int nin, const hd_attrs *attrs) {
-    char name[96];
     hd_dtype idt = op == HD_OP_WHERE ? out->dtype : in[0]->dtype;
     if (op == HD_OP_ASSIGN) /* dst view <- src (already of dst's dtype) */
-        return ew_launch(ctx, d, HD_OP_COPY, hd_cuda_kernel_name(HD_OP_COPY, idt, idt, name, 96),
-                         in[0], in + 1, 1, 0, 0);
-    hd_cuda_kernel_name(op, idt, out->dtype, name, sizeof name);
+        return ew_launch(ctx, d, HD_OP_COPY, idt, in[0], in + 1, 1, 0, 0);
     double s0 = attrs ? attrs->scalar[0] : 0, s1 = attrs ? attrs->scalar[1] : 0;
-    return ew_launch(ctx, d, op, name, out, in, nin, s0, s1);
+    return ew_launch(ctx, d, op, idt, out, in, nin, s0, s1);
 }
 
 /* concat: one strided copy per input into its slice of the output. */
@@ -84,15 +82,13 @@ static hd_status ops_concat(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tens
                             int nin, const hd_attrs *attrs) {
     int axis;
     if (hd_norm_axis(ctx, attrs->ints[0], out->ndim, &axis)) return ctx->status;
-    char name[96];
-    hd_cuda_kernel_name(HD_OP_COPY, out->dtype, out->dtype, name, sizeof name);
     int64_t at = 0;
     for (int i = 0; i < nin && !ctx->status; i++) {
         if (in[i]->numel == 0) continue;
         hd_tensor *slice = hd_tensor_view(ctx, out, in[i]->shape, out->strides, out->ndim,
                                           out->offset + at * out->strides[axis]);
         if (!slice) return ctx->status;
-        hd_status st = ew_launch(ctx, d, HD_OP_COPY, name, slice, &in[i], 1, 0, 0);
+        hd_status st = ew_launch(ctx, d, HD_OP_COPY, out->dtype, slice, &in[i], 1, 0, 0);
         hd_tensor_unref(slice);
         if (st) return st;
         at += in[i]->shape[axis];
@@ -128,11 +124,8 @@ static hd_status ops_reduce_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, in
 /* The second pass of a split reduction: each output's S partials. */
 static hd_status ops_reduce_fin(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, const hd_tensor *x,
                                 hd_tensor *out, const ops_rgeo *g, void *part, int64_t S) {
-    char name[96], fin[104];
     CUfunction f;
-    hd_cuda_kernel_name(op, x->dtype, out->dtype, name, sizeof name);
-    snprintf(fin, sizeof fin, "%s_fin", name);
-    if (hd_cuda_function(ctx, d, op, fin, &f)) return ctx->status;
+    if (hd_cuda_kernel(ctx, d, op, x->dtype, out->dtype, HD_CUDA_K_FIN, &f)) return ctx->status;
     void *o = ops_ptr(out);
     void *args[] = {(void *)g, &o, &part, &S};
     return ops_reduce_launch(ctx, d, f, g->nout, args);
@@ -162,10 +155,8 @@ static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
             g.ostr[g.ond++] = x->strides[i];
         }
     }
-    char name[96];
     CUfunction f;
-    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, out->dtype, name, 96), &f))
-        return ctx->status;
+    if (hd_cuda_kernel(ctx, d, op, x->dtype, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     void *o = ops_ptr(out), *a = ops_ptr(x), *part = NULL;
     double corr = (double)attrs->ints[0];
     int64_t chunk = ops_reduce_chunk(op, &g), parts = 0;
@@ -213,10 +204,8 @@ static hd_status ops_rows(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
         g.lb = b->strides[axis];
         g.lo = out->strides[axis];
     }
-    char name[96];
     CUfunction f;
-    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, 96), &f))
-        return ctx->status;
+    if (hd_cuda_kernel(ctx, d, op, out->dtype, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     void *o = ops_ptr(out), *pa = ops_ptr(in[0]), *pb = ops_ptr(b);
     void *args[] = {&g, &o, &pa, &pb};
     int64_t grid = g.rows < 65535 * 16 ? g.rows : 65535 * 16;
@@ -242,10 +231,8 @@ static hd_status ops_create(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
         return hd_error(ctx, HD_ERR_RUNTIME, "randn: std must be >= 0, got %g", s1);
     if (op == HD_OP_EYE && out->ndim != 2)
         return hd_error(ctx, HD_ERR_RUNTIME, "eye: output must have 2 dims");
-    char name[96];
     CUfunction f;
-    if (hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, 96), &f))
-        return ctx->status;
+    if (hd_cuda_kernel(ctx, d, op, out->dtype, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     if (op == HD_OP_RAND || op == HD_OP_RANDN) base = hd_rng_reserve(ctx, n);
     void *o = ops_ptr(out);
     void *args[] = {&n, &o, &s0, &s1, &s2, &key, &base, &cols, &exact};
@@ -311,13 +298,10 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
             ctx,
             a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0, hd_tensor_nbytes(out), d->stream),
             "cuMemsetD8Async");
-    char name[96];
     CUfunction f;
     hd_dtype dt = x ? x->dtype : HD_I64;
     if (!st)
-        st = hd_cuda_function(
-            ctx, d, op, hd_cuda_kernel_name(op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, name, 96),
-            &f);
+        st = hd_cuda_kernel(ctx, d, op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, HD_CUDA_K_MAIN, &f);
     if (!st) {
         int64_t J = idx->numel, n = op == HD_OP_INDEX_SELECT ? out->numel
                                     : op == HD_OP_INDEX_ADD  ? xc->numel
@@ -343,17 +327,13 @@ static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
     if (!x) return ctx->status;
     hd_status st = HD_OK;
     if (op == HD_OP_DROPOUT && !attrs->ints[0]) { /* not training: a copy, no draw */
-        char name[96];
-        st = ew_launch(ctx, d, HD_OP_COPY,
-                       hd_cuda_kernel_name(HD_OP_COPY, x->dtype, x->dtype, name, 96), out, &x, 1, 0,
-                       0);
+        st = ew_launch(ctx, d, HD_OP_COPY, x->dtype, out, &x, 1, 0, 0);
         hd_tensor_unref(x);
         return st;
     }
     uint64_t key = op == HD_OP_DROPOUT ? ctx->rng_seed : (uint64_t)attrs->ints[1];
-    char name[96];
     CUfunction f;
-    st = hd_cuda_function(ctx, d, op, hd_cuda_kernel_name(op, x->dtype, x->dtype, name, 96), &f);
+    st = hd_cuda_kernel(ctx, d, op, x->dtype, x->dtype, HD_CUDA_K_MAIN, &f);
     if (!st) {
         uint64_t base =
             op == HD_OP_DROPOUT ? hd_rng_reserve(ctx, x->numel) : (uint64_t)attrs->ints[2];
@@ -370,10 +350,7 @@ static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
 
 /* out <- t (a strided copy kernel on the device). */
 static hd_status ops_into(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *t) {
-    char name[96];
-    return ew_launch(ctx, d, HD_OP_COPY,
-                     hd_cuda_kernel_name(HD_OP_COPY, out->dtype, out->dtype, name, 96), out, &t, 1,
-                     0, 0);
+    return ew_launch(ctx, d, HD_OP_COPY, out->dtype, out, &t, 1, 0, 0);
 }
 
 /* r = op(a, b) or op(a) with attributes; steals nothing. */
@@ -524,11 +501,8 @@ static hd_status conv_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
         !(y = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, out->dtype, out->shape,
                                out->ndim)))
         st = ctx->status;
-    char name[96];
     CUfunction f;
-    if (!st)
-        st = hd_cuda_function(
-            ctx, d, op, hd_cuda_kernel_name(op, out->dtype, out->dtype, name, sizeof name), &f);
+    if (!st) st = hd_cuda_kernel(ctx, d, op, out->dtype, out->dtype, HD_CUDA_K_MAIN, &f);
     if (!st && out->numel) {
         void *o = ops_ptr(y), *p[3] = {NULL, NULL, NULL};
         for (int i = 0; i < nin; i++) p[i] = ops_ptr(c[i]);
@@ -587,17 +561,15 @@ static hd_status ln_dw(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *c
         y = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, out->dtype, out->shape,
                              out->ndim);
     hd_status r = st && y ? HD_OK : ctx->status;
-    char n1[64], n2n[64];
-    snprintf(n1, sizeof n1, "k_layer_norm_stats_%s", hd_dtype_name(out->dtype));
-    snprintf(n2n, sizeof n2n, "k_layer_norm_dw_%s", hd_dtype_name(out->dtype));
     CUfunction f1, f2;
     if (!r && g->rows && g->d) {
         void *ps = ops_ptr(st), *px = ops_ptr(x), *pg = ops_ptr(gc), *o = ops_ptr(y);
         void *a1[] = {g, &ps, &px}, *a2[] = {g, &o, &ps, &px, &pg};
         int64_t b1 = g->rows < 65535 * 16 ? g->rows : 65535 * 16;
         int64_t b2 = g->d < 65535 * 16 ? g->d : 65535 * 16;
-        r = hd_cuda_function(ctx, d, HD_OP_LAYER_NORM_BWD, n1, &f1) ||
-                    hd_cuda_function(ctx, d, HD_OP_LAYER_NORM_BWD, n2n, &f2) ||
+        hd_dtype dt = out->dtype;
+        r = hd_cuda_kernel(ctx, d, HD_OP_LAYER_NORM_BWD, dt, dt, HD_CUDA_K_LN_STATS, &f1) ||
+                    hd_cuda_kernel(ctx, d, HD_OP_LAYER_NORM_BWD, dt, dt, HD_CUDA_K_LN_DW, &f2) ||
                     hd_cuda_launch_grid(ctx, d, f1, (unsigned)b1, 256, a1) ||
                     hd_cuda_launch_grid(ctx, d, f2, (unsigned)b2, 256, a2)
                 ? ctx->status

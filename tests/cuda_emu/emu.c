@@ -24,7 +24,10 @@
  * needed. HODU_EMU_MEM_LIMIT (bytes) caps the device memory, to reach the
  * out-of-memory paths; HODU_EMU_KEEP keeps each compiled source (its path
  * goes to stderr); HODU_EMU_CXX and HODU_EMU_OPT choose the compiler and
- * its optimization flag. */
+ * its optimization flag. HODU_EMU_NOLAUNCH=1 makes launches (and the
+ * kernels of graph replays) do nothing, for measuring the host's time per
+ * op. hodu_emu_calls(name) counts the calls of each driver entry point
+ * (hodu_emu_calls_reset zeroes them), for tests that count driver calls. */
 #define _GNU_SOURCE
 #include "hd_dtype.h"
 
@@ -67,6 +70,57 @@ enum { NVRTC_SUCCESS = 0, NVRTC_ERROR_OUT_OF_MEMORY = 1, NVRTC_ERROR_COMPILATION
 enum { BLAS_SUCCESS = 0, BLAS_INVALID_VALUE = 7, BLAS_NOT_SUPPORTED = 15 };
 enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
 
+/* ---- call counts per entry point, for tests (hodu_emu_calls) ---- */
+
+#define EMU_COUNTED(X)                                                                             \
+    X(cuMemAlloc_v2)                                                                               \
+    X(cuMemFree_v2)                                                                                \
+    X(cuCtxSetCurrent)                                                                             \
+    X(cuStreamSynchronize)                                                                         \
+    X(cuMemcpyHtoDAsync_v2)                                                                        \
+    X(cuMemcpyDtoHAsync_v2)                                                                        \
+    X(cuMemcpyDtoDAsync_v2)                                                                        \
+    X(cuMemsetD8Async)                                                                             \
+    X(cuModuleLoadData)                                                                            \
+    X(cuModuleGetFunction)                                                                         \
+    X(cuLaunchKernel)                                                                              \
+    X(cuStreamBeginCapture_v2)                                                                     \
+    X(cuStreamEndCapture)                                                                          \
+    X(cuGraphInstantiateWithFlags)                                                                 \
+    X(cuGraphLaunch)                                                                               \
+    X(cuGraphExecDestroy)                                                                          \
+    X(cublasGemmStridedBatchedEx)
+
+#define EMU_COUNT_ENUM(name) EMU_N_##name,
+enum { EMU_COUNTED(EMU_COUNT_ENUM) EMU_N_COUNT };
+#define EMU_COUNT_NAME(name) #name,
+static const char *const emu_count_names[EMU_N_COUNT] = {EMU_COUNTED(EMU_COUNT_NAME)};
+static unsigned long long emu_counts[EMU_N_COUNT];
+#define EMU_COUNT(name) (emu_counts[EMU_N_##name]++)
+
+/* Calls of the entry point `name` (as exported, e.g. "cuLaunchKernel")
+ * since the last reset; NULL: all of them. */
+EMU_EXPORT unsigned long long hodu_emu_calls(const char *name) {
+    unsigned long long n = 0;
+    for (int i = 0; i < EMU_N_COUNT; i++)
+        if (!name || !strcmp(name, emu_count_names[i])) n += emu_counts[i];
+    return n;
+}
+
+EMU_EXPORT void hodu_emu_calls_reset(void) {
+    memset(emu_counts, 0, sizeof emu_counts);
+}
+
+/* HODU_EMU_NOLAUNCH: launches are checked, counted and then dropped. */
+static int emu_nolaunch(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("HODU_EMU_NOLAUNCH");
+        v = s && *s && strcmp(s, "0") != 0;
+    }
+    return v;
+}
+
 /* ---- memory: every allocation is known, so copies can be checked ---- */
 
 typedef struct emu_alloc {
@@ -91,6 +145,7 @@ static int mem_valid(CUdeviceptr p, size_t n) {
 }
 
 EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
+    EMU_COUNT(cuMemAlloc_v2);
     if (!out || n == 0) return CUDA_ERROR_INVALID_VALUE;
     if (mem_used + n > mem_limit()) return CUDA_ERROR_OUT_OF_MEMORY;
     if (mem_count == mem_cap) {
@@ -110,6 +165,7 @@ EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
 }
 
 EMU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+    EMU_COUNT(cuMemFree_v2);
     for (size_t i = 0; i < mem_count; i++) {
         if (mem_list[i].p != (char *)(uintptr_t)p) continue;
         free(mem_list[i].p);
@@ -161,6 +217,7 @@ EMU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
     return dev ? CUDA_ERROR_INVALID_VALUE : 0;
 }
 EMU_EXPORT CUresult cuCtxSetCurrent(void *ctx) {
+    EMU_COUNT(cuCtxSetCurrent);
     return ctx == &ctx_marker ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 EMU_EXPORT CUresult cuStreamCreate(emu_stream **s, unsigned flags) {
@@ -185,6 +242,7 @@ static CUresult stream_unsupported(emu_stream *s) {
 }
 
 EMU_EXPORT CUresult cuStreamSynchronize(emu_stream *s) {
+    EMU_COUNT(cuStreamSynchronize);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
     return s->capturing ? stream_unsupported(s) : CUDA_SUCCESS;
 }
@@ -268,6 +326,7 @@ static emu_node *node_new(int kind) {
 
 EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n,
                                          emu_stream *s) {
+    EMU_COUNT(cuMemcpyHtoDAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
     if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
     memcpy((void *)(uintptr_t)dst, src, n);
@@ -275,6 +334,7 @@ EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_
 }
 
 EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, emu_stream *s) {
+    EMU_COUNT(cuMemcpyDtoHAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
     if (!mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
     memcpy(dst, (const void *)(uintptr_t)src, n);
@@ -283,6 +343,7 @@ EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, e
 
 EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                          emu_stream *s) {
+    EMU_COUNT(cuMemcpyDtoDAsync_v2);
     if (!mem_valid(dst, n) || !mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
     emu_node *c = node_new(NODE_COPY);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -293,6 +354,7 @@ EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_
 }
 
 EMU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, emu_stream *s) {
+    EMU_COUNT(cuMemsetD8Async);
     if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
     emu_node *c = node_new(NODE_SET);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -350,6 +412,7 @@ static int temp_write(char *path, size_t cap, const char *suffix, const void *p,
 }
 
 EMU_EXPORT CUresult cuModuleLoadData(emu_module **out, const void *img) {
+    EMU_COUNT(cuModuleLoadData);
     const char *c = img;
     if (!c || memcmp(c, IMAGE_MAGIC, 8)) return CUDA_ERROR_INVALID_IMAGE;
     uint64_t n;
@@ -384,6 +447,7 @@ EMU_EXPORT CUresult cuModuleUnload(emu_module *m) {
 }
 
 EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char *name) {
+    EMU_COUNT(cuModuleGetFunction);
     char sym[512];
     snprintf(sym, sizeof sym, "%s__emu_run", name);
     void *run = dlsym(m->so, sym);
@@ -538,6 +602,7 @@ static int block_run(emu_node *n, unsigned nthreads) {
 }
 
 static CUresult kernel_run(emu_node *n) {
+    if (emu_nolaunch()) return CUDA_SUCCESS;
     emu_state *st = n->fn->state;
     unsigned nthreads = n->block[0] * n->block[1] * n->block[2];
     st->sync = n->fn->sync ? fib_sync : fib_sync_direct;
@@ -564,11 +629,13 @@ static CUresult kernel_run(emu_node *n) {
 EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                    unsigned by, unsigned bz, unsigned shmem, emu_stream *s,
                                    void **params, void **extra) {
+    EMU_COUNT(cuLaunchKernel);
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
     unsigned long long threads = (unsigned long long)bx * by * bz;
     if (!gx || !gy || !gz || !threads || threads > 1024 || gx > 0x7fffffffu || gy > 65535 ||
         gz > 65535 || shmem > 48 * 1024 || extra || (f->nparams && !params))
         return CUDA_ERROR_INVALID_VALUE;
+    if (emu_nolaunch() && !(s && s->capturing)) return CUDA_SUCCESS;
     emu_node *n = node_new(NODE_KERNEL);
     size_t total = 0;
     for (int i = 0; i < f->nparams; i++) total += (f->sizes[i] + 15) & ~(size_t)15;
@@ -671,6 +738,7 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
                                           long long sa, const void *B, int bt, int ldb,
                                           long long sb, const void *beta, void *C, int ct, int ldc,
                                           long long sc, int batch, int compute, int algo) {
+    EMU_COUNT(cublasGemmStridedBatchedEx);
     (void)algo;
     if (!h) return 1;
     if (at != bt || at != ct || m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1)
@@ -710,6 +778,7 @@ typedef struct emu_graph {
 } emu_graph;
 
 EMU_EXPORT CUresult cuStreamBeginCapture_v2(emu_stream *s, int mode) {
+    EMU_COUNT(cuStreamBeginCapture_v2);
     (void)mode;
     if (!s) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream */
     if (s->capturing) return CUDA_ERROR_INVALID_VALUE;
@@ -721,6 +790,7 @@ EMU_EXPORT CUresult cuStreamBeginCapture_v2(emu_stream *s, int mode) {
 }
 
 EMU_EXPORT CUresult cuStreamEndCapture(emu_stream *s, emu_graph **out) {
+    EMU_COUNT(cuStreamEndCapture);
     if (!s || !s->capturing) return CUDA_ERROR_INVALID_VALUE;
     s->capturing = 0;
     *out = NULL;
@@ -741,6 +811,7 @@ EMU_EXPORT CUresult cuStreamEndCapture(emu_stream *s, emu_graph **out) {
  * instantiated). */
 EMU_EXPORT CUresult cuGraphInstantiateWithFlags(emu_graph **exec, emu_graph *g,
                                                 unsigned long long flags) {
+    EMU_COUNT(cuGraphInstantiateWithFlags);
     (void)flags;
     emu_graph *e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -773,6 +844,7 @@ oom:
 }
 
 EMU_EXPORT CUresult cuGraphLaunch(emu_graph *e, emu_stream *s) {
+    EMU_COUNT(cuGraphLaunch);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
     if (s && s->capturing) return stream_unsupported(s);
     for (emu_node *n = e->head; n; n = n->next) {
@@ -789,6 +861,7 @@ static CUresult graph_free(emu_graph *g) {
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuGraphExecDestroy(emu_graph *e) {
+    EMU_COUNT(cuGraphExecDestroy);
     return graph_free(e);
 }
 EMU_EXPORT CUresult cuGraphDestroy(emu_graph *g) {

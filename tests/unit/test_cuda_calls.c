@@ -1,0 +1,240 @@
+/* Driver calls on the hot paths, counted by the emulator (hodu_emu_calls):
+ * once warm, an eager elementwise op makes exactly one launch and no
+ * module look-up, context switch, synchronization, allocation or copy; a
+ * compiled call (a CUDA Graph replay) whose tensors stay where they were
+ * makes one graph launch and no copies; new addresses are captured again
+ * (and the results stay right). It counts calls, not times. Runs on the
+ * emulator only (emu.test_cuda_calls): elsewhere it reports SKIPPED (77). */
+#include "hd_test.h"
+#include "hd_backend.h"
+#include "hd_compile.h"
+#include "hd_trace.h"
+
+#if HODU_HAVE_CUDA
+#include <dlfcn.h>
+
+static unsigned long long (*emu_calls)(const char *);
+static void (*emu_reset)(void);
+
+static int emu_open(void) {
+    const char *lib = getenv("HODU_CUDA_DRIVER");
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!h) return 0;
+    *(void **)&emu_calls = dlsym(h, "hodu_emu_calls");
+    *(void **)&emu_reset = dlsym(h, "hodu_emu_calls_reset");
+    return emu_calls && emu_reset;
+}
+
+static hd_tensor *dev_tensor(hd_ctx *ctx, const float *v, int64_t rows, int64_t cols) {
+    int64_t shape[2] = {rows, cols};
+    hd_tensor *h = hd_tensor_from_data(ctx, HD_F32, shape, cols ? 2 : 1, v), *d = NULL;
+    if (h) hd_tensor_to_device(ctx, h, &hd_cuda_backend, 0, &d);
+    hd_tensor_unref(h);
+    return d;
+}
+
+static float host_at(hd_ctx *ctx, hd_tensor *t, int64_t i) {
+    hd_tensor *h = hd_tensor_to_host(ctx, t);
+    float v = h ? (float)hd_tensor_get(h, i) : -12345.0f;
+    hd_tensor_unref(h);
+    return v;
+}
+
+/* Calls other than launches that an eager op must not make. */
+static unsigned long long other_calls(void) {
+    static const char *const names[] = {
+        "cuModuleGetFunction",  "cuModuleLoadData",     "cuCtxSetCurrent",
+        "cuStreamSynchronize",  "cuMemAlloc_v2",        "cuMemFree_v2",
+        "cuMemcpyDtoDAsync_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2"};
+    unsigned long long n = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) n += emu_calls(names[i]);
+    return n;
+}
+
+static void check_eager(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin) {
+    hd_tensor *r = NULL;
+    for (int i = 0; i < 3; i++) { /* warm: module compiled, kernel in the table, memory cached */
+        CHECK(hd_op_run(ctx, op, in, nin, NULL, &r) == HD_OK);
+        hd_tensor_unref(r);
+        r = NULL;
+    }
+    emu_reset();
+    CHECK(hd_op_run(ctx, op, in, nin, NULL, &r) == HD_OK);
+    CHECK_MSG(emu_calls("cuLaunchKernel") == 1, "%s: %llu launches", hd_op_name(op),
+              emu_calls("cuLaunchKernel"));
+    CHECK_MSG(other_calls() == 0, "%s: %llu other driver calls", hd_op_name(op), other_calls());
+    hd_tensor_unref(r);
+}
+
+static void test_eager(hd_ctx *ctx) {
+    const float xv[4] = {1, -2, 3, -4}, yv[4] = {10, 20, 30, 40};
+    hd_tensor *x = dev_tensor(ctx, xv, 4, 0), *y = dev_tensor(ctx, yv, 4, 0);
+    hd_tensor *a = dev_tensor(ctx, xv, 4, 1), *b = dev_tensor(ctx, yv, 1, 4);
+    CHECK(x && y && a && b);
+    if (!x || !y || !a || !b) return;
+    hd_tensor *xy[2] = {x, y}, *ab[2] = {a, b};
+    check_eager(ctx, HD_OP_ADD, xy, 2);
+    check_eager(ctx, HD_OP_RELU, xy, 1);
+    check_eager(ctx, HD_OP_MUL, ab, 2); /* broadcasting: strided geometry, same kernel */
+    hd_tensor *r = NULL;
+    CHECK(hd_op_run(ctx, HD_OP_ADD, xy, 2, NULL, &r) == HD_OK);
+    CHECK(r && host_at(ctx, r, 3) == 36.0f);
+    hd_tensor_unref(r);
+    hd_tensor *all[] = {x, y, a, b};
+    for (int i = 0; i < 4; i++) hd_tensor_unref(all[i]);
+}
+
+/* y = relu(x @ w + b) * 2 with x, w, b inputs of the graph. */
+static hd_ir_graph *trace_layer(hd_ctx *ctx, hd_tensor *const *args) {
+    static const char *const names[] = {"x", "w", "b"};
+    hd_tensor *s[3] = {NULL, NULL, NULL}, *t[4] = {NULL, NULL, NULL, NULL};
+    hd_ir_graph *g = NULL;
+    if (hd_trace_begin(ctx, "layer")) return NULL;
+    for (int i = 0; i < 3; i++)
+        s[i] = hd_trace_input(ctx, names[i], HD_F32, args[i]->shape, args[i]->ndim);
+    hd_tensor *two = hd_tensor_number(ctx, HD_F32, 2.0);
+    hd_tensor *mm[2] = {s[0], s[1]}, *ad[2] = {NULL, s[2]}, *mu[2] = {NULL, two};
+    hd_status st = hd_op_run(ctx, HD_OP_MATMUL, mm, 2, NULL, &t[0]);
+    ad[0] = t[0];
+    if (!st) st = hd_op_run(ctx, HD_OP_ADD, ad, 2, NULL, &t[1]);
+    if (!st) st = hd_op_run(ctx, HD_OP_RELU, &t[1], 1, NULL, &t[2]);
+    mu[0] = t[2];
+    if (!st) st = hd_op_run(ctx, HD_OP_MUL, mu, 2, NULL, &t[3]);
+    if (!st) st = hd_trace_output(ctx, "y", t[3]);
+    if (!st)
+        st = hd_trace_end(ctx, &g);
+    else
+        hd_trace_abort(ctx);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(t[i]);
+    for (int i = 0; i < 3; i++) hd_tensor_unref(s[i]);
+    hd_tensor_unref(two);
+    return g;
+}
+
+/* One compiled call; y[0] and the calls it made. */
+static float run_once(hd_ctx *ctx, hd_jit_exec *e, hd_tensor **args, hd_tensor **keep) {
+    hd_tensor *y = NULL;
+    CHECK_MSG(hd_jit_cuda.run(ctx, e, args, 3, &y, 1) == HD_OK, "run: %s", ctx->errmsg);
+    float v = y ? host_at(ctx, y, 0) : -1.0f;
+    if (keep) {
+        hd_tensor_unref(*keep);
+        *keep = y;
+    } else {
+        hd_tensor_unref(y);
+    }
+    return v;
+}
+
+static void test_compiled(hd_ctx *ctx) {
+    const float xv[2] = {1, 2}, wv[4] = {1, 0, 0, 1}, bv[2] = {0.5f, -10};
+    hd_tensor *args[3] = {dev_tensor(ctx, xv, 1, 2), dev_tensor(ctx, wv, 2, 2),
+                          dev_tensor(ctx, bv, 2, 0)};
+    const float x2v[2] = {4, 8};
+    hd_tensor *x2 = dev_tensor(ctx, x2v, 1, 2), *old = args[0];
+    hd_ir_graph *g = args[0] && args[1] && args[2] && x2 ? trace_layer(ctx, args) : NULL;
+    CHECK_MSG(g != NULL, "trace: %s", ctx->errmsg);
+    if (!g) {
+        hd_tensor_unref(x2);
+        for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
+        return;
+    }
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    o.device = "cuda:0";
+    hd_jit_exec *e = NULL;
+    CHECK_MSG(hd_jit_cuda.compile(ctx, g, &o, &e) == HD_OK, "compile: %s", ctx->errmsg);
+    if (!e) {
+        hd_ir_graph_free(g);
+        hd_tensor_unref(x2);
+        for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
+        return;
+    }
+    CHECK(run_once(ctx, e, args, NULL) == 3.0f); /* launch by launch */
+    CHECK(run_once(ctx, e, args, NULL) == 3.0f); /* captured */
+    hd_jit_stats st;
+    emu_reset();
+    hd_tensor *y = NULL;
+    CHECK(hd_jit_cuda.run(ctx, e, args, 3, &y, 1) == HD_OK); /* replayed */
+    CHECK_MSG(emu_calls("cuGraphLaunch") == 1, "%llu graph launches", emu_calls("cuGraphLaunch"));
+    CHECK_MSG(emu_calls("cuMemcpyDtoDAsync_v2") == 0, "%llu copies",
+              emu_calls("cuMemcpyDtoDAsync_v2"));
+    CHECK(emu_calls("cuLaunchKernel") == 0 && emu_calls("cuStreamBeginCapture_v2") == 0);
+    CHECK(emu_calls("cuCtxSetCurrent") == 0 && emu_calls("cuStreamSynchronize") == 0);
+    CHECK(emu_calls("cuMemAlloc_v2") == 0);
+    hd_jit_cuda.stats(e, &st);
+    CHECK(st.cuda_graph && st.launches == 1);
+    CHECK(y && host_at(ctx, y, 0) == 3.0f && host_at(ctx, y, 1) == 0.0f);
+    hd_tensor_unref(y);
+
+    /* a new x elsewhere: captured again, the new values used */
+    args[0] = x2;
+    emu_reset();
+    CHECK(run_once(ctx, e, args, NULL) == 9.0f);
+    CHECK(emu_calls("cuStreamBeginCapture_v2") == 1 && emu_calls("cuMemcpyDtoDAsync_v2") == 0);
+    emu_reset();
+    CHECK(run_once(ctx, e, args, NULL) == 9.0f); /* and replayed */
+    CHECK(emu_calls("cuStreamBeginCapture_v2") == 0 && emu_calls("cuGraphLaunch") == 1);
+    args[0] = old; /* back: its graph is still there */
+    emu_reset();
+    CHECK(run_once(ctx, e, args, NULL) == 3.0f);
+    CHECK(emu_calls("cuStreamBeginCapture_v2") == 0 && emu_calls("cuGraphLaunch") == 1);
+
+    /* the result kept across calls (y = f(x)): two addresses, two graphs */
+    hd_tensor *keep = NULL;
+    for (int i = 0; i < 4; i++) run_once(ctx, e, args, &keep);
+    emu_reset();
+    CHECK(run_once(ctx, e, args, &keep) == 3.0f);
+    CHECK(emu_calls("cuStreamBeginCapture_v2") == 0 && emu_calls("cuGraphLaunch") == 1);
+    CHECK(emu_calls("cuMemcpyDtoDAsync_v2") == 0);
+
+    /* an input that moves at every call ends up copied, with fixed graphs */
+    enum { NMOVE = 24 };
+    hd_tensor *xs[NMOVE];
+    for (int i = 0; i < NMOVE; i++) {
+        float v[2] = {(float)i, 0};
+        xs[i] = dev_tensor(ctx, v, 1, 2);
+    }
+    for (int i = 0; i < NMOVE; i++) {
+        args[0] = xs[i];
+        CHECK(xs[i] && run_once(ctx, e, args, &keep) == (float)i * 2 + 1);
+    }
+    for (int i = 0; i < NMOVE; i++) hd_tensor_unref(xs[i]);
+    emu_reset();
+    const float x3v[2] = {5, 0};
+    hd_tensor *x3 = dev_tensor(ctx, x3v, 1, 2);
+    args[0] = x3;
+    CHECK(run_once(ctx, e, args, &keep) == 11.0f);
+    CHECK(emu_calls("cuStreamBeginCapture_v2") == 0 && emu_calls("cuGraphLaunch") == 1);
+    args[0] = old;
+    hd_tensor_unref(x3);
+    hd_tensor_unref(keep);
+    hd_tensor_unref(x2);
+    hd_jit_cuda.free(ctx, e);
+    hd_ir_graph_free(g);
+    for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
+}
+
+int main(void) {
+    hd_ctx ctx;
+    hd_ctx_init(&ctx, NULL, NULL);
+    int dev = hd_cuda_backend.available(&ctx, 0) == HD_OK;
+    hd_error_clear(&ctx);
+    if (!dev || !emu_open()) {
+        hd_ctx_release(&ctx);
+        printf("SKIPPED: needs the CUDA emulator (its call counts)\n");
+        return 77;
+    }
+    test_eager(&ctx);
+    test_compiled(&ctx);
+    hd_ctx_release(&ctx);
+    TEST_END();
+}
+
+#else
+int main(void) {
+    (void)hd_test_pass;
+    (void)hd_test_fail;
+    printf("SKIPPED: this build has no CUDA backend\n");
+    return 77;
+}
+#endif
