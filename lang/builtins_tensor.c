@@ -580,19 +580,10 @@ void hd_tunref_all(hd_tensor **t, int n) {
 
 /* Integer % and ** have no value for a zero divisor or a negative power:
  * a program's op is refused, as for int scalars and in PyTorch, instead of
- * the 0 the kernels give. Compiled code checks a divisor it knows as it
- * traces (a constant); one it gets only when it runs goes to the kernels
- * (docs/compiled.md). */
-static hd_status int_operand_check(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in,
-                                   int nin) {
-    if ((op != HD_OP_MOD && op != HD_OP_POW) || nin != 2) return HD_OK;
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    hd_tensor *b = in[1];
-    if (hd_dtype_is_float(in[0]->dtype) || hd_dtype_is_float(b->dtype) || !b->storage ||
-        hd_trace_stands_for_input(ctx, b))
-        return HD_OK;
+ * the 0 the kernels give. */
+static hd_status int_operand_values(hd_ctx *ctx, hd_op op, hd_tensor *b) {
     hd_tensor *h = hd_tensor_to_host(ctx, b);
-    if (!h) return hd_tfail(vm, fname);
+    if (!h) return ctx->status;
     hd_status st = HD_OK;
     for (int64_t i = 0; i < h->numel && !st; i++) {
         int64_t v = hd_tensor_get_i64(h, i);
@@ -605,7 +596,50 @@ static hd_status int_operand_check(hd_vm *vm, const char *fname, hd_op op, hd_te
                           (long long)v);
     }
     hd_tensor_unref(h);
-    return st ? hd_tfail(vm, fname) : HD_OK;
+    return st;
+}
+
+/* The check as a step of compiled code, at every run (ud: the op). */
+static hd_status int_operand_run(hd_ctx *ctx, void *ud, hd_tensor *const *args, int nargs) {
+    HD_UNUSED(nargs);
+    hd_op op = (hd_op)(intptr_t)ud;
+    hd_status st = int_operand_values(ctx, op, args[0]);
+    if (st && st != HD_ERR_MEMORY && st != HD_ERR_LIMIT) {
+        char msg[HD_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", hd_error_message(ctx));
+        hd_error_clear(ctx);
+        st = hd_error(ctx, st, "%s: %s", op == HD_OP_MOD ? "%" : "**", msg);
+    }
+    return st;
+}
+
+static void *int_operand_dup(void *ud) {
+    return ud;
+}
+
+static void int_operand_free(hd_ctx *ctx, void *ud) {
+    HD_UNUSED(ctx);
+    HD_UNUSED(ud);
+}
+
+/* Checked now when the divisor's values are known; inside compiled code,
+ * one known only when the code runs (an input, a computed value) gets a
+ * check step that runs before the op at every call, so compiled code
+ * refuses what eager code refuses. */
+static hd_status int_operand_check(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in,
+                                   int nin) {
+    if ((op != HD_OP_MOD && op != HD_OP_POW) || nin != 2) return HD_OK;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *b = in[1];
+    if (hd_dtype_is_float(in[0]->dtype) || hd_dtype_is_float(b->dtype)) return HD_OK;
+    if (!b->storage || hd_trace_stands_for_input(ctx, b)) {
+        if (!hd_trace_active(ctx)) return HD_OK;
+        hd_ir_callback cb = {op == HD_OP_MOD ? "integer % check" : "integer ** check",
+                             int_operand_run, (void *)(intptr_t)op, int_operand_dup,
+                             int_operand_free};
+        return hd_trace_callback(ctx, &cb, &b, 1) ? hd_tfail(vm, fname) : HD_OK;
+    }
+    return int_operand_values(ctx, op, b) ? hd_tfail(vm, fname) : HD_OK;
 }
 
 hd_status hd_trun_t(hd_vm *vm, const char *fname, hd_op op, hd_tensor **in, int nin,
