@@ -88,6 +88,7 @@ hodu_status hodu_script_run(hodu_script *handle) {
     if (!hs) return HODU_ERROR_ARGUMENT;
     hd_api_vm *h = hs->owner;
     if (hd_api_enter(h, "hodu_script_run")) return HODU_ERROR_ARGUMENT;
+    hd_vm_run_begin(h->vm); /* interrupts and time_limit_ms reach its kernels */
     hd_status st = hd_script_run(hs->s);
     hd_api_leave(h);
     return st == HD_OK ? HODU_OK : hd_api_ctx_error(h);

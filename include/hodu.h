@@ -86,7 +86,7 @@ typedef void (*hodu_write_fn)(void *ud, const char *s, size_t n);
 typedef struct hodu_options {
     size_t memory_limit; /* bytes of tensor and VM memory; 0: no limit */
     uint64_t max_steps;  /* loop iterations and calls per hodu_eval / hodu_call; 0: none */
-    /* wall-clock milliseconds per hodu_eval / hodu_call, checked between
+    /* wall-clock milliseconds per hodu_eval / hodu_call / hodu_script_run, checked between
      * statements' loop iterations and calls and inside long kernels;
      * HODU_ERROR_LIMIT "time limit (N ms) exceeded"; 0: none */
     uint32_t time_limit_ms;

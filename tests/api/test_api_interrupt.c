@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(void) {
     struct timespec ts;
@@ -161,9 +162,31 @@ static void test_time_limit(void) {
         CHECK_MSG(took < (slow ? slow : bound), "%s: ran %.1f ms", src, took);
         CHECK_OK(vm, hodu_eval(vm, "let ok = ones([3]).sum()", NULL));
     }
+    /* a saved script run from the host: its kernels stop too */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/hodu_api_long_%ld.hoduscript", (long)getpid());
+    char src[512];
+    snprintf(src, sizeof src,
+             "let s = script(\"long\") {\n    let x = input(\"x\", [1])\n"
+             "    output(\"y\", x.expand([10**11]).sum())\n}\ns.save(\"%s\")",
+             path);
+    CHECK_OK(vm, hodu_eval(vm, src, NULL));
+    hodu_script *s = hodu_script_load(vm, path);
+    int64_t one = 1;
+    hodu_tensor *x = hodu_tensor_new(vm, HODU_F32, &one, 1);
+    CHECK_OK(vm, hodu_script_set_input(s, "x", x));
+    double t0 = now_ms();
+    CHECK_ST(vm, hodu_script_run(s), HODU_ERROR_LIMIT);
+    CHECK_ERR(vm, "time limit (150 ms) exceeded");
+    double took = now_ms() - t0;
+    printf("%-60.60s stopped after %.1f ms\n", "hodu_script_run of a 1e11-element sum", took);
+    CHECK_MSG(took < (slow ? slow : 200), "hodu_script_run ran %.1f ms", took);
+    hodu_tensor_release(x);
+    hodu_script_free(s);
+    remove(path);
     /* a call from the host has its own limit */
     CHECK_OK(vm, hodu_eval(vm, "fn spin() { while true { } }", NULL));
-    double t0 = now_ms();
+    t0 = now_ms();
     CHECK_ST(vm, hodu_call(vm, "spin", NULL, 0, NULL), HODU_ERROR_LIMIT);
     CHECK_ERR(vm, "time limit (150 ms) exceeded");
     CHECK(now_ms() - t0 >= 150);
