@@ -218,6 +218,12 @@ static int hd_io_zip_by_offset(const void *a, const void *b) {
 static hd_status hd_io_zip_directory(hd_io_zip *z) {
     if (hd_io_zip_end(z)) return HD_ERR_IO;
     if (z->count == 0) return HD_OK;
+    /* the entry count is a claim too: each entry takes 46 bytes at least */
+    if (z->count > z->cd_size / 46)
+        return hd_error(z->ctx, HD_ERR_IO,
+                        "%s: central directory of %zu bytes cannot hold the %zu entries the end "
+                        "record claims",
+                        z->name, z->cd_size, z->count);
     z->m = hd_ctx_calloc(z->ctx, z->count, sizeof *z->m);
     if (!z->m) return HD_ERR_MEMORY;
     size_t q = z->cd_off;

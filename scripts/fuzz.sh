@@ -21,12 +21,17 @@ targets=("$@")
 jobs=${HODU_JOBS:-$(nproc)}
 dir=${HODU_FUZZ_DIR:-build-fuzz}
 src=tests/fuzz
+# undefined behaviour stops the run, so that libFuzzer keeps the input
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 if [ ! -f "$dir/CMakeCache.txt" ]; then
     CC=${HODU_FUZZ_CC:-clang} cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DHODU_FUZZ=ON >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 fi
 cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+# The seed corpora first, every file once: the findings kept as regressions.
+ctest --test-dir "$dir" --output-on-failure -j "$jobs" \
+    -R "^fuzz\.($(IFS='|'; echo "${targets[*]}"))_corpus\$"
 
 # libFuzzer options of one target: dictionary, input size and the limits.
 # The loaders work in a 1 MiB context, so a single malloc of 16 MiB, or an
@@ -56,7 +61,7 @@ fuzz_one() {
     mode="-max_total_time=$secs"
     [ $keep = 1 ] && mode="$mode -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1"
     # shellcheck disable=SC2046
-    "$dir/tests/fuzz/fuzz_$t" $mode $(fuzz_options "$t") -jobs=1 -print_final_stats=1 \
+    "$dir/tests/fuzz/fuzz_$t" $mode $(fuzz_options "$t") -print_final_stats=1 \
         -artifact_prefix="$out/findings/" "$out/corpus" $(fuzz_seeds "$t") >"$out/log" 2>&1
 }
 
