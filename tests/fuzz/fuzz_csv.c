@@ -1,8 +1,8 @@
 /* libFuzzer target for the CSV reader (hd_io_read_csv_buffer) under a
  * 1 MiB memory limit: see fuzz_io.h for the checks. A file that reads is a
  * [rows, cols] f32 tensor with at least one row, or a header row alone (a
- * [0, cols] tensor); the header, when there is one, names every column. Then the read runs again with an allocation
- * failing part-way. */
+ * [0, cols] tensor); the header, when there is one, names every column. Then the read runs again
+ * with an allocation failing part-way. */
 #include "fuzz_io.h"
 
 static void fuzz_csv_valid(const hd_tensor *t, const hd_io_strings *header) {

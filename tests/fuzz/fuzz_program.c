@@ -63,7 +63,8 @@ static void fuzz_prog_untrack(void *p, size_t osize) {
 static void fuzz_prog_record(void *p, size_t n) {
     if (fuzz_prog_nblocks == fuzz_prog_capblocks) {
         fuzz_prog_capblocks = fuzz_prog_capblocks ? 2 * fuzz_prog_capblocks : 1024;
-        fuzz_prog_blocks = realloc(fuzz_prog_blocks, fuzz_prog_capblocks * sizeof *fuzz_prog_blocks);
+        fuzz_prog_blocks =
+            realloc(fuzz_prog_blocks, fuzz_prog_capblocks * sizeof *fuzz_prog_blocks);
         if (!fuzz_prog_blocks) abort();
     }
     fuzz_prog_block *b = &fuzz_prog_blocks[fuzz_prog_nblocks++];
@@ -77,7 +78,8 @@ static void fuzz_prog_print_blocks(void) {
         fprintf(stderr, "fuzz_program: %zu bytes left, allocated at:\n", fuzz_prog_blocks[i].n);
         for (int k = 1; k < fuzz_prog_blocks[i].nframes; k++) {
             char buf[512];
-            __sanitizer_symbolize_pc(fuzz_prog_blocks[i].frames[k], "    %p %F %L", buf, sizeof buf);
+            __sanitizer_symbolize_pc(fuzz_prog_blocks[i].frames[k], "    %p %F %L", buf,
+                                     sizeof buf);
             fprintf(stderr, "%s\n", buf);
         }
     }
@@ -154,7 +156,8 @@ static hodu_status fuzz_prog_eval(hodu_vm *vm, const char *src) {
     if (hodu_error_status(vm) != st) fuzz_fail("hodu_error_status disagrees", st);
     const char *msg = hodu_error_message(vm);
     if (st != HODU_OK && !(msg && msg[0])) fuzz_fail("error without a message", st);
-    if (fuzz_prog_verbose) fprintf(stderr, "%s after %lld ms: %s\n", hodu_status_name(st), (long long)ms, msg);
+    if (fuzz_prog_verbose)
+        fprintf(stderr, "%s after %lld ms: %s\n", hodu_status_name(st), (long long)ms, msg);
     return st;
 }
 

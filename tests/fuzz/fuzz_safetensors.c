@@ -10,8 +10,7 @@ static void fuzz_st_roundtrip(hd_ctx *ctx, const hd_io_list *l) {
     hd_status st = hd_io_save_safetensors_bytes(ctx, "again.safetensors", l, &b);
     fuzz_check(st == HD_OK);
     hd_io_list u;
-    fuzz_check(hd_io_load_safetensors_buffer(ctx, "again.safetensors", b.data, b.len, &u) ==
-               HD_OK);
+    fuzz_check(hd_io_load_safetensors_buffer(ctx, "again.safetensors", b.data, b.len, &u) == HD_OK);
     fuzz_io_same_list(l, &u);
     hd_io_list_free(ctx, &u);
     hd_io_bytes_free(ctx, &b);
