@@ -60,7 +60,7 @@ fuzz_one() {
     mkdir -p "$out/corpus" "$out/findings"
     mode="-max_total_time=$secs"
     [ $keep = 1 ] && mode="$mode -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1"
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046,SC2086 # options are words
     "$dir/tests/fuzz/fuzz_$t" $mode $(fuzz_options "$t") -print_final_stats=1 \
         -artifact_prefix="$out/findings/" "$out/corpus" $(fuzz_seeds "$t") >"$out/log" 2>&1
 }
