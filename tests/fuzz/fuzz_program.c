@@ -34,7 +34,8 @@ typedef struct {
 } fuzz_prog_mem;
 
 /* HODU_FUZZ_TRACK set: every live block with the stack that made it, so
- * that bytes left after hodu_vm_free can be traced to their allocation. */
+ * that bytes left after hodu_vm_free can be traced to their allocation
+ * (slow: a linear search at each free). */
 #define FUZZ_PROG_FRAMES 14
 typedef struct {
     void *p;
@@ -47,14 +48,9 @@ static int fuzz_prog_track;
 static fuzz_prog_block *fuzz_prog_blocks;
 static size_t fuzz_prog_nblocks, fuzz_prog_capblocks;
 
-static void fuzz_prog_untrack(void *p, size_t osize) {
+static void fuzz_prog_untrack(void *p) {
     for (size_t i = 0; i < fuzz_prog_nblocks; i++)
         if (fuzz_prog_blocks[i].p == p) {
-            if (fuzz_prog_blocks[i].n != osize) {
-                fprintf(stderr, "fuzz_program: block of %zu bytes given back as %zu\n",
-                        fuzz_prog_blocks[i].n, osize);
-                __sanitizer_print_stack_trace();
-            }
             fuzz_prog_blocks[i] = fuzz_prog_blocks[--fuzz_prog_nblocks];
             return;
         }
@@ -85,21 +81,36 @@ static void fuzz_prog_print_blocks(void) {
     }
 }
 
+/* Each block carries its size in a 16-byte header (malloc's alignment kept),
+ * so a block given back with another size than it was allocated with is
+ * caught where it happens. */
+#define FUZZ_PROG_HEADER 16
+
 static void *fuzz_prog_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     fuzz_prog_mem *m = ud;
-    if (fuzz_prog_track && ptr) fuzz_prog_untrack(ptr, osize);
+    unsigned char *blk = ptr ? (unsigned char *)ptr - FUZZ_PROG_HEADER : NULL;
+    if (blk) {
+        size_t had;
+        memcpy(&had, blk, sizeof had);
+        if (had != osize)
+            fuzz_fail("block given back with another size; allocated", (long long)had);
+    }
+    if (fuzz_prog_track && ptr) fuzz_prog_untrack(ptr);
     if (nsize == 0) {
-        free(ptr);
-        m->live -= osize;
+        free(blk);
+        m->live -= ptr ? osize : 0;
         return NULL;
     }
-    void *p = realloc(ptr, nsize);
-    if (fuzz_prog_track && (p || ptr)) fuzz_prog_record(p ? p : ptr, p ? nsize : osize);
-    if (!p) return NULL;
+    unsigned char *q =
+        nsize <= SIZE_MAX - FUZZ_PROG_HEADER ? realloc(blk, nsize + FUZZ_PROG_HEADER) : NULL;
+    if (fuzz_prog_track && (q || ptr))
+        fuzz_prog_record(q ? q + FUZZ_PROG_HEADER : ptr, q ? nsize : osize);
+    if (!q) return NULL;
+    memcpy(q, &nsize, sizeof nsize);
     m->live = m->live - (ptr ? osize : 0) + nsize;
     if (m->live > m->peak) m->peak = m->live;
     if (m->live > FUZZ_PROG_MEMORY) fuzz_fail("VM memory passed memory_limit", (long long)m->live);
-    return p;
+    return q + FUZZ_PROG_HEADER;
 }
 
 static void fuzz_prog_write(void *ud, const char *s, size_t n) {
