@@ -80,7 +80,9 @@ wait || true
 status=0
 for t in "${targets[@]}"; do
     out=$dir/fuzz-out/$t
-    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/log" | tail -1 | grep -o '[0-9]*$' || true)
+    # the final stats, or (fork mode) the last "#N" progress line
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/log" | tail -1 | grep -o '[0-9]*$' ||
+        grep -oE '^#[0-9]+' "$out/log" | tail -1 | tr -d '#' || true)
     found=$(find "$out/findings" -type f | wc -l)
     printf 'fuzz %-12s %6ss  %10s runs  %5s corpus  %s findings\n' "$t" "$secs" "${execs:-?}" \
         "$(find "$out/corpus" -type f | wc -l)" "$found"
