@@ -371,7 +371,7 @@ static hd_status hd_io_zip_deflate(hd_io_out *o, hd_io_zip_out *w, const unsigne
         uInt take = n > (1u << 30) ? (1u << 30) : (uInt)n;
         w->zs.next_in = (unsigned char *)(uintptr_t)p;
         w->zs.avail_in = take;
-        p += take;
+        if (take) p += take; /* the final flush passes NULL, and NULL + 0 is undefined */
         n -= take;
         int fl = n ? Z_NO_FLUSH : flush;
         for (;;) {
