@@ -117,7 +117,8 @@ hd_status hd_io_save_safetensors(hd_ctx *ctx, const char *path, const hd_io_list
  * whose cells is a number is a header: skipped, and its names returned in
  * *header when header is not NULL. Cells may be double-quoted; blank lines
  * are skipped. Ragged rows, empty or non-numeric cells are errors naming the
- * line and column; a file with no rows is an error. */
+ * line and column; a file with no records at all is an error, and a header
+ * alone gives a [0, cols] tensor. */
 hd_status hd_io_read_csv_buffer(hd_ctx *ctx, const char *name, const void *buf, size_t n,
                                 hd_tensor **out, hd_io_strings *header);
 hd_status hd_io_read_csv(hd_ctx *ctx, const char *path, hd_tensor **out, hd_io_strings *header);

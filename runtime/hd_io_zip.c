@@ -218,6 +218,12 @@ static int hd_io_zip_by_offset(const void *a, const void *b) {
 static hd_status hd_io_zip_directory(hd_io_zip *z) {
     if (hd_io_zip_end(z)) return HD_ERR_IO;
     if (z->count == 0) return HD_OK;
+    /* the entry count is a claim too: each entry takes 46 bytes at least */
+    if (z->count > z->cd_size / 46)
+        return hd_error(z->ctx, HD_ERR_IO,
+                        "%s: central directory of %zu bytes cannot hold the %zu entries the end "
+                        "record claims",
+                        z->name, z->cd_size, z->count);
     z->m = hd_ctx_calloc(z->ctx, z->count, sizeof *z->m);
     if (!z->m) return HD_ERR_MEMORY;
     size_t q = z->cd_off;
@@ -365,7 +371,7 @@ static hd_status hd_io_zip_deflate(hd_io_out *o, hd_io_zip_out *w, const unsigne
         uInt take = n > (1u << 30) ? (1u << 30) : (uInt)n;
         w->zs.next_in = (unsigned char *)(uintptr_t)p;
         w->zs.avail_in = take;
-        p += take;
+        if (take) p += take; /* the final flush passes NULL, and NULL + 0 is undefined */
         n -= take;
         int fl = n ? Z_NO_FLUSH : flush;
         for (;;) {

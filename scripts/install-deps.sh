@@ -7,3 +7,7 @@ apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config ca-certificates \
     libopenblas-dev re2c bison libedit-dev zlib1g-dev llvm-dev \
     >/dev/null
+# The fuzz targets (scripts/fuzz.sh): clang, its OpenMP, and compiler-rt,
+# whose libFuzzer and sanitizer runtimes Debian ships apart from clang
+# (only recommended by it, so --no-install-recommends leaves them out).
+apt-get install -y -qq --no-install-recommends clang libomp-dev libclang-rt-dev >/dev/null

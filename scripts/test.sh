@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build and run the whole test suite: the normal build, then the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, then the libFuzzer
+# targets (clang): their corpora once, and HODU_FUZZ_SECONDS (60) of
+# fuzzing each; any finding fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${HODU_JOBS:-$(nproc)}
@@ -9,3 +11,4 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 scripts/build.sh build-asan -DHODU_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
+scripts/fuzz.sh "${HODU_FUZZ_SECONDS:-60}"

@@ -300,6 +300,27 @@ static void test_counting_allocator(void) {
     CHECK(ca.outstanding == 0);
 }
 
+/* A compiled fn whose gradient runs as a backward graph keeps arrays sized
+ * by its graph's inputs; the VM must give each back with the size it had
+ * (only some inputs are checked for in-place changes here: y's gradient
+ * rule keeps nothing). */
+static void test_counting_allocator_compiled_backward(void) {
+    counting_alloc ca;
+    counting_alloc_init(&ca);
+    hodu_options o;
+    hodu_options_init(&o);
+    o.alloc = counting_alloc_fn;
+    o.alloc_ud = &ca;
+    hodu_vm *vm = hodu_vm_new(&o);
+    CHECK(vm != NULL);
+    const char *prog = "let w = param(randn([3]))\n"
+                       "compiled fn f(x, y) { return (x * w).sum() + y.sum() }\n"
+                       "f(randn([3]), randn([2])).backward()\n";
+    CHECK_ST(vm, hodu_eval(vm, prog, NULL), HODU_OK);
+    hodu_vm_free(vm);
+    CHECK_MSG(ca.outstanding == 0, "%zu bytes given back short", ca.outstanding);
+}
+
 int main(void) {
     test_memory_limit();
     test_max_steps();
@@ -307,6 +328,7 @@ int main(void) {
     test_print_hook();
     test_reentrancy();
     test_counting_allocator();
+    test_counting_allocator_compiled_backward();
     test_failing_allocator();
     TEST_END();
 }

@@ -749,8 +749,15 @@ static void test_bad_npz(void) {
     wr32(z.b + z.end + 12, rd32(z.b + z.end + 12) - 1); /* directory size lies */
     BAD(1, z.b, z.n, "runs past its end");
     memcpy(z.b, good.b, z.n);
-    wr32(z.b + z.end + 12, rd32(z.b + z.end + 12) - 10);
+    wr32(z.b + z.end + 12, rd32(z.b + z.end + 12) - 10); /* too short for its one entry */
+    BAD(1, z.b, z.n, "cannot hold the 1 entries");
+    memcpy(z.b, good.b, z.n);
+    z.b[z.cd] = 'X';
     BAD(1, z.b, z.n, "entry 0 is damaged");
+    /* 65534 entries claimed for an empty directory: refused before the
+     * table for them is allocated */
+    BAD(1, "PK\x05\x06\0\0\0\0\xfe\xff\xfe\xff\0\0\0\0\0\0\0\0\0\0", 22,
+        "cannot hold the 65534 entries");
     memcpy(z.b, good.b, z.n);
     wr32(z.b + z.end + 12, rd32(z.b + z.end + 12) + 1), wr32(z.b + z.end + 16, z.cd - 1);
     BAD(1, z.b, z.n, "damaged");
