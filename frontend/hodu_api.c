@@ -160,7 +160,7 @@ hodu_status hodu_eval(hodu_vm *vm, const char *source, const char *chunk_name) {
     if (hd_api_enter(h, "hodu_eval")) return HODU_ERROR_ARGUMENT;
     hd_status st = source ? hd_vm_eval(h->vm, source, strlen(source),
                                        chunk_name ? chunk_name : "<host>", NULL, NULL)
-                          : hd_api_arg_error(h, "hodu_eval", "source is NULL");
+                          : (hd_status)hd_api_arg_error(h, "hodu_eval", "source is NULL");
     hd_api_leave(h);
     return (hodu_status)st;
 }
@@ -170,7 +170,7 @@ hodu_status hodu_eval_file(hodu_vm *vm, const char *path) {
     if (!h) return HODU_ERROR_ARGUMENT;
     if (hd_api_enter(h, "hodu_eval_file")) return HODU_ERROR_ARGUMENT;
     hd_status st = path ? hd_vm_eval_file(h->vm, path, NULL)
-                        : hd_api_arg_error(h, "hodu_eval_file", "path is NULL");
+                        : (hd_status)hd_api_arg_error(h, "hodu_eval_file", "path is NULL");
     hd_api_leave(h);
     return (hodu_status)st;
 }
