@@ -39,7 +39,7 @@ struct cp_aot {
     /* inputs whose values a gradient rule of the forward keeps (as eager
      * records keep them), with the op: changed in place before backward,
      * they make it fail as eager autograd does */
-    int ncheck;
+    int ncheck, capcheck; /* capcheck: the arrays' length */
     int *check_input;
     const char **check_op;
 };
@@ -53,7 +53,7 @@ static void aot_unref(cp_aot *a) {
     hd_ctx_free(ctx, a->leaf_names, n * sizeof *a->leaf_names);
     hd_ctx_free(ctx, a->leaf_input, n * sizeof *a->leaf_input);
     hd_ctx_free(ctx, a->leaf_out, n * sizeof *a->leaf_out);
-    size_t nc = (size_t)a->ncheck + 1;
+    size_t nc = (size_t)a->capcheck;
     if (a->check_input) hd_ctx_free(ctx, a->check_input, nc * sizeof *a->check_input);
     if (a->check_op) hd_ctx_free(ctx, a->check_op, nc * sizeof *a->check_op);
     hd_ctx_free(ctx, a, sizeof *a);
@@ -306,6 +306,7 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
     unsigned char *tr = split_tracked(sp, a);
     a->check_input = hd_ctx_alloc(ctx, cap * sizeof *a->check_input);
     a->check_op = hd_ctx_calloc(ctx, cap, sizeof *a->check_op);
+    a->capcheck = (int)cap;
     if (!tr || !a->check_input || !a->check_op) {
         if (tr) hd_ctx_free(ctx, tr, (size_t)g->nvalues + 1);
         return ctx->status;
