@@ -888,11 +888,13 @@ static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     t->kind = dict ? CP_T_DICT : CP_T_LIST;
     if (!n) return HD_OK;
     if (n > 1 << 20) return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned list is too long");
+    /* t->n as soon as kids exist: cp_tmpl_free frees what it counts */
     t->kids = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->kids);
-    if (dict && t->kids) t->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->keys);
-    if (!t->kids || (dict && !t->keys)) return hd_vm_oom(vm);
+    if (!t->kids) return hd_vm_oom(vm);
     t->n = (int)n;
     for (int i = 0; i < t->n; i++) t->kids[i].v = hd_none();
+    if (dict && !(t->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->keys)))
+        return hd_vm_oom(vm);
     for (int i = 0; i < t->n; i++) {
         hd_value item = dict ? hd_as_dict(v)->vals[i] : hd_as_list(v)->items[i];
         if (dict && !(t->keys[i] = hd_ctx_strdup(&vm->ctx, hd_as_dict(v)->keys[i]->chars)))

@@ -26,6 +26,7 @@
  * environment:
  *   HODU_OOM_MAX=K     runs per program (default 150; 0: every N)
  *   HODU_OOM_N=N       run that N only (to debug one failure)
+ *   HODU_OOM_SEED=S    draw the spread with another seed
  *   HODU_OOM_SITES=F   append each failed allocation's call stack to F
  *   HODU_OOM_VERBOSE=1 print each run's outcome
  *   HODU_OOM_LEAKS=1   name the blocks a leak leaves (their call stacks) */
@@ -365,6 +366,7 @@ static int oom_child(const char *file, long after) {
     free(src);
     const char *sites = getenv("HODU_OOM_SITES");
     long count = oom_trial(&p, 0), only = oom_env_long("HODU_OOM_N", 0), *ns = NULL;
+    oom_rng ^= (uint64_t)oom_env_long("HODU_OOM_SEED", 0) * 0x2545f4914f6cdd1dULL;
     if (sites && *sites) p.alloc.sites = fopen(sites, "a");
     long k = only ? (ns = malloc(sizeof *ns)) != NULL
                   : oom_samples(count, oom_env_long("HODU_OOM_MAX", OOM_DEFAULT_MAX), &ns);
