@@ -458,7 +458,9 @@ NATIVE(bi_assert) {
 
 NATIVE(bi_collect) {
     if (plain(vm, "gc", nargs, 0, 0, nkw) != HD_OK) return vm->err;
-    *result = hd_int((int64_t)hd_vm_collect(vm));
+    size_t freed;
+    if (hd_vm_collect(vm, &freed)) return vm->err; /* not "0 freed": it did not run */
+    *result = hd_int((int64_t)freed);
     return HD_OK;
 }
 

@@ -277,8 +277,9 @@ static void hd_gc_push(hd_obj *child, void *ud) {
     m->stack[m->n++] = child;
 }
 
-size_t hd_vm_collect(hd_vm *vm) {
-    if (vm->sweeping || vm->freeing) return 0;
+hd_status hd_vm_collect(hd_vm *vm, size_t *freed) {
+    if (freed) *freed = 0;
+    if (vm->sweeping || vm->freeing) return HD_OK;
     for (hd_obj *o = vm->objects; o; o = o->next) o->gc = o->refcount;
     for (hd_obj *o = vm->objects; o; o = o->next) hd_obj_traverse(o, hd_gc_decref, NULL);
     hd_gc_mark m = {vm, NULL, 0, 0, 0};
@@ -293,10 +294,7 @@ size_t hd_vm_collect(hd_vm *vm) {
         }
     }
     hd_ctx_free(&vm->ctx, m.stack, m.cap * sizeof(hd_obj *));
-    if (m.oom) {
-        hd_error_clear(&vm->ctx);
-        return 0;
-    }
+    if (m.oom) return hd_vm_oom(vm);
     /* Move the garbage to a list of its own, hold it, clear it, free it. */
     hd_obj *garbage = NULL;
     size_t count = 0;
@@ -315,7 +313,8 @@ size_t hd_vm_collect(hd_vm *vm) {
         garbage = o->next;
         hd_ctx_free(&vm->ctx, o, hd_obj_size(o));
     }
-    return count;
+    if (freed) *freed = count;
+    return HD_OK;
 }
 
 /* ---- strings ---- */

@@ -270,8 +270,10 @@ int hd_buf_failed(const hd_buf *b);
  * buffer stays the caller's to free. */
 hd_status hd_buf_error(hd_buf *b);
 
-/* Collect reference cycles now; returns the number of objects freed. */
-size_t hd_vm_collect(hd_vm *vm);
+/* Collect reference cycles now; *freed (may be NULL) gets the number of
+ * objects freed. HD_ERR_MEMORY, with nothing freed, when marking ran out
+ * of memory. */
+hd_status hd_vm_collect(hd_vm *vm, size_t *freed);
 
 /* ---- VM internals (vm.c) ---- */
 void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span);
