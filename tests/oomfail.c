@@ -9,10 +9,9 @@
  *     expected output; or
  *   - as the program's expectations say (the failure was absorbed);
  * then the same VM must still run `print(sum(ones([3])))` and print
- * tensor(3.), and
- * freeing it must give back every byte it took. Anything else (another
- * error or status, wrong output, a crash, a sanitizer report, a leak)
- * fails, naming the program and N. Expectations are those golden_runner
+ * tensor(3.), and freeing it must give back every byte it took. Anything
+ * else (another error or status, wrong output, a crash, a sanitizer
+ * report, a leak) fails, naming the program and N. Expectations are those golden_runner
  * reads, less `expect stderr:` (standard error is not captured here).
  *
  * The runs happen in a child process (this program again, with --child):
@@ -25,6 +24,8 @@
  *                                   HODU_OOM_SITES file
  * environment:
  *   HODU_OOM_MAX=K     runs per program (default 150; 0: every N)
+ *   HODU_OOM_BUDGET=A  allocations the runs of a program may make in all,
+ *                      about (default 2000000; 0: no bound)
  *   HODU_OOM_N=N       run that N only (to debug one failure)
  *   HODU_OOM_SEED=S    draw the spread with another seed
  *   HODU_OOM_SITES=F   append each failed allocation's call stack to F
@@ -44,10 +45,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define OOM_DEFAULT_MAX 150
-#define OOM_CHECK_SRC   "print(sum(ones([3])))"
-#define OOM_CHECK_OUT   "tensor(3.)\n"
-#define OOM_MAX_REPORTS 10 /* failures one program reports before its sweep stops */
+#define OOM_DEFAULT_MAX    150
+#define OOM_DEFAULT_BUDGET 2000000 /* allocations the runs of one program make, about */
+#define OOM_CHECK_SRC      "print(sum(ones([3])))"
+#define OOM_CHECK_OUT      "tensor(3.)\n"
+#define OOM_MAX_REPORTS    10 /* failures one program reports before its sweep stops */
 
 /* ---- the allocator: counts what is outstanding, fails call fail_at ---- */
 
@@ -329,13 +331,18 @@ static uint64_t oom_next(void) {
 
 /* The Ns to run for a program of `count` allocations: all when there are
  * at most max (or max is 0), else the first max/2 and one drawn in each
- * of max - max/2 equal strides over the rest. Returns how many; *ns is
- * malloc'd. */
-static long oom_samples(long count, long max, long **ns) {
+ * of max - max/2 equal strides over the rest, fewer strides if their runs
+ * would make more than `budget` allocations in all (a run with N failing
+ * makes about N: a long program gets few runs past its head). Returns
+ * how many; *ns is malloc'd. */
+static long oom_samples(long count, long max, long budget, long **ns) {
     long k = max <= 0 || count <= max ? count : max;
+    long head = k == count ? count : max / 2, rest = k - head;
+    double afford = budget > 0 ? 2.0 * (double)budget / (double)(count + head) : (double)rest;
+    if (afford < (double)rest) rest = (long)afford;
+    k = head + rest;
     *ns = malloc((size_t)(k > 0 ? k : 1) * sizeof **ns);
     if (!*ns) return 0;
-    long head = k == count ? count : max / 2, rest = k - head;
     for (long i = 0; i < head; i++) (*ns)[i] = i + 1;
     double stride = rest ? (double)(count - head) / (double)rest : 0;
     for (long i = 0; i < rest; i++) {
@@ -369,7 +376,8 @@ static int oom_child(const char *file, long after) {
     oom_rng ^= (uint64_t)oom_env_long("HODU_OOM_SEED", 0) * 0x2545f4914f6cdd1dULL;
     if (sites && *sites) p.alloc.sites = fopen(sites, "a");
     long k = only ? (ns = malloc(sizeof *ns)) != NULL
-                  : oom_samples(count, oom_env_long("HODU_OOM_MAX", OOM_DEFAULT_MAX), &ns);
+                  : oom_samples(count, oom_env_long("HODU_OOM_MAX", OOM_DEFAULT_MAX),
+                                oom_env_long("HODU_OOM_BUDGET", OOM_DEFAULT_BUDGET), &ns);
     if (only && ns) ns[0] = only;
     for (long i = 0; i < k && p.failures < OOM_MAX_REPORTS; i++) {
         if (ns[i] <= after) continue;
