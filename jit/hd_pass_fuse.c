@@ -78,8 +78,8 @@ hd_status hd_pass_fuse(hd_ir_graph *g) {
     g->groups = NULL;
     if (!g->nnodes) return HD_OK;
     g->groups = hd_ir_arena_alloc(&g->arena, (size_t)g->nnodes * sizeof *g->groups);
-    s.open = hd_ctx_calloc(g->ctx, (size_t)g->nnodes, 1);
-    if (!g->groups || !s.open) return g->ctx->status;
+    s.open = g->groups ? hd_ctx_calloc(g->ctx, (size_t)g->nnodes, 1) : NULL;
+    if (!s.open) return g->ctx->status;
     for (int i = 0; i < g->nnodes; i++) fuse_node(&s, i);
     hd_ctx_free(g->ctx, s.open, (size_t)g->nnodes);
     return HD_OK;

@@ -79,7 +79,8 @@ hd_status hd_pass_layout(hd_ir_graph *g, int *changed) {
     int nold;
     hd_ir_detach_nodes(g, &old, &nold);
     hd_status st = HD_OK;
-    for (int i = 0; i < nold && !st; i++) st = layout_node(g, &old[i], ls, &copies);
+    for (int i = 0; i < nold && !st; i++)
+        if ((st = layout_node(g, &old[i], ls, &copies))) hd_ir_drop_detached(g, old, i, nold);
     hd_ctx_free(g->ctx, ls, cap * sizeof *ls);
     if (changed) *changed = copies;
     return st;

@@ -35,7 +35,10 @@ hd_status hd_pass_lower(hd_ir_graph *g, int *changed) {
         int nold;
         hd_ir_detach_nodes(g, &old, &nold);
         for (int i = 0; i < nold; i++)
-            if (lower_node(g, &old[i], &casts)) return g->ctx->status;
+            if (lower_node(g, &old[i], &casts)) {
+                hd_ir_drop_detached(g, old, i, nold);
+                return g->ctx->status;
+            }
         g->lowered = 1;
     }
     if (changed) *changed = casts;

@@ -91,9 +91,10 @@ NATIVE(bi_print) {
         hd_buf_add(&b, hd_as_str(*end)->chars, hd_as_str(*end)->len);
     else
         hd_buf_add(&b, "\n", 1);
-    if (b.oom) {
+    if (hd_buf_failed(&b)) {
+        hd_status st = hd_buf_error(&b);
         hd_buf_free(&b);
-        return hd_vm_oom(vm);
+        return st;
     }
     hd_vm_write(vm, b.p ? b.p : "", b.len);
     hd_buf_free(&b);
@@ -457,7 +458,9 @@ NATIVE(bi_assert) {
 
 NATIVE(bi_collect) {
     if (plain(vm, "gc", nargs, 0, 0, nkw) != HD_OK) return vm->err;
-    *result = hd_int((int64_t)hd_vm_collect(vm));
+    size_t freed;
+    if (hd_vm_collect(vm, &freed)) return vm->err; /* not "0 freed": it did not run */
+    *result = hd_int((int64_t)freed);
     return HD_OK;
 }
 
@@ -1010,7 +1013,7 @@ NATIVE(dict_update) {
 
 NATIVE(dict_clear) {
     if (plain(vm, "clear", nargs, 0, 0, nkw) != HD_OK) return vm->err;
-    hd_dict_clear(vm, hd_as_dict(self));
+    hd_dict_empty(vm, hd_as_dict(self));
     return HD_OK;
 }
 

@@ -330,12 +330,18 @@ static hd_status attr_name(hd_vm *vm, const hd_targs *a, const char **name) {
     return HD_OK;
 }
 
+/* Whether a failed member lookup means "no such member": running out of
+ * memory or being interrupted is passed on, never taken for absence. */
+static int attr_missing(const hd_vm *vm) {
+    return vm->err != HD_ERR_MEMORY && vm->err != HD_ERR_LIMIT;
+}
+
 static HD_TF_FN(tf_getattr) {
     HD_TARGS_BIND(a); /* obj, name, default= */
     const char *name = NULL;
     if (attr_name(vm, &a, &name)) return HD_ERR_RUNTIME;
     if (hd_eval_get_member(vm, a.v[0], name, out) == HD_OK) return HD_OK;
-    if (a.v[2].type == HD_V_COUNT) return vm->err;
+    if (a.v[2].type == HD_V_COUNT || !attr_missing(vm)) return vm->err;
     hd_vm_clear_error(vm);
     *out = hd_value_ref(a.v[2]);
     return HD_OK;
@@ -347,6 +353,7 @@ static HD_TF_FN(tf_hasattr) {
     hd_value v;
     if (attr_name(vm, &a, &name)) return HD_ERR_RUNTIME;
     int has = hd_eval_get_member(vm, a.v[0], name, &v) == HD_OK;
+    if (!has && !attr_missing(vm)) return vm->err;
     if (has)
         hd_value_unref(vm, v);
     else

@@ -177,9 +177,10 @@ static hd_status script_fail(hd_vm *vm, const hd_script *s) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     char msg[HD_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", ctx->errmsg);
+    hd_status st = hd_vm_ctx_status(vm, HD_ERR_RUNTIME);
     hd_error_clear(ctx);
-    if (strstr(msg, "script '")) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s", msg);
-    return hd_vm_error(vm, HD_ERR_RUNTIME, "script '%s': %s", hd_script_name(s), msg);
+    if (strstr(msg, "script '")) return hd_vm_error(vm, st, "%s", msg);
+    return hd_vm_error(vm, st, "script '%s': %s", hd_script_name(s), msg);
 }
 
 /* A script value taking s and places (freed on error). */

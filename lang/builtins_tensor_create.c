@@ -23,11 +23,13 @@ static hd_status default_set(hd_vm *vm, const char *spec, const char *who) {
 }
 
 /* No device= given: the default device (HODU_DEVICE resolved the first
- * time, its errors at the line that creates a tensor). */
+ * time, its errors at the line that creates a tensor; the cpu if the host
+ * removed it meanwhile). */
 static hd_status default_place(hd_vm *vm, hd_targs *a) {
     if (a->place) return HD_OK;
     if (vm->default_pending) { /* stays pending while it fails */
-        if (default_set(vm, getenv("HODU_DEVICE"), "HODU_DEVICE")) return HD_ERR_RUNTIME;
+        const char *env = getenv("HODU_DEVICE");
+        if (env && *env && default_set(vm, env, "HODU_DEVICE")) return vm->err;
         vm->default_pending = 0;
     }
     a->place = vm->default_be ? vm->default_be : &hd_cpu_backend;
@@ -38,7 +40,7 @@ static hd_status default_place(hd_vm *vm, hd_targs *a) {
 hd_status hd_default_device(hd_vm *vm, const hd_backend **be, int *dev) {
     hd_targs none;
     memset(&none, 0, sizeof none);
-    if (default_place(vm, &none)) return HD_ERR_RUNTIME;
+    if (default_place(vm, &none)) return vm->err;
     *be = none.place;
     *dev = none.place_device;
     return HD_OK;
@@ -59,7 +61,7 @@ int hd_default_device_name(hd_vm *vm, char *buf, size_t n) {
 hd_status hd_default_device_move(hd_vm *vm, hd_tensor **t) {
     const hd_backend *be;
     int dev;
-    if (hd_default_device(vm, &be, &dev)) return HD_ERR_RUNTIME;
+    if (hd_default_device(vm, &be, &dev)) return vm->err;
     if (be == &hd_cpu_backend) return HD_OK;
     hd_tensor *d = NULL;
     hd_status st = hd_tensor_to_device(hd_vm_ctx(vm), *t, be, dev, &d);

@@ -603,8 +603,11 @@ static int session_lift(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t 
     }
     if (!st) st = session_cap(s, t, input);
     if (st) {
-        hd_error(ctx, HD_ERR_MEMORY, "%s", vm->errmsg);
+        /* the VM's error moves to ctx (clearing it clears ctx's too) */
+        char msg[HD_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", vm->errmsg);
         hd_vm_clear_error(vm);
+        hd_error(ctx, st, "%s", msg);
         return -1;
     }
     return input >= 0;
@@ -804,30 +807,29 @@ void cp_session_free(cp_session *s) {
 
 /* ---- errors kept while the heap is put back ---- */
 
+/* Kept on the stack, not in VM memory: saving an error must not fail (a
+ * failed copy would lose the error's location). */
 typedef struct cp_err {
     hd_status err;
     int located;
     char msg[HD_ERRMSG_MAX];
-    char *text;
+    char text[HD_ERRTEXT_MAX];
 } cp_err;
 
 static void err_save(hd_vm *vm, cp_err *e) {
     e->err = vm->err;
     e->located = vm->err_located;
     memcpy(e->msg, vm->errmsg, sizeof e->msg);
-    e->text = e->located ? hd_ctx_strdup(&vm->ctx, vm->errtext) : NULL;
+    if (e->located) memcpy(e->text, vm->errtext, sizeof e->text);
     vm->err = HD_OK;
     hd_error_clear(&vm->ctx);
 }
 
-static void err_restore(hd_vm *vm, cp_err *e) {
+static void err_restore(hd_vm *vm, const cp_err *e) {
     vm->err = e->err;
-    vm->err_located = e->located && e->text;
+    vm->err_located = e->located;
     memcpy(vm->errmsg, e->msg, sizeof e->msg);
-    if (e->text) {
-        snprintf(vm->errtext, sizeof vm->errtext, "%s", e->text);
-        hd_ctx_strfree(&vm->ctx, e->text);
-    }
+    if (e->located) memcpy(vm->errtext, e->text, sizeof e->text);
 }
 
 /* After a failed trace (or one whose results run eagerly): the heap the
@@ -886,11 +888,13 @@ static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
     t->kind = dict ? CP_T_DICT : CP_T_LIST;
     if (!n) return HD_OK;
     if (n > 1 << 20) return hd_vm_error(vm, HD_ERR_RUNTIME, "the returned list is too long");
+    /* t->n as soon as kids exist: cp_tmpl_free frees what it counts */
     t->kids = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->kids);
-    if (dict && t->kids) t->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->keys);
-    if (!t->kids || (dict && !t->keys)) return hd_vm_oom(vm);
+    if (!t->kids) return hd_vm_oom(vm);
     t->n = (int)n;
     for (int i = 0; i < t->n; i++) t->kids[i].v = hd_none();
+    if (dict && !(t->keys = hd_ctx_calloc(&vm->ctx, (size_t)n, sizeof *t->keys)))
+        return hd_vm_oom(vm);
     for (int i = 0; i < t->n; i++) {
         hd_value item = dict ? hd_as_dict(v)->vals[i] : hd_as_list(v)->items[i];
         if (dict && !(t->keys[i] = hd_ctx_strdup(&vm->ctx, hd_as_dict(v)->keys[i]->chars)))
@@ -1367,7 +1371,7 @@ static hd_status entry_inputs_session(cp_session *s, cp_entry *e) {
 /* The body ran. Gather its outputs and end the trace: e gets the graph's
  * executable, or (a result needs gradients, which a graph would lose)
  * e->eager is set and the trace is abandoned. first (graph order) gets the
- * tensors of this call, borrowed from the session. */
+ * tensors of this call, borrowed from the session (NULL on failure). */
 hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, int nsym,
                             cp_entry *e, hd_tensor ***first) {
     hd_vm *vm = s->vm;
@@ -1419,6 +1423,10 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
         hd_jit_options j;
         opts_jit(&s->opts, &j);
         st = cp_aot_finish(vm, e->aot, e, bwd, &j);
+    }
+    if (st && *first) { /* sized by g: e->ninputs may not be set */
+        hd_ctx_free(&vm->ctx, *first, (size_t)(g->ninputs + 1) * sizeof **first);
+        *first = NULL;
     }
     hd_ir_graph_free(g);
     hd_ir_graph_free(bwd);

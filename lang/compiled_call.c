@@ -33,6 +33,13 @@ typedef struct cp_call {
     uint64_t kw_hash;
 } cp_call;
 
+static void call_free(hd_vm *vm, cp_call *k) {
+    if (k->all && k->all != k->all_buf)
+        hd_ctx_free(&vm->ctx, k->all, (size_t)k->nall * sizeof *k->all);
+    if (k->names && k->names != k->names_buf)
+        hd_ctx_free(&vm->ctx, k->names, (size_t)k->nall * sizeof *k->names);
+}
+
 static hd_status call_flatten(hd_vm *vm, cp_call *k, hd_closure *c, hd_value self, int has_self,
                               const hd_value *args, int nargs, const hd_kwarg *kw, int nkw) {
     memset(k, 0, sizeof *k);
@@ -47,7 +54,10 @@ static hd_status call_flatten(hd_vm *vm, cp_call *k, hd_closure *c, hd_value sel
     if (k->nall > 16) {
         k->all = hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->all);
         k->names = k->all ? hd_ctx_alloc(&vm->ctx, (size_t)k->nall * sizeof *k->names) : NULL;
-        if (!k->names) return hd_vm_oom(vm);
+        if (!k->names) {
+            call_free(vm, k);
+            return hd_vm_oom(vm);
+        }
     }
     const hd_ast_fn *fn = c->fn;
     int at = 0;
@@ -68,13 +78,6 @@ static hd_status call_flatten(hd_vm *vm, cp_call *k, hd_closure *c, hd_value sel
     }
     k->kw_hash = hd_ir_hash_final(&h);
     return HD_OK;
-}
-
-static void call_free(hd_vm *vm, cp_call *k) {
-    if (k->all && k->all != k->all_buf)
-        hd_ctx_free(&vm->ctx, k->all, (size_t)k->nall * sizeof *k->all);
-    if (k->names && k->names != k->names_buf)
-        hd_ctx_free(&vm->ctx, k->names, (size_t)k->nall * sizeof *k->names);
 }
 
 static void call_roots(const cp_call *k, hd_vm *vm, const cp_body *b, const hd_value *args,

@@ -60,7 +60,7 @@ static hd_status print_run(hd_ctx *ctx, void *ud, hd_tensor *const *args, int na
         if (s.type == HD_V_STR) hd_buf_add(&b, hd_as_str(s)->chars, hd_as_str(s)->len);
         hd_vunref(vm, s);
     }
-    if (b.oom || hd_vm_failed(vm)) {
+    if (hd_buf_failed(&b) || hd_vm_failed(vm)) {
         hd_buf_free(&b);
         return hd_error(ctx, HD_ERR_MEMORY, "print: %s", vm->err ? vm->errmsg : "out of memory");
     }
@@ -166,8 +166,11 @@ hd_status hd_compiled_print(hd_vm *vm, const hd_value *args, int nargs, const hd
         hd_buf_add(&pb.text, hd_as_str(*end)->chars, hd_as_str(*end)->len);
     else
         hd_buf_add(&pb.text, "\n", 1);
-    hd_status st =
-        ok && !pb.text.oom && pb_piece(&pb, vm, -1) ? print_record(vm, &pb) : hd_vm_oom(vm);
+    hd_status st;
+    if (hd_buf_failed(&pb.text))
+        st = hd_buf_error(&pb.text);
+    else
+        st = ok && pb_piece(&pb, vm, -1) ? print_record(vm, &pb) : hd_vm_oom(vm);
     hd_buf_free(&pb.text);
     cp_free_array(vm, pb.pieces, pb.cap, sizeof *pb.pieces);
     cp_free_array(vm, pb.args, pb.capargs, sizeof *pb.args);

@@ -148,24 +148,23 @@ static void put_back(hd_vm *vm, hd_value *dst, const hd_value *vals, int64_t n) 
     }
 }
 
+/* Putting a container back allocates nothing (it cannot fail, and the
+ * snapshot is put back more than once): lists and dicts never give their
+ * storage back while they live, so it still holds the s->n entries it held
+ * at the snapshot. */
 static void restore_list(hd_vm *vm, const cp_snap *s) {
     hd_list *l = (hd_list *)s->owner;
-    if (hd_list_reserve(vm, l, s->n)) return;
+    if (hd_list_reserve(vm, l, s->n)) return; /* (never: see above) */
     int64_t old = l->len;
-    hd_value *items = l->items;
-    for (int64_t i = 0; i < s->n; i++) hd_vref(s->vals[i]);
-    hd_value *gone = old ? hd_ctx_alloc(&vm->ctx, (size_t)old * sizeof *gone) : NULL;
-    if (old && !gone) return;
-    if (old) memcpy(gone, items, (size_t)old * sizeof *gone);
-    if (s->n) memcpy(items, s->vals, (size_t)s->n * sizeof *items);
+    put_back(vm, l->items, s->vals, HD_MIN(old, s->n));
+    for (int64_t i = old; i < s->n; i++) hd_vref(l->items[i] = s->vals[i]);
     l->len = s->n;
-    for (int64_t i = 0; i < old; i++) hd_vunref(vm, gone[i]);
-    if (old) hd_ctx_free(&vm->ctx, gone, (size_t)old * sizeof *gone);
+    for (int64_t i = s->n; i < old; i++) hd_vunref(vm, l->items[i]);
 }
 
 static void restore_dict(hd_vm *vm, const cp_snap *s) {
     hd_dict *d = (hd_dict *)s->owner;
-    hd_dict_clear(vm, d);
+    hd_dict_empty(vm, d);
     hd_value dv = hd_obj_value(s->owner);
     for (int64_t i = 0; i < s->n; i++) {
         hd_vref(s->vals[i]);

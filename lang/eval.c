@@ -569,7 +569,7 @@ static int ex_body(hd_vm *vm, hd_frame *f, const hd_ast *b, int expr_body) {
 }
 
 static HD_NOINLINE void maybe_collect(hd_vm *vm) {
-    hd_vm_collect(vm);
+    if (hd_vm_collect(vm, NULL)) hd_vm_clear_error(vm); /* collected at the next threshold */
     size_t next = vm->nobjects * 2;
     vm->gc_threshold = next > 100000 ? next : 100000;
 }

@@ -277,8 +277,9 @@ static void hd_gc_push(hd_obj *child, void *ud) {
     m->stack[m->n++] = child;
 }
 
-size_t hd_vm_collect(hd_vm *vm) {
-    if (vm->sweeping || vm->freeing) return 0;
+hd_status hd_vm_collect(hd_vm *vm, size_t *freed) {
+    if (freed) *freed = 0;
+    if (vm->sweeping || vm->freeing) return HD_OK;
     for (hd_obj *o = vm->objects; o; o = o->next) o->gc = o->refcount;
     for (hd_obj *o = vm->objects; o; o = o->next) hd_obj_traverse(o, hd_gc_decref, NULL);
     hd_gc_mark m = {vm, NULL, 0, 0, 0};
@@ -293,10 +294,7 @@ size_t hd_vm_collect(hd_vm *vm) {
         }
     }
     hd_ctx_free(&vm->ctx, m.stack, m.cap * sizeof(hd_obj *));
-    if (m.oom) {
-        hd_error_clear(&vm->ctx);
-        return 0;
-    }
+    if (m.oom) return hd_vm_oom(vm);
     /* Move the garbage to a list of its own, hold it, clear it, free it. */
     hd_obj *garbage = NULL;
     size_t count = 0;
@@ -315,7 +313,8 @@ size_t hd_vm_collect(hd_vm *vm) {
         garbage = o->next;
         hd_ctx_free(&vm->ctx, o, hd_obj_size(o));
     }
-    return count;
+    if (freed) *freed = count;
+    return HD_OK;
 }
 
 /* ---- strings ---- */
@@ -588,6 +587,16 @@ void hd_dict_clear(hd_vm *vm, hd_dict *d) {
     }
     hd_ctx_free(&vm->ctx, keys, (size_t)cap * sizeof(hd_str *));
     hd_ctx_free(&vm->ctx, vals, (size_t)cap * sizeof(hd_value));
+}
+
+void hd_dict_empty(hd_vm *vm, hd_dict *d) {
+    int64_t n = d->len;
+    d->len = 0;
+    if (d->index) memset(d->index, 0xff, (size_t)d->index_cap * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) {
+        hd_vunref(vm, hd_obj_value(&d->keys[i]->obj));
+        hd_vunref(vm, d->vals[i]);
+    }
 }
 
 /* ---- other objects ---- */
@@ -943,8 +952,16 @@ void hd_buf_free(hd_buf *b) {
     b->len = b->cap = 0;
 }
 
+int hd_buf_failed(const hd_buf *b) {
+    return b->oom || b->failed;
+}
+
+hd_status hd_buf_error(hd_buf *b) {
+    return b->failed ? b->vm->err : hd_vm_oom(b->vm);
+}
+
 void hd_buf_add(hd_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
+    if (hd_buf_failed(b)) return;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n + 1) cap *= 2;
@@ -971,7 +988,7 @@ void hd_buf_addf(hd_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
+    if (n < 0 || hd_buf_failed(b)) return;
     if ((size_t)n < sizeof small) {
         hd_buf_add(b, small, (size_t)n);
         return;
@@ -989,13 +1006,9 @@ void hd_buf_addf(hd_buf *b, const char *fmt, ...) {
 }
 
 hd_value hd_buf_to_str(hd_buf *b) {
-    if (b->failed) {
+    if (hd_buf_failed(b)) {
+        hd_buf_error(b);
         hd_buf_free(b);
-        return hd_none();
-    }
-    if (b->oom) {
-        hd_buf_free(b);
-        hd_vm_oom(b->vm);
         return hd_none();
     }
     hd_value v = hd_str_new(b->vm, b->p ? b->p : "", b->len);
@@ -1054,7 +1067,7 @@ static void hd_buf_container(hd_buf *b, hd_value v, const hd_print_seen *seen) {
         if (hd_print_cycle(b, v, seen, "[", "]")) return;
         hd_list *l = hd_as_list(v);
         hd_buf_add(b, "[", 1);
-        for (int64_t i = 0; i < l->len && !b->oom; i++) {
+        for (int64_t i = 0; i < l->len && !hd_buf_failed(b); i++) {
             if (i) hd_buf_add(b, ", ", 2);
             hd_buf_value_rec(b, l->items[i], 1, &here);
         }
@@ -1064,7 +1077,7 @@ static void hd_buf_container(hd_buf *b, hd_value v, const hd_print_seen *seen) {
     if (hd_print_cycle(b, v, seen, "{", "}")) return;
     hd_dict *d = hd_as_dict(v);
     hd_buf_add(b, "{", 1);
-    for (int64_t i = 0; i < d->len && !b->oom; i++) {
+    for (int64_t i = 0; i < d->len && !hd_buf_failed(b); i++) {
         if (i) hd_buf_add(b, ", ", 2);
         hd_buf_quoted(b, d->keys[i]);
         hd_buf_add(b, ": ", 2);

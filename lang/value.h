@@ -206,8 +206,13 @@ hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-/* Turn the runtime context's pending error into a VM error. */
+/* Turn the runtime context's pending error into a VM error with status st
+ * (HD_OK: the context's own). Running out of memory or being interrupted
+ * keeps its status whatever st says (compiled code passes HD_ERR_RUNTIME
+ * for every failure of a graph, file readers HD_ERR_IO). */
 hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st);
+/* The status hd_vm_from_ctx gives the context's pending error. */
+hd_status hd_vm_ctx_status(const hd_vm *vm, hd_status st);
 int hd_vm_failed(hd_vm *vm);
 /* Call any callable value; result is a new reference. */
 hd_status hd_vm_call(hd_vm *vm, hd_value callee, const hd_value *args, int nargs,

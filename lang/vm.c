@@ -50,13 +50,15 @@ hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...) {
     return st;
 }
 
-hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st) {
+hd_status hd_vm_ctx_status(const hd_vm *vm, hd_status st) {
     hd_status cs = vm->ctx.status;
-    /* running out of memory or being interrupted keeps its status whatever
-     * the caller would call a failure of its own (compiled code passes
-     * HD_ERR_RUNTIME for every failure of a graph) */
-    if (st == HD_OK || (st == HD_ERR_RUNTIME && (cs == HD_ERR_MEMORY || cs == HD_ERR_LIMIT)))
-        st = cs ? cs : HD_ERR_RUNTIME;
+    if (cs == HD_ERR_MEMORY || cs == HD_ERR_LIMIT) return cs;
+    if (st == HD_OK) return cs ? cs : HD_ERR_RUNTIME;
+    return st;
+}
+
+hd_status hd_vm_from_ctx(hd_vm *vm, hd_status st) {
+    st = hd_vm_ctx_status(vm, st);
     hd_vm_error(vm, st, "%s", vm->ctx.errmsg[0] ? vm->ctx.errmsg : "error in the tensor runtime");
     hd_error_clear(&vm->ctx);
     return st;
@@ -159,6 +161,17 @@ void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
     /* A trace only when there is more than the top level to show. */
     if (f->parent || f->closure) errtext_trace(vm, f, span);
     vm->err_located = 1;
+}
+
+/* An error before any of a chunk's source ran (reading, copying, parsing
+ * or resolving it, which can only run out of memory) is located at the
+ * chunk: "NAME: error: message". */
+static hd_status errtext_chunk(hd_vm *vm, const char *name) {
+    if (vm->err != HD_OK && !vm->err_located) {
+        snprintf(vm->errtext, sizeof vm->errtext, "%s: error: %s\n", name, vm->errmsg);
+        vm->err_located = 1;
+    }
+    return vm->err;
 }
 
 static void errtext_diags(hd_vm *vm, hd_chunk *c, const hd_diag *d, int n) {
@@ -380,9 +393,12 @@ hd_status hd_vm_eval(hd_vm *vm, const char *source, size_t len, const char *chun
     hd_vm_clear_error(vm);
     hd_vm_run_begin(vm);
     hd_chunk *c = chunk_new(vm, source, len, NULL, chunk);
-    if (!c) return hd_vm_oom(vm);
+    if (!c) {
+        hd_vm_oom(vm);
+        return errtext_chunk(vm, chunk ? chunk : "<input>");
+    }
     hd_status st = chunk_prepare(vm, c, vm->main, opts->repl, incomplete);
-    if (st != HD_OK) return st;
+    if (st != HD_OK) return errtext_chunk(vm, chunk ? chunk : "<input>");
     if (opts->check_only) {
         chunk_free(vm, c);
         return HD_OK;
@@ -397,11 +413,12 @@ hd_status hd_vm_eval_file(hd_vm *vm, const char *path, const hd_eval_opts *opts)
     hd_vm_clear_error(vm);
     size_t len;
     char *src = read_file(vm, path, &len);
-    if (!src) return vm->err;
+    if (!src) return errtext_chunk(vm, path);
     char *dir = dir_of(vm, path);
     if (!dir) {
         hd_ctx_free(&vm->ctx, src, len + 1);
-        return hd_vm_oom(vm);
+        hd_vm_oom(vm);
+        return errtext_chunk(vm, path);
     }
     hd_ctx_strfree(&vm->ctx, vm->main->dir);
     vm->main->dir = dir;

@@ -230,6 +230,10 @@ int64_t hd_dict_find(const hd_dict *d, const char *key, size_t len, uint32_t has
 /* Remove key; *out receives its value (owned) when found. Returns 1 if found. */
 int hd_dict_remove(hd_vm *vm, hd_value dict, const char *key, size_t len, hd_value *out);
 void hd_dict_clear(hd_vm *vm, hd_dict *d);
+/* Remove every entry but keep the storage: a dict's capacity never goes
+ * down while it lives (a compiled trace puts entries back without
+ * allocating, see compiled_snap.c). */
+void hd_dict_empty(hd_vm *vm, hd_dict *d);
 uint32_t hd_str_hash(const char *s, size_t len);
 size_t hd_utf8_count(const char *s, size_t len);
 /* Byte offset of code point i in s (i in 0..ulen). */
@@ -261,9 +265,17 @@ void hd_buf_addf(hd_buf *b, const char *fmt, ...)
 void hd_buf_value(hd_buf *b, hd_value v, int quote);
 hd_value hd_buf_to_str(hd_buf *b); /* frees the buffer */
 void hd_buf_free(hd_buf *b);
+/* Whether the text is incomplete (out of memory, or a part failed): adds
+ * are ignored from then on. */
+int hd_buf_failed(const hd_buf *b);
+/* The failure as the VM's error (out of memory, or the part's error); the
+ * buffer stays the caller's to free. */
+hd_status hd_buf_error(hd_buf *b);
 
-/* Collect reference cycles now; returns the number of objects freed. */
-size_t hd_vm_collect(hd_vm *vm);
+/* Collect reference cycles now; *freed (may be NULL) gets the number of
+ * objects freed. HD_ERR_MEMORY, with nothing freed, when marking ran out
+ * of memory. */
+hd_status hd_vm_collect(hd_vm *vm, size_t *freed);
 
 /* ---- VM internals (vm.c) ---- */
 void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span);

@@ -315,6 +315,12 @@ hd_status hd_ir_append(hd_ir_graph *g, const hd_ir_node *n) {
     return HD_OK;
 }
 
+void hd_ir_drop_detached(hd_ir_graph *g, const hd_ir_node *old, int from, int nold) {
+    for (int i = from; i < nold; i++)
+        if (old[i].op == HD_IR_CALLBACK && old[i].cb.ud_free)
+            old[i].cb.ud_free(g->ctx, old[i].cb.ud);
+}
+
 hd_status hd_ir_add_callback(hd_ir_graph *g, const hd_ir_callback *cb, const int *in, int nin) {
     if (!cb || !cb->fn) return hd_error(g->ctx, HD_ERR_ARGUMENT, "callback without a function");
     if (nin < 0 || ir_check_ids(g, in, nin, "callback")) return g->ctx->status;

@@ -145,6 +145,10 @@ void hd_ir_attrs_canon(hd_op op, const hd_attrs *in, hd_attrs *out);
  * keeps each node's value and links it to the new position. */
 void hd_ir_detach_nodes(hd_ir_graph *g, hd_ir_node **old, int *nold);
 hd_status hd_ir_append(hd_ir_graph *g, const hd_ir_node *n);
+/* A pass that failed before appending old[from] on: the callbacks of the
+ * nodes it did not append, which the graph no longer frees, are freed
+ * (the graph itself is not usable after the failure). */
+void hd_ir_drop_detached(hd_ir_graph *g, const hd_ir_node *old, int from, int nold);
 
 /* Lookups; -1 if absent. */
 int hd_ir_find_input(const hd_ir_graph *g, const char *name);

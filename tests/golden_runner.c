@@ -29,137 +29,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_ITEMS 512
+#include "golden_expect.h"
 
-typedef struct {
-    char *out[MAX_ITEMS];
-    int nout;
-    char *err[MAX_ITEMS];
-    int nerr;
-    char *at[MAX_ITEMS];
-    int nat;
-    char *log[MAX_ITEMS];
-    int nlog;
-    char *args[64];
-    int nargs;
-    char *env[16];
-    int nenv;
-    int check;
-} expect;
-
-static void free_expect(expect *e) {
-    for (int i = 0; i < e->nout; i++) free(e->out[i]);
-    for (int i = 0; i < e->nerr; i++) free(e->err[i]);
-    for (int i = 0; i < e->nat; i++) free(e->at[i]);
-    for (int i = 0; i < e->nlog; i++) free(e->log[i]);
-    for (int i = 0; i < e->nargs; i++) free(e->args[i]);
-    for (int i = 0; i < e->nenv; i++) free(e->env[i]);
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, fp);
-        if (n < cap) break;
-        char *b = realloc(buf, cap * 2 + 1);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    fclose(fp);
-    if (!buf) return NULL;
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
-static char *dup_trim(const char *s, size_t n) {
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\r')) n--;
-    char *d = malloc(n + 1);
-    if (!d) exit(2);
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
-/* The text after `key` in a comment line, or NULL. */
-static const char *after(const char *line, size_t len, const char *key, size_t *rest) {
-    const char *hash = memchr(line, '#', len);
-    if (!hash) return NULL;
-    const char *p = hash + 1;
-    while (p < line + len && *p == ' ') p++;
-    size_t k = strlen(key);
-    if ((size_t)(line + len - p) < k || memcmp(p, key, k) != 0) return NULL;
-    p += k;
-    if (p < line + len && *p == ' ') p++;
-    *rest = (size_t)(line + len - p);
-    return p;
-}
-
-static void split_words(expect *e, const char *s, size_t n) {
-    size_t i = 0;
-    while (i < n && e->nargs < 63) {
-        while (i < n && s[i] == ' ') i++;
-        size_t start = i;
-        while (i < n && s[i] != ' ') i++;
-        if (i > start) e->args[e->nargs++] = dup_trim(s + start, i - start);
-    }
-}
-
-static void parse_expectations(expect *e, const char *src) {
-    memset(e, 0, sizeof *e);
-    for (const char *line = src; *line;) {
-        const char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        const char *v;
-        size_t n;
-        if ((v = after(line, len, "expect stderr:", &n))) {
-            if (e->nlog < MAX_ITEMS) e->log[e->nlog++] = dup_trim(v, n);
-        } else if ((v = after(line, len, "expect error at:", &n))) {
-            if (e->nat < MAX_ITEMS) e->at[e->nat++] = dup_trim(v, n);
-        } else if ((v = after(line, len, "expect error:", &n))) {
-            if (e->nerr < MAX_ITEMS) e->err[e->nerr++] = dup_trim(v, n);
-        } else if ((v = after(line, len, "expect:", &n))) {
-            if (e->nout < MAX_ITEMS) e->out[e->nout++] = dup_trim(v, n);
-        } else if ((v = after(line, len, "args:", &n))) {
-            split_words(e, v, n);
-        } else if ((v = after(line, len, "mode:", &n))) {
-            e->check = n >= 5 && memcmp(v, "check", 5) == 0;
-        } else if ((v = after(line, len, "env:", &n))) {
-            if (e->nenv < 16) e->env[e->nenv++] = dup_trim(v, n);
-        }
-        line = nl ? nl + 1 : line + len;
-    }
-}
-
-/* NAME=VALUE with $DIR replaced by dir. */
-static void put_env(const char *spec, const char *dir) {
-    const char *eq = strchr(spec, '=');
-    if (!eq) return;
-    char name[256], value[4096];
-    snprintf(name, sizeof name, "%.*s", (int)(eq - spec), spec);
-    size_t o = 0;
-    for (const char *p = eq + 1; *p && o + 1 < sizeof value;) {
-        if (strncmp(p, "$DIR", 4) == 0) {
-            o += (size_t)snprintf(value + o, sizeof value - o, "%s", dir);
-            if (o >= sizeof value) o = sizeof value - 1;
-            p += 4;
-        } else {
-            value[o++] = *p++;
-        }
-    }
-    value[o] = 0;
-    setenv(name, value, 1);
-}
-
-static int run(const char *hodu, const char *file, const expect *e, const char *outp,
+static int run(const char *hodu, const char *file, const golden_expect *e, const char *outp,
                const char *errp) {
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -168,13 +40,8 @@ static int run(const char *hodu, const char *file, const expect *e, const char *
         FILE *r = freopen(errp, "wb", stderr);
         if (!o || !r) _exit(120);
         char dir[4096];
-        snprintf(dir, sizeof dir, "%s", file);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = 0;
-        else
-            snprintf(dir, sizeof dir, ".");
-        for (int i = 0; i < e->nenv; i++) put_env(e->env[i], dir);
+        golden_dir_of(file, dir, sizeof dir);
+        for (int i = 0; i < e->nenv; i++) golden_put_env(e->env[i], dir);
         /* Sanitizer reports must not pass for the program's own exit 1. */
         const char *asan = getenv("ASAN_OPTIONS");
         char opts[1024];
@@ -207,7 +74,7 @@ static void fail(const char *file, const char *fmt, const char *a, const char *b
     failures++;
 }
 
-static void check_line(const char *file, const expect *e, int i, char *line) {
+static void check_line(const char *file, const golden_expect *e, int i, char *line) {
     /* Trailing blanks are invisible in the program text: not compared. */
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
@@ -217,7 +84,7 @@ static void check_line(const char *file, const expect *e, int i, char *line) {
         fail(file, "expected output \"%s\", got \"%s\"", e->out[i], line);
 }
 
-static void check_stdout(const char *file, const expect *e, char *out) {
+static void check_stdout(const char *file, const golden_expect *e, char *out) {
     int i = 0;
     size_t len = strlen(out);
     if (len) {
@@ -234,7 +101,7 @@ static void check_stdout(const char *file, const expect *e, char *out) {
     for (; i < e->nout; i++) fail(file, "missing output line: %s%s", e->out[i], "");
 }
 
-static void check_stderr(const char *file, const expect *e, const char *err) {
+static void check_stderr(const char *file, const golden_expect *e, const char *err) {
     const char *from = err;
     for (int i = 0; i < e->nerr; i++) {
         const char *hit = strstr(from, e->err[i]);
@@ -267,27 +134,27 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *hodu = argv[1], *file = argv[2];
-    char *src = read_all(file, NULL);
+    char *src = golden_read_all(file, NULL);
     if (!src) {
         fprintf(stderr, "golden_runner: cannot read %s\n", file);
         return 2;
     }
-    expect e;
-    parse_expectations(&e, src);
+    golden_expect e;
+    golden_expect_parse(&e, src);
     char outp[] = "/tmp/hodu_golden_outXXXXXX", errp[] = "/tmp/hodu_golden_errXXXXXX";
     int fo = mkstemp(outp), fe = mkstemp(errp);
     if (fo < 0 || fe < 0) return 2;
     close(fo);
     close(fe);
     int rc = run(hodu, file, &e, outp, errp);
-    char *out = read_all(outp, NULL), *err = read_all(errp, NULL);
+    char *out = golden_read_all(outp, NULL), *err = golden_read_all(errp, NULL);
     unlink(outp);
     unlink(errp);
     if (!out || !err) {
         free(out);
         free(err);
         free(src);
-        free_expect(&e);
+        golden_expect_free(&e);
         return 2;
     }
     int want_rc = e.nerr || e.nat ? 1 : 0;
@@ -305,7 +172,7 @@ int main(int argc, char **argv) {
     check_stdout(file, &e, out);
     check_stderr(file, &e, err);
     if (failures) fprintf(stderr, "%s: %d problem%s\n", file, failures, failures == 1 ? "" : "s");
-    free_expect(&e);
+    golden_expect_free(&e);
     free(src);
     free(out);
     free(err);

@@ -362,6 +362,28 @@ static void test_fuse(void) {
     hd_ir_graph_free(g);
 }
 
+/* Fusing with each of its allocations failing in turn: out of memory, and
+ * nothing left once the graph is freed. */
+static void test_fuse_alloc_failures(void) {
+    for (long k = 0; k < 4; k++) {
+        size_t before = C->mem_used;
+        int x;
+        hd_ir_graph *g = graph_x(HD_F32, 2, 3, &x);
+        int v = x;
+        /* enough nodes that the groups' array needs an arena block of its own */
+        for (int i = 0; i < 2000; i++) v = node(g, i % 2 ? HD_OP_NEG : HD_OP_EXP, v, -1);
+        hd_ir_add_output(g, "v", v);
+        C->fail_countdown = k;
+        hd_status st = hd_pass_fuse(g);
+        int injected = C->fail_countdown < 0;
+        C->fail_countdown = -1;
+        CHECK_MSG(injected ? st == HD_ERR_MEMORY : st == HD_OK, "k=%ld: status %d", k, (int)st);
+        hd_ir_graph_free(g);
+        CHECK_MSG(C->mem_used == before, "k=%ld: %zu bytes left", k, C->mem_used - before);
+        hd_error_clear(C);
+    }
+}
+
 static void test_memplan(void) {
     int x;
     hd_ir_graph *g = graph_x(HD_F32, 64, 64, &x);
@@ -428,6 +450,7 @@ int main(void) {
     test_layout();
     test_layout_huge_step();
     test_fuse();
+    test_fuse_alloc_failures();
     test_memplan();
     test_pipeline();
     CHECK(ctx.mem_used == 0);
