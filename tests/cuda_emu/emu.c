@@ -4,8 +4,11 @@
  * HODU_CUDA_BLAS. It lets every CUDA code path run (and be checked against
  * the cpu backend) on machines without a GPU.
  *
- * - Device memory is host memory; copies and kernels run synchronously, in
- *   stream order. Copies are checked against the allocations they touch.
+ * - Device memory is out of host code's reach, as on a GPU: the pointers
+ *   Hodu gets lie in a PROT_NONE mapping, the emulator works through a
+ *   second, read-write mapping of the same pages (see "memory" below).
+ *   Copies and kernels run synchronously, in stream order. Copies are
+ *   checked against the allocations they touch.
  * - "NVRTC" compiles the generated CUDA C as host C++ (emu_device.h is
  *   force-included) into a shared object: that is the module image.
  * - A launch runs the grid block by block; a block's threads are fibers
