@@ -92,20 +92,17 @@ static hd_tensor *interp_in_buffer(hd_jit_exec *e, const hd_ir_value *v, hd_tens
 }
 
 /* The constant as a contiguous tensor on the executable's device. */
+/* Constant c, contiguous, on the code's device: a constant made on
+ * another one (a device tensor created inside a function compiled for
+ * the cpu) is copied there, never read where it lies. */
 static hd_tensor *interp_place_const(hd_jit_exec *e, hd_tensor *c) {
     hd_ctx *ctx = e->ctx;
     struct hd_trace *tr = ctx->trace;
     ctx->trace = NULL;
-    hd_tensor *host = hd_tensor_contiguous(ctx, c);
+    hd_tensor *t = hd_tensor_contiguous(ctx, c), *d = NULL;
+    if (t && hd_tensor_to_device(ctx, t, e->be, e->device, &d)) d = NULL;
     ctx->trace = tr;
-    if (!host || e->be == host->storage->backend) return host;
-    hd_tensor *d = hd_tensor_new_on(ctx, e->be, e->device, c->dtype, c->shape, c->ndim);
-    if (d && e->be->from_host(ctx, e->device, d->storage->data, hd_tensor_data(host),
-                              hd_tensor_nbytes(host))) {
-        hd_tensor_unref(d);
-        d = NULL;
-    }
-    hd_tensor_unref(host);
+    hd_tensor_unref(t);
     return d;
 }
 

@@ -95,12 +95,16 @@ static hd_tensor *llvm_slot_tensor(hd_jit_exec *e, const hd_ir_value *v) {
     return hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
 }
 
+/* Constant c, contiguous, in host memory: a constant made on a device (a
+ * device tensor created inside the function) is copied, never read where
+ * it lies. */
 static hd_tensor *llvm_place_const(hd_jit_exec *e, hd_tensor *c) {
     struct hd_trace *tr = e->ctx->trace;
     e->ctx->trace = NULL;
-    hd_tensor *t = hd_tensor_contiguous(e->ctx, c);
+    hd_tensor *t = hd_tensor_contiguous(e->ctx, c), *h = t ? hd_tensor_to_host(e->ctx, t) : NULL;
     e->ctx->trace = tr;
-    return t;
+    hd_tensor_unref(t);
+    return h;
 }
 
 static hd_status llvm_roots(hd_jit_exec *e) {
