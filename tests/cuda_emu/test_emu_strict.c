@@ -63,8 +63,8 @@ static const char kernel_src[] =
     "  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
     "  if (i < n) o[i] = 2 * a[i]; }\n";
 
-/* The kernel twice(o, a, n) from the emulator's NVRTC. */
-static void *kernel_load(void) {
+/* The kernel twice(o, a, n) from the emulator's NVRTC; its module in *mod. */
+static void *kernel_load(void **mod) {
     FN(int, nvrtcCreateProgram, void **, const char *, const char *, int, const char *const *,
        const char *const *);
     FN(int, nvrtcCompileProgram, void *, int, const char *const *);
@@ -73,14 +73,14 @@ static void *kernel_load(void) {
     FN(int, nvrtcDestroyProgram, void **);
     FN(CUresult, cuModuleLoadData, void **, const void *);
     FN(CUresult, cuModuleGetFunction, void **, void *, const char *);
-    void *prog = NULL, *mod = NULL, *fn = NULL;
+    void *prog = NULL, *fn = NULL;
     size_t n = 0;
     if (nvrtcCreateProgram(&prog, kernel_src, "t.cu", 0, NULL, NULL) ||
         nvrtcCompileProgram(prog, 0, NULL) || nvrtcGetCUBINSize(prog, &n))
         return NULL;
     char *img = malloc(n);
-    if (img && !nvrtcGetCUBIN(prog, img) && !cuModuleLoadData(&mod, img))
-        cuModuleGetFunction(&fn, mod, "twice");
+    if (img && !nvrtcGetCUBIN(prog, img) && !cuModuleLoadData(mod, img))
+        cuModuleGetFunction(&fn, *mod, "twice");
     free(img);
     nvrtcDestroyProgram(&prog);
     return fn;
@@ -216,13 +216,17 @@ int main(int argc, char **argv) {
     CHECK(cuMemAlloc_v2(&p, 1 << 20) == 0 && cuMemAlloc_v2(&q, 1 << 20) == 0);
     check_host_access(p);
     check_copies(p, q);
-    void *fn = kernel_load();
+    FN(CUresult, cuModuleUnload, void *);
+    FN(CUresult, cuMemFree_v2, CUdeviceptr);
+    void *mod = NULL, *fn = kernel_load(&mod);
     CHECK(fn != NULL);
     if (fn) {
         check_kernel(fn, p, q);
         check_graph(fn, p, q);
     }
     check_gemm(p, q);
+    if (mod) cuModuleUnload(mod);
+    CHECK(cuMemFree_v2(p) == 0 && cuMemFree_v2(q) == 0);
     check_reuse();
     if (failures) fprintf(stderr, "%d checks failed\n", failures);
     return failures != 0;
