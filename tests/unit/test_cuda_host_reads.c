@@ -9,8 +9,9 @@
 /* hodu_get_global_number of a one-element device tensor: its value (it
  * was refused as "a tensor of several elements"). */
 static void check_global_number(hodu_vm *vm) {
-    CHECK(hodu_eval(vm, "let g = tensor([2.5, 7.0], device = \"cuda\")\nlet one = g[1]\n"
-                        "let two = g",
+    CHECK(hodu_eval(vm,
+                    "let g = tensor([2.5, 7.0], device = \"cuda\")\nlet one = g[1]\n"
+                    "let two = g",
                     "<test>") == HODU_OK);
     double d = 0;
     CHECK(hodu_get_global_number(vm, "one", &d) == HODU_OK && d == 7.0);
