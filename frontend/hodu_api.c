@@ -2,6 +2,7 @@
  * running source, errors, globals and calls. Tensors are in
  * hodu_api_tensor.c, scripts in hodu_api_script.c. */
 #include "hodu_api_int.h"
+#include "hd_backend.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -274,6 +275,15 @@ hodu_tensor *hodu_get_global_tensor(hodu_vm *vm, const char *name) {
     return hd_api_handle(h, v->as.t);
 }
 
+/* The one element of t, read on the host: a device tensor through a copy. */
+static hodu_status global_tensor_number(hd_api_vm *h, hd_tensor *t, double *out) {
+    hd_tensor *host = hd_tensor_to_host(hd_vm_ctx(h->vm), t);
+    if (!host) return (hodu_status)hd_vm_from_ctx(h->vm, HD_ERR_RUNTIME);
+    *out = hd_tensor_get(host, 0);
+    hd_tensor_unref(host);
+    return HODU_OK;
+}
+
 hodu_status hodu_get_global_number(hodu_vm *vm, const char *name, double *out) {
     hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;
@@ -286,10 +296,7 @@ hodu_status hodu_get_global_number(hodu_vm *vm, const char *name, double *out) {
     case HD_V_FLOAT: *out = v->as.f; return HODU_OK;
     case HD_V_BOOL: *out = v->as.b; return HODU_OK;
     case HD_V_TENSOR:
-        if (v->as.t->numel == 1 && v->as.t->storage && hd_tensor_is_cpu(v->as.t)) {
-            *out = hd_tensor_get(v->as.t, 0);
-            return HODU_OK;
-        }
+        if (v->as.t->numel == 1 && v->as.t->storage) return global_tensor_number(h, v->as.t, out);
         break;
     default: break;
     }

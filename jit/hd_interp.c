@@ -92,20 +92,17 @@ static hd_tensor *interp_in_buffer(hd_jit_exec *e, const hd_ir_value *v, hd_tens
 }
 
 /* The constant as a contiguous tensor on the executable's device. */
+/* Constant c, contiguous, on the code's device: a constant made on
+ * another one (a device tensor created inside a function compiled for
+ * the cpu) is copied there, never read where it lies. */
 static hd_tensor *interp_place_const(hd_jit_exec *e, hd_tensor *c) {
     hd_ctx *ctx = e->ctx;
     struct hd_trace *tr = ctx->trace;
     ctx->trace = NULL;
-    hd_tensor *host = hd_tensor_contiguous(ctx, c);
+    hd_tensor *t = hd_tensor_contiguous(ctx, c), *d = NULL;
+    if (t && hd_tensor_to_device(ctx, t, e->be, e->device, &d)) d = NULL;
     ctx->trace = tr;
-    if (!host || e->be == host->storage->backend) return host;
-    hd_tensor *d = hd_tensor_new_on(ctx, e->be, e->device, c->dtype, c->shape, c->ndim);
-    if (d && e->be->from_host(ctx, e->device, d->storage->data, hd_tensor_data(host),
-                              hd_tensor_nbytes(host))) {
-        hd_tensor_unref(d);
-        d = NULL;
-    }
-    hd_tensor_unref(host);
+    hd_tensor_unref(t);
     return d;
 }
 
@@ -261,18 +258,26 @@ static hd_status interp_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i,
     HD_UNUSED(ud);
     hd_tensor *slot = e->vals[e->g->inputs[i].value];
     const hd_storage *s = t->storage;
-    if (s->backend == e->be && s->device == e->device && hd_tensor_is_contiguous(t)) {
+    int here = s->backend == e->be && s->device == e->device;
+    if (here && hd_tensor_is_contiguous(t)) {
         slot->storage->data = hd_tensor_data(t);
         return HD_OK;
     }
-    if (s->backend != e->be && !hd_tensor_follows_device(t))
+    if (!here && !hd_tensor_follows_device(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
                         e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
     if (!e->own_in[i] &&
         !(e->own_in[i] = hd_tensor_new_on(ctx, e->be, e->device, t->dtype, t->shape, t->ndim)))
         return ctx->status;
+    /* a number from another device: brought here first (the code's copy
+     * kernel reads only its own device's memory) */
+    hd_tensor *moved = NULL;
+    if (!here && hd_tensor_to_device(ctx, t, e->be, e->device, &moved)) return ctx->status;
+    hd_tensor *src = moved ? moved : t;
     static const hd_attrs none;
-    if (t->numel && e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none)) return ctx->status;
+    hd_status st = t->numel ? e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &src, 1, &none) : HD_OK;
+    hd_tensor_unref(moved);
+    if (st) return st;
     slot->storage->data = e->own_in[i]->storage->data;
     return HD_OK;
 }

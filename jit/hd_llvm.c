@@ -95,12 +95,16 @@ static hd_tensor *llvm_slot_tensor(hd_jit_exec *e, const hd_ir_value *v) {
     return hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
 }
 
+/* Constant c, contiguous, in host memory: a constant made on a device (a
+ * device tensor created inside the function) is copied, never read where
+ * it lies. */
 static hd_tensor *llvm_place_const(hd_jit_exec *e, hd_tensor *c) {
     struct hd_trace *tr = e->ctx->trace;
     e->ctx->trace = NULL;
-    hd_tensor *t = hd_tensor_contiguous(e->ctx, c);
+    hd_tensor *t = hd_tensor_contiguous(e->ctx, c), *h = t ? hd_tensor_to_host(e->ctx, t) : NULL;
     e->ctx->trace = tr;
-    return t;
+    hd_tensor_unref(t);
+    return h;
 }
 
 static hd_status llvm_roots(hd_jit_exec *e) {
@@ -284,19 +288,24 @@ static void llvm_set_slot(hd_jit_exec *e, int s, void *data) {
  * executable's own buffer when it is strided. */
 static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
     HD_UNUSED(ud);
-    int s = e->plan.slot_in0 + i;
-    if (!hd_tensor_is_cpu(t))
+    int s = e->plan.slot_in0 + i, here = hd_tensor_is_cpu(t);
+    if (!here && !hd_tensor_follows_device(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
                         e->g->inputs[i].name, t->storage->backend->name, t->storage->device);
-    if (hd_tensor_is_contiguous(t)) {
+    if (here && hd_tensor_is_contiguous(t)) {
         llvm_set_slot(e, s, hd_tensor_data(t));
         return HD_OK;
     }
     if (!e->own_in[i] && !(e->own_in[i] = hd_tensor_new(e->ctx, t->dtype, t->shape, t->ndim)))
         return ctx->status;
+    /* a number on a device: a host copy first (the code reads host memory) */
+    hd_tensor *h = here ? hd_tensor_ref(t) : hd_tensor_to_host(ctx, t);
+    if (!h) return ctx->status;
     static const hd_attrs none;
-    if (t->numel && hd_cpu_backend.run_op(ctx, HD_OP_COPY, e->own_in[i], &t, 1, &none))
-        return ctx->status;
+    hd_status st =
+        t->numel ? hd_cpu_backend.run_op(ctx, HD_OP_COPY, e->own_in[i], &h, 1, &none) : HD_OK;
+    hd_tensor_unref(h);
+    if (st) return st;
     llvm_set_slot(e, s, e->own_in[i]->storage->data);
     return HD_OK;
 }

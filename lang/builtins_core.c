@@ -881,7 +881,9 @@ NATIVE(list_sort) {
     if (arity(vm, "sort", nargs, 0, 0) != HD_OK || only_kw(vm, "sort", kw, nkw, allowed) != HD_OK)
         return vm->err;
     const hd_value *key = kwarg(kw, nkw, "key"), *rev = kwarg(kw, nkw, "reverse");
-    int desc = rev && hd_value_truthy(*rev);
+    int ok = 1; /* a tensor's truth reads its value: on a device, through a copy */
+    int desc = rev && hd_eval_truthy(vm, *rev, &ok);
+    if (!ok) return vm->err;
     if (key && key->type == HD_V_NONE) key = NULL;
     hd_list *l = L(self);
     int64_t n = l->len;

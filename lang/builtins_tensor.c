@@ -121,6 +121,15 @@ hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what) {
     return hd_compiled_check_data(vm, t, what);
 }
 
+/* The one element of t, read on the host: a device tensor through a copy. */
+static hd_status targ_read_one(hd_vm *vm, const hd_tensor *t, double *out) {
+    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
+    if (!h) return hd_tfail(vm, NULL);
+    *out = hd_tensor_get(h, 0);
+    hd_tensor_unref(h);
+    return HD_OK;
+}
+
 hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double *out) {
     hd_value v = a->v[i];
     *out = def;
@@ -132,8 +141,8 @@ hd_status hd_targ_float(hd_vm *vm, const hd_targs *a, int i, double def, double 
     else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 &&
              hd_tensor_need_data(vm, v.as.t, a->names[i]))
         return HD_ERR_RUNTIME;
-    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1 && hd_tensor_is_cpu(v.as.t))
-        *out = hd_tensor_get(v.as.t, 0);
+    else if (v.type == HD_V_TENSOR && v.as.t->numel == 1)
+        return targ_read_one(vm, v.as.t, out);
     else
         return hd_targ_type_error(vm, a, i, "a number");
     return HD_OK;

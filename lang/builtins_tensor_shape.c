@@ -2,6 +2,7 @@
  * (PERMUTE), reshape, flatten, squeeze, unsqueeze (RESHAPE), permute,
  * expand, concat, stack (RESHAPE + CONCAT), split (SLICE), one_hot. */
 #include "builtins_tensor.h"
+#include "hd_backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -351,7 +352,10 @@ static HD_TF_FN(tf_one_hot) {
             hd_tensor *m = NULL;
             st = hd_trun_t(vm, "one_hot", k ? HD_OP_MAX : HD_OP_MIN, &x, 1, NULL, &m);
             if (!st) st = hd_tensor_need_data(vm, m, "one_hot() without n");
-            if (!st) ext[k] = hd_tensor_get_i64(m, 0);
+            hd_tensor *h = st ? NULL : hd_tensor_to_host(hd_vm_ctx(vm), m); /* x's device */
+            if (!st && !h) st = hd_tfail(vm, "one_hot");
+            if (h) ext[k] = hd_tensor_get_i64(h, 0);
+            hd_tensor_unref(h);
             hd_tensor_unref(m);
         }
         if (!st && ext[0] < 0)

@@ -668,6 +668,16 @@ static hd_status check_saved(hd_ctx *ctx, const hd_grad_node *n) {
     return HD_OK;
 }
 
+/* The zeros a rule makes (a slice's gradient written into zeros, a
+ * concat's padding) go where n's gradient is, its output's device, not
+ * the loss's: the rule's kernels read them with the gradient. Returns
+ * the previous place. */
+static hd_place rule_place_push(hd_ctx *ctx, const hd_grad_node *n) {
+    hd_place p = {ctx->place_backend, ctx->place_device};
+    if (n->grad && n->grad->storage) p = hd_place_of(n->grad);
+    return hd_place_push(ctx, p.backend ? p.backend : &hd_cpu_backend, p.device);
+}
+
 /* Run n's rule and pass each input's gradient on: into the producing
  * record's gradient, or into the leaf's pending gradient. */
 static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
@@ -689,7 +699,9 @@ static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
         st = n->custom->backward(ctx, n->custom_ud, n->grad, need, gin, nin);
     } else if (!st && any) {
         hd_gx x = {ctx, HD_OK, 0, {NULL}};
+        hd_place prev = rule_place_push(ctx, n);
         hd_grad_rule_of(n->op)->fn(&x, n, n->grad, need, gin);
+        hd_place_pop(ctx, prev);
         for (int i = 0; i < x.n; i++) hd_tensor_unref(x.tmp[i]);
         st = x.st;
     }

@@ -124,6 +124,11 @@ static hd_status make_view(hd_ctx *ctx, hd_op op, hd_tensor *t, const hd_attrs *
 
 /* ---- dispatch ---- */
 
+/* Where an op runs: where its inputs' storage is. Numbers and 0-d cpu
+ * tensors follow the other inputs; when every input follows, the first
+ * one's device (a number may live on a device: a kernel of another
+ * backend must never see its data). ASSIGN writes into its first input,
+ * so that one decides. */
 static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                                         int *device) {
     const hd_backend *be = &hd_cpu_backend;
@@ -140,7 +145,7 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
                      hd_op_name(op), i);
             return NULL;
         }
-        if (hd_tensor_follows_device(in[i])) continue;
+        if (hd_tensor_follows_device(in[i]) && !(op == HD_OP_ASSIGN && i == 0)) continue;
         if (placed && (s->backend != be || s->device != *device)) {
             hd_error(ctx, HD_ERR_RUNTIME, "%s: inputs are on different devices (%s:%d and %s:%d)",
                      hd_op_name(op), be->name, *device, s->backend->name, s->device);
@@ -150,7 +155,26 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
         *device = s->device;
         placed = 1;
     }
+    if (!placed && nin > 0) {
+        be = in[0]->storage->backend;
+        *device = in[0]->storage->device;
+    }
     return be;
+}
+
+/* Inputs that live elsewhere than (be, device), followers only, copied
+ * there: a backend's kernels read only its own memory. */
+static hd_status inputs_to_place(hd_ctx *ctx, hd_tensor **in, int nin, const hd_backend *be,
+                                 int device) {
+    for (int i = 0; i < nin; i++) {
+        const hd_storage *s = in[i]->storage;
+        if (s->backend == be && s->device == device) continue;
+        hd_tensor *m = NULL;
+        if (hd_tensor_to_device(ctx, in[i], be, device, &m)) return ctx->status;
+        hd_tensor_unref(in[i]);
+        in[i] = m;
+    }
+    return HD_OK;
 }
 
 static void unref_casts(hd_tensor **cast, int n) {
@@ -175,13 +199,14 @@ static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin
     if (!cast) return ctx->status;
     hd_status st = HD_OK;
     for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
+    st = inputs_to_place(ctx, cast, nin, be, device);
     for (int i = 0; i < nin && !st; i++) {
         int want = op == HD_OP_CONCAT ? plan->in_dtype[0]
                    : i < HD_OP_MAX_IN ? plan->in_dtype[i]
                                       : -1;
         if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
         hd_tensor *c = NULL;
-        st = hd_op_cast(ctx, in[i], (hd_dtype)want, &c);
+        st = hd_op_cast(ctx, cast[i], (hd_dtype)want, &c);
         hd_tensor_unref(cast[i]);
         cast[i] = c;
     }

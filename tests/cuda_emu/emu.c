@@ -4,8 +4,11 @@
  * HODU_CUDA_BLAS. It lets every CUDA code path run (and be checked against
  * the cpu backend) on machines without a GPU.
  *
- * - Device memory is host memory; copies and kernels run synchronously, in
- *   stream order. Copies are checked against the allocations they touch.
+ * - Device memory is out of host code's reach, as on a GPU: the pointers
+ *   Hodu gets lie in a PROT_NONE mapping, the emulator works through a
+ *   second, read-write mapping of the same pages (see "memory" below).
+ *   Copies and kernels run synchronously, in stream order. Copies are
+ *   checked against the allocations they touch.
  * - "NVRTC" compiles the generated CUDA C as host C++ (emu_device.h is
  *   force-included) into a shared object: that is the module image.
  * - A launch runs the grid block by block; a block's threads are fibers
@@ -61,6 +64,7 @@ enum {
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
     CUDA_ERROR_LAUNCH_FAILED = 719,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
@@ -121,33 +125,129 @@ static int emu_nolaunch(void) {
     return v;
 }
 
-/* ---- memory: every allocation is known, so copies can be checked ---- */
+/* ---- memory: one file mapped twice ----
+ *
+ * Device memory is not addressable from host code, as on a GPU: every
+ * allocation lies in one memfd mapped twice. The device view, whose
+ * addresses are the CUdeviceptrs Hodu gets, is PROT_NONE, so a host load
+ * or store through a device pointer faults at once (under AddressSanitizer
+ * too: its shadow says "addressable" and the page says no, so it reports a
+ * SEGV with the host code's stack). The host view, read-write, is the
+ * emulator's own: copies, memsets, kernels and GEMMs reach the same pages
+ * there. Both views have the same size, so a device address translates by
+ * one subtraction and one addition (mem_host), whatever allocation or
+ * offset it points at. Allocations are page-aligned offsets into the file,
+ * first fit; freeing punches the pages out of the file. */
 
 typedef struct emu_alloc {
-    char *p;
-    size_t n;
+    size_t off, n; /* in the file; the list is sorted by off */
 } emu_alloc;
+
+static struct {
+    char *dev, *host; /* the two views */
+    size_t size;
+    int fd;
+    int failed; /* the views could not be made: every allocation fails */
+} arena = {NULL, NULL, 0, -1, 0};
 
 static emu_alloc *mem_list;
 static size_t mem_count, mem_cap, mem_used;
+
+#define MEM_PAGE ((size_t)4096)
 
 static size_t mem_limit(void) {
     const char *s = getenv("HODU_EMU_MEM_LIMIT");
     return s && *s ? (size_t)strtoull(s, NULL, 10) : (size_t)4 << 30;
 }
 
+/* The views, made on the first allocation: twice the limit of address
+ * space (room for fragmentation), at least 16 GiB, at most 1 TiB; the file
+ * is sparse, so only what is written takes memory. */
+static int arena_open(void) {
+    if (arena.dev || arena.failed) return arena.dev != NULL;
+    size_t lim = mem_limit(), size = (size_t)16 << 30;
+    if (lim < ((size_t)1 << 40) / 2 && lim * 2 > size)
+        size = (lim * 2 + MEM_PAGE - 1) & ~(MEM_PAGE - 1);
+    if (lim >= ((size_t)1 << 40) / 2) size = (size_t)1 << 40;
+    int fd = memfd_create("hodu-cuda-emu", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) goto fail;
+    void *d = mmap(NULL, size, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (d == MAP_FAILED) goto fail;
+    void *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (h == MAP_FAILED) {
+        munmap(d, size);
+        goto fail;
+    }
+    arena.dev = d, arena.host = h, arena.size = size, arena.fd = fd;
+    return 1;
+fail:
+    fprintf(stderr, "cuda emulator: cannot map device memory: %s\n", strerror(errno));
+    if (fd >= 0) close(fd);
+    arena.failed = 1;
+    return 0;
+}
+
+/* Is p a device address (in the device view, allocated or not)? */
+static int mem_is_device(uintptr_t p) {
+    return arena.dev && p >= (uintptr_t)arena.dev && p - (uintptr_t)arena.dev < arena.size;
+}
+
+/* The host view's address of device address p (p must be one). */
+static void *mem_host(CUdeviceptr p) {
+    return arena.host + ((uintptr_t)p - (uintptr_t)arena.dev);
+}
+
+/* The index of the last allocation starting at or before off, or -1. */
+static long mem_find(size_t off) {
+    size_t lo = 0, hi = mem_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (mem_list[mid].off <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (long)lo - 1;
+}
+
 /* Does [p, p + n) lie inside one allocation? */
 static int mem_valid(CUdeviceptr p, size_t n) {
-    const char *c = (const char *)(uintptr_t)p;
-    for (size_t i = 0; i < mem_count; i++)
-        if (c >= mem_list[i].p && c + n <= mem_list[i].p + mem_list[i].n) return 1;
+    if (!mem_is_device((uintptr_t)p)) return 0;
+    size_t off = (uintptr_t)p - (uintptr_t)arena.dev;
+    long i = mem_find(off);
+    return i >= 0 && off + n >= off && off + n <= mem_list[i].off + mem_list[i].n;
+}
+
+/* A host pointer the caller passed that is really device memory: the
+ * call fails (a GPU's driver would not read it as host memory either). */
+static int mem_host_arg_bad(const void *p, const char *what) {
+    if (!mem_is_device((uintptr_t)p)) return 0;
+    fprintf(stderr, "cuda emulator: %s: host pointer %p is device memory\n", what, p);
+    return 1;
+}
+
+/* The first page-aligned gap of n bytes: its offset and the index the
+ * allocation goes to. */
+static int mem_gap(size_t n, size_t *off, size_t *at) {
+    size_t prev_end = 0;
+    for (size_t i = 0; i <= mem_count; i++) {
+        size_t next = i < mem_count ? mem_list[i].off : arena.size;
+        if (next >= prev_end && next - prev_end >= n) {
+            *off = prev_end;
+            *at = i;
+            return 1;
+        }
+        if (i < mem_count)
+            prev_end = (mem_list[i].off + mem_list[i].n + MEM_PAGE - 1) & ~(MEM_PAGE - 1);
+    }
     return 0;
 }
 
 EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
     EMU_COUNT(cuMemAlloc_v2);
     if (!out || n == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (mem_used + n > mem_limit()) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mem_used + n < n || mem_used + n > mem_limit() || !arena_open())
+        return CUDA_ERROR_OUT_OF_MEMORY;
     if (mem_count == mem_cap) {
         size_t cap = mem_cap ? mem_cap * 2 : 64;
         emu_alloc *l = realloc(mem_list, cap * sizeof *l);
@@ -155,25 +255,29 @@ EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
         mem_list = l;
         mem_cap = cap;
     }
-    char *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-    memset(p, 0xA5, n); /* device memory starts as garbage, not zeros */
-    mem_list[mem_count++] = (emu_alloc){p, n};
+    size_t off, at;
+    if (n > arena.size || !mem_gap(n, &off, &at)) return CUDA_ERROR_OUT_OF_MEMORY;
+    memmove(mem_list + at + 1, mem_list + at, (mem_count - at) * sizeof *mem_list);
+    mem_list[at] = (emu_alloc){off, n};
+    mem_count++;
     mem_used += n;
-    *out = (CUdeviceptr)(uintptr_t)p;
+    memset(arena.host + off, 0xA5, n); /* device memory starts as garbage, not zeros */
+    *out = (CUdeviceptr)(uintptr_t)(arena.dev + off);
     return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     EMU_COUNT(cuMemFree_v2);
-    for (size_t i = 0; i < mem_count; i++) {
-        if (mem_list[i].p != (char *)(uintptr_t)p) continue;
-        free(mem_list[i].p);
-        mem_used -= mem_list[i].n;
-        mem_list[i] = mem_list[--mem_count];
-        return CUDA_SUCCESS;
-    }
-    return CUDA_ERROR_INVALID_VALUE;
+    if (!mem_is_device((uintptr_t)p)) return CUDA_ERROR_INVALID_VALUE;
+    size_t off = (uintptr_t)p - (uintptr_t)arena.dev;
+    long i = mem_find(off);
+    if (i < 0 || mem_list[i].off != off) return CUDA_ERROR_INVALID_VALUE;
+    size_t len = (mem_list[i].n + MEM_PAGE - 1) & ~(MEM_PAGE - 1);
+    fallocate(arena.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+    mem_used -= mem_list[i].n;
+    memmove(mem_list + i, mem_list + i + 1, (mem_count - (size_t)i - 1) * sizeof *mem_list);
+    mem_count--;
+    return CUDA_SUCCESS;
 }
 
 /* ---- device, context, streams ---- */
@@ -255,6 +359,7 @@ EMU_EXPORT CUresult cuGetErrorString(CUresult r, const char **m) {
     case CUDA_ERROR_INVALID_IMAGE: *m = "device kernel image is invalid"; break;
     case CUDA_ERROR_INVALID_HANDLE: *m = "invalid resource handle"; break;
     case CUDA_ERROR_NOT_FOUND: *m = "named symbol not found"; break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS: *m = "an illegal memory access was encountered"; break;
     case CUDA_ERROR_LAUNCH_FAILED: *m = "unspecified launch failure"; break;
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
         *m = "operation not permitted when stream is capturing";
@@ -328,16 +433,18 @@ EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_
                                          emu_stream *s) {
     EMU_COUNT(cuMemcpyHtoDAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
-    if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
-    memcpy((void *)(uintptr_t)dst, src, n);
+    if (!mem_valid(dst, n) || mem_host_arg_bad(src, "cuMemcpyHtoD"))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(mem_host(dst), src, n);
     return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, emu_stream *s) {
     EMU_COUNT(cuMemcpyDtoHAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
-    if (!mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
-    memcpy(dst, (const void *)(uintptr_t)src, n);
+    if (!mem_valid(src, n) || mem_host_arg_bad(dst, "cuMemcpyDtoH"))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, mem_host(src), n);
     return CUDA_SUCCESS;
 }
 
@@ -376,12 +483,16 @@ typedef struct emu_state { /* hd_emu_state_t of emu_device.h */
     void (*sync)(void);
 } emu_state;
 
+#define EMU_MAX_PARAMS 256
+
 struct emu_fn {
     void (*run)(void **);
     emu_state *state;
     int sync; /* the kernel's source has barriers: run its threads as fibers */
     int nparams;
-    size_t sizes[64];
+    size_t sizes[EMU_MAX_PARAMS];
+    unsigned char is_ptr[EMU_MAX_PARAMS]; /* a pointer: translated to the host view */
+    char name[128];
     emu_fn *next;
 };
 
@@ -452,7 +563,8 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     snprintf(sym, sizeof sym, "%s__emu_run", name);
     void *run = dlsym(m->so, sym);
     snprintf(sym, sizeof sym, "%s__emu_sig", name);
-    int (*sig)(size_t *) = (int (*)(size_t *))dlsym(m->so, sym);
+    int (*sig)(size_t *, unsigned char *, int) =
+        (int (*)(size_t *, unsigned char *, int))dlsym(m->so, sym);
     emu_state *st = dlsym(m->so, "hd_emu_state");
     if (!run || !sig || !st) return CUDA_ERROR_NOT_FOUND;
     emu_fn *f = calloc(1, sizeof *f);
@@ -462,7 +574,13 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     snprintf(sym, sizeof sym, "%s__emu_sync", name);
     const int *sync = dlsym(m->so, sym);
     f->sync = sync ? *sync : 1;
-    f->nparams = sig(f->sizes);
+    f->nparams = sig(f->sizes, f->is_ptr, EMU_MAX_PARAMS);
+    snprintf(f->name, sizeof f->name, "%s", name);
+    if (f->nparams < 0) {
+        fprintf(stderr, "cuda emulator: %s: more than %d parameters\n", name, EMU_MAX_PARAMS);
+        free(f);
+        return CUDA_ERROR_NOT_FOUND;
+    }
     f->next = m->fns;
     m->fns = f;
     *out = f;
@@ -495,6 +613,7 @@ static struct {
     int state[1024], started[1024];
     int cur, direct_sync;
     emu_node *node;
+    void **args; /* the node's arguments, device pointers translated */
     /* AddressSanitizer's view: the fake stacks saved at each switch, and
      * the scheduler's stack */
     void *fake[1024], *sched_fake;
@@ -529,7 +648,7 @@ static void fib_entry(void) {
 #if FIB_ASAN
     __sanitizer_finish_switch_fiber(NULL, &fib.sched_bottom, &fib.sched_size);
 #endif
-    fib.node->fn->run(fib.node->args);
+    fib.node->fn->run(fib.args);
     fib.state[fib.cur] = FIB_DONE;
     fib_leave(1);
 }
@@ -580,7 +699,7 @@ static int block_run(emu_node *n, unsigned nthreads) {
     if (!n->fn->sync) {
         for (unsigned t = 0; t < nthreads; t++) {
             fib_coords(st, t, n->block);
-            n->fn->run(n->args);
+            n->fn->run(fib.args);
         }
         return 0;
     }
@@ -601,9 +720,35 @@ static int block_run(emu_node *n, unsigned nthreads) {
     }
 }
 
+/* The arguments of a launch as the kernel's host code needs them: each
+ * pointer parameter that holds a device address moved to the host view
+ * (values in vals, pointers to every argument in args). A pointer that is
+ * neither null nor a device address fails the launch: on a GPU the kernel
+ * would fault on it. */
+static int kernel_args(const emu_node *n, void **args, uintptr_t *vals) {
+    const emu_fn *f = n->fn;
+    for (int i = 0; i < f->nparams; i++) {
+        args[i] = n->args[i];
+        if (!f->is_ptr[i]) continue;
+        memcpy(&vals[i], n->args[i], sizeof vals[i]);
+        if (vals[i] && !mem_is_device(vals[i])) {
+            fprintf(stderr, "cuda emulator: %s: parameter %d (%p) is not device memory\n", f->name,
+                    i, (void *)vals[i]);
+            return 0;
+        }
+        if (vals[i]) vals[i] = (uintptr_t)mem_host(vals[i]);
+        args[i] = &vals[i];
+    }
+    return 1;
+}
+
 static CUresult kernel_run(emu_node *n) {
     if (emu_nolaunch()) return CUDA_SUCCESS;
     emu_state *st = n->fn->state;
+    void *args[EMU_MAX_PARAMS + 1];
+    uintptr_t vals[EMU_MAX_PARAMS];
+    if (!kernel_args(n, args, vals)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    fib.args = args;
     unsigned nthreads = n->block[0] * n->block[1] * n->block[2];
     st->sync = n->fn->sync ? fib_sync : fib_sync_direct;
     st->block_dim = (emu_dim3){n->block[0], n->block[1], n->block[2]};
@@ -681,8 +826,9 @@ static void gemm_store(void *p, int type, long long i, double v) {
 
 /* C = alpha op(A) op(B) + beta C, column-major, per batch. */
 static void gemm_run(const emu_gemm *g) {
+    const char *a = mem_host((uintptr_t)g->a), *b = mem_host((uintptr_t)g->b);
+    void *c = mem_host((uintptr_t)g->c);
     for (int q = 0; q < g->batch; q++) {
-        const char *a = (const char *)g->a, *b = (const char *)g->b;
         long long oa = q * g->sa, ob = q * g->sb, oc = q * g->sc;
         for (int j = 0; j < g->n; j++)
             for (int i = 0; i < g->m; i++) {
@@ -697,8 +843,8 @@ static void gemm_run(const emu_gemm *g) {
                     s += x * y;
                 }
                 long long ci = oc + i + (long long)j * g->ldc;
-                double c = g->beta != 0 ? g->beta * gemm_load(g->c, g->type, ci) : 0;
-                gemm_store(g->c, g->type, ci, g->alpha * s + c);
+                double old = g->beta != 0 ? g->beta * gemm_load(c, g->type, ci) : 0;
+                gemm_store(c, g->type, ci, g->alpha * s + old);
             }
     }
 }
@@ -746,6 +892,9 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
     if (at != DT_R_32F && at != DT_R_64F && at != DT_R_16F && at != DT_R_16BF)
         return BLAS_NOT_SUPPORTED;
     if ((compute == 70) != (at == DT_R_64F)) return BLAS_NOT_SUPPORTED; /* 64F with f64 only */
+    if (mem_host_arg_bad(alpha, "cublasGemmStridedBatchedEx alpha") ||
+        mem_host_arg_bad(beta, "cublasGemmStridedBatchedEx beta"))
+        return BLAS_INVALID_VALUE; /* the handle's pointer mode is host */
     if (!m || !n || !batch) return BLAS_SUCCESS;
     if (!gemm_operand_ok(A, at, ta ? k : m, ta ? m : k, lda, sa, batch) ||
         !gemm_operand_ok(B, bt, tb ? n : k, tb ? k : n, ldb, sb, batch) ||
@@ -765,10 +914,8 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
 static CUresult node_run(emu_node *n) {
     switch (n->kind) {
     case NODE_KERNEL: return kernel_run(n);
-    case NODE_COPY:
-        memmove((void *)(uintptr_t)n->dst, (const void *)(uintptr_t)n->src, n->n);
-        return CUDA_SUCCESS;
-    case NODE_SET: memset((void *)(uintptr_t)n->dst, n->value, n->n); return CUDA_SUCCESS;
+    case NODE_COPY: memmove(mem_host(n->dst), mem_host(n->src), n->n); return CUDA_SUCCESS;
+    case NODE_SET: memset(mem_host(n->dst), n->value, n->n); return CUDA_SUCCESS;
     default: gemm_run(&n->gemm); return CUDA_SUCCESS;
     }
 }
@@ -893,7 +1040,7 @@ EMU_EXPORT int nvrtcVersion(int *major, int *minor) {
     if (hash < 0) {
         size_t n = 0;
         char *h = file_read(HD_EMU_HEADER, &n);
-        uint32_t x = 2166136261u ^ 2u; /* 2: the entry points' format */
+        uint32_t x = 2166136261u ^ 3u; /* 3: the entry points' format */
         for (size_t i = 0; h && i < n; i++) x = (x ^ (unsigned char)h[i]) * 16777619u;
         free(h);
         hash = (int)(x & 0x7fffffff);
@@ -1016,8 +1163,8 @@ static char *prog_source(const char *src) {
             k++;
         if (!k) continue;
         int sync = sync_mentions(&sn, q, sync_def_len(q));
-        if (len + 5 * k + 320 > cap) {
-            cap = cap * 2 + 5 * k + 320;
+        if (len + 5 * k + 400 > cap) {
+            cap = cap * 2 + 5 * k + 400;
             char *m = realloc(out, cap);
             if (!m) {
                 free(out);
@@ -1027,8 +1174,8 @@ static char *prog_source(const char *src) {
         }
         len +=
             (size_t)snprintf(out + len, cap - len,
-                             "\nextern \"C\" int %.*s__emu_sig(size_t *s) { return "
-                             "hd_emu_sig(%.*s, s); }\n"
+                             "\nextern \"C\" int %.*s__emu_sig(size_t *s, unsigned char *p, "
+                             "int cap) { return hd_emu_sig(%.*s, s, p, cap); }\n"
                              "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n"
                              "extern \"C\" const int %.*s__emu_sync = %d;\n",
                              (int)k, q, (int)k, q, (int)k, q, (int)k, q, (int)k, q, sync);

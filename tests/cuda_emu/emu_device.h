@@ -122,12 +122,17 @@ static inline unsigned short hd_host_st_f16(float f) {
 }
 
 /* The entry points the fake NVRTC appends for each kernel k:
- * k__emu_sig(sizes) gives the parameters' count and sizes (the driver
- * copies arguments by value, as cuLaunchKernel and graph capture do);
- * k__emu_run(args) runs k for the current thread. */
-template <class... A> static int hd_emu_sig(void (*)(A...), size_t *sizes) {
+ * k__emu_sig(sizes, is_ptr, cap) gives the parameters' count (-1: more
+ * than cap), sizes (the driver copies arguments by value, as cuLaunchKernel
+ * and graph capture do) and which are pointers (the driver moves those to
+ * its read-write view of device memory); k__emu_run(args) runs k for the
+ * current thread. */
+template <class... A>
+static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned char *is_ptr, int cap) {
     size_t s[] = {sizeof(A)..., 0};
-    for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i];
+    unsigned char p[] = {(unsigned char)std::is_pointer<A>::value..., 0};
+    if ((int)sizeof...(A) > cap) return -1;
+    for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i], is_ptr[i] = p[i];
     return (int)sizeof...(A);
 }
 template <class... A, size_t... I>
