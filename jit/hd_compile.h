@@ -1,6 +1,6 @@
 /* hd_compile: the compiler interface and the cache-key helpers.
  *
- * A compiler is a table (STYLE 7): interp now, llvm and cuda later. compile
+ * A compiler is a table: interp now, llvm and cuda later. compile
  * turns a graph into an executable (optimising a private copy: the caller's
  * graph is not changed), run executes it on input tensors, free releases it.
  *

@@ -285,7 +285,7 @@ hd_ast *hd_parse_assign(hd_parser *p, int op, hd_span span, hd_ast *target, hd_a
 }
 
 /* FN (expression) or FNDEF (statement, named): a body ending in an
- * expression statement returns its value (SPEC §4). */
+ * expression statement returns its value. */
 hd_ast *hd_parse_fn(hd_parser *p, hd_ast_kind kind, hd_span span, const char *name,
                     hd_parse_params *params, hd_ast *body, int compiled) {
     hd_ast_fn *fn = hd_parse_alloc(p, sizeof *fn);

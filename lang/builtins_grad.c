@@ -1,4 +1,4 @@
-/* Gradients in the language (SPEC §7): param, backward, zero_grad, detach,
+/* Gradients in the language: param, backward, zero_grad, detach,
  * clear_tape, the requires_grad / grad members, gradient context values
  * (grad_context()), and the no_grad and grad_context blocks (through the
  * evaluator's block hooks). The semantics are the autograd runtime's

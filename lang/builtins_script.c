@@ -1,4 +1,4 @@
-/* Scripts in the language (SPEC §9): script("name") { ... } traces its
+/* Scripts in the language: script("name") { ... } traces its
  * block into a graph whose inputs are declared with input(name, shape,
  * dtype = f32) and whose outputs are named with output(name, t); the value
  * is a script object (runtime/hd_script.h) with set_input, run, compile,

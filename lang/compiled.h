@@ -1,4 +1,4 @@
-/* compiled: compiled functions and blocks (SPEC §8), as the evaluator sees
+/* compiled: compiled functions and blocks, as the evaluator sees
  * them.
  *
  * A call of a `compiled fn` made from eager code looks its key up in the

@@ -1,4 +1,4 @@
-/* lexer.re: Hodu's tokens (SPEC §3), scanned by re2c.
+/* lexer.re: Hodu's tokens, scanned by re2c.
  *
  * Reentrant: all state is in the hd_lexer inside the hd_parser. The source
  * is an arena copy ending in a NUL sentinel (re2c's eof rule checks the

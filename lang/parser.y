@@ -1,4 +1,4 @@
-/* parser.y: Hodu's grammar (SPEC §3-§5, §8, §9).
+/* parser.y: Hodu's grammar.
  *
  * A pure Bison parser: all state is in the hd_parser passed as %param, the
  * stacks come from the context's allocator. Statements end at NEWLINE or

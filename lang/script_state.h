@@ -1,4 +1,4 @@
-/* script_state: the state of a script block (SPEC §9).
+/* script_state: the state of a script block.
  *
  * A script("name") { } block that writes tensors in place (a parameter
  * updated by an optimizer) or leaves traced tensors in places outside it

@@ -1,7 +1,7 @@
 /* tensor_api: how the evaluator reaches tensors. The evaluator (eval.c)
  * calls these for operators, indexing and members whenever an operand is a
  * tensor; builtins_tensor.c implements them and registers every tensor
- * function of the prelude (SPEC §6). */
+ * function of the prelude. */
 #ifndef HD_TENSOR_API_H
 #define HD_TENSOR_API_H
 
@@ -9,7 +9,8 @@
 #include "value.h"
 
 /* Register the tensor prelude: dtype names (f16 ... bool), tensor(), zeros,
- * ones, ..., every function of SPEC §6, manual_seed, save/load/read_csv. */
+ * ones, ..., every function of the tensor prelude, manual_seed, save/load,
+ * read_csv. */
 hd_status hd_builtins_tensor_open(hd_vm *vm);
 
 /* a OP b where at least one side is a tensor (the other may be a number,

@@ -1,4 +1,4 @@
-/* hd_backend: a device is a table of functions (STYLE 7). The core calls
+/* hd_backend: a device is a table of functions. The core calls
  * through the table and never #ifdefs on a backend; optional slots are NULL. */
 #ifndef HD_BACKEND_H
 #define HD_BACKEND_H

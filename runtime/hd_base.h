@@ -3,7 +3,7 @@
  * Every runtime call takes an hd_ctx. The context owns no global state: many
  * contexts may live in one process, each used by one thread at a time. All
  * memory the runtime allocates goes through hd_ctx_alloc so that a host can cap
- * it and tests can fail the k-th allocation (STYLE 6). */
+ * it and tests can fail the k-th allocation. */
 #ifndef HD_BASE_H
 #define HD_BASE_H
 

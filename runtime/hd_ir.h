@@ -8,8 +8,8 @@
  * call a host function with the run's values (print inside compiled code);
  * they define no value and keep their order.
  *
- * Everything a graph owns lives in one arena, freed by hd_ir_graph_free
- * (STYLE 5); only the constants' tensors are refcounted outside it. */
+ * Everything a graph owns lives in one arena, freed by hd_ir_graph_free;
+ * only the constants' tensors are refcounted outside it. */
 #ifndef HD_IR_H
 #define HD_IR_H
 

@@ -1,4 +1,4 @@
-/* hd_script: scripts (SPEC §9) and the .hoduscript file format.
+/* hd_script: scripts and the .hoduscript file format.
  *
  * A script is a named graph with named inputs and outputs, the tensors
  * bound to its inputs, a compiler and device, and the executable compiled

@@ -3,7 +3,7 @@
  * as a compiled graph; what cannot be traced runs eagerly) once per compiler
  * named (HODU_COMPILER; none named: the default compiler), and checks that
  * every run prints the same output, reports the same errors and exits with
- * the same status as the eager one (SPEC §8, equivalence). "The same":
+ * the same status as the eager one (equivalence). "The same":
  * text and integers exactly; a number written with a point or an exponent
  * may differ by 1e-5 relative (or 1e-6 absolute near zero), as compiled
  * code may sum in another order (a matrix-vector product by its own loops,

@@ -1,5 +1,5 @@
 /* golden_runner: runs the real hodu binary on one golden program and checks
- * it against the expectations written inside it (STYLE 9):
+ * it against the expectations written inside it:
  *
  *   # expect: TEXT           the next line of standard output is TEXT
  *   # expect error: TEXT     the run fails (exit status 1) and standard error

@@ -9,7 +9,7 @@ static hd_status cpu_available(hd_ctx *ctx, int device) {
 }
 
 /* 64-byte aligned so vector loads never straddle a cache line at the start.
- * The block comes from the context (STYLE 6), possibly reused from its
+ * The block comes from the context, possibly reused from its
  * block cache; a small header before the aligned data keeps the block's
  * address and size for cpu_free. */
 typedef struct cpu_block_header {
