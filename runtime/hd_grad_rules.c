@@ -7,6 +7,7 @@
  * the input's shape and casts it to its dtype). Subgradients and tie rules
  * follow PyTorch. */
 #include "hd_autograd.h"
+#include "hd_trace.h"
 
 #include <math.h>
 #include <string.h>
@@ -457,8 +458,10 @@ static hd_tensor *drop_dim(hd_gx *x, hd_tensor *t, int d) {
 }
 
 /* Whether t is the transpose of a contiguous matrix: 2-D with strides
- * [1, rows] (weight.T in nn.Linear). */
-static int is_transposed(const hd_tensor *t) {
+ * [1, rows] (weight.T in nn.Linear), or inside a trace the transposition
+ * that stands for one, so that compiled code makes the same products. */
+static int is_transposed(hd_gx *x, const hd_tensor *t) {
+    if (hd_tensor_is_symbolic(t)) return hd_trace_is_transpose(x->ctx, t);
     return t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
            t->strides[1] == t->shape[0];
 }
@@ -468,7 +471,7 @@ static int is_transposed(const hd_tensor *t) {
  * contiguous product and, once the transposition's own rule has swapped it
  * back, reaches the matrix under the view contiguous, with no copy. */
 static hd_tensor *matmul_like(hd_gx *x, hd_tensor *p, hd_tensor *q, const hd_tensor *like) {
-    if (!p || !q || p->ndim != 2 || q->ndim != 2 || !is_transposed(like))
+    if (!p || !q || p->ndim != 2 || q->ndim != 2 || !is_transposed(x, like))
         return bin(x, HD_OP_MATMUL, p, q);
     return transpose(x, bin(x, HD_OP_MATMUL, transpose(x, q), transpose(x, p)));
 }
