@@ -8,10 +8,11 @@
  *    which the eager matmul runs too (the same bits), no call into
  *    OpenBLAS.
  *  - Else OpenBLAS sgemm, one call per thread: the context's threads
- *    (OpenMP) each multiply a block of columns with OpenBLAS on one
- *    thread, so no OpenBLAS thread ever waits beside an OpenMP one; then,
- *    in the same parallel region, each runs the epilogue on a block of
- *    the output's rows while the product is still in cache.
+ *    (OpenMP) each multiply a block of rows or columns with OpenBLAS on
+ *    one thread, split as the eager matmul splits (cpu_blas_split_of),
+ *    so no OpenBLAS thread ever waits beside an OpenMP one; then, in the
+ *    same parallel region, each runs the epilogue on a block of the
+ *    output's rows while the product is still in cache.
  *  - Operands BLAS cannot read (neither stride 1) run the cpu kernel, then
  *    the epilogue.
  *
@@ -34,7 +35,6 @@
 #include <cblas.h>
 #endif
 
-#define GEMM_PAR CPU_BLAS_PAR
 /* Elements from which an epilogue run alone is split (as hd_main does). */
 #define GEMM_EPI_PAR (1 << 16)
 
@@ -66,29 +66,22 @@ static void gemm_epilogue(hd_llvm_rt *rt, const gemm_job *j, hd_llvm_kernel_fn e
         epi(slots, 0, range);
 }
 
-/* f(columns) over nt threads, 16-column parts, then the epilogue split
- * the same way, in one parallel region. */
-static void gemm_threads(const gemm_job *j, int nt,
+/* f(part) over nt threads, parts of 16 columns (or rows: split), then
+ * the epilogue split its own way, in one parallel region. */
+static void gemm_threads(const gemm_job *j, int nt, cpu_blas_split split,
                          void (*f)(const gemm_job *, int64_t, int64_t, const void *),
                          const void *ud, hd_llvm_kernel_fn epi, void **slots, int64_t range) {
-    int64_t align = gemm_epi_align(j, range);
+    int64_t align = gemm_epi_align(j, range), len = split == CPU_BLAS_SPLIT_ROWS ? j->m : j->n;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t c0 = gemm_part(j->n, t, T, 16), c1 = gemm_part(j->n, t + 1, T, 16);
+        int64_t c0 = cpu_blas_part(len, t, T), c1 = cpu_blas_part(len, t + 1, T);
         if (c0 < c1) f(j, c0, c1, ud);
         if (epi && range > 0) {
 #pragma omp barrier
             gemm_epi_part(epi, slots, range, align, t, T);
         }
     }
-}
-
-static int gemm_nthreads(const hd_llvm_rt *rt, const gemm_job *j, double min) {
-    double mnk = (double)j->m * (double)j->n * (double)j->k;
-    int nt = rt->ctx->nthreads;
-    if (mnk < min || j->n < 32) return 1;
-    return nt < 1 ? 1 : nt;
 }
 
 static void gemm_small_cols(const gemm_job *j, int64_t c0, int64_t c1, const void *ud) {
@@ -118,40 +111,54 @@ static int gemm_layout(int64_t r, int64_t c, int64_t rs, int64_t cs, enum CBLAS_
 }
 
 typedef struct gemm_blas {
-    enum CBLAS_TRANSPOSE ta, tb;
-    int lda, ldb;
+    cpu_blas_args args;
+    cpu_blas_split split;
 } gemm_blas;
 
 static int gemm_blas_init(const gemm_job *j, gemm_blas *bl) {
+    enum CBLAS_TRANSPOSE ta, tb;
     int64_t lda, ldb;
     if (j->m > INT_MAX || j->n > INT_MAX || j->k > INT_MAX) return 0;
-    if (!gemm_layout(j->m, j->k, j->ars, j->acs, &bl->ta, &lda) ||
-        !gemm_layout(j->k, j->n, j->brs, j->bcs, &bl->tb, &ldb))
+    if (!gemm_layout(j->m, j->k, j->ars, j->acs, &ta, &lda) ||
+        !gemm_layout(j->k, j->n, j->brs, j->bcs, &tb, &ldb))
         return 0;
-    bl->lda = (int)lda;
-    bl->ldb = (int)ldb;
+    cpu_blas_args g = {.ta = ta == CblasTrans,
+                       .tb = tb == CblasTrans,
+                       .m = j->m,
+                       .n = j->n,
+                       .k = j->k,
+                       .alpha = 1.0,
+                       .a = j->a,
+                       .lda = lda,
+                       .b = j->b,
+                       .ldb = ldb,
+                       .c = j->c,
+                       .ldc = j->n};
+    bl->args = g;
     return 1;
 }
 
-static void gemm_blas_cols(const gemm_job *j, int64_t c0, int64_t c1, const void *ud) {
+static void gemm_blas_part(const gemm_job *j, int64_t lo, int64_t hi, const void *ud) {
     const gemm_blas *bl = ud;
-    cblas_sgemm(CblasRowMajor, bl->ta, bl->tb, (int)j->m, (int)(c1 - c0), (int)j->k, 1.0f, j->a,
-                bl->lda, j->b + c0 * j->bcs, bl->ldb, 0.0f, j->c + c0, (int)j->n);
+    HD_UNUSED(j);
+    cpu_blas_gemm_part(&bl->args, bl->split, lo, hi);
 }
 
-/* sgemm on one thread per part of the columns; 0 if BLAS cannot read the
+/* sgemm on one thread per part of the rows or columns, split as eager's
+ * cpu_blas_gemm splits (cpu_blas_split_of); 0 if BLAS cannot read the
  * operands. */
 static int gemm_run_blas(hd_llvm_rt *rt, const gemm_job *j, hd_llvm_kernel_fn epi, void **slots,
                          int64_t range) {
     gemm_blas bl;
     if (!gemm_blas_init(j, &bl)) return 0;
     cpu_blas_init();
-    int nt = gemm_nthreads(rt, j, GEMM_PAR);
-    if (nt > 1) {
-        gemm_threads(j, nt, gemm_blas_cols, &bl, epi, slots, range);
+    int nt = rt->ctx->nthreads;
+    bl.split = cpu_blas_split_of(nt, j->m, j->n, j->k);
+    if (bl.split != CPU_BLAS_SPLIT_NONE) {
+        gemm_threads(j, nt, bl.split, gemm_blas_part, &bl, epi, slots, range);
         return 1;
     }
-    gemm_blas_cols(j, 0, j->n, &bl);
+    cpu_blas_gemm_part(&bl.args, CPU_BLAS_SPLIT_COLS, 0, j->n);
     gemm_epilogue(rt, j, epi, slots, range);
     return 1;
 }
@@ -186,7 +193,7 @@ static void gemm_run_small(hd_llvm_rt *rt, const gemm_job *j, hd_rows_fn f, hd_l
                            void **slots, int64_t range) {
     int nt = hd_cpu_rows_threads(j, rt->ctx->nthreads);
     if (nt > 1) {
-        gemm_threads(j, nt, gemm_small_cols, &f, epi, slots, range);
+        gemm_threads(j, nt, CPU_BLAS_SPLIT_COLS, gemm_small_cols, &f, epi, slots, range);
         return;
     }
     f(j, 0, j->n);

@@ -123,7 +123,19 @@ static int hd_cache_find(const hd_ctx *ctx, size_t nbytes) {
     return best;
 }
 
+/* The size class of a cached block of nbytes: rounded up to a multiple of
+ * an eighth of its highest power of two, from HD_BLOCK_CACHE_MIN to
+ * HD_BLOCK_CACHE_ROUND; other sizes as they are. */
+size_t hd_block_class(size_t nbytes) {
+    if (nbytes < HD_BLOCK_CACHE_MIN || nbytes >= HD_BLOCK_CACHE_ROUND) return nbytes;
+    size_t top = HD_BLOCK_CACHE_MIN;
+    while (top <= nbytes / 2) top *= 2;
+    size_t step = top / 8;
+    return (nbytes + step - 1) / step * step;
+}
+
 void *hd_ctx_alloc_block(hd_ctx *ctx, size_t nbytes, size_t *got) {
+    if (ctx->cache_limit) nbytes = hd_block_class(nbytes);
     int i = nbytes >= HD_BLOCK_CACHE_MIN ? hd_cache_find(ctx, nbytes) : -1;
     if (i >= 0) {
         void *p = ctx->cache[i].p;

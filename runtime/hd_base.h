@@ -28,9 +28,12 @@ typedef void *(*hd_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
 #define HD_ERRMSG_MAX 1024
 
-/* Freed large blocks kept for reuse (see hd_ctx_alloc_block). */
-#define HD_BLOCK_CACHE_SLOTS 16
-#define HD_BLOCK_CACHE_MIN   ((size_t)1 << 20)
+/* Freed tensor blocks kept for reuse (see hd_ctx_alloc_block): blocks of
+ * at least HD_BLOCK_CACHE_MIN bytes; those under HD_BLOCK_CACHE_ROUND are
+ * made in size classes (8 per power of two), so that nearby sizes share. */
+#define HD_BLOCK_CACHE_SLOTS 64
+#define HD_BLOCK_CACHE_MIN   ((size_t)16 << 10)
+#define HD_BLOCK_CACHE_ROUND ((size_t)1 << 20)
 typedef struct hd_cached_block {
     void *p;
     size_t n;
@@ -150,13 +153,18 @@ void hd_ctx_free(hd_ctx *ctx, void *p, size_t nbytes);
 /* Large blocks (tensor storage). With a cache limit set, freed blocks of at
  * least HD_BLOCK_CACHE_MIN bytes are kept and handed out again for requests
  * of up to the same size (and no less than 3/4 of it), so a loop that makes
- * and drops big tensors does not pay the system's page faults each time.
+ * and drops tensors does not pay the system's page faults each time (the
+ * C library gives freed memory back to the system and faults it in again
+ * when the heap grows back). Requests under HD_BLOCK_CACHE_ROUND are
+ * rounded up to their size class first (at most 1/8 more).
  * Cached bytes stay counted in mem_used; an allocation that would pass the
  * memory limit empties the cache first. *got receives the block's size,
  * which must be passed back to hd_ctx_free_block. */
 void *hd_ctx_alloc_block(hd_ctx *ctx, size_t nbytes, size_t *got);
 void hd_ctx_free_block(hd_ctx *ctx, void *p, size_t size);
 void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes);
+/* The size hd_ctx_alloc_block makes a request of nbytes with the cache on. */
+size_t hd_block_class(size_t nbytes);
 /* Return every cached block to the allocator. */
 void hd_ctx_trim(hd_ctx *ctx);
 /* Release what the context holds (the block cache, device state). */

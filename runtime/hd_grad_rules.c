@@ -7,6 +7,7 @@
  * the input's shape and casts it to its dtype). Subgradients and tie rules
  * follow PyTorch. */
 #include "hd_autograd.h"
+#include "hd_trace.h"
 
 #include <math.h>
 #include <string.h>
@@ -456,10 +457,30 @@ static hd_tensor *drop_dim(hd_gx *x, hd_tensor *t, int d) {
     return reshape(x, t, shape, k);
 }
 
+/* Whether t is the transpose of a contiguous matrix: 2-D with strides
+ * [1, rows] (weight.T in nn.Linear), or inside a trace the transposition
+ * that stands for one, so that compiled code makes the same products. */
+static int is_transposed(hd_gx *x, const hd_tensor *t) {
+    if (hd_tensor_is_symbolic(t)) return hd_trace_is_transpose(x->ctx, t);
+    return t->ndim == 2 && t->shape[0] > 1 && t->shape[1] > 1 && t->strides[0] == 1 &&
+           t->strides[1] == t->shape[0];
+}
+
+/* p @ q for the gradient of input like: when like is a transposed view,
+ * computed as (q^T @ p^T)^T, so that the gradient is a transposed view of a
+ * contiguous product and, once the transposition's own rule has swapped it
+ * back, reaches the matrix under the view contiguous, with no copy. */
+static hd_tensor *matmul_like(hd_gx *x, hd_tensor *p, hd_tensor *q, const hd_tensor *like) {
+    if (!p || !q || p->ndim != 2 || q->ndim != 2 || !is_transposed(x, like))
+        return bin(x, HD_OP_MATMUL, p, q);
+    return transpose(x, bin(x, HD_OP_MATMUL, transpose(x, q), transpose(x, p)));
+}
+
 /* 1-D operands are treated as [1, k] and [k, 1], g as batch + [m, n];
  * then ga = g @ b^T and gb = a^T @ g, and backward sums broadcast batch
  * dims. When b is 2-D and a has batch dims, gb folds the batch into one
- * product instead of a batched product summed afterwards. */
+ * product instead of a batched product summed afterwards. A gradient is
+ * made in its input's layout when that is a transposed matrix. */
 RULE(matmul, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     hd_tensor *a = IN(0), *b = IN(1);
     int na = a->ndim, nb = b->ndim;
@@ -474,7 +495,7 @@ RULE(matmul, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     gs[nbatch + 1] = nn;
     hd_tensor *g2 = reshape(x, g, gs, nbatch + 2);
     if (need[0]) {
-        hd_tensor *ga = bin(x, HD_OP_MATMUL, g2, transpose(x, b2));
+        hd_tensor *ga = matmul_like(x, g2, transpose(x, b2), a);
         gin[0] = hd_gx_out(x, na == 1 && ga ? drop_dim(x, ga, ga->ndim - 2) : ga);
     }
     if (need[1]) {
@@ -483,7 +504,7 @@ RULE(matmul, SAVE_X | HD_GRAD_SAVE_IN(1)) {
             hd_tensor *af = reshape(x, a, (int64_t[]){-1, k}, 2);
             gb = bin(x, HD_OP_MATMUL, transpose(x, af), reshape(x, g2, (int64_t[]){-1, nn}, 2));
         } else {
-            gb = bin(x, HD_OP_MATMUL, transpose(x, a2), g2);
+            gb = matmul_like(x, transpose(x, a2), g2, b);
         }
         gin[1] = hd_gx_out(x, nb == 1 && gb ? drop_dim(x, gb, gb->ndim - 1) : gb);
     }

@@ -186,6 +186,24 @@ int hd_trace_value(hd_ctx *ctx, hd_tensor *t) {
     return (int)v;
 }
 
+/* The node that made value v, or NULL (an input or a constant). */
+static const hd_ir_node *trace_producer(const hd_ir_graph *g, int64_t v) {
+    const hd_ir_value *val = &g->values[v];
+    return val->kind == HD_IR_VALUE_NODE ? &g->nodes[val->index] : NULL;
+}
+
+int hd_trace_is_transpose(const hd_ctx *ctx, const hd_tensor *t) {
+    const hd_trace *tr = ctx->trace;
+    if (!tr || t->storage || t->ndim != 2 || t->shape[0] < 2 || t->shape[1] < 2) return 0;
+    int64_t v = (int64_t)(t->trace_ref & 0xffffffffu) - 1;
+    if ((uint32_t)(t->trace_ref >> 32) != tr->serial || v < 0 || v >= tr->g->nvalues) return 0;
+    const hd_ir_node *n = trace_producer(tr->g, v);
+    if (!n || n->op != HD_OP_PERMUTE || n->nin != 1 || n->attrs.nshape != 2) return 0;
+    int64_t first = n->attrs.shape[0] < 0 ? n->attrs.shape[0] + 2 : n->attrs.shape[0];
+    const hd_ir_node *src = trace_producer(tr->g, n->in[0]);
+    return first == 1 && !(src && src->op >= 0 && hd_op_infos[src->op].kind == HD_KIND_VIEW);
+}
+
 static hd_tensor *trace_symbolic(hd_ctx *ctx, hd_trace *tr, int v) {
     const hd_ir_value *val = &tr->g->values[v];
     hd_tensor *t = hd_tensor_symbolic(ctx, val->dtype, val->shape, val->ndim);

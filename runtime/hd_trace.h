@@ -81,6 +81,11 @@ int hd_trace_stands_for_input(const hd_ctx *ctx, const hd_tensor *t);
  * new). -1 with an error for a symbolic tensor of another trace. */
 int hd_trace_value(hd_ctx *ctx, hd_tensor *t);
 
+/* Is t, a symbolic tensor of the active trace, the transposition of a 2-D
+ * value that is not a view itself (what eager mode sees as a transposed
+ * view of a contiguous matrix)? 0 for anything else. */
+int hd_trace_is_transpose(const hd_ctx *ctx, const hd_tensor *t);
+
 /* Is t symbolic (no data: made by a trace)? */
 static inline int hd_tensor_is_symbolic(const hd_tensor *t) {
     return t->storage == NULL;

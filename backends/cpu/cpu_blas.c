@@ -4,6 +4,18 @@
 
 #include "../../runtime/hd_base.h"
 
+cpu_blas_split cpu_blas_split_of(int nt, int64_t m, int64_t n, int64_t k) {
+    double mnk = (double)m * (double)n * (double)k;
+    if (nt < 2 || mnk < CPU_BLAS_PAR || (m < 32 && n < 32)) return CPU_BLAS_SPLIT_NONE;
+    return n >= m ? CPU_BLAS_SPLIT_COLS : CPU_BLAS_SPLIT_ROWS;
+}
+
+int64_t cpu_blas_part(int64_t len, int t, int nt) {
+    if (t >= nt) return len;
+    int64_t q = len / nt, r = len % nt, lo = q * t + (t < r ? t : r);
+    return lo - lo % 16;
+}
+
 #ifdef HODU_HAVE_BLAS
 
 #include <cblas.h>
@@ -27,48 +39,51 @@ const char *cpu_blas_core(void) {
 }
 
 /* One single-threaded gemm. */
-static void blas_gemm1(int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
-                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                       int64_t ldc) {
-    enum CBLAS_TRANSPOSE tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-    if (f64)
-        cblas_dgemm(CblasRowMajor, tra, trb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
-                    (int)ldb, beta, c, (int)ldc);
+static void blas_gemm1(const cpu_blas_args *g) {
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    if (g->f64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a,
+                    (int)g->lda, g->b, (int)g->ldb, g->beta, g->c, (int)g->ldc);
     else
-        cblas_sgemm(CblasRowMajor, tra, trb, (int)m, (int)n, (int)k, (float)alpha, a, (int)lda, b,
-                    (int)ldb, (float)beta, c, (int)ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, g->a,
+                    (int)g->lda, g->b, (int)g->ldb, (float)g->beta, g->c, (int)g->ldc);
 }
 
-/* Start of part t of nt of [0, n), a multiple of align (but the end). */
-static int64_t blas_part(int64_t n, int t, int nt, int64_t align) {
-    if (t >= nt) return n;
-    int64_t q = n / nt, r = n % nt, lo = q * t + (t < r ? t : r);
-    return lo - lo % align;
+/* The same product restricted to rows (or columns) [lo, hi) of C. */
+static cpu_blas_args blas_sub(const cpu_blas_args *g, cpu_blas_split split, int64_t lo,
+                              int64_t hi) {
+    size_t es = g->f64 ? sizeof(double) : sizeof(float);
+    cpu_blas_args p = *g;
+    if (split == CPU_BLAS_SPLIT_ROWS) {
+        p.m = hi - lo;
+        p.a = (const char *)g->a + (size_t)(lo * (g->ta ? 1 : g->lda)) * es;
+        p.c = (char *)g->c + (size_t)(lo * g->ldc) * es;
+    } else {
+        p.n = hi - lo;
+        p.b = (const char *)g->b + (size_t)(lo * (g->tb ? g->ldb : 1)) * es;
+        p.c = (char *)g->c + (size_t)lo * es;
+    }
+    return p;
 }
 
-static void blas_gemm_par(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                          double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
-                          double beta, void *c, int64_t ldc) {
-    double mnk = (double)m * (double)n * (double)k;
-    if (nt < 2 || mnk < CPU_BLAS_PAR || omp_in_parallel() || (m < 32 && n < 32)) {
-        blas_gemm1(f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void cpu_blas_gemm_part(const cpu_blas_args *g, cpu_blas_split split, int64_t lo, int64_t hi) {
+    if (lo >= hi) return;
+    cpu_blas_args p = blas_sub(g, split, lo, hi);
+    blas_gemm1(&p);
+}
+
+static void blas_gemm_par(int nt, const cpu_blas_args *g) {
+    cpu_blas_split split = cpu_blas_split_of(nt, g->m, g->n, g->k);
+    if (split == CPU_BLAS_SPLIT_NONE || omp_in_parallel()) {
+        blas_gemm1(g);
         return;
     }
-    size_t es = f64 ? sizeof(double) : sizeof(float);
-    int cols = n >= m; /* split the longer side */
+    int64_t len = split == CPU_BLAS_SPLIT_COLS ? g->n : g->m;
 #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
-        int64_t len = cols ? n : m, lo = blas_part(len, t, T, 16),
-                hi = blas_part(len, t + 1, T, 16);
-        if (lo < hi && cols)
-            blas_gemm1(f64, ta, tb, m, hi - lo, k, alpha, a, lda,
-                       (const char *)b + (size_t)(lo * (tb ? ldb : 1)) * es, ldb, beta,
-                       (char *)c + (size_t)lo * es, ldc);
-        else if (lo < hi)
-            blas_gemm1(f64, ta, tb, hi - lo, n, k, alpha,
-                       (const char *)a + (size_t)(lo * (ta ? 1 : lda)) * es, lda, b, ldb, beta,
-                       (char *)c + (size_t)(lo * ldc) * es, ldc);
+        cpu_blas_gemm_part(g, split, cpu_blas_part(len, t, T), cpu_blas_part(len, t + 1, T));
     }
 }
 
@@ -76,26 +91,19 @@ void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_
                    const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
                    int64_t ldc, const hd_stop *stop) {
     cpu_blas_init();
+    cpu_blas_args g = {f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     double mnk = (double)m * (double)n * (double)k;
     if (!stop || mnk <= 2 * CPU_BLAS_PIECE) {
-        blas_gemm_par(nt, f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        blas_gemm_par(nt, &g);
         return;
     }
-    size_t es = f64 ? sizeof(double) : sizeof(float);
-    int cols = n >= m;
-    int64_t len = cols ? n : m, other = cols ? m : n;
+    cpu_blas_split side = n >= m ? CPU_BLAS_SPLIT_COLS : CPU_BLAS_SPLIT_ROWS;
+    int64_t len = HD_MAX(m, n), other = HD_MIN(m, n);
     int64_t step = (int64_t)(CPU_BLAS_PIECE / ((double)other * (double)k));
     step = HD_MAX(CPU_BLAS_PIECE_MIN, step - step % 16);
     for (int64_t lo = 0; lo < len && !hd_stop_now(stop); lo += step) {
-        int64_t w = HD_MIN(step, len - lo);
-        if (cols)
-            blas_gemm_par(nt, f64, ta, tb, m, w, k, alpha, a, lda,
-                          (const char *)b + (size_t)(lo * (tb ? ldb : 1)) * es, ldb, beta,
-                          (char *)c + (size_t)lo * es, ldc);
-        else
-            blas_gemm_par(nt, f64, ta, tb, w, n, k, alpha,
-                          (const char *)a + (size_t)(lo * (ta ? 1 : lda)) * es, lda, b, ldb, beta,
-                          (char *)c + (size_t)(lo * ldc) * es, ldc);
+        cpu_blas_args p = blas_sub(&g, side, lo, HD_MIN(lo + step, len));
+        blas_gemm_par(nt, &p);
     }
 }
 

@@ -29,6 +29,35 @@ const char *cpu_blas_core(void);
  * (16 columns made a 4096 product three times slower). */
 #define CPU_BLAS_PIECE_MIN 512
 
+/* One gemm's arguments, as cpu_blas_gemm takes them. */
+typedef struct cpu_blas_args {
+    int f64, ta, tb;
+    int64_t m, n, k;
+    double alpha;
+    const void *a;
+    int64_t lda;
+    const void *b;
+    int64_t ldb;
+    double beta;
+    void *c;
+    int64_t ldc;
+} cpu_blas_args;
+
+/* How a gemm of m x n x k is split over nt threads; cpu_blas_gemm and the
+ * llvm compiler's gemm steps follow the same rule. None when the product
+ * is small (under CPU_BLAS_PAR) or both sides are under 32; else along the
+ * longer side of C, so that each thread packs only its own part of the
+ * larger operand and both threads get work when one side is narrow. */
+typedef enum { CPU_BLAS_SPLIT_NONE, CPU_BLAS_SPLIT_ROWS, CPU_BLAS_SPLIT_COLS } cpu_blas_split;
+cpu_blas_split cpu_blas_split_of(int nt, int64_t m, int64_t n, int64_t k);
+
+/* Start of part t of nt of [0, len), on a multiple of 16 (len for t >= nt). */
+int64_t cpu_blas_part(int64_t len, int t, int nt);
+
+/* Rows (or columns) [lo, hi) of C with one single-threaded gemm; split
+ * NONE is taken as COLS. Needs a BLAS build. */
+void cpu_blas_gemm_part(const cpu_blas_args *g, cpu_blas_split split, int64_t lo, int64_t hi);
+
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major (ldc >= n), f32 or f64
  * (f64 != 0), on up to nt threads when the product is large and the caller
  * is not itself on an OpenMP team. ta / tb transpose. Needs a BLAS build

@@ -429,6 +429,62 @@ static hd_tensor *filled(hd_ctx *ctx, hd_dtype dt, const int64_t *shape, int nd,
     return t;
 }
 
+/* ---- the gradient of a transposed weight ---- */
+
+/* Allocations through a context of at least big_bytes. */
+typedef struct big_count {
+    size_t min;
+    int n;
+} big_count;
+
+static void *alloc_counting(void *ud, void *ptr, size_t osize, size_t nsize) {
+    big_count *bc = ud;
+    HD_UNUSED(osize);
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (!ptr && nsize >= bc->min) bc->n++;
+    return realloc(ptr, nsize);
+}
+
+/* y = x @ w.T (nn.Linear): w.grad comes out contiguous in w's layout, made
+ * by one product and no copy of a transposed one, and equals
+ * dL/dw[o][i] = sum_b c[b][o] x[b][i] for L = sum(y * c). */
+static void test_linear_weight_grad(void) {
+    enum { B = 3, IN = 40, OUT = 30 };
+    big_count bc = {OUT * IN * sizeof(double), 0};
+    hd_ctx c;
+    hd_ctx_init(&c, alloc_counting, &bc);
+    c.nthreads = 1;
+    int64_t ws[2] = {OUT, IN}, xs[2] = {B, IN}, cs[2] = {B, OUT};
+    hd_tensor *w = param(&c, filled(&c, HD_F64, ws, 2, 0.3));
+    hd_tensor *x = filled(&c, HD_F64, xs, 2, 0.7), *k = filled(&c, HD_F64, cs, 2, 1.1);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = 1, at.shape[1] = 0;
+    hd_tensor *wt = op1(&c, HD_OP_PERMUTE, w, &at), *y = op2(&c, HD_OP_MATMUL, x, wt);
+    hd_tensor *yk = op2(&c, HD_OP_MUL, y, k), *l = sum(&c, yk);
+    int before = bc.n;
+    CHECK(backward(&c, l) == HD_OK);
+    CHECK_MSG(bc.n - before == 1, "%d weight-sized blocks made by backward", bc.n - before);
+    const hd_tensor *g = hd_grad_get(w);
+    CHECK(g && g->ndim == 2 && g->shape[0] == OUT && g->shape[1] == IN);
+    CHECK(g && hd_tensor_is_contiguous(g) && g->offset == 0);
+    int bad = 0;
+    for (int o = 0; g && o < OUT; o++)
+        for (int i = 0; i < IN; i++) {
+            double want = 0;
+            for (int b = 0; b < B; b++)
+                want += hd_tensor_get(k, b * OUT + o) * hd_tensor_get(x, b * IN + i);
+            bad += !hd_test_close(hd_tensor_get(g, o * IN + i), want, 1e-12, 1e-12);
+        }
+    CHECK_MSG(bad == 0, "%d elements of w.grad differ from the reference", bad);
+    unref_all((hd_tensor *[]){w, x, k, wt, y, yk, l}, 7);
+    hd_grad_shutdown(&c);
+    CHECK(c.mem_used == 0);
+}
+
 /* A network big enough for the parallel paths of the backward kernels:
  * conv2d, max and avg pools, layer_norm, softmax, dropout, index_select,
  * cross_entropy. Returns the gradients of its parameters, in order. */
@@ -649,6 +705,7 @@ int main(void) {
     test_long_chain(&ctx);
     hd_grad_shutdown(&ctx);
     CHECK_MSG(ctx.mem_used == 0, "%zu bytes leaked", ctx.mem_used);
+    test_linear_weight_grad();
     test_threads();
     test_memory_flat();
     test_alloc_failures();

@@ -190,6 +190,60 @@ static void test_memory(void) {
     CHECK(ctx.mem_used == 0);
 }
 
+/* Calls of the allocator hook that allocate a block the cache may keep. */
+static void *alloc_counting(void *ud, void *ptr, size_t osize, size_t nsize) {
+    HD_UNUSED(osize);
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (!ptr && nsize >= HD_BLOCK_CACHE_MIN) ++*(long *)ud;
+    return realloc(ptr, nsize);
+}
+
+static void test_block_class(void) {
+    const size_t k = 1024;
+    CHECK(hd_block_class(100) == 100);
+    CHECK(hd_block_class(16 * k) == 16 * k);
+    CHECK(hd_block_class(16 * k + 1) == 18 * k);
+    CHECK(hd_block_class(64 * k + 80) == 72 * k); /* eighths of 64 KiB */
+    CHECK(hd_block_class(511 * k) == 512 * k);
+    CHECK(hd_block_class(1024 * k - 1) == 1024 * k);
+    CHECK(hd_block_class(1024 * k + 1) == 1024 * k + 1); /* large blocks: as they are */
+    for (size_t n = 16 * k; n < 1024 * k; n += 4093) {
+        size_t c = hd_block_class(n);
+        CHECK_MSG(c >= n && c - n <= n / 8, "class of %zu: %zu", n, c);
+    }
+}
+
+/* A loop that makes and drops tensors of 32 KiB to 512 KiB (an MLP's
+ * training step) allocates only in its first pass once the cache is on;
+ * cached bytes count as used, and an allocation that would pass the
+ * memory limit empties the cache first. */
+static void test_block_cache(void) {
+    long calls = 0;
+    hd_ctx c;
+    hd_ctx_init(&c, alloc_counting, &calls);
+    hd_ctx_set_cache_limit(&c, (size_t)64 << 20);
+    int64_t sizes[4] = {8192, 32768, 131072, 16384}; /* f32: 32 KiB to 512 KiB */
+    long first = 0;
+    for (int pass = 0; pass < 10; pass++) {
+        hd_tensor *t[4];
+        for (int i = 0; i < 4; i++) t[i] = hd_tensor_new(&c, HD_F32, sizes + i, 1);
+        for (int i = 0; i < 4; i++) hd_tensor_unref(t[i]);
+        if (pass == 0) first = calls;
+    }
+    CHECK_MSG(calls == first, "%ld allocations after the first pass", calls - first);
+    CHECK(c.mem_used > (size_t)700 << 10); /* the cached blocks */
+    c.mem_limit = c.mem_used + ((size_t)100 << 10);
+    int64_t big[1] = {60000}; /* 240 KB: fits only without the cache */
+    hd_tensor *b = hd_tensor_new(&c, HD_F32, big, 1);
+    CHECK_MSG(b != NULL, "%s", hd_error_message(&c));
+    hd_tensor_unref(b);
+    hd_ctx_release(&c);
+    CHECK(c.mem_used == 0);
+}
+
 /* Geometry that would overflow int64 arithmetic is an error, never UB. */
 static void test_overflow_guards(hd_ctx *ctx) {
     int64_t one[1] = {1};
@@ -223,6 +277,8 @@ int main(void) {
     test_views(&ctx);
     test_broadcast_shapes(&ctx);
     test_memory();
+    test_block_class();
+    test_block_cache();
     test_overflow_guards(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();

@@ -329,6 +329,9 @@ static const gc_case gc_cases[] = {
     /* matmul in all its forms */
     {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:4x5"}},
     {.op = HD_OP_MATMUL, .in = {"n:3x4:t", "n:4x5:t"}},
+    {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:4x5:t"}},
+    {.op = HD_OP_MATMUL, .in = {"n:3x4:t", "n:4x5"}},
+    {.op = HD_OP_MATMUL, .in = {"n:2x3x4", "n:4x5:t"}},
     {.op = HD_OP_MATMUL, .in = {"n:4", "n:4"}},
     {.op = HD_OP_MATMUL, .in = {"n:4", "n:4x3"}},
     {.op = HD_OP_MATMUL, .in = {"n:3x4", "n:4"}},

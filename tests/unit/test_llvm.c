@@ -974,7 +974,8 @@ static void test_gemm_shapes(hd_ctx *ctx) {
 }
 
 /* the other layouts, no epilogue, an empty sum, threads (2, and 3 on
- * uneven parts), and a product BLAS cannot read (the cpu kernel runs) */
+ * uneven parts; parts of columns, and of rows when C is tall and narrow),
+ * and a product BLAS cannot read (the cpu kernel runs) */
 static void test_gemm_cases(hd_ctx *ctx) {
     static const gemm_case cases[] = {{3, 9, 70, GEMM_AT | GEMM_EPI, 0},
                                       {2, 16, 5, GEMM_AT | GEMM_BT, 0},
@@ -988,7 +989,11 @@ static void test_gemm_cases(hd_ctx *ctx) {
                                       {1, 1024, 1030, GEMM_EPI, 0},
                                       {3, 512, 700, GEMM_EPI | GEMM_BT, 0},
                                       {37, 300, 290, GEMM_EPI, 0},
-                                      {64, 130, 257, GEMM_EPI | GEMM_BT, 0}};
+                                      {64, 130, 257, GEMM_EPI | GEMM_BT, 0},
+                                      /* m > n, n < 32: split by rows */
+                                      {600, 70, 30, GEMM_EPI, 0},
+                                      {530, 80, 25, GEMM_AT | GEMM_EPI, 0},
+                                      {520, 90, 24, GEMM_BT, 0}};
     int saved = ctx->nthreads;
     for (int nt = 1; nt <= 3; nt++) {
         ctx->nthreads = nt;

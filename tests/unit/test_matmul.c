@@ -5,6 +5,7 @@
  * indices by hand. Then the threaded paths, errors and allocation failures. */
 #include "hd_test.h"
 #include "hd_op.h"
+#include "cpu_blas.h"
 
 #include <stdint.h>
 
@@ -338,6 +339,25 @@ static void test_edges(hd_ctx *ctx) {
 
 /* ---- threaded paths: big gemms, many small batched gemms, integer loops ---- */
 
+/* The split eager matmul and the llvm compiler's gemm steps share: the
+ * longer side of C, none for small or narrow products or one thread. */
+static void test_split_rule(void) {
+    CHECK(cpu_blas_split_of(2, 4096, 256, 512) == CPU_BLAS_SPLIT_ROWS);
+    CHECK(cpu_blas_split_of(2, 4096, 16, 512) == CPU_BLAS_SPLIT_ROWS); /* narrow C: rows */
+    CHECK(cpu_blas_split_of(2, 256, 4096, 512) == CPU_BLAS_SPLIT_COLS);
+    CHECK(cpu_blas_split_of(2, 512, 512, 512) == CPU_BLAS_SPLIT_COLS);
+    CHECK(cpu_blas_split_of(1, 4096, 256, 512) == CPU_BLAS_SPLIT_NONE);
+    CHECK(cpu_blas_split_of(2, 16, 16, 1 << 20) == CPU_BLAS_SPLIT_NONE);
+    CHECK(cpu_blas_split_of(2, 100, 100, 100) == CPU_BLAS_SPLIT_NONE); /* under CPU_BLAS_PAR */
+    int64_t end = 0;
+    for (int t = 0; t < 3; t++) { /* parts tile [0, len), on multiples of 16 */
+        int64_t lo = cpu_blas_part(1000, t, 3), hi = cpu_blas_part(1000, t + 1, 3);
+        CHECK(lo == end && lo % 16 == 0 && hi > lo);
+        end = hi;
+    }
+    CHECK(end == 1000);
+}
+
 static void test_threads(hd_ctx *ctx) {
     int save = ctx->nthreads, bad = 0;
     for (int nt = 1; nt <= 2; nt++) {
@@ -517,6 +537,7 @@ int main(void) {
     hd_ctx_init(&ctx, NULL, NULL);
     test_sweep(&ctx);
     test_edges(&ctx);
+    test_split_rule();
     test_threads(&ctx);
     test_errors(&ctx);
     test_alloc_failures();

@@ -5,6 +5,7 @@
  * as a new value and an output copied back after each run. */
 #include "hd_autograd.h"
 #include "hd_compile.h"
+#include "hd_pass.h"
 #include "hd_test.h"
 #include "hd_trace.h"
 
@@ -118,6 +119,62 @@ static void test_train_step(hd_ctx *ctx) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) hd_tensor_unref(all[i]);
 }
 
+static int lift_one(hd_ctx *ctx, void *ud, hd_tensor *t, char *name, size_t n) {
+    (void)ctx;
+    snprintf(name, n, "w");
+    return t == ud;
+}
+
+/* loss = sum(x @ w.T) traced with w lifted (nn.Linear): once the graph is
+ * simplified, w's gradient is a product itself, not a transposition of
+ * one, so compiled code hands it out without copying it into w's layout;
+ * and it equals eager mode's. */
+static void test_linear_grad_layout(hd_ctx *ctx) {
+    int64_t sx[2] = {4, 3}, sw[2] = {2, 3};
+    hd_tensor *x = seq(ctx, sx, 2, 0.3), *w = seq(ctx, sw, 2, 0.1), *wt = NULL, *y = NULL;
+    hd_tensor *loss = NULL, *ge = NULL;
+    hd_attrs tr;
+    memset(&tr, 0, sizeof tr);
+    tr.nshape = 2, tr.shape[0] = 1, tr.shape[1] = 0;
+    CHECK(hd_grad_set_requires(ctx, w, 1) == HD_OK);
+    for (int traced = 0; traced < 2; traced++) {
+        if (traced) {
+            CHECK(hd_trace_begin(ctx, "linear") == HD_OK);
+            hd_trace_set_lift(ctx, lift_one, w);
+        }
+        CHECK(hd_op_run(ctx, HD_OP_PERMUTE, &w, 1, &tr, &wt) == HD_OK);
+        CHECK(hd_op_binary(ctx, HD_OP_MATMUL, x, wt, &y) == HD_OK);
+        CHECK(hd_op_unary(ctx, HD_OP_SUM, y, &loss) == HD_OK);
+        CHECK(hd_grad_backward(ctx, loss, NULL, 0) == HD_OK);
+        if (!traced) {
+            ge = copy(ctx, hd_grad_get(w));
+        } else {
+            CHECK(hd_trace_output(ctx, "grad", hd_grad_get(w)) == HD_OK);
+            hd_ir_graph *g = NULL;
+            CHECK(hd_trace_end(ctx, &g) == HD_OK && g);
+            int changed = 1;
+            for (int k = 0; g && changed && k < 8; k++)
+                CHECK(hd_pass_simplify(g, &changed) == HD_OK);
+            const hd_ir_value *v = g ? &g->values[g->outputs[0].value] : NULL;
+            CHECK(v && v->kind == HD_IR_VALUE_NODE && g->nodes[v->index].op == HD_OP_MATMUL);
+            hd_jit_exec *e = NULL;
+            hd_tensor *out = NULL;
+            CHECK(g && hd_jit_interp.compile(ctx, g, NULL, &e) == HD_OK);
+            CHECK(e && hd_jit_interp.run(ctx, e, (hd_tensor *[]){w}, 1, &out, 1) == HD_OK);
+            CHECK(close_all(out, ge));
+            hd_tensor_unref(out);
+            if (e) hd_jit_interp.free(ctx, e);
+            hd_ir_graph_free(g);
+        }
+        hd_grad_set(ctx, w, NULL);
+        hd_tensor *ts[3] = {wt, y, loss};
+        for (int i = 0; i < 3; i++) hd_tensor_unref(ts[i]);
+        wt = y = loss = NULL;
+    }
+    hd_tensor *all[3] = {x, w, ge};
+    for (int i = 0; i < 3; i++) hd_tensor_unref(all[i]);
+}
+
 /* x[...] = v through a whole-covering slice is a write of x; x[0] = v is
  * refused with the where(...) advice; writes into computed values too. */
 static void test_writes(hd_ctx *ctx) {
@@ -164,6 +221,7 @@ int main(void) {
     hd_ctx_init(&ctx, NULL, NULL);
     test_train_step(&ctx);
     test_writes(&ctx);
+    test_linear_grad_layout(&ctx);
     hd_grad_shutdown(&ctx);
     CHECK(ctx.mem_used == 0);
     if (ctx.mem_used) fprintf(stderr, "leaked %zu bytes\n", ctx.mem_used);
