@@ -72,6 +72,13 @@ static int supports_reduce(hd_op op, hd_dtype dt) {
     }
 }
 
+/* A reduction over more elements than memory holds (a broadcast view):
+ * the eager kernel looks at interrupts and the time limit as it goes. */
+static int reduce_too_long(const hd_ir_graph *g, const hd_ir_node *n) {
+    const hd_ir_value *x = &g->values[n->in[0]];
+    return hd_shape_numel(x->shape, x->ndim) > HD_PLAN_REDUCE_MAX;
+}
+
 int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const char **why) {
     static const char *none = "";
     *why = none;
@@ -88,10 +95,7 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
     }
     switch (hd_op_infos[op].kind) {
     case HD_KIND_REDUCE:
-        const hd_ir_value *x = &g->values[n->in[0]];
-        if (hd_shape_numel(x->shape, x->ndim) > HD_PLAN_REDUCE_MAX) {
-            /* more than memory holds: a broadcast view. The eager kernel
-             * looks at interrupts and the time limit as it goes. */
+        if (reduce_too_long(g, n)) {
             *why = "a reduction over more than 2^32 elements runs the eager kernel";
             return 0;
         }
