@@ -28,6 +28,8 @@
  *
  * usage: compiled_diff [--explicit] HODU FILE.hodu [COMPILER...] */
 #define _POSIX_C_SOURCE 200809L
+#include "golden_expect.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -38,28 +40,6 @@
 #include <unistd.h>
 
 static int explicit_mode;
-
-static char *read_all(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, fp);
-        if (n < cap) break;
-        char *b = realloc(buf, cap * 2 + 1);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    fclose(fp);
-    if (buf) buf[n] = 0;
-    return buf;
-}
 
 /* The text after "# key" on a comment line, or NULL. */
 static const char *after(const char *line, size_t len, const char *key, size_t *rest) {
@@ -297,7 +277,7 @@ static int diff_compiled(const char *hodu, const char *file, const directives *d
     int rc_c = run(hodu, file, d, !dev, compiler, paths[0], paths[1]);
     /* --explicit with cuda: the program's tensors live on the device too */
     if (explicit_mode && compiler && !strcmp(compiler, "cuda")) dev = "cuda";
-    char *out_c = read_all(paths[0]), *err_c = read_all(paths[1]);
+    char *out_c = golden_read_all(paths[0], NULL), *err_c = golden_read_all(paths[1], NULL);
     for (int i = 0; i < 2; i++) unlink(paths[i]);
     if (!out_c || !err_c) {
         free(out_c);
@@ -373,7 +353,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: compiled_diff [--explicit] HODU FILE.hodu [COMPILER...]\n");
         return 2;
     }
-    char *src = read_all(argv[2]);
+    char *src = golden_read_all(argv[2], NULL);
     if (!src) {
         fprintf(stderr, "compiled_diff: cannot read %s\n", argv[2]);
         return 2;
@@ -391,7 +371,7 @@ int main(int argc, char **argv) {
         close(fd);
     }
     int rc_e = run(argv[1], argv[2], &d, 0, NULL, paths[0], paths[1]);
-    char *out_e = read_all(paths[0]), *err_e = read_all(paths[1]);
+    char *out_e = golden_read_all(paths[0], NULL), *err_e = golden_read_all(paths[1], NULL);
     for (int i = 0; i < 2; i++) unlink(paths[i]);
     if (!out_e || !err_e) return 2;
     drop_logs(err_e);
