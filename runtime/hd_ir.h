@@ -45,6 +45,8 @@ typedef struct hd_ir_value {
 /* Pseudo-ops of nodes that are not in the op table. */
 #define HD_IR_CALLBACK (-1) /* effect node: calls a host function */
 #define HD_IR_DEAD     (-2) /* removed by a pass; hd_ir_compact drops it */
+#define HD_IR_LOOP     (-3) /* a counted loop over a body graph (hd_ir_loop) */
+#define HD_IR_LOOP_OUT (-4) /* one result of a loop: a view into the loop's value */
 
 /* A host function called at every run with the run's values of its
  * arguments. The tensors are borrowed and valid during the call only.
@@ -58,14 +60,37 @@ typedef struct hd_ir_callback {
     void (*ud_free)(hd_ctx *ctx, void *ud);
 } hd_ir_callback;
 
+typedef struct hd_ir_graph hd_ir_graph;
+
+/* A counted loop (HD_IR_LOOP). The body is a graph of its own whose inputs
+ * are, in order, the loop node's inputs: the first ncarry are carried (at
+ * the next iteration, carried input i takes body output carry_src[i]), the
+ * rest are the same at every iteration. The loop node's value is every body
+ * output of the last iteration, packed: u8[bytes], output k at offset[k]
+ * (64-byte aligned). HD_IR_LOOP_OUT nodes (attrs.ints[0] = k, in[0] = the
+ * loop's value) are views of one output with its dtype and shape. */
+typedef struct hd_ir_loop {
+    hd_ir_graph *body; /* owned */
+    int64_t trips;     /* iterations, >= 1 */
+    int ncarry;
+    int *carry_src;  /* ncarry body output indices */
+    int64_t *offset; /* per body output: byte offset in the loop's value */
+    int64_t bytes;
+    /* an executable's compiled body (jit/hd_loop.h), owned; NULL in a
+     * traced graph, not copied by hd_ir_graph_clone */
+    void *exec;
+    void (*exec_free)(hd_ctx *ctx, void *exec);
+} hd_ir_loop;
+
 typedef struct hd_ir_node {
-    int op; /* hd_op, HD_IR_CALLBACK or HD_IR_DEAD */
+    int op; /* hd_op, HD_IR_CALLBACK, HD_IR_LOOP, HD_IR_LOOP_OUT or HD_IR_DEAD */
     int nin;
     int *in;   /* value ids */
     int out;   /* value id; -1 for effect nodes */
     int group; /* fusion group (hd_pass_fuse), -1 if none */
     hd_attrs attrs;
     hd_ir_callback cb; /* effect nodes */
+    hd_ir_loop *loop;  /* HD_IR_LOOP nodes; in the graph's arena, body owned */
 } hd_ir_node;
 
 typedef struct hd_ir_input {
@@ -97,7 +122,7 @@ typedef struct hd_ir_group {
     int nnodes;
 } hd_ir_group;
 
-typedef struct hd_ir_graph {
+struct hd_ir_graph {
     hd_ctx *ctx;
     hd_ir_arena arena;
     const char *name;
@@ -117,7 +142,7 @@ typedef struct hd_ir_graph {
     /* set by hd_pass_lower: every node's inputs already have the dtypes its
      * shape rule asks for, so executors run nodes without casting */
     int lowered;
-} hd_ir_graph;
+};
 
 hd_ir_graph *hd_ir_graph_new(hd_ctx *ctx, const char *name);
 void hd_ir_graph_free(hd_ir_graph *g);
@@ -132,6 +157,20 @@ int hd_ir_add_const(hd_ir_graph *g, hd_tensor *t);
 int hd_ir_add_node(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_attrs *attrs);
 hd_status hd_ir_add_callback(hd_ir_graph *g, const hd_ir_callback *cb, const int *in, int nin);
 hd_status hd_ir_add_output(hd_ir_graph *g, const char *name, int value);
+/* A loop node running body trips times (see hd_ir_loop): in[] are the
+ * values its inputs take at the first iteration, the first ncarry carried.
+ * Checks that the body's inputs match in[] and each carried input the
+ * output that feeds it (dtype and shape). Takes ownership of body (freed
+ * on error too). Returns the loop's value id, or -1. */
+int hd_ir_add_loop(hd_ir_graph *g, hd_ir_graph *body, int64_t trips, const int *in, int nin,
+                   int ncarry, const int *carry_src);
+/* Body output k of loop value `loop` at the last iteration: a new value id,
+ * or -1. */
+int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);
+/* The same, defining existing value id `value` (of body output k's dtype
+ * and shape) whose node the caller has removed from the node list: host
+ * tensors that stand for that value now stand for the loop's result. */
+hd_status hd_ir_add_loop_out_as(hd_ir_graph *g, int loop, int k, int value);
 
 /* The shape rule of op applied to values' metadata (no allocation). */
 hd_status hd_ir_plan(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_attrs *attrs,
