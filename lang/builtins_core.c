@@ -155,6 +155,7 @@ NATIVE(bi_range) {
 
 /* Append every element of an iterable value to list (new references). */
 static hd_status extend(hd_vm *vm, hd_value list, hd_value x, const char *fn) {
+    if (vm->roll_watch) hd_roll_note_container(vm, list.as.o, 0, hd_none(), hd_none());
     switch (x.type) {
     case HD_V_LIST: {
         hd_list *src = hd_as_list(x);
@@ -754,6 +755,7 @@ NATIVE(list_pop) {
     if (!l->len) return hd_vm_error(vm, HD_ERR_RUNTIME, "pop() from an empty list");
     int64_t j = l->len - 1;
     if (nargs && list_pos(vm, "pop", self, args[0], l->len, &j) != HD_OK) return vm->err;
+    if (vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, hd_none(), hd_none());
     *result = l->items[j];
     memmove(l->items + j, l->items + j + 1, (size_t)(l->len - j - 1) * sizeof(hd_value));
     l->len--;
@@ -810,6 +812,7 @@ NATIVE(list_remove) {
     hd_list *l = L(self);
     int64_t i = list_find(l, args[0]);
     if (i < 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "remove(): value not in the list");
+    if (vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, hd_none(), hd_none());
     hd_value old = l->items[i];
     memmove(l->items + i, l->items + i + 1, (size_t)(l->len - i - 1) * sizeof(hd_value));
     l->len--;
@@ -820,6 +823,7 @@ NATIVE(list_remove) {
 NATIVE(list_reverse) {
     if (plain(vm, "reverse", nargs, 0, 0, nkw) != HD_OK) return vm->err;
     hd_list *l = L(self);
+    if (vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, hd_none(), hd_none());
     for (int64_t i = 0, j = l->len - 1; i < j; i++, j--) {
         hd_value t = l->items[i];
         l->items[i] = l->items[j];
@@ -908,6 +912,7 @@ NATIVE(list_sort) {
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
                              "list modified during sort() (by its key function)");
     if (st == HD_OK && !sort_merge(vm, items, items + n, n, desc)) st = vm->err;
+    if (st == HD_OK && vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, hd_none(), hd_none());
     if (st == HD_OK)
         for (int64_t i = 0; i < n; i++) {
             hd_value old = l->items[i];

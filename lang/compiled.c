@@ -449,7 +449,7 @@ static hd_status body_names(hd_vm *vm, const hd_ast *root, hd_ref_kind kind, int
 }
 
 /* Slots a block declares (let, for, fn, class, import inside it). */
-static void decl_walk(const hd_ast *n, unsigned char *decl, int count, int depth) {
+void hd_compiled_decl_walk(const hd_ast *n, unsigned char *decl, int count, int depth) {
     if (!n || depth > 200) return;
     int declares = n->kind == HD_AST_LET || n->kind == HD_AST_FOR || n->kind == HD_AST_FNDEF ||
                    n->kind == HD_AST_CLASS || n->kind == HD_AST_IMPORT;
@@ -457,11 +457,11 @@ static void decl_walk(const hd_ast *n, unsigned char *decl, int count, int depth
         n->ref.index >= 0 && n->ref.index < count)
         decl[n->ref.index] = 1;
     if (n->kind == HD_AST_FN || n->kind == HD_AST_FNDEF) return;
-    decl_walk(n->a, decl, count, depth + 1);
-    decl_walk(n->b, decl, count, depth + 1);
-    decl_walk(n->c, decl, count, depth + 1);
-    decl_walk(n->body, decl, count, depth + 1);
-    for (int i = 0; i < n->n; i++) decl_walk(n->items[i], decl, count, depth + 1);
+    hd_compiled_decl_walk(n->a, decl, count, depth + 1);
+    hd_compiled_decl_walk(n->b, decl, count, depth + 1);
+    hd_compiled_decl_walk(n->c, decl, count, depth + 1);
+    hd_compiled_decl_walk(n->body, decl, count, depth + 1);
+    for (int i = 0; i < n->n; i++) hd_compiled_decl_walk(n->items[i], decl, count, depth + 1);
 }
 
 /* Outer slots a block reads: marks 2 in reads (declared ones are 1). */
@@ -491,7 +491,7 @@ hd_status cp_block_analyse(hd_vm *vm, cp_body *b, const hd_frame *f, const hd_as
     unsigned char *mark = hd_ctx_calloc(&vm->ctx, (size_t)count, 1);
     if (!mark) return hd_vm_oom(vm);
     b->slot_decl = mark;
-    decl_walk(body, mark, count, 0);
+    hd_compiled_decl_walk(body, mark, count, 0);
     int *reads = hd_ctx_calloc(&vm->ctx, (size_t)count, sizeof *reads);
     if (!reads) return hd_vm_oom(vm);
     b->slot_reads = reads;

@@ -404,6 +404,9 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
 void cp_entry_take(cp_session *s, cp_entry *e, int nargs, uint64_t kw_hash);
 void cp_first_free(hd_vm *vm, cp_entry *e, hd_tensor **first);
 void cp_key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k);
+/* Mark in decl (count slots) the frame slots that block n declares (let,
+ * for, fn, class, import inside it; not inside nested functions). */
+void hd_compiled_decl_walk(const hd_ast *n, unsigned char *decl, int count, int depth);
 void cp_logf_line(hd_vm *vm, const char *fmt, const char *a, const char *b);
 void cp_opts_default(hd_vm *vm, cp_opts *o);
 hd_status cp_session_begin(hd_vm *vm, cp_session *s, cp_body *b, const cp_opts *o,

@@ -181,6 +181,12 @@ static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_va
                       n->name ? n->name : "?");
         return 0;
     }
+    if (HD_UNLIKELY(vm->roll_watch)) {
+        const hd_obj *cell = NULL;
+        if (r->kind == HD_REF_CELL || r->kind == HD_REF_UPVALUE)
+            cell = (const hd_obj *)((const char *)p - offsetof(hd_cell, v));
+        hd_roll_note_store(vm, f, r, cell, *p, v);
+    }
     hd_value old = *p;
     *p = v;
     hd_vunref(vm, old);
@@ -857,6 +863,7 @@ static hd_status set_member(hd_vm *vm, hd_value x, const char *name, hd_value v)
         if (!slot)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "module %s has no member '%s'", m->name, name);
         hd_value old = *slot;
+        if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_global(vm, old, v);
         hd_vref(*slot = v);
         hd_vunref(vm, old);
         return HD_OK;
@@ -1202,10 +1209,17 @@ static int loop_result(int fl) {
     return fl == HD_FLOW_BREAK ? HD_FLOW_NORMAL : fl;
 }
 
+int hd_eval_for_iteration(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
+    if (!bind_loop_var(vm, f, n, v)) return HD_FLOW_ERROR;
+    return loop_body(vm, f, n);
+}
+
 static int ex_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t b,
                         int64_t step) {
     hd_range r = {.start = a, .stop = b, .step = step};
     int64_t count = hd_range_len(&r);
+    if (HD_UNLIKELY(vm->ctx.trace != NULL))
+        return loop_result(hd_eval_for_traced(vm, f, n, a, step, count));
     if (n->ref.kind == HD_REF_LOCAL) {
         hd_value *slot = &f->slots[n->ref.index];
         for (int64_t k = 0; k < count; k++) {
@@ -1533,6 +1547,7 @@ static int ex_assign(hd_vm *vm, hd_frame *f, const hd_ast *n) {
                 p = &f->globals[t->ref.index];
             else
                 return store(vm, f, t, &t->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+            if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_store(vm, f, &t->ref, NULL, *p, v);
             hd_value old = *p;
             *p = v;
             hd_vunref(vm, old);

@@ -66,4 +66,12 @@ hd_status hd_eval_tensor_index(hd_vm *vm, hd_value x, struct hd_index_part *part
 hd_status hd_eval_index_op(hd_vm *vm, hd_value x, struct hd_index_part *parts, int n,
                            const hd_value *set, hd_value *out);
 
+/* One iteration of for-loop n with its variable bound to v (taken):
+ * NORMAL, BREAK, RETURN or ERROR. */
+int hd_eval_for_iteration(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+/* A counted for-loop while compiled code is traced (eval_loop.c): a flow
+ * code as hd_eval_for_iteration's. */
+int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
+                       int64_t count);
+
 #endif

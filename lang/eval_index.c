@@ -170,6 +170,7 @@ hd_status hd_eval_set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v) {
         int64_t j = 0;
         if (eval_seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
         hd_value old = l->items[j];
+        if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_container(vm, &l->obj, 1, old, v);
         hd_vref(l->items[j] = v);
         hd_vunref(vm, old);
         return HD_OK;

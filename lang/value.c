@@ -45,6 +45,7 @@ void *hd_obj_new(hd_vm *vm, hd_vtype type, size_t size) {
     memset(o, 0, size);
     o->refcount = 1;
     o->type = type;
+    o->birth = ++vm->births;
     hd_obj_link(vm, o);
     return o;
 }
@@ -410,6 +411,7 @@ static hd_status hd_list_grow(hd_vm *vm, hd_list *l) {
 
 hd_status hd_list_push(hd_vm *vm, hd_value list, hd_value item) {
     hd_list *l = hd_as_list(list);
+    if (vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, item, item);
     if (l->len == l->cap && hd_list_grow(vm, l) != HD_OK) {
         hd_vunref(vm, item);
         return vm->err;
@@ -419,6 +421,7 @@ hd_status hd_list_push(hd_vm *vm, hd_value list, hd_value item) {
 }
 
 hd_status hd_list_insert(hd_vm *vm, hd_list *l, int64_t at, hd_value item) {
+    if (vm->roll_watch) hd_roll_note_container(vm, &l->obj, 0, item, item);
     if (l->len == l->cap && hd_list_grow(vm, l) != HD_OK) {
         hd_vunref(vm, item);
         return vm->err;
@@ -503,6 +506,8 @@ static hd_status hd_dict_reserve(hd_vm *vm, hd_dict *d, int64_t n) {
 hd_status hd_dict_set_str(hd_vm *vm, hd_value dict, hd_str *key, hd_value val) {
     hd_dict *d = hd_as_dict(dict);
     int64_t pos = hd_dict_find(d, key->chars, key->len, key->hash);
+    if (vm->roll_watch)
+        hd_roll_note_container(vm, &d->obj, pos >= 0, pos >= 0 ? d->vals[pos] : val, val);
     if (pos >= 0) {
         hd_value old = d->vals[pos];
         d->vals[pos] = val;
@@ -525,6 +530,8 @@ hd_status hd_dict_set(hd_vm *vm, hd_value dict, const char *key, hd_value val) {
     hd_dict *d = hd_as_dict(dict);
     size_t len = strlen(key);
     int64_t pos = hd_dict_find(d, key, len, hd_str_hash(key, len));
+    if (vm->roll_watch)
+        hd_roll_note_container(vm, &d->obj, pos >= 0, pos >= 0 ? d->vals[pos] : val, val);
     if (pos >= 0) {
         hd_value old = d->vals[pos];
         d->vals[pos] = val;
@@ -561,6 +568,7 @@ int hd_dict_remove(hd_vm *vm, hd_value dict, const char *key, size_t len, hd_val
     hd_dict *d = hd_as_dict(dict);
     int64_t pos = hd_dict_find(d, key, len, hd_str_hash(key, len));
     if (pos < 0) return 0;
+    if (vm->roll_watch) hd_roll_note_container(vm, &d->obj, 0, d->vals[pos], d->vals[pos]);
     hd_str *k = d->keys[pos];
     *out = d->vals[pos];
     memmove(d->keys + pos, d->keys + pos + 1, (size_t)(d->len - pos - 1) * sizeof(hd_str *));
@@ -573,6 +581,7 @@ int hd_dict_remove(hd_vm *vm, hd_value dict, const char *key, size_t len, hd_val
 }
 
 void hd_dict_clear(hd_vm *vm, hd_dict *d) {
+    if (vm->roll_watch) hd_roll_note_container(vm, &d->obj, 0, hd_none(), hd_none());
     hd_str **keys = d->keys;
     hd_value *vals = d->vals;
     int64_t n = d->len, cap = d->cap;
@@ -590,6 +599,7 @@ void hd_dict_clear(hd_vm *vm, hd_dict *d) {
 }
 
 void hd_dict_empty(hd_vm *vm, hd_dict *d) {
+    if (vm->roll_watch) hd_roll_note_container(vm, &d->obj, 0, hd_none(), hd_none());
     int64_t n = d->len;
     d->len = 0;
     if (d->index) memset(d->index, 0xff, (size_t)d->index_cap * sizeof(int32_t));

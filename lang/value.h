@@ -56,6 +56,7 @@ struct hd_obj {
     hd_vtype type;
     hd_obj *prev, *next; /* the VM's list of live objects */
     int64_t gc;          /* scratch for the cycle collector */
+    uint64_t birth;      /* the VM's allocation count when it was made (traced loops) */
 };
 
 typedef struct hd_str {

@@ -161,6 +161,8 @@ struct hd_vm {
     int compile_all;                    /* HODU_COMPILE_ALL=1: trace every call with tensors */
     int compile_none;                   /* HODU_EAGER=1: compiled code runs eagerly */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
+    struct hd_roll_watch *roll_watch;   /* innermost traced loop iteration (eval_loop.c) */
+    uint64_t births;                    /* heap objects made so far (hd_obj.birth) */
 
     /* where creation functions put tensors without device= (NULL: the
      * cpu): set_default_device(d), or HODU_DEVICE, resolved on first use */
@@ -168,6 +170,22 @@ struct hd_vm {
     int default_dev;
     int default_pending; /* HODU_DEVICE not resolved yet */
 };
+
+/* ---- traced loops (eval_loop.c) ----
+ *
+ * While compiled code is traced, a counted loop watches two consecutive
+ * iterations: a write to state that existed before an iteration is allowed
+ * only if it leaves that state as the next iteration will see it (a tensor
+ * of the same dtype, shape and gradient status, or an equal plain value).
+ * The hooks below are called at every such write; they cost one test when
+ * no loop is watched. */
+void hd_roll_note_store(hd_vm *vm, const hd_frame *f, const hd_ref *r, const hd_obj *cell,
+                        hd_value old, hd_value v);
+/* A write into container o (a list, dict or object's fields): has_old 0
+ * when it adds or removes an entry. */
+void hd_roll_note_container(hd_vm *vm, const hd_obj *o, int has_old, hd_value old, hd_value v);
+/* A module's global set from outside its code. */
+void hd_roll_note_global(hd_vm *vm, hd_value old, hd_value v);
 
 /* ---- refcounting, inline for the evaluator ---- */
 void hd_obj_release(hd_vm *vm, hd_obj *o); /* refcount reached zero */

@@ -162,7 +162,29 @@ static hd_grad_node *node_new(hd_ctx *ctx, int nin) {
     n->saved = (hd_tensor **)(n->edges + nin);
     n->saved_version = (uint64_t *)(n->saved + nin + 1);
     n->live = 1;
+    n->watch = ctx->grad_watch;
     return n;
+}
+
+static size_t watch_live_in(const hd_grad_scope *s, uint32_t gen) {
+    size_t live = 0;
+    for (const hd_grad_node *n = s->records; n; n = n->next) live += n->live && n->watch >= gen;
+    return live;
+}
+
+size_t hd_grad_watch_live(const hd_ctx *ctx, uint32_t gen) {
+    size_t live = 0;
+    int root = 0;
+    for (const hd_grad_scope *s = ctx->grad_scope; s; s = s->parent) {
+        live += watch_live_in(s, gen);
+        root |= s == &ctx->grad_root;
+    }
+    return root ? live : live + watch_live_in(&ctx->grad_root, gen);
+}
+
+/* t's .grad or requires_grad is about to change. */
+static void grad_note_write(hd_ctx *ctx, hd_tensor *t) {
+    if (ctx->grad_write) ctx->grad_write(ctx, ctx->grad_write_ud, t);
 }
 
 static hd_status node_save(hd_ctx *ctx, hd_grad_node *n, int i, hd_tensor *t) {
@@ -343,6 +365,7 @@ hd_status hd_grad_set_requires(hd_ctx *ctx, hd_tensor *t, int on) {
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "requires_grad can only be changed on leaf tensors; this one was computed "
                         "from tensors that require grad (use detach() to get a leaf)");
+    grad_note_write(ctx, t);
     if (!on) {
         if (gi && !gi->node) gi->requires_grad = 0;
         return HD_OK;
@@ -384,6 +407,7 @@ hd_tensor *hd_grad_get(const hd_tensor *t) {
 
 hd_status hd_grad_set(hd_ctx *ctx, hd_tensor *t, hd_tensor *g) {
     hd_grad_info *gi = t->grad_info;
+    grad_note_write(ctx, t);
     if (!g) {
         if (gi) {
             hd_tensor_unref(gi->grad);
@@ -797,6 +821,7 @@ static hd_status commit(hd_grad_pass *p) {
         if (st) {
             hd_tensor_unref(next[i]);
         } else if (next[i]) {
+            grad_note_write(ctx, p->leaves.p[i]);
             hd_tensor_unref(gi->grad);
             gi->grad = next[i];
         }

@@ -87,6 +87,13 @@ size_t hd_grad_context_records(const hd_grad_scope *s); /* live records */
 /* clear_tape(): free the current context's records now. Tensors they made
  * act as constants afterwards; backward through them is an error. */
 void hd_grad_clear_tape(hd_ctx *ctx);
+
+/* For a traced loop that checks whether its iterations repeat: records
+ * made under watch gen or a later one (ctx->grad_watch) that are still live, in the
+ * current gradient context and the ones around it. A record made by one
+ * iteration and alive after it would let backward() reach into the
+ * iteration's values, which rolling the loop would change. */
+size_t hd_grad_watch_live(const hd_ctx *ctx, uint32_t gen);
 /* Live records in the current context (statistics, tests). */
 size_t hd_grad_record_count(const hd_ctx *ctx);
 /* Pop every gradient context and free every record: for a VM's teardown. */
@@ -166,6 +173,7 @@ struct hd_grad_node {
     /* backward's scratch */
     hd_grad_node *free_next;
     hd_tensor *grad; /* gradient of the output, summed over its users */
+    uint32_t watch;  /* ctx->grad_watch when it was made */
     uint64_t epoch;
     int pending; /* users not yet processed */
 };

@@ -54,6 +54,7 @@ typedef struct hd_grad_scope {
 } hd_grad_scope;
 
 struct hd_backend;
+struct hd_tensor;
 
 /* When a run must stop: its owner's interrupt flag (set to HD_STOP_INTERRUPT
  * by an interrupt, maybe from another thread or a signal handler) and a
@@ -96,6 +97,13 @@ typedef struct hd_ctx {
      * another's */
     struct hd_trace *trace;
     uint32_t trace_serial;
+    /* a traced loop's check that its iterations repeat (hd_autograd.h,
+     * hd_grad_watch_*): records made while grad_watch is nonzero carry it,
+     * and every change to a leaf's .grad or requires_grad is told to
+     * grad_write first */
+    uint32_t grad_watch;
+    void (*grad_write)(struct hd_ctx *ctx, void *ud, struct hd_tensor *t);
+    void *grad_write_ud;
     /* where ops without tensor inputs (creation) put their result: NULL is
      * the cpu (hd_op_place_push in hd_op.h) */
     const struct hd_backend *place_backend;

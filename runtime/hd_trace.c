@@ -398,6 +398,19 @@ void hd_trace_note_grad(hd_ctx *ctx, const hd_tensor *t) {
     if (tr && tr->grad_read) tr->grad_read(ctx, tr->lift_ud, t);
 }
 
+hd_trace_pos hd_trace_position(const hd_ctx *ctx) {
+    hd_trace_pos p = {0, 0};
+    if (ctx->trace) {
+        p.nodes = ctx->trace->g->nnodes;
+        p.values = ctx->trace->g->nvalues;
+    }
+    return p;
+}
+
+hd_ir_graph *hd_trace_graph(const hd_ctx *ctx) {
+    return ctx->trace ? ctx->trace->g : NULL;
+}
+
 int hd_trace_nwrites(const hd_ctx *ctx) {
     return ctx->trace ? ctx->trace->nwrites : 0;
 }

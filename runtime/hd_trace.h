@@ -86,6 +86,29 @@ int hd_trace_value(hd_ctx *ctx, hd_tensor *t);
  * view of a contiguous matrix)? 0 for anything else. */
 int hd_trace_is_transpose(const hd_ctx *ctx, const hd_tensor *t);
 
+/* ---- loops (runtime/hd_trace_roll.c) ----
+ *
+ * The language traces a counted loop's iterations one after another; once
+ * two consecutive iterations A and B recorded the same nodes, with the
+ * values B reads from A carried from one iteration to the next, and the
+ * host state the program sees repeats (the caller checks that), B's nodes
+ * become one loop node that runs B's body the remaining number of times.
+ * B's values keep their ids, now the loop's results: tensors the program
+ * holds stand for the last iteration's values. */
+typedef struct hd_trace_pos {
+    int nodes, values;
+} hd_trace_pos;
+/* Where the active trace is: its node and value counts. */
+hd_trace_pos hd_trace_position(const hd_ctx *ctx);
+/* The active trace's graph (NULL if none), for hd_trace_roll. */
+hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
+/* [a, b) and [b, c) are iterations A and B. If they match, replace B by a
+ * loop node of trips iterations (B and trips - 1 more) and set *rolled;
+ * else leave the trace as it is with *rolled = 0. An error (memory) leaves
+ * the trace unusable: the caller aborts it. */
+hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c,
+                        int64_t trips, int *rolled);
+
 /* Is t symbolic (no data: made by a trace)? */
 static inline int hd_tensor_is_symbolic(const hd_tensor *t) {
     return t->storage == NULL;

@@ -1,0 +1,284 @@
+/* Counted loops inside traced code: `for i in a..b` whose iterations
+ * repeat becomes one loop node of the graph instead of b - a copies of its
+ * body (docs/compiled.md, "Loops").
+ *
+ * The loop traces its iterations one by one, watching each: an iteration
+ * "repeats" when every write it makes to state that existed before it
+ * leaves that state as the next iteration will need it (a tensor of the
+ * same dtype, shape and gradient status; an equal plain value), no
+ * gradient record it made is still alive at its end, and the loop
+ * variable is not read. Once two consecutive iterations repeat and traced
+ * the same nodes (hd_trace_roll), the second becomes a loop node for the
+ * rest. Anything else (a counter, an appended list, a gradient chain that
+ * runs through the iterations, shapes that change) keeps the loop
+ * unrolled, as it always was. */
+#include "compiled_int.h"
+#include "eval.h"
+#include "vm_internal.h"
+
+#include "../runtime/hd_autograd.h"
+#include "../runtime/hd_trace.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Loops shorter than this stay unrolled (docs/compiled.md). */
+#define HD_LOOP_ROLL_MIN 4
+/* Iterations traced while looking for two that repeat. */
+#define HD_LOOP_ROLL_TRIES 6
+
+typedef struct roll_grad {
+    hd_tensor *t; /* held */
+    int had, requires;
+    hd_dtype dtype;
+    int ndim;
+    int64_t shape[HD_MAX_DIMS];
+} roll_grad;
+
+typedef struct hd_roll_watch {
+    struct hd_roll_watch *outer;
+    const hd_frame *frame;      /* the loop's frame */
+    const unsigned char *local; /* per slot of frame: declared by the body */
+    int nslots;
+    uint64_t birth0; /* objects made after this belong to the iteration */
+    uint32_t gen;    /* ctx->grad_watch during the iteration */
+    int changed;     /* a write that does not repeat */
+    const char *why; /* the first such write, for HODU_LOG=loop */
+    roll_grad *grads;
+    int ngrads, cap;
+} hd_roll_watch;
+
+static int roll_log_on(void) {
+    const char *s = getenv("HODU_LOG");
+    return s && (strstr(s, "loop") || strstr(s, "all"));
+}
+
+static void roll_change(hd_roll_watch *w, const char *why) {
+    if (!w->changed) w->why = why;
+    w->changed = 1;
+}
+
+static int roll_same_tensor_type(hd_vm *vm, const hd_tensor *x, const hd_tensor *y) {
+    return x->dtype == y->dtype && x->ndim == y->ndim &&
+           !memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape) &&
+           hd_grad_requires(&vm->ctx, x) == hd_grad_requires(&vm->ctx, y);
+}
+
+/* Does writing v over old leave what the next iteration sees the same? */
+static int roll_same_value(hd_vm *vm, hd_value old, hd_value v) {
+    if (old.type != v.type) return 0;
+    switch (v.type) {
+    case HD_V_NONE: return 1;
+    case HD_V_BOOL: return old.as.b == v.as.b;
+    case HD_V_INT: return old.as.i == v.as.i;
+    case HD_V_FLOAT: return old.as.f == v.as.f;
+    case HD_V_DTYPE: return old.as.dt == v.as.dt;
+    case HD_V_TENSOR: return roll_same_tensor_type(vm, old.as.t, v.as.t);
+    case HD_V_STR: return hd_value_equal(old, v);
+    default: return old.as.o == v.as.o;
+    }
+}
+
+/* Is the frame f made during w's iteration (a call from its body)? */
+static int roll_inner_frame(const hd_roll_watch *w, const hd_frame *f) {
+    for (const hd_frame *p = f ? f->parent : NULL; p; p = p->parent)
+        if (p == w->frame) return 1;
+    return 0;
+}
+
+static int roll_is_local(const hd_roll_watch *w, const hd_frame *f, const hd_ref *r,
+                         const hd_obj *cell) {
+    if (cell) return cell->birth > w->birth0;
+    if (r->kind != HD_REF_LOCAL) return 0;
+    if (f == w->frame) return r->index >= 0 && r->index < w->nslots && w->local[r->index];
+    return roll_inner_frame(w, f);
+}
+
+void hd_roll_note_store(hd_vm *vm, const hd_frame *f, const hd_ref *r, const hd_obj *cell,
+                        hd_value old, hd_value v) {
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
+        if (!roll_is_local(w, f, r, cell) && !roll_same_value(vm, old, v))
+            roll_change(w, "a variable from before the iteration changes");
+}
+
+void hd_roll_note_container(hd_vm *vm, const hd_obj *o, int has_old, hd_value old, hd_value v) {
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
+        if (o->birth <= w->birth0 && (!has_old || !roll_same_value(vm, old, v)))
+            roll_change(w, "a list, dict or object from before the iteration changes");
+}
+
+void hd_roll_note_global(hd_vm *vm, hd_value old, hd_value v) {
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
+        if (!roll_same_value(vm, old, v)) roll_change(w, "a module's variable changes");
+}
+
+/* ---- gradients: .grad and requires_grad of leaves ---- */
+
+static void roll_grad_state(hd_vm *vm, const hd_tensor *t, roll_grad *s) {
+    const hd_tensor *g = hd_grad_get(t);
+    s->had = g != NULL;
+    s->requires = hd_grad_requires(&vm->ctx, t);
+    s->dtype = g ? g->dtype : HD_F32;
+    s->ndim = g ? g->ndim : 0;
+    if (g) memcpy(s->shape, g->shape, sizeof s->shape);
+}
+
+static int roll_grad_same(const roll_grad *a, const roll_grad *b) {
+    if (a->had != b->had || a->requires != b->requires) return 0;
+    return !a->had || (a->dtype == b->dtype && a->ndim == b->ndim &&
+                       !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape));
+}
+
+static void roll_note_grad(hd_roll_watch *w, hd_vm *vm, hd_tensor *t) {
+    for (int i = 0; i < w->ngrads; i++)
+        if (w->grads[i].t == t) return;
+    if (w->ngrads == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 16;
+        roll_grad *g = hd_ctx_realloc(&vm->ctx, w->grads, (size_t)w->cap * sizeof *g,
+                                      (size_t)cap * sizeof *g);
+        if (!g) {
+            roll_change(w, "out of memory");
+            return;
+        }
+        w->grads = g;
+        w->cap = cap;
+    }
+    roll_grad *s = &w->grads[w->ngrads++];
+    roll_grad_state(vm, t, s);
+    s->t = hd_tensor_ref(t);
+}
+
+static void roll_grad_write(hd_ctx *ctx, void *ud, hd_tensor *t) {
+    hd_vm *vm = ud;
+    HD_UNUSED(ctx);
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer) roll_note_grad(w, vm, t);
+}
+
+/* ---- one watched iteration ---- */
+
+static void roll_watch_begin(hd_vm *vm, hd_roll_watch *w, const hd_frame *f,
+                             const unsigned char *local, int nslots) {
+    memset(w, 0, sizeof *w);
+    w->outer = vm->roll_watch;
+    w->frame = f;
+    w->local = local;
+    w->nslots = nslots;
+    w->birth0 = vm->births;
+    w->gen = ++vm->ctx.grad_watch == 0 ? ++vm->ctx.grad_watch : vm->ctx.grad_watch;
+    vm->roll_watch = w;
+    vm->ctx.grad_write = roll_grad_write;
+    vm->ctx.grad_write_ud = vm;
+}
+
+/* End the watch; 1 if the iteration repeats. */
+static int roll_watch_end(hd_vm *vm, hd_roll_watch *w) {
+    for (int i = 0; i < w->ngrads; i++) {
+        roll_grad now;
+        roll_grad_state(vm, w->grads[i].t, &now);
+        if (!roll_grad_same(&w->grads[i], &now)) roll_change(w, "a .grad changes");
+        hd_tensor_unref(w->grads[i].t);
+    }
+    hd_ctx_free(&vm->ctx, w->grads, (size_t)w->cap * sizeof *w->grads);
+    if (hd_grad_watch_live(&vm->ctx, w->gen))
+        roll_change(w, "a gradient record of the iteration stays alive after it");
+    vm->roll_watch = w->outer;
+    vm->ctx.grad_watch = w->outer ? w->outer->gen : 0;
+    if (!w->outer) {
+        vm->ctx.grad_write = NULL;
+        vm->ctx.grad_write_ud = NULL;
+    }
+    return !w->changed;
+}
+
+/* ---- the loop ---- */
+
+/* Does n (not inside nested functions) read the variable at ref r? */
+static int roll_reads(const hd_ast *n, const hd_ref *r, int depth) {
+    if (!n || depth > 200) return n != NULL;
+    if (n->kind == HD_AST_NAME && n->ref.kind == r->kind && n->ref.index == r->index) return 1;
+    if (n->kind == HD_AST_FN || n->kind == HD_AST_FNDEF) return 0;
+    if (roll_reads(n->a, r, depth + 1) || roll_reads(n->b, r, depth + 1) ||
+        roll_reads(n->c, r, depth + 1) || roll_reads(n->body, r, depth + 1))
+        return 1;
+    for (int i = 0; i < n->n; i++)
+        if (roll_reads(n->items[i], r, depth + 1)) return 1;
+    return 0;
+}
+
+typedef struct roll_loop {
+    hd_vm *vm;
+    hd_frame *f;
+    const hd_ast *n;
+    int64_t a, step, count;
+    unsigned char *local;
+    int nslots;
+    int log;
+} roll_loop;
+
+static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char *why) {
+    if (!L->log) return;
+    fprintf(stderr, "hodu: loop at line %d: ", L->n->span.line);
+    fprintf(stderr, fmt, (long long)x, why ? why : "");
+    fputc('\n', stderr);
+}
+
+/* Trace the iterations, rolling the rest into a loop node once two repeat.
+ * Returns a flow code. */
+static int roll_run(roll_loop *L) {
+    hd_vm *vm = L->vm;
+    hd_trace_pos prev = {0, 0};
+    int prev_same = 0;
+    for (int64_t k = 0; k < L->count; k++) {
+        int watching = k < HD_LOOP_ROLL_TRIES;
+        hd_roll_watch w;
+        if (watching) roll_watch_begin(vm, &w, L->f, L->local, L->nslots);
+        hd_trace_pos start = hd_trace_position(&vm->ctx);
+        int fl = hd_eval_for_iteration(vm, L->f, L->n, hd_int(L->a + k * L->step));
+        int same = watching ? roll_watch_end(vm, &w) : 0;
+        if (fl) return fl;
+        if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
+        if (k >= 1 && prev_same && same && L->count - k >= 2) {
+            int rolled = 0;
+            if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx), L->count - k,
+                              &rolled)) {
+                hd_eval_failf(vm, L->f, L->n, vm->ctx.status, "%s", vm->ctx.errmsg);
+                return HD_FLOW_ERROR;
+            }
+            if (rolled) {
+                roll_say(L, "one loop node of %lld iterations%s", L->count - k, "");
+                return HD_FLOW_NORMAL;
+            }
+            roll_say(L, "iteration %lld traced other nodes than the one before%s", k, "");
+        }
+        prev = start;
+        prev_same = same;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
+                       int64_t count) {
+    roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on()};
+    int can = count >= HD_LOOP_ROLL_MIN && n->ref.kind == HD_REF_LOCAL &&
+              !roll_reads(n->body, &n->ref, 0);
+    if (can && L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1)))
+        can = 0;
+    if (!can) {
+        if (count >= HD_LOOP_ROLL_MIN && L.log && n->ref.kind == HD_REF_LOCAL)
+            roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",
+                     count, "");
+        for (int64_t k = 0; k < count; k++) {
+            int fl = hd_eval_for_iteration(vm, f, n, hd_int(a + k * step));
+            if (fl) return fl;
+        }
+        return HD_FLOW_NORMAL;
+    }
+    if (L.local) {
+        hd_compiled_decl_walk(n->body, L.local, L.nslots, 0);
+        if (n->ref.index >= 0 && n->ref.index < L.nslots) L.local[n->ref.index] = 1;
+    }
+    int fl = roll_run(&L);
+    if (L.local) hd_ctx_free(&vm->ctx, L.local, (size_t)L.nslots);
+    return fl;
+}

@@ -1,0 +1,303 @@
+/* Rolling a traced loop: two consecutive iterations that recorded the same
+ * nodes become one iteration and a loop node (hd_trace.h, docs/ir.md). */
+#include "hd_backend.h"
+#include "hd_trace.h"
+
+#include <stdio.h>
+
+#include <string.h>
+
+/* How iteration B reads a value. */
+typedef enum {
+    ROLL_INTERNAL, /* made by B itself: pos is its node's place in B */
+    ROLL_CARRY,    /* made by A: pos is its node's place in A */
+    ROLL_OUTER,    /* made before B (or a constant A made): the same every iteration */
+    ROLL_LOCAL,    /* a constant B made: the body's own constant */
+    ROLL_NEW_INPUT /* a graph input B lifted: B differs from A */
+} roll_kind;
+
+typedef struct roll {
+    hd_ctx *ctx;
+    hd_ir_graph *g;
+    int a, b, c;   /* node indices: A is [a, b), B is [b, c) */
+    int va, vb;    /* value counts when A and B began */
+    int *init;     /* per place q in A: the value A read where B reads A's q, -1 */
+    int *body_of;  /* per main value: its body value (outer values, constants), -1 */
+    int *body_pos; /* per place j in B: its body value, -1 */
+    int *out_of;   /* per place j in B: its body output, -1 */
+    int *outer;    /* main values the body reads as inputs, in its input order */
+    int nouter;
+    int nv, na, nb; /* the tables' lengths */
+    hd_ir_graph *body;
+} roll;
+
+static roll_kind roll_kind_of(const roll *r, int v, int *pos) {
+    const hd_ir_value *val = &r->g->values[v];
+    if (val->kind == HD_IR_VALUE_NODE) {
+        int ni = val->index;
+        *pos = ni >= r->b ? ni - r->b : ni - r->a;
+        return ni >= r->b ? ROLL_INTERNAL : ni >= r->a ? ROLL_CARRY : ROLL_OUTER;
+    }
+    if (v < r->vb) return ROLL_OUTER;
+    return val->kind == HD_IR_VALUE_CONST ? ROLL_LOCAL : ROLL_NEW_INPUT;
+}
+
+/* Two constants with the same dtype, shape, number flag and bytes. Only
+ * contiguous cpu constants are compared by bytes; others must be one. */
+static int roll_same_const(const hd_ir_graph *g, int v, int w) {
+    if (v == w) return 1;
+    const hd_ir_value *x = &g->values[v], *y = &g->values[w];
+    if (x->kind != HD_IR_VALUE_CONST || y->kind != HD_IR_VALUE_CONST || x->dtype != y->dtype ||
+        x->ndim != y->ndim || x->number != y->number ||
+        memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape))
+        return 0;
+    const hd_tensor *s = g->consts[x->index].t, *t = g->consts[y->index].t;
+    if (s == t) return 1;
+    if (!s->storage || !t->storage || s->storage->backend != &hd_cpu_backend ||
+        t->storage->backend != &hd_cpu_backend || !hd_tensor_is_contiguous(s) ||
+        !hd_tensor_is_contiguous(t))
+        return 0;
+    return memcmp(hd_tensor_data(s), hd_tensor_data(t), hd_tensor_nbytes(s)) == 0;
+}
+
+/* Is w, read by A where B reads u, what a loop needs? Notes carries. */
+static int roll_match_operand(roll *r, int w, int u) {
+    int pos = 0, wpos = 0;
+    switch (roll_kind_of(r, u, &pos)) {
+    case ROLL_INTERNAL:
+        return r->g->values[w].kind == HD_IR_VALUE_NODE && r->g->values[w].index == r->a + pos;
+    case ROLL_CARRY: {
+        /* A read a value made before it, B the one A made in its place */
+        roll_kind k = roll_kind_of(r, w, &wpos);
+        if (k != ROLL_OUTER || (r->g->values[w].kind != HD_IR_VALUE_NODE && w >= r->va)) return 0;
+        if (r->init[pos] < 0) r->init[pos] = w;
+        return r->init[pos] == w;
+    }
+    case ROLL_OUTER:
+        return w == u || roll_same_const(r->g, w, u);
+    case ROLL_LOCAL: return roll_same_const(r->g, w, u);
+    default: return 0;
+    }
+}
+
+static int roll_same_value_type(const hd_ir_graph *g, int v, int w) {
+    if (v < 0 || w < 0) return v == w;
+    const hd_ir_value *x = &g->values[v], *y = &g->values[w];
+    return x->dtype == y->dtype && x->ndim == y->ndim &&
+           !memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape);
+}
+
+static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
+    return x->trips == y->trips && x->ncarry == y->ncarry &&
+           !memcmp(x->carry_src, y->carry_src, (size_t)x->ncarry * sizeof *x->carry_src) &&
+           hd_ir_graph_hash(x->body) == hd_ir_graph_hash(y->body);
+}
+
+/* Nodes x (of A) and y (of B) apply the same operation. */
+static int roll_same_node(const hd_ir_graph *g, const hd_ir_node *x, const hd_ir_node *y) {
+    if (x->op != y->op || x->nin != y->nin || !roll_same_value_type(g, x->out, y->out)) return 0;
+    if (x->op == HD_IR_CALLBACK)
+        return x->cb.fn == y->cb.fn && !strcmp(x->cb.name, y->cb.name) &&
+               (x->cb.ud_dup || !x->cb.ud_free);
+    if (x->op == HD_IR_LOOP) return roll_same_loop(x->loop, y->loop);
+    if (x->op < 0) return !memcmp(&x->attrs, &y->attrs, sizeof x->attrs);
+    hd_attrs p, q;
+    hd_ir_attrs_canon((hd_op)x->op, &x->attrs, &p);
+    hd_ir_attrs_canon((hd_op)y->op, &y->attrs, &q);
+    return !memcmp(&p, &q, sizeof p);
+}
+
+static int roll_match(roll *r) {
+    if (r->c - r->b != r->b - r->a || r->c == r->b) return 0;
+    for (int j = 0; j < r->c - r->b; j++) {
+        const hd_ir_node *x = &r->g->nodes[r->a + j], *y = &r->g->nodes[r->b + j];
+        if (!roll_same_node(r->g, x, y)) return 0;
+        for (int i = 0; i < y->nin; i++)
+            if (!roll_match_operand(r, x->in[i], y->in[i])) return 0;
+    }
+    return 1;
+}
+
+/* ---- the body ---- */
+
+static int roll_body_value(roll *r, int u) {
+    int pos = 0;
+    roll_kind k = roll_kind_of(r, u, &pos);
+    if (k == ROLL_INTERNAL) return r->body_pos[pos];
+    if (k == ROLL_CARRY) return r->body_of[r->g->nodes[r->a + pos].out];
+    if (r->body_of[u] >= 0) return r->body_of[u];
+    const hd_ir_value *val = &r->g->values[u];
+    char name[32];
+    snprintf(name, sizeof name, "x%d", u);
+    if (k == ROLL_LOCAL) return r->body_of[u] = hd_ir_add_const(r->body, r->g->consts[val->index].t);
+    int id = hd_ir_add_input(r->body, name, val->dtype, val->shape, val->ndim);
+    if (id >= 0) r->outer[r->nouter++] = u;
+    return r->body_of[u] = id;
+}
+
+/* Node y of B, added to the body with its inputs ids. */
+static int roll_body_node(roll *r, const hd_ir_node *y, const int *ids) {
+    if (y->op == HD_IR_CALLBACK) {
+        hd_ir_callback cb = y->cb;
+        if (cb.ud_dup) cb.ud = cb.ud_dup(cb.ud);
+        return hd_ir_add_callback(r->body, &cb, ids, y->nin) ? -2 : -1;
+    }
+    if (y->op == HD_IR_LOOP) {
+        const hd_ir_loop *l = y->loop;
+        hd_ir_graph *inner = hd_ir_graph_clone(l->body);
+        if (!inner) return -2;
+        int v = hd_ir_add_loop(r->body, inner, l->trips, ids, y->nin, l->ncarry, l->carry_src);
+        return v < 0 ? -2 : v;
+    }
+    int v = y->op == HD_IR_LOOP_OUT ? hd_ir_add_loop_out(r->body, ids[0], (int)y->attrs.ints[0])
+                                    : hd_ir_add_node(r->body, (hd_op)y->op, ids, y->nin, &y->attrs);
+    return v < 0 ? -2 : v;
+}
+
+static hd_status roll_body_inputs(roll *r) {
+    for (int q = 0; q < r->b - r->a; q++) {
+        if (r->init[q] < 0) continue;
+        const hd_ir_value *val = &r->g->values[r->g->nodes[r->a + q].out];
+        char name[32];
+        snprintf(name, sizeof name, "c%d", q);
+        int id = hd_ir_add_input(r->body, name, val->dtype, val->shape, val->ndim);
+        if (id < 0) return r->ctx->status;
+        r->body_of[r->g->nodes[r->a + q].out] = id;
+    }
+    return HD_OK;
+}
+
+static hd_status roll_body_nodes(roll *r) {
+    int ids[64], *in = ids;
+    for (int j = 0; j < r->c - r->b; j++) {
+        const hd_ir_node *y = &r->g->nodes[r->b + j];
+        if (y->nin > 64 && !(in = hd_ctx_alloc(r->ctx, (size_t)y->nin * sizeof *in)))
+            return r->ctx->status;
+        int ok = 1;
+        for (int i = 0; i < y->nin && ok; i++) ok = (in[i] = roll_body_value(r, y->in[i])) >= 0;
+        int v = ok ? roll_body_node(r, y, in) : -2;
+        if (in != ids) hd_ctx_free(r->ctx, in, (size_t)y->nin * sizeof *in);
+        in = ids;
+        if (v == -2) return r->ctx->status ? r->ctx->status : HD_ERR_RUNTIME;
+        r->body_pos[j] = v;
+    }
+    return HD_OK;
+}
+
+static hd_status roll_body_outputs(roll *r) {
+    int k = 0;
+    for (int j = 0; j < r->c - r->b; j++) {
+        if (r->body_pos[j] < 0) continue;
+        char name[32];
+        snprintf(name, sizeof name, "o%d", j);
+        if (hd_ir_add_output(r->body, name, r->body_pos[j])) return r->ctx->status;
+        r->out_of[j] = k++;
+    }
+    return HD_OK;
+}
+
+/* ---- replacing B ---- */
+
+/* The loop node's inputs (carried first, then the others, as the body's
+ * inputs) and carry sources. *nin and *ncarry receive the counts. */
+static void roll_loop_inputs(const roll *r, int *in, int *src, int *nin, int *ncarry) {
+    int n = 0;
+    for (int q = 0; q < r->b - r->a; q++)
+        if (r->init[q] >= 0) {
+            src[n] = r->out_of[q];
+            in[n++] = r->g->nodes[r->a + q].out;
+        }
+    *ncarry = n;
+    for (int i = 0; i < r->nouter; i++) in[n++] = r->outer[i];
+    *nin = n;
+}
+
+/* Drop B's nodes from the graph; what they own (callbacks' data, loop
+ * bodies) the body has copies of. */
+static void roll_truncate(roll *r) {
+    for (int i = r->b; i < r->c; i++) {
+        hd_ir_node *n = &r->g->nodes[i];
+        if (n->op == HD_IR_CALLBACK && n->cb.ud_free) n->cb.ud_free(r->ctx, n->cb.ud);
+        if (n->op == HD_IR_LOOP && n->loop) {
+            if (n->loop->exec && n->loop->exec_free) n->loop->exec_free(r->ctx, n->loop->exec);
+            hd_ir_graph_free(n->loop->body);
+            n->loop->body = NULL;
+        }
+        n->op = HD_IR_DEAD;
+    }
+    r->g->nnodes = r->b;
+}
+
+static hd_status roll_replace(roll *r, int64_t trips) {
+    int nb = r->c - r->b, nin = 0, ncarry = 0;
+    int *in = hd_ctx_alloc(r->ctx, (size_t)(r->body->ninputs + 1) * 2 * sizeof *in);
+    int *vals = hd_ctx_alloc(r->ctx, (size_t)nb * sizeof *vals);
+    if (!in || !vals) {
+        hd_ctx_free(r->ctx, in, (size_t)(r->body->ninputs + 1) * 2 * sizeof *in);
+        return r->ctx->status;
+    }
+    int *src = in + r->body->ninputs + 1;
+    roll_loop_inputs(r, in, src, &nin, &ncarry);
+    for (int j = 0; j < nb; j++) vals[j] = r->g->nodes[r->b + j].out;
+    roll_truncate(r);
+    hd_ir_graph *body = r->body;
+    r->body = NULL; /* the loop node owns it now, or freed it */
+    int loop = hd_ir_add_loop(r->g, body, trips, in, nin, ncarry, src);
+    hd_status st = loop < 0 ? r->ctx->status : HD_OK;
+    for (int j = 0; j < nb && !st; j++)
+        if (vals[j] >= 0) st = hd_ir_add_loop_out_as(r->g, loop, r->out_of[j], vals[j]);
+    hd_ctx_free(r->ctx, in, (size_t)(nin + 1) * 2 * sizeof *in);
+    hd_ctx_free(r->ctx, vals, (size_t)nb * sizeof *vals);
+    return st;
+}
+
+static void roll_free(roll *r) {
+    int nv = r->nv, na = r->na, nb = r->nb;
+    hd_ctx_free(r->ctx, r->outer, (size_t)(nv + 1) * sizeof *r->outer);
+    hd_ctx_free(r->ctx, r->init, (size_t)na * sizeof *r->init);
+    hd_ctx_free(r->ctx, r->body_of, (size_t)(nv + 1) * sizeof *r->body_of);
+    hd_ctx_free(r->ctx, r->body_pos, (size_t)nb * sizeof *r->body_pos);
+    hd_ctx_free(r->ctx, r->out_of, (size_t)nb * sizeof *r->out_of);
+    hd_ir_graph_free(r->body);
+}
+
+static hd_status roll_init(roll *r, hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c) {
+    memset(r, 0, sizeof *r);
+    r->ctx = ctx;
+    r->g = hd_trace_graph(ctx);
+    r->a = a.nodes, r->b = b.nodes, r->c = c.nodes;
+    r->va = a.values, r->vb = b.values;
+    int nv = r->nv = r->g->nvalues, na = r->na = r->b - r->a + 1, nb = r->nb = r->c - r->b + 1;
+    r->outer = hd_ctx_alloc(ctx, (size_t)(nv + 1) * sizeof *r->outer);
+    r->init = hd_ctx_alloc(ctx, (size_t)na * sizeof *r->init);
+    r->body_of = hd_ctx_alloc(ctx, (size_t)(nv + 1) * sizeof *r->body_of);
+    r->body_pos = hd_ctx_alloc(ctx, (size_t)nb * sizeof *r->body_pos);
+    r->out_of = hd_ctx_alloc(ctx, (size_t)nb * sizeof *r->out_of);
+    if (!r->outer || !r->init || !r->body_of || !r->body_pos || !r->out_of) return ctx->status;
+    memset(r->init, 0xff, (size_t)na * sizeof *r->init);
+    memset(r->body_of, 0xff, (size_t)(nv + 1) * sizeof *r->body_of);
+    memset(r->body_pos, 0xff, (size_t)nb * sizeof *r->body_pos);
+    memset(r->out_of, 0xff, (size_t)nb * sizeof *r->out_of);
+    return HD_OK;
+}
+
+hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c,
+                        int64_t trips, int *rolled) {
+    *rolled = 0;
+    if (!hd_trace_graph(ctx)) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
+    if (trips < 1 || a.nodes > b.nodes || b.nodes > c.nodes || c.nodes != hd_trace_graph(ctx)->nnodes)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "hd_trace_roll: iterations out of order");
+    roll r;
+    hd_status st = roll_init(&r, ctx, a, b, c);
+    if (!st && roll_match(&r)) {
+        char name[128];
+        snprintf(name, sizeof name, "%s.loop", r.g->name ? r.g->name : "loop");
+        if (!(r.body = hd_ir_graph_new(ctx, name)) || roll_body_inputs(&r) ||
+            roll_body_nodes(&r) || roll_body_outputs(&r))
+            st = ctx->status ? ctx->status : HD_ERR_RUNTIME;
+        else if (!(st = roll_replace(&r, trips)))
+            *rolled = 1;
+    }
+    roll_free(&r);
+    return st;
+}
