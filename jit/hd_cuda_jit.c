@@ -26,6 +26,7 @@
  * clear error (docs/cuda.md). */
 #include "hd_compile.h"
 #include "hd_cuda_gen.h"
+#include "hd_loop.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,7 @@ static hd_tensor *cj_own(hd_jit_exec *e, int s) {
 static int cj_node_replayable(const hd_ir_node *n) {
     switch (n->op) {
     case HD_IR_CALLBACK:
+    case HD_IR_LOOP: /* host control flow: its body's executable captures its own graph */
     case HD_OP_RAND:
     case HD_OP_RANDN:
     case HD_OP_DROPOUT:
@@ -347,7 +349,9 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     double t0 = cj_now();
     if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
     e->stats.pass_seconds = cj_now() - t0;
-    if (hd_plan_build(e->g, opt->no_reuse ? HD_PLAN_NO_REUSE : 0, &e->plan)) return ctx->status;
+    if (hd_plan_build(e->g, opt->no_reuse ? HD_PLAN_NO_REUSE : 0, &e->plan) ||
+        hd_jit_loops_compile(ctx, &hd_jit_cuda, e->g, opt))
+        return ctx->status;
     hd_ir_graph *g = e->g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
     e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
@@ -415,6 +419,8 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
             if (n->op == HD_IR_CALLBACK) {
                 hd_cuda_api_get()->stream_synchronize(d->stream);
                 r = n->cb.fn(ctx, n->cb.ud, in, n->nin);
+            } else if (n->op == HD_IR_LOOP) {
+                r = hd_jit_loop_run(ctx, n, in, n->nin, e->vals[n->out]);
             } else {
                 r = e->be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
             }

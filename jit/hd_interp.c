@@ -5,18 +5,20 @@
  * once. A run binds the inputs (zero-copy when they are contiguous on the
  * device), gives the outputs fresh memory and calls the kernels in order. */
 #include "hd_compile.h"
+#include "hd_loop.h"
 #include "hd_pass.h"
 
 #include <string.h>
 #include <time.h>
 
 typedef struct interp_step {
-    int op; /* hd_op or HD_IR_CALLBACK */
+    int op; /* hd_op, HD_IR_CALLBACK or HD_IR_LOOP */
     int nin;
     hd_tensor *out;
     hd_tensor **in;
     const hd_attrs *attrs;
     const hd_ir_callback *cb;
+    const hd_ir_node *loop; /* HD_IR_LOOP */
 } interp_step;
 
 struct hd_jit_exec {
@@ -79,6 +81,25 @@ static hd_tensor *interp_slot(hd_jit_exec *e, const hd_ir_value *v) {
     if (!t) return NULL;
     t->storage->backend = e->be;
     t->storage->device = e->device;
+    return t;
+}
+
+/* A node whose value is a view made once over its input's tensor: view
+ * ops and a loop's results. */
+static int interp_is_view(const hd_ir_node *n) {
+    return n->op == HD_IR_LOOP_OUT || (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW);
+}
+
+/* Loop result n: body output k's type over its bytes of the loop's value. */
+static hd_tensor *interp_loop_out(hd_jit_exec *e, const hd_ir_node *n) {
+    const hd_tensor *x = e->vals[n->in[0]];
+    const hd_ir_value *y = &e->g->values[n->out];
+    const hd_ir_node *loop = &e->g->nodes[e->g->values[n->in[0]].index];
+    int64_t strides[HD_MAX_DIMS], es = hd_dtype_size(y->dtype);
+    hd_contiguous_strides(y->shape, y->ndim, strides);
+    hd_tensor *t = hd_tensor_view(e->ctx, x, y->shape, strides, y->ndim,
+                                  (x->offset + loop->loop->offset[n->attrs.ints[0]]) / es);
+    if (t) t->dtype = y->dtype;
     return t;
 }
 
@@ -159,7 +180,9 @@ static hd_status interp_values(hd_jit_exec *e) {
         int v = n->out;
         if (v < 0) continue;
         hd_tensor *t;
-        if (hd_op_infos[n->op].kind == HD_KIND_VIEW)
+        if (n->op == HD_IR_LOOP_OUT)
+            t = interp_loop_out(e, n);
+        else if (interp_is_view(n))
             t = interp_view(e, n);
         else if (e->fresh[v])
             t = interp_slot(e, &g->values[v]);
@@ -176,7 +199,7 @@ static hd_status interp_steps(hd_jit_exec *e) {
     size_t nsteps = 1, nin = 1;
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
-        if (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW) continue;
+        if (interp_is_view(n)) continue;
         nsteps++;
         nin += (size_t)n->nin;
     }
@@ -187,7 +210,7 @@ static hd_status interp_steps(hd_jit_exec *e) {
     int s = 0, k0 = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
-        if (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW) continue;
+        if (interp_is_view(n)) continue;
         interp_step *st = &e->steps[s++];
         st->op = n->op;
         st->nin = n->nin;
@@ -200,6 +223,11 @@ static hd_status interp_steps(hd_jit_exec *e) {
             continue;
         }
         st->out = e->vals[n->out];
+        if (n->op == HD_IR_LOOP) {
+            st->loop = n;
+            e->stats.kernels++;
+            continue;
+        }
         hd_dtype dt = n->nin ? st->in[0]->dtype : st->out->dtype;
         if (!e->be->supports_op((hd_op)n->op, dt))
             return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
@@ -215,7 +243,8 @@ static hd_status interp_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     hd_ir_graph *g = e->g;
     if (hd_jit_optimize(ctx, g, opt, &e->stats)) return ctx->status;
     hd_pass_memplan_options mo = {opt->no_reuse, opt->no_inplace};
-    if (hd_pass_memplan(g, &mo, &e->plan)) return ctx->status;
+    if (hd_pass_memplan(g, &mo, &e->plan) || hd_jit_loops_compile(ctx, &hd_jit_interp, g, opt))
+        return ctx->status;
     size_t nv = (size_t)g->nvalues;
     e->vals = hd_ctx_calloc(ctx, nv + 1, sizeof *e->vals);
     e->results = hd_ctx_calloc(ctx, nv + 1, sizeof *e->results);
@@ -303,6 +332,8 @@ static hd_status interp_exec_steps(hd_jit_exec *e) {
         hd_status r;
         if (st->op == HD_IR_CALLBACK)
             r = st->cb->fn(ctx, st->cb->ud, st->in, st->nin);
+        else if (st->op == HD_IR_LOOP)
+            r = hd_jit_loop_run(ctx, st->loop, st->in, st->nin, st->out);
         else if (st->out->numel == 0)
             r = HD_OK;
         else

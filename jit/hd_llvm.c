@@ -9,6 +9,7 @@
  * outputs get fresh memory at every run. Tensors exist only for what the
  * runtime's kernels and callbacks see. */
 #include "hd_llvm.h"
+#include "hd_loop.h"
 
 #if HODU_HAVE_LLVM
 
@@ -228,7 +229,8 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     double t0 = llvm_now();
     if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
     e->stats.pass_seconds = llvm_now() - t0;
-    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS, &e->plan))
+    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS, &e->plan) ||
+        hd_jit_loops_compile(ctx, &hd_jit_llvm, e->g, opt))
         return ctx->status;
     hd_ir_graph *g = e->g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;

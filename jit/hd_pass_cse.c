@@ -105,7 +105,9 @@ static hd_status cse_nodes(hd_ir_graph *g, hd_pass_map *m, int *count) {
         hd_ir_node *n = &g->nodes[i];
         if (n->op == HD_IR_DEAD) continue;
         hd_pass_map_node(m, n);
-        if (n->op < 0 || hd_pass_op_is_random(n)) continue;
+        /* loops never merge (each has its own body); views of one loop
+         * output do */
+        if ((n->op < 0 && n->op != HD_IR_LOOP_OUT) || hd_pass_op_is_random(n)) continue;
         int same = cse_find_or_add(&t, node_key(n), n->out, g, node_eq);
         if (same >= 0) {
             hd_pass_map_set(m, n->out, same);

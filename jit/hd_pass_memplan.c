@@ -18,8 +18,10 @@ static size_t value_bytes(const hd_ir_value *v) {
     return (size_t)hd_shape_numel(v->shape, v->ndim) * (size_t)hd_dtype_size(v->dtype);
 }
 
+/* Views share their input's memory: view ops, and a loop's results (over
+ * the loop's packed value, which is then live while any of them is). */
 static int is_view(const hd_ir_node *n) {
-    return n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW;
+    return n->op == HD_IR_LOOP_OUT || (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW);
 }
 
 static void memplan_liveness(memplan_state *s) {

@@ -44,8 +44,9 @@ typedef struct plan_state {
     int64_t *elem_off; /* per value: element offset of a view from its root */
 } plan_state;
 
+/* View ops, and a loop's results: contiguous views of the loop's value. */
 static int node_is_view(const hd_ir_node *n) {
-    return n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW;
+    return n->op == HD_IR_LOOP_OUT || (n->op >= 0 && hd_op_infos[n->op].kind == HD_KIND_VIEW);
 }
 
 static size_t val_bytes(const hd_ir_value *v) {
@@ -83,7 +84,7 @@ int hd_plan_supports(const hd_ir_graph *g, const hd_ir_node *n, int flags, const
     static const char *none = "";
     *why = none;
     if (n->op < 0) {
-        *why = "a callback";
+        *why = n->op == HD_IR_LOOP ? "a loop (its body is compiled on its own)" : "a callback";
         return 0;
     }
     hd_op op = (hd_op)n->op;
@@ -142,6 +143,12 @@ static void plan_view(plan_state *s, const hd_ir_node *n) {
     const hd_attrs *a = &n->attrs;
     int64_t off = s->elem_off[n->in[0]];
     y->root = x->root;
+    if (n->op == HD_IR_LOOP_OUT) { /* the loop's value is a root: elem_off 0 */
+        const hd_ir_loop *l = g->nodes[g->values[n->in[0]].index].loop;
+        hd_contiguous_strides(yv->shape, yv->ndim, y->strides);
+        s->elem_off[n->out] = l->offset[n->attrs.ints[0]] / hd_dtype_size(yv->dtype);
+        return;
+    }
     switch (n->op) {
     case HD_OP_PERMUTE:
         for (int i = 0; i < yv->ndim; i++)

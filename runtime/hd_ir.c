@@ -96,12 +96,15 @@ hd_ir_graph *hd_ir_graph_new(hd_ctx *ctx, const char *name) {
     return g;
 }
 
+static void ir_loop_release(hd_ctx *ctx, hd_ir_loop *l);
+
 void hd_ir_graph_free(hd_ir_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->nconsts; i++) hd_tensor_unref(g->consts[i].t);
     for (int i = 0; i < g->nnodes; i++) {
         hd_ir_callback *cb = &g->nodes[i].cb;
         if (g->nodes[i].op == HD_IR_CALLBACK && cb->ud_free) cb->ud_free(g->ctx, cb->ud);
+        if (g->nodes[i].loop) ir_loop_release(g->ctx, g->nodes[i].loop);
     }
     hd_ir_arena a = g->arena;
     hd_ir_arena_free(&a);
@@ -316,9 +319,11 @@ hd_status hd_ir_append(hd_ir_graph *g, const hd_ir_node *n) {
 }
 
 void hd_ir_drop_detached(hd_ir_graph *g, const hd_ir_node *old, int from, int nold) {
-    for (int i = from; i < nold; i++)
+    for (int i = from; i < nold; i++) {
         if (old[i].op == HD_IR_CALLBACK && old[i].cb.ud_free)
             old[i].cb.ud_free(g->ctx, old[i].cb.ud);
+        if (old[i].loop) ir_loop_release(g->ctx, old[i].loop);
+    }
 }
 
 hd_status hd_ir_add_callback(hd_ir_graph *g, const hd_ir_callback *cb, const int *in, int nin) {
@@ -351,6 +356,238 @@ hd_status hd_ir_add_output(hd_ir_graph *g, const char *name, int value) {
     return HD_OK;
 }
 
+/* ---- loops ---- */
+
+const char *hd_ir_node_name(const hd_ir_node *n) {
+    switch (n->op) {
+    case HD_IR_CALLBACK: return "callback";
+    case HD_IR_DEAD: return "dead";
+    case HD_IR_LOOP: return "loop";
+    case HD_IR_LOOP_OUT: return "loop_out";
+    default: return n->op >= 0 && n->op < HD_OP_COUNT ? hd_op_name((hd_op)n->op) : "?";
+    }
+}
+
+int hd_ir_has_effects(const hd_ir_graph *g, int (*is_effect)(const hd_ir_node *n)) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[i];
+        if (n->op == HD_IR_CALLBACK) return 1;
+        if (n->op == HD_IR_LOOP && n->loop && n->loop->body &&
+            hd_ir_has_effects(n->loop->body, is_effect))
+            return 1;
+        if (n->op >= 0 && is_effect && is_effect(n)) return 1;
+    }
+    return 0;
+}
+
+static int ir_same_type(const hd_ir_value *a, const hd_ir_value *b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+}
+
+static int64_t ir_value_bytes(const hd_ir_value *v) {
+    return hd_shape_numel(v->shape, v->ndim) * hd_dtype_size(v->dtype);
+}
+
+static const hd_ir_value *ir_body_out(const hd_ir_graph *body, int k) {
+    return &body->values[body->outputs[k].value];
+}
+
+/* Where each body output goes in the loop's value (64-byte aligned, in
+ * output order) into offset (may be NULL); the value's bytes (at least 1),
+ * or -1 if too large. */
+static int64_t ir_loop_layout(const hd_ir_graph *body, int64_t *offset) {
+    int64_t at = 0;
+    for (int k = 0; k < body->noutputs; k++) {
+        at = (at + 63) & ~(int64_t)63;
+        if (offset) offset[k] = at;
+        at += ir_value_bytes(ir_body_out(body, k));
+        if (at > ((int64_t)1 << 62)) return -1;
+    }
+    return at ? at : 1;
+}
+
+/* A loop's inputs against its body: counts, ids, types, carries. */
+static hd_status ir_loop_check(hd_ir_graph *g, const hd_ir_graph *body, int64_t trips,
+                               const int *in, int nin, int ncarry, const int *carry_src) {
+    char a[160], b[160];
+    if (trips < 1)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %lld trips (at least 1)", (long long)trips);
+    if (nin != body->ninputs)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %d inputs, its body takes %d", nin,
+                        body->ninputs);
+    if (ncarry < 0 || ncarry > nin || (ncarry && !carry_src))
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %d carried inputs of %d", ncarry, nin);
+    if (ir_check_ids(g, in, nin, "loop")) return g->ctx->status;
+    for (int i = 0; i < nin; i++) {
+        const hd_ir_value *x = &g->values[in[i]], *y = &body->values[body->inputs[i].value];
+        if (!ir_same_type(x, y))
+            return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: input %d is %s, the body's '%s' is %s",
+                            i, hd_ir_type_str(x->dtype, x->shape, x->ndim, a, sizeof a),
+                            body->inputs[i].name,
+                            hd_ir_type_str(y->dtype, y->shape, y->ndim, b, sizeof b));
+    }
+    for (int i = 0; i < ncarry; i++) {
+        int k = carry_src[i];
+        if (k < 0 || k >= body->noutputs)
+            return hd_error(g->ctx, HD_ERR_ARGUMENT,
+                            "loop: carried input %d comes from output %d of %d", i, k,
+                            body->noutputs);
+        const hd_ir_value *x = &body->values[body->inputs[i].value], *y = ir_body_out(body, k);
+        if (!ir_same_type(x, y))
+            return hd_error(g->ctx, HD_ERR_ARGUMENT,
+                            "loop: carried input '%s' is %s, the output '%s' feeding it is %s",
+                            body->inputs[i].name,
+                            hd_ir_type_str(x->dtype, x->shape, x->ndim, a, sizeof a),
+                            body->outputs[k].name,
+                            hd_ir_type_str(y->dtype, y->shape, y->ndim, b, sizeof b));
+    }
+    return HD_OK;
+}
+
+/* The loop record in g's arena (body not yet attached). */
+static hd_ir_loop *ir_loop_new(hd_ir_graph *g, const hd_ir_graph *body, int64_t trips, int ncarry,
+                               const int *carry_src) {
+    hd_ir_loop *l = hd_ir_arena_alloc(&g->arena, sizeof *l);
+    if (!l) return NULL;
+    l->carry_src = hd_ir_arena_alloc(&g->arena, (size_t)(ncarry + 1) * sizeof *l->carry_src);
+    l->offset = hd_ir_arena_alloc(&g->arena, (size_t)(body->noutputs + 1) * sizeof *l->offset);
+    if (!l->carry_src || !l->offset) return NULL;
+    if (ncarry) memcpy(l->carry_src, carry_src, (size_t)ncarry * sizeof *carry_src);
+    l->trips = trips;
+    l->ncarry = ncarry;
+    l->bytes = ir_loop_layout(body, l->offset);
+    if (l->bytes < 0) {
+        hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its outputs are too large");
+        return NULL;
+    }
+    return l;
+}
+
+/* Free a loop's compiled body and body graph. */
+static void ir_loop_release(hd_ctx *ctx, hd_ir_loop *l) {
+    if (l->exec && l->exec_free) l->exec_free(ctx, l->exec);
+    l->exec = NULL;
+    hd_ir_graph_free(l->body);
+    l->body = NULL;
+}
+
+int hd_ir_add_loop(hd_ir_graph *g, hd_ir_graph *body, int64_t trips, const int *in, int nin,
+                   int ncarry, const int *carry_src) {
+    if (!body) {
+        hd_error(g->ctx, HD_ERR_ARGUMENT, "loop without a body");
+        return -1;
+    }
+    hd_ir_loop *l = NULL;
+    hd_ir_node *n = NULL;
+    int v = -1;
+    if (ir_loop_check(g, body, trips, in, nin, ncarry, carry_src) ||
+        !(l = ir_loop_new(g, body, trips, ncarry, carry_src)) ||
+        !(n = ir_new_node(g, HD_IR_LOOP, in, nin)) ||
+        (v = ir_new_value(g, HD_IR_VALUE_NODE, g->nnodes, HD_U8, &l->bytes, 1)) < 0) {
+        hd_ir_graph_free(body);
+        return -1;
+    }
+    l->body = body;
+    n->loop = l;
+    n->out = v;
+    g->nnodes++;
+    return v;
+}
+
+hd_status hd_ir_loop_keep_outputs(hd_ir_graph *g, int node, const char *keep) {
+    hd_ir_node *n = &g->nodes[node];
+    hd_ir_loop *l = n->loop;
+    hd_ir_graph *b = l->body;
+    size_t map_bytes = (size_t)(b->noutputs + 1) * sizeof(int);
+    int *map = hd_ctx_alloc(g->ctx, map_bytes);
+    if (!map) return g->ctx->status;
+    int m = 0;
+    for (int k = 0; k < b->noutputs; k++) {
+        map[k] = keep[k] ? m : -1;
+        if (keep[k]) b->outputs[m++] = b->outputs[k];
+    }
+    b->noutputs = m;
+    for (int i = 0; i < l->ncarry; i++) {
+        HD_ASSERT(map[l->carry_src[i]] >= 0);
+        l->carry_src[i] = map[l->carry_src[i]];
+    }
+    for (int j = 0; j < g->nnodes; j++) {
+        hd_ir_node *u = &g->nodes[j];
+        if (u->op != HD_IR_LOOP_OUT || u->in[0] != n->out) continue;
+        HD_ASSERT(map[u->attrs.ints[0]] >= 0);
+        u->attrs.ints[0] = map[u->attrs.ints[0]];
+    }
+    hd_ctx_free(g->ctx, map, map_bytes);
+    l->bytes = ir_loop_layout(b, l->offset);
+    g->values[n->out].shape[0] = l->bytes;
+    if (l->exec && l->exec_free) l->exec_free(g->ctx, l->exec);
+    l->exec = NULL;
+    return HD_OK;
+}
+
+/* Is `loop` the value of a loop node, with an output k? */
+static hd_status ir_loop_out_check(hd_ir_graph *g, int loop, int k, const hd_ir_loop **out) {
+    const hd_ir_value *v = loop >= 0 && loop < g->nvalues ? &g->values[loop] : NULL;
+    if (!v || v->kind != HD_IR_VALUE_NODE || v->index < 0 || v->index >= g->nnodes ||
+        g->nodes[v->index].op != HD_IR_LOOP || g->nodes[v->index].out != loop ||
+        !g->nodes[v->index].loop || !g->nodes[v->index].loop->body)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is not a loop's value", loop);
+    const hd_ir_loop *l = g->nodes[v->index].loop;
+    if (k < 0 || k >= l->body->noutputs)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: output %d of a loop with %d outputs",
+                        k, l->body->noutputs);
+    *out = l;
+    return HD_OK;
+}
+
+/* A LOOP_OUT node for output k of loop, defining value (-1: a new one). */
+static int ir_add_loop_out(hd_ir_graph *g, int loop, int k, int value) {
+    const hd_ir_loop *l;
+    if (ir_loop_out_check(g, loop, k, &l)) return -1;
+    const hd_ir_value *o = ir_body_out(l->body, k);
+    hd_ir_node *n = ir_new_node(g, HD_IR_LOOP_OUT, &loop, 1);
+    if (!n) return -1;
+    if (value < 0) {
+        value = ir_new_value(g, HD_IR_VALUE_NODE, g->nnodes, o->dtype, o->shape, o->ndim);
+        if (value < 0) return -1;
+    } else {
+        hd_ir_value *v = &g->values[value];
+        v->kind = HD_IR_VALUE_NODE;
+        v->index = g->nnodes;
+        v->number = 0;
+    }
+    n->attrs.ints[0] = k;
+    n->out = value;
+    g->nnodes++;
+    return value;
+}
+
+int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k) {
+    return ir_add_loop_out(g, loop, k, -1);
+}
+
+hd_status hd_ir_add_loop_out_as(hd_ir_graph *g, int loop, int k, int value) {
+    const hd_ir_loop *l;
+    char a[160], b[160];
+    if (ir_loop_out_check(g, loop, k, &l)) return g->ctx->status;
+    if (value < 0 || value >= g->nvalues)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: value %d of %d", value, g->nvalues);
+    const hd_ir_value *v = &g->values[value], *o = ir_body_out(l->body, k);
+    if (v->kind != HD_IR_VALUE_NODE)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is a graph input or constant",
+                        value);
+    if (v->index >= 0 && v->index < g->nnodes && g->nodes[v->index].out == value &&
+        g->nodes[v->index].op != HD_IR_DEAD)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is still defined by node %d",
+                        value, v->index);
+    if (!ir_same_type(v, o))
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is %s, output %d is %s", value,
+                        hd_ir_type_str(v->dtype, v->shape, v->ndim, a, sizeof a), k,
+                        hd_ir_type_str(o->dtype, o->shape, o->ndim, b, sizeof b));
+    return ir_add_loop_out(g, loop, k, value) < 0 ? g->ctx->status : HD_OK;
+}
+
 /* ---- clone ---- */
 
 static int ir_copy_array(hd_ir_graph *d, void **dst, int *cap, const void *src, int n,
@@ -369,12 +606,24 @@ static int ir_clone_names(hd_ir_graph *d) {
     return 1;
 }
 
+/* A loop's copy in d's arena with a copy of its body; the compiled body
+ * is not copied. */
+static hd_ir_loop *ir_loop_clone(hd_ir_graph *d, const hd_ir_loop *src) {
+    hd_ir_loop *l = ir_loop_new(d, src->body, src->trips, src->ncarry, src->carry_src);
+    if (!l) return NULL;
+    memcpy(l->offset, src->offset, (size_t)src->body->noutputs * sizeof *l->offset);
+    l->bytes = src->bytes;
+    l->body = hd_ir_graph_clone(src->body);
+    return l->body ? l : NULL;
+}
+
 static int ir_clone_nodes(hd_ir_graph *d, const hd_ir_graph *g) {
     if (!ir_copy_array(d, (void **)&d->nodes, &d->cap_nodes, g->nodes, g->nnodes, sizeof *g->nodes))
         return 0;
     for (int i = 0; i < g->nnodes; i++) {
         hd_ir_node *n = &d->nodes[i];
         n->in = NULL;
+        n->loop = NULL; /* until the body is copied below */
         if (n->op == HD_IR_CALLBACK) n->cb.ud_free = NULL; /* until ud is duplicated below */
         d->nnodes = i + 1;
         if (g->nodes[i].nin) {
@@ -387,6 +636,7 @@ static int ir_clone_nodes(hd_ir_graph *d, const hd_ir_graph *g) {
             if (n->cb.ud_dup) n->cb.ud = n->cb.ud_dup(n->cb.ud);
             n->cb.ud_free = g->nodes[i].cb.ud_free;
         }
+        if (g->nodes[i].loop && !(n->loop = ir_loop_clone(d, g->nodes[i].loop))) return 0;
     }
     return 1;
 }
@@ -425,11 +675,65 @@ fail:
 
 /* ---- verifier ---- */
 
+/* The error in ctx, prefixed with "node i (name): ". */
+static hd_status ir_verify_fail(hd_ir_graph *g, int i, const char *name, const char *what) {
+    char msg[HD_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", g->ctx->errmsg);
+    return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (%s): %s%s", i, name, what, msg);
+}
+
+/* A loop node: its inputs against its body, the packed layout, its value
+ * u8[bytes], and the body itself. */
+static hd_status ir_verify_loop(hd_ir_graph *g, int i) {
+    const hd_ir_node *n = &g->nodes[i];
+    const hd_ir_loop *l = n->loop;
+    if (!l || !l->body || l->body->ctx != g->ctx)
+        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop): no body", i);
+    if (ir_loop_check(g, l->body, l->trips, n->in, n->nin, l->ncarry, l->carry_src))
+        return ir_verify_fail(g, i, "loop", "");
+    int64_t at = 0;
+    for (int k = 0; k < l->body->noutputs; k++) {
+        at = (at + 63) & ~(int64_t)63;
+        if (l->offset[k] != at)
+            return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop): output %d at offset %lld, not %lld",
+                            i, k, (long long)l->offset[k], (long long)at);
+        at += ir_value_bytes(ir_body_out(l->body, k));
+    }
+    const hd_ir_value *v = &g->values[n->out];
+    if (l->bytes != (at ? at : 1) || v->dtype != HD_U8 || v->ndim != 1 || v->shape[0] != l->bytes)
+        return hd_error(g->ctx, HD_ERR_RUNTIME,
+                        "node %d (loop): its value is not u8[%lld], its outputs' packed bytes", i,
+                        (long long)(at ? at : 1));
+    if (hd_ir_verify(l->body)) return ir_verify_fail(g, i, "loop", "body: ");
+    return HD_OK;
+}
+
+static hd_status ir_verify_loop_out(hd_ir_graph *g, int i) {
+    const hd_ir_node *n = &g->nodes[i];
+    const hd_ir_loop *l;
+    if (n->nin != 1 || n->loop)
+        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop_out): malformed", i);
+    if (ir_loop_out_check(g, n->in[0], (int)n->attrs.ints[0], &l))
+        return ir_verify_fail(g, i, "loop_out", "");
+    const hd_ir_value *v = &g->values[n->out], *o = ir_body_out(l->body, (int)n->attrs.ints[0]);
+    char a[160], b[160];
+    if (!ir_same_type(v, o))
+        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop_out): declared type %s, output %d is %s",
+                        i, hd_ir_type_str(v->dtype, v->shape, v->ndim, a, sizeof a),
+                        (int)n->attrs.ints[0],
+                        hd_ir_type_str(o->dtype, o->shape, o->ndim, b, sizeof b));
+    return HD_OK;
+}
+
 static hd_status ir_verify_node(hd_ir_graph *g, int i, const int *defined_at) {
     const hd_ir_node *n = &g->nodes[i];
-    if (n->op != HD_IR_CALLBACK && (n->op < 0 || n->op >= HD_OP_COUNT || n->op == HD_OP_ASSIGN))
+    int pseudo = n->op == HD_IR_CALLBACK || n->op == HD_IR_LOOP || n->op == HD_IR_LOOP_OUT;
+    if (!pseudo && (n->op < 0 || n->op >= HD_OP_COUNT || n->op == HD_OP_ASSIGN))
         return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d: op %d cannot be a graph node", i, n->op);
-    const char *name = n->op >= 0 ? hd_op_name((hd_op)n->op) : "callback";
+    if (n->loop && n->op != HD_IR_LOOP)
+        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d: a loop body on a %s node", i,
+                        hd_ir_node_name(n));
+    const char *name = hd_ir_node_name(n);
     if (n->nin < 0 || ir_check_ids(g, n->in, n->nin, name)) return g->ctx->status;
     for (int k = 0; k < n->nin; k++)
         if (defined_at[n->in[k]] >= i)
@@ -445,6 +749,8 @@ static hd_status ir_verify_node(hd_ir_graph *g, int i, const int *defined_at) {
         g->values[n->out].index != i)
         return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (%s): its value is not linked to it", i,
                         name);
+    if (n->op == HD_IR_LOOP) return ir_verify_loop(g, i);
+    if (n->op == HD_IR_LOOP_OUT) return ir_verify_loop_out(g, i);
     hd_op_plan plan;
     if (hd_ir_plan(g, (hd_op)n->op, n->in, n->nin, &n->attrs, &plan)) {
         char msg[HD_ERRMSG_MAX];
@@ -569,7 +875,10 @@ static void ir_compact_tables(hd_ir_graph *g, const int *uses, const int *map) {
     int nn = 0;
     for (int i = 0; i < g->nnodes; i++) {
         hd_ir_node *n = &g->nodes[i];
-        if (n->op == HD_IR_DEAD) continue;
+        if (n->op == HD_IR_DEAD) {
+            if (n->loop) ir_loop_release(g->ctx, n->loop);
+            continue;
+        }
         for (int k = 0; k < n->nin; k++) n->in[k] = map[n->in[k]];
         if (n->out >= 0) n->out = map[n->out];
         if (nn != i) g->nodes[nn] = *n;
@@ -724,25 +1033,46 @@ static int ir_has_attrs(const hd_attrs *a) {
     return memcmp(a, &zero, sizeof zero) != 0;
 }
 
-static void ir_print_node(ir_buf *b, const hd_ir_graph *g, const hd_ir_node *n) {
+static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth);
+
+/* {trips=999, carry=[%b0 <- out 2]}: %bN is the body's value N. */
+static void ir_print_loop(ir_buf *b, const hd_ir_loop *l) {
+    ir_printf(b, " {trips=%lld", (long long)l->trips);
+    if (l->ncarry) {
+        ir_printf(b, ", carry=[");
+        for (int i = 0; i < l->ncarry; i++)
+            ir_printf(b, "%s%%b%d <- out %d", i ? ", " : "", l->body->inputs[i].value,
+                      l->carry_src[i]);
+        ir_printf(b, "]");
+    }
+    ir_printf(b, "}");
+}
+
+static void ir_print_node(ir_buf *b, const hd_ir_graph *g, const hd_ir_node *n, int depth) {
     char ty[160];
+    int ind = 2 * depth + 2;
     if (n->op == HD_IR_DEAD) return;
     if (n->op == HD_IR_CALLBACK)
-        ir_printf(b, "  callback %s(", n->cb.name);
+        ir_printf(b, "%*scallback %s(", ind, "", n->cb.name);
     else
-        ir_printf(b, "  %%%d = %s(", n->out, hd_op_name((hd_op)n->op));
+        ir_printf(b, "%*s%%%d = %s(", ind, "", n->out, hd_ir_node_name(n));
     for (int k = 0; k < n->nin; k++) ir_printf(b, "%s%%%d", k ? ", " : "", n->in[k]);
     ir_printf(b, ")");
     if (n->op == HD_IR_CALLBACK) {
         ir_printf(b, "\n");
         return;
     }
-    if (ir_has_attrs(&n->attrs) || n->op == HD_OP_CAST || n->op == HD_OP_RESHAPE)
+    if (n->op == HD_IR_LOOP)
+        ir_print_loop(b, n->loop);
+    else if (n->op == HD_IR_LOOP_OUT)
+        ir_printf(b, " {out=%lld}", (long long)n->attrs.ints[0]);
+    else if (ir_has_attrs(&n->attrs) || n->op == HD_OP_CAST || n->op == HD_OP_RESHAPE)
         ir_print_attrs(b, n);
     const hd_ir_value *v = &g->values[n->out];
     ir_printf(b, " : %s", hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
     if (n->group >= 0) ir_printf(b, "  # group %d", n->group);
     ir_printf(b, "\n");
+    if (n->op == HD_IR_LOOP) ir_print_graph(b, n->loop->body, depth + 1);
 }
 
 /* A constant's values when it is small enough to read at a glance. */
@@ -754,26 +1084,35 @@ static void ir_print_const_values(ir_buf *b, const hd_tensor *t) {
     ir_printf(b, "]");
 }
 
-char *hd_ir_to_text(const hd_ir_graph *g) {
-    ir_buf b = {g->ctx, NULL, 0, 0, 0};
+/* A graph's lines, indented by depth levels (loop bodies are one deeper
+ * than their loop node). */
+static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth) {
     char ty[160];
-    ir_printf(&b, "graph %s {\n", g->name);
+    int ind = 2 * depth + 2;
+    ir_printf(b, "%*sgraph %s {\n", ind - 2, "", g->name);
     for (int i = 0; i < g->ninputs; i++) {
         const hd_ir_value *v = &g->values[g->inputs[i].value];
-        ir_printf(&b, "  %%%d = input \"%s\" : %s\n", g->inputs[i].value, g->inputs[i].name,
-                  hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
+        ir_printf(b, "%*s%%%d = input \"%s\" : %s\n", ind, "", g->inputs[i].value,
+                  g->inputs[i].name, hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
     }
     for (int i = 0; i < g->nconsts; i++) {
         const hd_ir_value *v = &g->values[g->consts[i].value];
-        ir_printf(&b, "  %%%d = const%s : %s", g->consts[i].value, v->number ? " number" : "",
+        ir_printf(b, "%*s%%%d = const%s : %s", ind, "", g->consts[i].value,
+                  v->number ? " number" : "",
                   hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
-        ir_print_const_values(&b, g->consts[i].t);
-        ir_printf(&b, "\n");
+        ir_print_const_values(b, g->consts[i].t);
+        ir_printf(b, "\n");
     }
-    for (int i = 0; i < g->nnodes; i++) ir_print_node(&b, g, &g->nodes[i]);
+    for (int i = 0; i < g->nnodes; i++) ir_print_node(b, g, &g->nodes[i], depth);
     for (int i = 0; i < g->noutputs; i++)
-        ir_printf(&b, "  output \"%s\" = %%%d\n", g->outputs[i].name, g->outputs[i].value);
-    ir_printf(&b, "}\n");
+        ir_printf(b, "%*soutput \"%s\" = %%%d\n", ind, "", g->outputs[i].name,
+                  g->outputs[i].value);
+    ir_printf(b, "%*s}\n", ind - 2, "");
+}
+
+char *hd_ir_to_text(const hd_ir_graph *g) {
+    ir_buf b = {g->ctx, NULL, 0, 0, 0};
+    ir_print_graph(&b, g, 0);
     return ir_buf_finish(&b);
 }
 
@@ -811,8 +1150,13 @@ static void ir_dot_node(ir_buf *b, const hd_ir_graph *g, int i) {
         return;
     }
     const hd_ir_value *v = &g->values[n->out];
-    ir_printf(b, "  v%d [label=\"%%%d = %s\\n%s\"];\n", n->out, n->out, hd_op_name((hd_op)n->op),
-              hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
+    if (n->op == HD_IR_LOOP)
+        ir_printf(b, "  v%d [shape=box3d, label=\"%%%d = loop x%lld\\nbody: %d nodes\\n%s\"];\n",
+                  n->out, n->out, (long long)n->loop->trips, n->loop->body->nnodes,
+                  hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
+    else
+        ir_printf(b, "  v%d [label=\"%%%d = %s\\n%s\"];\n", n->out, n->out, hd_ir_node_name(n),
+                  hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
     for (int k = 0; k < n->nin; k++) ir_printf(b, "  v%d -> v%d;\n", n->in[k], n->out);
 }
 
@@ -927,6 +1271,13 @@ static void ir_hash_attrs(hd_ir_hasher *s, const hd_attrs *a) {
     hd_ir_hash_u64(s, a->drop_mask);
 }
 
+static void ir_hash_loop(hd_ir_hasher *s, const hd_ir_loop *l) {
+    hd_ir_hash_u64(s, (uint64_t)l->trips);
+    hd_ir_hash_u64(s, (uint64_t)l->ncarry);
+    for (int i = 0; i < l->ncarry; i++) hd_ir_hash_u64(s, (uint64_t)l->carry_src[i]);
+    hd_ir_hash_u64(s, l->body ? hd_ir_graph_hash(l->body) : 0);
+}
+
 uint64_t hd_ir_graph_hash(const hd_ir_graph *g) {
     hd_ir_hasher s;
     hd_ir_hash_init(&s);
@@ -943,11 +1294,12 @@ uint64_t hd_ir_graph_hash(const hd_ir_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
         if (n->op == HD_IR_DEAD) continue;
-        hd_ir_hash_str(&s, n->op == HD_IR_CALLBACK ? n->cb.name : hd_op_name((hd_op)n->op));
+        hd_ir_hash_str(&s, n->op == HD_IR_CALLBACK ? n->cb.name : hd_ir_node_name(n));
         hd_ir_hash_u64(&s, (uint64_t)n->nin);
         for (int k = 0; k < n->nin; k++) hd_ir_hash_u64(&s, (uint64_t)n->in[k]);
         hd_ir_hash_u64(&s, (uint64_t)(int64_t)n->out);
         if (n->op == HD_IR_CALLBACK) continue;
+        if (n->loop) ir_hash_loop(&s, n->loop);
         ir_hash_attrs(&s, &n->attrs);
         const hd_ir_value *v = &g->values[n->out];
         ir_hash_type(&s, v->dtype, v->shape, v->ndim);

@@ -171,6 +171,18 @@ int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);
  * and shape) whose node the caller has removed from the node list: host
  * tensors that stand for that value now stand for the loop's result. */
 hd_status hd_ir_add_loop_out_as(hd_ir_graph *g, int loop, int k, int value);
+/* Keep only the body outputs of loop node `node` that keep[k] marks
+ * (every carry source must be kept): carry sources, the graph's LOOP_OUT
+ * nodes of it, offsets and bytes are renumbered, the loop's value gets its
+ * new size (so its only users must be LOOP_OUT nodes), and a compiled body
+ * is dropped. */
+hd_status hd_ir_loop_keep_outputs(hd_ir_graph *g, int node, const char *keep);
+/* What the printers call node n's op: an op's name, "callback", "loop",
+ * "loop_out" or "dead". */
+const char *hd_ir_node_name(const hd_ir_node *n);
+/* Does the graph (or a loop body in it, at any depth) hold a callback or
+ * a node that is_effect accepts? is_effect may be NULL. */
+int hd_ir_has_effects(const hd_ir_graph *g, int (*is_effect)(const hd_ir_node *n));
 
 /* The shape rule of op applied to values' metadata (no allocation). */
 hd_status hd_ir_plan(hd_ir_graph *g, hd_op op, const int *in, int nin, const hd_attrs *attrs,

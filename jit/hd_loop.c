@@ -1,0 +1,124 @@
+/* Loop nodes at run time: a loop's body is compiled once, by the same
+ * compiler as the graph around it, and called trips times; carried
+ * outputs become the next call's inputs, and the last call's outputs are
+ * copied into the loop's packed value. */
+#include "hd_loop.h"
+
+#include <string.h>
+
+/* A compiled body and the tables one run of the loop uses. */
+typedef struct loop_exec {
+    const hd_jit_compiler *c;
+    hd_jit_exec *e;
+    int nin, nout, ncarry;
+    hd_tensor **args;  /* nin: this iteration's inputs (borrowed) */
+    hd_tensor **outs;  /* nout: this iteration's outputs (owned) */
+    hd_tensor **carry; /* ncarry: carried values from the last iteration (owned) */
+} loop_exec;
+
+static size_t loop_table_bytes(const loop_exec *x) {
+    return (size_t)(x->nin + x->nout + x->ncarry + 1) * sizeof(hd_tensor *);
+}
+
+static void loop_exec_free(hd_ctx *ctx, void *p) {
+    loop_exec *x = p;
+    if (!x) return;
+    if (x->e) x->c->free(ctx, x->e);
+    if (x->args) hd_ctx_free(ctx, x->args, loop_table_bytes(x));
+    hd_ctx_free(ctx, x, sizeof *x);
+}
+
+hd_status hd_jit_loop_compile(hd_ctx *ctx, const hd_jit_compiler *c, hd_ir_node *n,
+                              const hd_jit_options *opt) {
+    hd_ir_loop *l = n->loop;
+    if (l->exec) return HD_OK;
+    loop_exec *x = hd_ctx_calloc(ctx, 1, sizeof *x);
+    if (!x) return ctx->status;
+    x->c = c;
+    x->nin = n->nin;
+    x->nout = l->body->noutputs;
+    x->ncarry = l->ncarry;
+    x->args = hd_ctx_calloc(ctx, 1, loop_table_bytes(x));
+    if (!x->args || c->compile(ctx, l->body, opt, &x->e)) {
+        loop_exec_free(ctx, x);
+        return ctx->status;
+    }
+    x->outs = x->args + x->nin;
+    x->carry = x->outs + x->nout;
+    l->exec = x;
+    l->exec_free = loop_exec_free;
+    return HD_OK;
+}
+
+hd_status hd_jit_loops_compile(hd_ctx *ctx, const hd_jit_compiler *c, hd_ir_graph *g,
+                               const hd_jit_options *opt) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == HD_IR_LOOP && hd_jit_loop_compile(ctx, c, &g->nodes[i], opt))
+            return ctx->status;
+    return HD_OK;
+}
+
+/* The last iteration's outputs into out, each at its offset. */
+static hd_status loop_pack(hd_ctx *ctx, const hd_ir_loop *l, const loop_exec *x, hd_tensor *out) {
+    static const hd_attrs none;
+    const hd_backend *be = out->storage->backend;
+    for (int k = 0; k < x->nout; k++) {
+        hd_tensor *src = x->outs[k];
+        if (!src->numel) continue;
+        int es = hd_dtype_size(src->dtype);
+        int64_t at = out->offset + l->offset[k], strides[HD_MAX_DIMS];
+        if (at % es)
+            return hd_error(ctx, HD_ERR_RUNTIME, "loop: output %d is not aligned in its value", k);
+        hd_contiguous_strides(src->shape, src->ndim, strides);
+        hd_tensor *dst = hd_tensor_view(ctx, out, src->shape, strides, src->ndim, at / es);
+        if (!dst) return ctx->status;
+        dst->dtype = src->dtype;
+        hd_status st = be->run_op(ctx, HD_OP_COPY, dst, &src, 1, &none);
+        hd_tensor_unref(dst);
+        if (st) return st;
+    }
+    return HD_OK;
+}
+
+/* After an iteration that is not the last: carried inputs take their
+ * sources, the other outputs go. */
+static void loop_advance(const hd_ir_loop *l, loop_exec *x) {
+    for (int i = 0; i < x->ncarry; i++) {
+        hd_tensor *t = hd_tensor_ref(x->outs[l->carry_src[i]]);
+        hd_tensor_unref(x->carry[i]);
+        x->carry[i] = x->args[i] = t;
+    }
+    for (int k = 0; k < x->nout; k++) {
+        hd_tensor_unref(x->outs[k]);
+        x->outs[k] = NULL;
+    }
+}
+
+hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in, int nin,
+                          hd_tensor *out) {
+    const hd_ir_loop *l = n->loop;
+    loop_exec *x = l->exec;
+    if (!x) return hd_error(ctx, HD_ERR_RUNTIME, "loop: its body was not compiled");
+    if (nin != x->nin)
+        return hd_error(ctx, HD_ERR_RUNTIME, "loop: %d inputs, its body takes %d", nin, x->nin);
+    memcpy(x->args, in, (size_t)nin * sizeof *in);
+    hd_status st = HD_OK;
+    for (int64_t t = 0; t < l->trips && !st; t++) {
+        if (hd_ctx_interrupted(ctx)) {
+            st = hd_ctx_stop_error(ctx);
+            break;
+        }
+        st = x->c->run(ctx, x->e, x->args, x->nin, x->outs, x->nout);
+        if (!st && t + 1 < l->trips) loop_advance(l, x);
+    }
+    if (!st) st = loop_pack(ctx, l, x, out);
+    for (int k = 0; k < x->nout; k++) {
+        hd_tensor_unref(x->outs[k]);
+        x->outs[k] = NULL;
+    }
+    for (int i = 0; i < x->ncarry; i++) {
+        hd_tensor_unref(x->carry[i]);
+        x->carry[i] = NULL;
+    }
+    return st;
+}
