@@ -377,6 +377,17 @@ static HD_NOINLINE const hd_fast *decode(hd_vm *vm, const hd_frame *f, const hd_
     return out;
 }
 
+/* A traced loop's watch sees the fast path's store into slot index of the
+ * kind's base (eval_loop.c). */
+static HD_NOINLINE void roll_note_slot(hd_vm *vm, const hd_frame *f, int kind, int index,
+                                       hd_value v) {
+    hd_ref r;
+    memset(&r, 0, sizeof r);
+    r.kind = (hd_ref_kind)kind;
+    r.index = index;
+    hd_roll_note_store(vm, f, &r, NULL, f->base[kind][index], v);
+}
+
 static HD_ALWAYS_INLINE const hd_fast *fast_of(hd_vm *vm, const hd_frame *f, const hd_ast *n) {
     /* while compiled code is traced, reads go the general way (noted) */
     if (HD_UNLIKELY(vm->trace_reads)) return &hd_nofast;
@@ -442,6 +453,7 @@ static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
         hd_value v;
         if (d != &hd_nofast && fast_eval(f, d, &v)) {
             hd_value *dst = f->base[d->dst_kind] + d->dst_index;
+            if (HD_UNLIKELY(vm->roll_watch)) roll_note_slot(vm, f, d->dst_kind, d->dst_index, v);
             hd_value old = *dst;
             *dst = v;
             hd_vunref(vm, old);
@@ -454,6 +466,7 @@ static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
             v = ev_call(vm, f, s->b);
             if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
             dst = plain_slot(f, s->a);
+            if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_store(vm, f, &s->a->ref, NULL, *dst, v);
             hd_value old = *dst;
             *dst = v;
             hd_vunref(vm, old);

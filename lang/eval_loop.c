@@ -218,7 +218,10 @@ typedef struct roll_loop {
 
 static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char *why) {
     if (!L->log) return;
-    fprintf(stderr, "hodu: loop at line %d: ", L->n->span.line);
+    const char *file = L->f->chunk && L->f->chunk->name ? L->f->chunk->name : "?";
+    const char *base = strrchr(file, '/');
+    fflush(stdout);
+    fprintf(stderr, "hodu: loop (%s:%d): ", base ? base + 1 : file, L->n->span.line);
     fprintf(stderr, fmt, (long long)x, why ? why : "");
     fputc('\n', stderr);
 }
