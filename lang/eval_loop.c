@@ -243,13 +243,13 @@ static int roll_run(roll_loop *L) {
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;
-            if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx), L->count - k,
-                              &rolled)) {
+            if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx),
+                              L->count - k + 1, &rolled)) {
                 hd_eval_failf(vm, L->f, L->n, vm->ctx.status, "%s", vm->ctx.errmsg);
                 return HD_FLOW_ERROR;
             }
             if (rolled) {
-                roll_say(L, "one loop node of %lld iterations%s", L->count - k, "");
+                roll_say(L, "one loop node of %lld iterations%s", L->count - k + 1, "");
                 return HD_FLOW_NORMAL;
             }
             roll_say(L, "iteration %lld traced other nodes than the one before%s", k, "");

@@ -91,8 +91,9 @@ int hd_trace_is_transpose(const hd_ctx *ctx, const hd_tensor *t);
  * The language traces a counted loop's iterations one after another; once
  * two consecutive iterations A and B recorded the same nodes, with the
  * values B reads from A carried from one iteration to the next, and the
- * host state the program sees repeats (the caller checks that), B's nodes
- * become one loop node that runs B's body the remaining number of times.
+ * host state the program sees repeats (the caller checks that), A's and
+ * B's nodes become one loop node that runs B's body from A's state for the
+ * rest of the loop.
  * B's values keep their ids, now the loop's results: tensors the program
  * holds stand for the last iteration's values. */
 typedef struct hd_trace_pos {
@@ -102,8 +103,9 @@ typedef struct hd_trace_pos {
 hd_trace_pos hd_trace_position(const hd_ctx *ctx);
 /* The active trace's graph (NULL if none), for hd_trace_roll. */
 hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
-/* [a, b) and [b, c) are iterations A and B. If they match, replace B by a
- * loop node of trips iterations (B and trips - 1 more) and set *rolled;
+/* [a, b) and [b, c) are iterations A and B. If they match, replace both by
+ * a loop node of trips iterations (A, B and trips - 2 more) whose initial
+ * state is what A read, and set *rolled;
  * else leave the trace as it is with *rolled = 0. An error (memory) leaves
  * the trace unusable: the caller aborts it. */
 hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c,

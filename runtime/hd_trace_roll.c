@@ -60,6 +60,13 @@ static int roll_same_const(const hd_ir_graph *g, int v, int w) {
     return memcmp(hd_tensor_data(s), hd_tensor_data(t), hd_tensor_nbytes(s)) == 0;
 }
 
+static int roll_same_value_type(const hd_ir_graph *g, int v, int w) {
+    if (v < 0 || w < 0) return v == w;
+    const hd_ir_value *x = &g->values[v], *y = &g->values[w];
+    return x->dtype == y->dtype && x->ndim == y->ndim &&
+           !memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape);
+}
+
 /* Is w, read by A where B reads u, what a loop needs? Notes carries. */
 static int roll_match_operand(roll *r, int w, int u) {
     int pos = 0, wpos = 0;
@@ -69,7 +76,9 @@ static int roll_match_operand(roll *r, int w, int u) {
     case ROLL_CARRY: {
         /* A read a value made before it, B the one A made in its place */
         roll_kind k = roll_kind_of(r, w, &wpos);
-        if (k != ROLL_OUTER || (r->g->values[w].kind != HD_IR_VALUE_NODE && w >= r->va)) return 0;
+        if (k != ROLL_OUTER || (r->g->values[w].kind != HD_IR_VALUE_NODE && w >= r->va) ||
+            !roll_same_value_type(r->g, w, u))
+            return 0;
         if (r->init[pos] < 0) r->init[pos] = w;
         return r->init[pos] == w;
     }
@@ -80,12 +89,6 @@ static int roll_match_operand(roll *r, int w, int u) {
     }
 }
 
-static int roll_same_value_type(const hd_ir_graph *g, int v, int w) {
-    if (v < 0 || w < 0) return v == w;
-    const hd_ir_value *x = &g->values[v], *y = &g->values[w];
-    return x->dtype == y->dtype && x->ndim == y->ndim &&
-           !memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape);
-}
 
 static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
     return x->trips == y->trips && x->ncarry == y->ncarry &&
@@ -205,17 +208,20 @@ static void roll_loop_inputs(const roll *r, int *in, int *src, int *nin, int *nc
     for (int q = 0; q < r->b - r->a; q++)
         if (r->init[q] >= 0) {
             src[n] = r->out_of[q];
-            in[n++] = r->g->nodes[r->a + q].out;
+            in[n++] = r->init[q];
         }
     *ncarry = n;
     for (int i = 0; i < r->nouter; i++) in[n++] = r->outer[i];
     *nin = n;
 }
 
-/* Drop B's nodes from the graph; what they own (callbacks' data, loop
- * bodies) the body has copies of. */
+/* Drop A's and B's nodes from the graph; what they own (callbacks' data,
+ * loop bodies) the body has copies of. No tensor the program holds stands
+ * for A's values any more: B wrote every place A wrote (the caller checked
+ * that both iterations repeat), and no gradient record of A is alive. A
+ * stray use would fail hd_ir_verify, never read a wrong value. */
 static void roll_truncate(roll *r) {
-    for (int i = r->b; i < r->c; i++) {
+    for (int i = r->a; i < r->c; i++) {
         hd_ir_node *n = &r->g->nodes[i];
         if (n->op == HD_IR_CALLBACK && n->cb.ud_free) n->cb.ud_free(r->ctx, n->cb.ud);
         if (n->op == HD_IR_LOOP && n->loop) {
@@ -225,7 +231,7 @@ static void roll_truncate(roll *r) {
         }
         n->op = HD_IR_DEAD;
     }
-    r->g->nnodes = r->b;
+    r->g->nnodes = r->a;
 }
 
 static hd_status roll_replace(roll *r, int64_t trips) {
