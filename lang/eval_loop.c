@@ -23,8 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Loops shorter than this stay unrolled (docs/compiled.md). */
-#define HD_LOOP_ROLL_MIN 4
+/* Loops of fewer iterations stay unrolled. */
+#define HD_LOOP_ROLL_MIN 3
+/* Loops that trace at most this many nodes in all stay unrolled: they
+ * compile about as fast as a loop node and run faster, fused across
+ * iterations (bench/bench_loops.sh; docs/compiled.md). */
+#define HD_LOOP_UNROLL_NODES 48
 /* Iterations traced while looking for two that repeat. */
 #define HD_LOOP_ROLL_TRIES 6
 
@@ -48,6 +52,12 @@ typedef struct hd_roll_watch {
     roll_grad *grads;
     int ngrads, cap;
 } hd_roll_watch;
+
+/* HODU_LOOP_ROLL=0 keeps every loop unrolled (for comparisons). */
+static int roll_enabled(void) {
+    const char *s = getenv("HODU_LOOP_ROLL");
+    return !s || strcmp(s, "0") != 0;
+}
 
 static int roll_log_on(void) {
     const char *s = getenv("HODU_LOG");
@@ -226,6 +236,22 @@ static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char 
     fputc('\n', stderr);
 }
 
+/* Iterations from..count, unrolled. */
+static int roll_rest(const roll_loop *L, int64_t from) {
+    for (int64_t k = from; k < L->count; k++) {
+        int fl = hd_eval_for_iteration(L->vm, L->f, L->n, hd_int(L->a + k * L->step));
+        if (fl) return fl;
+    }
+    return HD_FLOW_NORMAL;
+}
+
+/* Would the whole loop, unrolled, trace few enough nodes (the first
+ * iteration began at start)? */
+static int roll_small(const roll_loop *L, hd_trace_pos start) {
+    int64_t per = hd_trace_position(&L->vm->ctx).nodes - start.nodes;
+    return per <= HD_LOOP_UNROLL_NODES / L->count;
+}
+
 /* Trace the iterations, rolling the rest into a loop node once two repeat.
  * Returns a flow code. */
 static int roll_run(roll_loop *L) {
@@ -240,6 +266,7 @@ static int roll_run(roll_loop *L) {
         int fl = hd_eval_for_iteration(vm, L->f, L->n, hd_int(L->a + k * L->step));
         int same = watching ? roll_watch_end(vm, &w) : 0;
         if (fl) return fl;
+        if (k == 0 && roll_small(L, start)) return roll_rest(L, 1);
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;
@@ -263,19 +290,15 @@ static int roll_run(roll_loop *L) {
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
                        int64_t count) {
     roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on()};
-    int can = count >= HD_LOOP_ROLL_MIN && n->ref.kind == HD_REF_LOCAL &&
+    int can = count >= HD_LOOP_ROLL_MIN && roll_enabled() && n->ref.kind == HD_REF_LOCAL &&
               !roll_reads(n->body, &n->ref, 0);
     if (can && L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1)))
         can = 0;
     if (!can) {
-        if (count >= HD_LOOP_ROLL_MIN && L.log && n->ref.kind == HD_REF_LOCAL)
+        if (count >= HD_LOOP_ROLL_MIN && L.log && n->ref.kind == HD_REF_LOCAL && roll_enabled())
             roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",
                      count, "");
-        for (int64_t k = 0; k < count; k++) {
-            int fl = hd_eval_for_iteration(vm, f, n, hd_int(a + k * step));
-            if (fl) return fl;
-        }
-        return HD_FLOW_NORMAL;
+        return roll_rest(&L, 0);
     }
     if (L.local) {
         hd_compiled_decl_walk(n->body, L.local, L.nslots, 0);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Loops in compiled code (bench/loops/): compile time against the trip
+# count, with each compiler, rolled into a loop node and unrolled
+# (HODU_LOOP_ROLL=0); and the 1000-epoch linear regression compiled as one
+# function against the same training run eagerly (bench/train/linreg.hodu).
+# Every compile is cold: each run gets an empty disk cache.
+#
+#   bench/bench_loops.sh [hodu]        (default: build/hodu)
+#   UNROLLED_MAX=1000 bench/bench_loops.sh
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+hodu="${1:-$here/../build/hodu}"
+unrolled_max="${UNROLLED_MAX:-1000}"
+cache="$(mktemp -d)"
+trap 'rm -rf "$cache"' EXIT
+export HODU_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+cold() { rm -rf "$cache/hodu"; XDG_CACHE_HOME="$cache" "$@"; }
+
+echo "machine: $(uname -m), $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg); 1 thread"
+echo
+echo "loop of relu(x * 0.5 + w) - 0.01 over 4096 f32, N iterations"
+printf "%-8s %-9s %7s %16s %14s\n" compiler mode N "compile (ms)" "run (us)"
+for c in llvm interp; do
+    for mode in rolled unrolled; do
+        for n in 10 100 1000 10000; do
+            if [ "$mode" = unrolled ] && [ "$n" -gt "$unrolled_max" ]; then continue; fi
+            roll=1; [ "$mode" = unrolled ] && roll=0
+            read -r _ ms us _ < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
+                "$hodu" "$here/loops/trips.hodu" "$n")
+            printf "%-8s %-9s %7s %16.1f %14.1f\n" "$c" "$mode" "$n" "$ms" "$us"
+        done
+    done
+done
+echo
+echo "linear regression 100 x 3, 1000 epochs of SGD"
+for p in 1 2 3; do
+    cold "$hodu" "$here/train/linreg.hodu" | sed 's/^/eager:    /'
+done
+for p in 1 2 3; do
+    cold "$hodu" "$here/loops/linreg_compiled.hodu" | sed 's/^/compiled: /'
+done
