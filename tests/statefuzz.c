@@ -109,6 +109,30 @@ static const char *const sf_bodies[] = {
     /* calls another compiled function */
     "let a = CALLEE(x, y)\n    let b = (P * P * 0.5).sum()\n    b.backward()\n"
     "    return a",
+    /* loops (most become one loop node; the others stay unrolled) */
+    /* training steps in a loop */
+    "let l = none\n    for e in 0..25 {\n        opt.zero_grad()\n        l = LOSS\n"
+    "        l.backward()\n        opt.step()\n    }\n    return l",
+    /* steps that do not zero the gradients */
+    "let l = none\n    for e in 0..25 { l = LOSS; l.backward(); opt.step() }\n    return l",
+    /* gradients summed over iterations */
+    "for i in 0..30 { let l = LOSS; l.backward() }\n    return P.grad",
+    /* a field carried through the iterations */
+    "for i in 0..30 { net.scale = net.scale * 0.9 + 0.05 }\n    return net.scale.sum()",
+    /* a parameter written in place at every iteration */
+    "for i in 0..30 { no_grad { P[...] = P * 0.99 + 0.001 } }\n    return (P * x.sum()).sum()",
+    /* a chain that needs gradients through the iterations */
+    "let h = x\n    for i in 0..25 { h = tanh(h @ net.w1[:, 0:3]) + 0.1 }\n    return h",
+    /* a number changed at every iteration */
+    "for i in 0..30 { net.k = net.k + 1; x = x * 1.01 }\n    return x",
+    /* the loop variable read */
+    "let s = x.sum()\n    for i in 0..30 { s = s + i * 0.01 }\n    return s",
+    /* nested loops */
+    "let h = x\n    for i in 0..6 {\n        for j in 0..20 { h = h * 0.95 + 0.01 }\n"
+    "        h = h - 0.001\n    }\n    return h",
+    /* .grad read in the loop */
+    "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + net.w1.grad.sum() }\n"
+    "    }\n    return x",
 };
 #define SF_NBODIES (int)(sizeof sf_bodies / sizeof sf_bodies[0])
 #define SF_CALLER  11 /* the body that calls another */
@@ -229,7 +253,7 @@ static void sf_header(sf_buf *b, uint64_t seed) {
 static int sf_function(sf_buf *b, int i, int has_opt, const char *loss, int prev) {
     int k;
     do k = sf_pick(SF_NBODIES);
-    while ((!has_opt && (k == 1 || k == 2)) || (k == SF_CALLER && prev < 0));
+    while ((!has_opt && strstr(sf_bodies[k], "opt.")) || (k == SF_CALLER && prev < 0));
     char callee[16] = "";
     if (k == SF_CALLER) snprintf(callee, sizeof callee, "f%d", prev);
     sf_buf t = {0}, u = {0};
