@@ -1072,7 +1072,7 @@ static void ir_print_node(ir_buf *b, const hd_ir_graph *g, const hd_ir_node *n, 
     ir_printf(b, " : %s", hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
     if (n->group >= 0) ir_printf(b, "  # group %d", n->group);
     ir_printf(b, "\n");
-    if (n->op == HD_IR_LOOP) ir_print_graph(b, n->loop->body, depth + 1);
+    if (n->op == HD_IR_LOOP) ir_print_graph(b, n->loop->body, depth + 2);
 }
 
 /* A constant's values when it is small enough to read at a glance. */
@@ -1084,8 +1084,9 @@ static void ir_print_const_values(ir_buf *b, const hd_tensor *t) {
     ir_printf(b, "]");
 }
 
-/* A graph's lines, indented by depth levels (loop bodies are one deeper
- * than their loop node). */
+/* A graph's lines, its header indented by 2 * depth spaces and its lines
+ * by two more (a loop's body is printed under the loop's line, two levels
+ * deeper than the graph holding it). */
 static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth) {
     char ty[160];
     int ind = 2 * depth + 2;
