@@ -16,7 +16,8 @@ static void test_replays(lt_env *v) {
     hd_tensor *in[2] = {lt_vec(ctx, lt_x0, LT_N), lt_vec(ctx, lt_w, LT_N)}, *din[2] = {0};
     hd_ir_graph *g = lt_graph(ctx, 50, 0);
     hd_jit_exec *e = NULL;
-    for (int i = 0; i < 2; i++) CHECK(hd_tensor_to_device(ctx, in[i], v->be, v->dev, &din[i]) == HD_OK);
+    for (int i = 0; i < 2; i++)
+        CHECK(hd_tensor_to_device(ctx, in[i], v->be, v->dev, &din[i]) == HD_OK);
     CHECK_MSG(v->c->compile(ctx, g, &v->opt, &e) == HD_OK, "%s", hd_error_message(ctx));
     for (int run = 0; e && run < 3; run++) {
         hd_tensor *out[2] = {0}, *h[2] = {0};

@@ -28,7 +28,8 @@ static void test_build_print_hash(hd_ctx *ctx) {
     hd_ir_graph *c = hd_ir_graph_clone(g), *g8 = lt_graph(ctx, 8, 0);
     CHECK(c && hd_ir_graph_hash(c) == hd_ir_graph_hash(g));
     CHECK(hd_ir_graph_hash(g8) != hd_ir_graph_hash(g));
-    CHECK(c && c->nodes[0].loop != g->nodes[0].loop && c->nodes[0].loop->body != g->nodes[0].loop->body);
+    CHECK(c && c->nodes[0].loop != g->nodes[0].loop &&
+          c->nodes[0].loop->body != g->nodes[0].loop->body);
     CHECK(c && hd_ir_verify(c) == HD_OK);
     /* a body of other values hashes otherwise */
     c->nodes[0].loop->body->nodes[0].op = HD_OP_ADD;
@@ -64,7 +65,8 @@ static void test_builder_errors(hd_ctx *ctx) {
     /* the verifier: a carry source of another type, a bad layout, a bad view */
     hd_ir_loop *lp = g->nodes[0].loop;
     lp->carry_src[0] = 1;
-    CHECK(hd_ir_verify(g) != HD_OK && contains(hd_error_message(ctx), "node 0 (loop): loop: carried"));
+    CHECK(hd_ir_verify(g) != HD_OK &&
+          contains(hd_error_message(ctx), "node 0 (loop): loop: carried"));
     lp->carry_src[0] = 0;
     lp->offset[1] = 32;
     CHECK(hd_ir_verify(g) != HD_OK && contains(hd_error_message(ctx), "output 1 at offset 32"));
@@ -75,7 +77,8 @@ static void test_builder_errors(hd_ctx *ctx) {
     g->nodes[1].attrs.ints[0] = 1;
     /* a body that does not verify */
     lp->body->nodes[0].op = HD_OP_ASSIGN;
-    CHECK(hd_ir_verify(g) != HD_OK && contains(hd_error_message(ctx), "node 0 (loop): body: node 0"));
+    CHECK(hd_ir_verify(g) != HD_OK &&
+          contains(hd_error_message(ctx), "node 0 (loop): body: node 0"));
     lp->body->nodes[0].op = HD_OP_MUL;
     CHECK(hd_ir_verify(g) == HD_OK);
     hd_ir_graph_free(g);
@@ -87,7 +90,7 @@ static void test_loop_out_as(hd_ctx *ctx) {
     int64_t n = LT_N;
     hd_ir_graph *g = hd_ir_graph_new(ctx, "as");
     int x = hd_ir_add_input(g, "x0", HD_F32, &n, 1), w = hd_ir_add_input(g, "w", HD_F32, &n, 1);
-    int y, xn = lt_step(g, x, w, &y); /* one step, traced */
+    int y, xn = lt_step(g, x, w, &y);                   /* one step, traced */
     CHECK(hd_ir_add_loop_out_as(g, x, 0, xn) != HD_OK); /* not a loop */
     /* drop the traced step's nodes (mul, add, sum) and its constant stays */
     int nn = g->nnodes;
@@ -95,7 +98,8 @@ static void test_loop_out_as(hd_ctx *ctx) {
     int in[2] = {x, w}, src = 0;
     int l = hd_ir_add_loop(g, lt_body(ctx, 0), 5, in, 2, 1, &src);
     CHECK(hd_ir_add_loop_out_as(g, l, 1, xn) != HD_OK); /* f32[] is not f32[4] */
-    CHECK(hd_ir_add_loop_out_as(g, l, 0, xn) == HD_OK && hd_ir_add_loop_out_as(g, l, 1, y) == HD_OK);
+    CHECK(hd_ir_add_loop_out_as(g, l, 0, xn) == HD_OK &&
+          hd_ir_add_loop_out_as(g, l, 1, y) == HD_OK);
     CHECK(hd_ir_add_loop_out_as(g, l, 1, y) != HD_OK); /* defined already */
     int z = lt_bin(g, HD_OP_MUL, xn, xn);
     CHECK(hd_ir_add_output(g, "z", z) == HD_OK && hd_ir_add_output(g, "y", y) == HD_OK);
