@@ -245,6 +245,35 @@ static void lt_check_callback(lt_env *v) {
     hd_tensor_unref(x0);
 }
 
+/* An interrupt raised during trip 3 stops the loop before trip 4. */
+static _Atomic int lt_flag;
+static hd_status lt_interrupt(hd_ctx *ctx, void *ud, hd_tensor *const *args, int nargs) {
+    HD_UNUSED(ud);
+    HD_UNUSED(args);
+    HD_UNUSED(nargs);
+    HD_UNUSED(ctx);
+    if (++lt_nseen == 3) lt_flag = HD_STOP_INTERRUPT;
+    return HD_OK;
+}
+
+static void lt_check_interrupt(lt_env *v) {
+    hd_ctx *ctx = v->ctx;
+    hd_ir_graph *g = lt_callback_graph(ctx, 1000, 1);
+    g->nodes[0].loop->body->nodes[1].cb.fn = lt_interrupt;
+    hd_tensor *x0 = hd_tensor_new(ctx, HD_F32, NULL, 0), *got = NULL;
+    hd_dtype_store(HD_F32, x0->storage->data, 0, 0.0);
+    lt_nseen = 0;
+    lt_flag = 0;
+    ctx->stop.flag = &lt_flag;
+    CHECK(!lt_run(v, g, &x0, 1, &got, 1, NULL) && !got);
+    CHECK_MSG(ctx->status == HD_ERR_LIMIT && lt_nseen == 3, "%s: %d trips, %s", v->c->name,
+              lt_nseen, hd_error_message(ctx));
+    ctx->stop.flag = NULL;
+    hd_error_clear(ctx);
+    hd_tensor_unref(x0);
+    hd_ir_graph_free(g);
+}
+
 /* x' = x + rand([4]): the loop draws what the unrolled graph draws. */
 static int lt_rand_step(hd_ir_graph *g, int x) {
     hd_attrs at;
@@ -350,6 +379,7 @@ static void lt_check_compiler(lt_env *v) {
     for (int i = 0; i < 3; i++) lt_check_trips(v, trips[i]);
     lt_check_nested(v);
     lt_check_callback(v);
+    lt_check_interrupt(v);
     lt_check_rand(v);
     lt_check_shrink(v);
     lt_check_compile_time(v);
