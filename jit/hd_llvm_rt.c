@@ -18,7 +18,8 @@ int32_t hd_llvm_rt_node(void *p, int32_t node) {
     const hd_ir_node *n = &rt->g->nodes[node];
     hd_tensor **in = rt->node_in[node];
     if (n->op == HD_IR_CALLBACK) return (int32_t)n->cb.fn(rt->ctx, n->cb.ud, in, n->nin);
-    if (n->op == HD_IR_LOOP) return (int32_t)hd_jit_loop_run(rt->ctx, n, in, n->nin, rt->vals[n->out]);
+    if (n->op == HD_IR_LOOP)
+        return (int32_t)hd_jit_loop_run(rt->ctx, n, in, n->nin, rt->vals[n->out]);
     return (int32_t)rt->be->run_op(rt->ctx, (hd_op)n->op, rt->vals[n->out], in, n->nin, &n->attrs);
 }
 

@@ -234,6 +234,20 @@ static int split_ins(hd_ir_graph *h, int *map, const hd_ir_graph *g, const hd_ir
     return 0;
 }
 
+/* A loop (a copy of its body) or a loop's result into h. */
+static hd_status split_loop_node(hd_ir_graph *h, int *map, const hd_ir_node *n, const int *ids) {
+    int v;
+    if (n->op == HD_IR_LOOP) {
+        const hd_ir_loop *l = n->loop;
+        hd_ir_graph *body = hd_ir_graph_clone(l->body);
+        v = body ? hd_ir_add_loop(h, body, l->trips, ids, n->nin, l->ncarry, l->carry_src) : -1;
+    } else {
+        v = hd_ir_add_loop_out(h, ids[0], (int)n->attrs.ints[0]);
+    }
+    map[n->out] = v;
+    return v < 0 ? h->ctx->status : HD_OK;
+}
+
 static hd_status split_node(aot_split *sp, hd_ir_graph *h, int *map, const hd_ir_node *n) {
     int buf[16], *ids = n->nin <= 16 ? buf : hd_ctx_alloc(h->ctx, (size_t)n->nin * sizeof *ids);
     if (!ids) return h->ctx->status;
@@ -246,6 +260,8 @@ static hd_status split_node(aot_split *sp, hd_ir_graph *h, int *map, const hd_ir
         hd_ir_callback cb = n->cb;
         if (cb.ud_dup) cb.ud = cb.ud_dup(cb.ud);
         st = hd_ir_add_callback(h, &cb, ids, n->nin);
+    } else if (n->op == HD_IR_LOOP || n->op == HD_IR_LOOP_OUT) {
+        st = split_loop_node(h, map, n, ids);
     } else {
         int v = hd_ir_add_node(h, (hd_op)n->op, ids, n->nin, &n->attrs);
         if (v < 0) st = h->ctx->status;
@@ -291,10 +307,38 @@ static unsigned char *split_tracked(const aot_split *sp, const cp_aot *a) {
     }
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
-        if (n->op < 0 || sp->dep[n->out]) continue;
+        if (n->out < 0 || sp->dep[n->out]) continue;
         for (int k = 0; k < n->nin; k++) tr[n->out] |= tr[n->in[k]];
     }
     return tr;
+}
+
+/* The op of a node in body (or in a loop inside it) whose gradient rule
+ * keeps body input k, or NULL. */
+static const char *split_body_saves(const hd_ir_graph *body, int k) {
+    int bv = body->inputs[k].value;
+    for (int i = 0; i < body->nnodes; i++) {
+        const hd_ir_node *n = &body->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            if (n->in[j] != bv) continue;
+            if (n->op == HD_IR_LOOP) {
+                const char *op = split_body_saves(n->loop->body, j);
+                if (op) return op;
+                continue;
+            }
+            const hd_grad_rule *rule = n->op >= 0 ? hd_grad_rule_of((hd_op)n->op) : NULL;
+            if (rule && (j >= 31 || (rule->save & (1u << j)))) return hd_op_name((hd_op)n->op);
+        }
+    }
+    return NULL;
+}
+
+/* The op whose gradient rule keeps input k of node n, or NULL. */
+static const char *split_node_saves(const hd_ir_node *n, int k) {
+    if (n->op == HD_IR_LOOP) return split_body_saves(n->loop->body, k);
+    if (n->op < 0) return NULL;
+    const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
+    return rule && (k >= 31 || (rule->save & (1u << k))) ? hd_op_name((hd_op)n->op) : NULL;
 }
 
 /* Inputs of the graph that a recorded forward op's gradient rule keeps
@@ -316,18 +360,18 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
      * one eager autograd would name */
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const hd_ir_node *n = &g->nodes[i];
-        if (n->op < 0 || sp->dep[n->out] || !tr[n->out]) continue;
-        const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
-        for (int k = 0; rule && k < n->nin; k++) {
+        if (n->out < 0 || sp->dep[n->out] || !tr[n->out]) continue;
+        for (int k = 0; k < n->nin; k++) {
             const hd_ir_value *v = &g->values[n->in[k]];
-            if (v->kind != HD_IR_VALUE_INPUT || (k < 31 && !(rule->save & (1u << k)))) continue;
+            const char *op = v->kind == HD_IR_VALUE_INPUT ? split_node_saves(n, k) : NULL;
+            if (!op) continue;
             int dup = 0;
             for (int c = 0; c < a->ncheck && !dup; c++)
                 dup = a->check_input[c] == v->index - (v->index > sp->gin);
             if (dup || a->ncheck >= g->ninputs) continue;
             /* the forward graph has the inputs of g but the incoming gradient */
             a->check_input[a->ncheck] = v->index - (v->index > sp->gin);
-            a->check_op[a->ncheck++] = hd_op_name((hd_op)n->op);
+            a->check_op[a->ncheck++] = op;
         }
     }
     hd_ctx_free(ctx, tr, (size_t)g->nvalues + 1);

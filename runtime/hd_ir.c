@@ -435,12 +435,11 @@ static hd_status ir_loop_check(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
                             body->noutputs);
         const hd_ir_value *x = &body->values[body->inputs[i].value], *y = ir_body_out(body, k);
         if (!ir_same_type(x, y))
-            return hd_error(g->ctx, HD_ERR_ARGUMENT,
-                            "loop: carried input '%s' is %s, the output '%s' feeding it is %s",
-                            body->inputs[i].name,
-                            hd_ir_type_str(x->dtype, x->shape, x->ndim, a, sizeof a),
-                            body->outputs[k].name,
-                            hd_ir_type_str(y->dtype, y->shape, y->ndim, b, sizeof b));
+            return hd_error(
+                g->ctx, HD_ERR_ARGUMENT,
+                "loop: carried input '%s' is %s, the output '%s' feeding it is %s",
+                body->inputs[i].name, hd_ir_type_str(x->dtype, x->shape, x->ndim, a, sizeof a),
+                body->outputs[k].name, hd_ir_type_str(y->dtype, y->shape, y->ndim, b, sizeof b));
     }
     return HD_OK;
 }
@@ -535,8 +534,8 @@ static hd_status ir_loop_out_check(hd_ir_graph *g, int loop, int k, const hd_ir_
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is not a loop's value", loop);
     const hd_ir_loop *l = g->nodes[v->index].loop;
     if (k < 0 || k >= l->body->noutputs)
-        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: output %d of a loop with %d outputs",
-                        k, l->body->noutputs);
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: output %d of a loop with %d outputs", k,
+                        l->body->noutputs);
     *out = l;
     return HD_OK;
 }
@@ -623,7 +622,7 @@ static int ir_clone_nodes(hd_ir_graph *d, const hd_ir_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         hd_ir_node *n = &d->nodes[i];
         n->in = NULL;
-        n->loop = NULL; /* until the body is copied below */
+        n->loop = NULL;                                    /* until the body is copied below */
         if (n->op == HD_IR_CALLBACK) n->cb.ud_free = NULL; /* until ud is duplicated below */
         d->nnodes = i + 1;
         if (g->nodes[i].nin) {
@@ -695,8 +694,9 @@ static hd_status ir_verify_loop(hd_ir_graph *g, int i) {
     for (int k = 0; k < l->body->noutputs; k++) {
         at = (at + 63) & ~(int64_t)63;
         if (l->offset[k] != at)
-            return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop): output %d at offset %lld, not %lld",
-                            i, k, (long long)l->offset[k], (long long)at);
+            return hd_error(g->ctx, HD_ERR_RUNTIME,
+                            "node %d (loop): output %d at offset %lld, not %lld", i, k,
+                            (long long)l->offset[k], (long long)at);
         at += ir_value_bytes(ir_body_out(l->body, k));
     }
     const hd_ir_value *v = &g->values[n->out];
@@ -718,10 +718,10 @@ static hd_status ir_verify_loop_out(hd_ir_graph *g, int i) {
     const hd_ir_value *v = &g->values[n->out], *o = ir_body_out(l->body, (int)n->attrs.ints[0]);
     char a[160], b[160];
     if (!ir_same_type(v, o))
-        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop_out): declared type %s, output %d is %s",
-                        i, hd_ir_type_str(v->dtype, v->shape, v->ndim, a, sizeof a),
-                        (int)n->attrs.ints[0],
-                        hd_ir_type_str(o->dtype, o->shape, o->ndim, b, sizeof b));
+        return hd_error(
+            g->ctx, HD_ERR_RUNTIME, "node %d (loop_out): declared type %s, output %d is %s", i,
+            hd_ir_type_str(v->dtype, v->shape, v->ndim, a, sizeof a), (int)n->attrs.ints[0],
+            hd_ir_type_str(o->dtype, o->shape, o->ndim, b, sizeof b));
     return HD_OK;
 }
 
@@ -1072,7 +1072,7 @@ static void ir_print_node(ir_buf *b, const hd_ir_graph *g, const hd_ir_node *n, 
     ir_printf(b, " : %s", hd_ir_type_str(v->dtype, v->shape, v->ndim, ty, sizeof ty));
     if (n->group >= 0) ir_printf(b, "  # group %d", n->group);
     ir_printf(b, "\n");
-    if (n->op == HD_IR_LOOP) ir_print_graph(b, n->loop->body, depth + 1);
+    if (n->op == HD_IR_LOOP) ir_print_graph(b, n->loop->body, depth + 2);
 }
 
 /* A constant's values when it is small enough to read at a glance. */
@@ -1084,8 +1084,9 @@ static void ir_print_const_values(ir_buf *b, const hd_tensor *t) {
     ir_printf(b, "]");
 }
 
-/* A graph's lines, indented by depth levels (loop bodies are one deeper
- * than their loop node). */
+/* A graph's lines, its header indented by 2 * depth spaces and its lines
+ * by two more (a loop's body is printed under the loop's line, two levels
+ * deeper than the graph holding it). */
 static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth) {
     char ty[160];
     int ind = 2 * depth + 2;
@@ -1105,8 +1106,7 @@ static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth) {
     }
     for (int i = 0; i < g->nnodes; i++) ir_print_node(b, g, &g->nodes[i], depth);
     for (int i = 0; i < g->noutputs; i++)
-        ir_printf(b, "%*soutput \"%s\" = %%%d\n", ind, "", g->outputs[i].name,
-                  g->outputs[i].value);
+        ir_printf(b, "%*soutput \"%s\" = %%%d\n", ind, "", g->outputs[i].name, g->outputs[i].value);
     ir_printf(b, "%*s}\n", ind - 2, "");
 }
 

@@ -20,6 +20,7 @@ enum {
     NAME_MAX_BYTES = 1024,
     MAX_ENTRIES = 1 << 24,
     MAX_NODE_INPUTS = 4096,
+    MAX_LOOP_DEPTH = 16, /* loops in loops in a file */
 };
 
 enum {
@@ -179,12 +180,15 @@ static hd_status w_data(wbuf *b, const hd_tensor *t) {
 }
 
 static hd_status script_check_savable(hd_ctx *ctx, const hd_ir_graph *g) {
-    for (int i = 0; i < g->nnodes; i++)
+    for (int i = 0; i < g->nnodes; i++) {
         if (g->nodes[i].op == HD_IR_CALLBACK)
             return hd_error(ctx, HD_ERR_RUNTIME,
                             "script '%s' calls the host (%s) inside compiled code and cannot be "
                             "saved: a .hoduscript file holds no host code",
                             g->name, g->nodes[i].cb.name);
+        if (g->nodes[i].op == HD_IR_LOOP && script_check_savable(ctx, g->nodes[i].loop->body))
+            return ctx->status;
+    }
     for (int i = 0; i < g->ninputs; i++)
         if (strlen(g->inputs[i].name) > NAME_MAX_BYTES)
             return hd_error(ctx, HD_ERR_ARGUMENT, "input name too long to save");
@@ -194,6 +198,26 @@ static hd_status script_check_savable(hd_ctx *ctx, const hd_ir_graph *g) {
     if (strlen(g->name) > NAME_MAX_BYTES)
         return hd_error(ctx, HD_ERR_ARGUMENT, "script name too long to save");
     return HD_OK;
+}
+
+static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_bytes);
+
+/* A loop's fields after its node record (version 3): trips, carries, and
+ * its body as a graph of its own (counts, constant bytes, then as the
+ * file's main graph). */
+static void w_loop(wbuf *b, hd_ctx *ctx, const hd_ir_loop *l) {
+    const hd_ir_graph *body = l->body;
+    uint64_t const_bytes = 0;
+    w_i64(b, l->trips);
+    w_u32(b, (uint32_t)l->ncarry);
+    for (int i = 0; i < l->ncarry; i++) w_u32(b, (uint32_t)l->carry_src[i]);
+    for (int i = 0; i < body->nconsts; i++) const_bytes += hd_tensor_nbytes(body->consts[i].t);
+    w_u32(b, (uint32_t)body->ninputs);
+    w_u32(b, (uint32_t)body->nconsts);
+    w_u32(b, (uint32_t)body->nnodes);
+    w_u32(b, (uint32_t)body->noutputs);
+    w_u64(b, const_bytes);
+    w_body(b, ctx, body, &const_bytes);
 }
 
 static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_bytes) {
@@ -209,7 +233,7 @@ static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_b
     }
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
-        const char *name = hd_op_name((hd_op)n->op);
+        const char *name = hd_ir_node_name(n);
         const hd_ir_value *v = &g->values[n->out];
         w_u8(b, (unsigned)strlen(name));
         w_bytes(b, name, strlen(name));
@@ -217,6 +241,7 @@ static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_b
         for (int k = 0; k < n->nin; k++) w_u32(b, (uint32_t)n->in[k]);
         w_attrs(b, &n->attrs);
         w_type(b, v->dtype, v->shape, v->ndim);
+        if (n->op == HD_IR_LOOP) w_loop(b, ctx, n->loop);
     }
     for (int i = 0; i < g->noutputs; i++) {
         w_str(b, g->outputs[i].name);
@@ -233,6 +258,18 @@ static void w_state(wbuf *b, hd_ctx *ctx, const hd_script_var *vars, int nvars) 
         w_u8(b, (unsigned)((vars[i].inplace ? 1 : 0) | (vars[i].t ? 2 : 0)));
         if (vars[i].t && w_tensor(b, ctx, vars[i].t, -1)) b->failed = 1;
     }
+}
+
+/* The numbering the format relies on (inputs, constants, nodes) in g and
+ * in every loop body; 1 if g has loops. */
+static hd_status script_compact(hd_ir_graph *g, int *has_loops) {
+    if (hd_ir_compact(g)) return g->ctx->status;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != HD_IR_LOOP) continue;
+        *has_loops = 1;
+        if (script_compact(g->nodes[i].loop->body, has_loops)) return g->ctx->status;
+    }
+    return HD_OK;
 }
 
 static void put_le(unsigned char *p, uint64_t v, int n) {
@@ -254,20 +291,24 @@ hd_status hd_script_encode_state(hd_ctx *ctx, const hd_ir_graph *src, const hd_s
             return hd_error(ctx, HD_ERR_ARGUMENT, "state name too long to save");
     /* the numbering the format relies on: inputs, constants, nodes */
     hd_ir_graph *g = hd_ir_graph_clone(src);
-    if (!g || hd_ir_compact(g) || hd_ir_verify(g)) {
+    int has_loops = 0;
+    if (!g || script_compact(g, &has_loops) || hd_ir_verify(g)) {
         hd_ir_graph_free(g);
         return ctx->status;
     }
+    /* the oldest version that holds the graph: readers of versions 1 and 2
+     * read what has no loop */
+    unsigned version = has_loops ? 3 : nvars ? 2 : 1;
     wbuf b = {ctx, NULL, 0, 0, 0};
     uint64_t const_bytes = 0;
     unsigned char header[HEADER_BYTES] = {0};
     w_bytes(&b, header, sizeof header);
     w_body(&b, ctx, g, &const_bytes);
-    if (nvars) w_state(&b, ctx, vars, nvars);
+    if (version >= 2) w_state(&b, ctx, vars, nvars);
     w_u32(&b, 0); /* checksum, filled below */
     if (!b.failed) {
         memcpy(b.p, HD_SCRIPT_MAGIC, 8);
-        put_le(b.p + 8, nvars ? 2 : 1, 4); /* version 1 without state */
+        put_le(b.p + 8, version, 4);
         put_le(b.p + 12, 0, 4);
         put_le(b.p + 16, (uint64_t)g->ninputs, 4);
         put_le(b.p + 20, (uint64_t)g->nconsts, 4);
@@ -306,6 +347,8 @@ typedef struct rbuf {
     const unsigned char *p;
     size_t pos, end;   /* end: where the checksum starts */
     const char *where; /* the section being read, for messages */
+    unsigned version;  /* the file's */
+    int depth;         /* loop bodies being read */
 } rbuf;
 
 static hd_status r_fail(rbuf *r, const char *what) {
@@ -461,7 +504,7 @@ static hd_status r_header(hd_ctx *ctx, const unsigned char *d, size_t size, scri
         return hd_error(ctx, HD_ERR_IO, "invalid script file: truncated (in header)");
     if (memcmp(d, HD_SCRIPT_MAGIC, 8))
         return hd_error(ctx, HD_ERR_IO, "not a .hoduscript file (bad magic)");
-    rbuf r = {ctx, d, 8, HEADER_BYTES, "header"};
+    rbuf r = {ctx, d, 8, HEADER_BYTES, "header", 0, 0};
     uint64_t v[8] = {0};
     int widths[8] = {4, 4, 4, 4, 4, 4, 8, 8};
     for (int i = 0; i < 8; i++) r_uint(&r, widths[i], &v[i]);
@@ -473,11 +516,14 @@ static hd_status r_header(hd_ctx *ctx, const unsigned char *d, size_t size, scri
     h->noutputs = (uint32_t)v[5];
     h->const_bytes = v[6];
     h->file_size = v[7];
-    if (h->version < 1 || h->version > HD_SCRIPT_VERSION)
+    if (h->version > HD_SCRIPT_VERSION)
         return hd_error(ctx, HD_ERR_IO,
-                        "script file format version %u is not supported (this build reads "
-                        "versions 1 to %d)",
+                        "script file format version %u is newer than this Hodu reads (versions "
+                        "1 to %d): the file needs a newer Hodu",
                         (unsigned)h->version, HD_SCRIPT_VERSION);
+    if (h->version < 1)
+        return hd_error(ctx, HD_ERR_IO, "script file format version %u is not supported",
+                        (unsigned)h->version);
     if (h->flags) return hd_error(ctx, HD_ERR_IO, "invalid script file: unknown flags");
     if (h->file_size != size)
         return hd_error(ctx, HD_ERR_IO,
@@ -598,13 +644,75 @@ static int r_check_attrs(rbuf *r, hd_ir_graph *g, int op, const hd_attrs *a, con
     return 1;
 }
 
+static hd_status r_graph(rbuf *r, const script_header *h, hd_ir_graph *g);
+
+/* A loop's fields after its node record: the loop's value id, or -1. */
+static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
+    char name[NAME_MAX_BYTES + 1];
+    int64_t trips;
+    uint64_t ncarry, src = 0;
+    script_header h;
+    memset(&h, 0, sizeof h);
+    if (r->depth >= MAX_LOOP_DEPTH) return r_fail(r, "loops nested too deep"), -1;
+    if (!r_i64(r, &trips) || !r_uint(r, 4, &ncarry)) return -1;
+    if (ncarry > (uint64_t)nin) return r_fail(r, "more carried inputs than inputs"), -1;
+    int *carry = hd_ctx_alloc(r->ctx, (size_t)(ncarry + 1) * sizeof *carry);
+    if (!carry) return -1;
+    int ok = 1;
+    for (uint64_t i = 0; i < ncarry && ok; i++) {
+        ok = r_uint(r, 4, &src);
+        if (ok && src > MAX_ENTRIES) ok = (r_fail(r, "carry source out of range"), 0);
+        carry[i] = (int)src;
+    }
+    uint64_t c[5];
+    int widths[5] = {4, 4, 4, 4, 8};
+    for (int i = 0; i < 5 && ok; i++) ok = r_uint(r, widths[i], &c[i]);
+    if (ok) {
+        h.ninputs = (uint32_t)c[0];
+        h.nconsts = (uint32_t)c[1];
+        h.nnodes = (uint32_t)c[2];
+        h.noutputs = (uint32_t)c[3];
+        h.const_bytes = c[4];
+    }
+    hd_ir_graph *body = NULL;
+    ok = ok && r_name(r, 2, name, sizeof name) && !r_counts(r, &h) &&
+         (body = hd_ir_graph_new(r->ctx, name)) != NULL;
+    const char *where = r->where;
+    r->depth++;
+    ok = ok && !r_graph(r, &h, body);
+    r->depth--;
+    r->where = where;
+    int v = -1;
+    if (ok) {
+        v = hd_ir_add_loop(g, body, trips, ins, nin, (int)ncarry, carry); /* takes body */
+        body = NULL;
+        if (v < 0) r_wrap(r);
+    }
+    hd_ir_graph_free(body);
+    hd_ctx_free(r->ctx, carry, (size_t)(ncarry + 1) * sizeof *carry);
+    return v;
+}
+
+/* A loop or loop_out node after its common fields: the value id, or -1
+ * with the error in ctx. */
+static int r_loop_node(rbuf *r, hd_ir_graph *g, int loop, const int *ins, int nin,
+                       const hd_attrs *a) {
+    if (loop) return r_loop(r, g, ins, nin);
+    if (nin != 1) return r_fail(r, "loop_out takes one input"), -1;
+    int v = hd_ir_add_loop_out(g, ins[0], (int)a->ints[0]);
+    if (v < 0) r_wrap(r);
+    return v;
+}
+
 static hd_status r_node(rbuf *r, hd_ir_graph *g, int **ins, size_t *ins_cap) {
     char name[64];
     uint64_t nin, id = 0;
     hd_attrs a;
     if (!r_name(r, 1, name, sizeof name)) return r->ctx->status;
     int op = hd_op_from_name(name);
-    if (op < 0) return r_fail(r, "unknown op name");
+    int loop = r->version >= 3 && !strcmp(name, "loop");
+    int loop_out = r->version >= 3 && !strcmp(name, "loop_out");
+    if (op < 0 && !loop && !loop_out) return r_fail(r, "unknown op name");
     if (!r_uint(r, 2, &nin)) return r->ctx->status;
     if (nin > MAX_NODE_INPUTS || !r_need(r, (size_t)nin * 4)) return r_fail(r, "bad input count");
     if (nin > *ins_cap) {
@@ -625,6 +733,15 @@ static hd_status r_node(rbuf *r, hd_ir_graph *g, int **ins, size_t *ins_cap) {
     if (!r_attrs(r, &a) || !r_type(r, &dt, shape, &nd) ||
         !r_check_attrs(r, g, op, &a, *ins, (int)nin))
         return r->ctx->status;
+    if (loop || loop_out) {
+        int v = r_loop_node(r, g, loop, *ins, (int)nin, &a);
+        if (v < 0) return r->ctx->status;
+        const hd_ir_value *val = &g->values[v];
+        if (val->dtype != dt || val->ndim != nd ||
+            memcmp(val->shape, shape, (size_t)nd * sizeof *shape))
+            return r_fail(r, "loop type differs from what its body gives");
+        return HD_OK;
+    }
     int v = hd_ir_add_node(g, (hd_op)op, *ins, (int)nin, &a);
     if (v < 0) {
         if (r->ctx->status == HD_ERR_MEMORY) return HD_ERR_MEMORY;
@@ -684,21 +801,27 @@ static hd_status r_state(rbuf *r, hd_script_var **out, int *nout) {
     return HD_OK;
 }
 
-static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g, hd_script_var **vars,
-                        int *nvars) {
+/* A graph's inputs, constants, nodes and outputs (the file's main graph,
+ * or a loop's body). */
+static hd_status r_graph(rbuf *r, const script_header *h, hd_ir_graph *g) {
     uint64_t total = 0;
     if (r_inputs(r, g, h->ninputs)) return r->ctx->status;
     r->where = "constants";
     for (uint32_t i = 0; i < h->nconsts; i++)
         if (r_const(r, g, &total)) return r->ctx->status;
     if (total != h->const_bytes) return r_fail(r, "constant bytes differ from the header");
-    r->where = "nodes";
+    r->where = r->depth ? "a loop's nodes" : "nodes";
     int *ins = NULL;
     size_t cap = 0;
     hd_status st = HD_OK;
     for (uint32_t i = 0; i < h->nnodes && !st; i++) st = r_node(r, g, &ins, &cap);
     if (ins) hd_ctx_free(r->ctx, ins, cap * sizeof *ins);
-    if (st || r_outputs(r, g, h->noutputs)) return r->ctx->status;
+    return st || r_outputs(r, g, h->noutputs) ? r->ctx->status : HD_OK;
+}
+
+static hd_status r_body(rbuf *r, const script_header *h, hd_ir_graph *g, hd_script_var **vars,
+                        int *nvars) {
+    if (r_graph(r, h, g)) return r->ctx->status;
     if (h->version >= 2 && r_state(r, vars, nvars)) return r->ctx->status;
     if (r->pos != r->end) return r_fail(r, "trailing bytes");
     if (*nvars && hd_script_check_state(r->ctx, g, *vars, *nvars)) return r_wrap(r);
@@ -725,7 +848,7 @@ hd_status hd_script_decode_state(hd_ctx *ctx, const unsigned char *data, size_t 
     *nvars = 0;
     if (!data && size) return hd_error(ctx, HD_ERR_ARGUMENT, "no data");
     if (r_header(ctx, data, size, &h)) return ctx->status;
-    rbuf r = {ctx, data, HEADER_BYTES, size - 4, "name"};
+    rbuf r = {ctx, data, HEADER_BYTES, size - 4, "name", h.version, 0};
     if (!r_name(&r, 2, name, sizeof name)) return ctx->status;
     if (r_counts(&r, &h)) return ctx->status;
     hd_ir_graph *g = hd_ir_graph_new(ctx, name);
