@@ -42,6 +42,9 @@ struct cp_aot {
     int ncheck, check_cap; /* check_cap: entries allocated */
     int *check_input;
     const char **check_op;
+    /* the op whose rule keeps the returned value itself (exp, tanh, ...),
+     * or NULL: written in place before backward, it fails as eagerly */
+    const char *ret_check_op;
 };
 
 static void aot_unref(cp_aot *a) {
@@ -341,6 +344,18 @@ static const char *split_node_saves(const hd_ir_node *n, int k) {
     return rule && (k >= 31 || (rule->save & (1u << k))) ? hd_op_name((hd_op)n->op) : NULL;
 }
 
+/* The value whose memory v is a view of (v itself if it is not a view):
+ * a saved view of an input changes when the input is written in place. */
+static int split_view_root(const hd_ir_graph *g, int v) {
+    for (;;) {
+        const hd_ir_value *val = &g->values[v];
+        if (val->kind != HD_IR_VALUE_NODE) return v;
+        const hd_ir_node *n = &g->nodes[val->index];
+        if (n->op < 0 || hd_op_infos[n->op].kind != HD_KIND_VIEW || n->nin < 1) return v;
+        v = n->in[0];
+    }
+}
+
 /* Inputs of the graph that a recorded forward op's gradient rule keeps
  * (checked for in-place changes before backward), with the op. */
 static hd_status split_checks(aot_split *sp, cp_aot *a) {
@@ -362,7 +377,7 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
         const hd_ir_node *n = &g->nodes[i];
         if (n->out < 0 || sp->dep[n->out] || !tr[n->out]) continue;
         for (int k = 0; k < n->nin; k++) {
-            const hd_ir_value *v = &g->values[n->in[k]];
+            const hd_ir_value *v = &g->values[split_view_root(g, n->in[k])];
             const char *op = v->kind == HD_IR_VALUE_INPUT ? split_node_saves(n, k) : NULL;
             if (!op) continue;
             int dup = 0;
@@ -376,6 +391,20 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
     }
     hd_ctx_free(ctx, tr, (size_t)g->nvalues + 1);
     return HD_OK;
+}
+
+/* Does the returned value's op keep it for its gradient (following views:
+ * eager saves the op's output, which the returned view shares)? */
+static void split_ret_check(const aot_split *sp, cp_aot *a) {
+    const hd_ir_graph *g = sp->g;
+    a->ret_check_op = NULL;
+    if (a->ret_out < 0 || a->ret_out >= g->noutputs) return;
+    const hd_ir_value *v = &g->values[split_view_root(g, g->outputs[a->ret_out].value)];
+    if (v->kind != HD_IR_VALUE_NODE) return;
+    const hd_ir_node *n = &g->nodes[v->index];
+    const hd_grad_rule *rule = n->op >= 0 ? hd_grad_rule_of((hd_op)n->op) : NULL;
+    if (rule && (rule->save & HD_GRAD_SAVE_OUT) && !sp->dep[n->out])
+        a->ret_check_op = hd_op_name((hd_op)n->op);
 }
 
 static hd_status split_forward(aot_split *sp, int vg, int nfwd) {
@@ -455,6 +484,7 @@ hd_status cp_aot_split(hd_vm *vm, const hd_ir_graph *g, cp_aot *a, hd_ir_graph *
         split_mark(&sp, vg, a->nfwd);
         a->nsaved = sp.nsaved;
         st = split_checks(&sp, a);
+        split_ret_check(&sp, a);
         if (!st) st = split_forward(&sp, vg, a->nfwd);
         if (!st) st = split_backward(&sp, vg, a->nfwd);
         if (!st) st = hd_ir_verify(sp.f);
@@ -503,6 +533,8 @@ typedef struct aot_record {
     hd_tensor **saved;
     hd_tensor **src;   /* per check: the input's tensor, or NULL (held) */
     uint64_t *version; /* its storage version at the call */
+    hd_tensor *ret;    /* a plain view of the returned value, with ret_check_op */
+    uint64_t ret_version;
 } aot_record;
 
 static void record_free(hd_ctx *ctx, void *ud) {
@@ -510,6 +542,7 @@ static void record_free(hd_ctx *ctx, void *ud) {
     size_t ns = (size_t)r->a->nsaved + 1, nc = (size_t)r->a->ncheck + 1;
     for (int k = 0; k < r->a->nsaved; k++) hd_tensor_unref(r->saved[k]);
     for (int k = 0; r->src && k < r->a->ncheck; k++) hd_tensor_unref(r->src[k]);
+    hd_tensor_unref(r->ret);
     hd_ctx_free(ctx, r->saved, ns * sizeof *r->saved);
     if (r->src) hd_ctx_free(ctx, r->src, nc * sizeof *r->src);
     if (r->version) hd_ctx_free(ctx, r->version, nc * sizeof *r->version);
@@ -527,6 +560,11 @@ static hd_status record_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsi
                             "a tensor needed by the gradient of %s was changed in place (after "
                             "the forward pass used it; write into a clone instead)",
                             a->check_op[k]);
+    if (r->ret && r->ret->storage->version != r->ret_version)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "a tensor needed by the gradient of %s was changed in place (after the "
+                        "forward pass used it; write into a clone instead)",
+                        a->ret_check_op);
     int nin_b = a->nsaved + 1;
     hd_tensor **in = hd_ctx_calloc(ctx, (size_t)nin_b, sizeof *in);
     hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)a->nbouts + 1, sizeof *outs);
@@ -579,6 +617,9 @@ hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_ten
             r->version[k] = in->storage->version;
         }
     }
+    if (a->ret_check_op && o->storage &&
+        (r->ret = hd_tensor_view(ctx, o, o->shape, o->strides, o->ndim, o->offset)))
+        r->ret_version = o->storage->version;
     for (int j = 0; j < a->nleaves; j++) leaves[j] = inputs[a->leaf_input[j]];
     hd_status st = hd_autograd_record_custom(ctx, leaves, a->nleaves, o, &aot_custom, r);
     hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
