@@ -6,7 +6,8 @@
  * added. Values are graph inputs (name, dtype, shape), constants (tensors
  * captured at trace time, held by reference) or node results. Effect nodes
  * call a host function with the run's values (print inside compiled code);
- * they define no value and keep their order.
+ * they define no value and keep their order. Loop nodes run a body graph of
+ * their own a counted number of times (hd_ir_loop).
  *
  * Everything a graph owns lives in one arena, freed by hd_ir_graph_free;
  * only the constants' tensors are refcounted outside it. */

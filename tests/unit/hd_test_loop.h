@@ -348,6 +348,39 @@ static void lt_check_shrink(lt_env *v) {
     hd_ir_graph_free(g);
 }
 
+/* The loop's packed value itself as a graph output: every body output at
+ * its offset (none dropped, though only the value reads z). */
+static void lt_check_packed(lt_env *v) {
+    hd_ctx *ctx = v->ctx;
+    int64_t n = LT_N;
+    hd_ir_graph *g = hd_ir_graph_new(ctx, "packed");
+    int x = hd_ir_add_input(g, "x0", HD_F32, &n, 1), w = hd_ir_add_input(g, "w", HD_F32, &n, 1);
+    int in[2] = {x, w}, src = 0;
+    int l = hd_ir_add_loop(g, lt_body(ctx, 1), 4, in, 2, 1, &src);
+    CHECK(hd_ir_add_output(g, "packed", l) == HD_OK);
+    CHECK(hd_ir_add_output(g, "y", hd_ir_add_loop_out(g, l, 1)) == HD_OK);
+    hd_tensor *xin[2] = {lt_vec(ctx, lt_x0, LT_N), lt_vec(ctx, lt_w, LT_N)}, *out[2] = {0};
+    CHECK(lt_run(v, g, xin, 2, out, 2, NULL));
+    CHECK(out[0] && out[0]->dtype == HD_U8 && out[0]->numel == 144);
+    double y = 0;
+    for (int i = 0; out[0] && i < LT_N; i++) {
+        float xi, zi, yy;
+        memcpy(&xi, (char *)hd_tensor_data(out[0]) + 4 * i, 4);
+        memcpy(&zi, (char *)hd_tensor_data(out[0]) + 128 + 4 * i, 4);
+        CHECK_CLOSE(xi, lt_closed(i, 4), 1e-6, 1e-6);
+        CHECK_CLOSE(zi, lt_closed(i, 4) * lt_closed(i, 4), 1e-6, 1e-6);
+        y += lt_closed(i, 4);
+        if (i == 0) {
+            memcpy(&yy, (char *)hd_tensor_data(out[0]) + 64, 4);
+            CHECK(out[1] && yy == hd_tensor_get(out[1], 0));
+        }
+    }
+    CHECK(out[1] && hd_test_close(hd_tensor_get(out[1], 0), y, 1e-6, 1e-6));
+    lt_release(out, 2);
+    lt_release(xin, 2);
+    hd_ir_graph_free(g);
+}
+
 static double lt_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -382,6 +415,7 @@ static void lt_check_compiler(lt_env *v) {
     lt_check_interrupt(v);
     lt_check_rand(v);
     lt_check_shrink(v);
+    lt_check_packed(v);
     lt_check_compile_time(v);
 }
 
