@@ -246,9 +246,13 @@ static int roll_rest(const roll_loop *L, int64_t from) {
 }
 
 /* Would the whole loop, unrolled, trace few enough nodes (the first
- * iteration began at start)? */
+ * iteration began at start)? An iteration with a loop node in it is never
+ * small: unrolled, each copy of that node compiles its own body. */
 static int roll_small(const roll_loop *L, hd_trace_pos start) {
-    int64_t per = hd_trace_position(&L->vm->ctx).nodes - start.nodes;
+    const hd_ir_graph *g = hd_trace_graph(&L->vm->ctx);
+    int64_t per = g->nnodes - start.nodes;
+    for (int i = start.nodes; i < g->nnodes; i++)
+        if (g->nodes[i].op == HD_IR_LOOP) return 0;
     return per <= HD_LOOP_UNROLL_NODES / L->count;
 }
 
