@@ -145,8 +145,8 @@ static void roll_note_grad(hd_roll_watch *w, hd_vm *vm, hd_tensor *t) {
         if (w->grads[i].t == t) return;
     if (w->ngrads == w->cap) {
         int cap = w->cap ? w->cap * 2 : 16;
-        roll_grad *g = hd_ctx_realloc(&vm->ctx, w->grads, (size_t)w->cap * sizeof *g,
-                                      (size_t)cap * sizeof *g);
+        roll_grad *g =
+            hd_ctx_realloc(&vm->ctx, w->grads, (size_t)w->cap * sizeof *g, (size_t)cap * sizeof *g);
         if (!g) {
             roll_change(w, "out of memory");
             return;
@@ -274,8 +274,8 @@ static int roll_run(roll_loop *L) {
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;
-            if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx),
-                              L->count - k + 1, &rolled)) {
+            if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx), L->count - k + 1,
+                              &rolled)) {
                 hd_eval_failf(vm, L->f, L->n, vm->ctx.status, "%s", vm->ctx.errmsg);
                 return HD_FLOW_ERROR;
             }
@@ -296,8 +296,7 @@ int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64
     roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on()};
     int can = count >= HD_LOOP_ROLL_MIN && roll_enabled() && n->ref.kind == HD_REF_LOCAL &&
               !roll_reads(n->body, &n->ref, 0);
-    if (can && L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1)))
-        can = 0;
+    if (can && L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) can = 0;
     if (!can) {
         if (count >= HD_LOOP_ROLL_MIN && L.log && n->ref.kind == HD_REF_LOCAL && roll_enabled())
             roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",

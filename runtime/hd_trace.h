@@ -108,8 +108,8 @@ hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
  * state is what A read, and set *rolled;
  * else leave the trace as it is with *rolled = 0. An error (memory) leaves
  * the trace unusable: the caller aborts it. */
-hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c,
-                        int64_t trips, int *rolled);
+hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c, int64_t trips,
+                        int *rolled);
 
 /* Is t symbolic (no data: made by a trace)? */
 static inline int hd_tensor_is_symbolic(const hd_tensor *t) {

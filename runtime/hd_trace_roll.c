@@ -82,13 +82,11 @@ static int roll_match_operand(roll *r, int w, int u) {
         if (r->init[pos] < 0) r->init[pos] = w;
         return r->init[pos] == w;
     }
-    case ROLL_OUTER:
-        return w == u || roll_same_const(r->g, w, u);
+    case ROLL_OUTER: return w == u || roll_same_const(r->g, w, u);
     case ROLL_LOCAL: return roll_same_const(r->g, w, u);
     default: return 0;
     }
 }
-
 
 static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
     return x->trips == y->trips && x->ncarry == y->ncarry &&
@@ -132,7 +130,8 @@ static int roll_body_value(roll *r, int u) {
     const hd_ir_value *val = &r->g->values[u];
     char name[32];
     snprintf(name, sizeof name, "x%d", u);
-    if (k == ROLL_LOCAL) return r->body_of[u] = hd_ir_add_const(r->body, r->g->consts[val->index].t);
+    if (k == ROLL_LOCAL)
+        return r->body_of[u] = hd_ir_add_const(r->body, r->g->consts[val->index].t);
     int id = hd_ir_add_input(r->body, name, val->dtype, val->shape, val->ndim);
     if (id >= 0) r->outer[r->nouter++] = u;
     return r->body_of[u] = id;
@@ -287,19 +286,20 @@ static hd_status roll_init(roll *r, hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b,
     return HD_OK;
 }
 
-hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c,
-                        int64_t trips, int *rolled) {
+hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c, int64_t trips,
+                        int *rolled) {
     *rolled = 0;
     if (!hd_trace_graph(ctx)) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
-    if (trips < 1 || a.nodes > b.nodes || b.nodes > c.nodes || c.nodes != hd_trace_graph(ctx)->nnodes)
+    if (trips < 1 || a.nodes > b.nodes || b.nodes > c.nodes ||
+        c.nodes != hd_trace_graph(ctx)->nnodes)
         return hd_error(ctx, HD_ERR_ARGUMENT, "hd_trace_roll: iterations out of order");
     roll r;
     hd_status st = roll_init(&r, ctx, a, b, c);
     if (!st && roll_match(&r)) {
         char name[128];
         snprintf(name, sizeof name, "%s.loop", r.g->name ? r.g->name : "loop");
-        if (!(r.body = hd_ir_graph_new(ctx, name)) || roll_body_inputs(&r) ||
-            roll_body_nodes(&r) || roll_body_outputs(&r))
+        if (!(r.body = hd_ir_graph_new(ctx, name)) || roll_body_inputs(&r) || roll_body_nodes(&r) ||
+            roll_body_outputs(&r))
             st = ctx->status ? ctx->status : HD_ERR_RUNTIME;
         else if (!(st = roll_replace(&r, trips)))
             *rolled = 1;

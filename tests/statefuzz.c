@@ -131,7 +131,8 @@ static const char *const sf_bodies[] = {
     "let h = x\n    for i in 0..6 {\n        for j in 0..20 { h = h * 0.95 + 0.01 }\n"
     "        h = h - 0.001\n    }\n    return h",
     /* .grad read in the loop */
-    "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + net.w1.grad.sum() }\n"
+    "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + "
+    "net.w1.grad.sum() }\n"
     "    }\n    return x",
 };
 #define SF_NBODIES (int)(sizeof sf_bodies / sizeof sf_bodies[0])
