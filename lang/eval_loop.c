@@ -147,7 +147,8 @@ static void roll_note_grad(hd_roll_watch *w, hd_vm *vm, hd_tensor *t) {
         int cap = w->cap ? w->cap * 2 : 16;
         roll_grad *g =
             hd_ctx_realloc(&vm->ctx, w->grads, (size_t)w->cap * sizeof *g, (size_t)cap * sizeof *g);
-        if (!g) {
+        if (!g) { /* the loop stays unrolled; the write itself goes on */
+            hd_error_clear(&vm->ctx);
             roll_change(w, "out of memory");
             return;
         }
@@ -294,13 +295,15 @@ static int roll_run(roll_loop *L) {
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
                        int64_t count) {
     roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on()};
-    int can = count >= HD_LOOP_ROLL_MIN && roll_enabled() && n->ref.kind == HD_REF_LOCAL &&
-              !roll_reads(n->body, &n->ref, 0);
-    if (can && L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) can = 0;
-    if (!can) {
-        if (count >= HD_LOOP_ROLL_MIN && L.log && n->ref.kind == HD_REF_LOCAL && roll_enabled())
-            roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",
-                     count, "");
+    if (count < HD_LOOP_ROLL_MIN || !roll_enabled() || n->ref.kind != HD_REF_LOCAL)
+        return roll_rest(&L, 0);
+    if (roll_reads(n->body, &n->ref, 0)) {
+        roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",
+                 count, "");
+        return roll_rest(&L, 0);
+    }
+    if (L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) {
+        hd_error_clear(&vm->ctx); /* unrolled, as without loop nodes */
         return roll_rest(&L, 0);
     }
     if (L.local) {

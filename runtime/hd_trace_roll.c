@@ -4,7 +4,6 @@
 #include "hd_trace.h"
 
 #include <stdio.h>
-
 #include <string.h>
 
 /* How iteration B reads a value. */
@@ -239,6 +238,7 @@ static hd_status roll_replace(roll *r, int64_t trips) {
     int *vals = hd_ctx_alloc(r->ctx, (size_t)nb * sizeof *vals);
     if (!in || !vals) {
         hd_ctx_free(r->ctx, in, (size_t)(r->body->ninputs + 1) * 2 * sizeof *in);
+        hd_ctx_free(r->ctx, vals, (size_t)nb * sizeof *vals);
         return r->ctx->status;
     }
     int *src = in + r->body->ninputs + 1;
