@@ -413,10 +413,5 @@ int main(void) {
 }
 
 #else
-int main(void) {
-    (void)hd_test_pass;
-    (void)hd_test_fail;
-    printf("SKIPPED: this build has no CUDA backend\n");
-    return 77;
-}
+TEST_SKIPPED_MAIN("this build has no CUDA backend")
 #endif
