@@ -188,7 +188,18 @@ static void llvm_diagnostic(LLVMDiagnosticInfoRef d, void *ud) {
     LLVMDisposeMessage(m);
 }
 
+/* A plan whose every step is a runtime node (a graph that is one loop
+ * node and its results, say) needs no machine code: llvm_exec runs the
+ * steps itself, and compiling costs no LLVM module. */
+static int llvm_steps_only(const hd_plan *p) {
+    if (p->nkernels) return 0;
+    for (int s = 0; s < p->nsteps; s++)
+        if (p->steps[s].kernel >= 0 || p->steps[s].gemm) return 0;
+    return 1;
+}
+
 static hd_status llvm_codegen(hd_jit_exec *e) {
+    if (llvm_steps_only(&e->plan)) return HD_OK;
     hd_llvm_gen G;
     hd_llvm_host h;
     memset(&G, 0, sizeof G);
@@ -359,7 +370,12 @@ static hd_status llvm_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     HD_UNUSED(ud);
     if (llvm_bind_outputs(e)) return ctx->status;
     e->rt.ctx = ctx;
-    return (hd_status)e->main(e->slots, &e->rt);
+    if (e->main) return (hd_status)e->main(e->slots, &e->rt);
+    for (int s = 0; s < e->plan.nsteps; s++) {
+        hd_status st = (hd_status)hd_llvm_rt_node(&e->rt, e->plan.steps[s].node);
+        if (st) return st;
+    }
+    return HD_OK;
 }
 
 static hd_status llvm_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
