@@ -150,8 +150,7 @@ static void gemm_blas_part(const gemm_job *j, int64_t lo, int64_t hi, const void
 static int gemm_run_blas(hd_llvm_rt *rt, const gemm_job *j, hd_llvm_kernel_fn epi, void **slots,
                          int64_t range) {
     gemm_blas bl;
-    if (!gemm_blas_init(j, &bl)) return 0;
-    cpu_blas_init();
+    if (!cpu_blas_ready() || !gemm_blas_init(j, &bl)) return 0;
     int nt = rt->ctx->nthreads;
     bl.split = cpu_blas_split_of(nt, j->m, j->n, j->k);
     if (bl.split != CPU_BLAS_SPLIT_NONE) {

@@ -19,23 +19,93 @@ int64_t cpu_blas_part(int64_t len, int t, int nt) {
 #ifdef HODU_HAVE_BLAS
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS, opened at the first product rather than linked: a linked
+ * OpenBLAS (the pthread build) starts its worker threads when the process
+ * loads, and they spin in sched_yield for about 0.1 s of CPU in every
+ * process, whether it multiplies or not. Opened here after
+ * OPENBLAS_NUM_THREADS=1 is set, it starts none: Hodu splits large
+ * products over its own threads. */
+static struct {
+    __typeof__(cblas_sgemm) *sgemm;
+    __typeof__(cblas_dgemm) *dgemm;
+    __typeof__(cblas_sgemv) *sgemv;
+    __typeof__(cblas_dgemv) *dgemv;
+    void (*set_threads)(int);
+    char *(*corename)(void);
+    int ready;
+    char why[256];
+} blas;
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-static void blas_init_once(void) {
-    openblas_set_num_threads(1);
+static void *blas_open(void) {
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so",
+                                        "libopenblas64_.so.0"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    return h;
 }
 
-void cpu_blas_init(void) {
+static void blas_init_once(void) {
+    const char *off = getenv("HODU_NO_BLAS");
+    if (off && *off && strcmp(off, "0") != 0) {
+        snprintf(blas.why, sizeof blas.why, "HODU_NO_BLAS is set");
+        return;
+    }
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    void *h = blas_open();
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(blas.why, sizeof blas.why, "OpenBLAS could not be opened (%s)",
+                 e ? e : "libopenblas.so.0");
+        return;
+    }
+    *(void **)&blas.sgemm = dlsym(h, "cblas_sgemm");
+    *(void **)&blas.dgemm = dlsym(h, "cblas_dgemm");
+    *(void **)&blas.sgemv = dlsym(h, "cblas_sgemv");
+    *(void **)&blas.dgemv = dlsym(h, "cblas_dgemv");
+    *(void **)&blas.set_threads = dlsym(h, "openblas_set_num_threads");
+    *(void **)&blas.corename = dlsym(h, "openblas_get_corename");
+    if (!blas.sgemm || !blas.dgemm || !blas.sgemv || !blas.dgemv) {
+        snprintf(blas.why, sizeof blas.why, "the OpenBLAS found lacks cblas_sgemm or cblas_sgemv");
+        return;
+    }
+    if (blas.set_threads) blas.set_threads(1);
+    blas.ready = 1;
+}
+
+int cpu_blas_ready(void) {
     pthread_once(&blas_once, blas_init_once);
+    return blas.ready;
+}
+
+const char *cpu_blas_why(void) {
+    return cpu_blas_ready() ? "" : blas.why;
 }
 
 const char *cpu_blas_core(void) {
-    cpu_blas_init();
-    const char *core = openblas_get_corename();
+    if (!cpu_blas_ready()) return "none";
+    const char *core = blas.corename ? blas.corename() : NULL;
     return core ? core : "unknown";
+}
+
+void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,
+                   const void *vec, int64_t inc, void *out) {
+    enum CBLAS_TRANSPOSE t = trans ? CblasTrans : CblasNoTrans;
+    if (f64)
+        blas.dgemv(CblasRowMajor, t, (int)rows, (int)cols, 1.0, mat, (int)ldm, vec, (int)inc, 0.0,
+                   out, 1);
+    else
+        blas.sgemv(CblasRowMajor, t, (int)rows, (int)cols, 1.0f, mat, (int)ldm, vec, (int)inc, 0.0f,
+                   out, 1);
 }
 
 /* One single-threaded gemm. */
@@ -43,11 +113,11 @@ static void blas_gemm1(const cpu_blas_args *g) {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
     if (g->f64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a,
-                    (int)g->lda, g->b, (int)g->ldb, g->beta, g->c, (int)g->ldc);
+        blas.dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, g->a,
+                   (int)g->lda, g->b, (int)g->ldb, g->beta, g->c, (int)g->ldc);
     else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, g->a,
-                    (int)g->lda, g->b, (int)g->ldb, (float)g->beta, g->c, (int)g->ldc);
+        blas.sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, g->a,
+                   (int)g->lda, g->b, (int)g->ldb, (float)g->beta, g->c, (int)g->ldc);
 }
 
 /* The same product restricted to rows (or columns) [lo, hi) of C. */
@@ -90,7 +160,6 @@ static void blas_gemm_par(int nt, const cpu_blas_args *g) {
 void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
                    const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
                    int64_t ldc, const hd_stop *stop) {
-    cpu_blas_init();
     cpu_blas_args g = {f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     double mnk = (double)m * (double)n * (double)k;
     if (!stop || mnk <= 2 * CPU_BLAS_PIECE) {
@@ -109,10 +178,22 @@ void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_
 
 #else
 
-void cpu_blas_init(void) {}
+int cpu_blas_ready(void) {
+    return 0;
+}
+
+const char *cpu_blas_why(void) {
+    return "this build has no BLAS";
+}
 
 const char *cpu_blas_core(void) {
     return "none";
+}
+
+void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,
+                   const void *vec, int64_t inc, void *out) {
+    HD_UNUSED(f64), HD_UNUSED(trans), HD_UNUSED(rows), HD_UNUSED(cols), HD_UNUSED(mat);
+    HD_UNUSED(ldm), HD_UNUSED(vec), HD_UNUSED(inc), HD_UNUSED(out);
 }
 
 void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,

@@ -14,9 +14,16 @@
  * on one core). */
 #define CPU_BLAS_PAR (1 << 20)
 
-/* Once per process, before the first BLAS call (thread-safe, cheap after
- * the first): one OpenBLAS thread. */
-void cpu_blas_init(void);
+/* Is OpenBLAS here? The first call opens it (thread-safe, cheap after the
+ * first) with one thread; every BLAS path asks first and falls back to
+ * Hodu's own loops when it is not (cpu_blas_why says why). */
+int cpu_blas_ready(void);
+const char *cpu_blas_why(void);
+
+/* y = op(M) x for a row-major rows x cols M (trans: M^T), x read every inc
+ * elements, alpha 1, beta 0. Needs cpu_blas_ready(). */
+void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,
+                   const void *vec, int64_t inc, void *out);
 
 /* The name of the kernels OpenBLAS chose for this CPU ("Cooperlake",
  * "Haswell", ...; OPENBLAS_CORETYPE forces one), "none" without BLAS. */
@@ -57,12 +64,12 @@ cpu_blas_split cpu_blas_split_of(int nt, int64_t m, int64_t n, int64_t k);
 int64_t cpu_blas_part(int64_t len, int t, int nt);
 
 /* Rows (or columns) [lo, hi) of C with one single-threaded gemm; split
- * NONE is taken as COLS. Needs a BLAS build. */
+ * NONE is taken as COLS. Needs cpu_blas_ready(). */
 void cpu_blas_gemm_part(const cpu_blas_args *g, cpu_blas_split split, int64_t lo, int64_t hi);
 
 /* C[m, n] = alpha op(A) op(B) + beta C, row-major (ldc >= n), f32 or f64
  * (f64 != 0), on up to nt threads when the product is large and the caller
- * is not itself on an OpenMP team. ta / tb transpose. Needs a BLAS build
+ * is not itself on an OpenMP team. ta / tb transpose. Needs cpu_blas_ready()
  * and m, n, k, lda, ldb, ldc within int. A product of more than two pieces
  * runs piece by piece along its longer side and returns early, C
  * unfinished, when stop (may be NULL) says so. */

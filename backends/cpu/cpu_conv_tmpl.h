@@ -44,8 +44,11 @@ static void NN_FN(conv_im2col)(const NN_T *x, NN_T *col, const conv_geom *g, int
 static void NN_FN(conv_gemm)(int64_t m, int64_t n, int64_t k, const NN_T *a, const NN_T *b, NN_T *c,
                              int nt) {
 #if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-    cpu_blas_gemm(nt, NN_F64, 0, 0, m, n, k, 1, a, k, b, n, 1, c, n, NULL);
-#else
+    if (cpu_blas_ready()) {
+        cpu_blas_gemm(nt, NN_F64, 0, 0, m, n, k, 1, a, k, b, n, 1, c, n, NULL);
+        return;
+    }
+#endif
     HD_UNUSED(nt);
     for (int64_t i = 0; i < m; i++)
         for (int64_t t = 0; t < k; t++) {
@@ -55,7 +58,6 @@ static void NN_FN(conv_gemm)(int64_t m, int64_t n, int64_t k, const NN_T *a, con
 #pragma omp simd
             for (int64_t j = 0; j < n; j++) cr[j] += av * br[j];
         }
-#endif
 }
 
 /* Depthwise-style groups (one input channel each): a direct loop reads x

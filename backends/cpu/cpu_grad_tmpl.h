@@ -36,8 +36,11 @@ static void GR_FN(grad_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, co
         return;
     }
 #if defined(HODU_HAVE_BLAS) && HODU_HAVE_BLAS
-    cpu_blas_gemm(nt, GR_F64, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc, NULL);
-#else
+    if (cpu_blas_ready()) {
+        cpu_blas_gemm(nt, GR_F64, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc, NULL);
+        return;
+    }
+#endif
     HD_UNUSED(nt);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -47,7 +50,6 @@ static void GR_FN(grad_gemm)(int ta, int tb, int64_t m, int64_t n, int64_t k, co
                     (ta ? a[t * lda + i] : a[i * lda + t]) * (tb ? b[j * ldb + t] : b[t * ldb + j]);
             c[i * ldc + j] = (beta == 0 ? 0 : beta * c[i * ldc + j]) + s;
         }
-#endif
 }
 
 /* ---- elementwise ---- */

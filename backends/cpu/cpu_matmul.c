@@ -268,12 +268,7 @@ static void mm_blas_one(const mm_job *j, int nt, enum CBLAS_TRANSPOSE ta, int ld
         int stored_len_first = (n == 1) == (tm == CblasNoTrans);
         enum CBLAS_TRANSPOSE t = stored_len_first ? CblasNoTrans : CblasTrans;
         int sr = stored_len_first ? len : k, sc = stored_len_first ? k : len;
-        if (f64)
-            cblas_dgemv(CblasRowMajor, t, sr, sc, 1.0, (const double *)mat, ldm,
-                        (const double *)vec, inc, 0.0, (double *)pc, 1);
-        else
-            cblas_sgemv(CblasRowMajor, t, sr, sc, 1.0f, (const float *)mat, ldm, (const float *)vec,
-                        inc, 0.0f, (float *)pc, 1);
+        cpu_blas_gemv(f64, t == CblasTrans, sr, sc, mat, ldm, vec, inc, pc);
         return;
     }
     cpu_blas_gemm(nt, f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0,
@@ -305,7 +300,6 @@ static hd_status mm_blas(hd_ctx *ctx, mm_job *j) {
         mm_layout(&j->b, &tb, &ldb);
     }
     double mnk = (double)j->m * j->n * j->k;
-    cpu_blas_init();
     /* many small products: one per thread; else each product split */
     int nt = mnk < MM_SMALL_GEMM && j->nbatch > 1 ? mm_threads(ctx, mnk * j->nbatch) : 1;
     if (nt > 1) {
@@ -349,10 +343,9 @@ static hd_status mm_f32_contig(hd_ctx *ctx, const mm_job *j, const float *a, con
     s.b.rs = j->n, s.b.cs = 1;
     s.out = (char *)c;
 #ifdef HODU_HAVE_BLAS
-    return mm_blas(ctx, &s);
-#else
-    return mm_plain(ctx, &s);
+    if (cpu_blas_ready()) return mm_blas(ctx, &s);
 #endif
+    return mm_plain(ctx, &s);
 }
 
 /* Half types: per batch, convert to f32 (a batch that reads the same matrix
@@ -419,7 +412,7 @@ hd_status hd_cpu_matmul(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const 
     else if (j.dt == HD_F16 || j.dt == HD_BF16)
         st = mm_half(ctx, &j);
 #ifdef HODU_HAVE_BLAS
-    else if (j.dt == HD_F32 || j.dt == HD_F64)
+    else if ((j.dt == HD_F32 || j.dt == HD_F64) && cpu_blas_ready())
         st = mm_blas(ctx, &j);
 #endif
     else
