@@ -10,7 +10,10 @@
  * HODU_RANDGRAPH_SEED=n reruns one. HODU_RANDGRAPH_N=n runs n graphs,
  * HODU_RANDGRAPH_LLVM=n the first n of them through llvm too, and
  * HODU_RANDGRAPH_CUDA=n through the cuda compiler (on a GPU or the
- * emulator: the suite runs 120 there as emu.test_randgraph). */
+ * emulator: the suite runs 120 there as emu.test_randgraph). The same
+ * programs also run as the body of a loop node of 1..7 trips, x carried
+ * (HODU_RANDGRAPH_LOOPS=n of them, 300 by default), against eager
+ * iterations, through each compiler. */
 #include "hd_backend.h"
 #include "hd_compile.h"
 #include "hd_script.h"
@@ -476,6 +479,130 @@ static const hd_jit_compiler *const compilers[] = {
 };
 #define NCOMPILERS ((int)(sizeof compilers / sizeof *compilers))
 
+/* ---- loops: the program as the body of a loop node ----
+ *
+ * x' = tanh(x + 0.1 * tanh(mean(out0))) after the program over (x, the
+ * other inputs): a carried value of x's type whatever the program does,
+ * bounded at every iteration. Run trips times eagerly, and as one loop
+ * node (the traced body) through each compiler. */
+
+static hd_tensor *loop_op(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at) {
+    hd_tensor *in[2] = {a, b}, *out = NULL;
+    return hd_op_run(ctx, op, in, b ? 2 : 1, at, &out) ? NULL : out;
+}
+
+static hd_tensor *loop_step(hd_ctx *ctx, uint64_t pseed, hd_dtype dt, hd_tensor *const *in,
+                            int nin) {
+    prog p = {ctx, pseed, dt, {0}, 0};
+    hd_tensor *out[4] = {0}, *next = NULL;
+    int nout = 0;
+    if (!program(&p, in, nin, out, &nout)) {
+        hd_attrs cast, all;
+        memset(&cast, 0, sizeof cast);
+        memset(&all, 0, sizeof all);
+        cast.dtype = in[0]->dtype;
+        hd_tensor *c = loop_op(ctx, HD_OP_CAST, out[0], NULL, &cast);
+        hd_tensor *m = c ? loop_op(ctx, HD_OP_MEAN, c, NULL, &all) : NULL;
+        hd_tensor *tm = m ? loop_op(ctx, HD_OP_TANH, m, NULL, NULL) : NULL;
+        hd_tensor *k = hd_tensor_number(ctx, in[0]->dtype, 0.1);
+        hd_tensor *d = tm && k ? loop_op(ctx, HD_OP_MUL, tm, k, NULL) : NULL;
+        hd_tensor *sum = d ? loop_op(ctx, HD_OP_ADD, in[0], d, NULL) : NULL;
+        next = sum ? loop_op(ctx, HD_OP_TANH, sum, NULL, NULL) : NULL;
+        hd_tensor *tmp[] = {c, m, tm, k, d, sum};
+        for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) hd_tensor_unref(tmp[i]);
+    }
+    prog_clear(&p);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(out[i]);
+    return next;
+}
+
+/* The body for loop_step, traced over symbolic inputs like in. */
+static hd_ir_graph *loop_body(hd_ctx *ctx, uint64_t pseed, hd_dtype dt, hd_tensor *const *in,
+                              int nin) {
+    hd_tensor *sym[4] = {0}, *next = NULL;
+    hd_ir_graph *g = NULL;
+    hd_status st = hd_trace_begin(ctx, "rand.loop");
+    for (int i = 0; i < nin && !st; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "in%d", i);
+        if (!(sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim)))
+            st = ctx->status;
+    }
+    if (!st && !(next = loop_step(ctx, pseed, dt, sym, nin))) st = ctx->status;
+    if (!st) st = hd_trace_output(ctx, "x", next);
+    if (st)
+        hd_trace_abort(ctx);
+    else
+        hd_trace_end(ctx, &g);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(sym[i]);
+    hd_tensor_unref(next);
+    return g;
+}
+
+/* A graph of one loop node of trips over body (x carried), its result x. */
+static hd_ir_graph *loop_graph(hd_ctx *ctx, hd_ir_graph *body, int64_t trips, hd_tensor *const *in,
+                               int nin) {
+    hd_ir_graph *g = hd_ir_graph_new(ctx, "rand");
+    int ids[4], src = 0, ok = g != NULL;
+    for (int i = 0; ok && i < nin; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "in%d", i);
+        ok = (ids[i] = hd_ir_add_input(g, name, in[i]->dtype, in[i]->shape, in[i]->ndim)) >= 0;
+    }
+    int loop = ok ? hd_ir_add_loop(g, body, trips, ids, nin, 1, &src) : -1;
+    if (!ok) hd_ir_graph_free(body);
+    int x = loop >= 0 ? hd_ir_add_loop_out(g, loop, 0) : -1;
+    if (x < 0 || hd_ir_add_output(g, "x", x) || hd_ir_verify(g)) {
+        hd_ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static uint64_t loop_graphs = 300;
+
+static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
+    prog gen = {ctx, seed * 0x2545f4914f6cdd1dULL + 7, HD_F32, {0}, 0};
+    gen.dt = rint_(&gen, 3) ? HD_F32 : HD_F64;
+    int nin = 1 + rint_(&gen, 3);
+    int64_t trips = 1 + rint_(&gen, 7);
+    hd_tensor *in[4] = {0}, *x = NULL;
+    for (int i = 0; i < nin; i++) {
+        int64_t s[HD_MAX_DIMS];
+        int nd;
+        rshape(&gen, s, &nd);
+        in[i] = rconst(&gen, s, nd);
+    }
+    uint64_t pseed = rnd(&gen) | 1;
+    hd_tensor *cur[4];
+    memcpy(cur, in, sizeof cur);
+    x = hd_tensor_ref(in[0]);
+    for (int64_t t = 0; t < trips && x; t++) { /* the reference */
+        cur[0] = x;
+        hd_tensor *next = loop_step(ctx, pseed, gen.dt, cur, nin);
+        hd_tensor_unref(x);
+        x = next;
+    }
+    if (!x) { /* eager refused the program: not a test */
+        hd_error_clear(ctx);
+        r->skipped++;
+    } else {
+        hd_ir_graph *body = loop_body(ctx, pseed, gen.dt, in, nin);
+        hd_ir_graph *g = body ? loop_graph(ctx, body, trips, in, nin) : NULL;
+        int ok = g != NULL;
+        for (int c = 0; ok && c < NCOMPILERS; c++)
+            if (c == 0 || seed <= llvm_graphs / 10)
+                ok = run_compiled(ctx, seed, compilers[c], g, in, nin, &x, 1);
+        if (ok && seed <= cuda_graphs) ok = run_cuda(ctx, seed, g, in, nin, &x, 1);
+        if (ok) r->ok++;
+        CHECK_MSG(ok, "loop seed %llu (%lld trips)", (unsigned long long)seed, (long long)trips);
+        hd_ir_graph_free(g);
+        hd_error_clear(ctx);
+    }
+    hd_tensor_unref(x);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(in[i]);
+}
+
 static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     prog gen = {ctx, seed * 0x9e3779b97f4a7c15ULL + 1, HD_F32, {0}, 0};
     gen.dt = rint_(&gen, 3) ? HD_F32 : HD_F64;
@@ -532,9 +659,16 @@ int main(void) {
     const char *nc = getenv("HODU_RANDGRAPH_CUDA");
     if (nc) cuda_graphs = strtoull(nc, NULL, 10);
     setenv("HODU_CACHE_DIR", "off", 1); /* llvm compiles every graph */
+    const char *nloop = getenv("HODU_RANDGRAPH_LOOPS");
+    if (nloop) loop_graphs = strtoull(nloop, NULL, 10);
     if (one) {
         one_graph(&ctx, strtoull(one, NULL, 10), &r);
+        one_loop(&ctx, strtoull(one, NULL, 10), &r);
     } else {
+        result lr = {0, 0};
+        for (uint64_t seed = 1; seed <= loop_graphs; seed++) one_loop(&ctx, seed, &lr);
+        printf("%d loop graphs agree, %d programs refused eagerly\n", lr.ok, lr.skipped);
+        CHECK(lr.ok + lr.skipped == (int)loop_graphs && lr.skipped < (int)loop_graphs / 20 + 1);
         for (uint64_t seed = 1; seed <= n; seed++) one_graph(&ctx, seed, &r);
         printf("%d graphs agree (interp; llvm on the first %d too), %d programs refused eagerly\n",
                r.ok, NCOMPILERS > 1 ? (int)(llvm_graphs < n ? llvm_graphs : n) : 0, r.skipped);
