@@ -58,12 +58,13 @@ hd_status hd_jit_loops_compile(hd_ctx *ctx, const hd_jit_compiler *c, hd_ir_grap
     return HD_OK;
 }
 
-/* The last iteration's outputs into out, each at its offset. */
-static hd_status loop_pack(hd_ctx *ctx, const hd_ir_loop *l, const loop_exec *x, hd_tensor *out) {
+/* The last iteration's outputs (outs) into out, each at its offset. */
+static hd_status loop_pack(hd_ctx *ctx, const hd_ir_loop *l, const loop_exec *x,
+                           hd_tensor *const *outs, hd_tensor *out) {
     static const hd_attrs none;
     const hd_backend *be = out->storage->backend;
     for (int k = 0; k < x->nout; k++) {
-        hd_tensor *src = x->outs[k];
+        hd_tensor *src = outs[k];
         if (!src->numel) continue;
         int es = hd_dtype_size(src->dtype);
         int64_t at = out->offset + l->offset[k], strides[HD_MAX_DIMS];
@@ -94,6 +95,22 @@ static void loop_advance(const hd_ir_loop *l, loop_exec *x) {
     }
 }
 
+/* The trip count: static, or the value of input trips_in (read on the
+ * host; a device scalar is copied). */
+static hd_status loop_trips(hd_ctx *ctx, const hd_ir_loop *l, hd_tensor *const *in, int64_t *n) {
+    if (l->trips_in < 0) {
+        *n = l->trips;
+        return HD_OK;
+    }
+    hd_tensor *t = in[l->trips_in];
+    hd_tensor *h = hd_tensor_is_cpu(t) ? hd_tensor_ref(t) : hd_tensor_to_host(ctx, t);
+    if (!h) return ctx->status;
+    double v = hd_tensor_get(h, 0);
+    hd_tensor_unref(h);
+    *n = v > 0 ? (int64_t)v : 0;
+    return HD_OK;
+}
+
 hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in, int nin,
                           hd_tensor *out) {
     const hd_ir_loop *l = n->loop;
@@ -102,16 +119,19 @@ hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in
     if (nin != x->nin)
         return hd_error(ctx, HD_ERR_RUNTIME, "loop: %d inputs, its body takes %d", nin, x->nin);
     memcpy(x->args, in, (size_t)nin * sizeof *in);
-    hd_status st = HD_OK;
-    for (int64_t t = 0; t < l->trips && !st; t++) {
+    int64_t trips = 0;
+    hd_status st = loop_trips(ctx, l, in, &trips);
+    if (!st && trips == 0) /* every output is carried: the loop gives its inputs */
+        return loop_pack(ctx, l, x, in, out);
+    for (int64_t t = 0; t < trips && !st; t++) {
         if (hd_ctx_interrupted(ctx)) {
             st = hd_ctx_stop_error(ctx);
             break;
         }
         st = x->c->run(ctx, x->e, x->args, x->nin, x->outs, x->nout);
-        if (!st && t + 1 < l->trips) loop_advance(l, x);
+        if (!st && t + 1 < trips) loop_advance(l, x);
     }
-    if (!st) st = loop_pack(ctx, l, x, out);
+    if (!st) st = loop_pack(ctx, l, x, x->outs, out);
     for (int k = 0; k < x->nout; k++) {
         hd_tensor_unref(x->outs[k]);
         x->outs[k] = NULL;

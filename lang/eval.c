@@ -3,6 +3,7 @@
 #include "eval.h"
 #include "compiled.h"
 #include "tensor_api.h"
+#include "hd_trace.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1418,10 +1419,46 @@ static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
 }
 
+/* An if's condition while tracing: a tensor known only when the graph
+ * runs makes the if a cond (eval_loop.c); 1 when that handled the whole if
+ * (*fl its flow), else the truth in *t. */
+static HD_NOINLINE int if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t, int *fl) {
+    hd_value c = ev(vm, f, n->a);
+    if (c.type == HD_V_ERR) return *fl = HD_FLOW_ERROR, 1;
+    if (c.type == HD_V_TENSOR && c.as.t->numel == 1 &&
+        hd_trace_stands_for_input(&vm->ctx, c.as.t)) {
+        const char *why = NULL;
+        *fl = hd_eval_if_traced(vm, f, n, c.as.t, &why);
+        hd_vunref(vm, c);
+        if (*fl == HD_FLOW_NORMAL && why && !strcmp(why, "out of memory"))
+            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_MEMORY, "out of memory"), HD_FLOW_ERROR);
+        else if (*fl == HD_FLOW_NORMAL && why)
+            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
+                                 "branch on tensor data inside compiled code: use where(...) (this "
+                                 "if cannot be compiled: %s)",
+                                 why),
+                   HD_FLOW_ERROR);
+        return 1;
+    }
+    int ok = 1;
+    *t = c.type == HD_V_BOOL ? c.as.b : hd_eval_truthy(vm, c, &ok);
+    hd_vunref(vm, c);
+    if (!ok) return fail(vm, f, n->a), *fl = HD_FLOW_ERROR, 1;
+    return 0;
+}
+
+int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    return ex(vm, f, n);
+}
+
 static HD_NOINLINE int ex_if(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (;;) {
-        int t;
-        if (!truth_of(vm, f, n->a, &t)) return HD_FLOW_ERROR;
+        int t, fl;
+        if (HD_UNLIKELY(vm->ctx.trace != NULL)) {
+            if (if_traced(vm, f, n, &t, &fl)) return fl;
+        } else if (!truth_of(vm, f, n->a, &t)) {
+            return HD_FLOW_ERROR;
+        }
         if (t) return ex_block(vm, f, n->body);
         n = n->c;
         if (!n) return HD_FLOW_NORMAL;

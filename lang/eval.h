@@ -69,6 +69,12 @@ hd_status hd_eval_index_op(hd_vm *vm, hd_value x, struct hd_index_part *parts, i
 /* One iteration of for-loop n with its variable bound to v (taken):
  * NORMAL, BREAK, RETURN or ERROR. */
 int hd_eval_for_iteration(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+/* Run statement n (a block, an if, ...): a flow code. */
+int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n);
+/* `if` n on pred, a one-element tensor known only when traced code runs
+ * (eval_loop.c): a flow code; *why is set (and nothing changed) when the
+ * branches cannot become a cond. */
+int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, const char **why);
 /* A counted for-loop while compiled code is traced (eval_loop.c): a flow
  * code as hd_eval_for_iteration's. */
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,

@@ -51,6 +51,13 @@ typedef struct hd_roll_watch {
     const char *why; /* the first such write, for HODU_LOG=loop */
     roll_grad *grads;
     int ngrads, cap;
+    /* a branch (hd_eval_if_traced): writes to the function's own variables
+     * are logged with their old values to be put back; any other write to
+     * state from before the branch is refused */
+    int undo;
+    int *log_slot;
+    hd_value *log_old; /* held */
+    int nlog, caplog;
 } hd_roll_watch;
 
 /* HODU_LOOP_ROLL=0 keeps every loop unrolled (for comparisons). */
@@ -105,22 +112,57 @@ static int roll_is_local(const hd_roll_watch *w, const hd_frame *f, const hd_ref
     return roll_inner_frame(w, f);
 }
 
+/* A branch's write to slot `slot` of its frame: its old value, once. */
+static void roll_log(hd_vm *vm, hd_roll_watch *w, int slot, hd_value old) {
+    for (int i = 0; i < w->nlog; i++)
+        if (w->log_slot[i] == slot) return;
+    if (w->nlog == w->caplog) {
+        int cap = w->caplog ? w->caplog * 2 : 8;
+        int *s = hd_ctx_alloc(&vm->ctx, (size_t)cap * sizeof *s);
+        hd_value *o = s ? hd_ctx_alloc(&vm->ctx, (size_t)cap * sizeof *o) : NULL;
+        if (!o) {
+            hd_ctx_free(&vm->ctx, s, s ? (size_t)cap * sizeof *s : 0);
+            hd_error_clear(&vm->ctx);
+            roll_change(w, "out of memory");
+            return;
+        }
+        if (w->nlog) {
+            memcpy(s, w->log_slot, (size_t)w->nlog * sizeof *s);
+            memcpy(o, w->log_old, (size_t)w->nlog * sizeof *o);
+        }
+        hd_ctx_free(&vm->ctx, w->log_slot, (size_t)w->caplog * sizeof *s);
+        hd_ctx_free(&vm->ctx, w->log_old, (size_t)w->caplog * sizeof *o);
+        w->log_slot = s;
+        w->log_old = o;
+        w->caplog = cap;
+    }
+    w->log_slot[w->nlog] = slot;
+    hd_vref(w->log_old[w->nlog++] = old);
+}
+
 void hd_roll_note_store(hd_vm *vm, const hd_frame *f, const hd_ref *r, const hd_obj *cell,
                         hd_value old, hd_value v) {
-    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
-        if (!roll_is_local(w, f, r, cell) && !roll_same_value(vm, old, v))
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer) {
+        if (roll_is_local(w, f, r, cell)) continue;
+        if (w->undo && !cell && r->kind == HD_REF_LOCAL && f == w->frame)
+            roll_log(vm, w, r->index, old);
+        else if (w->undo)
+            roll_change(w, "it assigns a variable outside the function");
+        else if (!roll_same_value(vm, old, v))
             roll_change(w, "a variable from before the iteration changes");
+    }
 }
 
 void hd_roll_note_container(hd_vm *vm, const hd_obj *o, int has_old, hd_value old, hd_value v) {
     for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
-        if (o->birth <= w->birth0 && (!has_old || !roll_same_value(vm, old, v)))
-            roll_change(w, "a list, dict or object from before the iteration changes");
+        if (o->birth <= w->birth0 && (w->undo || !has_old || !roll_same_value(vm, old, v)))
+            roll_change(w, w->undo ? "it changes a list, dict or object from before it"
+                                   : "a list, dict or object from before the iteration changes");
 }
 
 void hd_roll_note_global(hd_vm *vm, hd_value old, hd_value v) {
     for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
-        if (!roll_same_value(vm, old, v)) roll_change(w, "a module's variable changes");
+        if (w->undo || !roll_same_value(vm, old, v)) roll_change(w, "a module's variable changes");
 }
 
 /* ---- gradients: .grad and requires_grad of leaves ---- */
@@ -163,7 +205,12 @@ static void roll_note_grad(hd_roll_watch *w, hd_vm *vm, hd_tensor *t) {
 static void roll_grad_write(hd_ctx *ctx, void *ud, hd_tensor *t) {
     hd_vm *vm = ud;
     HD_UNUSED(ctx);
-    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer) roll_note_grad(w, vm, t);
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer) {
+        if (w->undo)
+            roll_change(w, "it changes a .grad");
+        else
+            roll_note_grad(w, vm, t);
+    }
 }
 
 /* ---- one watched iteration ---- */
@@ -192,7 +239,8 @@ static int roll_watch_end(hd_vm *vm, hd_roll_watch *w) {
     }
     hd_ctx_free(&vm->ctx, w->grads, (size_t)w->cap * sizeof *w->grads);
     if (hd_grad_watch_live(&vm->ctx, w->gen))
-        roll_change(w, "a gradient record of the iteration stays alive after it");
+        roll_change(w, w->undo ? "its values need gradients, which a cond does not give yet"
+                               : "a gradient record of the iteration stays alive after it");
     vm->roll_watch = w->outer;
     vm->ctx.grad_watch = w->outer ? w->outer->gen : 0;
     if (!w->outer) {
@@ -298,8 +346,8 @@ int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64
     if (count < HD_LOOP_ROLL_MIN || !roll_enabled() || n->ref.kind != HD_REF_LOCAL)
         return roll_rest(&L, 0);
     if (roll_reads(n->body, &n->ref, 0)) {
-        roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s",
-                 count, "");
+        roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s", count,
+                 "");
         return roll_rest(&L, 0);
     }
     if (L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) {
@@ -312,5 +360,157 @@ int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64
     }
     int fl = roll_run(&L);
     if (L.local) hd_ctx_free(&vm->ctx, L.local, (size_t)L.nslots);
+    return fl;
+}
+
+/* ---- branches on tensors ----
+ *
+ * `if t { ... } else { ... }` on a one-element tensor t known only when
+ * the graph runs: both branches are traced, the function's variables each
+ * writes are put back after it, and the variables become the results of a
+ * cond (hd_trace_cond): only the branch taken runs. A branch that writes
+ * other state (fields, lists, globals, .grad), leaves a gradient record
+ * alive, or gives a variable a value that is no tensor, or one of another
+ * dtype or shape than the other branch, keeps the error it always had. */
+
+typedef struct roll_branch {
+    int *slot;
+    hd_value *old, *now; /* held */
+    int n;               /* entries (now may be NULL after a failed allocation) */
+} roll_branch;
+
+/* End branch watch w: its variables' values now, put back to before. */
+static void roll_branch_take(hd_vm *vm, hd_frame *f, hd_roll_watch *w, roll_branch *b) {
+    b->slot = w->log_slot;
+    b->old = w->log_old;
+    b->n = w->nlog;
+    b->now = hd_ctx_calloc(&vm->ctx, (size_t)w->caplog + 1, sizeof *b->now);
+    for (int i = 0; i < b->n; i++) {
+        hd_value cur = f->slots[b->slot[i]];
+        hd_vref(f->slots[b->slot[i]] = b->old[i]);
+        if (b->now)
+            b->now[i] = cur;
+        else
+            hd_vunref(vm, cur);
+    }
+    w->log_slot = NULL;
+    w->log_old = NULL;
+}
+
+static void roll_branch_free(hd_vm *vm, roll_branch *b, int cap) {
+    for (int i = 0; i < b->n; i++) {
+        hd_vunref(vm, b->old[i]);
+        if (b->now) hd_vunref(vm, b->now[i]);
+    }
+    hd_ctx_free(&vm->ctx, b->slot, (size_t)cap * sizeof *b->slot);
+    hd_ctx_free(&vm->ctx, b->old, (size_t)cap * sizeof *b->old);
+    hd_ctx_free(&vm->ctx, b->now, (size_t)(cap + 1) * sizeof *b->now);
+}
+
+/* Trace one branch (stmt may be NULL) under an undo watch. Returns a flow
+ * code; *why is set when the branch cannot be part of a cond. */
+static int roll_branch_run(hd_vm *vm, hd_frame *f, const hd_ast *stmt, const unsigned char *local,
+                           roll_branch *b, int *cap, const char **why) {
+    hd_roll_watch w;
+    roll_watch_begin(vm, &w, f, local, f->nslots);
+    w.undo = 1;
+    int fl = stmt ? hd_eval_statement(vm, f, stmt) : HD_FLOW_NORMAL;
+    int ok = roll_watch_end(vm, &w);
+    *cap = w.caplog;
+    roll_branch_take(vm, f, &w, b);
+    if (!ok && !*why) *why = w.why;
+    if (fl == HD_FLOW_BREAK || fl == HD_FLOW_CONTINUE || fl == HD_FLOW_RETURN) {
+        if (!*why) *why = "it leaves the branch (break, continue or return)";
+        fl = HD_FLOW_NORMAL;
+    }
+    if (!b->now && !*why) *why = "out of memory";
+    return fl;
+}
+
+/* The value branch b gives slot s, or its value before. */
+static hd_value roll_branch_value(const roll_branch *b, int s, hd_value before) {
+    for (int i = 0; i < b->n; i++)
+        if (b->slot[i] == s) return b->now[i];
+    return before;
+}
+
+static const char *roll_merge_check(hd_value old, hd_value t, hd_value e) {
+    if (t.type != HD_V_TENSOR || e.type != HD_V_TENSOR)
+        return "a variable it assigns is no tensor in one branch";
+    const hd_tensor *a = t.as.t, *b = e.as.t;
+    if (a->dtype != b->dtype || a->ndim != b->ndim ||
+        memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape))
+        return "the branches give a variable different dtypes or shapes";
+    if (old.type == HD_V_TENSOR &&
+        (old.as.t->dtype != a->dtype || old.as.t->ndim != a->ndim ||
+         memcmp(old.as.t->shape, a->shape, (size_t)a->ndim * sizeof *a->shape)))
+        return "a variable changes dtype or shape in the branch";
+    return NULL;
+}
+
+/* Merge: the slots either branch wrote, as one cond (n: the if). */
+static int roll_merge(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_tensor *pred, hd_trace_pos *p,
+                      const roll_branch *bt, const roll_branch *be, const char **why) {
+    int n = 0, cap = bt->n + be->n + 1;
+    int *slot = hd_ctx_alloc(&vm->ctx, (size_t)cap * sizeof *slot);
+    hd_tensor **t = hd_ctx_calloc(&vm->ctx, (size_t)cap * 4, sizeof *t);
+    if (!slot || !t) {
+        hd_ctx_free(&vm->ctx, slot, slot ? (size_t)cap * sizeof *slot : 0);
+        hd_ctx_free(&vm->ctx, t, t ? (size_t)cap * 4 * sizeof *t : 0);
+        hd_error_clear(&vm->ctx);
+        *why = "out of memory";
+        return HD_FLOW_NORMAL;
+    }
+    hd_tensor **init = t, **tv = t + cap, **ev = t + 2 * cap, **out = t + 3 * cap;
+    for (int k = 0; k < bt->n + be->n && !*why; k++) {
+        int s = k < bt->n ? bt->slot[k] : be->slot[k - bt->n], dup = 0;
+        for (int i = 0; i < n; i++) dup |= slot[i] == s;
+        if (dup) continue;
+        hd_value old = f->slots[s], a = roll_branch_value(bt, s, old),
+                 b = roll_branch_value(be, s, old);
+        if ((*why = roll_merge_check(old, a, b))) break;
+        slot[n] = s;
+        init[n] = old.type == HD_V_TENSOR ? old.as.t : NULL;
+        tv[n] = a.as.t;
+        ev[n++] = b.as.t;
+    }
+    int fl = HD_FLOW_NORMAL;
+    if (!*why && (n > 0 || p[2].nodes > p[0].nodes)) {
+        if (hd_trace_cond(&vm->ctx, pred, p[0], p[1], p[2], n, init, tv, ev, out)) {
+            hd_eval_failf(vm, f, node, vm->ctx.status, "%s", vm->ctx.errmsg);
+            fl = HD_FLOW_ERROR;
+            for (int i = 0; i < n; i++) hd_tensor_unref(out[i]);
+        }
+        for (int i = 0; i < n && fl == HD_FLOW_NORMAL; i++) {
+            hd_value o = f->slots[slot[i]], v = hd_tensor_value(out[i]);
+            hd_ref r = {HD_REF_LOCAL, slot[i]};
+            if (vm->roll_watch) hd_roll_note_store(vm, f, &r, NULL, o, v); /* an outer branch */
+            f->slots[slot[i]] = v;
+            hd_vunref(vm, o);
+        }
+    }
+    hd_ctx_free(&vm->ctx, slot, (size_t)cap * sizeof *slot);
+    hd_ctx_free(&vm->ctx, t, (size_t)cap * 4 * sizeof *t);
+    return fl;
+}
+
+int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, const char **why) {
+    int ns = f->nslots > 0 ? f->nslots : 1;
+    unsigned char *local = hd_ctx_calloc(&vm->ctx, (size_t)ns, 1);
+    if (!local) return hd_error_clear(&vm->ctx), *why = "out of memory", HD_FLOW_NORMAL;
+    hd_compiled_decl_walk(n->body, local, f->nslots, 0);
+    hd_compiled_decl_walk(n->c, local, f->nslots, 0);
+    roll_branch bt = {0}, be = {0};
+    int capt = 0, cape = 0;
+    hd_trace_pos p[3];
+    p[0] = hd_trace_position(&vm->ctx);
+    int fl = roll_branch_run(vm, f, n->body, local, &bt, &capt, why);
+    p[1] = hd_trace_position(&vm->ctx);
+    if (fl == HD_FLOW_NORMAL) fl = roll_branch_run(vm, f, n->c, local, &be, &cape, why);
+    p[2] = hd_trace_position(&vm->ctx);
+    if (fl == HD_FLOW_NORMAL && !*why) fl = roll_merge(vm, f, n, pred, p, &bt, &be, why);
+    roll_branch_free(vm, &bt, capt);
+    roll_branch_free(vm, &be, cape);
+    hd_ctx_free(&vm->ctx, local, (size_t)ns);
     return fl;
 }

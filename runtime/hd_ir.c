@@ -444,6 +444,39 @@ static hd_status ir_loop_check(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
     return HD_OK;
 }
 
+/* A run-time trip count (trips_in >= 0): a 0-d integer input, and every
+ * body output carried into the input of its index. */
+static hd_status ir_loop_check_trips_in(hd_ir_graph *g, const hd_ir_node *n) {
+    const hd_ir_loop *l = n->loop;
+    if (l->trips_in < 0) return HD_OK;
+    if (l->trips_in >= n->nin)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: trip count input %d of %d", l->trips_in,
+                        n->nin);
+    const hd_ir_value *v = &g->values[n->in[l->trips_in]];
+    if (v->ndim != 0 || !hd_dtype_is_int(v->dtype))
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its trip count is not a 0-d integer");
+    if (l->ncarry != l->body->noutputs)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT,
+                        "loop: with a run-time trip count every output is carried");
+    for (int i = 0; i < l->ncarry; i++)
+        if (l->carry_src[i] != i)
+            return hd_error(g->ctx, HD_ERR_ARGUMENT,
+                            "loop: with a run-time trip count output %d feeds input %d", i, i);
+    return HD_OK;
+}
+
+hd_status hd_ir_loop_trips_from(hd_ir_graph *g, int loop, int input) {
+    if (loop < 0 || loop >= g->nvalues || g->values[loop].kind != HD_IR_VALUE_NODE ||
+        g->nodes[g->values[loop].index].op != HD_IR_LOOP)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %%%d is not a loop's value", loop);
+    hd_ir_node *n = &g->nodes[g->values[loop].index];
+    int was = n->loop->trips_in;
+    n->loop->trips_in = input;
+    hd_status st = ir_loop_check_trips_in(g, n);
+    if (st) n->loop->trips_in = was;
+    return st;
+}
+
 /* The loop record in g's arena (body not yet attached). */
 static hd_ir_loop *ir_loop_new(hd_ir_graph *g, const hd_ir_graph *body, int64_t trips, int ncarry,
                                const int *carry_src) {
@@ -454,6 +487,7 @@ static hd_ir_loop *ir_loop_new(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
     if (!l->carry_src || !l->offset) return NULL;
     if (ncarry) memcpy(l->carry_src, carry_src, (size_t)ncarry * sizeof *carry_src);
     l->trips = trips;
+    l->trips_in = -1;
     l->ncarry = ncarry;
     l->bytes = ir_loop_layout(body, l->offset);
     if (l->bytes < 0) {
@@ -612,6 +646,7 @@ static hd_ir_loop *ir_loop_clone(hd_ir_graph *d, const hd_ir_loop *src) {
     if (!l) return NULL;
     memcpy(l->offset, src->offset, (size_t)src->body->noutputs * sizeof *l->offset);
     l->bytes = src->bytes;
+    l->trips_in = src->trips_in;
     l->body = hd_ir_graph_clone(src->body);
     return l->body ? l : NULL;
 }
@@ -676,6 +711,7 @@ fail:
 
 /* The error in ctx, prefixed with "node i (name): ". */
 static hd_status ir_verify_fail(hd_ir_graph *g, int i, const char *name, const char *what) {
+    if (g->ctx->status == HD_ERR_MEMORY) return HD_ERR_MEMORY; /* as it is */
     char msg[HD_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", g->ctx->errmsg);
     return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (%s): %s%s", i, name, what, msg);
@@ -688,7 +724,8 @@ static hd_status ir_verify_loop(hd_ir_graph *g, int i) {
     const hd_ir_loop *l = n->loop;
     if (!l || !l->body || l->body->ctx != g->ctx)
         return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop): no body", i);
-    if (ir_loop_check(g, l->body, l->trips, n->in, n->nin, l->ncarry, l->carry_src))
+    if (ir_loop_check(g, l->body, l->trips, n->in, n->nin, l->ncarry, l->carry_src) ||
+        ir_loop_check_trips_in(g, n))
         return ir_verify_fail(g, i, "loop", "");
     int64_t at = 0;
     for (int k = 0; k < l->body->noutputs; k++) {
@@ -1037,7 +1074,10 @@ static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth);
 
 /* {trips=999, carry=[%b0 <- out 2]}: %bN is the body's value N. */
 static void ir_print_loop(ir_buf *b, const hd_ir_loop *l) {
-    ir_printf(b, " {trips=%lld", (long long)l->trips);
+    if (l->trips_in >= 0)
+        ir_printf(b, " {trips=input %d", l->trips_in);
+    else
+        ir_printf(b, " {trips=%lld", (long long)l->trips);
     if (l->ncarry) {
         ir_printf(b, ", carry=[");
         for (int i = 0; i < l->ncarry; i++)
@@ -1273,6 +1313,7 @@ static void ir_hash_attrs(hd_ir_hasher *s, const hd_attrs *a) {
 
 static void ir_hash_loop(hd_ir_hasher *s, const hd_ir_loop *l) {
     hd_ir_hash_u64(s, (uint64_t)l->trips);
+    hd_ir_hash_u64(s, (uint64_t)(int64_t)l->trips_in);
     hd_ir_hash_u64(s, (uint64_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) hd_ir_hash_u64(s, (uint64_t)l->carry_src[i]);
     hd_ir_hash_u64(s, l->body ? hd_ir_graph_hash(l->body) : 0);

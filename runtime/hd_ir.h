@@ -73,6 +73,11 @@ typedef struct hd_ir_graph hd_ir_graph;
 typedef struct hd_ir_loop {
     hd_ir_graph *body; /* owned */
     int64_t trips;     /* iterations, >= 1 */
+    /* >= 0: the loop input (a 0-d integer) whose value at run time is the
+     * number of iterations instead (0 or more; cond, docs/ir.md); every body
+     * output then feeds its carried input of the same index, so that a loop
+     * of 0 iterations gives its carried inputs */
+    int trips_in;
     int ncarry;
     int *carry_src;  /* ncarry body output indices */
     int64_t *offset; /* per body output: byte offset in the loop's value */
@@ -165,6 +170,10 @@ hd_status hd_ir_add_output(hd_ir_graph *g, const char *name, int value);
  * on error too). Returns the loop's value id, or -1. */
 int hd_ir_add_loop(hd_ir_graph *g, hd_ir_graph *body, int64_t trips, const int *in, int nin,
                    int ncarry, const int *carry_src);
+/* Take the trip count of loop value `loop` from its input `input` at run
+ * time (hd_ir_loop.trips_in): that input must be a 0-d integer, and body
+ * output i must feed carried input i for every output. */
+hd_status hd_ir_loop_trips_from(hd_ir_graph *g, int loop, int input);
 /* Body output k of loop value `loop` at the last iteration: a new value id,
  * or -1. */
 int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);

@@ -202,13 +202,14 @@ static hd_status script_check_savable(hd_ctx *ctx, const hd_ir_graph *g) {
 
 static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_bytes);
 
-/* A loop's fields after its node record (version 3): trips, carries, and
- * its body as a graph of its own (counts, constant bytes, then as the
- * file's main graph). */
+/* A loop's fields after its node record (version 3): trips (-1 - k: the
+ * count is the value of the loop's input k at run time), carries, and its
+ * body as a graph of its own (counts, constant bytes, then as the file's
+ * main graph). */
 static void w_loop(wbuf *b, hd_ctx *ctx, const hd_ir_loop *l) {
     const hd_ir_graph *body = l->body;
     uint64_t const_bytes = 0;
-    w_i64(b, l->trips);
+    w_i64(b, l->trips_in >= 0 ? -1 - (int64_t)l->trips_in : l->trips);
     w_u32(b, (uint32_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) w_u32(b, (uint32_t)l->carry_src[i]);
     for (int i = 0; i < body->nconsts; i++) const_bytes += hd_tensor_nbytes(body->consts[i].t);
@@ -684,8 +685,14 @@ static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
     r->where = where;
     int v = -1;
     if (ok) {
-        v = hd_ir_add_loop(g, body, trips, ins, nin, (int)ncarry, carry); /* takes body */
+        v = hd_ir_add_loop(g, body, trips < 0 ? 1 : trips, ins, nin, (int)ncarry,
+                           carry); /* takes body */
         body = NULL;
+        if (v >= 0 && trips < -(int64_t)nin) {
+            r_fail(r, "trip count input out of range");
+            return hd_ctx_free(r->ctx, carry, (size_t)(ncarry + 1) * sizeof *carry), -1;
+        }
+        if (v >= 0 && trips < 0 && hd_ir_loop_trips_from(g, v, (int)(-1 - trips))) v = -1;
         if (v < 0) r_wrap(r);
     }
     hd_ir_graph_free(body);

@@ -407,6 +407,15 @@ hd_trace_pos hd_trace_position(const hd_ctx *ctx) {
     return p;
 }
 
+hd_tensor *hd_trace_symbolic_of(hd_ctx *ctx, int v) {
+    hd_trace *tr = ctx->trace;
+    if (!tr || v < 0 || v >= tr->g->nvalues) {
+        hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
+        return NULL;
+    }
+    return trace_symbolic(ctx, tr, v);
+}
+
 hd_ir_graph *hd_trace_graph(const hd_ctx *ctx) {
     return ctx->trace ? ctx->trace->g : NULL;
 }

@@ -101,6 +101,21 @@ typedef struct hd_trace_pos {
 } hd_trace_pos;
 /* Where the active trace is: its node and value counts. */
 hd_trace_pos hd_trace_position(const hd_ctx *ctx);
+/* A new symbolic tensor standing for value v of the active trace. */
+hd_tensor *hd_trace_symbolic_of(hd_ctx *ctx, int v);
+/* A branch on a 0-d tensor (an `if` inside traced code): [p0, p1) traced
+ * the then-branch and [p1, p2) the else-branch (empty if none), after each
+ * of which the program's state was put back. n variables were written in
+ * either: init[i] their value before (NULL when it was no tensor: both
+ * branches then write it), then_v[i] and else_v[i] their values after each
+ * branch (the same dtype and shape); n may be 0 (branches that only print,
+ * say). The branches' nodes become two loop
+ * nodes of 0 or 1 iteration on pred, so that only the branch taken runs
+ * (with its prints and random draws); out[i] receives the new symbolic
+ * value of each variable. */
+hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
+                        hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
+                        hd_tensor *const *else_v, hd_tensor **out);
 /* The active trace's graph (NULL if none), for hd_trace_roll. */
 hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
 /* [a, b) and [b, c) are iterations A and B. If they match, replace both by

@@ -88,7 +88,7 @@ static int roll_match_operand(roll *r, int w, int u) {
 }
 
 static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
-    return x->trips == y->trips && x->ncarry == y->ncarry &&
+    return x->trips == y->trips && x->trips_in == y->trips_in && x->ncarry == y->ncarry &&
            !memcmp(x->carry_src, y->carry_src, (size_t)x->ncarry * sizeof *x->carry_src) &&
            hd_ir_graph_hash(x->body) == hd_ir_graph_hash(y->body);
 }
@@ -127,8 +127,8 @@ static int roll_body_value(roll *r, int u) {
     if (k == ROLL_CARRY) return r->body_of[r->g->nodes[r->a + pos].out];
     if (r->body_of[u] >= 0) return r->body_of[u];
     const hd_ir_value *val = &r->g->values[u];
-    char name[32];
-    snprintf(name, sizeof name, "x%d", u);
+    char name[32]; /* by position: equal iterations give equal bodies */
+    snprintf(name, sizeof name, "x%d", r->nouter);
     if (k == ROLL_LOCAL)
         return r->body_of[u] = hd_ir_add_const(r->body, r->g->consts[val->index].t);
     int id = hd_ir_add_input(r->body, name, val->dtype, val->shape, val->ndim);
@@ -148,6 +148,7 @@ static int roll_body_node(roll *r, const hd_ir_node *y, const int *ids) {
         hd_ir_graph *inner = hd_ir_graph_clone(l->body);
         if (!inner) return -2;
         int v = hd_ir_add_loop(r->body, inner, l->trips, ids, y->nin, l->ncarry, l->carry_src);
+        if (v >= 0 && l->trips_in >= 0 && hd_ir_loop_trips_from(r->body, v, l->trips_in)) v = -1;
         return v < 0 ? -2 : v;
     }
     int v = y->op == HD_IR_LOOP_OUT ? hd_ir_add_loop_out(r->body, ids[0], (int)y->attrs.ints[0])
@@ -305,5 +306,140 @@ hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_po
             *rolled = 1;
     }
     roll_free(&r);
+    return st;
+}
+
+/* ---- branches on tensors: two loops of 0 or 1 iteration ---- */
+
+/* Branch [p, q) as a body: inputs n placeholders of the variables' types
+ * (the loop's carried state), the values the branch reads from before p,
+ * then the trip count; outputs the branch's values of the variables. The
+ * main values of the read inputs go to r->outer. */
+static hd_status cond_body(roll *r, hd_ctx *ctx, hd_trace_pos p, hd_trace_pos q, int n,
+                           const int *vals, const char *name) {
+    hd_status st = roll_init(r, ctx, p, p, q);
+    if (!st && !(r->body = hd_ir_graph_new(ctx, name))) st = ctx->status;
+    for (int i = 0; i < n && !st; i++) {
+        const hd_ir_value *v = &r->g->values[vals[i]];
+        char in[32];
+        snprintf(in, sizeof in, "s%d", i);
+        if (hd_ir_add_input(r->body, in, v->dtype, v->shape, v->ndim) < 0) st = ctx->status;
+    }
+    if (!st) st = roll_body_nodes(r);
+    for (int i = 0; i < n && !st; i++) {
+        char out[32];
+        snprintf(out, sizeof out, "o%d", i);
+        int id = roll_body_value(r, vals[i]);
+        if (id < 0 || hd_ir_add_output(r->body, out, id)) st = ctx->status;
+    }
+    if (!st && hd_ir_add_input(r->body, "trips", HD_I64, NULL, 0) < 0) st = ctx->status;
+    return st ? (ctx->status ? ctx->status : HD_ERR_RUNTIME) : HD_OK;
+}
+
+/* A constant of t's value in g; -1 on error. */
+static int cond_const(hd_ir_graph *g, hd_tensor *t) {
+    if (!t) return -1;
+    int v = hd_ir_add_const(g, t);
+    hd_tensor_unref(t);
+    return v;
+}
+
+/* pred as 0-d i64 0 or 1 (its truth), and 1 - that: ids in c[0], c[1]. */
+static hd_status cond_counts(hd_ctx *ctx, hd_ir_graph *g, int pred, int *c) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int t = pred;
+    if (g->values[pred].dtype != HD_BOOL) {
+        int zero = cond_const(g, hd_tensor_number(ctx, g->values[pred].dtype, 0));
+        int in[2] = {pred, zero};
+        t = zero < 0 ? -1 : hd_ir_add_node(g, HD_OP_NE, in, 2, &at);
+    }
+    if (t >= 0 && g->values[t].ndim != 0) {
+        at.nshape = 0;
+        t = hd_ir_add_node(g, HD_OP_RESHAPE, &t, 1, &at);
+    }
+    at.dtype = HD_I64;
+    c[0] = t < 0 ? -1 : hd_ir_add_node(g, HD_OP_CAST, &t, 1, &at);
+    int one = cond_const(g, hd_tensor_scalar(ctx, HD_I64, 1));
+    int in[2] = {one, c[0]};
+    memset(&at, 0, sizeof at);
+    c[1] = c[0] < 0 || one < 0 ? -1 : hd_ir_add_node(g, HD_OP_SUB, in, 2, &at);
+    return c[1] < 0 ? ctx->status : HD_OK;
+}
+
+/* loop(body) over init (n values), the body's other inputs and count;
+ * the n results into res. Takes r->body. */
+static hd_status cond_loop(roll *r, int n, const int *init, int count, int *res) {
+    hd_ir_graph *g = r->g;
+    int nin = n + r->nouter + 1;
+    int *in = hd_ctx_alloc(r->ctx, (size_t)(nin + n + 1) * sizeof *in);
+    if (!in) return r->ctx->status;
+    int *src = in + nin;
+    for (int i = 0; i < n; i++) in[i] = init[i], src[i] = i;
+    for (int i = 0; i < r->nouter; i++) in[n + i] = r->outer[i];
+    in[nin - 1] = count;
+    hd_ir_graph *body = r->body;
+    r->body = NULL;
+    int loop = hd_ir_add_loop(g, body, 1, in, nin, n, src);
+    hd_status st = loop < 0 ? r->ctx->status : hd_ir_loop_trips_from(g, loop, nin - 1);
+    for (int i = 0; i < n && !st; i++)
+        if ((res[i] = hd_ir_add_loop_out(g, loop, i)) < 0) st = r->ctx->status;
+    hd_ctx_free(r->ctx, in, (size_t)(nin + n + 1) * sizeof *in);
+    return st;
+}
+
+/* The values of the tensors (capturing new ones): init's NULLs become
+ * zeros of the matching then-value's type. */
+static hd_status cond_values(hd_ctx *ctx, int n, hd_tensor *const *init, hd_tensor *const *then_v,
+                             hd_tensor *const *else_v, int *v0, int *vt, int *ve) {
+    hd_ir_graph *g = hd_trace_graph(ctx);
+    for (int i = 0; i < n; i++) {
+        if ((vt[i] = hd_trace_value(ctx, then_v[i])) < 0 ||
+            (ve[i] = hd_trace_value(ctx, else_v[i])) < 0)
+            return ctx->status;
+        if (init[i]) {
+            v0[i] = hd_trace_value(ctx, init[i]);
+        } else {
+            const hd_ir_value *t = &g->values[vt[i]];
+            hd_tensor *z = hd_tensor_new(ctx, t->dtype, t->shape, t->ndim);
+            if (z) memset(z->storage->data, 0, hd_tensor_nbytes(z));
+            v0[i] = cond_const(g, z);
+        }
+        if (v0[i] < 0) return ctx->status;
+    }
+    return HD_OK;
+}
+
+hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
+                        hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
+                        hd_tensor *const *else_v, hd_tensor **out) {
+    hd_ir_graph *g = hd_trace_graph(ctx);
+    if (!g) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
+    if (n < 0 || p0.nodes > p1.nodes || p1.nodes > p2.nodes || p2.nodes != g->nnodes)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "hd_trace_cond: branches out of order");
+    size_t bytes = (size_t)(5 * n + 2) * sizeof(int);
+    int *v = hd_ctx_alloc(ctx, bytes), pv = hd_trace_value(ctx, pred);
+    if (!v || pv < 0) return hd_ctx_free(ctx, v, v ? bytes : 0), ctx->status;
+    int *v0 = v, *vt = v + n, *ve = v + 2 * n, *s1 = v + 3 * n, *s2 = v + 4 * n, *c = v + 5 * n;
+    roll rt, re, cut;
+    memset(&rt, 0, sizeof rt), memset(&re, 0, sizeof re), memset(&cut, 0, sizeof cut);
+    hd_status st = cond_values(ctx, n, init, then_v, else_v, v0, vt, ve);
+    char name[128];
+    snprintf(name, sizeof name, "%s.then", g->name ? g->name : "cond");
+    if (!st) st = cond_body(&rt, ctx, p0, p1, n, vt, name);
+    snprintf(name, sizeof name, "%s.else", g->name ? g->name : "cond");
+    if (!st) st = cond_body(&re, ctx, p1, p2, n, ve, name);
+    if (!st) {
+        cut.ctx = ctx, cut.g = g, cut.a = p0.nodes, cut.c = p2.nodes;
+        roll_truncate(&cut);
+        st = cond_counts(ctx, g, pv, c);
+    }
+    if (!st) st = cond_loop(&rt, n, v0, c[0], s1);
+    if (!st) st = cond_loop(&re, n, s1, c[1], s2);
+    for (int i = 0; i < n && !st; i++)
+        if (!(out[i] = hd_trace_symbolic_of(ctx, s2[i]))) st = ctx->status;
+    if (rt.ctx) roll_free(&rt);
+    if (re.ctx) roll_free(&re);
+    hd_ctx_free(ctx, v, bytes);
     return st;
 }

@@ -130,6 +130,11 @@ static const char *const sf_bodies[] = {
     /* nested loops */
     "let h = x\n    for i in 0..6 {\n        for j in 0..20 { h = h * 0.95 + 0.01 }\n"
     "        h = h - 0.001\n    }\n    return h",
+    /* branches on tensor data (conds), alone and inside a loop */
+    "let z = x.detach()\n    if z.sum() > 0 { z = z * 2.0 } else { z = z - 1.0 }\n    return z",
+    "let z = x.detach()\n    for i in 0..30 { if z.sum() > 1.0 { z = z * 0.5 } else { z = z + 0.3 "
+    "} }\n"
+    "    return z",
     /* .grad read in the loop */
     "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + "
     "net.w1.grad.sum() }\n"
