@@ -799,7 +799,7 @@ static hd_status r_state(rbuf *r, hd_script_var **out, int *nout) {
         vars[k].inplace = flags & 1;
         if (!st && (flags & 2)) st = r_tensor(r, NULL, &total, &vars[k].t);
     }
-    if (st) {
+    if (st || n == 0) { /* no state: no table (its owner keeps none) */
         hd_script_vars_free(r->ctx, vars, (int)n);
         return st;
     }
