@@ -1,6 +1,8 @@
-/* Counted loops inside traced code: `for i in a..b` whose iterations
- * repeat becomes one loop node of the graph instead of b - a copies of its
- * body (docs/compiled.md, "Loops").
+/* Loops and branches inside traced code (docs/compiled.md, "Loops" and
+ * "Branches on tensor data"). A counted loop `for i in a..b` whose
+ * iterations repeat becomes one loop node of the graph instead of b - a
+ * copies of its body; an `if` on a one-element tensor becomes a cond (at
+ * the end of this file).
  *
  * The loop traces its iterations one by one, watching each: an iteration
  * "repeats" when every write it makes to state that existed before it
