@@ -479,6 +479,18 @@ static const hd_jit_compiler *const compilers[] = {
 };
 #define NCOMPILERS ((int)(sizeof compilers / sizeof *compilers))
 
+/* 1..3 random inputs of gen's dtype into in; their count. */
+static int rand_inputs(prog *gen, hd_tensor **in) {
+    int nin = 1 + rint_(gen, 3);
+    for (int i = 0; i < nin; i++) {
+        int64_t s[HD_MAX_DIMS];
+        int nd;
+        rshape(gen, s, &nd);
+        in[i] = rconst(gen, s, nd);
+    }
+    return nin;
+}
+
 /* ---- loops: the program as the body of a loop node ----
  *
  * x' = tanh(x + 0.1 * tanh(mean(out0))) after the program over (x, the
@@ -564,15 +576,9 @@ static uint64_t loop_graphs = 300;
 static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
     prog gen = {ctx, seed * 0x2545f4914f6cdd1dULL + 7, HD_F32, {0}, 0};
     gen.dt = rint_(&gen, 3) ? HD_F32 : HD_F64;
-    int nin = 1 + rint_(&gen, 3);
-    int64_t trips = 1 + rint_(&gen, 7);
     hd_tensor *in[4] = {0}, *x = NULL;
-    for (int i = 0; i < nin; i++) {
-        int64_t s[HD_MAX_DIMS];
-        int nd;
-        rshape(&gen, s, &nd);
-        in[i] = rconst(&gen, s, nd);
-    }
+    int nin = rand_inputs(&gen, in);
+    int64_t trips = 1 + rint_(&gen, 7);
     uint64_t pseed = rnd(&gen) | 1;
     hd_tensor *cur[4];
     memcpy(cur, in, sizeof cur);
@@ -606,14 +612,8 @@ static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
 static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     prog gen = {ctx, seed * 0x9e3779b97f4a7c15ULL + 1, HD_F32, {0}, 0};
     gen.dt = rint_(&gen, 3) ? HD_F32 : HD_F64;
-    int nin = 1 + rint_(&gen, 3);
     hd_tensor *in[4] = {0}, *want[4] = {0};
-    for (int i = 0; i < nin; i++) {
-        int64_t s[HD_MAX_DIMS];
-        int nd;
-        rshape(&gen, s, &nd);
-        in[i] = rconst(&gen, s, nd);
-    }
+    int nin = rand_inputs(&gen, in);
     uint64_t pseed = rnd(&gen) | 1;
     prog p = {ctx, pseed, gen.dt, {0}, 0};
     int nout = 0;
