@@ -69,6 +69,12 @@ hd_status hd_eval_index_op(hd_vm *vm, hd_value x, struct hd_index_part *parts, i
 /* One iteration of for-loop n with its variable bound to v (taken):
  * NORMAL, BREAK, RETURN or ERROR. */
 int hd_eval_for_iteration(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+/* What x.name(...) calls (eval_member.c): *fn (new reference) and whether
+ * x is passed as the receiver. */
+hd_status hd_eval_find_method(hd_vm *vm, hd_value x, const char *name, hd_value *fn,
+                              int *pass_self);
+/* x.name = v (v borrowed). */
+hd_status hd_eval_set_member(hd_vm *vm, hd_value x, const char *name, hd_value v);
 /* Run statement n (a block, an if, ...): a flow code. */
 int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n);
 /* `if` n on pred, a one-element tensor known only when traced code runs

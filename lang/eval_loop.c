@@ -84,19 +84,14 @@ static int roll_same_tensor_type(hd_vm *vm, const hd_tensor *x, const hd_tensor 
            hd_grad_requires(&vm->ctx, x) == hd_grad_requires(&vm->ctx, y);
 }
 
-/* Does writing v over old leave what the next iteration sees the same? */
+/* Does writing v over old leave what the next iteration sees the same?
+ * Tensors: the same type; objects: the same one (their own changes are
+ * watched where they happen); the rest: equal values. */
 static int roll_same_value(hd_vm *vm, hd_value old, hd_value v) {
     if (old.type != v.type) return 0;
-    switch (v.type) {
-    case HD_V_NONE: return 1;
-    case HD_V_BOOL: return old.as.b == v.as.b;
-    case HD_V_INT: return old.as.i == v.as.i;
-    case HD_V_FLOAT: return old.as.f == v.as.f;
-    case HD_V_DTYPE: return old.as.dt == v.as.dt;
-    case HD_V_TENSOR: return roll_same_tensor_type(vm, old.as.t, v.as.t);
-    case HD_V_STR: return hd_value_equal(old, v);
-    default: return old.as.o == v.as.o;
-    }
+    if (v.type == HD_V_TENSOR) return roll_same_tensor_type(vm, old.as.t, v.as.t);
+    if (hd_value_is_obj(v) && v.type != HD_V_STR) return old.as.o == v.as.o;
+    return hd_value_equal(old, v);
 }
 
 /* Is the frame f made during w's iteration (a call from its body)? */
