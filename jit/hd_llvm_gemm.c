@@ -151,6 +151,10 @@ static int gemm_run_blas(hd_llvm_rt *rt, const gemm_job *j, hd_llvm_kernel_fn ep
                          int64_t range) {
     gemm_blas bl;
     if (!cpu_blas_ready() || !gemm_blas_init(j, &bl)) return 0;
+    if (cpu_blas_matvec(&bl.args)) { /* as the eager matmul does */
+        gemm_epilogue(rt, j, epi, slots, range);
+        return 1;
+    }
     int nt = rt->ctx->nthreads;
     bl.split = cpu_blas_split_of(nt, j->m, j->n, j->k);
     if (bl.split != CPU_BLAS_SPLIT_NONE) {

@@ -1,5 +1,6 @@
 /* Loop nodes at run time: a loop's body is compiled once, by the same
- * compiler as the graph around it, and called trips times; carried
+ * compiler as the graph around it, and called trips times (or while its
+ * condition holds); carried
  * outputs become the next call's inputs, and the last call's outputs are
  * copied into the loop's packed value. */
 #include "hd_loop.h"
@@ -95,20 +96,58 @@ static void loop_advance(const hd_ir_loop *l, loop_exec *x) {
     }
 }
 
-/* The trip count: static, or the value of input trips_in (read on the
- * host; a device scalar is copied). */
+/* The value of one-element tensor t, read on the host (a device scalar is
+ * copied). */
+static hd_status loop_scalar(hd_ctx *ctx, hd_tensor *t, double *v) {
+    hd_tensor *h = hd_tensor_is_cpu(t) ? hd_tensor_ref(t) : hd_tensor_to_host(ctx, t);
+    if (!h) return ctx->status;
+    *v = hd_tensor_get(h, 0);
+    hd_tensor_unref(h);
+    return HD_OK;
+}
+
+/* The trip count: static, or the value of input trips_in. */
 static hd_status loop_trips(hd_ctx *ctx, const hd_ir_loop *l, hd_tensor *const *in, int64_t *n) {
+    double v = 0;
     if (l->trips_in < 0) {
         *n = l->trips;
         return HD_OK;
     }
-    hd_tensor *t = in[l->trips_in];
-    hd_tensor *h = hd_tensor_is_cpu(t) ? hd_tensor_ref(t) : hd_tensor_to_host(ctx, t);
-    if (!h) return ctx->status;
-    double v = hd_tensor_get(h, 0);
-    hd_tensor_unref(h);
+    hd_status st = loop_scalar(ctx, in[l->trips_in], &v);
     *n = v > 0 ? (int64_t)v : 0;
-    return HD_OK;
+    return st;
+}
+
+/* Drop the tables' references after a run. */
+static void loop_reset(loop_exec *x) {
+    for (int k = 0; k < x->nout; k++) {
+        hd_tensor_unref(x->outs[k]);
+        x->outs[k] = NULL;
+    }
+    for (int i = 0; i < x->ncarry; i++) {
+        hd_tensor_unref(x->carry[i]);
+        x->carry[i] = NULL;
+    }
+}
+
+/* A while loop: the body runs while its condition (carried input
+ * while_in) is nonzero; every output is carried, so the inputs of the
+ * iteration that did not run are the results. */
+static hd_status loop_run_while(hd_ctx *ctx, const hd_ir_loop *l, loop_exec *x, hd_tensor *out) {
+    hd_status st = HD_OK;
+    for (;;) {
+        double go = 0;
+        if ((st = loop_scalar(ctx, x->args[l->while_in], &go)) || go == 0) break;
+        if (hd_ctx_interrupted(ctx)) {
+            st = hd_ctx_stop_error(ctx);
+            break;
+        }
+        if ((st = x->c->run(ctx, x->e, x->args, x->nin, x->outs, x->nout))) break;
+        loop_advance(l, x);
+    }
+    if (!st) st = loop_pack(ctx, l, x, x->args, out);
+    loop_reset(x);
+    return st;
 }
 
 hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in, int nin,
@@ -119,6 +158,7 @@ hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in
     if (nin != x->nin)
         return hd_error(ctx, HD_ERR_RUNTIME, "loop: %d inputs, its body takes %d", nin, x->nin);
     memcpy(x->args, in, (size_t)nin * sizeof *in);
+    if (l->while_in >= 0) return loop_run_while(ctx, l, x, out);
     int64_t trips = 0;
     hd_status st = loop_trips(ctx, l, in, &trips);
     if (!st && trips == 0) /* every output is carried: the loop gives its inputs */
@@ -132,13 +172,6 @@ hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in
         if (!st && t + 1 < trips) loop_advance(l, x);
     }
     if (!st) st = loop_pack(ctx, l, x, x->outs, out);
-    for (int k = 0; k < x->nout; k++) {
-        hd_tensor_unref(x->outs[k]);
-        x->outs[k] = NULL;
-    }
-    for (int i = 0; i < x->ncarry; i++) {
-        hd_tensor_unref(x->carry[i]);
-        x->carry[i] = NULL;
-    }
+    loop_reset(x);
     return st;
 }

@@ -241,10 +241,8 @@ static int split_ins(hd_ir_graph *h, int *map, const hd_ir_graph *g, const hd_ir
 static hd_status split_loop_node(hd_ir_graph *h, int *map, const hd_ir_node *n, const int *ids) {
     int v;
     if (n->op == HD_IR_LOOP) {
-        const hd_ir_loop *l = n->loop;
-        hd_ir_graph *body = hd_ir_graph_clone(l->body);
-        v = body ? hd_ir_add_loop(h, body, l->trips, ids, n->nin, l->ncarry, l->carry_src) : -1;
-        if (v >= 0 && l->trips_in >= 0 && hd_ir_loop_trips_from(h, v, l->trips_in)) v = -1;
+        hd_ir_graph *body = hd_ir_graph_clone(n->loop->body);
+        v = body ? hd_ir_add_loop_like(h, body, n->loop, ids, n->nin) : -1;
     } else {
         v = hd_ir_add_loop_out(h, ids[0], (int)n->attrs.ints[0]);
     }

@@ -2,6 +2,7 @@
  * is one switch each; everything slower lives in the functions around them. */
 #include "eval.h"
 #include "compiled.h"
+#include "builtins_tensor.h"
 #include "tensor_api.h"
 #include "hd_trace.h"
 
@@ -1239,6 +1240,62 @@ static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
     }
 }
 
+/* a..b with a one-element tensor for a bound (the rest ints)? */
+static int range_has_tensor(hd_value a, hd_value b) {
+    int ta = a.type == HD_V_TENSOR, tb = b.type == HD_V_TENSOR;
+    return (ta || tb) && (ta || a.type == HD_V_INT) && (tb || b.type == HD_V_INT);
+}
+
+/* A tensor bound's value as an int: one element of an integer dtype. */
+static int range_bound_int(hd_vm *vm, hd_frame *f, const hd_ast *at, hd_value v, int64_t *out) {
+    if (v.type == HD_V_INT) return *out = v.as.i, 1;
+    const hd_tensor *t = v.as.t;
+    char sh[64];
+    if (t->numel != 1 || !hd_dtype_is_int(t->dtype))
+        return hd_eval_failf(vm, f, at, HD_ERR_RUNTIME,
+                             "a range bound must be an int or a one-element integer tensor, got "
+                             "a %s tensor of shape %s",
+                             hd_dtype_name(t->dtype),
+                             hd_shape_str(t->shape, t->ndim, sh, sizeof sh)),
+               0;
+    hd_value x;
+    if (hd_tensor_item(vm, t, &x) != HD_OK) return fail(vm, f, at), 0;
+    *out = x.type == HD_V_INT ? x.as.i : 0;
+    hd_vunref(vm, x);
+    return 1;
+}
+
+/* for i in a..b where a bound is a one-element integer tensor: its value
+ * (as range(t) in Python), or inside traced code a tensor known only when
+ * the graph runs: a while loop node that counts (eval_loop.c). Takes a, b. */
+static HD_NOINLINE int ex_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a,
+                                           hd_value b) {
+    int sym = 0, fl = HD_FLOW_ERROR;
+    for (int k = 0; k < 2 && vm->ctx.trace; k++) {
+        hd_value v = k ? b : a;
+        sym |= v.type == HD_V_TENSOR && v.as.t->numel == 1 && hd_dtype_is_int(v.as.t->dtype) &&
+               hd_trace_stands_for_input(&vm->ctx, v.as.t);
+    }
+    int64_t x, y;
+    if (sym) {
+        const char *why = NULL;
+        fl = hd_eval_for_count_traced(vm, f, n, a, b, &why);
+        if (fl == HD_FLOW_NORMAL && why)
+            fl = (hd_eval_failf(vm, f, n->a,
+                                !strcmp(why, "out of memory") ? HD_ERR_MEMORY : HD_ERR_RUNTIME,
+                                "loop on tensor data inside compiled code (this for cannot be "
+                                "compiled: %s): run the loop eagerly, or loop a fixed number of "
+                                "times with where(...) in the body",
+                                why),
+                  HD_FLOW_ERROR);
+    } else if (range_bound_int(vm, f, n->a->a, a, &x) && range_bound_int(vm, f, n->a->b, b, &y)) {
+        fl = ex_for_range(vm, f, n, x, y, 1);
+    }
+    hd_vunref(vm, a);
+    hd_vunref(vm, b);
+    return fl;
+}
+
 static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     const hd_ast *it = n->a;
     /* for i in a..b: no range object. */
@@ -1252,6 +1309,7 @@ static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         }
         if (a.type == HD_V_INT && b.type == HD_V_INT)
             return ex_for_range(vm, f, n, a.as.i, b.as.i, 1);
+        if (range_has_tensor(a, b)) return ex_for_tensor_range(vm, f, n, a, b);
         hd_value r = ev_binary_slow(vm, f, it, a, b);
         if (r.type == HD_V_ERR) return HD_FLOW_ERROR;
         hd_vunref(vm, r);
@@ -1265,29 +1323,28 @@ static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return fl;
 }
 
-static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    for (;;) {
-        int t;
-        if (!truth_of(vm, f, n->a, &t)) return HD_FLOW_ERROR;
-        if (!t) return HD_FLOW_NORMAL;
-        int fl = loop_body(vm, f, n);
-        if (fl) return loop_result(fl);
-    }
-}
-
-/* An if's condition while tracing: a tensor known only when the graph
- * runs makes the if a cond (eval_loop.c); 1 when that handled the whole if
- * (*fl its flow), else the truth in *t. */
-static HD_NOINLINE int if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t, int *fl) {
+/* An if's or while's condition while tracing: a tensor known only when
+ * the graph runs makes the if a cond, the while a while loop
+ * (eval_loop.c); 1 when that handled the whole statement (*fl its flow),
+ * else the truth in *t. */
+static HD_NOINLINE int cond_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t, int *fl) {
     hd_value c = ev(vm, f, n->a);
     if (c.type == HD_V_ERR) return *fl = HD_FLOW_ERROR, 1;
     if (c.type == HD_V_TENSOR && c.as.t->numel == 1 &&
         hd_trace_stands_for_input(&vm->ctx, c.as.t)) {
         const char *why = NULL;
-        *fl = hd_eval_if_traced(vm, f, n, c.as.t, &why);
+        *fl = n->kind == HD_AST_WHILE ? hd_eval_while_traced(vm, f, n, c.as.t, &why)
+                                      : hd_eval_if_traced(vm, f, n, c.as.t, &why);
         hd_vunref(vm, c);
         if (*fl == HD_FLOW_NORMAL && why && !strcmp(why, "out of memory"))
             *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_MEMORY, "out of memory"), HD_FLOW_ERROR);
+        else if (*fl == HD_FLOW_NORMAL && why && n->kind == HD_AST_WHILE)
+            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
+                                 "loop on tensor data inside compiled code (this while cannot be "
+                                 "compiled: %s): run the loop eagerly, or loop a fixed number of "
+                                 "times with where(...) in the body",
+                                 why),
+                   HD_FLOW_ERROR);
         else if (*fl == HD_FLOW_NORMAL && why)
             *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
                                  "branch on tensor data inside compiled code: use where(...) (this "
@@ -1303,6 +1360,20 @@ static HD_NOINLINE int if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t
     return 0;
 }
 
+static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    for (;;) {
+        int t, fl;
+        if (HD_UNLIKELY(vm->ctx.trace != NULL)) {
+            if (cond_traced(vm, f, n, &t, &fl)) return fl;
+        } else if (!truth_of(vm, f, n->a, &t)) {
+            return HD_FLOW_ERROR;
+        }
+        if (!t) return HD_FLOW_NORMAL;
+        fl = loop_body(vm, f, n);
+        if (fl) return loop_result(fl);
+    }
+}
+
 int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return ex(vm, f, n);
 }
@@ -1311,7 +1382,7 @@ static HD_NOINLINE int ex_if(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (;;) {
         int t, fl;
         if (HD_UNLIKELY(vm->ctx.trace != NULL)) {
-            if (if_traced(vm, f, n, &t, &fl)) return fl;
+            if (cond_traced(vm, f, n, &t, &fl)) return fl;
         } else if (!truth_of(vm, f, n->a, &t)) {
             return HD_FLOW_ERROR;
         }

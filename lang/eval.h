@@ -81,6 +81,14 @@ int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n);
  * (eval_loop.c): a flow code; *why is set (and nothing changed) when the
  * branches cannot become a cond. */
 int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, const char **why);
+/* The same for a `while` on a one-element tensor: a while loop node. */
+int hd_eval_while_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred,
+                         const char **why);
+/* The same for `for i in a..b` n where a or b (ints or one-element integer
+ * tensors) is known only when traced code runs: a while loop node that
+ * counts i from a while i < b. */
+int hd_eval_for_count_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b,
+                             const char **why);
 /* A counted for-loop while compiled code is traced (eval_loop.c): a flow
  * code as hd_eval_for_iteration's. */
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,

@@ -236,8 +236,9 @@ static int roll_watch_end(hd_vm *vm, hd_roll_watch *w) {
     }
     hd_ctx_free(&vm->ctx, w->grads, (size_t)w->cap * sizeof *w->grads);
     if (hd_grad_watch_live(&vm->ctx, w->gen))
-        roll_change(w, w->undo ? "its values need gradients, which a cond does not give yet"
-                               : "a gradient record of the iteration stays alive after it");
+        roll_change(
+            w, w->undo ? "its values need gradients, which a cond or while loop does not give yet"
+                       : "a gradient record of the iteration stays alive after it");
     vm->roll_watch = w->outer;
     vm->ctx.grad_watch = w->outer ? w->outer->gen : 0;
     if (!w->outer) {
@@ -404,20 +405,26 @@ static void roll_branch_free(hd_vm *vm, roll_branch *b, int cap) {
     hd_ctx_free(&vm->ctx, b->now, (size_t)(cap + 1) * sizeof *b->now);
 }
 
-/* Trace one branch (stmt may be NULL) under an undo watch. Returns a flow
- * code; *why is set when the branch cannot be part of a cond. */
-static int roll_branch_run(hd_vm *vm, hd_frame *f, const hd_ast *stmt, const unsigned char *local,
-                           roll_branch *b, int *cap, const char **why) {
+/* Trace one branch (stmt may be NULL) under an undo watch, then, when cv
+ * is not NULL, the expression cond into *cv. Returns a flow code; *why is
+ * set when the branch cannot be part of a cond or while loop. */
+static int roll_branch_run(hd_vm *vm, hd_frame *f, const hd_ast *stmt, const hd_ast *cond,
+                           hd_value *cv, const unsigned char *local, roll_branch *b, int *cap,
+                           const char **why) {
     hd_roll_watch w;
     roll_watch_begin(vm, &w, f, local, f->nslots);
     w.undo = 1;
     int fl = stmt ? hd_eval_statement(vm, f, stmt) : HD_FLOW_NORMAL;
+    if (cv && fl == HD_FLOW_NORMAL) {
+        *cv = hd_eval_expr(vm, f, cond);
+        if (cv->type == HD_V_ERR) fl = HD_FLOW_ERROR;
+    }
     int ok = roll_watch_end(vm, &w);
     *cap = w.caplog;
     roll_branch_take(vm, f, &w, b);
     if (!ok && !*why) *why = w.why;
     if (fl == HD_FLOW_BREAK || fl == HD_FLOW_CONTINUE || fl == HD_FLOW_RETURN) {
-        if (!*why) *why = "it leaves the branch (break, continue or return)";
+        if (!*why) *why = "it leaves its body early (break, continue or return)";
         fl = HD_FLOW_NORMAL;
     }
     if (!b->now && !*why) *why = "out of memory";
@@ -441,7 +448,7 @@ static const char *roll_merge_check(hd_value old, hd_value t, hd_value e) {
     if (old.type == HD_V_TENSOR &&
         (old.as.t->dtype != a->dtype || old.as.t->ndim != a->ndim ||
          memcmp(old.as.t->shape, a->shape, (size_t)a->ndim * sizeof *a->shape)))
-        return "a variable changes dtype or shape in the branch";
+        return "a variable changes dtype or shape in its body";
     return NULL;
 }
 
@@ -501,13 +508,248 @@ int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, 
     int capt = 0, cape = 0;
     hd_trace_pos p[3];
     p[0] = hd_trace_position(&vm->ctx);
-    int fl = roll_branch_run(vm, f, n->body, local, &bt, &capt, why);
+    int fl = roll_branch_run(vm, f, n->body, NULL, NULL, local, &bt, &capt, why);
     p[1] = hd_trace_position(&vm->ctx);
-    if (fl == HD_FLOW_NORMAL) fl = roll_branch_run(vm, f, n->c, local, &be, &cape, why);
+    if (fl == HD_FLOW_NORMAL) fl = roll_branch_run(vm, f, n->c, NULL, NULL, local, &be, &cape, why);
     p[2] = hd_trace_position(&vm->ctx);
     if (fl == HD_FLOW_NORMAL && !*why) fl = roll_merge(vm, f, n, pred, p, &bt, &be, why);
     roll_branch_free(vm, &bt, capt);
     roll_branch_free(vm, &be, cape);
     hd_ctx_free(&vm->ctx, local, (size_t)ns);
+    return fl;
+}
+
+/* ---- while on tensors, and for over a traced count ----
+ *
+ * `while t { ... }` on a one-element tensor t known only when the graph
+ * runs: the body is traced once to find the function's variables it
+ * writes (put back after), then again from markers standing for those
+ * variables, with the condition after it; both become one while loop node
+ * (hd_trace_while) carrying the variables and the condition's truth.
+ * `for i in a..b` where a bound is such a tensor is the same loop with a
+ * counter (the loop variable) carried too, and i < b its condition.
+ * The same writes are refused as in a branch, and a variable must keep
+ * its dtype and shape through the body. */
+
+typedef struct roll_while {
+    hd_vm *vm;
+    hd_frame *f;
+    const hd_ast *n;
+    const unsigned char *local;
+    roll_branch first, second;
+    int cap1, cap2;
+    int m;         /* carried: first.n variables, then the counter if any */
+    hd_tensor **t; /* init, mark, now, out: 4 * m */
+    hd_value cv;   /* the condition after the body */
+    /* a for: the counter's start and the bound (held), the loop variable's
+     * slot and its value before; the counter after the body (held) */
+    hd_tensor *start, *stop, *next;
+    int var;
+    hd_value var_old;
+} roll_while;
+
+static const char *roll_while_check(const roll_while *W) {
+    for (int i = 0; i < W->first.n; i++) {
+        hd_value old = W->first.old[i];
+        if (old.type != HD_V_TENSOR) return "a variable it assigns is no tensor before the loop";
+        const char *why = roll_merge_check(old, W->first.now[i], W->first.now[i]);
+        if (why) return why;
+    }
+    return NULL;
+}
+
+static void roll_while_set(roll_while *W, int slot, hd_value v) {
+    hd_value *p = &W->f->slots[slot];
+    hd_value o = *p;
+    hd_vref(*p = v);
+    hd_vunref(W->vm, o);
+}
+
+/* Put the markers into the variables the first trace wrote (and the
+ * counter's into the loop variable). */
+static const char *roll_while_mark(roll_while *W) {
+    int n = W->first.n;
+    for (int i = 0; i < W->m; i++) {
+        hd_tensor *init = i < n ? W->first.old[i].as.t : W->start;
+        hd_tensor *m = hd_trace_while_mark(&W->vm->ctx, init);
+        if (!m) return hd_error_clear(&W->vm->ctx), "out of memory";
+        W->t[i] = init;
+        W->t[W->m + i] = m;
+        roll_while_set(W, i < n ? W->first.slot[i] : W->var, hd_tensor_value(m));
+    }
+    return NULL;
+}
+
+/* The variables' values after the second trace: each written one (only
+ * those the first wrote), or its marker. */
+static const char *roll_while_now(roll_while *W) {
+    int n = W->first.n, m = W->m;
+    for (int k = 0; k < W->second.n; k++) {
+        int s = W->second.slot[k], found = 0;
+        for (int i = 0; i < n; i++) found |= W->first.slot[i] == s;
+        if (!found) return "its body writes other variables once they are traced";
+    }
+    for (int i = 0; i < n; i++) {
+        hd_value mk = hd_tensor_value(W->t[m + i]);
+        hd_value v = roll_branch_value(&W->second, W->first.slot[i], mk);
+        const char *why = roll_merge_check(W->first.old[i], v, v);
+        if (why) return why;
+        W->t[2 * m + i] = v.as.t;
+    }
+    if (n < m) W->t[2 * m + n] = W->next;
+    if (W->cv.type != HD_V_TENSOR || W->cv.as.t->numel != 1)
+        return "its condition is no longer a one-element tensor after the body";
+    return NULL;
+}
+
+/* The variables take the loop's results (the markers go). */
+static int roll_while_bind(roll_while *W, hd_tensor *pred, hd_trace_pos *p) {
+    hd_vm *vm = W->vm;
+    int n = W->first.n, m = W->m;
+    hd_tensor **out = W->t + 3 * m;
+    if (hd_trace_while(&vm->ctx, pred, p[0], p[1], p[2], m, W->t, W->t + m, W->t + 2 * m,
+                       W->cv.as.t, out)) {
+        hd_eval_failf(vm, W->f, W->n, vm->ctx.status, "%s", vm->ctx.errmsg);
+        for (int i = 0; i < m; i++) hd_tensor_unref(out[i]);
+        return HD_FLOW_ERROR;
+    }
+    for (int i = 0; i < n; i++) {
+        int s = W->first.slot[i];
+        hd_value o = W->f->slots[s], v = hd_tensor_value(out[i]);
+        hd_ref r = {HD_REF_LOCAL, s};
+        if (vm->roll_watch) hd_roll_note_store(vm, W->f, &r, NULL, W->first.old[i], v);
+        W->f->slots[s] = v;
+        hd_vunref(vm, o);
+    }
+    for (int i = n; i < m; i++) hd_tensor_unref(out[i]); /* the counter */
+    return HD_FLOW_NORMAL;
+}
+
+/* Put the variables back as they were before the loop. */
+static void roll_while_restore(roll_while *W) {
+    for (int i = 0; i < W->first.n; i++) roll_while_set(W, W->first.slot[i], W->first.old[i]);
+}
+
+static hd_tensor *roll_op(hd_vm *vm, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at) {
+    hd_tensor *in[2] = {a, b}, *out = NULL;
+    return hd_op_run(&vm->ctx, op, in, b ? 2 : 1, at, &out) ? NULL : out;
+}
+
+/* A for's counter after the body and its condition: next = mark + 1,
+ * next < stop. */
+static const char *roll_while_count(roll_while *W) {
+    hd_vm *vm = W->vm;
+    hd_tensor *one = hd_tensor_number(&vm->ctx, HD_I64, 1);
+    W->next = one ? roll_op(vm, HD_OP_ADD, W->t[W->m + W->first.n], one, NULL) : NULL;
+    hd_tensor *go = W->next ? roll_op(vm, HD_OP_LT, W->next, W->stop, NULL) : NULL;
+    hd_tensor_unref(one);
+    if (!go) return hd_error_clear(&vm->ctx), "out of memory";
+    W->cv = hd_tensor_value(go);
+    return NULL;
+}
+
+static int roll_while_second(roll_while *W, hd_trace_pos *p, const char **why) {
+    hd_vm *vm = W->vm;
+    int counted = W->m > W->first.n;
+    p[1] = hd_trace_position(&vm->ctx);
+    int fl = roll_branch_run(vm, W->f, W->n->body, counted ? NULL : W->n->a,
+                             counted ? NULL : &W->cv, W->local, &W->second, &W->cap2, why);
+    if (fl == HD_FLOW_NORMAL && !*why && counted) *why = roll_while_count(W);
+    p[2] = hd_trace_position(&vm->ctx);
+    return fl;
+}
+
+static int roll_while_trace(roll_while *W, hd_tensor *pred, const char **why) {
+    hd_vm *vm = W->vm;
+    hd_trace_pos p[3];
+    p[0] = hd_trace_position(&vm->ctx);
+    int fl = roll_branch_run(vm, W->f, W->n->body, NULL, NULL, W->local, &W->first, &W->cap1, why);
+    hd_trace_cut(&vm->ctx, p[0]);
+    if (fl != HD_FLOW_NORMAL || *why || (*why = roll_while_check(W))) return fl;
+    W->m = W->first.n + (W->start != NULL);
+    if (!(W->t = hd_ctx_calloc(&vm->ctx, (size_t)(4 * W->m + 1), sizeof *W->t)))
+        return hd_error_clear(&vm->ctx), *why = "out of memory", fl;
+    if (!(*why = roll_while_mark(W))) {
+        fl = roll_while_second(W, p, why);
+        if (fl == HD_FLOW_NORMAL && !*why && !(*why = roll_while_now(W)))
+            fl = roll_while_bind(W, pred, p);
+    }
+    if (fl != HD_FLOW_NORMAL || *why) roll_while_restore(W);
+    return fl;
+}
+
+static int roll_while_run(roll_while *W, hd_tensor *pred, const char **why) {
+    hd_vm *vm = W->vm;
+    hd_frame *f = W->f;
+    int ns = f->nslots > 0 ? f->nslots : 1;
+    unsigned char *local = hd_ctx_calloc(&vm->ctx, (size_t)ns, 1);
+    if (!local) return hd_error_clear(&vm->ctx), *why = "out of memory", HD_FLOW_NORMAL;
+    hd_compiled_decl_walk(W->n->body, local, f->nslots, 0);
+    if (W->var >= 0 && W->var < f->nslots) local[W->var] = 1;
+    W->local = local;
+    int fl = roll_while_trace(W, pred, why);
+    int m = W->m;
+    for (int i = 0; W->t && i < m; i++) hd_tensor_unref(W->t[m + i]);
+    hd_ctx_free(&vm->ctx, W->t, W->t ? (size_t)(4 * m + 1) * sizeof *W->t : 0);
+    hd_vunref(vm, W->cv);
+    hd_tensor_unref(W->next);
+    roll_branch_free(vm, &W->first, W->cap1);
+    roll_branch_free(vm, &W->second, W->cap2);
+    hd_ctx_free(&vm->ctx, local, (size_t)ns);
+    return fl;
+}
+
+int hd_eval_while_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred,
+                         const char **why) {
+    roll_while W;
+    memset(&W, 0, sizeof W);
+    W.vm = vm, W.f = f, W.n = n, W.var = -1;
+    return roll_while_run(&W, pred, why);
+}
+
+/* A range bound as a 0-d i64 tensor (traced when it is symbolic). */
+static hd_tensor *roll_bound(hd_vm *vm, hd_value v) {
+    if (v.type == HD_V_INT) return hd_tensor_number(&vm->ctx, HD_I64, (double)v.as.i);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *t = hd_tensor_ref(v.as.t), *r;
+    if (t->dtype != HD_I64) {
+        at.dtype = HD_I64;
+        r = roll_op(vm, HD_OP_CAST, t, NULL, &at);
+        hd_tensor_unref(t);
+        if (!(t = r)) return NULL;
+    }
+    if (t->ndim != 0) {
+        memset(&at, 0, sizeof at);
+        r = roll_op(vm, HD_OP_RESHAPE, t, NULL, &at);
+        hd_tensor_unref(t);
+        t = r;
+    }
+    return t;
+}
+
+int hd_eval_for_count_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b,
+                             const char **why) {
+    if (n->ref.kind != HD_REF_LOCAL || n->ref.index < 0 || n->ref.index >= f->nslots)
+        return *why = "its loop variable is not a function's variable", HD_FLOW_NORMAL;
+    roll_while W;
+    memset(&W, 0, sizeof W);
+    W.vm = vm, W.f = f, W.n = n, W.var = n->ref.index;
+    W.start = roll_bound(vm, a);
+    W.stop = W.start ? roll_bound(vm, b) : NULL;
+    hd_tensor *pred = W.stop ? roll_op(vm, HD_OP_LT, W.start, W.stop, NULL) : NULL;
+    int fl = HD_FLOW_NORMAL;
+    if (!pred) {
+        fl = (hd_eval_failf(vm, f, n->a, vm->ctx.status, "%s", vm->ctx.errmsg), HD_FLOW_ERROR);
+    } else {
+        hd_vref(W.var_old = f->slots[W.var]);
+        roll_while_set(&W, W.var, hd_tensor_value(W.start)); /* for the first trace */
+        fl = roll_while_run(&W, pred, why);
+        roll_while_set(&W, W.var, W.var_old);
+        hd_vunref(vm, W.var_old);
+    }
+    hd_tensor_unref(pred);
+    hd_tensor_unref(W.start);
+    hd_tensor_unref(W.stop);
     return fl;
 }

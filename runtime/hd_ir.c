@@ -444,6 +444,18 @@ static hd_status ir_loop_check(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
     return HD_OK;
 }
 
+/* Every body output feeds the carried input of its index (a run-time trip
+ * count, a while loop: 0 iterations give the inputs). */
+static hd_status ir_loop_check_all_carried(hd_ir_graph *g, const hd_ir_loop *l, const char *what) {
+    if (l->ncarry != l->body->noutputs)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: with %s every output is carried", what);
+    for (int i = 0; i < l->ncarry; i++)
+        if (l->carry_src[i] != i)
+            return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: with %s output %d feeds input %d", what,
+                            i, i);
+    return HD_OK;
+}
+
 /* A run-time trip count (trips_in >= 0): a 0-d integer input, and every
  * body output carried into the input of its index. */
 static hd_status ir_loop_check_trips_in(hd_ir_graph *g, const hd_ir_node *n) {
@@ -455,21 +467,47 @@ static hd_status ir_loop_check_trips_in(hd_ir_graph *g, const hd_ir_node *n) {
     const hd_ir_value *v = &g->values[n->in[l->trips_in]];
     if (v->ndim != 0 || !hd_dtype_is_int(v->dtype))
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its trip count is not a 0-d integer");
-    if (l->ncarry != l->body->noutputs)
-        return hd_error(g->ctx, HD_ERR_ARGUMENT,
-                        "loop: with a run-time trip count every output is carried");
-    for (int i = 0; i < l->ncarry; i++)
-        if (l->carry_src[i] != i)
-            return hd_error(g->ctx, HD_ERR_ARGUMENT,
-                            "loop: with a run-time trip count output %d feeds input %d", i, i);
-    return HD_OK;
+    return ir_loop_check_all_carried(g, l, "a run-time trip count");
+}
+
+/* A while loop (while_in >= 0): a one-element carried input, no run-time
+ * trip count. */
+static hd_status ir_loop_check_while(hd_ir_graph *g, const hd_ir_node *n) {
+    const hd_ir_loop *l = n->loop;
+    if (l->while_in < 0) return HD_OK;
+    if (l->while_in >= l->ncarry)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: while on input %d of %d carried",
+                        l->while_in, l->ncarry);
+    if (l->trips_in >= 0)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: a while loop has no trip count input");
+    const hd_ir_value *v = &g->values[n->in[l->while_in]];
+    if (hd_shape_numel(v->shape, v->ndim) != 1)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its while condition is not one element");
+    return ir_loop_check_all_carried(g, l, "a while condition");
+}
+
+static hd_ir_node *ir_loop_node_of(hd_ir_graph *g, int loop) {
+    if (loop < 0 || loop >= g->nvalues || g->values[loop].kind != HD_IR_VALUE_NODE ||
+        g->nodes[g->values[loop].index].op != HD_IR_LOOP) {
+        hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %%%d is not a loop's value", loop);
+        return NULL;
+    }
+    return &g->nodes[g->values[loop].index];
+}
+
+hd_status hd_ir_loop_while(hd_ir_graph *g, int loop, int carry) {
+    hd_ir_node *n = ir_loop_node_of(g, loop);
+    if (!n) return g->ctx->status;
+    int was = n->loop->while_in;
+    n->loop->while_in = carry;
+    hd_status st = ir_loop_check_while(g, n);
+    if (st) n->loop->while_in = was;
+    return st;
 }
 
 hd_status hd_ir_loop_trips_from(hd_ir_graph *g, int loop, int input) {
-    if (loop < 0 || loop >= g->nvalues || g->values[loop].kind != HD_IR_VALUE_NODE ||
-        g->nodes[g->values[loop].index].op != HD_IR_LOOP)
-        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: %%%d is not a loop's value", loop);
-    hd_ir_node *n = &g->nodes[g->values[loop].index];
+    hd_ir_node *n = ir_loop_node_of(g, loop);
+    if (!n) return g->ctx->status;
     int was = n->loop->trips_in;
     n->loop->trips_in = input;
     hd_status st = ir_loop_check_trips_in(g, n);
@@ -488,6 +526,7 @@ static hd_ir_loop *ir_loop_new(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
     if (ncarry) memcpy(l->carry_src, carry_src, (size_t)ncarry * sizeof *carry_src);
     l->trips = trips;
     l->trips_in = -1;
+    l->while_in = -1;
     l->ncarry = ncarry;
     l->bytes = ir_loop_layout(body, l->offset);
     if (l->bytes < 0) {
@@ -525,6 +564,14 @@ int hd_ir_add_loop(hd_ir_graph *g, hd_ir_graph *body, int64_t trips, const int *
     n->loop = l;
     n->out = v;
     g->nnodes++;
+    return v;
+}
+
+int hd_ir_add_loop_like(hd_ir_graph *g, hd_ir_graph *body, const hd_ir_loop *like, const int *in,
+                        int nin) {
+    int v = hd_ir_add_loop(g, body, like->trips, in, nin, like->ncarry, like->carry_src);
+    if (v >= 0 && like->trips_in >= 0 && hd_ir_loop_trips_from(g, v, like->trips_in)) v = -1;
+    if (v >= 0 && like->while_in >= 0 && hd_ir_loop_while(g, v, like->while_in)) v = -1;
     return v;
 }
 
@@ -647,6 +694,7 @@ static hd_ir_loop *ir_loop_clone(hd_ir_graph *d, const hd_ir_loop *src) {
     memcpy(l->offset, src->offset, (size_t)src->body->noutputs * sizeof *l->offset);
     l->bytes = src->bytes;
     l->trips_in = src->trips_in;
+    l->while_in = src->while_in;
     l->body = hd_ir_graph_clone(src->body);
     return l->body ? l : NULL;
 }
@@ -725,7 +773,7 @@ static hd_status ir_verify_loop(hd_ir_graph *g, int i) {
     if (!l || !l->body || l->body->ctx != g->ctx)
         return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop): no body", i);
     if (ir_loop_check(g, l->body, l->trips, n->in, n->nin, l->ncarry, l->carry_src) ||
-        ir_loop_check_trips_in(g, n))
+        ir_loop_check_trips_in(g, n) || ir_loop_check_while(g, n))
         return ir_verify_fail(g, i, "loop", "");
     int64_t at = 0;
     for (int k = 0; k < l->body->noutputs; k++) {
@@ -1074,7 +1122,9 @@ static void ir_print_graph(ir_buf *b, const hd_ir_graph *g, int depth);
 
 /* {trips=999, carry=[%b0 <- out 2]}: %bN is the body's value N. */
 static void ir_print_loop(ir_buf *b, const hd_ir_loop *l) {
-    if (l->trips_in >= 0)
+    if (l->while_in >= 0)
+        ir_printf(b, " {while %%b%d", l->body->inputs[l->while_in].value);
+    else if (l->trips_in >= 0)
         ir_printf(b, " {trips=input %d", l->trips_in);
     else
         ir_printf(b, " {trips=%lld", (long long)l->trips);
@@ -1314,6 +1364,7 @@ static void ir_hash_attrs(hd_ir_hasher *s, const hd_attrs *a) {
 static void ir_hash_loop(hd_ir_hasher *s, const hd_ir_loop *l) {
     hd_ir_hash_u64(s, (uint64_t)l->trips);
     hd_ir_hash_u64(s, (uint64_t)(int64_t)l->trips_in);
+    hd_ir_hash_u64(s, (uint64_t)(int64_t)l->while_in);
     hd_ir_hash_u64(s, (uint64_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) hd_ir_hash_u64(s, (uint64_t)l->carry_src[i]);
     hd_ir_hash_u64(s, l->body ? hd_ir_graph_hash(l->body) : 0);

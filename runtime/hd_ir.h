@@ -78,6 +78,11 @@ typedef struct hd_ir_loop {
      * output then feeds its carried input of the same index, so that a loop
      * of 0 iterations gives its carried inputs */
     int trips_in;
+    /* >= 0: a while loop (trips unused): before each iteration the carried
+     * input of this index, one element, is read; the loop runs while it is
+     * nonzero. Every body output feeds its carried input of the same
+     * index, as with trips_in, so that 0 iterations give the inputs. */
+    int while_in;
     int ncarry;
     int *carry_src;  /* ncarry body output indices */
     int64_t *offset; /* per body output: byte offset in the loop's value */
@@ -174,6 +179,14 @@ int hd_ir_add_loop(hd_ir_graph *g, hd_ir_graph *body, int64_t trips, const int *
  * time (hd_ir_loop.trips_in): that input must be a 0-d integer, and body
  * output i must feed carried input i for every output. */
 hd_status hd_ir_loop_trips_from(hd_ir_graph *g, int loop, int input);
+/* Make loop value `loop` a while loop on its carried input `carry`
+ * (hd_ir_loop.while_in): one element, and body output i must feed carried
+ * input i for every output. */
+hd_status hd_ir_loop_while(hd_ir_graph *g, int loop, int carry);
+/* A loop node of body (taken) counted or conditioned as `like` is (trips,
+ * trips_in, while_in, carries), over in[]: the value id, or -1. */
+int hd_ir_add_loop_like(hd_ir_graph *g, hd_ir_graph *body, const hd_ir_loop *like, const int *in,
+                        int nin);
 /* Body output k of loop value `loop` at the last iteration: a new value id,
  * or -1. */
 int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);

@@ -42,6 +42,7 @@ typedef struct wbuf {
     unsigned char *p;
     size_t len, cap;
     int failed;
+    unsigned version; /* the file's */
 } wbuf;
 
 static void w_bytes(wbuf *b, const void *src, size_t n) {
@@ -203,13 +204,15 @@ static hd_status script_check_savable(hd_ctx *ctx, const hd_ir_graph *g) {
 static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_bytes);
 
 /* A loop's fields after its node record (version 3): trips (-1 - k: the
- * count is the value of the loop's input k at run time), carries, and its
- * body as a graph of its own (counts, constant bytes, then as the file's
- * main graph). */
+ * count is the value of the loop's input k at run time), from version 4
+ * the while condition (u32: its carried input + 1, 0 for none), carries,
+ * and its body as a graph of its own (counts, constant bytes, then as the
+ * file's main graph). */
 static void w_loop(wbuf *b, hd_ctx *ctx, const hd_ir_loop *l) {
     const hd_ir_graph *body = l->body;
     uint64_t const_bytes = 0;
     w_i64(b, l->trips_in >= 0 ? -1 - (int64_t)l->trips_in : l->trips);
+    if (b->version >= 4) w_u32(b, (uint32_t)(l->while_in + 1));
     w_u32(b, (uint32_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) w_u32(b, (uint32_t)l->carry_src[i]);
     for (int i = 0; i < body->nconsts; i++) const_bytes += hd_tensor_nbytes(body->consts[i].t);
@@ -262,12 +265,13 @@ static void w_state(wbuf *b, hd_ctx *ctx, const hd_script_var *vars, int nvars) 
 }
 
 /* The numbering the format relies on (inputs, constants, nodes) in g and
- * in every loop body; 1 if g has loops. */
+ * in every loop body; *has_loops 1 if g has loops, 2 if a while loop. */
 static hd_status script_compact(hd_ir_graph *g, int *has_loops) {
     if (hd_ir_compact(g)) return g->ctx->status;
     for (int i = 0; i < g->nnodes; i++) {
         if (g->nodes[i].op != HD_IR_LOOP) continue;
-        *has_loops = 1;
+        if (*has_loops < 1) *has_loops = 1;
+        if (g->nodes[i].loop->while_in >= 0) *has_loops = 2;
         if (script_compact(g->nodes[i].loop->body, has_loops)) return g->ctx->status;
     }
     return HD_OK;
@@ -298,9 +302,9 @@ hd_status hd_script_encode_state(hd_ctx *ctx, const hd_ir_graph *src, const hd_s
         return ctx->status;
     }
     /* the oldest version that holds the graph: readers of versions 1 and 2
-     * read what has no loop */
-    unsigned version = has_loops ? 3 : nvars ? 2 : 1;
-    wbuf b = {ctx, NULL, 0, 0, 0};
+     * read what has no loop, readers of 3 what has no while loop */
+    unsigned version = has_loops == 2 ? 4 : has_loops ? 3 : nvars ? 2 : 1;
+    wbuf b = {ctx, NULL, 0, 0, 0, version};
     uint64_t const_bytes = 0;
     unsigned char header[HEADER_BYTES] = {0};
     w_bytes(&b, header, sizeof header);
@@ -655,7 +659,11 @@ static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
     script_header h;
     memset(&h, 0, sizeof h);
     if (r->depth >= MAX_LOOP_DEPTH) return r_fail(r, "loops nested too deep"), -1;
-    if (!r_i64(r, &trips) || !r_uint(r, 4, &ncarry)) return -1;
+    uint64_t while_in = 0;
+    if (!r_i64(r, &trips) || (r->version >= 4 && !r_uint(r, 4, &while_in)) ||
+        !r_uint(r, 4, &ncarry))
+        return -1;
+    if (while_in > (uint64_t)nin) return r_fail(r, "while condition out of range"), -1;
     if (ncarry > (uint64_t)nin) return r_fail(r, "more carried inputs than inputs"), -1;
     int *carry = hd_ctx_alloc(r->ctx, (size_t)(ncarry + 1) * sizeof *carry);
     if (!carry) return -1;
@@ -693,6 +701,7 @@ static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
             return hd_ctx_free(r->ctx, carry, (size_t)(ncarry + 1) * sizeof *carry), -1;
         }
         if (v >= 0 && trips < 0 && hd_ir_loop_trips_from(g, v, (int)(-1 - trips))) v = -1;
+        if (v >= 0 && while_in && hd_ir_loop_while(g, v, (int)while_in - 1)) v = -1;
         if (v < 0) r_wrap(r);
     }
     hd_ir_graph_free(body);

@@ -116,6 +116,22 @@ hd_tensor *hd_trace_symbolic_of(hd_ctx *ctx, int v);
 hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
                         hd_tensor *const *else_v, hd_tensor **out);
+/* A while on a one-element tensor (a `while` inside traced code). The
+ * caller traced its condition pred, then found the n variables the body
+ * writes (init[i] their values before), and from p0 put a marker
+ * (hd_trace_while_mark) for each into the trace and the variable; from p1
+ * it traced the body and the condition again on the markers: now[i] the
+ * variables' values and cond the condition's after one iteration (each of
+ * init[i]'s dtype and shape; now[i] may be mark[i]). [p0, p2) becomes a
+ * while loop node on the carried truth of the condition; out[i] receives
+ * the new symbolic value of each variable. */
+hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
+                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *mark,
+                         hd_tensor *const *now, hd_tensor *cond, hd_tensor **out);
+/* A marker standing for init's value, distinct from it (hd_trace_while). */
+hd_tensor *hd_trace_while_mark(hd_ctx *ctx, hd_tensor *init);
+/* Drop the nodes traced from p on (a trace whose tensors are gone). */
+void hd_trace_cut(hd_ctx *ctx, hd_trace_pos p);
 /* The active trace's graph (NULL if none), for hd_trace_roll. */
 hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
 /* [a, b) and [b, c) are iterations A and B. If they match, replace both by

@@ -88,7 +88,8 @@ static int roll_match_operand(roll *r, int w, int u) {
 }
 
 static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
-    return x->trips == y->trips && x->trips_in == y->trips_in && x->ncarry == y->ncarry &&
+    return x->trips == y->trips && x->trips_in == y->trips_in && x->while_in == y->while_in &&
+           x->ncarry == y->ncarry &&
            !memcmp(x->carry_src, y->carry_src, (size_t)x->ncarry * sizeof *x->carry_src) &&
            hd_ir_graph_hash(x->body) == hd_ir_graph_hash(y->body);
 }
@@ -147,8 +148,7 @@ static int roll_body_node(roll *r, const hd_ir_node *y, const int *ids) {
         const hd_ir_loop *l = y->loop;
         hd_ir_graph *inner = hd_ir_graph_clone(l->body);
         if (!inner) return -2;
-        int v = hd_ir_add_loop(r->body, inner, l->trips, ids, y->nin, l->ncarry, l->carry_src);
-        if (v >= 0 && l->trips_in >= 0 && hd_ir_loop_trips_from(r->body, v, l->trips_in)) v = -1;
+        int v = hd_ir_add_loop_like(r->body, inner, y->loop, ids, y->nin);
         return v < 0 ? -2 : v;
     }
     int v = y->op == HD_IR_LOOP_OUT ? hd_ir_add_loop_out(r->body, ids[0], (int)y->attrs.ints[0])
@@ -344,20 +344,24 @@ static int cond_const(hd_ir_graph *g, hd_tensor *t) {
     return v;
 }
 
+/* v as a 0-d bool in g (its truth): v itself, or v != 0, reshaped. */
+static int truth_of(hd_ctx *ctx, hd_ir_graph *g, int v) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (v >= 0 && g->values[v].dtype != HD_BOOL) {
+        int zero = cond_const(g, hd_tensor_number(ctx, g->values[v].dtype, 0));
+        int in[2] = {v, zero};
+        v = zero < 0 ? -1 : hd_ir_add_node(g, HD_OP_NE, in, 2, &at);
+    }
+    if (v >= 0 && g->values[v].ndim != 0) v = hd_ir_add_node(g, HD_OP_RESHAPE, &v, 1, &at);
+    return v;
+}
+
 /* pred as 0-d i64 0 or 1 (its truth), and 1 - that: ids in c[0], c[1]. */
 static hd_status cond_counts(hd_ctx *ctx, hd_ir_graph *g, int pred, int *c) {
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    int t = pred;
-    if (g->values[pred].dtype != HD_BOOL) {
-        int zero = cond_const(g, hd_tensor_number(ctx, g->values[pred].dtype, 0));
-        int in[2] = {pred, zero};
-        t = zero < 0 ? -1 : hd_ir_add_node(g, HD_OP_NE, in, 2, &at);
-    }
-    if (t >= 0 && g->values[t].ndim != 0) {
-        at.nshape = 0;
-        t = hd_ir_add_node(g, HD_OP_RESHAPE, &t, 1, &at);
-    }
+    int t = truth_of(ctx, g, pred);
     at.dtype = HD_I64;
     c[0] = t < 0 ? -1 : hd_ir_add_node(g, HD_OP_CAST, &t, 1, &at);
     int one = cond_const(g, hd_tensor_scalar(ctx, HD_I64, 1));
@@ -442,4 +446,109 @@ hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_
     if (re.ctx) roll_free(&re);
     hd_ctx_free(ctx, v, bytes);
     return st;
+}
+
+/* ---- while on a tensor: a loop on a carried condition ---- */
+
+hd_tensor *hd_trace_while_mark(hd_ctx *ctx, hd_tensor *init) {
+    hd_ir_graph *g = hd_trace_graph(ctx);
+    if (!g) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active"), NULL;
+    static const hd_attrs none;
+    int v = hd_trace_value(ctx, init);
+    int m = v < 0 ? -1 : hd_ir_add_node(g, HD_OP_COPY, &v, 1, &none);
+    return m < 0 ? NULL : hd_trace_symbolic_of(ctx, m);
+}
+
+/* The body: inputs the n variables (read where the body read mark[i]) and
+ * the condition, outputs their values after the body and its truth, then
+ * the values it reads from before p. */
+static hd_status while_body(roll *r, hd_ctx *ctx, hd_trace_pos p, hd_trace_pos q, int n,
+                            const int *mark, const int *now, int cond) {
+    hd_status st = roll_init(r, ctx, p, p, q);
+    char name[128];
+    snprintf(name, sizeof name, "%s.while", r->g && r->g->name ? r->g->name : "loop");
+    if (!st && !(r->body = hd_ir_graph_new(ctx, name))) st = ctx->status;
+    for (int i = 0; i <= n && !st; i++) {
+        const hd_ir_value *v = &r->g->values[i < n ? mark[i] : cond];
+        char in[32];
+        snprintf(in, sizeof in, i < n ? "s%d" : "go", i);
+        int id = i < n ? hd_ir_add_input(r->body, in, v->dtype, v->shape, v->ndim)
+                       : hd_ir_add_input(r->body, in, HD_BOOL, NULL, 0);
+        if (id < 0)
+            st = ctx->status;
+        else if (i < n)
+            r->body_of[mark[i]] = id;
+    }
+    if (!st) st = roll_body_nodes(r);
+    for (int i = 0; i <= n && !st; i++) {
+        char out[32];
+        snprintf(out, sizeof out, "o%d", i);
+        int id = roll_body_value(r, i < n ? now[i] : cond);
+        if (i == n) id = truth_of(ctx, r->body, id);
+        if (id < 0 || hd_ir_add_output(r->body, out, id)) st = ctx->status;
+    }
+    return st ? (ctx->status ? ctx->status : HD_ERR_RUNTIME) : HD_OK;
+}
+
+/* The while node over init, the condition's truth and the body's other
+ * inputs; its n results into res. Takes r->body. */
+static hd_status while_loop(roll *r, int n, const int *init, int go, int *res) {
+    hd_ir_graph *g = r->g;
+    int nin = n + 1 + r->nouter;
+    int *in = hd_ctx_alloc(r->ctx, (size_t)(nin + n + 2) * sizeof *in);
+    if (!in) return r->ctx->status;
+    int *src = in + nin;
+    for (int i = 0; i <= n; i++) in[i] = i < n ? init[i] : go, src[i] = i;
+    for (int i = 0; i < r->nouter; i++) in[n + 1 + i] = r->outer[i];
+    hd_ir_graph *body = r->body;
+    r->body = NULL;
+    int loop = hd_ir_add_loop(g, body, 1, in, nin, n + 1, src);
+    hd_status st = loop < 0 ? r->ctx->status : hd_ir_loop_while(g, loop, n);
+    for (int i = 0; i < n && !st; i++)
+        if ((res[i] = hd_ir_add_loop_out(g, loop, i)) < 0) st = r->ctx->status;
+    hd_ctx_free(r->ctx, in, (size_t)(nin + n + 2) * sizeof *in);
+    return st;
+}
+
+hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
+                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *mark,
+                         hd_tensor *const *now, hd_tensor *cond, hd_tensor **out) {
+    hd_ir_graph *g = hd_trace_graph(ctx);
+    if (!g) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
+    if (n < 0 || p0.nodes > p1.nodes || p1.nodes > p2.nodes || p2.nodes != g->nnodes)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "hd_trace_while: traces out of order");
+    size_t bytes = (size_t)(4 * n + 1) * sizeof(int);
+    int *v = hd_ctx_alloc(ctx, bytes);
+    int pv = hd_trace_value(ctx, pred), cv = hd_trace_value(ctx, cond);
+    if (!v || pv < 0 || cv < 0) return hd_ctx_free(ctx, v, v ? bytes : 0), ctx->status;
+    int *v0 = v, *vm = v + n, *vn = v + 2 * n, *res = v + 3 * n;
+    hd_status st = HD_OK;
+    for (int i = 0; i < n && !st; i++)
+        if ((v0[i] = hd_trace_value(ctx, init[i])) < 0 ||
+            (vm[i] = hd_trace_value(ctx, mark[i])) < 0 || (vn[i] = hd_trace_value(ctx, now[i])) < 0)
+            st = ctx->status;
+    roll r, cut;
+    memset(&r, 0, sizeof r), memset(&cut, 0, sizeof cut);
+    if (!st) st = while_body(&r, ctx, p1, p2, n, vm, vn, cv);
+    int go = -1;
+    if (!st) {
+        cut.ctx = ctx, cut.g = g, cut.a = p0.nodes, cut.c = p2.nodes;
+        roll_truncate(&cut);
+        if ((go = truth_of(ctx, g, pv)) < 0) st = ctx->status;
+    }
+    if (!st) st = while_loop(&r, n, v0, go, res);
+    for (int i = 0; i < n && !st; i++)
+        if (!(out[i] = hd_trace_symbolic_of(ctx, res[i]))) st = ctx->status;
+    if (r.ctx) roll_free(&r);
+    hd_ctx_free(ctx, v, bytes);
+    return st;
+}
+
+void hd_trace_cut(hd_ctx *ctx, hd_trace_pos p) {
+    roll cut;
+    memset(&cut, 0, sizeof cut);
+    cut.ctx = ctx, cut.g = hd_trace_graph(ctx);
+    if (!cut.g || p.nodes > cut.g->nnodes) return;
+    cut.a = p.nodes, cut.c = cut.g->nnodes;
+    roll_truncate(&cut);
 }

@@ -108,6 +108,22 @@ void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *m
                    out, 1);
 }
 
+int cpu_blas_matvec(const cpu_blas_args *g) {
+    if (g->n != 1 && g->m != 1) return 0;
+    int col = g->n == 1; /* b a column: y = A x; else a a row: y = B^T x */
+    const void *mat = col ? g->a : g->b, *vec = col ? g->b : g->a;
+    int tm = col ? g->ta : g->tb, tv = col ? g->tb : g->ta;
+    int64_t ldm = col ? g->lda : g->ldb, ldv = col ? g->ldb : g->lda, len = col ? g->m : g->n;
+    /* the vector's stride along k: a column (k x 1) steps by ld unless
+     * transposed; a row (1 x k) steps by 1 unless transposed */
+    int64_t inc = col == !tv ? ldv : 1;
+    /* the stored matrix is len x k (y = M x) or k x len (y = M^T x) */
+    int len_first = col == !tm;
+    cpu_blas_gemv(g->f64, !len_first, len_first ? len : g->k, len_first ? g->k : len, mat, ldm, vec,
+                  inc, g->c);
+    return 1;
+}
+
 /* One single-threaded gemm. */
 static void blas_gemm1(const cpu_blas_args *g) {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
@@ -188,6 +204,11 @@ const char *cpu_blas_why(void) {
 
 const char *cpu_blas_core(void) {
     return "none";
+}
+
+int cpu_blas_matvec(const cpu_blas_args *g) {
+    HD_UNUSED(g);
+    return 0;
 }
 
 void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,

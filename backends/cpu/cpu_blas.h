@@ -52,6 +52,14 @@ typedef struct cpu_blas_args {
     int64_t ldc;
 } cpu_blas_args;
 
+/* A product with one row or one column (m or n is 1; alpha 1, beta 0, C
+ * contiguous) as the matrix-vector product it is: 1 when done, 0 for a
+ * gemm. The eager matmul and the llvm compiler's gemm steps both take
+ * this path, so their bits agree whatever kernels OpenBLAS picked for the
+ * CPU (gemm and gemv sum in another order on some). Needs
+ * cpu_blas_ready(). */
+int cpu_blas_matvec(const cpu_blas_args *g);
+
 /* How a gemm of m x n x k is split over nt threads; cpu_blas_gemm and the
  * llvm compiler's gemm steps follow the same rule. None when the product
  * is small (under CPU_BLAS_PAR) or both sides are under 32; else along the

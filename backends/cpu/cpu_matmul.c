@@ -257,20 +257,9 @@ static void mm_blas_one(const mm_job *j, int nt, enum CBLAS_TRANSPOSE ta, int ld
                         enum CBLAS_TRANSPOSE tb, int ldb, const char *pa, const char *pb,
                         char *pc) {
     int m = (int)j->m, n = (int)j->n, k = (int)j->k, f64 = j->dt == HD_F64;
-    if (n == 1 || m == 1) {
-        const char *mat = n == 1 ? pa : pb, *vec = n == 1 ? pb : pa;
-        enum CBLAS_TRANSPOSE tm = n == 1 ? ta : tb, tv = n == 1 ? tb : ta;
-        int ldm = n == 1 ? lda : ldb, ldv = n == 1 ? ldb : lda, len = n == 1 ? m : n;
-        /* the vector's stride along k: a column (k x 1) steps by ld unless
-         * transposed; a row (1 x k) steps by 1 unless transposed */
-        int inc = (n == 1) == (tv == CblasNoTrans) ? ldv : 1;
-        /* the stored matrix is len x k (y = M x) or k x len (y = M^T x) */
-        int stored_len_first = (n == 1) == (tm == CblasNoTrans);
-        enum CBLAS_TRANSPOSE t = stored_len_first ? CblasNoTrans : CblasTrans;
-        int sr = stored_len_first ? len : k, sc = stored_len_first ? k : len;
-        cpu_blas_gemv(f64, t == CblasTrans, sr, sc, mat, ldm, vec, inc, pc);
-        return;
-    }
+    cpu_blas_args g = {
+        f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n};
+    if (cpu_blas_matvec(&g)) return;
     cpu_blas_gemm(nt, f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0,
                   pc, n, j->stop);
 }

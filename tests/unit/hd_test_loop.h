@@ -407,6 +407,66 @@ static void lt_check_compile_time(lt_env *v) {
 }
 
 /* Every run check with one compiler. */
+/* A while loop: x' = x * 0.5 + w and k' = k + 1 while k < lim, with lim a
+ * graph input (0-d f32): carried x, k, go; invariant w, lim. After the
+ * loop x is the closed form at lim trips (rounded up), and k = trips. */
+static hd_ir_graph *lt_while_graph(hd_ctx *ctx) {
+    int64_t n = LT_N;
+    hd_ir_graph *b = hd_ir_graph_new(ctx, "while_body");
+    int x = hd_ir_add_input(b, "x", HD_F32, &n, 1), k = hd_ir_add_input(b, "k", HD_F32, NULL, 0);
+    hd_ir_add_input(b, "go", HD_BOOL, NULL, 0);
+    int w = hd_ir_add_input(b, "w", HD_F32, &n, 1), lim = hd_ir_add_input(b, "lim", HD_F32, NULL, 0);
+    int y, xn = lt_step(b, x, w, &y), kn = lt_bin(b, HD_OP_ADD, k, lt_scalar_const(b, 1.0));
+    CHECK(hd_ir_add_output(b, "x", xn) == HD_OK && hd_ir_add_output(b, "k", kn) == HD_OK);
+    CHECK(hd_ir_add_output(b, "go", lt_bin(b, HD_OP_LT, kn, lim)) == HD_OK);
+    hd_ir_graph *g = hd_ir_graph_new(ctx, "while");
+    int x0 = hd_ir_add_input(g, "x0", HD_F32, &n, 1), gw = hd_ir_add_input(g, "w", HD_F32, &n, 1);
+    int gl = hd_ir_add_input(g, "lim", HD_F32, NULL, 0), k0 = lt_scalar_const(g, 0.0);
+    int in[5] = {x0, k0, lt_bin(g, HD_OP_LT, k0, gl), gw, gl}, src[3] = {0, 1, 2};
+    int l = hd_ir_add_loop(g, b, 1, in, 5, 3, src);
+    CHECK(l >= 0 && hd_ir_loop_while(g, l, 2) == HD_OK);
+    CHECK(hd_ir_add_output(g, "x", hd_ir_add_loop_out(g, l, 0)) == HD_OK);
+    CHECK(hd_ir_add_output(g, "k", hd_ir_add_loop_out(g, l, 1)) == HD_OK);
+    return g;
+}
+
+/* One compiled while loop run for several limits, 0 (no iteration) too. */
+static void lt_check_while(lt_env *v) {
+    hd_ctx *ctx = v->ctx;
+    hd_ir_graph *g = lt_while_graph(ctx);
+    CHECK_MSG(hd_ir_verify(g) == HD_OK, "%s", hd_error_message(ctx));
+    hd_tensor *in[3] = {lt_vec(ctx, lt_x0, LT_N), lt_vec(ctx, lt_w, LT_N), NULL}, *din[3] = {0};
+    hd_jit_exec *e = NULL;
+    int ok = v->c->compile(ctx, g, &v->opt, &e) == HD_OK;
+    CHECK_MSG(ok, "%s: %s", v->c->name, hd_error_message(ctx));
+    static const double lims[] = {0, 1, 2.5, 7, 300};
+    for (size_t j = 0; ok && j < sizeof lims / sizeof *lims; j++) {
+        in[2] = hd_tensor_new(ctx, HD_F32, NULL, 0);
+        hd_dtype_store(HD_F32, in[2]->storage->data, 0, lims[j]);
+        hd_tensor *dout[2] = {0}, *out[2] = {0};
+        for (int i = 0; i < 3 && ok; i++)
+            ok = v->be ? hd_tensor_to_device(ctx, in[i], v->be, v->dev, &din[i]) == HD_OK
+                       : (din[i] = hd_tensor_ref(in[i])) != NULL;
+        ok = ok && v->c->run(ctx, e, din, 3, dout, 2) == HD_OK;
+        for (int i = 0; i < 2; i++) out[i] = ok ? hd_tensor_to_host(ctx, dout[i]) : NULL;
+        double trips = ceil(lims[j]);
+        CHECK_MSG(out[1] && hd_tensor_get(out[1], 0) == trips, "%s: while k < %g ran %g times",
+                  v->c->name, lims[j], out[1] ? hd_tensor_get(out[1], 0) : NAN);
+        for (int i = 0; out[0] && i < LT_N; i++)
+            CHECK_MSG(hd_test_close(hd_tensor_get(out[0], i), lt_closed(i, trips), 1e-5, 1e-6),
+                      "%s, while k < %g: x[%d] = %g, want %g", v->c->name, lims[j], i,
+                      hd_tensor_get(out[0], i), lt_closed(i, trips));
+        lt_release(out, 2);
+        lt_release(dout, 2);
+        lt_release(din, 3);
+        hd_tensor_unref(in[2]);
+        in[2] = NULL;
+    }
+    if (e) v->c->free(ctx, e);
+    lt_release(in, 3);
+    hd_ir_graph_free(g);
+}
+
 static void lt_check_compiler(lt_env *v) {
     int64_t trips[] = {1, 2, 1000};
     for (int i = 0; i < 3; i++) lt_check_trips(v, trips[i]);
@@ -416,6 +476,7 @@ static void lt_check_compiler(lt_env *v) {
     lt_check_rand(v);
     lt_check_shrink(v);
     lt_check_packed(v);
+    lt_check_while(v);
     lt_check_compile_time(v);
 }
 

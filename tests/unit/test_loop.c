@@ -230,6 +230,45 @@ static void test_script_round_trip(hd_ctx *ctx) {
     hd_ir_graph_free(g);
 }
 
+/* A while loop: printed, hashed with its condition, saved as version 4
+ * and loaded as the same graph; the builder's checks. */
+static void test_while(hd_ctx *ctx) {
+    hd_ir_graph *g = lt_while_graph(ctx), *back = NULL;
+    char *text = hd_ir_to_text(g);
+    CHECK_MSG(contains(text, "{while %b2, carry=[%b0 <- out 0, %b1 <- out 1, %b2 <- out 2]}"), "%s",
+              text);
+    hd_ctx_strfree(ctx, text);
+    hd_ir_graph *c = hd_ir_graph_clone(g);
+    CHECK(c && c->nodes[1].op == HD_IR_LOOP && c->nodes[1].loop->while_in == 2 &&
+          hd_ir_graph_hash(c) == hd_ir_graph_hash(g));
+    if (c) c->nodes[1].loop->while_in = -1; /* a counted loop of 1 trip: another graph */
+    CHECK(c && hd_ir_graph_hash(c) != hd_ir_graph_hash(g));
+    hd_ir_graph_free(c);
+    unsigned char *d = NULL;
+    size_t n = 0;
+    /* the body's constants first, as a file numbers them */
+    CHECK(hd_ir_compact(g) == HD_OK && hd_ir_compact(g->nodes[1].loop->body) == HD_OK);
+    CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK(d && le32(d + 8) == 4);
+    CHECK_MSG(d && hd_script_decode(ctx, d, n, &back) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK(back && hd_ir_graph_hash(back) == hd_ir_graph_hash(g));
+    hd_ir_graph_free(back);
+    hd_ctx_free(ctx, d, n);
+    /* the condition must be carried, one element, and every output carried
+     * into its own input */
+    int loop = g->nodes[1].out;
+    CHECK(hd_ir_loop_while(g, loop, 3) != HD_OK && contains(hd_error_message(ctx), "of 3 carried"));
+    CHECK(hd_ir_loop_while(g, loop, 0) != HD_OK &&
+          contains(hd_error_message(ctx), "not one element"));
+    CHECK(hd_ir_loop_while(g, g->nodes[0].out, 0) != HD_OK &&
+          contains(hd_error_message(ctx), "not a loop's value"));
+    CHECK(g->nodes[1].loop->while_in == 2 && hd_ir_verify(g) == HD_OK);
+    g->nodes[1].loop->carry_src[1] = 0;
+    CHECK(hd_ir_verify(g) != HD_OK);
+    hd_ir_graph_free(g);
+    hd_error_clear(ctx);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -239,6 +278,7 @@ int main(void) {
     test_passes(&ctx);
     test_clone_free(&ctx);
     test_script_round_trip(&ctx);
+    test_while(&ctx);
     lt_env v = {&ctx, &hd_jit_interp, {0}, NULL, 0, 1000};
     hd_jit_options_init(&v.opt);
     lt_check_compiler(&v);

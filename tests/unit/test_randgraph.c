@@ -12,7 +12,8 @@
  * HODU_RANDGRAPH_CUDA=n through the cuda compiler (on a GPU or the
  * emulator: the suite runs 120 there as emu.test_randgraph). The same
  * programs also run as the body of a loop node of 1..7 trips, x carried
- * (HODU_RANDGRAPH_LOOPS=n of them, 300 by default), against eager
+ * (every third a while loop of 0..7 iterations on a carried count;
+ * HODU_RANDGRAPH_LOOPS=n of them, 300 by default), against eager
  * iterations, through each compiler. */
 #include "hd_backend.h"
 #include "hd_compile.h"
@@ -528,10 +529,24 @@ static hd_tensor *loop_step(hd_ctx *ctx, uint64_t pseed, hd_dtype dt, hd_tensor 
     return next;
 }
 
-/* The body for loop_step, traced over symbolic inputs like in. */
+/* k + 1 and (k + 1 < trips): a while body's count and condition. */
+static hd_status loop_count(hd_ctx *ctx, hd_tensor *k, int64_t trips, hd_tensor **k1,
+                            hd_tensor **go) {
+    hd_tensor *one = hd_tensor_number(ctx, HD_I64, 1),
+              *lim = hd_tensor_number(ctx, HD_I64, (double)trips);
+    *k1 = one ? loop_op(ctx, HD_OP_ADD, k, one, NULL) : NULL;
+    *go = *k1 && lim ? loop_op(ctx, HD_OP_LT, *k1, lim, NULL) : NULL;
+    hd_tensor_unref(one);
+    hd_tensor_unref(lim);
+    return *go ? HD_OK : ctx->status;
+}
+
+/* The body for loop_step, traced over symbolic inputs like in. A while
+ * body (trips >= 0) also carries a count k and the condition k < trips
+ * after x: its inputs x, k, go, the others. */
 static hd_ir_graph *loop_body(hd_ctx *ctx, uint64_t pseed, hd_dtype dt, hd_tensor *const *in,
-                              int nin) {
-    hd_tensor *sym[4] = {0}, *next = NULL;
+                              int nin, int64_t trips) {
+    hd_tensor *sym[4] = {0}, *cnt[4] = {0}, *next = NULL;
     hd_ir_graph *g = NULL;
     hd_status st = hd_trace_begin(ctx, "rand.loop");
     for (int i = 0; i < nin && !st; i++) {
@@ -539,30 +554,52 @@ static hd_ir_graph *loop_body(hd_ctx *ctx, uint64_t pseed, hd_dtype dt, hd_tenso
         snprintf(name, sizeof name, "in%d", i);
         if (!(sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim)))
             st = ctx->status;
+        if (!st && i == 0 && trips >= 0 &&
+            (!(cnt[0] = hd_trace_input(ctx, "k", HD_I64, NULL, 0)) ||
+             !(cnt[1] = hd_trace_input(ctx, "go", HD_BOOL, NULL, 0))))
+            st = ctx->status;
     }
     if (!st && !(next = loop_step(ctx, pseed, dt, sym, nin))) st = ctx->status;
     if (!st) st = hd_trace_output(ctx, "x", next);
+    if (!st && trips >= 0 && !(st = loop_count(ctx, cnt[0], trips, &cnt[2], &cnt[3])))
+        st = hd_trace_output(ctx, "k", cnt[2]) || hd_trace_output(ctx, "go", cnt[3]);
     if (st)
         hd_trace_abort(ctx);
     else
         hd_trace_end(ctx, &g);
-    for (int i = 0; i < 4; i++) hd_tensor_unref(sym[i]);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(sym[i]), hd_tensor_unref(cnt[i]);
     hd_tensor_unref(next);
     return g;
 }
 
-/* A graph of one loop node of trips over body (x carried), its result x. */
-static hd_ir_graph *loop_graph(hd_ctx *ctx, hd_ir_graph *body, int64_t trips, hd_tensor *const *in,
-                               int nin) {
+/* The loop node's inputs for a while body: x, k = 0, go = trips > 0, the
+ * others; -1 on error. */
+static int loop_while_inputs(hd_ir_graph *g, int64_t trips, int *ids, int nin) {
+    hd_tensor *k = hd_tensor_number(g->ctx, HD_I64, 0),
+              *go = hd_tensor_number(g->ctx, HD_BOOL, trips > 0);
+    memmove(ids + 3, ids + 1, (size_t)(nin - 1) * sizeof *ids);
+    ids[1] = k ? hd_ir_add_const(g, k) : -1;
+    ids[2] = go ? hd_ir_add_const(g, go) : -1;
+    hd_tensor_unref(k);
+    hd_tensor_unref(go);
+    return ids[1] < 0 || ids[2] < 0 ? -1 : nin + 2;
+}
+
+/* A graph of one loop node over body, its result x: trips iterations with
+ * x carried, or (while, wtrips >= 0) while k < trips with x, k, go. */
+static hd_ir_graph *loop_graph(hd_ctx *ctx, hd_ir_graph *body, int64_t trips, int64_t wtrips,
+                               hd_tensor *const *in, int nin) {
     hd_ir_graph *g = hd_ir_graph_new(ctx, "rand");
-    int ids[4], src = 0, ok = g != NULL;
+    int ids[8], src[3] = {0, 1, 2}, ok = g != NULL, n = nin;
     for (int i = 0; ok && i < nin; i++) {
         char name[16];
         snprintf(name, sizeof name, "in%d", i);
         ok = (ids[i] = hd_ir_add_input(g, name, in[i]->dtype, in[i]->shape, in[i]->ndim)) >= 0;
     }
-    int loop = ok ? hd_ir_add_loop(g, body, trips, ids, nin, 1, &src) : -1;
+    if (ok && wtrips >= 0) ok = (n = loop_while_inputs(g, wtrips, ids, nin)) > 0;
+    int loop = ok ? hd_ir_add_loop(g, body, trips, ids, n, wtrips >= 0 ? 3 : 1, src) : -1;
     if (!ok) hd_ir_graph_free(body);
+    if (loop >= 0 && wtrips >= 0 && hd_ir_loop_while(g, loop, 2)) loop = -1;
     int x = loop >= 0 ? hd_ir_add_loop_out(g, loop, 0) : -1;
     if (x < 0 || hd_ir_add_output(g, "x", x) || hd_ir_verify(g)) {
         hd_ir_graph_free(g);
@@ -580,6 +617,8 @@ static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
     int nin = rand_inputs(&gen, in);
     int64_t trips = 1 + rint_(&gen, 7);
     uint64_t pseed = rnd(&gen) | 1;
+    int is_while = seed % 3 == 0; /* a while loop of 0..7 iterations */
+    if (is_while) trips = rint_(&gen, 8);
     hd_tensor *cur[4];
     memcpy(cur, in, sizeof cur);
     x = hd_tensor_ref(in[0]);
@@ -593,8 +632,10 @@ static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
         hd_error_clear(ctx);
         r->skipped++;
     } else {
-        hd_ir_graph *body = loop_body(ctx, pseed, gen.dt, in, nin);
-        hd_ir_graph *g = body ? loop_graph(ctx, body, trips, in, nin) : NULL;
+        hd_ir_graph *body = loop_body(ctx, pseed, gen.dt, in, nin, is_while ? trips : -1);
+        hd_ir_graph *g =
+            body ? loop_graph(ctx, body, is_while ? 1 : trips, is_while ? trips : -1, in, nin)
+                 : NULL;
         int ok = g != NULL;
         for (int c = 0; ok && c < NCOMPILERS; c++)
             if (c == 0 || seed <= llvm_graphs / 10)
@@ -603,7 +644,8 @@ static void one_loop(hd_ctx *ctx, uint64_t seed, result *r) {
          * another order: the differences add up */
         if (ok && seed <= cuda_graphs) ok = run_cuda(ctx, seed, g, in, nin, &x, 1, 10);
         if (ok) r->ok++;
-        CHECK_MSG(ok, "loop seed %llu (%lld trips)", (unsigned long long)seed, (long long)trips);
+        CHECK_MSG(ok, "loop seed %llu (%s%lld trips)", (unsigned long long)seed,
+                  is_while ? "while, " : "", (long long)trips);
         hd_ir_graph_free(g);
         hd_error_clear(ctx);
     }
