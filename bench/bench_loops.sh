@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Loops in compiled code (bench/loops/): compile time against the trip
 # count, with each compiler, rolled into a loop node and unrolled
-# (HODU_LOOP_ROLL=0); and the 1000-epoch linear regression compiled as one
-# function against the same training run eagerly (bench/train/linreg.hodu).
+# (HODU_LOOP_ROLL=0); the same loop with its count a tensor argument (one
+# while loop node for every count, bench/loops/count.hodu); and the
+# 1000-epoch linear regression compiled as one function against the same
+# training run eagerly (bench/train/linreg.hodu).
 # Every compile is cold: each run gets an empty disk cache.
 #
 #   bench/bench_loops.sh [hodu]        (default: build/hodu)
@@ -31,6 +33,17 @@ for c in llvm interp; do
                 "$hodu" "$here/loops/trips.hodu" "$n")
             printf "%-8s %-9s %7s %16.1f %14.1f\n" "$c" "$mode" "$n" "$ms" "$us"
         done
+    done
+done
+echo
+echo "the same loop with its count a tensor argument: one while loop node for every N"
+for c in llvm interp; do
+    cold env HODU_COMPILER="$c" "$hodu" "$here/loops/count.hodu" | while read -r n a b _; do
+        if [ "$n" = first ]; then
+            printf "%-8s first call (trace, compile, 10 iterations): %.1f ms\n" "$c" "$a"
+        else
+            printf "%-8s N %6s  compiles %s  run %10.1f us\n" "$c" "$n" "$a" "$b"
+        fi
     done
 done
 echo

@@ -1,5 +1,6 @@
 /* The compiler registry, the shared pipeline entry and cache-key helpers. */
 #include "hd_compile.h"
+#include "hd_loop.h"
 #include "hd_pass.h"
 
 #include <stdio.h>
@@ -92,16 +93,61 @@ hd_status hd_jit_check_inputs(hd_ctx *ctx, const hd_ir_graph *g, hd_tensor *cons
     return HD_OK;
 }
 
-static double jit_now(void) {
+double hd_jit_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static hd_status jit_build(hd_jit_head *h, const hd_jit_build *b, const hd_ir_graph *g,
+                           const hd_jit_options *opt) {
+    hd_ctx *ctx = h->ctx;
+    hd_jit_exec *e = (hd_jit_exec *)h;
+    if (hd_backend_parse_device(ctx, opt->device ? opt->device : "cpu", &h->be, &h->device) ||
+        !(h->g = hd_ir_graph_clone(g)))
+        return ctx->status;
+    double t0 = hd_jit_now();
+    if (hd_jit_optimize(ctx, h->g, opt, &h->stats)) return ctx->status;
+    h->stats.pass_seconds = hd_jit_now() - t0;
+    if (b->plan(e, opt) || hd_jit_loops_compile(ctx, b->self, h->g, opt) || b->codegen(e, opt))
+        return ctx->status;
+    return HD_OK;
+}
+
+hd_status hd_jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *g,
+                         const hd_jit_options *opt, hd_jit_exec **out) {
+    double t0 = hd_jit_now();
+    hd_jit_options def;
+    *out = NULL;
+    if (!opt) {
+        hd_jit_options_init(&def);
+        opt = &def;
+    }
+    if (b->self->available(ctx, opt)) return ctx->status;
+    hd_jit_head *h = hd_ctx_calloc(ctx, 1, b->size);
+    if (!h) return ctx->status;
+    h->ctx = ctx;
+    if (jit_build(h, b, g, opt)) {
+        b->self->free(ctx, (hd_jit_exec *)h);
+        return ctx->status;
+    }
+    h->stats.compile_seconds = hd_jit_now() - t0;
+    *out = (hd_jit_exec *)h;
+    return HD_OK;
+}
+
+void hd_jit_head_stats(const hd_jit_exec *e, hd_jit_stats *st) {
+    *st = ((const hd_jit_head *)e)->stats;
+}
+
+const hd_ir_graph *hd_jit_head_graph(const hd_jit_exec *e) {
+    return ((const hd_jit_head *)e)->g;
+}
+
 hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
                      const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
                      hd_tensor **outputs, int noutputs) {
-    double t0 = jit_now();
+    double t0 = hd_jit_now();
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
     if (noutputs != g->noutputs)
         return hd_error(ctx, HD_ERR_ARGUMENT, "%s has %d outputs, %d requested", g->name,
@@ -120,7 +166,7 @@ hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, voi
         return r;
     }
     st->runs++;
-    st->run_seconds += jit_now() - t0;
+    st->run_seconds += hd_jit_now() - t0;
     return HD_OK;
 }
 

@@ -78,6 +78,39 @@ extern const hd_jit_compiler hd_jit_cuda; /* jit/hd_cuda_jit.c: errors without a
 extern const hd_jit_compiler hd_jit_llvm; /* jit/hd_llvm.c */
 #endif
 
+/* ---- the executor skeleton ----
+ *
+ * Every compiler's struct hd_jit_exec starts with this head; hd_jit_compile
+ * makes one the same way for each: defaults for the options, the
+ * compiler's availability, the device, a copy of the graph, the passes,
+ * the compiler's memory plan, every loop body compiled once by the same
+ * compiler (jit/hd_loop.h), then the compiler's own code generation; and
+ * hd_jit_run runs one. A compiler adds only its plan and its code. */
+typedef struct hd_jit_head {
+    hd_ctx *ctx;
+    const hd_backend *be; /* the device the code runs on */
+    int device;
+    hd_ir_graph *g; /* the optimised copy */
+    hd_jit_stats stats;
+} hd_jit_head;
+
+typedef struct hd_jit_build {
+    const hd_jit_compiler *self; /* its available and free; loop bodies compile with it */
+    size_t size;                 /* of its struct hd_jit_exec */
+    hd_status (*plan)(hd_jit_exec *e, const hd_jit_options *opt);    /* after the passes */
+    hd_status (*codegen)(hd_jit_exec *e, const hd_jit_options *opt); /* after loop bodies */
+} hd_jit_build;
+
+/* Compile g as b says (opt may be NULL: the defaults); on an error the
+ * half-made executable goes to b->self->free. */
+hd_status hd_jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *g,
+                         const hd_jit_options *opt, hd_jit_exec **out);
+/* The compiler table's stats and graph entries, from the head. */
+void hd_jit_head_stats(const hd_jit_exec *e, hd_jit_stats *st);
+const hd_ir_graph *hd_jit_head_graph(const hd_jit_exec *e);
+/* Monotonic seconds, for the stats. */
+double hd_jit_now(void);
+
 /* By name: "interp", "llvm", "cuda". Unknown names are an error listing the
  * known ones; known ones this build lacks are an error saying so. */
 hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compiler **out);

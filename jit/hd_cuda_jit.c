@@ -78,10 +78,7 @@ typedef struct cj_step {
 } cj_step;
 
 struct hd_jit_exec {
-    hd_ctx *ctx;
-    const hd_backend *be;
-    int device;
-    hd_ir_graph *g; /* the optimised copy */
+    hd_jit_head h;
     hd_plan plan;
     hd_cuda_gen_info info;
     hd_tensor **roots;     /* per slot: the device tensor it points into */
@@ -106,14 +103,7 @@ struct hd_jit_exec {
     int *moves;        /* per slot: runs whose address differed from the one before */
     char *fixed;       /* per slot: goes through own[] from now on */
     hd_cuda_pool pool; /* scratch the graph's eager steps used: replays reuse it */
-    hd_jit_stats stats;
 };
-
-static double cj_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cj_log_on(void) {
     const char *s = getenv("HODU_LOG");
@@ -122,7 +112,7 @@ static int cj_log_on(void) {
 
 static void cj_graph_drop(hd_jit_exec *e, cj_cgraph *g) {
     if (g->exec) hd_cuda_api_get()->graph_exec_destroy(g->exec);
-    hd_ctx_free(e->ctx, g->addr, (size_t)e->plan.nslots * sizeof *g->addr);
+    hd_ctx_free(e->h.ctx, g->addr, (size_t)e->plan.nslots * sizeof *g->addr);
     if (e->gexec == g) e->gexec = NULL;
     if (e->last == g) e->last = NULL;
     memset(g, 0, sizeof *g);
@@ -132,7 +122,7 @@ static void cj_graphs_free(hd_ctx *ctx, hd_jit_exec *e) {
     int any = e->pool.free != NULL;
     for (int i = 0; i < CJ_GRAPHS; i++) any |= e->graphs[i].exec || e->graphs[i].addr;
     if (!any) return;
-    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->h.device);
     for (int i = 0; i < CJ_GRAPHS; i++)
         if (d)
             cj_graph_drop(e, &e->graphs[i]);
@@ -145,7 +135,7 @@ static void cj_graphs_free(hd_ctx *ctx, hd_jit_exec *e) {
 static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (!e) return;
     cj_graphs_free(ctx, e);
-    int nv = e->g ? e->g->nvalues : 0, ns = e->plan.nslots, nn = e->g ? e->g->nnodes : 0;
+    int nv = e->h.g ? e->h.g->nvalues : 0, ns = e->plan.nslots, nn = e->h.g ? e->h.g->nnodes : 0;
     if (e->vals)
         for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
     if (e->roots)
@@ -165,23 +155,23 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->steps, ((size_t)e->plan.nsteps + 1) * sizeof *e->steps);
     hd_ctx_free(ctx, e->argv, (e->argv_n + 1) * sizeof *e->argv);
     hd_cuda_gen_info_free(ctx, &e->info);
-    hd_ir_graph_free(e->g);
+    hd_ir_graph_free(e->h.g);
     hd_ctx_free(ctx, e, sizeof *e);
 }
 
 /* ---- memory ---- */
 
 static hd_tensor *cj_place_const(hd_jit_exec *e, hd_tensor *c) {
-    hd_ctx *ctx = e->ctx;
+    hd_ctx *ctx = e->h.ctx;
     struct hd_trace *tr = ctx->trace;
     ctx->trace = NULL;
     hd_tensor *host = hd_tensor_contiguous(ctx, c);
     ctx->trace = tr;
-    if (!host || host->storage->backend == e->be) return host;
-    hd_tensor *d = hd_tensor_new_on(ctx, e->be, e->device, c->dtype, c->shape, c->ndim);
+    if (!host || host->storage->backend == e->h.be) return host;
+    hd_tensor *d = hd_tensor_new_on(ctx, e->h.be, e->h.device, c->dtype, c->shape, c->ndim);
     if (d && host->numel &&
-        e->be->from_host(ctx, e->device, d->storage->data, hd_tensor_data(host),
-                         hd_tensor_nbytes(host))) {
+        e->h.be->from_host(ctx, e->h.device, d->storage->data, hd_tensor_data(host),
+                           hd_tensor_nbytes(host))) {
         hd_tensor_unref(d);
         d = NULL;
     }
@@ -197,28 +187,28 @@ static int cj_slot_moves(const hd_plan *p, int s) {
 /* The root of an input or fresh output slot: a tensor over memory it
  * does not own, pointed at the run's memory by cj_slot_set. */
 static hd_tensor *cj_moving_root(hd_jit_exec *e, const hd_ir_value *val) {
-    hd_tensor *t = hd_tensor_wrap(e->ctx, val->dtype, val->shape, val->ndim, NULL);
+    hd_tensor *t = hd_tensor_wrap(e->h.ctx, val->dtype, val->shape, val->ndim, NULL);
     if (!t) return NULL;
-    t->storage->backend = e->be;
-    t->storage->device = e->device;
+    t->storage->backend = e->h.be;
+    t->storage->device = e->h.device;
     return t;
 }
 
 static hd_status cj_roots(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     int64_t n = p->arena_bytes ? (int64_t)p->arena_bytes : 64;
-    if (!(e->roots[0] = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1)))
-        return e->ctx->status;
+    if (!(e->roots[0] = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_U8, &n, 1)))
+        return e->h.ctx->status;
     for (int s = 1; s < p->nslots; s++) {
         const hd_ir_value *val = &g->values[p->slot_value[s]];
         hd_tensor *t = val->kind == HD_IR_VALUE_CONST ? cj_place_const(e, g->consts[val->index].t)
                                                       : cj_moving_root(e, val);
-        if (!t) return e->ctx->status;
+        if (!t) return e->h.ctx->status;
         e->roots[s] = t;
         if (val->kind == HD_IR_VALUE_CONST) {
-            e->stats.consts++;
-            e->stats.const_bytes += hd_tensor_nbytes(t);
+            e->h.stats.consts++;
+            e->h.stats.const_bytes += hd_tensor_nbytes(t);
         }
     }
     for (int s = 0; s < p->nslots; s++)
@@ -237,8 +227,9 @@ static void cj_slot_set(hd_jit_exec *e, int s, void *p) {
 /* The executable's own buffer for slot s (made on first use). */
 static hd_tensor *cj_own(hd_jit_exec *e, int s) {
     if (!e->own[s]) {
-        const hd_ir_value *val = &e->g->values[e->plan.slot_value[s]];
-        e->own[s] = hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+        const hd_ir_value *val = &e->h.g->values[e->plan.slot_value[s]];
+        e->own[s] =
+            hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape, val->ndim);
     }
     return e->own[s];
 }
@@ -268,9 +259,9 @@ static int cj_node_replayable(const hd_ir_node *n) {
 
 static hd_status cj_eager_step(hd_jit_exec *e, const hd_ir_node *n, hd_tensor **in) {
     if (n->op < 0) return HD_OK;
-    hd_dtype dt = n->nin ? e->g->values[n->in[0]].dtype : e->g->values[n->out].dtype;
-    if (!e->be->supports_op((hd_op)n->op, dt))
-        return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cuda",
+    hd_dtype dt = n->nin ? e->h.g->values[n->in[0]].dtype : e->h.g->values[n->out].dtype;
+    if (!e->h.be->supports_op((hd_op)n->op, dt))
+        return hd_error(e->h.ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cuda",
                         hd_op_name((hd_op)n->op), hd_dtype_name(dt));
     (void)in;
     return HD_OK;
@@ -280,13 +271,13 @@ static hd_status cj_kernel_step(hd_jit_exec *e, hd_cuda_dev *d, const char *src,
                                 cj_step *st, void ***argp) {
     const hd_cuda_gen_kernel *k = &e->info.kernels[st->kernel];
     char name[32];
-    if (hd_cuda_function_src(e->ctx, d, src, len, hd_cuda_gen_name(st->kernel, 0, name, 32),
+    if (hd_cuda_function_src(e->h.ctx, d, src, len, hd_cuda_gen_name(st->kernel, 0, name, 32),
                              &st->f))
-        return e->ctx->status;
+        return e->h.ctx->status;
     if (k->fin_blocks > 0 &&
-        hd_cuda_function_src(e->ctx, d, src, len, hd_cuda_gen_name(st->kernel, 1, name, 32),
+        hd_cuda_function_src(e->h.ctx, d, src, len, hd_cuda_gen_name(st->kernel, 1, name, 32),
                              &st->fin))
-        return e->ctx->status;
+        return e->h.ctx->status;
     st->args = *argp;
     for (int j = 0; j < k->nslots; j++) st->args[j] = &e->slot_ptr[k->slots[j]];
     if (k->partials > 0) st->args[k->nslots] = &e->part;
@@ -296,15 +287,15 @@ static hd_status cj_kernel_step(hd_jit_exec *e, hd_cuda_dev *d, const char *src,
 
 static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src *src) {
     const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     size_t nargs = 0, nin = 0;
     for (int k = 0; k < e->info.nkernels; k++) nargs += (size_t)e->info.kernels[k].nslots + 1;
     for (int s = 0; s < p->nsteps; s++)
         if (p->steps[s].kernel < 0) nin += (size_t)g->nodes[p->steps[s].node].nin;
-    e->steps = hd_ctx_calloc(e->ctx, (size_t)p->nsteps + 1, sizeof *e->steps);
-    e->argv = hd_ctx_calloc(e->ctx, nargs + 1, sizeof *e->argv);
-    e->node_in_flat = hd_ctx_calloc(e->ctx, nin + 1, sizeof *e->node_in_flat);
-    if (!e->steps || !e->argv || !e->node_in_flat) return e->ctx->status;
+    e->steps = hd_ctx_calloc(e->h.ctx, (size_t)p->nsteps + 1, sizeof *e->steps);
+    e->argv = hd_ctx_calloc(e->h.ctx, nargs + 1, sizeof *e->argv);
+    e->node_in_flat = hd_ctx_calloc(e->h.ctx, nin + 1, sizeof *e->node_in_flat);
+    if (!e->steps || !e->argv || !e->node_in_flat) return e->h.ctx->status;
     e->argv_n = nargs;
     e->node_in_n = nin;
     void **argp = e->argv;
@@ -315,28 +306,28 @@ static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src
         st->kernel = p->steps[s].kernel;
         st->node = p->steps[s].node;
         if (st->kernel >= 0) {
-            if (cj_kernel_step(e, d, src->text, src->len, st, &argp)) return e->ctx->status;
-            e->stats.kernels += 1 + (e->info.kernels[st->kernel].fin_blocks > 0);
+            if (cj_kernel_step(e, d, src->text, src->len, st, &argp)) return e->h.ctx->status;
+            e->h.stats.kernels += 1 + (e->info.kernels[st->kernel].fin_blocks > 0);
             continue;
         }
         const hd_ir_node *n = &g->nodes[st->node];
         e->node_in[st->node] = e->node_in_flat + k;
         for (int j = 0; j < n->nin; j++) e->node_in_flat[k++] = e->vals[n->in[j]];
-        if (cj_eager_step(e, n, e->node_in[st->node])) return e->ctx->status;
+        if (cj_eager_step(e, n, e->node_in[st->node])) return e->h.ctx->status;
         e->capturable &= cj_node_replayable(n);
-        e->stats.kernels += n->op >= 0;
+        e->h.stats.kernels += n->op >= 0;
     }
     return HD_OK;
 }
 
 static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
     hd_cuda_src src;
-    hd_cuda_src_init(&src, e->ctx);
-    hd_status st = hd_cuda_gen_module(e->ctx, &e->plan, &src, &e->info);
+    hd_cuda_src_init(&src, e->h.ctx);
+    hd_status st = hd_cuda_gen_module(e->h.ctx, &e->plan, &src, &e->info);
     if (!st && e->info.partials > 0) {
         int64_t n = e->info.partials * 8;
-        e->partials = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1);
-        if (!e->partials) st = e->ctx->status;
+        e->partials = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_U8, &n, 1);
+        if (!e->partials) st = e->h.ctx->status;
         if (!st) e->part = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->partials);
     }
     if (!st) st = cj_steps_make(e, d, &src);
@@ -344,15 +335,14 @@ static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
     return st;
 }
 
+static hd_status cj_plan(hd_jit_exec *e, const hd_jit_options *opt) {
+    return hd_plan_build(e->h.g, opt->no_reuse ? HD_PLAN_NO_REUSE : 0, &e->plan);
+}
+
 static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
-    hd_ctx *ctx = e->ctx;
-    double t0 = cj_now();
-    if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
-    e->stats.pass_seconds = cj_now() - t0;
-    if (hd_plan_build(e->g, opt->no_reuse ? HD_PLAN_NO_REUSE : 0, &e->plan) ||
-        hd_jit_loops_compile(ctx, &hd_jit_cuda, e->g, opt))
-        return ctx->status;
-    hd_ir_graph *g = e->g;
+    HD_UNUSED(opt);
+    hd_ctx *ctx = e->h.ctx;
+    hd_ir_graph *g = e->h.g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
     e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
     e->roots = hd_ctx_calloc(ctx, ns, sizeof *e->roots);
@@ -365,32 +355,21 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in || !e->out || !e->own || !e->moves ||
         !e->fixed)
         return ctx->status;
-    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
-    if (!d || cj_roots(e) || hd_plan_views(e->ctx, &e->plan, e->roots, e->vals) || cj_codegen(e, d))
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->h.device);
+    if (!d || cj_roots(e) || hd_plan_views(ctx, &e->plan, e->roots, e->vals) || cj_codegen(e, d))
         return ctx->status;
-    e->stats.planned_bytes = e->plan.arena_bytes;
-    e->stats.fallbacks = e->plan.nfallback;
-    e->stats.launches = e->stats.kernels;
+    e->h.stats.planned_bytes = e->plan.arena_bytes;
+    e->h.stats.fallbacks = e->plan.nfallback;
+    e->h.stats.launches = e->h.stats.kernels;
     return HD_OK;
 }
 
+static const hd_jit_build cj_build = {&hd_jit_cuda, sizeof(hd_jit_exec), cj_plan, cj_setup};
+
 static hd_status cj_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
                             hd_jit_exec **out) {
-    double t0 = cj_now();
     hd_jit_options o = cj_options(opt);
-    *out = NULL;
-    if (cj_available(ctx, &o)) return ctx->status;
-    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
-    if (!e) return ctx->status;
-    e->ctx = ctx;
-    if (hd_backend_parse_device(ctx, o.device, &e->be, &e->device) ||
-        !(e->g = hd_ir_graph_clone(g)) || cj_setup(e, &o)) {
-        cj_free(ctx, e);
-        return ctx->status;
-    }
-    e->stats.compile_seconds = cj_now() - t0;
-    *out = e;
-    return HD_OK;
+    return hd_jit_compile(ctx, &cj_build, g, &o, out);
 }
 
 /* ---- running ---- */
@@ -407,7 +386,7 @@ static hd_status cj_launch(hd_ctx *ctx, hd_cuda_dev *d, const hd_cuda_gen_kernel
 }
 
 static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     for (int s = 0; s < e->nsteps; s++) {
         const cj_step *st = &e->steps[s];
         hd_status r;
@@ -422,7 +401,7 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
             } else if (n->op == HD_IR_LOOP) {
                 r = hd_jit_loop_run(ctx, n, in, n->nin, e->vals[n->out]);
             } else {
-                r = e->be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
+                r = e->h.be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
             }
         }
         if (r) return r;
@@ -456,9 +435,9 @@ static cj_cgraph *cj_graph_slot(hd_jit_exec *e) {
 
 /* The input or output a moving slot holds, for messages. */
 static const char *cj_slot_name(const hd_jit_exec *e, int s) {
-    if (s < e->plan.slot_const0) return e->g->inputs[s - e->plan.slot_in0].name;
-    for (int i = 0; i < e->g->noutputs; i++)
-        if (e->plan.vals[e->g->outputs[i].value].slot == s) return e->g->outputs[i].name;
+    if (s < e->plan.slot_const0) return e->h.g->inputs[s - e->plan.slot_in0].name;
+    for (int i = 0; i < e->h.g->noutputs; i++)
+        if (e->plan.vals[e->h.g->outputs[i].value].slot == s) return e->h.g->outputs[i].name;
     return "?";
 }
 
@@ -475,7 +454,7 @@ static void cj_note_moves(hd_jit_exec *e) {
         e->fixed[s] = 1;
         if (cj_log_recompile())
             fprintf(stderr, "hodu: cuda graph of %s: %s '%s' keeps moving, copied from now on\n",
-                    e->g->name, s < e->plan.slot_const0 ? "input" : "output", cj_slot_name(e, s));
+                    e->h.g->name, s < e->plan.slot_const0 ? "input" : "output", cj_slot_name(e, s));
     }
     memset(e->moves, 0, (size_t)e->plan.nslots * sizeof *e->moves);
     e->recaptures = 0;
@@ -488,7 +467,7 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     int again = e->last != NULL;
     if (again && cj_log_recompile())
         fprintf(stderr, "hodu: cuda graph of %s: new input or output addresses, captured again\n",
-                e->g->name);
+                e->h.g->name);
     e->recaptures += again;
     cj_cgraph *slot = cj_graph_slot(e);
     CUgraph graph = NULL;
@@ -507,7 +486,7 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     if (graph) a->graph_destroy(graph);
     if (st || r != CUDA_SUCCESS || !graph) {
         if (cj_log_on())
-            fprintf(stderr, "cuda: %s runs without a CUDA Graph (%s)\n", e->g->name,
+            fprintf(stderr, "cuda: %s runs without a CUDA Graph (%s)\n", e->h.g->name,
                     st ? ctx->errmsg : "capture failed");
         hd_error_clear(ctx);
         slot->exec = NULL;
@@ -516,7 +495,7 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         return cj_exec_steps(e, ctx, d);
     }
     memcpy(slot->addr, e->slot_ptr, n);
-    slot->used = e->stats.runs;
+    slot->used = e->h.stats.runs;
     e->gexec = e->last = slot;
     return hd_cuda_check(ctx, a->graph_launch(slot->exec, d->stream), "cuGraphLaunch");
 }
@@ -527,11 +506,11 @@ static hd_status cj_bind_outputs(hd_jit_exec *e) {
     for (int s = e->plan.slot_out0; s < e->plan.nslots; s++) {
         hd_tensor *t = e->fixed[s] ? cj_own(e, s) : NULL;
         if (!e->fixed[s]) {
-            const hd_ir_value *val = &e->g->values[e->plan.slot_value[s]];
+            const hd_ir_value *val = &e->h.g->values[e->plan.slot_value[s]];
             t = e->out[s] =
-                hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
+                hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape, val->ndim);
         }
-        if (!t) return e->ctx->status;
+        if (!t) return e->h.ctx->status;
         cj_slot_set(e, s, hd_tensor_data(t));
     }
     return HD_OK;
@@ -541,13 +520,13 @@ static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
     if (cj_bind_outputs(e)) return ctx->status;
     e->gexec = NULL;
-    if (!e->capturable || e->stats.runs < 1) return cj_exec_steps(e, ctx, d);
+    if (!e->capturable || e->h.stats.runs < 1) return cj_exec_steps(e, ctx, d);
     cj_cgraph *g = cj_graph_find(e);
     if (!g) {
         cj_note_moves(e);
         return cj_capture(e, ctx, d);
     }
-    g->used = e->stats.runs;
+    g->used = e->h.stats.runs;
     e->gexec = e->last = g;
     return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(g->exec, d->stream), "cuGraphLaunch");
 }
@@ -559,10 +538,10 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_
     int s = e->plan.slot_in0 + i;
     const hd_storage *st = t->storage;
     int host = hd_tensor_follows_device(t); /* a cpu scalar: uploaded by the copy */
-    if (!host && (st->backend != e->be || st->device != e->device))
+    if (!host && (st->backend != e->h.be || st->device != e->h.device))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
-                        e->g->inputs[i].name, st->backend->name, st->device, e->be->name,
-                        e->device);
+                        e->h.g->inputs[i].name, st->backend->name, st->device, e->h.be->name,
+                        e->h.device);
     if (!host && !e->fixed[s] && hd_tensor_is_contiguous(t)) {
         cj_slot_set(e, s, t->numel ? hd_tensor_data(t) : e->roots[0]->storage->data);
         return HD_OK;
@@ -579,13 +558,13 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_
                                            hd_tensor_nbytes(t), d->stream),
             "copy of an input");
     static const hd_attrs none;
-    return e->be->run_op(ctx, HD_OP_COPY, dst, &t, 1, &none);
+    return e->h.be->run_op(ctx, HD_OP_COPY, dst, &t, 1, &none);
 }
 
 /* A copy of src for the caller (a new tensor, stream-ordered). */
 static hd_status cj_copy_out(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *src,
                              hd_tensor **out) {
-    hd_tensor *t = hd_tensor_new_on(ctx, e->be, e->device, src->dtype, src->shape, src->ndim);
+    hd_tensor *t = hd_tensor_new_on(ctx, e->h.be, e->h.device, src->dtype, src->shape, src->ndim);
     if (!t) return ctx->status;
     hd_status st = HD_OK;
     if (t->numel && hd_tensor_is_contiguous(src))
@@ -597,7 +576,7 @@ static hd_status cj_copy_out(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, hd_ten
             "copy of an output");
     else if (t->numel) {
         static const hd_attrs none;
-        st = e->be->run_op(ctx, HD_OP_COPY, t, &src, 1, &none);
+        st = e->h.be->run_op(ctx, HD_OP_COPY, t, &src, 1, &none);
     }
     if (st) {
         hd_tensor_unref(t);
@@ -611,7 +590,7 @@ static hd_status cj_copy_out(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, hd_ten
  * values (inputs, constants, views) and buffers that are reused as a
  * copy. */
 static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
-    int v = e->g->outputs[i].value;
+    int v = e->h.g->outputs[i].value;
     const hd_plan_val *pv = &e->plan.vals[v];
     if (pv->fresh && e->out[pv->slot]) {
         *out = hd_tensor_ref(e->out[pv->slot]);
@@ -632,21 +611,16 @@ static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, i
                         hd_tensor **outputs, int noutputs) {
     static const hd_jit_run_ops ops = {cj_bind_input, cj_exec, cj_output, cj_unbind};
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
-    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->device);
-    if (!d || hd_jit_run(ctx, &ops, e, d, e->g, &e->stats, inputs, ninputs, outputs, noutputs))
+    hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->h.device);
+    if (!d || hd_jit_run(ctx, &ops, e, d, e->h.g, &e->h.stats, inputs, ninputs, outputs, noutputs))
         return ctx->status;
-    e->stats.launches = e->gexec ? 1 : e->stats.kernels;
-    e->stats.cuda_graph = e->gexec != NULL;
+    e->h.stats.launches = e->gexec ? 1 : e->h.stats.kernels;
+    e->h.stats.cuda_graph = e->gexec != NULL;
     return HD_OK;
 }
 
-static void cj_stats(const hd_jit_exec *e, hd_jit_stats *st) {
-    *st = e->stats;
-}
-
-static const hd_ir_graph *cj_graph(const hd_jit_exec *e) {
-    return e->g;
-}
+#define cj_stats hd_jit_head_stats
+#define cj_graph hd_jit_head_graph
 
 #else /* a build without CUDA headers: never available */
 

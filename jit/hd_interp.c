@@ -22,10 +22,7 @@ typedef struct interp_step {
 } interp_step;
 
 struct hd_jit_exec {
-    hd_ctx *ctx;
-    const hd_backend *be;
-    int device;
-    hd_ir_graph *g; /* the optimised copy */
+    hd_jit_head h;
     hd_ir_memplan plan;
     hd_tensor **vals;    /* per value: its run-time tensor */
     hd_tensor **buffers; /* per planned buffer: raw bytes */
@@ -36,14 +33,7 @@ struct hd_jit_exec {
     hd_tensor **step_in;
     int nsteps;
     size_t steps_cap, step_in_cap; /* allocated lengths */
-    hd_jit_stats stats;
 };
-
-static double interp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static hd_status interp_available(hd_ctx *ctx, const hd_jit_options *opt) {
     const hd_backend *be;
@@ -55,7 +45,7 @@ static hd_status interp_available(hd_ctx *ctx, const hd_jit_options *opt) {
 
 static void interp_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (!e) return;
-    int nv = e->g ? e->g->nvalues : 0, ni = e->g ? e->g->ninputs : 0;
+    int nv = e->h.g ? e->h.g->nvalues : 0, ni = e->h.g ? e->h.g->ninputs : 0;
     if (e->vals)
         for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
     if (e->buffers)
@@ -70,17 +60,17 @@ static void interp_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
     hd_ctx_free(ctx, e->steps, e->steps_cap * sizeof *e->steps);
     hd_ctx_free(ctx, e->step_in, e->step_in_cap * sizeof *e->step_in);
-    hd_ir_graph_free(e->g);
+    hd_ir_graph_free(e->h.g);
     hd_ctx_free(ctx, e, sizeof *e);
 }
 
 /* A tensor with no memory of its own whose storage's data pointer a run
  * sets: graph inputs and fresh outputs. */
 static hd_tensor *interp_slot(hd_jit_exec *e, const hd_ir_value *v) {
-    hd_tensor *t = hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
+    hd_tensor *t = hd_tensor_wrap(e->h.ctx, v->dtype, v->shape, v->ndim, NULL);
     if (!t) return NULL;
-    t->storage->backend = e->be;
-    t->storage->device = e->device;
+    t->storage->backend = e->h.be;
+    t->storage->device = e->h.device;
     return t;
 }
 
@@ -93,11 +83,11 @@ static int interp_is_view(const hd_ir_node *n) {
 /* Loop result n: body output k's type over its bytes of the loop's value. */
 static hd_tensor *interp_loop_out(hd_jit_exec *e, const hd_ir_node *n) {
     const hd_tensor *x = e->vals[n->in[0]];
-    const hd_ir_value *y = &e->g->values[n->out];
-    const hd_ir_node *loop = &e->g->nodes[e->g->values[n->in[0]].index];
+    const hd_ir_value *y = &e->h.g->values[n->out];
+    const hd_ir_node *loop = &e->h.g->nodes[e->h.g->values[n->in[0]].index];
     int64_t strides[HD_MAX_DIMS], es = hd_dtype_size(y->dtype);
     hd_contiguous_strides(y->shape, y->ndim, strides);
-    hd_tensor *t = hd_tensor_view(e->ctx, x, y->shape, strides, y->ndim,
+    hd_tensor *t = hd_tensor_view(e->h.ctx, x, y->shape, strides, y->ndim,
                                   (x->offset + loop->loop->offset[n->attrs.ints[0]]) / es);
     if (t) t->dtype = y->dtype;
     return t;
@@ -107,7 +97,7 @@ static hd_tensor *interp_loop_out(hd_jit_exec *e, const hd_ir_node *n) {
 static hd_tensor *interp_in_buffer(hd_jit_exec *e, const hd_ir_value *v, hd_tensor *b) {
     int64_t strides[HD_MAX_DIMS];
     hd_contiguous_strides(v->shape, v->ndim, strides);
-    hd_tensor *t = hd_tensor_view(e->ctx, b, v->shape, strides, v->ndim, 0);
+    hd_tensor *t = hd_tensor_view(e->h.ctx, b, v->shape, strides, v->ndim, 0);
     if (t) t->dtype = v->dtype;
     return t;
 }
@@ -117,11 +107,11 @@ static hd_tensor *interp_in_buffer(hd_jit_exec *e, const hd_ir_value *v, hd_tens
  * another one (a device tensor created inside a function compiled for
  * the cpu) is copied there, never read where it lies. */
 static hd_tensor *interp_place_const(hd_jit_exec *e, hd_tensor *c) {
-    hd_ctx *ctx = e->ctx;
+    hd_ctx *ctx = e->h.ctx;
     struct hd_trace *tr = ctx->trace;
     ctx->trace = NULL;
     hd_tensor *t = hd_tensor_contiguous(ctx, c), *d = NULL;
-    if (t && hd_tensor_to_device(ctx, t, e->be, e->device, &d)) d = NULL;
+    if (t && hd_tensor_to_device(ctx, t, e->h.be, e->h.device, &d)) d = NULL;
     ctx->trace = tr;
     hd_tensor_unref(t);
     return d;
@@ -131,7 +121,7 @@ static hd_tensor *interp_place_const(hd_jit_exec *e, hd_tensor *c) {
  * gives (reshape inputs are contiguous: hd_pass_layout). */
 static hd_tensor *interp_view(hd_jit_exec *e, const hd_ir_node *n) {
     const hd_tensor *x = e->vals[n->in[0]];
-    const hd_ir_value *y = &e->g->values[n->out];
+    const hd_ir_value *y = &e->h.g->values[n->out];
     const hd_attrs *a = &n->attrs;
     int64_t strides[HD_MAX_DIMS], offset = x->offset;
     switch (n->op) {
@@ -151,20 +141,20 @@ static hd_tensor *interp_view(hd_jit_exec *e, const hd_ir_node *n) {
     }
     default: hd_contiguous_strides(y->shape, y->ndim, strides); break;
     }
-    return hd_tensor_view(e->ctx, x, y->shape, strides, y->ndim, offset);
+    return hd_tensor_view(e->h.ctx, x, y->shape, strides, y->ndim, offset);
 }
 
 static hd_status interp_values(hd_jit_exec *e) {
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     for (int i = 0; i < g->ninputs; i++) {
         int v = g->inputs[i].value;
-        if (!(e->vals[v] = interp_slot(e, &g->values[v]))) return e->ctx->status;
+        if (!(e->vals[v] = interp_slot(e, &g->values[v]))) return e->h.ctx->status;
     }
     for (int i = 0; i < g->nconsts; i++) {
         int v = g->consts[i].value;
-        if (!(e->vals[v] = interp_place_const(e, g->consts[i].t))) return e->ctx->status;
-        e->stats.consts++;
-        e->stats.const_bytes += hd_tensor_nbytes(e->vals[v]);
+        if (!(e->vals[v] = interp_place_const(e, g->consts[i].t))) return e->h.ctx->status;
+        e->h.stats.consts++;
+        e->h.stats.const_bytes += hd_tensor_nbytes(e->vals[v]);
     }
     for (int i = 0; i < g->noutputs; i++) {
         int v = g->outputs[i].value;
@@ -172,8 +162,8 @@ static hd_status interp_values(hd_jit_exec *e) {
     }
     for (int b = 0; b < e->plan.nbuffers; b++) {
         int64_t n = (int64_t)e->plan.buffer_bytes[b];
-        if (!(e->buffers[b] = hd_tensor_new_on(e->ctx, e->be, e->device, HD_U8, &n, 1)))
-            return e->ctx->status;
+        if (!(e->buffers[b] = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_U8, &n, 1)))
+            return e->h.ctx->status;
     }
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
@@ -188,14 +178,14 @@ static hd_status interp_values(hd_jit_exec *e) {
             t = interp_slot(e, &g->values[v]);
         else
             t = interp_in_buffer(e, &g->values[v], e->buffers[e->plan.buffer[v]]);
-        if (!t) return e->ctx->status;
+        if (!t) return e->h.ctx->status;
         e->vals[v] = t;
     }
     return HD_OK;
 }
 
 static hd_status interp_steps(hd_jit_exec *e) {
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     size_t nsteps = 1, nin = 1;
     for (int i = 0; i < g->nnodes; i++) {
         const hd_ir_node *n = &g->nodes[i];
@@ -203,9 +193,9 @@ static hd_status interp_steps(hd_jit_exec *e) {
         nsteps++;
         nin += (size_t)n->nin;
     }
-    if (!(e->steps = hd_ctx_calloc(e->ctx, nsteps, sizeof *e->steps))) return e->ctx->status;
+    if (!(e->steps = hd_ctx_calloc(e->h.ctx, nsteps, sizeof *e->steps))) return e->h.ctx->status;
     e->steps_cap = nsteps;
-    if (!(e->step_in = hd_ctx_calloc(e->ctx, nin, sizeof *e->step_in))) return e->ctx->status;
+    if (!(e->step_in = hd_ctx_calloc(e->h.ctx, nin, sizeof *e->step_in))) return e->h.ctx->status;
     e->step_in_cap = nin;
     int s = 0, k0 = 0;
     for (int i = 0; i < g->nnodes; i++) {
@@ -225,26 +215,28 @@ static hd_status interp_steps(hd_jit_exec *e) {
         st->out = e->vals[n->out];
         if (n->op == HD_IR_LOOP) {
             st->loop = n;
-            e->stats.kernels++;
+            e->h.stats.kernels++;
             continue;
         }
         hd_dtype dt = n->nin ? st->in[0]->dtype : st->out->dtype;
-        if (!e->be->supports_op((hd_op)n->op, dt))
-            return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
-                            hd_op_name((hd_op)n->op), hd_dtype_name(dt), e->be->name);
-        e->stats.kernels++;
+        if (!e->h.be->supports_op((hd_op)n->op, dt))
+            return hd_error(e->h.ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on %s",
+                            hd_op_name((hd_op)n->op), hd_dtype_name(dt), e->h.be->name);
+        e->h.stats.kernels++;
     }
     e->nsteps = s;
     return HD_OK;
 }
 
-static hd_status interp_setup(hd_jit_exec *e, const hd_jit_options *opt) {
-    hd_ctx *ctx = e->ctx;
-    hd_ir_graph *g = e->g;
-    if (hd_jit_optimize(ctx, g, opt, &e->stats)) return ctx->status;
+static hd_status interp_plan(hd_jit_exec *e, const hd_jit_options *opt) {
     hd_pass_memplan_options mo = {opt->no_reuse, opt->no_inplace};
-    if (hd_pass_memplan(g, &mo, &e->plan) || hd_jit_loops_compile(ctx, &hd_jit_interp, g, opt))
-        return ctx->status;
+    return hd_pass_memplan(e->h.g, &mo, &e->plan);
+}
+
+static hd_status interp_codegen(hd_jit_exec *e, const hd_jit_options *opt) {
+    HD_UNUSED(opt);
+    hd_ctx *ctx = e->h.ctx;
+    hd_ir_graph *g = e->h.g;
     size_t nv = (size_t)g->nvalues;
     e->vals = hd_ctx_calloc(ctx, nv + 1, sizeof *e->vals);
     e->results = hd_ctx_calloc(ctx, nv + 1, sizeof *e->results);
@@ -252,59 +244,46 @@ static hd_status interp_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->buffers = hd_ctx_calloc(ctx, (size_t)e->plan.nbuffers + 1, sizeof *e->buffers);
     e->own_in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->own_in);
     if (!e->vals || !e->results || !e->fresh || !e->buffers || !e->own_in) return ctx->status;
-    e->stats.planned_bytes = e->plan.planned_bytes;
-    e->stats.naive_bytes = e->plan.naive_bytes;
-    e->stats.inplace = e->plan.ninplace;
+    e->h.stats.planned_bytes = e->plan.planned_bytes;
+    e->h.stats.naive_bytes = e->plan.naive_bytes;
+    e->h.stats.inplace = e->plan.ninplace;
     return interp_values(e) || interp_steps(e) ? ctx->status : HD_OK;
 }
 
+static const hd_jit_build interp_build = {&hd_jit_interp, sizeof(hd_jit_exec), interp_plan,
+                                          interp_codegen};
+
 static hd_status interp_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
                                 hd_jit_exec **out) {
-    double t0 = interp_now();
-    hd_jit_options def;
-    *out = NULL;
-    if (!opt) {
-        hd_jit_options_init(&def);
-        opt = &def;
-    }
-    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
-    if (!e) return ctx->status;
-    e->ctx = ctx;
-    if (hd_backend_parse_device(ctx, opt->device ? opt->device : "cpu", &e->be, &e->device) ||
-        e->be->available(ctx, e->device) || !(e->g = hd_ir_graph_clone(g)) ||
-        interp_setup(e, opt)) {
-        interp_free(ctx, e);
-        return ctx->status;
-    }
-    e->stats.compile_seconds = interp_now() - t0;
-    *out = e;
-    return HD_OK;
+    return hd_jit_compile(ctx, &interp_build, g, opt, out);
 }
 
 /* Point input slot i at the caller's tensor, or copy it into the
  * executable's own buffer when it is strided or elsewhere. */
 static hd_status interp_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
     HD_UNUSED(ud);
-    hd_tensor *slot = e->vals[e->g->inputs[i].value];
+    hd_tensor *slot = e->vals[e->h.g->inputs[i].value];
     const hd_storage *s = t->storage;
-    int here = s->backend == e->be && s->device == e->device;
+    int here = s->backend == e->h.be && s->device == e->h.device;
     if (here && hd_tensor_is_contiguous(t)) {
         slot->storage->data = hd_tensor_data(t);
         return HD_OK;
     }
     if (!here && !hd_tensor_follows_device(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
-                        e->g->inputs[i].name, s->backend->name, s->device, e->be->name, e->device);
+                        e->h.g->inputs[i].name, s->backend->name, s->device, e->h.be->name,
+                        e->h.device);
     if (!e->own_in[i] &&
-        !(e->own_in[i] = hd_tensor_new_on(ctx, e->be, e->device, t->dtype, t->shape, t->ndim)))
+        !(e->own_in[i] = hd_tensor_new_on(ctx, e->h.be, e->h.device, t->dtype, t->shape, t->ndim)))
         return ctx->status;
     /* a number from another device: brought here first (the code's copy
      * kernel reads only its own device's memory) */
     hd_tensor *moved = NULL;
-    if (!here && hd_tensor_to_device(ctx, t, e->be, e->device, &moved)) return ctx->status;
+    if (!here && hd_tensor_to_device(ctx, t, e->h.be, e->h.device, &moved)) return ctx->status;
     hd_tensor *src = moved ? moved : t;
     static const hd_attrs none;
-    hd_status st = t->numel ? e->be->run_op(ctx, HD_OP_COPY, e->own_in[i], &src, 1, &none) : HD_OK;
+    hd_status st =
+        t->numel ? e->h.be->run_op(ctx, HD_OP_COPY, e->own_in[i], &src, 1, &none) : HD_OK;
     hd_tensor_unref(moved);
     if (st) return st;
     slot->storage->data = e->own_in[i]->storage->data;
@@ -312,21 +291,21 @@ static hd_status interp_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i,
 }
 
 static hd_status interp_bind_outputs(hd_jit_exec *e) {
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     for (int i = 0; i < g->noutputs; i++) {
         int v = g->outputs[i].value;
         if (!e->fresh[v] || e->results[v]) continue;
         const hd_ir_value *val = &g->values[v];
         e->results[v] =
-            hd_tensor_new_on(e->ctx, e->be, e->device, val->dtype, val->shape, val->ndim);
-        if (!e->results[v]) return e->ctx->status;
+            hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape, val->ndim);
+        if (!e->results[v]) return e->h.ctx->status;
         e->vals[v]->storage->data = e->results[v]->storage->data;
     }
     return HD_OK;
 }
 
 static hd_status interp_exec_steps(hd_jit_exec *e) {
-    hd_ctx *ctx = e->ctx;
+    hd_ctx *ctx = e->h.ctx;
     for (int s = 0; s < e->nsteps; s++) {
         const interp_step *st = &e->steps[s];
         hd_status r;
@@ -337,7 +316,7 @@ static hd_status interp_exec_steps(hd_jit_exec *e) {
         else if (st->out->numel == 0)
             r = HD_OK;
         else
-            r = e->be->run_op(ctx, (hd_op)st->op, st->out, st->in, st->nin, st->attrs);
+            r = e->h.be->run_op(ctx, (hd_op)st->op, st->out, st->in, st->nin, st->attrs);
         if (r) return r;
     }
     return HD_OK;
@@ -348,25 +327,26 @@ static hd_status interp_exec_steps(hd_jit_exec *e) {
 static hd_status interp_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
     HD_UNUSED(ctx);
     HD_UNUSED(ud);
-    int v = e->g->outputs[i].value;
+    int v = e->h.g->outputs[i].value;
     if (e->fresh[v]) {
         *out = hd_tensor_ref(e->results[v]);
         return HD_OK;
     }
     hd_tensor *src = e->vals[v];
-    hd_tensor *t = hd_tensor_new_on(e->ctx, e->be, e->device, src->dtype, src->shape, src->ndim);
-    if (!t) return e->ctx->status;
+    hd_tensor *t =
+        hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, src->dtype, src->shape, src->ndim);
+    if (!t) return e->h.ctx->status;
     static const hd_attrs none;
-    if (t->numel && e->be->run_op(e->ctx, HD_OP_COPY, t, &src, 1, &none)) {
+    if (t->numel && e->h.be->run_op(e->h.ctx, HD_OP_COPY, t, &src, 1, &none)) {
         hd_tensor_unref(t);
-        return e->ctx->status;
+        return e->h.ctx->status;
     }
     *out = t;
     return HD_OK;
 }
 
 static void interp_unbind(hd_jit_exec *e) {
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     for (int i = 0; i < g->ninputs; i++) e->vals[g->inputs[i].value]->storage->data = NULL;
     for (int i = 0; i < g->noutputs; i++) {
         int v = g->outputs[i].value;
@@ -380,22 +360,14 @@ static void interp_unbind(hd_jit_exec *e) {
 static hd_status interp_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     HD_UNUSED(ctx);
     HD_UNUSED(ud);
-    return interp_bind_outputs(e) || interp_exec_steps(e) ? e->ctx->status : HD_OK;
+    return interp_bind_outputs(e) || interp_exec_steps(e) ? e->h.ctx->status : HD_OK;
 }
 
 static hd_status interp_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                             hd_tensor **outputs, int noutputs) {
     static const hd_jit_run_ops ops = {interp_bind_input, interp_exec, interp_output,
                                        interp_unbind};
-    return hd_jit_run(ctx, &ops, e, NULL, e->g, &e->stats, inputs, ninputs, outputs, noutputs);
-}
-
-static void interp_stats(const hd_jit_exec *e, hd_jit_stats *st) {
-    *st = e->stats;
-}
-
-static const hd_ir_graph *interp_graph(const hd_jit_exec *e) {
-    return e->g;
+    return hd_jit_run(ctx, &ops, e, NULL, e->h.g, &e->h.stats, inputs, ninputs, outputs, noutputs);
 }
 
 const hd_jit_compiler hd_jit_interp = {
@@ -404,6 +376,6 @@ const hd_jit_compiler hd_jit_interp = {
     /* .compile = */ interp_compile,
     /* .run = */ interp_run,
     /* .free = */ interp_free,
-    /* .stats = */ interp_stats,
-    /* .graph = */ interp_graph,
+    /* .stats = */ hd_jit_head_stats,
+    /* .graph = */ hd_jit_head_graph,
 };

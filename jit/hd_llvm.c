@@ -19,8 +19,7 @@
 #include <time.h>
 
 struct hd_jit_exec {
-    hd_ctx *ctx;
-    hd_ir_graph *g; /* the optimised copy */
+    hd_jit_head h;
     hd_plan plan;
     hd_llvm_rt rt;
     void **slots;
@@ -33,14 +32,7 @@ struct hd_jit_exec {
     size_t node_in_n;
     hd_llvm_jit *jit;
     int32_t (*main)(void **slots, void *rt);
-    hd_jit_stats stats;
 };
-
-static double llvm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int hd_llvm_log_on(const char *what) {
     const char *s = getenv("HODU_LOG");
@@ -69,8 +61,8 @@ static hd_status llvm_available(hd_ctx *ctx, const hd_jit_options *opt) {
 static void llvm_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (!e) return;
     hd_llvm_jit_free(ctx, e->jit);
-    int nv = e->g ? e->g->nvalues : 0, ni = e->g ? e->g->ninputs : 0, ns = e->plan.nslots;
-    int nn = e->g ? e->g->nnodes : 0;
+    int nv = e->h.g ? e->h.g->nvalues : 0, ni = e->h.g ? e->h.g->ninputs : 0, ns = e->plan.nslots;
+    int nn = e->h.g ? e->h.g->nnodes : 0;
     if (e->vals)
         for (int v = 0; v < nv; v++) hd_tensor_unref(e->vals[v]);
     if (e->roots)
@@ -85,7 +77,7 @@ static void llvm_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
     hd_ctx_free(ctx, e->node_in, (size_t)(nn + 1) * sizeof *e->node_in);
     hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
-    hd_ir_graph_free(e->g);
+    hd_ir_graph_free(e->h.g);
     hd_ctx_free(ctx, e, sizeof *e);
 }
 
@@ -93,38 +85,39 @@ static void llvm_free(hd_ctx *ctx, hd_jit_exec *e) {
 
 /* A tensor with no memory of its own whose data pointer a run sets. */
 static hd_tensor *llvm_slot_tensor(hd_jit_exec *e, const hd_ir_value *v) {
-    return hd_tensor_wrap(e->ctx, v->dtype, v->shape, v->ndim, NULL);
+    return hd_tensor_wrap(e->h.ctx, v->dtype, v->shape, v->ndim, NULL);
 }
 
 /* Constant c, contiguous, in host memory: a constant made on a device (a
  * device tensor created inside the function) is copied, never read where
  * it lies. */
 static hd_tensor *llvm_place_const(hd_jit_exec *e, hd_tensor *c) {
-    struct hd_trace *tr = e->ctx->trace;
-    e->ctx->trace = NULL;
-    hd_tensor *t = hd_tensor_contiguous(e->ctx, c), *h = t ? hd_tensor_to_host(e->ctx, t) : NULL;
-    e->ctx->trace = tr;
+    struct hd_trace *tr = e->h.ctx->trace;
+    e->h.ctx->trace = NULL;
+    hd_tensor *t = hd_tensor_contiguous(e->h.ctx, c),
+              *h = t ? hd_tensor_to_host(e->h.ctx, t) : NULL;
+    e->h.ctx->trace = tr;
     hd_tensor_unref(t);
     return h;
 }
 
 static hd_status llvm_roots(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     int64_t n = (int64_t)p->arena_bytes;
-    if (!(e->roots[0] = hd_tensor_new(e->ctx, HD_U8, &n, 1))) return e->ctx->status;
+    if (!(e->roots[0] = hd_tensor_new(e->h.ctx, HD_U8, &n, 1))) return e->h.ctx->status;
     e->slots[0] = e->roots[0]->storage->data;
     for (int s = 1; s < p->nslots; s++) {
         int v = p->slot_value[s];
         const hd_ir_value *val = &g->values[v];
         hd_tensor *t = val->kind == HD_IR_VALUE_CONST ? llvm_place_const(e, g->consts[val->index].t)
                                                       : llvm_slot_tensor(e, val);
-        if (!t) return e->ctx->status;
+        if (!t) return e->h.ctx->status;
         e->roots[s] = t;
         e->slots[s] = t->storage->data ? hd_tensor_data(t) : NULL;
         if (val->kind == HD_IR_VALUE_CONST) {
-            e->stats.consts++;
-            e->stats.const_bytes += hd_tensor_nbytes(t);
+            e->h.stats.consts++;
+            e->h.stats.const_bytes += hd_tensor_nbytes(t);
         }
     }
     return HD_OK;
@@ -134,13 +127,13 @@ static hd_status llvm_roots(hd_jit_exec *e) {
  * runs it (as interp does). */
 static hd_status llvm_node_inputs(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
-    hd_ir_graph *g = e->g;
+    hd_ir_graph *g = e->h.g;
     size_t total = 0;
     for (int s = 0; s < p->nsteps; s++)
         if (p->steps[s].kernel < 0) total += (size_t)g->nodes[p->steps[s].node].nin;
     e->node_in_n = total;
-    if (!(e->node_in_flat = hd_ctx_calloc(e->ctx, total + 1, sizeof *e->node_in_flat)))
-        return e->ctx->status;
+    if (!(e->node_in_flat = hd_ctx_calloc(e->h.ctx, total + 1, sizeof *e->node_in_flat)))
+        return e->h.ctx->status;
     size_t k = 0;
     for (int s = 0; s < p->nsteps; s++) {
         if (p->steps[s].kernel >= 0) continue;
@@ -150,7 +143,7 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
         if (n->op < 0) continue;
         hd_dtype dt = n->nin ? g->values[n->in[0]].dtype : g->values[n->out].dtype;
         if (!hd_cpu_backend.supports_op((hd_op)n->op, dt))
-            return hd_error(e->ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cpu",
+            return hd_error(e->h.ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cpu",
                             hd_op_name((hd_op)n->op), hd_dtype_name(dt));
     }
     return HD_OK;
@@ -162,7 +155,7 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
 /* HODU_LOG=fallback: the nodes the runtime's kernels run. */
 static void llvm_log_fallbacks(const hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
-    const hd_ir_graph *g = e->g;
+    const hd_ir_graph *g = e->h.g;
     if (!hd_llvm_log_on("fallback")) return;
     for (int s = 0; s < p->nsteps; s++) {
         if (p->steps[s].kernel >= 0) continue;
@@ -203,9 +196,9 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
     hd_llvm_gen G;
     hd_llvm_host h;
     memset(&G, 0, sizeof G);
-    if (hd_llvm_host_get(e->ctx, &h)) return e->ctx->status;
-    double t0 = llvm_now();
-    G.ctx = e->ctx;
+    if (hd_llvm_host_get(e->h.ctx, &h)) return e->h.ctx->status;
+    double t0 = hd_jit_now();
+    G.ctx = e->h.ctx;
     G.plan = &e->plan;
     G.f16c = h.f16c;
     G.avx512 = h.avx512;
@@ -221,29 +214,41 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
         LLVMContextDispose(G.t.c);
         return st;
     }
-    double t1 = llvm_now();
+    double t1 = hd_jit_now();
     hd_llvm_timing tm;
     void *main = NULL;
-    if (hd_llvm_jit_build(e->ctx, G.mod, G.t.c, &e->jit, &main, &tm)) return e->ctx->status;
+    if (hd_llvm_jit_build(e->h.ctx, G.mod, G.t.c, &e->jit, &main, &tm)) return e->h.ctx->status;
     e->main = (int32_t(*)(void **, void *))main;
-    e->stats.llvm_ir_seconds = t1 - t0;
-    e->stats.llvm_opt_seconds = tm.opt;
-    e->stats.llvm_obj_seconds = tm.obj;
-    e->stats.llvm_link_seconds = tm.link;
-    e->stats.llvm_seconds = llvm_now() - t0;
-    e->stats.cache_hit = tm.cache_hit;
+    e->h.stats.llvm_ir_seconds = t1 - t0;
+    e->h.stats.llvm_opt_seconds = tm.opt;
+    e->h.stats.llvm_obj_seconds = tm.obj;
+    e->h.stats.llvm_link_seconds = tm.link;
+    e->h.stats.llvm_seconds = hd_jit_now() - t0;
+    e->h.stats.cache_hit = tm.cache_hit;
     return HD_OK;
 }
 
+static hd_status llvm_plan(hd_jit_exec *e, const hd_jit_options *opt) {
+    return hd_plan_build(e->h.g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS,
+                         &e->plan);
+}
+
+/* Bytes of the intermediate values eager code would allocate one by one. */
+static size_t llvm_naive_bytes(const hd_jit_exec *e) {
+    const hd_ir_graph *g = e->h.g;
+    size_t n = 0;
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].kind == HD_IR_VALUE_NODE && e->plan.vals[v].root == v &&
+            !e->plan.vals[v].fresh && (e->plan.vals[v].kernel < 0 || e->plan.vals[v].stored))
+            n += (size_t)hd_shape_numel(g->values[v].shape, g->values[v].ndim) *
+                 (size_t)hd_dtype_size(g->values[v].dtype);
+    return n;
+}
+
 static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
-    hd_ctx *ctx = e->ctx;
-    double t0 = llvm_now();
-    if (hd_jit_optimize(ctx, e->g, opt, &e->stats)) return ctx->status;
-    e->stats.pass_seconds = llvm_now() - t0;
-    if (hd_plan_build(e->g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS, &e->plan) ||
-        hd_jit_loops_compile(ctx, &hd_jit_llvm, e->g, opt))
-        return ctx->status;
-    hd_ir_graph *g = e->g;
+    HD_UNUSED(opt);
+    hd_ctx *ctx = e->h.ctx;
+    hd_ir_graph *g = e->h.g;
     size_t nv = (size_t)g->nvalues + 1, ns = (size_t)e->plan.nslots + 1;
     e->vals = hd_ctx_calloc(ctx, nv, sizeof *e->vals);
     e->roots = hd_ctx_calloc(ctx, ns, sizeof *e->roots);
@@ -253,41 +258,22 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
     if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in)
         return ctx->status;
-    if (llvm_roots(e) || hd_plan_views(e->ctx, &e->plan, e->roots, e->vals) || llvm_node_inputs(e))
+    if (llvm_roots(e) || hd_plan_views(ctx, &e->plan, e->roots, e->vals) || llvm_node_inputs(e))
         return ctx->status;
     llvm_log_fallbacks(e);
     e->rt = (hd_llvm_rt){ctx, &hd_cpu_backend, g, e->vals, e->node_in};
-    e->stats.kernels = e->plan.nsteps;
-    e->stats.planned_bytes = e->plan.arena_bytes;
-    e->stats.fallbacks = e->plan.nfallback;
-    for (int v = 0; v < g->nvalues; v++)
-        if (g->values[v].kind == HD_IR_VALUE_NODE && e->plan.vals[v].root == v &&
-            !e->plan.vals[v].fresh && (e->plan.vals[v].kernel < 0 || e->plan.vals[v].stored))
-            e->stats.naive_bytes += (size_t)hd_shape_numel(g->values[v].shape, g->values[v].ndim) *
-                                    (size_t)hd_dtype_size(g->values[v].dtype);
+    e->h.stats.kernels = e->plan.nsteps;
+    e->h.stats.planned_bytes = e->plan.arena_bytes;
+    e->h.stats.fallbacks = e->plan.nfallback;
+    e->h.stats.naive_bytes = llvm_naive_bytes(e);
     return llvm_codegen(e);
 }
 
+static const hd_jit_build llvm_build = {&hd_jit_llvm, sizeof(hd_jit_exec), llvm_plan, llvm_setup};
+
 static hd_status llvm_compile(hd_ctx *ctx, const hd_ir_graph *g, const hd_jit_options *opt,
                               hd_jit_exec **out) {
-    double t0 = llvm_now();
-    hd_jit_options def;
-    *out = NULL;
-    if (!opt) {
-        hd_jit_options_init(&def);
-        opt = &def;
-    }
-    if (llvm_available(ctx, opt)) return ctx->status;
-    hd_jit_exec *e = hd_ctx_calloc(ctx, 1, sizeof *e);
-    if (!e) return ctx->status;
-    e->ctx = ctx;
-    if (!(e->g = hd_ir_graph_clone(g)) || llvm_setup(e, opt)) {
-        llvm_free(ctx, e);
-        return ctx->status;
-    }
-    e->stats.compile_seconds = llvm_now() - t0;
-    *out = e;
-    return HD_OK;
+    return hd_jit_compile(ctx, &llvm_build, g, opt, out);
 }
 
 /* ---- running ---- */
@@ -304,12 +290,12 @@ static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, h
     int s = e->plan.slot_in0 + i, here = hd_tensor_is_cpu(t);
     if (!here && !hd_tensor_follows_device(t))
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
-                        e->g->inputs[i].name, t->storage->backend->name, t->storage->device);
+                        e->h.g->inputs[i].name, t->storage->backend->name, t->storage->device);
     if (here && hd_tensor_is_contiguous(t)) {
         llvm_set_slot(e, s, hd_tensor_data(t));
         return HD_OK;
     }
-    if (!e->own_in[i] && !(e->own_in[i] = hd_tensor_new(e->ctx, t->dtype, t->shape, t->ndim)))
+    if (!e->own_in[i] && !(e->own_in[i] = hd_tensor_new(e->h.ctx, t->dtype, t->shape, t->ndim)))
         return ctx->status;
     /* a number on a device: a host copy first (the code reads host memory) */
     hd_tensor *h = here ? hd_tensor_ref(t) : hd_tensor_to_host(ctx, t);
@@ -326,9 +312,9 @@ static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, h
 static hd_status llvm_bind_outputs(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
     for (int s = p->slot_out0; s < p->nslots; s++) {
-        const hd_ir_value *v = &e->g->values[p->slot_value[s]];
-        if (!(e->results[s] = hd_tensor_new(e->ctx, v->dtype, v->shape, v->ndim)))
-            return e->ctx->status;
+        const hd_ir_value *v = &e->h.g->values[p->slot_value[s]];
+        if (!(e->results[s] = hd_tensor_new(e->h.ctx, v->dtype, v->shape, v->ndim)))
+            return e->h.ctx->status;
         llvm_set_slot(e, s, e->results[s]->storage->data);
     }
     return HD_OK;
@@ -338,15 +324,15 @@ static hd_status llvm_bind_outputs(hd_jit_exec *e) {
  * the executable keeps (an input, a constant, a view). */
 static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor **out) {
     HD_UNUSED(ud);
-    int v = e->g->outputs[i].value;
+    int v = e->h.g->outputs[i].value;
     const hd_plan_val *pv = &e->plan.vals[v];
     if (pv->fresh) {
         *out = hd_tensor_ref(e->results[pv->slot]);
         return HD_OK;
     }
     hd_tensor *src = e->vals[v];
-    hd_tensor *t = hd_tensor_new(e->ctx, src->dtype, src->shape, src->ndim);
-    if (!t) return e->ctx->status;
+    hd_tensor *t = hd_tensor_new(e->h.ctx, src->dtype, src->shape, src->ndim);
+    if (!t) return e->h.ctx->status;
     static const hd_attrs none;
     if (t->numel && hd_cpu_backend.run_op(ctx, HD_OP_COPY, t, &src, 1, &none)) {
         hd_tensor_unref(t);
@@ -381,15 +367,7 @@ static hd_status llvm_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
 static hd_status llvm_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, int ninputs,
                           hd_tensor **outputs, int noutputs) {
     static const hd_jit_run_ops ops = {llvm_bind_input, llvm_exec, llvm_output, llvm_unbind};
-    return hd_jit_run(ctx, &ops, e, NULL, e->g, &e->stats, inputs, ninputs, outputs, noutputs);
-}
-
-static void llvm_stats(const hd_jit_exec *e, hd_jit_stats *st) {
-    *st = e->stats;
-}
-
-static const hd_ir_graph *llvm_graph(const hd_jit_exec *e) {
-    return e->g;
+    return hd_jit_run(ctx, &ops, e, NULL, e->h.g, &e->h.stats, inputs, ninputs, outputs, noutputs);
 }
 
 const hd_jit_compiler hd_jit_llvm = {
@@ -398,8 +376,8 @@ const hd_jit_compiler hd_jit_llvm = {
     /* .compile = */ llvm_compile,
     /* .run = */ llvm_run,
     /* .free = */ llvm_free,
-    /* .stats = */ llvm_stats,
-    /* .graph = */ llvm_graph,
+    /* .stats = */ hd_jit_head_stats,
+    /* .graph = */ hd_jit_head_graph,
 };
 
 #endif /* HODU_HAVE_LLVM */

@@ -27,12 +27,6 @@ struct hd_llvm_jit {
     LLVMOrcLLJITRef jit;
 };
 
-static double jit_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- the host, once per process ---- */
 
 static pthread_once_t jit_once = PTHREAD_ONCE_INIT;
@@ -140,15 +134,15 @@ static hd_status jit_object(hd_ctx *ctx, const hd_llvm_host *h, LLVMModuleRef mo
         t->cache_hit = 1;
         return HD_OK;
     }
-    double t0 = jit_now();
+    double t0 = hd_jit_now();
     if (jit_optimize(ctx, mod, tm)) return ctx->status;
     if (hd_llvm_log_on("llvm-opt")) jit_dump(mod, "after O2");
-    double t1 = jit_now();
+    double t1 = hd_jit_now();
     char *msg = NULL;
     if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, obj))
         return jit_message_error(ctx, "machine code", msg);
     t->opt = t1 - t0;
-    t->obj = jit_now() - t1;
+    t->obj = hd_jit_now() - t1;
     hd_llvm_cache_put(ctx, &key, LLVMGetBufferStart(*obj), LLVMGetBufferSize(*obj));
     return HD_OK;
 }
@@ -232,7 +226,7 @@ hd_status hd_llvm_jit_build(hd_ctx *ctx, LLVMModuleRef mod, LLVMContextRef c, hd
         if (obj) LLVMDisposeMemoryBuffer(obj);
         return st;
     }
-    double t0 = jit_now();
+    double t0 = hd_jit_now();
     if (!(j = hd_ctx_calloc(ctx, 1, sizeof *j))) {
         LLVMDisposeMemoryBuffer(obj);
         return ctx->status;
@@ -241,7 +235,7 @@ hd_status hd_llvm_jit_build(hd_ctx *ctx, LLVMModuleRef mod, LLVMContextRef c, hd
         hd_llvm_jit_free(ctx, j);
         return ctx->status;
     }
-    t->link = jit_now() - t0;
+    t->link = hd_jit_now() - t0;
     *out = j;
     return HD_OK;
 }

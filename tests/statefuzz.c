@@ -135,6 +135,10 @@ static const char *const sf_bodies[] = {
     "let z = x.detach()\n    for i in 0..30 { if z.sum() > 1.0 { z = z * 0.5 } else { z = z + 0.3 "
     "} }\n"
     "    return z",
+    /* while loops on tensor data, and a for over a count known only at run time */
+    "let z = x.detach()\n    while z.abs().max() > 0.5 { z = z * 0.5 }\n    return z",
+    "let z = x.detach()\n    let k = (z.abs().sum() * 2.0).to(i64)\n"
+    "    for i in 0..k { z = z * 0.9 + 0.01 }\n    return z",
     /* .grad read in the loop */
     "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + "
     "net.w1.grad.sum() }\n"
