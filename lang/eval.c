@@ -1240,6 +1240,27 @@ static int ex_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
     }
 }
 
+/* An if, while or for on tensor data inside traced code that could not
+ * become a graph node (why: the reason; fl: the flow it left): the error,
+ * with the reason and what to do instead. */
+static int traced_refused(hd_vm *vm, hd_frame *f, const hd_ast *n, int fl, const char *why) {
+    if (fl != HD_FLOW_NORMAL || !why) return fl;
+    if (!strcmp(why, "out of memory"))
+        return hd_eval_failf(vm, f, n->a, HD_ERR_MEMORY, "out of memory"), HD_FLOW_ERROR;
+    if (n->kind == HD_AST_IF)
+        return hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
+                             "branch on tensor data inside compiled code: use where(...) (this if "
+                             "cannot be compiled: %s)",
+                             why),
+               HD_FLOW_ERROR;
+    return hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
+                         "loop on tensor data inside compiled code (this %s cannot be compiled: "
+                         "%s): run the loop eagerly, or loop a fixed number of times with "
+                         "where(...) in the body",
+                         n->kind == HD_AST_WHILE ? "while" : "for", why),
+           HD_FLOW_ERROR;
+}
+
 /* a..b with a one-element tensor for a bound (the rest ints)? */
 static int range_has_tensor(hd_value a, hd_value b) {
     int ta = a.type == HD_V_TENSOR, tb = b.type == HD_V_TENSOR;
@@ -1279,15 +1300,7 @@ static HD_NOINLINE int ex_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast 
     int64_t x, y;
     if (sym) {
         const char *why = NULL;
-        fl = hd_eval_for_count_traced(vm, f, n, a, b, &why);
-        if (fl == HD_FLOW_NORMAL && why)
-            fl = (hd_eval_failf(vm, f, n->a,
-                                !strcmp(why, "out of memory") ? HD_ERR_MEMORY : HD_ERR_RUNTIME,
-                                "loop on tensor data inside compiled code (this for cannot be "
-                                "compiled: %s): run the loop eagerly, or loop a fixed number of "
-                                "times with where(...) in the body",
-                                why),
-                  HD_FLOW_ERROR);
+        fl = traced_refused(vm, f, n, hd_eval_for_count_traced(vm, f, n, a, b, &why), why);
     } else if (range_bound_int(vm, f, n->a->a, a, &x) && range_bound_int(vm, f, n->a->b, b, &y)) {
         fl = ex_for_range(vm, f, n, x, y, 1);
     }
@@ -1336,21 +1349,7 @@ static HD_NOINLINE int cond_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int 
         *fl = n->kind == HD_AST_WHILE ? hd_eval_while_traced(vm, f, n, c.as.t, &why)
                                       : hd_eval_if_traced(vm, f, n, c.as.t, &why);
         hd_vunref(vm, c);
-        if (*fl == HD_FLOW_NORMAL && why && !strcmp(why, "out of memory"))
-            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_MEMORY, "out of memory"), HD_FLOW_ERROR);
-        else if (*fl == HD_FLOW_NORMAL && why && n->kind == HD_AST_WHILE)
-            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
-                                 "loop on tensor data inside compiled code (this while cannot be "
-                                 "compiled: %s): run the loop eagerly, or loop a fixed number of "
-                                 "times with where(...) in the body",
-                                 why),
-                   HD_FLOW_ERROR);
-        else if (*fl == HD_FLOW_NORMAL && why)
-            *fl = (hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME,
-                                 "branch on tensor data inside compiled code: use where(...) (this "
-                                 "if cannot be compiled: %s)",
-                                 why),
-                   HD_FLOW_ERROR);
+        *fl = traced_refused(vm, f, n, *fl, why);
         return 1;
     }
     int ok = 1;
@@ -1360,14 +1359,20 @@ static HD_NOINLINE int cond_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int 
     return 0;
 }
 
+/* The truth of if or while n's condition in *t: 1; else 0, the statement
+ * done (a traced cond or while loop did all of it, or an error) with its
+ * flow in *fl. */
+static inline int cond_of(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t, int *fl) {
+    if (HD_UNLIKELY(vm->ctx.trace != NULL)) return !cond_traced(vm, f, n, t, fl);
+    if (truth_of(vm, f, n->a, t)) return 1;
+    *fl = HD_FLOW_ERROR;
+    return 0;
+}
+
 static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (;;) {
         int t, fl;
-        if (HD_UNLIKELY(vm->ctx.trace != NULL)) {
-            if (cond_traced(vm, f, n, &t, &fl)) return fl;
-        } else if (!truth_of(vm, f, n->a, &t)) {
-            return HD_FLOW_ERROR;
-        }
+        if (!cond_of(vm, f, n, &t, &fl)) return fl;
         if (!t) return HD_FLOW_NORMAL;
         fl = loop_body(vm, f, n);
         if (fl) return loop_result(fl);
@@ -1381,11 +1386,7 @@ int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 static HD_NOINLINE int ex_if(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (;;) {
         int t, fl;
-        if (HD_UNLIKELY(vm->ctx.trace != NULL)) {
-            if (cond_traced(vm, f, n, &t, &fl)) return fl;
-        } else if (!truth_of(vm, f, n->a, &t)) {
-            return HD_FLOW_ERROR;
-        }
+        if (!cond_of(vm, f, n, &t, &fl)) return fl;
         if (t) return ex_block(vm, f, n->body);
         n = n->c;
         if (!n) return HD_FLOW_NORMAL;

@@ -2,6 +2,7 @@
  * printers and hashing. */
 #include "hd_ir.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -495,24 +496,24 @@ static hd_ir_node *ir_loop_node_of(hd_ir_graph *g, int loop) {
     return &g->nodes[g->values[loop].index];
 }
 
-hd_status hd_ir_loop_while(hd_ir_graph *g, int loop, int carry) {
+/* Set *field of loop value `loop` to v if check then accepts the loop. */
+static hd_status ir_loop_set(hd_ir_graph *g, int loop, size_t field, int v,
+                             hd_status (*check)(hd_ir_graph *, const hd_ir_node *)) {
     hd_ir_node *n = ir_loop_node_of(g, loop);
     if (!n) return g->ctx->status;
-    int was = n->loop->while_in;
-    n->loop->while_in = carry;
-    hd_status st = ir_loop_check_while(g, n);
-    if (st) n->loop->while_in = was;
+    int *p = (int *)((char *)n->loop + field), was = *p;
+    *p = v;
+    hd_status st = check(g, n);
+    if (st) *p = was;
     return st;
 }
 
+hd_status hd_ir_loop_while(hd_ir_graph *g, int loop, int carry) {
+    return ir_loop_set(g, loop, offsetof(hd_ir_loop, while_in), carry, ir_loop_check_while);
+}
+
 hd_status hd_ir_loop_trips_from(hd_ir_graph *g, int loop, int input) {
-    hd_ir_node *n = ir_loop_node_of(g, loop);
-    if (!n) return g->ctx->status;
-    int was = n->loop->trips_in;
-    n->loop->trips_in = input;
-    hd_status st = ir_loop_check_trips_in(g, n);
-    if (st) n->loop->trips_in = was;
-    return st;
+    return ir_loop_set(g, loop, offsetof(hd_ir_loop, trips_in), input, ir_loop_check_trips_in);
 }
 
 /* The loop record in g's arena (body not yet attached). */
