@@ -1288,7 +1288,7 @@ static int range_bound_int(hd_vm *vm, hd_frame *f, const hd_ast *at, hd_value v,
 
 /* for i in a..b where a bound is a one-element integer tensor: its value
  * (as range(t) in Python), or inside traced code a tensor known only when
- * the graph runs: a while loop node that counts (eval_loop.c). Takes a, b. */
+ * the graph runs: a loop node counted when it runs (eval_loop.c). Takes a, b. */
 static HD_NOINLINE int ex_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a,
                                            hd_value b) {
     int sym = 0, fl = HD_FLOW_ERROR;
@@ -1300,7 +1300,8 @@ static HD_NOINLINE int ex_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast 
     int64_t x, y;
     if (sym) {
         const char *why = NULL;
-        fl = traced_refused(vm, f, n, hd_eval_for_count_traced(vm, f, n, a, b, &why), why);
+        fl = hd_eval_for_count_traced(vm, f, n, a, b, &why);
+        fl = traced_refused(vm, f, n, fl, why);
     } else if (range_bound_int(vm, f, n->a->a, a, &x) && range_bound_int(vm, f, n->a->b, b, &y)) {
         fl = ex_for_range(vm, f, n, x, y, 1);
     }

@@ -85,8 +85,9 @@ int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, 
 int hd_eval_while_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred,
                          const char **why);
 /* The same for `for i in a..b` n where a or b (ints or one-element integer
- * tensors) is known only when traced code runs: a while loop node that
- * counts i from a while i < b. */
+ * tensors) is known only when traced code runs: a loop node of b - a
+ * iterations counted when the graph runs (i carried when the body reads
+ * it). */
 int hd_eval_for_count_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b,
                              const char **why);
 /* A counted for-loop while compiled code is traced (eval_loop.c): a flow

@@ -526,8 +526,9 @@ int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, 
  * writes (put back after), then again from markers standing for those
  * variables, with the condition after it; both become one while loop node
  * (hd_trace_while) carrying the variables and the condition's truth.
- * `for i in a..b` where a bound is such a tensor is the same loop with a
- * counter (the loop variable) carried too, and i < b its condition.
+ * `for i in a..b` where a bound is such a tensor is traced the same way
+ * and becomes a loop node of b - a iterations counted when the graph runs
+ * (with i carried as a counter when the body reads it).
  * The same writes are refused as in a branch, and a variable must keep
  * its dtype and shape through the body. */
 
@@ -541,10 +542,11 @@ typedef struct roll_while {
     int m;         /* carried: first.n variables, then the counter if any */
     hd_tensor **t; /* init, mark, now, out: 4 * m */
     hd_value cv;   /* the condition after the body */
-    /* a for: the counter's start and the bound (held), the loop variable's
-     * slot and its value before; the counter after the body (held) */
-    hd_tensor *start, *stop, *next;
-    int var;
+    /* a for: its trip count (held), the loop variable's slot and its value
+     * before; when the body reads the variable, a counter carried too:
+     * its start (held) and its value after the body (held) */
+    hd_tensor *trips, *start, *next;
+    int var, counter;
     hd_value var_old;
 } roll_while;
 
@@ -597,7 +599,7 @@ static const char *roll_while_now(roll_while *W) {
         W->t[2 * m + i] = v.as.t;
     }
     if (n < m) W->t[2 * m + n] = W->next;
-    if (W->cv.type != HD_V_TENSOR || W->cv.as.t->numel != 1)
+    if (!W->trips && (W->cv.type != HD_V_TENSOR || W->cv.as.t->numel != 1))
         return "its condition is no longer a one-element tensor after the body";
     return NULL;
 }
@@ -607,8 +609,9 @@ static int roll_while_bind(roll_while *W, hd_tensor *pred, hd_trace_pos *p) {
     hd_vm *vm = W->vm;
     int n = W->first.n, m = W->m;
     hd_tensor **out = W->t + 3 * m;
-    if (hd_trace_while(&vm->ctx, pred, p[0], p[1], p[2], m, W->t, W->t + m, W->t + 2 * m,
-                       W->cv.as.t, out)) {
+    hd_tensor *cond = W->trips ? NULL : W->cv.as.t;
+    if (hd_trace_while(&vm->ctx, W->trips ? NULL : pred, W->trips, p[0], p[1], p[2], m, W->t,
+                       W->t + m, W->t + 2 * m, cond, out)) {
         hd_eval_failf(vm, W->f, W->n, vm->ctx.status, "%s", vm->ctx.errmsg);
         for (int i = 0; i < m; i++) hd_tensor_unref(out[i]);
         return HD_FLOW_ERROR;
@@ -635,26 +638,22 @@ static hd_tensor *roll_op(hd_vm *vm, hd_op op, hd_tensor *a, hd_tensor *b, const
     return hd_op_run(&vm->ctx, op, in, b ? 2 : 1, at, &out) ? NULL : out;
 }
 
-/* A for's counter after the body and its condition: next = mark + 1,
- * next < stop. */
+/* A for's counter after the body: next = mark + 1. */
 static const char *roll_while_count(roll_while *W) {
     hd_vm *vm = W->vm;
     hd_tensor *one = hd_tensor_number(&vm->ctx, HD_I64, 1);
     W->next = one ? roll_op(vm, HD_OP_ADD, W->t[W->m + W->first.n], one, NULL) : NULL;
-    hd_tensor *go = W->next ? roll_op(vm, HD_OP_LT, W->next, W->stop, NULL) : NULL;
     hd_tensor_unref(one);
-    if (!go) return hd_error_clear(&vm->ctx), "out of memory";
-    W->cv = hd_tensor_value(go);
-    return NULL;
+    return W->next ? NULL : (hd_error_clear(&vm->ctx), "out of memory");
 }
 
 static int roll_while_second(roll_while *W, hd_trace_pos *p, const char **why) {
     hd_vm *vm = W->vm;
-    int counted = W->m > W->first.n;
+    int counted = W->trips != NULL;
     p[1] = hd_trace_position(&vm->ctx);
     int fl = roll_branch_run(vm, W->f, W->n->body, counted ? NULL : W->n->a,
                              counted ? NULL : &W->cv, W->local, &W->second, &W->cap2, why);
-    if (fl == HD_FLOW_NORMAL && !*why && counted) *why = roll_while_count(W);
+    if (fl == HD_FLOW_NORMAL && !*why && W->counter) *why = roll_while_count(W);
     p[2] = hd_trace_position(&vm->ctx);
     return fl;
 }
@@ -666,7 +665,7 @@ static int roll_while_trace(roll_while *W, hd_tensor *pred, const char **why) {
     int fl = roll_branch_run(vm, W->f, W->n->body, NULL, NULL, W->local, &W->first, &W->cap1, why);
     hd_trace_cut(&vm->ctx, p[0]);
     if (fl != HD_FLOW_NORMAL || *why || (*why = roll_while_check(W))) return fl;
-    W->m = W->first.n + (W->start != NULL);
+    W->m = W->first.n + W->counter;
     if (!(W->t = hd_ctx_calloc(&vm->ctx, (size_t)(4 * W->m + 1), sizeof *W->t)))
         return hd_error_clear(&vm->ctx), *why = "out of memory", fl;
     if (!(*why = roll_while_mark(W))) {
@@ -735,21 +734,22 @@ int hd_eval_for_count_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a
     roll_while W;
     memset(&W, 0, sizeof W);
     W.vm = vm, W.f = f, W.n = n, W.var = n->ref.index;
+    W.counter = roll_reads(n->body, &n->ref, 0);
     W.start = roll_bound(vm, a);
-    W.stop = W.start ? roll_bound(vm, b) : NULL;
-    hd_tensor *pred = W.stop ? roll_op(vm, HD_OP_LT, W.start, W.stop, NULL) : NULL;
+    hd_tensor *stop = W.start ? roll_bound(vm, b) : NULL;
+    W.trips = stop ? roll_op(vm, HD_OP_SUB, stop, W.start, NULL) : NULL;
     int fl = HD_FLOW_NORMAL;
-    if (!pred) {
+    if (!W.trips) {
         fl = (hd_eval_failf(vm, f, n->a, vm->ctx.status, "%s", vm->ctx.errmsg), HD_FLOW_ERROR);
     } else {
         hd_vref(W.var_old = f->slots[W.var]);
         roll_while_set(&W, W.var, hd_tensor_value(W.start)); /* for the first trace */
-        fl = roll_while_run(&W, pred, why);
+        fl = roll_while_run(&W, NULL, why);
         roll_while_set(&W, W.var, W.var_old);
         hd_vunref(vm, W.var_old);
     }
-    hd_tensor_unref(pred);
+    hd_tensor_unref(W.trips);
     hd_tensor_unref(W.start);
-    hd_tensor_unref(W.stop);
+    hd_tensor_unref(stop);
     return fl;
 }

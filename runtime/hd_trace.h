@@ -116,18 +116,22 @@ hd_tensor *hd_trace_symbolic_of(hd_ctx *ctx, int v);
 hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
                         hd_tensor *const *else_v, hd_tensor **out);
-/* A while on a one-element tensor (a `while` inside traced code). The
- * caller traced its condition pred, then found the n variables the body
- * writes (init[i] their values before), and from p0 put a marker
+/* A while on a one-element tensor (a `while` inside traced code), or a
+ * loop whose count is known only when the graph runs (`for i in a..b` on
+ * a traced bound). The caller traced the while's condition pred (or the
+ * count trips, a 0-d i64), then found the n variables the body writes
+ * (init[i] their values before), and from p0 put a marker
  * (hd_trace_while_mark) for each into the trace and the variable; from p1
- * it traced the body and the condition again on the markers: now[i] the
- * variables' values and cond the condition's after one iteration (each of
- * init[i]'s dtype and shape; now[i] may be mark[i]). [p0, p2) becomes a
- * while loop node on the carried truth of the condition; out[i] receives
- * the new symbolic value of each variable. */
-hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
-                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *mark,
-                         hd_tensor *const *now, hd_tensor *cond, hd_tensor **out);
+ * it traced the body (and, for a while, the condition cond again) on the
+ * markers: now[i] the variables' values after one iteration (each of
+ * init[i]'s dtype and shape; now[i] may be mark[i]). [p0, p2) becomes one
+ * loop node: a while loop on the carried truth of the condition, or a
+ * loop of trips iterations (0 when not positive); out[i] receives the new
+ * symbolic value of each variable. Either pred and cond, or trips. */
+hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_tensor *trips, hd_trace_pos p0,
+                         hd_trace_pos p1, hd_trace_pos p2, int n, hd_tensor *const *init,
+                         hd_tensor *const *mark, hd_tensor *const *now, hd_tensor *cond,
+                         hd_tensor **out);
 /* A marker standing for init's value, distinct from it (hd_trace_while). */
 hd_tensor *hd_trace_while_mark(hd_ctx *ctx, hd_tensor *init);
 /* Drop the nodes traced from p on (a trace whose tensors are gone). */

@@ -459,16 +459,19 @@ hd_tensor *hd_trace_while_mark(hd_ctx *ctx, hd_tensor *init) {
     return m < 0 ? NULL : hd_trace_symbolic_of(ctx, m);
 }
 
-/* The body: inputs the n variables (read where the body read mark[i]) and
- * the condition, outputs their values after the body and its truth, then
- * the values it reads from before p. */
+/* The body: inputs the n variables (read where the body read mark[i]),
+ * for a while (cond >= 0) its condition, then the values it reads from
+ * before p; outputs the variables' values after the body and the
+ * condition's truth. */
 static hd_status while_body(roll *r, hd_ctx *ctx, hd_trace_pos p, hd_trace_pos q, int n,
                             const int *mark, const int *now, int cond) {
     hd_status st = roll_init(r, ctx, p, p, q);
+    int m = n + (cond >= 0);
     char name[128];
-    snprintf(name, sizeof name, "%s.while", r->g && r->g->name ? r->g->name : "loop");
+    snprintf(name, sizeof name, "%s.%s", r->g && r->g->name ? r->g->name : "loop",
+             cond >= 0 ? "while" : "count");
     if (!st && !(r->body = hd_ir_graph_new(ctx, name))) st = ctx->status;
-    for (int i = 0; i <= n && !st; i++) {
+    for (int i = 0; i < m && !st; i++) {
         const hd_ir_value *v = &r->g->values[i < n ? mark[i] : cond];
         char in[32];
         snprintf(in, sizeof in, i < n ? "s%d" : "go", i);
@@ -480,63 +483,82 @@ static hd_status while_body(roll *r, hd_ctx *ctx, hd_trace_pos p, hd_trace_pos q
             r->body_of[mark[i]] = id;
     }
     if (!st) st = roll_body_nodes(r);
-    for (int i = 0; i <= n && !st; i++) {
+    for (int i = 0; i < m && !st; i++) {
         char out[32];
         snprintf(out, sizeof out, "o%d", i);
         int id = roll_body_value(r, i < n ? now[i] : cond);
         if (i == n) id = truth_of(ctx, r->body, id);
         if (id < 0 || hd_ir_add_output(r->body, out, id)) st = ctx->status;
     }
+    if (!st && cond < 0 && hd_ir_add_input(r->body, "trips", HD_I64, NULL, 0) < 0) st = ctx->status;
     return st ? (ctx->status ? ctx->status : HD_ERR_RUNTIME) : HD_OK;
 }
 
-/* The while node over init, the condition's truth and the body's other
- * inputs; its n results into res. Takes r->body. */
-static hd_status while_loop(roll *r, int n, const int *init, int go, int *res) {
+/* The loop node over init, for a while the condition's truth go (else the
+ * trip count `trips`, its last input), and the body's other inputs; its n
+ * results into res. Takes r->body. */
+static hd_status while_loop(roll *r, int n, const int *init, int go, int trips, int *res) {
     hd_ir_graph *g = r->g;
-    int nin = n + 1 + r->nouter;
-    int *in = hd_ctx_alloc(r->ctx, (size_t)(nin + n + 2) * sizeof *in);
+    int m = n + (go >= 0), nin = m + r->nouter + (go < 0);
+    int *in = hd_ctx_alloc(r->ctx, (size_t)(nin + m + 1) * sizeof *in);
     if (!in) return r->ctx->status;
     int *src = in + nin;
-    for (int i = 0; i <= n; i++) in[i] = i < n ? init[i] : go, src[i] = i;
-    for (int i = 0; i < r->nouter; i++) in[n + 1 + i] = r->outer[i];
+    for (int i = 0; i < m; i++) in[i] = i < n ? init[i] : go, src[i] = i;
+    for (int i = 0; i < r->nouter; i++) in[m + i] = r->outer[i];
+    if (go < 0) in[nin - 1] = trips;
     hd_ir_graph *body = r->body;
     r->body = NULL;
-    int loop = hd_ir_add_loop(g, body, 1, in, nin, n + 1, src);
-    hd_status st = loop < 0 ? r->ctx->status : hd_ir_loop_while(g, loop, n);
+    int loop = hd_ir_add_loop(g, body, 1, in, nin, m, src);
+    hd_status st = loop < 0  ? r->ctx->status
+                   : go >= 0 ? hd_ir_loop_while(g, loop, n)
+                             : hd_ir_loop_trips_from(g, loop, nin - 1);
     for (int i = 0; i < n && !st; i++)
         if ((res[i] = hd_ir_add_loop_out(g, loop, i)) < 0) st = r->ctx->status;
-    hd_ctx_free(r->ctx, in, (size_t)(nin + n + 2) * sizeof *in);
+    hd_ctx_free(r->ctx, in, (size_t)(nin + m + 1) * sizeof *in);
     return st;
 }
 
-hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
-                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *mark,
-                         hd_tensor *const *now, hd_tensor *cond, hd_tensor **out) {
+/* The loop's first-iteration condition or trip count in g (after the
+ * cut): a while's truth (*go), or the count as a 0-d i64 (*trips). */
+static hd_status while_start(hd_ctx *ctx, hd_ir_graph *g, hd_tensor *pred, hd_tensor *trips,
+                             int *go, int *tv) {
+    *go = *tv = -1;
+    if (pred) {
+        int pv = hd_trace_value(ctx, pred);
+        *go = pv < 0 ? -1 : truth_of(ctx, g, pv);
+        return *go < 0 ? ctx->status : HD_OK;
+    }
+    *tv = hd_trace_value(ctx, trips);
+    return *tv < 0 ? ctx->status : HD_OK;
+}
+
+hd_status hd_trace_while(hd_ctx *ctx, hd_tensor *pred, hd_tensor *trips, hd_trace_pos p0,
+                         hd_trace_pos p1, hd_trace_pos p2, int n, hd_tensor *const *init,
+                         hd_tensor *const *mark, hd_tensor *const *now, hd_tensor *cond,
+                         hd_tensor **out) {
     hd_ir_graph *g = hd_trace_graph(ctx);
     if (!g) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
-    if (n < 0 || p0.nodes > p1.nodes || p1.nodes > p2.nodes || p2.nodes != g->nnodes)
+    if (n < 0 || p0.nodes > p1.nodes || p1.nodes > p2.nodes || p2.nodes != g->nnodes ||
+        !pred != !cond || !pred == !trips)
         return hd_error(ctx, HD_ERR_ARGUMENT, "hd_trace_while: traces out of order");
     size_t bytes = (size_t)(4 * n + 1) * sizeof(int);
-    int *v = hd_ctx_alloc(ctx, bytes);
-    int pv = hd_trace_value(ctx, pred), cv = hd_trace_value(ctx, cond);
-    if (!v || pv < 0 || cv < 0) return hd_ctx_free(ctx, v, v ? bytes : 0), ctx->status;
+    int *v = hd_ctx_alloc(ctx, bytes), cv = cond ? hd_trace_value(ctx, cond) : -1;
+    if (!v || (cond && cv < 0)) return hd_ctx_free(ctx, v, v ? bytes : 0), ctx->status;
     int *v0 = v, *vm = v + n, *vn = v + 2 * n, *res = v + 3 * n;
     hd_status st = HD_OK;
     for (int i = 0; i < n && !st; i++)
         if ((v0[i] = hd_trace_value(ctx, init[i])) < 0 ||
             (vm[i] = hd_trace_value(ctx, mark[i])) < 0 || (vn[i] = hd_trace_value(ctx, now[i])) < 0)
             st = ctx->status;
-    roll r, cut;
-    memset(&r, 0, sizeof r), memset(&cut, 0, sizeof cut);
+    roll r;
+    memset(&r, 0, sizeof r);
     if (!st) st = while_body(&r, ctx, p1, p2, n, vm, vn, cv);
-    int go = -1;
+    int go = -1, tv = -1;
     if (!st) {
-        cut.ctx = ctx, cut.g = g, cut.a = p0.nodes, cut.c = p2.nodes;
-        roll_truncate(&cut);
-        if ((go = truth_of(ctx, g, pv)) < 0) st = ctx->status;
+        hd_trace_cut(ctx, p0);
+        st = while_start(ctx, g, pred, trips, &go, &tv);
     }
-    if (!st) st = while_loop(&r, n, v0, go, res);
+    if (!st) st = while_loop(&r, n, v0, go, tv, res);
     for (int i = 0; i < n && !st; i++)
         if (!(out[i] = hd_trace_symbolic_of(ctx, res[i]))) st = ctx->status;
     if (r.ctx) roll_free(&r);
