@@ -31,7 +31,8 @@ static const char hd_usage[] =
     "  -h, --help  print this help\n"
     "\n"
     "environment: HODU_PATH (folders searched by import, colon-separated),\n"
-    "             HODU_NUM_THREADS, HODU_LOG\n";
+    "             HODU_NUM_THREADS, HODU_LOG (HODU_LOG=help lists its categories),\n"
+    "             HODU_COMPILER (interp, llvm, cuda; default: llvm where it runs)\n";
 
 /* The VM a Ctrl-C interrupts (the CLI runs one at a time). */
 static hd_vm *volatile hd_running_vm;
@@ -68,8 +69,8 @@ static int hd_readable(const char *path) {
         return 0;
     }
     struct stat sb;
-    int bad = fstat(fd, &sb) == 0 &&
-              (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode));
+    int bad =
+        fstat(fd, &sb) == 0 && (S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode));
     if (bad)
         fprintf(stderr, "hodu: cannot read %s: %s\n", path,
                 S_ISDIR(sb.st_mode) ? "it is a directory" : "it is a device, not a file");

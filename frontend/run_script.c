@@ -35,7 +35,7 @@ static const char rs_usage[] =
     "                     without it the outputs are printed\n"
     "  --state FILE       a script's state (.safetensors): read before the run\n"
     "                     (if the file exists), written after it\n"
-    "  --compiler NAME    interp (default), llvm, cuda\n"
+    "  --compiler NAME    interp, llvm, cuda (default: llvm where it runs, else interp)\n"
     "  --device DEVICE    cpu (default), cuda:0\n";
 
 typedef struct rs_args {

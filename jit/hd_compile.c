@@ -4,6 +4,7 @@
 #include "hd_pass.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,6 +38,18 @@ hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compi
     }
     return hd_error(ctx, HD_ERR_ARGUMENT, "unknown compiler '%s' (known: interp, llvm, cuda)",
                     name ? name : "");
+}
+
+const char *hd_jit_default_compiler(hd_ctx *ctx, int *named) {
+    const char *env = getenv("HODU_COMPILER");
+    if (named) *named = env && *env;
+    if (env && *env) return env;
+    const hd_jit_compiler *jc;
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    int llvm = !hd_jit_compiler_find(ctx, "llvm", &jc) && !jc->available(ctx, &o);
+    hd_error_clear(ctx);
+    return llvm ? "llvm" : "interp";
 }
 
 hd_status hd_jit_optimize(hd_ctx *ctx, hd_ir_graph *g, const hd_jit_options *opt,

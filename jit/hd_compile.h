@@ -114,6 +114,11 @@ double hd_jit_now(void);
 /* By name: "interp", "llvm", "cuda". Unknown names are an error listing the
  * known ones; known ones this build lacks are an error saying so. */
 hd_status hd_jit_compiler_find(hd_ctx *ctx, const char *name, const hd_jit_compiler **out);
+/* The default compiler of compiled code and scripts: HODU_COMPILER when
+ * set (*named 1), else llvm when this build has it and it runs here, else
+ * interp. A default that was not named and cannot compile a graph gives
+ * way to interp (the callers do it). */
+const char *hd_jit_default_compiler(hd_ctx *ctx, int *named);
 /* The known names, NULL-terminated. */
 extern const char *const hd_jit_compiler_names[];
 

@@ -106,8 +106,7 @@ struct hd_jit_exec {
 };
 
 static int cj_log_on(void) {
-    const char *s = getenv("HODU_LOG");
-    return s && (strstr(s, "cuda") || strstr(s, "all"));
+    return hd_log_on("cuda");
 }
 
 static void cj_graph_drop(hd_jit_exec *e, cj_cgraph *g) {
@@ -410,8 +409,7 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
 }
 
 static int cj_log_recompile(void) {
-    const char *s = getenv("HODU_LOG");
-    return s && (strstr(s, "compile") || strstr(s, "all"));
+    return hd_log_on("recompile") || hd_log_on("compile");
 }
 
 /* The captured graph for this run's addresses, or NULL. */

@@ -34,18 +34,6 @@ struct hd_jit_exec {
     int32_t (*main)(void **slots, void *rt);
 };
 
-int hd_llvm_log_on(const char *what) {
-    const char *s = getenv("HODU_LOG");
-    size_t n = strlen(what);
-    while (s && *s) {
-        size_t k = strcspn(s, ", ");
-        if ((k == n && !strncmp(s, what, n)) || (k == 3 && !strncmp(s, "all", 3))) return 1;
-        s += k;
-        s += strspn(s, ", ");
-    }
-    return 0;
-}
-
 static hd_status llvm_available(hd_ctx *ctx, const hd_jit_options *opt) {
     const char *dev = opt && opt->device ? opt->device : "cpu";
     const hd_backend *be;
@@ -156,7 +144,7 @@ static hd_status llvm_node_inputs(hd_jit_exec *e) {
 static void llvm_log_fallbacks(const hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
     const hd_ir_graph *g = e->h.g;
-    if (!hd_llvm_log_on("fallback")) return;
+    if (!hd_log_on("fallback")) return;
     for (int s = 0; s < p->nsteps; s++) {
         if (p->steps[s].kernel >= 0) continue;
         const hd_ir_node *n = &g->nodes[p->steps[s].node];
@@ -175,7 +163,7 @@ static void llvm_log_fallbacks(const hd_jit_exec *e) {
  * stderr only with HODU_LOG=llvm. */
 static void llvm_diagnostic(LLVMDiagnosticInfoRef d, void *ud) {
     HD_UNUSED(ud);
-    if (!hd_llvm_log_on("llvm")) return;
+    if (!hd_log_on("llvm")) return;
     char *m = LLVMGetDiagInfoDescription(d);
     fprintf(stderr, "llvm: diagnostic: %s\n", m);
     LLVMDisposeMessage(m);

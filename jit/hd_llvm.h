@@ -130,8 +130,6 @@ void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_
 
 /* ---- logging ---- */
 
-/* Is HODU_LOG's comma-separated list naming what? */
-int hd_llvm_log_on(const char *what);
 
 /* ---- runtime entry points called by generated code ---- */
 

@@ -41,7 +41,7 @@ typedef struct cache_header {
 } cache_header;
 
 static void cache_log(const char *fmt, const char *path) {
-    if (hd_llvm_log_on("cache")) fprintf(stderr, fmt, path);
+    if (hd_log_on("cache")) fprintf(stderr, fmt, path);
 }
 
 void hd_llvm_cache_key(const char *ir, const hd_llvm_host *h, hd_llvm_key *k) {

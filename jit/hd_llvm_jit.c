@@ -128,7 +128,7 @@ static hd_status jit_object(hd_ctx *ctx, const hd_llvm_host *h, LLVMModuleRef mo
     hd_llvm_key key;
     hd_llvm_cache_key(ir, h, &key);
     LLVMDisposeMessage(ir);
-    if (hd_llvm_log_on("llvm")) jit_dump(mod, "as generated");
+    if (hd_log_on("llvm")) jit_dump(mod, "as generated");
     if (hd_llvm_cache_get(ctx, &key, obj)) return ctx->status;
     if (*obj) {
         t->cache_hit = 1;
@@ -136,7 +136,7 @@ static hd_status jit_object(hd_ctx *ctx, const hd_llvm_host *h, LLVMModuleRef mo
     }
     double t0 = hd_jit_now();
     if (jit_optimize(ctx, mod, tm)) return ctx->status;
-    if (hd_llvm_log_on("llvm-opt")) jit_dump(mod, "after O2");
+    if (hd_log_on("llvm-opt")) jit_dump(mod, "after O2");
     double t1 = hd_jit_now();
     char *msg = NULL;
     if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, obj))

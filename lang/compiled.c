@@ -937,21 +937,12 @@ static int needs_grad(const cp_session *s, const cp_tmpl *ret) {
 
 /* ---- from a finished trace to an entry ---- */
 
-/* The default compiler: HODU_COMPILER when set (then it counts as chosen),
- * else llvm when this build has it and it runs here, else interp. */
+/* The default compiler (hd_jit_default_compiler); 1 when HODU_COMPILER
+ * named it (then it counts as chosen). */
 static int default_compiler(hd_ctx *ctx, char *buf, size_t n) {
-    const char *env = getenv("HODU_COMPILER");
-    const hd_jit_compiler *jc;
-    hd_jit_options o;
-    hd_jit_options_init(&o);
-    if (env && *env) {
-        snprintf(buf, n, "%s", env);
-        return 1;
-    }
-    int llvm = !hd_jit_compiler_find(ctx, "llvm", &jc) && !jc->available(ctx, &o);
-    hd_error_clear(ctx);
-    snprintf(buf, n, "%s", llvm ? "llvm" : "interp");
-    return 0;
+    int named = 0;
+    snprintf(buf, n, "%s", hd_jit_default_compiler(ctx, &named));
+    return named;
 }
 
 void cp_opts_default(hd_vm *vm, cp_opts *o) {
@@ -1337,11 +1328,10 @@ void hd_compiled_init(hd_vm *vm) {
     vm->compile_all = all && *all && strcmp(all, "0") != 0;
     vm->compile_none = eager && *eager && strcmp(eager, "0") != 0;
     if (vm->compile_none) vm->compile_all = 0;
+    hd_log_check();
     if (!log || !cp_state_of(vm)) return;
-    /* "compile" (every compile) also matches inside "recompile" */
-    if (strstr(log, "recompile")) vm->compiled->log = 1;
-    for (const char *p = log; (p = strstr(p, "compile")); p += 7)
-        if (p == log || p[-1] == ',') vm->compiled->log = 2;
+    if (hd_log_on("recompile")) vm->compiled->log = 1;
+    if (hd_log_on("compile")) vm->compiled->log = 2;
 }
 
 void hd_compiled_free(hd_vm *vm) {

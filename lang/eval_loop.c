@@ -69,8 +69,7 @@ static int roll_enabled(void) {
 }
 
 static int roll_log_on(void) {
-    const char *s = getenv("HODU_LOG");
-    return s && (strstr(s, "loop") || strstr(s, "all"));
+    return hd_log_on("loop");
 }
 
 static void roll_change(hd_roll_watch *w, const char *why) {

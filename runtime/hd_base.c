@@ -1,5 +1,6 @@
 #include "hd_base.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,4 +238,66 @@ const char *hd_stop_reason(const hd_stop *s, char *buf, size_t n) {
 hd_status hd_ctx_stop_error(hd_ctx *ctx) {
     char buf[64];
     return hd_error(ctx, HD_ERR_LIMIT, "%s", hd_stop_reason(&ctx->stop, buf, sizeof buf));
+}
+
+/* ---- HODU_LOG ---- */
+
+static const struct {
+    const char *name, *what;
+} hd_log_table[] = {
+    {"compile", "every compile of compiled code, with its time"},
+    {"recompile", "why compiled code compiles again, or runs eagerly from now on"},
+    {"loop", "each loop in compiled code: a loop node of N iterations, or why it stays unrolled"},
+    {"fallback", "llvm: each node the runtime's kernels run instead of generated code, and why"},
+    {"llvm", "llvm: every function of the module as generated"},
+    {"llvm-opt", "llvm: every function after optimisation"},
+    {"cache", "llvm: the disk cache's hits, misses, writes and damaged entries"},
+    {"cuda", "cuda: kernel cache hits and misses, sources NVRTC rejects, graphs not captured"},
+    {"all", "every category above"},
+    {"help", "this table"},
+};
+
+/* Does list s name cat (or `all`)? */
+static int log_names(const char *s, const char *cat) {
+    size_t n = strlen(cat);
+    while (s && *s) {
+        size_t k = strcspn(s, ", ");
+        if ((k == n && !strncmp(s, cat, n)) || (k == 3 && !strncmp(s, "all", 3))) return 1;
+        s += k;
+        s += strspn(s, ", ");
+    }
+    return 0;
+}
+
+int hd_log_on(const char *cat) {
+    return log_names(getenv("HODU_LOG"), cat);
+}
+
+static int log_known(const char *s, size_t k) {
+    for (size_t i = 0; i < sizeof hd_log_table / sizeof *hd_log_table; i++)
+        if (strlen(hd_log_table[i].name) == k && !strncmp(s, hd_log_table[i].name, k)) return 1;
+    return 0;
+}
+
+static void log_check_once(void) {
+    const char *s = getenv("HODU_LOG");
+    size_t nt = sizeof hd_log_table / sizeof *hd_log_table;
+    for (; s && *s; s += strspn(s, ", ")) {
+        size_t k = strcspn(s, ", ");
+        if (k == 4 && !strncmp(s, "help", 4)) {
+            fprintf(stderr, "hodu: HODU_LOG categories (comma-separated):\n");
+            for (size_t i = 0; i < nt; i++)
+                fprintf(stderr, "  %-10s %s\n", hd_log_table[i].name, hd_log_table[i].what);
+        } else if (!log_known(s, k)) {
+            fprintf(stderr, "hodu: warning: HODU_LOG: unknown category '%.*s' (known:", (int)k, s);
+            for (size_t i = 0; i < nt; i++) fprintf(stderr, " %s", hd_log_table[i].name);
+            fprintf(stderr, ")\n");
+        }
+        s += k;
+    }
+}
+
+void hd_log_check(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, log_check_once);
 }

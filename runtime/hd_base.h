@@ -131,6 +131,14 @@ void hd_assert_fail(const char *cond, const char *file, int line);
 
 /* Monotonic time in nanoseconds. */
 int64_t hd_now_ns(void);
+
+/* HODU_LOG: a comma- or space-separated list of categories (the table is
+ * in hd_base.c and docs/runtime.md; `all` turns every one on). Is cat
+ * on? */
+int hd_log_on(const char *cat);
+/* Once per process: HODU_LOG=help prints the categories to stderr, and an
+ * unknown category gets a warning naming the known ones. */
+void hd_log_check(void);
 /* The deadline has passed: sets the flag to HD_STOP_TIME and says 1. */
 int hd_stop_deadline(const hd_stop *s);
 /* The run must stop (a relaxed load, and a clock read when there is a

@@ -32,6 +32,7 @@ struct hd_script {
     char compiler_named[16]; /* the compiler before following inputs to a device */
     int device_set;          /* set_device was called: inputs are not followed */
     int compiler_set;        /* set_compiler was called */
+    int compiler_env;        /* HODU_COMPILER named the default */
     uint64_t compiles;
 };
 
@@ -66,7 +67,7 @@ hd_script *hd_script_new(hd_ctx *ctx, hd_ir_graph *g) {
         hd_script_free(s);
         return NULL;
     }
-    snprintf(s->compiler, sizeof s->compiler, "interp");
+    snprintf(s->compiler, sizeof s->compiler, "%s", hd_jit_default_compiler(ctx, &s->compiler_env));
     snprintf(s->device, sizeof s->device, "cpu");
     return s;
 }
@@ -351,7 +352,16 @@ static hd_status prog_compile(hd_script *s, script_prog *p) {
     hd_jit_options o;
     hd_jit_options_init(&o);
     o.device = s->device;
-    if (jc->available(s->ctx, &o) || jc->compile(s->ctx, p->g, &o, &p->exec)) return s->ctx->status;
+    hd_status st = jc->available(s->ctx, &o);
+    if (!st) st = jc->compile(s->ctx, p->g, &o, &p->exec);
+    /* a default that was not named gives way to interp, as in compiled code */
+    if (st && st != HD_ERR_MEMORY && !s->compiler_set && !s->compiler_env &&
+        !strcmp(s->compiler, "llvm")) {
+        hd_error_clear(s->ctx);
+        jc = &hd_jit_interp;
+        st = jc->compile(s->ctx, p->g, &o, &p->exec);
+    }
+    if (st) return s->ctx->status;
     p->jc = jc;
     s->compiles++;
     return HD_OK;

@@ -377,9 +377,16 @@ hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what)
                         "branch on tensor data inside compiled code: use where(...) (%s reads "
                         "the values of a traced tensor)",
                         what);
+    if (strcmp(what, "indexing with a tensor") == 0)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s needs tensor data, which compiled code knows only when it runs: "
+                        "select with a one-hot mask instead (x[i] is (x * one_hot(i, n)).sum() "
+                        "for a vector x of n), or pass the index in as an int",
+                        what);
     return hd_error(ctx, HD_ERR_RUNTIME,
-                    "%s needs tensor data, which compiled code knows only when it runs: branch "
-                    "on tensor data inside compiled code: use where(...)",
+                    "%s needs tensor data, which compiled code knows only when it runs: keep "
+                    "the value a tensor inside compiled code (its ops are traced: x.sum() * 2, "
+                    "not x.sum().item() * 2) and read it after the call returns",
                     what);
 }
 

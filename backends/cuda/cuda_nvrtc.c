@@ -37,8 +37,7 @@ static uint64_t nv_hash(const void *p, size_t n, uint64_t h) {
 }
 
 static int nv_log_on(void) {
-    const char *s = getenv("HODU_LOG");
-    return s && (strstr(s, "cuda") || strstr(s, "all"));
+    return hd_log_on("cuda");
 }
 
 static int nv_cache_path(const hd_ctx *ctx, const nv_header *h, char *buf, size_t n) {
