@@ -331,6 +331,13 @@ static hd_status stats_fill(hd_vm *vm, const hd_script *s, hd_value d) {
     hd_script_stats_get(s, &st);
     const hd_jit_stats *j = &st.jit;
     const hd_ir_graph *g = hd_script_graph(s);
+    /* before the first compile: the traced graph's constants; figures only
+     * a compile gives are none */
+    int64_t consts = st.compiled ? j->consts : g->nconsts, const_bytes = (int64_t)j->const_bytes;
+    for (int i = 0; !st.compiled && i < g->nconsts; i++)
+        const_bytes += (int64_t)hd_tensor_nbytes(g->consts[i].t);
+    hd_value none = hd_none();
+#define HD_COMPILED_INT(v) (st.compiled ? hd_int(v) : none)
     return put(vm, d, "is_compiled", hd_bool(st.compiled)) ||
            put(vm, d, "compiles", hd_int((int64_t)st.compiles)) ||
            put(vm, d, "runs", hd_int((int64_t)st.runs)) ||
@@ -338,15 +345,16 @@ static hd_status stats_fill(hd_vm *vm, const hd_script *s, hd_value d) {
            put(vm, d, "run_seconds", hd_float(j->run_seconds)) ||
            put(vm, d, "nodes_traced", hd_int(st.compiled ? j->nodes_traced : g->nnodes)) ||
            put(vm, d, "nodes", hd_int(st.compiled ? j->nodes : g->nnodes)) ||
-           put(vm, d, "kernels", hd_int(j->kernels)) || put(vm, d, "groups", hd_int(j->groups)) ||
-           put(vm, d, "consts", hd_int(j->consts)) ||
-           put(vm, d, "const_bytes", hd_int((int64_t)j->const_bytes)) ||
-           put(vm, d, "planned_bytes", hd_int((int64_t)j->planned_bytes)) ||
-           put(vm, d, "naive_bytes", hd_int((int64_t)j->naive_bytes)) ||
-           put(vm, d, "inplace", hd_int(j->inplace)) ||
-           put(vm, d, "launches", hd_int(j->launches)) ||
+           put(vm, d, "kernels", HD_COMPILED_INT(j->kernels)) ||
+           put(vm, d, "groups", HD_COMPILED_INT(j->groups)) ||
+           put(vm, d, "consts", hd_int(consts)) || put(vm, d, "const_bytes", hd_int(const_bytes)) ||
+           put(vm, d, "planned_bytes", HD_COMPILED_INT((int64_t)j->planned_bytes)) ||
+           put(vm, d, "naive_bytes", HD_COMPILED_INT((int64_t)j->naive_bytes)) ||
+           put(vm, d, "inplace", HD_COMPILED_INT(j->inplace)) ||
+           put(vm, d, "launches", HD_COMPILED_INT(j->launches)) ||
            put_str(vm, d, "compiler", hd_script_compiler(s)) ||
            put_str(vm, d, "device", hd_script_device(s));
+#undef HD_COMPILED_INT
 }
 
 SCRIPT_METHOD(sm_stats) {

@@ -503,24 +503,39 @@ static int find_param(const hd_ast_fn *fn, const char *name) {
     return -1;
 }
 
+/* How fn is called, for an argument error: " (call it as Name(a, b = ...))"
+ * for a class's init (the class's name), else "". */
+static const char *call_hint(const hd_ast_fn *fn, const hd_class *ctor, char *buf, size_t n) {
+    if (!ctor) return "";
+    size_t k = (size_t)snprintf(buf, n, " (call it as %s(", hd_as_str(ctor->name)->chars);
+    for (int i = 1; i < fn->nparams && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s%s", i > 1 ? ", " : "", fn->params[i].name,
+                              fn->params[i].def ? " = ..." : "");
+    if (k < n) snprintf(buf + k, n - k, "))");
+    return buf;
+}
+
 /* Put arguments into parameter slots (new references). Returns HD_OK, or an
- * unlocated error naming the function and the parameter. */
-static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsigned char *bound,
-                           hd_value self, int has_self, const hd_value *args, int nargs,
-                           const hd_kwarg *kw, int nkw) {
+ * unlocated error naming the function (ctor: the class whose init it is)
+ * and the parameter. */
+static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor, hd_value *slots,
+                           unsigned char *bound, hd_value self, int has_self, const hd_value *args,
+                           int nargs, const hd_kwarg *kw, int nkw) {
     int np = fn->nparams, pos = 0;
+    const char *name = ctor ? hd_as_str(ctor->name)->chars : fn_name(fn);
+    char hint[256];
     if (has_self) {
         if (np == 0)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes no arguments, not even self",
-                               fn_name(fn));
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes no arguments, not even self", name);
         hd_vref(slots[0] = self);
         bound[0] = 1;
         pos = 1;
     }
     if (pos + nargs > np) {
         int shown = np - has_self;
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given",
-                           fn_name(fn), shown, shown == 1 ? "" : "s", nargs);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given%s", name,
+                           shown, shown == 1 ? "" : "s", nargs,
+                           call_hint(fn, ctor, hint, sizeof hint));
     }
     for (int i = 0; i < nargs; i++) {
         hd_vref(slots[pos + i] = args[i]);
@@ -529,18 +544,18 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsi
     for (int k = 0; k < nkw; k++) {
         int i = find_param(fn, kw[k].name);
         if (i < 0 || (has_self && i == 0))
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'", fn_name(fn),
-                               kw[k].name);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'%s", name,
+                               kw[k].name, call_hint(fn, ctor, hint, sizeof hint));
         if (bound[i])
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", fn_name(fn),
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", name,
                                kw[k].name);
         hd_vref(slots[i] = kw[k].value);
         bound[i] = 1;
     }
     for (int i = 0; i < np; i++)
         if (!bound[i] && !fn->params[i].def)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() missing argument '%s'", fn_name(fn),
-                               fn->params[i].name);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() missing argument '%s'%s", name,
+                               fn->params[i].name, call_hint(fn, ctor, hint, sizeof hint));
     return HD_OK;
 }
 
@@ -615,6 +630,8 @@ static hd_status closure_run(hd_vm *vm, hd_closure *c, hd_value self, int has_se
         bound = (unsigned char *)(slots + nslots);
     }
     hd_status st = HD_OK;
+    const hd_class *ctor = NULL;
+    if (HD_UNLIKELY(vm->ctor != NULL)) ctor = vm->ctor, vm->ctor = NULL;
     /* Every parameter given by position (the usual call): no binding table,
      * no defaults. */
     int simple = !nkw && has_self + nargs == np;
@@ -625,7 +642,7 @@ static hd_status closure_run(hd_vm *vm, hd_closure *c, hd_value self, int has_se
     } else {
         for (int i = 0; i < np; i++) slots[i] = hd_none();
         memset(bound, 0, (size_t)(np ? np : 1));
-        st = bind_args(vm, fn, slots, bound, self, has_self, args, nargs, kw, nkw);
+        st = bind_args(vm, fn, ctor, slots, bound, self, has_self, args, nargs, kw, nkw);
     }
     for (int i = np; i < nslots; i++) slots[i] = hd_none();
     hd_frame fr;
@@ -690,7 +707,9 @@ static hd_status construct(hd_vm *vm, hd_class *cls, const hd_value *args, int n
         return HD_OK;
     }
     hd_value r;
+    if (init->type == HD_V_FUNC) vm->ctor = cls;
     hd_status st = call_value(vm, *init, obj, 1, args, nargs, kw, nkw, &r);
+    vm->ctor = NULL;
     if (st != HD_OK) {
         hd_vunref(vm, obj);
         return st;

@@ -116,6 +116,10 @@ struct hd_vm {
     hd_ctx ctx;
     hd_vm_options opts;
 
+    /* the class whose init the next closure call binds (construct): its
+     * argument errors name the class and show how it is called */
+    const hd_class *ctor;
+
     /* heap objects */
     hd_obj *objects;
     size_t nobjects;
