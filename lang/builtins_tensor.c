@@ -2,6 +2,7 @@
  * Hodu values and tensors, and running ops with errors the user can read.
  * The functions themselves are rows of the tables in builtins_tensor_*.c. */
 #include "builtins_tensor.h"
+#include "hints.h"
 #include "compiled.h"
 #include "hd_backend.h"
 #include "hd_trace.h"
@@ -46,6 +47,20 @@ static int find_param(const hd_targs *a, const char *name) {
     return -1;
 }
 
+/* An unexpected keyword: the error, with the parameter it may mean. */
+static hd_status targs_unknown_keyword(hd_vm *vm, const hd_tfunc *f, const hd_targs *a,
+                                       const char *kw) {
+    const char *names[HD_TARGS_MAX];
+    for (int i = 0; i < a->n; i++) names[i] = a->names[i];
+    const char *hint = hd_hint_keyword(kw, names, a->n);
+    if (hint)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s() got an unexpected keyword argument '%s' (did you mean '%s'?)",
+                           f->name, kw, hint);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got an unexpected keyword argument '%s'", f->name,
+                       kw);
+}
+
 hd_status hd_targs_bind(hd_vm *vm, const hd_tfunc *f, hd_value self, const hd_value *args,
                         int nargs, const hd_kwarg *kw, int nkw, hd_targs *a) {
     int star, nreq;
@@ -79,9 +94,10 @@ hd_status hd_targs_bind(hd_vm *vm, const hd_tfunc *f, hd_value self, const hd_va
     }
     for (int k = 0; k < nkw; k++) {
         int i = find_param(a, kw[k].name);
+        const char *alias = i < 0 ? hd_hint_keyword_alias(kw[k].name) : NULL;
+        if (alias) i = find_param(a, alias); /* dim= where axis= is taken */
         if (i < 0 || (i == 0 && self.type != HD_V_NONE))
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got an unexpected keyword argument '%s'",
-                               f->name, kw[k].name);
+            return targs_unknown_keyword(vm, f, a, kw[k].name);
         if (a->v[i].type != HD_V_COUNT)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got multiple values for argument '%s'",
                                f->name, kw[k].name);

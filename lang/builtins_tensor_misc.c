@@ -1,6 +1,7 @@
 /* Conversions and the rest: item, tolist, to, clone, contiguous (methods).
  * detach and param are with the other gradient builtins (builtins_grad.c). */
 #include "builtins_tensor.h"
+#include "hints.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
 
@@ -53,7 +54,13 @@ static HD_TF_FN(tf_to) {
     int dt = -1;
     if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
     hd_status st = HD_OK;
-    if (a.v[1].type == HD_V_STR) {
+    if (a.v[1].type == HD_V_STR && hd_hint_dtype(hd_as_str(a.v[1])->chars)) {
+        const char *s = hd_as_str(a.v[1])->chars;
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "to(\"%s\"): a string names a device; did you mean to(%s)? (dtypes are "
+                         "names, not strings)",
+                         s, hd_hint_dtype(s));
+    } else if (a.v[1].type == HD_V_STR) {
         a.v[3] = a.v[1];
         st = hd_targ_device(vm, &a, 3);
     } else if (hd_targ_has(&a, 1)) {

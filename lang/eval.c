@@ -3,6 +3,7 @@
 #include "eval.h"
 #include "compiled.h"
 #include "builtins_tensor.h"
+#include "hints.h"
 #include "tensor_api.h"
 #include "hd_trace.h"
 
@@ -515,6 +516,21 @@ static const char *call_hint(const hd_ast_fn *fn, const hd_class *ctor, char *bu
     return buf;
 }
 
+/* A keyword fn has no parameter for: the error, with the parameter it
+ * may mean and, for a class, how it is called. */
+static hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
+                                      const char *name, const char *kw, int has_self) {
+    hd_hint h;
+    hd_hint_init(&h, kw);
+    for (int i = has_self; i < fn->nparams; i++) hd_hint_offer(&h, fn->params[i].name);
+    const char *mean = hd_hint_keyword(kw, NULL, 0);
+    if (mean && find_param(fn, mean) >= has_self) h.best = mean;
+    char hint[256], dym[96] = "";
+    if (h.best) snprintf(dym, sizeof dym, " (did you mean '%s'?)", h.best);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'%s%s", name, kw, dym,
+                       call_hint(fn, ctor, hint, sizeof hint));
+}
+
 /* Put arguments into parameter slots (new references). Returns HD_OK, or an
  * unlocated error naming the function (ctor: the class whose init it is)
  * and the parameter. */
@@ -544,8 +560,7 @@ static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
     for (int k = 0; k < nkw; k++) {
         int i = find_param(fn, kw[k].name);
         if (i < 0 || (has_self && i == 0))
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'%s", name,
-                               kw[k].name, call_hint(fn, ctor, hint, sizeof hint));
+            return bind_unknown_keyword(vm, fn, ctor, name, kw[k].name, has_self);
         if (bound[i])
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", name,
                                kw[k].name);

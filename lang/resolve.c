@@ -5,6 +5,7 @@
  * after the function (hoisting). A local becomes a cell when a nested
  * function captures it; references resolved before that are patched. */
 #include "resolve.h"
+#include "hints.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +239,30 @@ static int rs_lookup(rs *r, rs_fn *f, const char *name, hd_ref *ref) {
     return 0;
 }
 
+/* The keys of dict d (may be none) offered to h. */
+static void rs_hint_keys(hd_hint *h, hd_value d) {
+    if (d.type != HD_V_DICT) return;
+    const hd_dict *t = hd_as_dict(d);
+    for (int64_t i = 0; i < t->len; i++)
+        if (t->keys[i]) hd_hint_offer(h, t->keys[i]->chars);
+}
+
+/* An unknown name: the error, with a name in scope it may mean (the
+ * other libraries' spelling of a builtin, or the closest). */
+static void rs_unknown_name(rs *r, rs_fn *f, const hd_ast *n) {
+    hd_hint h;
+    hd_hint_init(&h, n->name);
+    for (rs_fn *g = f; g; g = g->up)
+        for (int i = 0; i < g->nvars; i++) hd_hint_offer(&h, g->vars[i].name);
+    rs_hint_keys(&h, r->pending);
+    rs_hint_keys(&h, r->mod->names);
+    rs_hint_keys(&h, r->vm->builtin_index);
+    if (h.best)
+        rs_error(r, &n->span, "unknown name '%s' (did you mean '%s'?)", n->name, h.best);
+    else
+        rs_error(r, &n->span, "unknown name '%s'", n->name);
+}
+
 /* ---- the walk ---- */
 
 static void rs_expr(rs *r, rs_fn *f, hd_ast *n);
@@ -315,7 +340,7 @@ static void rs_expr(rs *r, rs_fn *f, hd_ast *n) {
                 n->ref.kind = HD_REF_GLOBAL;
                 n->ref.index = rs_declare_global(r, n->name);
             } else {
-                rs_error(r, &n->span, "unknown name '%s'", n->name);
+                rs_unknown_name(r, f, n);
             }
         }
         break;

@@ -101,6 +101,47 @@ static void check_stdout(const char *file, const golden_expect *e, char *out) {
     for (; i < e->nout; i++) fail(file, "missing output line: %s%s", e->out[i], "");
 }
 
+/* Is line [s, s + n) of standard error an echo of a source line (an
+ * error shows the failing line under its message)? Such echoes carry the
+ * program's own comments, `# expect error:` ones too, so the expected
+ * text is not looked for in them. */
+static int echoes_source(const char *s, size_t n, const char *src) {
+    if (n < 2 || s[0] != ' ' || s[1] != ' ') return 0;
+    while (n && *s == ' ') s++, n--;
+    while (n && s[n - 1] == ' ') n--;
+    if (!n) return 0;
+    for (const char *line = src; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *t = line;
+        size_t m = len;
+        while (m && (*t == ' ' || *t == '\t')) t++, m--;
+        while (m && (t[m - 1] == ' ' || t[m - 1] == '\r')) m--;
+        if (m == n && !memcmp(t, s, n)) return 1;
+        if (!nl) break;
+        line = nl + 1;
+    }
+    return 0;
+}
+
+/* err without the lines that echo the source (malloc'd). */
+static char *without_echoes(const char *err, const char *src) {
+    size_t n = strlen(err);
+    char *d = malloc(n + 1), *q = d;
+    if (!d) exit(2);
+    for (const char *line = err; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        if (!echoes_source(line, nl ? len - 1 : len, src)) {
+            memcpy(q, line, len);
+            q += len;
+        }
+        line += len;
+    }
+    *q = 0;
+    return d;
+}
+
 static void check_stderr(const char *file, const golden_expect *e, const char *err) {
     const char *from = err;
     for (int i = 0; i < e->nerr; i++) {
@@ -170,7 +211,9 @@ int main(int argc, char **argv) {
     if (!want_rc && *err && rc == 0 && !e.nlog)
         fail(file, "unexpected standard error:\n%s%s", err, "");
     check_stdout(file, &e, out);
-    check_stderr(file, &e, err);
+    char *msgs = without_echoes(err, src);
+    check_stderr(file, &e, msgs);
+    free(msgs);
     if (failures) fprintf(stderr, "%s: %d problem%s\n", file, failures, failures == 1 ? "" : "s");
     golden_expect_free(&e);
     free(src);
