@@ -2,7 +2,7 @@
 # Loops in compiled code (bench/loops/): compile time against the trip
 # count, with each compiler, rolled into a loop node and unrolled
 # (HODU_LOOP_ROLL=0); the same loop with its count a tensor argument (one
-# while loop node for every count, bench/loops/count.hodu); and the
+# loop node for every count, bench/loops/count.hodu); and the
 # 1000-epoch linear regression compiled as one function against the same
 # training run eagerly (bench/train/linreg.hodu).
 # Every compile is cold: each run gets an empty disk cache.
@@ -36,7 +36,7 @@ for c in llvm interp; do
     done
 done
 echo
-echo "the same loop with its count a tensor argument: one while loop node for every N"
+echo "the same loop with its count a tensor argument: one loop node for every N"
 for c in llvm interp; do
     cold env HODU_COMPILER="$c" "$hodu" "$here/loops/count.hodu" | while read -r n a b _; do
         if [ "$n" = first ]; then
