@@ -123,6 +123,7 @@ struct hd_ast {
     hd_ast_fn *fn;
     hd_ref ref;   /* resolver */
     int nslots;   /* resolver: BLOCK, PROGRAM */
+    int slot0;    /* resolver, BLOCK: the first of its nslots slots (released at its end) */
     /* resolver, BLOCK: the slots declared in it that hold cells (captured
      * variables); each entry to the block makes fresh ones, so closures
      * made in different loop iterations see different variables. */

@@ -479,6 +479,18 @@ static HD_ALWAYS_INLINE int run_stmt(hd_vm *vm, hd_frame *f, const hd_ast *s) {
     return ex(vm, f, s);
 }
 
+/* The variables block b declared go at its end, whatever the flow: a
+ * tensor made in a loop body or a branch is freed then, not when the
+ * function returns (docs/language.md, "Names and scope"). */
+static HD_NOINLINE void block_release(hd_vm *vm, hd_frame *f, const hd_ast *b) {
+    int end = b->slot0 + b->nslots;
+    for (int s = b->slot0; s < end && s < f->nslots; s++) {
+        hd_value old = f->slots[s];
+        f->slots[s] = hd_none();
+        hd_vunref(vm, old);
+    }
+}
+
 static HD_ALWAYS_INLINE int run_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     if ((b->ncells || b->nhoist) && block_enter(vm, f, b)) return HD_FLOW_ERROR;
     for (int i = 0; i < b->n; i++) {
@@ -488,8 +500,13 @@ static HD_ALWAYS_INLINE int run_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     return HD_FLOW_NORMAL;
 }
 
+/* A block run once (a branch, a plain block): its variables go at its
+ * end. A loop's body releases them once, when the loop ends (ex_for,
+ * ex_while): each iteration's `let` replaces the last one's value. */
 static int ex_block(hd_vm *vm, hd_frame *f, const hd_ast *b) {
-    return run_block(vm, f, b);
+    int fl = run_block(vm, f, b);
+    if (b->nslots) block_release(vm, f, b);
+    return fl;
 }
 
 /* ---- calls ---- */
@@ -1344,7 +1361,7 @@ static HD_NOINLINE int ex_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast 
     return fl;
 }
 
-static HD_NOINLINE int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+static HD_NOINLINE int ex_for_run(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     const hd_ast *it = n->a;
     /* for i in a..b: no range object. */
     if (it->kind == HD_AST_BINARY && it->op == HD_TOK_RANGE) {
@@ -1404,7 +1421,7 @@ static inline int cond_of(hd_vm *vm, hd_frame *f, const hd_ast *n, int *t, int *
     return 0;
 }
 
-static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+static HD_NOINLINE int ex_while_run(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     for (;;) {
         int t, fl;
         if (!cond_of(vm, f, n, &t, &fl)) return fl;
@@ -1412,6 +1429,19 @@ static HD_NOINLINE int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         fl = loop_body(vm, f, n);
         if (fl) return loop_result(fl);
     }
+}
+
+/* Loops: the body's variables go when the loop ends (block_release). */
+static int ex_for(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    int fl = ex_for_run(vm, f, n);
+    if (n->body && n->body->nslots) block_release(vm, f, n->body);
+    return fl;
+}
+
+static int ex_while(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    int fl = ex_while_run(vm, f, n);
+    if (n->body && n->body->nslots) block_release(vm, f, n->body);
+    return fl;
 }
 
 int hd_eval_statement(hd_vm *vm, hd_frame *f, const hd_ast *n) {

@@ -301,6 +301,7 @@ static void rs_block_pop(rs *r, rs_fn *f, hd_ast *node) {
         for (int i = b->var_base; i < f->nvars; i++)
             ncells += f->vars[i].captured && f->vars[i].param < 0;
         node->nslots = f->nvars - b->var_base;
+        node->slot0 = b->slot_base;
         node->ncells = ncells;
         if (ncells) {
             node->cells = rs_alloc(r, r->p->arena, (size_t)ncells * sizeof(int));
