@@ -23,7 +23,8 @@ typedef struct hd_tfunc {
     /* Parameter names, ", "-separated; `name=` is optional, a last `*name`
      * also takes every further positional argument (x.reshape(2, -1)). */
     const char *sig;
-    int op; /* the hd_op a thin wrapper runs, or -1 */
+    int op; /* the hd_op a thin wrapper runs (or a constant its native reads: the
+             * dtype of x.float() and the like), or -1 */
     unsigned flags;
 } hd_tfunc;
 

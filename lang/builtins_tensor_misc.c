@@ -90,6 +90,60 @@ static HD_TF_FN(tf_to) {
     return HD_OK;
 }
 
+/* x.float(), x.half(), x.double(), x.long(), x.bool(): PyTorch's names
+ * for x.to(f32), x.to(f16), ... (the row's op field holds the dtype). */
+static HD_TF_FN(tf_as_dtype) {
+    HD_TARGS_BIND(a); /* x */
+    hd_tensor *x = NULL, *r = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_dtype dt = (hd_dtype)a.f->op;
+    hd_status st = HD_OK;
+    if (x->dtype == dt) {
+        r = hd_tensor_ref(x);
+    } else {
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        at.dtype = dt;
+        st = hd_trun_t(vm, a.f->name, HD_OP_CAST, &x, 1, &at, &r);
+    }
+    hd_tensor_unref(x);
+    if (st) return st;
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* x.size(): the shape as a list (PyTorch's name); x.size(axis): one of
+ * its sizes, negative from the end. */
+static HD_TF_FN(tf_size) {
+    HD_TARGS_BIND(a); /* x, axis= */
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    if (!hd_targ_has(&a, 1)) {
+        st = hd_tensor_get_member(vm, a.v[0], "shape", out);
+    } else if (a.v[1].type != HD_V_INT) {
+        st = hd_targ_type_error(vm, &a, 1, "an int");
+    } else {
+        int64_t k = a.v[1].as.i, n = x->ndim;
+        if (k < -n || k >= n)
+            st = hd_vm_error(vm, HD_ERR_RUNTIME, "size: axis %lld out of range for %lld dims",
+                             (long long)k, (long long)n);
+        else
+            *out = hd_int(x->shape[k < 0 ? k + n : k]);
+    }
+    hd_tensor_unref(x);
+    return st;
+}
+
+/* x.numpy(): Hodu has no NumPy arrays; the error says what to use. */
+static HD_TF_FN(tf_numpy) {
+    HD_UNUSED(self), HD_UNUSED(args), HD_UNUSED(nargs), HD_UNUSED(kw), HD_UNUSED(nkw);
+    HD_UNUSED(out), HD_UNUSED(data);
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "numpy(): Hodu has no NumPy arrays; use x.tolist() for nested lists, "
+                       "x.item() for one number, or save(\"x.npy\", x) for NumPy to load");
+}
+
 static HD_TF_FN(tf_clone) {
     HD_TARGS_BIND(a); /* x */
     hd_tensor *x = NULL, *r = NULL;
@@ -118,6 +172,13 @@ static const hd_tfunc rows[] = {
     {"to", tf_to, "x, target=, dtype=, device=", -1, HD_TF_METHOD},
     {"clone", tf_clone, "x", -1, HD_TF_METHOD},
     {"contiguous", tf_contiguous, "x", -1, HD_TF_METHOD},
+    {"float", tf_as_dtype, "x", HD_F32, HD_TF_METHOD},
+    {"half", tf_as_dtype, "x", HD_F16, HD_TF_METHOD},
+    {"double", tf_as_dtype, "x", HD_F64, HD_TF_METHOD},
+    {"long", tf_as_dtype, "x", HD_I64, HD_TF_METHOD},
+    {"bool", tf_as_dtype, "x", HD_BOOL, HD_TF_METHOD},
+    {"size", tf_size, "x, axis=", -1, HD_TF_METHOD},
+    {"numpy", tf_numpy, "x", -1, HD_TF_METHOD},
 };
 
 const hd_tfunc_table hd_tfuncs_misc = {rows, (int)(sizeof rows / sizeof rows[0])};
