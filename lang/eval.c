@@ -535,8 +535,9 @@ static const char *call_hint(const hd_ast_fn *fn, const hd_class *ctor, char *bu
 
 /* A keyword fn has no parameter for: the error, with the parameter it
  * may mean and, for a class, how it is called. */
-static hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
-                                      const char *name, const char *kw, int has_self) {
+static HD_NOINLINE hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn,
+                                                  const hd_class *ctor, const char *name,
+                                                  const char *kw, int has_self) {
     hd_hint h;
     hd_hint_init(&h, kw);
     for (int i = has_self; i < fn->nparams; i++) hd_hint_offer(&h, fn->params[i].name);
@@ -551,9 +552,10 @@ static hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn, const hd_c
 /* Put arguments into parameter slots (new references). Returns HD_OK, or an
  * unlocated error naming the function (ctor: the class whose init it is)
  * and the parameter. */
-static hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor, hd_value *slots,
-                           unsigned char *bound, hd_value self, int has_self, const hd_value *args,
-                           int nargs, const hd_kwarg *kw, int nkw) {
+static HD_NOINLINE hd_status bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
+                                       hd_value *slots, unsigned char *bound, hd_value self,
+                                       int has_self, const hd_value *args, int nargs,
+                                       const hd_kwarg *kw, int nkw) {
     int np = fn->nparams, pos = 0;
     const char *name = ctor ? hd_as_str(ctor->name)->chars : fn_name(fn);
     char hint[256];
