@@ -285,7 +285,7 @@ static hd_status call_hit(hd_vm *vm, cp_body *b, cp_entry *e, cp_call *k, hd_ten
     return st;
 }
 
-static hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out) {
+static HD_NOINLINE hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd_value *out) {
     cp_opts o;
     cp_opts_default(vm, &o);
     hd_jit_key fixed;
