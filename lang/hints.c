@@ -1,6 +1,7 @@
 /* "did you mean ...": the spellings users bring from PyTorch and NumPy,
  * in one table, and the closest known name otherwise (hints.h). */
 #include "hints.h"
+#include "hd_dtype.h"
 
 #include <string.h>
 
@@ -99,9 +100,10 @@ const char *hd_hint_dtype(const char *s) {
         {"float32", "f32"}, {"float", "f32"}, {"float64", "f64"},   {"double", "f64"},
         {"float16", "f16"}, {"half", "f16"},  {"bfloat16", "bf16"}, {"int32", "i32"},
         {"int", "i32"},     {"int64", "i64"}, {"long", "i64"},      {"int8", "i8"},
-        {"uint8", "u8"},    {"bool", "bool"}, {"f32", "f32"},       {"f64", "f64"},
-        {"f16", "f16"},     {"bf16", "bf16"}, {"i32", "i32"},       {"i64", "i64"},
+        {"uint8", "u8"},
     };
+    int own = hd_dtype_from_name(s); /* Hodu's own names: "f32", "bool", ... */
+    if (own >= 0) return hd_dtype_name((hd_dtype)own);
     for (size_t i = 0; i < sizeof dt / sizeof *dt; i++)
         if (!strcmp(s, dt[i].from)) return dt[i].to;
     return NULL;
