@@ -10,6 +10,7 @@
 #define GEN_SPLIT_MIN_RED (1 << 16) /* reduced extent worth a split pass */
 #define GEN_SPLIT_MAX_OUT 1024      /* outputs few enough that blocks would idle */
 #define GEN_SPLIT_CHUNK   8192      /* elements one block of the split pass reduces */
+#define GEN_SPLIT_MAX     4096      /* blocks per output, at most */
 #define GEN_GRID_MAX      (65535 * 16)
 
 typedef struct gen_state {
@@ -373,11 +374,17 @@ static hd_status gen_red_two_pass(gen_state *G, const hd_plan_kernel *k, const g
     return HD_OK;
 }
 
-static int gen_red_splits(const gen_rgeo *rg, hd_op op) {
+/* Blocks per output of a split reduction (1: no split) and the elements
+ * each reduces: GEN_SPLIT_CHUNK, or more where the splits would pass
+ * GEN_SPLIT_MAX (every element is reduced by exactly one block). */
+static int gen_red_splits(const gen_rgeo *rg, hd_op op, int64_t *chunk) {
+    *chunk = rg->nred;
     if (op == HD_OP_VAR || op == HD_OP_STD || op == HD_OP_LOGSUMEXP) return 1;
     if (rg->nout > GEN_SPLIT_MAX_OUT || rg->nred < GEN_SPLIT_MIN_RED) return 1;
-    int64_t s = (rg->nred + GEN_SPLIT_CHUNK - 1) / GEN_SPLIT_CHUNK;
-    return s > 4096 ? 4096 : (int)s;
+    *chunk = GEN_SPLIT_CHUNK;
+    if ((rg->nred + *chunk - 1) / *chunk > GEN_SPLIT_MAX)
+        *chunk = (rg->nred + GEN_SPLIT_MAX - 1) / GEN_SPLIT_MAX;
+    return (int)((rg->nred + *chunk - 1) / *chunk);
 }
 
 static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_kernel *info) {
@@ -385,7 +392,8 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
     hd_dtype in = G->g->values[red->in[0]].dtype;
     gen_rgeo rg;
     gen_rgeo_make(G, red, &rg);
-    int splits = gen_red_splits(&rg, (hd_op)red->op);
+    int64_t chunk;
+    int splits = gen_red_splits(&rg, (hd_op)red->op, &chunk);
     hd_cuda_src_printf(&G->body, "  const i64 NRED = %lldLL; (void)NRED;\n", (long long)rg.nred);
     info->launch = HD_CUDA_LAUNCH_BLOCKS;
     if (red->op == HD_OP_VAR || red->op == HD_OP_STD || red->op == HD_OP_LOGSUMEXP) {
@@ -407,9 +415,9 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
                            "  for (i64 b_ = blockIdx.x; b_ < %lldLL; b_ += gridDim.x) {\n"
                            "    i64 ob = b_ / %d, c_ = b_ %% %d;\n",
                            (long long)info->n, splits, splits);
-        snprintf(lo, sizeof lo, "c_ * %dLL", GEN_SPLIT_CHUNK);
-        snprintf(hi, sizeof hi, "(c_ + 1) * %dLL < NRED ? (c_ + 1) * %dLL : NRED", GEN_SPLIT_CHUNK,
-                 GEN_SPLIT_CHUNK);
+        snprintf(lo, sizeof lo, "c_ * %lldLL", (long long)chunk);
+        snprintf(hi, sizeof hi, "(c_ + 1) * %lldLL < NRED ? (c_ + 1) * %lldLL : NRED",
+                 (long long)chunk, (long long)chunk);
     } else {
         info->n = rg.nout;
         hd_cuda_src_printf(&G->body,
