@@ -317,7 +317,9 @@ static hd_status gen_red_loop(gen_state *G, const hd_plan_kernel *k, const gen_r
     const hd_ir_node *red = &G->g->nodes[k->nodes[k->nnodes - 1]];
     gen_scope_reset(G);
     hd_cuda_src_printf(&G->body,
-                       "    for (i64 r = %s + threadIdx.x; r < (%s); r += blockDim.x) {\n", lo, hi);
+                       "#pragma unroll 4\n"
+                       "    for (i64 r = %s + threadIdx.x; r < (%s); r += blockDim.x) {\n",
+                       lo, hi);
     gen_red_index(G, rg);
     for (int j = 0; j < k->nnodes - 1; j++)
         if (gen_node(G, k->nodes[j], 0)) return G->ctx->status;

@@ -21,6 +21,10 @@ typedef struct hd_backend {
      * dtype). Inputs have been cast to the dtypes the rule asked for. */
     hd_status (*run_op)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                         const hd_attrs *attrs);
+    /* Does run_op read a 0-d host tensor made from a Hodu number (already
+     * of the op's input dtype) as a kernel argument for op, so the number
+     * is never copied to the device? NULL: never. */
+    int (*takes_number)(hd_op op);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;

@@ -162,13 +162,20 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
     return be;
 }
 
+/* A 0-d host number that be's kernel for op takes as an argument: it
+ * stays where it is (cast there), never copied to the device. */
+static int op_number_stays(hd_op op, const hd_tensor *t, const hd_backend *be) {
+    return t->number && t->ndim == 0 && t->storage->backend == &hd_cpu_backend &&
+           be->takes_number && be->takes_number(op);
+}
+
 /* Inputs that live elsewhere than (be, device), followers only, copied
  * there: a backend's kernels read only its own memory. */
-static hd_status inputs_to_place(hd_ctx *ctx, hd_tensor **in, int nin, const hd_backend *be,
-                                 int device) {
+static hd_status inputs_to_place(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin,
+                                 const hd_backend *be, int device) {
     for (int i = 0; i < nin; i++) {
         const hd_storage *s = in[i]->storage;
-        if (s->backend == be && s->device == device) continue;
+        if ((s->backend == be && s->device == device) || op_number_stays(op, in[i], be)) continue;
         hd_tensor *m = NULL;
         if (hd_tensor_to_device(ctx, in[i], be, device, &m)) return ctx->status;
         hd_tensor_unref(in[i]);
@@ -199,7 +206,7 @@ static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin
     if (!cast) return ctx->status;
     hd_status st = HD_OK;
     for (int i = 0; i < nin; i++) cast[i] = hd_tensor_ref(in[i]);
-    st = inputs_to_place(ctx, cast, nin, be, device);
+    st = inputs_to_place(ctx, op, cast, nin, be, device);
     for (int i = 0; i < nin && !st; i++) {
         int want = op == HD_OP_CONCAT ? plan->in_dtype[0]
                    : i < HD_OP_MAX_IN ? plan->in_dtype[i]

@@ -95,4 +95,5 @@ const hd_backend hd_cpu_backend = {
     /* .from_host = */ cpu_copy,
     /* .supports_op = */ cpu_supports_op,
     /* .run_op = */ cpu_run_op,
+    /* .takes_number = */ NULL,
 };

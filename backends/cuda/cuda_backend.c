@@ -415,5 +415,6 @@ const hd_backend hd_cuda_backend = {
     /* .from_host = */ cuda_from_host,
     /* .supports_op = */ cuda_supports_op,
     /* .run_op = */ hd_cuda_run_op,
+    /* .takes_number = */ hd_cuda_takes_number,
 };
 #endif

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define NV_MAGIC   "HODUCUDA"
-#define NV_VERSION 1u
+#define NV_VERSION 2u
 
 typedef struct nv_header {
     char magic[8];
@@ -114,8 +114,11 @@ static hd_status nv_compile(hd_ctx *ctx, const hd_cuda_api *a, const char *src, 
         return hd_error(ctx, HD_ERR_RUNTIME, "cuda: NVRTC: %s", a->nvrtc_error_string(r));
     char archopt[48];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
-    const char *opts[] = {archopt, "--std=c++17", "-default-device"};
-    r = a->nvrtc_compile(prog, 3, opts);
+    /* --fmad=false: a multiply and an add are never contracted into one
+     * FMA, so a fused kernel rounds every node as the eager kernels (one
+     * op each) do, and compiled cuda code gives eager cuda's bits */
+    const char *opts[] = {archopt, "--std=c++17", "-default-device", "--fmad=false"};
+    r = a->nvrtc_compile(prog, 4, opts);
     hd_status st = HD_OK;
     if (r != NVRTC_SUCCESS) {
         st = nv_fail(ctx, a, prog, r, src);

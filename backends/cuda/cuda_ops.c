@@ -13,13 +13,20 @@ static void *ops_ptr(const hd_tensor *t) {
     return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
 }
 
+/* A 0-d host number a binary kernel reads as an argument. */
+static int ops_host_number(hd_op op, const hd_tensor *t) {
+    return t->storage->backend != &hd_cuda_backend && t->number && t->ndim == 0 &&
+           hd_cuda_takes_number(op);
+}
+
 /* Inputs that live on the host (Hodu numbers mixed with device tensors)
- * are copied to the device first; *owned says which to unref. */
-static hd_status ops_upload(hd_ctx *ctx, int device, hd_tensor *const *in, int nin,
+ * are copied to the device first, except the numbers binary kernels take
+ * as arguments; every dev[i] is a reference to unref. */
+static hd_status ops_upload(hd_ctx *ctx, hd_op op, int device, hd_tensor *const *in, int nin,
                             hd_tensor **dev) {
     for (int i = 0; i < nin; i++) {
         dev[i] = NULL;
-        if (in[i]->storage->backend == &hd_cuda_backend) {
+        if (in[i]->storage->backend == &hd_cuda_backend || ops_host_number(op, in[i])) {
             dev[i] = hd_tensor_ref(in[i]);
             continue;
         }
@@ -39,12 +46,46 @@ typedef struct {
     int64_t shape[8], so[8], s0[8], s1[8], s2[8];
 } ops_ewgeo;
 
-static void ew_geo(ops_ewgeo *g, const hd_tensor *out, hd_tensor *const *in, int nin) {
+/* Can dims a (outer) and b (inner) be one dim for every operand? */
+static int ew_geo_mergeable(const ops_ewgeo *g, int a, int b) {
+    const int64_t *st[4] = {g->so, g->s0, g->s1, g->s2};
+    for (int k = 0; k < 4; k++)
+        if (st[k][a] != st[k][b] * g->shape[b]) return 0;
+    return 1;
+}
+
+/* Dims of size 1 dropped and neighbours every operand steps through as one
+ * merged: fewer divisions per element; a flat index (nd 0) where all that
+ * is left is one dim every read operand (used[k]) and the output walk with
+ * stride 1. */
+static void ew_geo_collapse(ops_ewgeo *g, const int used[3]) {
+    int64_t *st[4] = {g->so, g->s0, g->s1, g->s2};
+    int nd = 0;
+    for (int d = 0; d < g->nd; d++) {
+        if (g->shape[d] == 1) continue;
+        if (nd > 0 && ew_geo_mergeable(g, nd - 1, d)) {
+            g->shape[nd - 1] *= g->shape[d];
+            for (int k = 0; k < 4; k++) st[k][nd - 1] = st[k][d];
+            continue;
+        }
+        g->shape[nd] = g->shape[d];
+        for (int k = 0; k < 4; k++) st[k][nd] = st[k][d];
+        nd++;
+    }
+    g->nd = nd;
+    int flat = nd == 1 && g->so[0] == 1;
+    for (int k = 0; k < 3; k++) flat = flat && (!used[k] || st[k + 1][0] == 1);
+    if (flat || g->n <= 1) g->nd = 0;
+}
+
+static void ew_geo(ops_ewgeo *g, hd_op op, const hd_tensor *out, hd_tensor *const *in, int nin) {
     memset(g, 0, sizeof *g);
     g->n = out->numel;
-    int contiguous = hd_tensor_is_contiguous(out);
+    int contiguous = hd_tensor_is_contiguous(out), used[3] = {0, 0, 0};
     int64_t *ss[3] = {g->s0, g->s1, g->s2};
     for (int i = 0; i < nin; i++) {
+        if (ops_host_number(op, in[i])) continue; /* an argument: no strides */
+        used[i] = 1;
         hd_broadcast_strides(in[i], out->shape, out->ndim, ss[i]);
         contiguous = contiguous && in[i]->ndim == out->ndim && hd_tensor_is_contiguous(in[i]) &&
                      !memcmp(in[i]->shape, out->shape, (size_t)out->ndim * sizeof(int64_t));
@@ -53,6 +94,7 @@ static void ew_geo(ops_ewgeo *g, const hd_tensor *out, hd_tensor *const *in, int
     g->nd = out->ndim;
     memcpy(g->shape, out->shape, (size_t)out->ndim * sizeof(int64_t));
     memcpy(g->so, out->strides, (size_t)out->ndim * sizeof(int64_t));
+    ew_geo_collapse(g, used);
 }
 
 /* op's kernel for dtypes (idt, out's) over out and in. */
@@ -61,9 +103,17 @@ static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, 
     CUfunction f;
     if (hd_cuda_kernel(ctx, d, op, idt, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     ops_ewgeo g;
-    ew_geo(&g, out, in, nin);
+    ew_geo(&g, op, out, in, nin);
     void *o = ops_ptr(out), *p[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < nin; i++) p[i] = ops_ptr(in[i]);
+    for (int i = 0; i < nin; i++) {
+        if (!ops_host_number(op, in[i])) {
+            p[i] = ops_ptr(in[i]);
+            continue;
+        }
+        /* the number's bytes in s0, its pointer NULL (cuda_src.c) */
+        memset(&s0, 0, sizeof s0);
+        memcpy(&s0, hd_tensor_data(in[i]), (size_t)hd_dtype_size(in[i]->dtype));
+    }
     void *args[] = {&g, &o, &p[0], &p[1], &p[2], &s0, &s1};
     return hd_cuda_launch(ctx, d, f, out->numel, args);
 }
@@ -641,7 +691,7 @@ hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, out->storage->device);
     if (!d) return ctx->status;
     hd_tensor *dev[MAX_IN];
-    if (ops_upload(ctx, out->storage->device, in, nin, dev)) return ctx->status;
+    if (ops_upload(ctx, op, out->storage->device, in, nin, dev)) return ctx->status;
     hd_status st = ops_dispatch(ctx, d, op, out, dev, nin, attrs);
     for (int i = 0; i < nin; i++) hd_tensor_unref(dev[i]);
     return st;

@@ -89,16 +89,36 @@ static const char cuda_prelude_text[] =
     "i64 &o2) {\n"
     "  if (g.nd == 0) { oo = o0 = o1 = o2 = i; return; }\n"
     "  oo = o0 = o1 = o2 = 0;\n"
+    /* 32-bit division where the indices fit: several times cheaper */
+    "  if (g.n <= 0xffffffffLL) { u32 j = (u32)i;\n"
+    "    for (int d = g.nd - 1; d >= 0; d--) { u32 e = (u32)g.shape[d]; i64 q = (i64)(j % e); j /= "
+    "e;\n"
+    "      oo += q * g.so[d]; o0 += q * g.s0[d]; o1 += q * g.s1[d]; o2 += q * g.s2[d]; }\n"
+    "    return; }\n"
     "  for (int d = g.nd - 1; d >= 0; d--) { i64 q = i % g.shape[d]; i /= g.shape[d];\n"
     "    oo += q * g.so[d]; o0 += q * g.s0[d]; o1 += q * g.s1[d]; o2 += q * g.s2[d]; } }\n"
     "#define EW_LOOP for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < g.n; i += "
     "(i64)gridDim.x * blockDim.x)\n"
+    "#define EW_TID (blockIdx.x * (i64)blockDim.x + threadIdx.x)\n"
+    "#define EW_STRIDE ((i64)gridDim.x * blockDim.x)\n"
+    /* contiguous operands move W elements per load and store (16 bytes of
+     * the input's dtype); a NULL operand is a scalar and always fits */
+    "template <class T, int W> struct __align__(sizeof(T) * W) Vec { T v[W]; };\n"
+    "template <class T, int W> __device__ __forceinline__ bool vec_ok(const void *p) {\n"
+    "  return ((u64)p % (sizeof(T) * W)) == 0; }\n"
+    /* a scalar operand: the value's bytes, in the dtype of the operand, in
+     * a double argument */
+    "template <class T> __device__ __forceinline__ T bits_as(double d) {\n"
+    "  union { double d; T t; } u; u.d = d; return u.t; }\n"
     /* reductions: one block of 256 threads per output element */
     "struct RGeo { i64 nout, nred; int ond, rnd; i64 oshape[8], ostr[8], rshape[8], rstr[8]; };\n"
     "__device__ __forceinline__ i64 r_base(const RGeo &g, i64 o) { i64 off = 0;\n"
     "  for (int d = g.ond - 1; d >= 0; d--) { off += (o % g.oshape[d]) * g.ostr[d]; o /= "
     "g.oshape[d]; } return off; }\n"
     "__device__ __forceinline__ i64 r_off(const RGeo &g, i64 r) { i64 off = 0;\n"
+    "  if (g.rnd == 1) return r * g.rstr[0];\n"
+    "  if (g.nred <= 0xffffffffLL) { u32 j = (u32)r; for (int d = g.rnd - 1; d >= 0; d--) {\n"
+    "    u32 e = (u32)g.rshape[d]; off += (i64)(j % e) * g.rstr[d]; j /= e; } return off; }\n"
     "  for (int d = g.rnd - 1; d >= 0; d--) { off += (r % g.rshape[d]) * g.rstr[d]; r /= "
     "g.rshape[d]; } return off; }\n"
     "template <class T, class F> __device__ T block_reduce(T v, F f) {\n"

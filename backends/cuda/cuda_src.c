@@ -190,6 +190,12 @@ const char *hd_cuda_ew_expr(hd_op op, hd_dtype dt) {
     return NULL;
 }
 
+int hd_cuda_takes_number(hd_op op) {
+    for (size_t k = 0; k < sizeof cu_binaries / sizeof cu_binaries[0]; k++)
+        if (cu_binaries[k].op == op) return 1;
+    return 0;
+}
+
 /* The kernel's local typedefs: C (compute), U (unsigned), TMIN, TMAX. */
 void hd_cuda_src_types(hd_cuda_src *s, hd_dtype dt) {
     const cu_dtype *d = &cu_dtypes[dt];
@@ -214,54 +220,118 @@ static void src_ew_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out, hd_
                        cu_dtypes[out].store, cu_dtypes[out].store);
 }
 
-static void src_unary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, const char *expr) {
-    src_ew_head(s, op, dt, dt, dt);
-    hd_cuda_src_printf(s,
-                       "  const %s *a = (const %s *)a_;\n"
-                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
-                       "    C x = ",
-                       cu_dtypes[dt].store, cu_dtypes[dt].store);
-    src_load(s, dt, "a[i0]");
-    hd_cuda_src_printf(s, ";\n    o[io] = %s((C)(%s)); }\n}\n", cu_dtypes[dt].st, expr);
-}
+/* An elementwise kernel's one element: the inputs (of dtype in) loaded
+ * from `a` and `b` (lvalue expressions), the result stored to `o`. */
+typedef struct {
+    int kind; /* EW_UNARY, EW_CAST, EW_BINARY */
+    hd_dtype in, out;
+    const char *expr; /* unary (x) or binary (a, b) expression */
+} ew_kernel;
 
-/* Cast: CPU rules (cpu_elementwise.c): float -> int saturates, int -> int
+enum { EW_UNARY, EW_CAST, EW_BINARY };
+
+/* The statement storing x (the compute type of the input) as a cast's
+ * result: CPU rules (cpu_elementwise.c): float -> int saturates, int -> int
  * wraps, anything -> bool is != 0, floats go through float for halves. */
-static void src_cast_kernel(hd_cuda_src *s, hd_dtype from, hd_dtype to) {
-    src_ew_head(s, HD_OP_CAST, from, to, from);
-    hd_cuda_src_printf(s,
-                       "  const %s *a = (const %s *)a_;\n"
-                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
-                       "    C x = ",
-                       cu_dtypes[from].store, cu_dtypes[from].store);
-    src_load(s, from, "a[i0]");
+static void ew_cast_store(hd_cuda_src *s, hd_dtype from, hd_dtype to, const char *o) {
     const cu_dtype *d = &cu_dtypes[to];
     if (to == HD_BOOL)
-        src_puts(s, ";\n    o[io] = (u8)(x != 0); }\n}\n");
+        hd_cuda_src_printf(s, "%s = (u8)(x != 0);", o);
     else if (is_float(to))
-        hd_cuda_src_printf(s, ";\n    o[io] = %s((%s)x); }\n}\n", d->st, d->comp);
+        hd_cuda_src_printf(s, "%s = %s((%s)x);", o, d->st, d->comp);
     else if (is_float(from))
-        hd_cuda_src_printf(s, ";\n    o[io] = (%s)h_sat((double)x, %s, %s); }\n}\n", d->store,
-                           d->tmin, d->tmax);
+        hd_cuda_src_printf(s, "%s = (%s)h_sat((double)x, %s, %s);", o, d->store, d->tmin, d->tmax);
     else
-        hd_cuda_src_printf(s, ";\n    o[io] = (%s)x; }\n}\n", d->store);
+        hd_cuda_src_printf(s, "%s = (%s)x;", o, d->store);
+}
+
+/* Binary operands may be scalars: a NULL pointer, the value in sa / sb. */
+static void ew_elem(hd_cuda_src *s, const ew_kernel *k, const char *a, const char *b,
+                    const char *o) {
+    if (k->kind != EW_BINARY) {
+        src_puts(s, "{ C x = ");
+        src_load(s, k->in, a);
+        src_puts(s, "; ");
+        if (k->kind == EW_CAST)
+            ew_cast_store(s, k->in, k->out, o);
+        else
+            hd_cuda_src_printf(s, "%s = %s((C)(%s));", o, cu_dtypes[k->out].st, k->expr);
+        src_puts(s, " }");
+        return;
+    }
+    src_puts(s, "{ C a = a_p ? ");
+    src_load(s, k->in, a);
+    src_puts(s, " : sa, b = b_p ? ");
+    src_load(s, k->in, b);
+    src_puts(s, " : sb; ");
+    if (k->out == HD_BOOL)
+        hd_cuda_src_printf(s, "%s = (u8)(%s); }", o, k->expr);
+    else
+        hd_cuda_src_printf(s, "%s = %s((C)(%s)); }", o, cu_dtypes[k->out].st, k->expr);
+}
+
+/* Contiguous operands (g.nd == 0), aligned: W elements (16 bytes of the
+ * input) per load, several loads in flight per thread; then the tail. */
+static void ew_vector_path(hd_cuda_src *s, const ew_kernel *k) {
+    const char *si = cu_dtypes[k->in].store, *so = cu_dtypes[k->out].store;
+    int w = (int)(16 / hd_dtype_size(k->in));
+    int bin = k->kind == EW_BINARY;
+    hd_cuda_src_printf(s,
+                       "  typedef Vec<%s, %d> VI; typedef Vec<%s, %d> VO;\n"
+                       "  if (g.nd == 0 && vec_ok<%s, %d>(o) && vec_ok<%s, %d>(a_p)%s) {\n"
+                       "    const i64 nv = g.n / %d;\n"
+                       "    for (i64 j = EW_TID; j < nv; j += EW_STRIDE) {\n"
+                       "      VI va, vb; VO vo; (void)vb;\n"
+                       "      if (a_p) va = ((const VI *)a_p)[j];\n",
+                       si, w, so, w, so, w, si, w, bin ? " && vec_ok<VI, 1>(b_p)" : "", w);
+    if (bin) src_puts(s, "      if (b_p) vb = ((const VI *)b_p)[j];\n");
+    hd_cuda_src_printf(s, "#pragma unroll\n      for (int k = 0; k < %d; k++) ", w);
+    ew_elem(s, k, "va.v[k]", "vb.v[k]", "vo.v[k]");
+    hd_cuda_src_printf(s,
+                       "\n      ((VO *)o)[j] = vo;\n    }\n"
+                       "    for (i64 i = nv * %d + EW_TID; i < g.n; i += EW_STRIDE) ",
+                       w);
+    ew_elem(s, k, "a_p[i]", "b_p[i]", "o[i]");
+    src_puts(s, "\n    return;\n  }\n");
+}
+
+static void src_ew_kernel(hd_cuda_src *s, hd_op op, const ew_kernel *k) {
+    src_ew_head(s, op, k->in, k->out, k->in);
+    const char *si = cu_dtypes[k->in].store;
+    hd_cuda_src_printf(s, "  const %s *a_p = (const %s *)a_;\n", si, si);
+    if (k->kind == EW_BINARY)
+        hd_cuda_src_printf(s,
+                           "  const %s *b_p = (const %s *)b_;\n"
+                           "  const C sa = a_p ? (C)0 : (C)",
+                           si, si);
+    if (k->kind == EW_BINARY) {
+        char e[64];
+        snprintf(e, sizeof e, "bits_as<%s>(s0)", si);
+        src_load(s, k->in, e);
+        src_puts(s, ", sb = b_p ? (C)0 : (C)");
+        src_load(s, k->in, e);
+        src_puts(s, ";\n");
+    }
+    ew_vector_path(s, k);
+    src_puts(s, "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n    ");
+    ew_elem(s, k, "a_p[i0]", "b_p[i1]", "o[io]");
+    src_puts(s, " }\n}\n");
+}
+
+static void src_unary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, const char *expr) {
+    ew_kernel k = {EW_UNARY, dt, dt, expr};
+    src_ew_kernel(s, op, &k);
+}
+
+static void src_cast_kernel(hd_cuda_src *s, hd_dtype from, hd_dtype to) {
+    ew_kernel k = {EW_CAST, from, to, NULL};
+    src_ew_kernel(s, HD_OP_CAST, &k);
 }
 
 static void src_binary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, hd_dtype out,
                               const char *expr) {
-    src_ew_head(s, op, dt, out, dt);
-    hd_cuda_src_printf(s,
-                       "  const %s *a_p = (const %s *)a_, *b_p = (const %s *)b_;\n"
-                       "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
-                       "    C a = ",
-                       cu_dtypes[dt].store, cu_dtypes[dt].store, cu_dtypes[dt].store);
-    src_load(s, dt, "a_p[i0]");
-    src_puts(s, ", b = ");
-    src_load(s, dt, "b_p[i1]");
-    if (out == HD_BOOL)
-        hd_cuda_src_printf(s, ";\n    o[io] = (u8)(%s); }\n}\n", expr);
-    else
-        hd_cuda_src_printf(s, ";\n    o[io] = %s((C)(%s)); }\n}\n", cu_dtypes[out].st, expr);
+    ew_kernel k = {EW_BINARY, dt, out, expr};
+    src_ew_kernel(s, op, &k);
 }
 
 /* where(c, a, b): c already bool; kernels by the value dtype. */

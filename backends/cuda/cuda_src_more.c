@@ -50,7 +50,8 @@ static void red_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
  * as i64). */
 static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step) {
     hd_cuda_src_printf(s,
-                       "    %s\n    for (i64 r = lo + threadIdx.x; r < hi; r += blockDim.x) {\n"
+                       "    %s\n#pragma unroll 4\n"
+                       "    for (i64 r = lo + threadIdx.x; r < hi; r += blockDim.x) {\n"
                        "      i64 off = base + r_off(g, r); double x = ",
                        decl);
     ld_double(s, in, "a[off]");

@@ -55,5 +55,6 @@ const hd_backend hd_cuda_backend = {
     /* .from_host = */ stub_copy,
     /* .supports_op = */ stub_supports_op,
     /* .run_op = */ stub_run_op,
+    /* .takes_number = */ NULL,
 };
 #endif

@@ -70,7 +70,12 @@ enum {
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
 };
 enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
-enum { NVRTC_SUCCESS = 0, NVRTC_ERROR_OUT_OF_MEMORY = 1, NVRTC_ERROR_COMPILATION = 6 };
+enum {
+    NVRTC_SUCCESS = 0,
+    NVRTC_ERROR_OUT_OF_MEMORY = 1,
+    NVRTC_ERROR_INVALID_OPTION = 5,
+    NVRTC_ERROR_COMPILATION = 6
+};
 enum { BLAS_SUCCESS = 0, BLAS_INVALID_VALUE = 7, BLAS_NOT_SUPPORTED = 15 };
 enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
 
@@ -1025,10 +1030,11 @@ typedef struct emu_prog {
 } emu_prog;
 
 EMU_EXPORT const char *nvrtcGetErrorString(int r) {
-    return r == NVRTC_SUCCESS               ? "NVRTC_SUCCESS"
-           : r == NVRTC_ERROR_COMPILATION   ? "NVRTC_ERROR_COMPILATION"
-           : r == NVRTC_ERROR_OUT_OF_MEMORY ? "NVRTC_ERROR_OUT_OF_MEMORY"
-                                            : "NVRTC_ERROR";
+    return r == NVRTC_SUCCESS                ? "NVRTC_SUCCESS"
+           : r == NVRTC_ERROR_COMPILATION    ? "NVRTC_ERROR_COMPILATION"
+           : r == NVRTC_ERROR_OUT_OF_MEMORY  ? "NVRTC_ERROR_OUT_OF_MEMORY"
+           : r == NVRTC_ERROR_INVALID_OPTION ? "NVRTC_ERROR_INVALID_OPTION"
+                                             : "NVRTC_ERROR";
 }
 
 static char *file_read(const char *path, size_t *n);
@@ -1209,6 +1215,7 @@ static int prog_cxx(const char *src, const char *so, const char *log) {
                     "-std=c++17",
                     (char *)(opt && *opt ? opt : "-O1"),
                     "-fPIC",
+                    "-ffp-contract=off", /* as NVRTC's --fmad=false */
                     "-shared",
                     "-w",
                     "-I",
@@ -1235,8 +1242,21 @@ static int prog_cxx(const char *src, const char *so, const char *log) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Modules are compiled as host C++ with -ffp-contract=off: the model of
+ * NVRTC's --fmad=false only, so a compile without it is refused (on a GPU
+ * contracted FMAs would round otherwise than the emulator does). */
+static int prog_fmad_off(int nopt, const char *const *opts) {
+    for (int i = 0; i < nopt; i++)
+        if (opts[i] && !strcmp(opts[i], "--fmad=false")) return 1;
+    return 0;
+}
+
 EMU_EXPORT int nvrtcCompileProgram(emu_prog *p, int nopt, const char *const *opts) {
-    (void)nopt, (void)opts;
+    if (!prog_fmad_off(nopt, opts)) {
+        free(p->log);
+        p->log = strdup("cuda emulator: compile with --fmad=false (the only rounding it models)");
+        return NVRTC_ERROR_INVALID_OPTION;
+    }
     char *text = prog_source(p->src);
     char src[4096], so[4200], log[4200];
     if (!text || !temp_write(src, sizeof src, ".cu", text, strlen(text))) {

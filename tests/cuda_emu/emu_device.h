@@ -45,6 +45,7 @@ hd_emu_state_t hd_emu_state;
 #define __forceinline__ inline __attribute__((always_inline))
 #define __shared__      static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 static inline void __syncthreads(void) {
     hd_emu_state.sync();

@@ -80,6 +80,24 @@ static void test_eager(hd_ctx *ctx) {
     CHECK(hd_op_run(ctx, HD_OP_ADD, xy, 2, NULL, &r) == HD_OK);
     CHECK(r && host_at(ctx, r, 3) == 36.0f);
     hd_tensor_unref(r);
+    /* Hodu numbers (f64 and i64 0-d host tensors, cast to f32 on the
+     * host) on either side: kernel arguments, never uploaded, no wait */
+    hd_tensor *two = hd_tensor_number(ctx, HD_F64, 2.5), *three = hd_tensor_number(ctx, HD_I64, 3);
+    CHECK(two && three);
+    if (two && three) {
+        hd_tensor *xn[2] = {x, two}, *nx[2] = {three, x};
+        check_eager(ctx, HD_OP_MUL, xn, 2);
+        check_eager(ctx, HD_OP_SUB, nx, 2);
+        check_eager(ctx, HD_OP_GT, xn, 2);
+        CHECK(hd_op_run(ctx, HD_OP_SUB, nx, 2, NULL, &r) == HD_OK);
+        CHECK(r && host_at(ctx, r, 1) == 5.0f && host_at(ctx, r, 3) == 7.0f);
+        hd_tensor_unref(r);
+        CHECK(hd_op_run(ctx, HD_OP_MUL, xn, 2, NULL, &r) == HD_OK);
+        CHECK(r && host_at(ctx, r, 0) == 2.5f && host_at(ctx, r, 3) == -10.0f);
+        hd_tensor_unref(r);
+    }
+    hd_tensor_unref(two);
+    hd_tensor_unref(three);
     hd_tensor *all[] = {x, y, a, b};
     for (int i = 0; i < 4; i++) hd_tensor_unref(all[i]);
 }
