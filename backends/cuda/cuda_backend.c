@@ -237,6 +237,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     alloc_release_cached(a, d, ctx);
     if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
+    if (d->blas_ws) a->mem_free(d->blas_ws);
     if (d->stream) a->stream_destroy(d->stream);
     a->primary_ctx_release(d->dev);
     memset(d, 0, sizeof *d);

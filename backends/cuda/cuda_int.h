@@ -144,6 +144,8 @@ typedef struct hd_cuda_api {
     cublasStatus_t (*blas_create)(cublasHandle_t *);
     cublasStatus_t (*blas_destroy)(cublasHandle_t);
     cublasStatus_t (*blas_set_stream)(cublasHandle_t, CUstream);
+    /* optional (cuBLAS 11.4 and later); NULL where the library lacks it */
+    cublasStatus_t (*blas_set_workspace)(cublasHandle_t, void *, size_t);
     cublasStatus_t (*blas_gemm_strided)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
                                         int, int, const void *, const void *, cudaDataType, int,
                                         long long, const void *, cudaDataType, int, long long,
@@ -214,6 +216,9 @@ typedef struct hd_cuda_dev {
     hd_cuda_kentry *kernels; /* eager kernels by hd_cuda_kernel's key (open addressing) */
     size_t kcap, kcount;
     CUdeviceptr flag; /* one int the kernels set on bad indices */
+    /* cuBLAS's workspace, set on the handle: the GEMMs a CUDA Graph
+     * captures may then pick the algorithms (split-K) that eager ones do */
+    CUdeviceptr blas_ws;
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {

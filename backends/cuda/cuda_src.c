@@ -270,9 +270,12 @@ static void ew_elem(hd_cuda_src *s, const ew_kernel *k, const char *a, const cha
         hd_cuda_src_printf(s, "%s = %s((C)(%s)); }", o, cu_dtypes[k->out].st, k->expr);
 }
 
-/* Contiguous operands (g.nd == 0), aligned: W elements (16 bytes of the
- * input) per load, several loads in flight per thread; then the tail. */
+/* Contiguous float operands (g.nd == 0), aligned: W elements (16 bytes of
+ * the input) per load, several loads in flight per thread; then the tail. */
 static void ew_vector_path(hd_cuda_src *s, const ew_kernel *k) {
+    /* floats only (the dtypes of bulk data): every vector path is code
+     * NVRTC compiles when the op is first used */
+    if (!is_float(k->in) || !is_float(k->out)) return;
     const char *si = cu_dtypes[k->in].store, *so = cu_dtypes[k->out].store;
     int w = (int)(16 / hd_dtype_size(k->in));
     int bin = k->kind == EW_BINARY;

@@ -46,16 +46,30 @@ static void red_head(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
         mo_store[out], mo_store[out]);
 }
 
-/* acc = fold over the inner elements lo..hi (x: the element as double, xi:
- * as i64). */
-static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step) {
+/* One loop over the inner elements lo..hi, the element's offset from off. */
+static void red_loop_over(hd_cuda_src *s, hd_dtype in, const char *off, const char *step) {
     hd_cuda_src_printf(s,
-                       "    %s\n#pragma unroll 4\n"
                        "    for (i64 r = lo + threadIdx.x; r < hi; r += blockDim.x) {\n"
-                       "      i64 off = base + r_off(g, r); double x = ",
-                       decl);
+                       "      i64 off = base + %s; double x = ",
+                       off);
     ld_double(s, in, "a[off]");
     hd_cuda_src_printf(s, "; i64 xi = (i64)a[off]; (void)x; (void)xi;\n      %s\n    }\n", step);
+}
+
+/* acc = fold over the inner elements lo..hi (x: the element as double, xi:
+ * as i64). fast: one reduced dim (the common case) is a loop of its own,
+ * unrolled so that each thread has 4 loads in flight (kept to sum, mean,
+ * prod, max and min: unrolled loops cost NVRTC time at the op's first use). */
+static void red_loop(hd_cuda_src *s, hd_dtype in, const char *decl, const char *step, int fast) {
+    hd_cuda_src_printf(s, "    %s\n", decl);
+    if (fast) {
+        hd_cuda_src_printf(
+            s, "%s", "    if (g.rnd == 1) {\n    const i64 rs_ = g.rstr[0];\n#pragma unroll 4\n");
+        red_loop_over(s, in, "r * rs_", step);
+        hd_cuda_src_printf(s, "%s", "    } else {\n");
+    }
+    red_loop_over(s, in, "r_off(g, r)", step);
+    if (fast) hd_cuda_src_printf(s, "%s", "    }\n");
 }
 
 static void red_store(hd_cuda_src *s, hd_dtype out, const char *v) {
@@ -104,7 +118,7 @@ static void red_fold(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
     red_rule r = red_rule_of(op, in);
     char decl[96];
     snprintf(decl, sizeof decl, "%s acc = %s;", r.acc, r.init);
-    red_loop(s, in, decl, r.step);
+    red_loop(s, in, decl, r.step, 1);
     hd_cuda_src_printf(s,
                        "    acc = block_reduce(acc, %s);\n"
                        "    if (chunk > 0) { if (threadIdx.x == 0) ((%s *)part_)[b_] = acc; "
@@ -139,7 +153,7 @@ static void red_arg(hd_cuda_src *s, hd_op op, hd_dtype in) {
     char step[200];
     snprintf(step, sizeof step,
              "Arg c; c.v = x; c.iv = xi; c.idx = r; c.nan = x != x; acc = %s(acc, c);", pick);
-    red_loop(s, in, "Arg acc; acc.v = 0; acc.iv = 0; acc.idx = -1; acc.nan = 0;", step);
+    red_loop(s, in, "Arg acc; acc.v = 0; acc.iv = 0; acc.idx = -1; acc.nan = 0;", step, 0);
     hd_cuda_src_printf(s,
                        "    acc = block_reduce(acc, [](Arg p, Arg q) { return %s(p, q); "
                        "});\n",
@@ -152,20 +166,20 @@ static void red_arg(hd_cuda_src *s, hd_op op, hd_dtype in) {
 static void red_two_pass(hd_cuda_src *s, hd_op op, hd_dtype in, hd_dtype out) {
     int lse = op == HD_OP_LOGSUMEXP;
     if (lse) {
-        red_loop(s, in, "double m = -HD_INF;", "m = (x > m || x != x) ? x : m;");
+        red_loop(s, in, "double m = -HD_INF;", "m = (x > m || x != x) ? x : m;", 0);
         hd_cuda_src_printf(s, "    m = block_reduce(m, [](double p, double q) { return "
                               "(q > p || q != q) && p == p ? q : p; });\n");
-        red_loop(s, in, "double acc = 0;", "if (isfinite(m)) acc += exp(x - m);");
+        red_loop(s, in, "double acc = 0;", "if (isfinite(m)) acc += exp(x - m);", 0);
         hd_cuda_src_printf(s, "    acc = block_reduce(acc, %s);\n", RED_ADD);
         red_store(s, out, "isfinite(m) ? m + log(acc) : m");
         return;
     }
-    red_loop(s, in, "double m = 0;", "m += x;");
+    red_loop(s, in, "double m = 0;", "m += x;", 0);
     hd_cuda_src_printf(s,
                        "    m = block_reduce(m, %s);\n    m = g.nred ? m / (double)g.nred : "
                        "HD_NAN;\n",
                        RED_ADD);
-    red_loop(s, in, "double acc = 0;", "acc += (x - m) * (x - m);");
+    red_loop(s, in, "double acc = 0;", "acc += (x - m) * (x - m);", 0);
     hd_cuda_src_printf(s,
                        "    acc = block_reduce(acc, %s);\n"
                        "    double n = (double)g.nred, dv = n - corr > 0 ? n - corr : 0.0;\n"

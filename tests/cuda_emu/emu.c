@@ -98,7 +98,8 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuGraphInstantiateWithFlags)                                                                 \
     X(cuGraphLaunch)                                                                               \
     X(cuGraphExecDestroy)                                                                          \
-    X(cublasGemmStridedBatchedEx)
+    X(cublasGemmStridedBatchedEx)                                                                  \
+    X(cublasSetWorkspace_v2)
 
 #define EMU_COUNT_ENUM(name) EMU_N_##name,
 enum { EMU_COUNTED(EMU_COUNT_ENUM) EMU_N_COUNT };
@@ -856,6 +857,8 @@ static void gemm_run(const emu_gemm *g) {
 
 typedef struct emu_blas {
     emu_stream *stream;
+    CUdeviceptr ws; /* the workspace set, checked to be device memory */
+    size_t ws_size;
 } emu_blas;
 
 EMU_EXPORT int cublasCreate_v2(emu_blas **h) {
@@ -868,6 +871,13 @@ EMU_EXPORT int cublasDestroy_v2(emu_blas *h) {
 }
 EMU_EXPORT int cublasSetStream_v2(emu_blas *h, emu_stream *s) {
     h->stream = s;
+    return BLAS_SUCCESS;
+}
+EMU_EXPORT int cublasSetWorkspace_v2(emu_blas *h, void *ws, size_t n) {
+    EMU_COUNT(cublasSetWorkspace_v2);
+    if (!h || (n && !mem_valid((CUdeviceptr)(uintptr_t)ws, n))) return BLAS_INVALID_VALUE;
+    h->ws = (CUdeviceptr)(uintptr_t)ws;
+    h->ws_size = n;
     return BLAS_SUCCESS;
 }
 

@@ -98,6 +98,17 @@ static void test_eager(hd_ctx *ctx) {
     }
     hd_tensor_unref(two);
     hd_tensor_unref(three);
+    /* the first product gives cuBLAS its workspace, once (so a captured
+     * GEMM may use the algorithms an eager one does) */
+    hd_tensor *ba[2] = {b, a};
+    emu_reset();
+    for (int i = 0; i < 2; i++) {
+        CHECK(hd_op_run(ctx, HD_OP_MATMUL, ba, 2, NULL, &r) == HD_OK);
+        hd_tensor_unref(r);
+    }
+    CHECK_MSG(emu_calls("cublasSetWorkspace_v2") == 1, "%llu workspaces",
+              emu_calls("cublasSetWorkspace_v2"));
+    CHECK(emu_calls("cublasGemmStridedBatchedEx") == 2);
     hd_tensor *all[] = {x, y, a, b};
     for (int i = 0; i < 4; i++) hd_tensor_unref(all[i]);
 }
