@@ -119,6 +119,34 @@ NATIVE(bi_type) {
 
 /* ---- len, range, list ---- */
 
+/* len(obj): the class's len() method, as Python's __len__ (a DataLoader's
+ * batches per epoch); a non-negative int. */
+static hd_status len_object(hd_vm *vm, hd_value x, hd_value *result) {
+    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, "len");
+    if (!m)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "len() of an object of class %s (the class has no len method)",
+                           hd_value_type_name(x));
+    hd_value r;
+    if (hd_eval_call(vm, *m, x, 1, NULL, 0, NULL, 0, &r) != HD_OK) return vm->err;
+    if (r.type != HD_V_INT || r.as.i < 0) {
+        hd_status st =
+            r.type == HD_V_INT
+                ? hd_vm_error(vm, HD_ERR_RUNTIME,
+                              "len() of an object of class %s: its len method gave %lld, "
+                              "a negative length",
+                              hd_value_type_name(x), (long long)r.as.i)
+                : hd_vm_error(vm, HD_ERR_RUNTIME,
+                              "len() of an object of class %s: its len method gave a value of "
+                              "type %s, not an int",
+                              hd_value_type_name(x), hd_value_type_name(r));
+        hd_vunref(vm, r);
+        return st;
+    }
+    *result = r;
+    return HD_OK;
+}
+
 NATIVE(bi_len) {
     if (plain(vm, "len", nargs, 1, 1, nkw) != HD_OK) return vm->err;
     hd_value x = args[0];
@@ -136,6 +164,7 @@ NATIVE(bi_len) {
         if (x.as.t->ndim == 0) return hd_vm_error(vm, HD_ERR_RUNTIME, "len() of a 0-d tensor");
         *result = hd_int(x.as.t->shape[0]);
         return HD_OK;
+    case HD_V_OBJECT: return len_object(vm, x, result);
     default:
         return hd_vm_error(vm, HD_ERR_RUNTIME, "len() of a value of type %s",
                            hd_value_type_name(x));
@@ -444,17 +473,29 @@ NATIVE(bi_clock) {
     return HD_OK;
 }
 
-NATIVE(bi_assert) {
-    if (plain(vm, "assert", nargs, 1, 2, nkw) != HD_OK) return vm->err;
+/* assert(cond, msg) and require(cond, msg): an error at the caller's line
+ * when cond is false; assert's says "assertion failed: msg", require's is
+ * msg alone (a library's argument check reads as an ordinary error). */
+static hd_status assert_like(hd_vm *vm, const char *name, const char *prefix, const hd_value *args,
+                             int nargs, int nkw) {
+    if (plain(vm, name, nargs, 1, 2, nkw) != HD_OK) return vm->err;
     int ok, t = hd_eval_truthy(vm, args[0], &ok);
     if (!ok) return vm->err;
     if (t) return HD_OK;
-    if (nargs < 2) return hd_vm_error(vm, HD_ERR_RUNTIME, "assertion failed");
+    if (nargs < 2) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s", "assertion failed");
     hd_value m = hd_value_to_str(vm, args[1]);
     if (m.type != HD_V_STR) return vm->err;
-    hd_vm_error(vm, HD_ERR_RUNTIME, "assertion failed: %s", hd_as_str(m)->chars);
+    hd_vm_error(vm, HD_ERR_RUNTIME, "%s%s", prefix, hd_as_str(m)->chars);
     hd_vunref(vm, m);
     return HD_ERR_RUNTIME;
+}
+
+NATIVE(bi_assert) {
+    return assert_like(vm, "assert", "assertion failed: ", args, nargs, nkw);
+}
+
+NATIVE(bi_require) {
+    return assert_like(vm, "require", "", args, nargs, nkw);
 }
 
 NATIVE(bi_collect) {
@@ -1096,10 +1137,10 @@ typedef struct {
 } native_entry;
 
 static const native_entry hd_core_functions[] = {
-    {"print", bi_print},   {"str", bi_str},     {"repr", bi_repr}, {"type", bi_type},
-    {"len", bi_len},       {"range", bi_range}, {"list", bi_list}, {"int", bi_int},
-    {"float", bi_float},   {"bool", bi_bool},   {"args", bi_args}, {"clock", bi_clock},
-    {"assert", bi_assert}, {"gc", bi_collect},
+    {"print", bi_print},   {"str", bi_str},         {"repr", bi_repr},  {"type", bi_type},
+    {"len", bi_len},       {"range", bi_range},     {"list", bi_list},  {"int", bi_int},
+    {"float", bi_float},   {"bool", bi_bool},       {"args", bi_args},  {"clock", bi_clock},
+    {"assert", bi_assert}, {"require", bi_require}, {"gc", bi_collect},
 };
 
 /* Names the tensor prelude may also define: the core version handles
