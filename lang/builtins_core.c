@@ -68,6 +68,25 @@ static hd_status set_str(hd_vm *vm, hd_value *result, hd_value s) {
 
 /* ---- print, str, repr ---- */
 
+hd_status hd_eval_str_method(hd_vm *vm, hd_value x, hd_value *out) {
+    *out = hd_none();
+    if (x.type != HD_V_OBJECT) return HD_OK;
+    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, "str");
+    if (!m) return HD_OK;
+    hd_value r;
+    if (hd_eval_call(vm, *m, x, 1, NULL, 0, NULL, 0, &r) != HD_OK) return vm->err;
+    if (r.type != HD_V_STR) {
+        hd_status st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                                   "str() of an object of class %s: its str method gave a value "
+                                   "of type %s, not a str",
+                                   hd_value_type_name(x), hd_value_type_name(r));
+        hd_vunref(vm, r);
+        return st;
+    }
+    *out = r;
+    return HD_OK;
+}
+
 NATIVE(bi_print) {
     static const char *const allowed[] = {"sep", "end", NULL};
     if (only_kw(vm, "print", kw, nkw, allowed) != HD_OK) return vm->err;
@@ -85,7 +104,17 @@ NATIVE(bi_print) {
             else
                 hd_buf_add(&b, " ", 1);
         }
-        hd_buf_value(&b, args[i], 0);
+        hd_value t;
+        if (hd_eval_str_method(vm, args[i], &t) != HD_OK) {
+            hd_buf_free(&b);
+            return vm->err;
+        }
+        if (t.type == HD_V_STR) {
+            hd_buf_add(&b, hd_as_str(t)->chars, hd_as_str(t)->len);
+            hd_vunref(vm, t);
+        } else {
+            hd_buf_value(&b, args[i], 0);
+        }
     }
     if (end)
         hd_buf_add(&b, hd_as_str(*end)->chars, hd_as_str(*end)->len);
@@ -104,6 +133,8 @@ NATIVE(bi_print) {
 NATIVE(bi_str) {
     if (plain(vm, "str", nargs, 0, 1, nkw) != HD_OK) return vm->err;
     if (!nargs) return set_str(vm, result, hd_str_new(vm, "", 0));
+    if (hd_eval_str_method(vm, args[0], result) != HD_OK) return vm->err;
+    if (result->type == HD_V_STR) return HD_OK;
     return set_str(vm, result, hd_value_to_str(vm, args[0]));
 }
 

@@ -153,12 +153,20 @@ hd_status hd_compiled_print(hd_vm *vm, const hd_value *args, int nargs, const hd
     memset(&pb, 0, sizeof pb);
     hd_buf_init(&pb.text, vm);
     int ok = 1;
+    hd_status err = HD_OK;
     for (int i = 0; i < nargs && ok; i++) {
         if (i) {
             if (sep)
                 hd_buf_add(&pb.text, hd_as_str(*sep)->chars, hd_as_str(*sep)->len);
             else
                 hd_buf_add(&pb.text, " ", 1);
+        }
+        hd_value t; /* an object's str method runs while tracing: its text is fixed */
+        if ((err = hd_eval_str_method(vm, args[i], &t)) != HD_OK) break;
+        if (t.type == HD_V_STR) {
+            hd_buf_add(&pb.text, hd_as_str(t)->chars, hd_as_str(t)->len);
+            hd_vunref(vm, t);
+            continue;
         }
         ok = pb_value(&pb, vm, args[i], 0, 0);
     }
@@ -167,7 +175,9 @@ hd_status hd_compiled_print(hd_vm *vm, const hd_value *args, int nargs, const hd
     else
         hd_buf_add(&pb.text, "\n", 1);
     hd_status st;
-    if (hd_buf_failed(&pb.text))
+    if (err)
+        st = err;
+    else if (hd_buf_failed(&pb.text))
         st = hd_buf_error(&pb.text);
     else
         st = ok && pb_piece(&pb, vm, -1) ? print_record(vm, &pb) : hd_vm_oom(vm);

@@ -143,8 +143,8 @@ struct hd_vm {
     hd_frame *frame;
     int depth, max_depth;
     uint64_t steps, max_steps;
-    uint64_t step_check; /* steps at which tick() looks again: max_steps, or
-                          * sooner under a time limit (to read the clock) */
+    uint64_t step_check;     /* steps at which tick() looks again: max_steps, or
+                              * sooner under a time limit (to read the clock) */
     _Atomic int interrupted; /* set by hd_vm_interrupt, maybe from another thread */
     int repl;
 
@@ -320,6 +320,10 @@ hd_status hd_eval_call(hd_vm *vm, hd_value callee, hd_value self, int has_self,
                        const hd_value *args, int nargs, const hd_kwarg *kw, int nkw, hd_value *out);
 /* Truthiness with errors (a tensor with several elements is ambiguous). */
 int hd_eval_truthy(hd_vm *vm, hd_value v, int *ok);
+/* An object whose class has a str method: its text (as Python's __str__)
+ * in *out (a new reference; print and str() use it); *out stays none for
+ * every other value. builtins_core.c. */
+hd_status hd_eval_str_method(hd_vm *vm, hd_value x, hd_value *out);
 /* x.name for any value; out is a new reference. */
 hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *out);
 
