@@ -1,0 +1,2 @@
+" .hodu files are Hodu programs
+autocmd BufRead,BufNewFile *.hodu setfiletype hodu
