@@ -73,21 +73,28 @@ hd_status hd_tensor_unop(hd_vm *vm, int op, hd_value x, hd_value *out) {
 /* ---- indexing ---- */
 
 /* How x[parts] is taken: one SLICE over x, size-1 dims inserted for each
- * none, then at most one tensor index applied at its position. */
+ * none, then the tensor index applied at its position: one bool mask, or
+ * integer tensors on neighbouring dims (x[rows, cols], broadcast together
+ * as NumPy's advanced indexing; their broadcast shape takes their dims'
+ * place). */
 typedef struct ixplan {
     hd_attrs at;
     int nones[HD_MAX_DIMS]; /* positions of inserted dims, in the output */
     int nnone;
-    int tpos;             /* output position of the tensor part, or -1 */
+    int tpos;             /* output position of the first tensor part, or -1 */
     int tnones;           /* nones before the tensor part */
-    const hd_tensor *idx; /* in host memory */
-    hd_tensor *host;      /* idx copied from a device (owned), or NULL */
+    const hd_tensor *idx; /* the first, in host memory */
     int is_mask;
+    int nidx;                           /* integer tensors on dims tpos.. */
+    const hd_tensor *idxs[HD_MAX_DIMS]; /* each in host memory */
+    hd_tensor *hosts[HD_MAX_DIMS];      /* copied from a device (owned), or NULL */
 } ixplan;
 
 static void ix_plan_free(ixplan *pl) {
-    hd_tensor_unref(pl->host);
-    pl->host = NULL;
+    for (int i = 0; i < pl->nidx; i++) {
+        hd_tensor_unref(pl->hosts[i]);
+        pl->hosts[i] = NULL;
+    }
 }
 
 static hd_status ix_error_shape(hd_vm *vm, const char *what, const hd_tensor *x, int n) {
@@ -141,18 +148,26 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
                            "an index must be an int, a slice or a tensor, got %s",
                            hd_value_type_name(p->v));
     const hd_tensor *t = p->v.as.t;
-    if (pl->idx) return hd_vm_error(vm, HD_ERR_RUNTIME, "only one tensor index is supported");
     if (t->dtype != HD_BOOL && !hd_dtype_is_int(t->dtype))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "tensor indices must be integers or bools, got %s",
                            hd_dtype_name(t->dtype));
     if (t->dtype == HD_BOOL && t->ndim == 0)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "a bool index needs at least one dim");
+    if (pl->idx && (pl->is_mask || t->dtype == HD_BOOL))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "a bool index cannot be combined with other tensor indices");
+    if (pl->idx && out != pl->tpos + pl->nidx)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "tensor indices must be next to each other (x[i, j, :], not x[i, :, "
+                           "j]): index the dims in two steps, or permute x first");
     if (hd_tensor_need_data(vm, t, "indexing with a tensor")) return HD_ERR_RUNTIME;
     if (!hd_tensor_is_cpu(t)) { /* checked and wrapped on the host, as the cpu's */
-        pl->host = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
-        if (!pl->host) return hd_tfail(vm, NULL);
-        t = pl->host;
+        pl->hosts[pl->nidx] = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
+        if (!pl->hosts[pl->nidx]) return hd_tfail(vm, NULL);
+        t = pl->hosts[pl->nidx];
     }
+    pl->idxs[pl->nidx++] = t;
+    if (pl->idx) return HD_OK;
     pl->idx = t;
     pl->is_mask = t->dtype == HD_BOOL;
     pl->tpos = out;
@@ -325,6 +340,93 @@ static hd_status ix_gather_mask(hd_vm *vm, hd_tensor *v, const ixplan *pl, hd_te
     return st;
 }
 
+/* Several integer tensors on dims pos..pos+k-1 of v: broadcast together to
+ * *bshape (*nb dims), checked and wrapped per dim, and each element's flat
+ * position within those k dims, as a 1-D i64 tensor. */
+static hd_status ix_multi_flat(hd_vm *vm, const ixplan *pl, const hd_tensor *v, int pos,
+                               int64_t *bshape, int *nb, hd_tensor **out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int k = pl->nidx;
+    *nb = 0;
+    for (int j = 0; j < k; j++) {
+        int64_t prev[HD_MAX_DIMS];
+        memcpy(prev, bshape, (size_t)*nb * sizeof *prev);
+        if (hd_broadcast_shapes(ctx, prev, *nb, pl->idxs[j]->shape, pl->idxs[j]->ndim, bshape,
+                                nb)) {
+            hd_error_clear(ctx);
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "tensor indices of shapes that do not broadcast together");
+        }
+    }
+    int64_t n = 1, st[HD_MAX_DIMS][HD_MAX_DIMS];
+    for (int d = 0; d < *nb; d++) n *= bshape[d];
+    for (int j = 0; j < k; j++) { /* logical strides of each index, 0 where broadcast */
+        const hd_tensor *t = pl->idxs[j];
+        int64_t acc = 1;
+        for (int d = *nb - 1; d >= 0; d--) {
+            int td = d - (*nb - t->ndim);
+            st[j][d] = td >= 0 && t->shape[td] > 1 ? acc : 0;
+            if (td >= 0) acc *= t->shape[td];
+        }
+    }
+    hd_tensor *r = hd_tensor_new(ctx, HD_I64, &n, 1);
+    if (!r) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    int64_t *p = r->storage->data;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t flat = 0;
+        for (int j = 0; j < k; j++) {
+            int64_t li = 0, rem = e;
+            for (int d = *nb - 1; d >= 0; d--) {
+                li += (rem % bshape[d]) * st[j][d];
+                rem /= bshape[d];
+            }
+            int64_t size = v->shape[pos + j], i = hd_tensor_get_i64(pl->idxs[j], li);
+            int64_t w = i < 0 ? i + size : i;
+            if (w < 0 || w >= size) {
+                hd_tensor_unref(r);
+                return hd_vm_error(vm, HD_ERR_RUNTIME,
+                                   "index %lld is out of range for dim %d of size %lld",
+                                   (long long)i, pos + j, (long long)size);
+            }
+            flat = flat * size + w;
+        }
+        p[e] = flat;
+    }
+    *out = r;
+    return HD_OK;
+}
+
+/* v with dims pos..pos+k-1 merged into one of size m, or that dim split
+ * back into shape (nb dims): the shapes around a gather. */
+static hd_status ix_reshape_span(hd_vm *vm, hd_tensor *v, int pos, int k, const int64_t *shape,
+                                 int nb, hd_tensor **out) {
+    int64_t s[HD_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < pos; i++) s[nd++] = v->shape[i];
+    if (nd + nb + (v->ndim - pos - k) > HD_MAX_DIMS)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "tensors have at most %d dims", HD_MAX_DIMS);
+    for (int i = 0; i < nb; i++) s[nd++] = shape[i];
+    for (int i = pos + k; i < v->ndim; i++) s[nd++] = v->shape[i];
+    return hd_treshape(hd_vm_ctx(vm), v, s, nd, out) ? hd_tfail(vm, NULL) : HD_OK;
+}
+
+/* x[i, j, ...] with k integer tensors from pos: the k dims merged, the
+ * flat positions gathered, the broadcast shape put in their place. */
+static hd_status ix_gather_multi(hd_vm *vm, hd_tensor *v, const ixplan *pl, hd_tensor **out) {
+    int pos = pl->tpos, k = pl->nidx, nb;
+    int64_t bshape[HD_MAX_DIMS], m = 1;
+    for (int j = 0; j < k; j++) m *= v->shape[pos + j];
+    hd_tensor *flat = NULL, *merged = NULL, *g = NULL;
+    hd_status st = ix_multi_flat(vm, pl, v, pos, bshape, &nb, &flat);
+    if (!st) st = ix_reshape_span(vm, v, pos, k, &m, 1, &merged);
+    if (!st) st = ix_select(vm, merged, pos, flat, &g);
+    if (!st) st = ix_reshape_span(vm, g, pos, 1, bshape, nb, out);
+    hd_tensor_unref(flat);
+    hd_tensor_unref(merged);
+    hd_tensor_unref(g);
+    return st;
+}
+
 hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts, int n,
                               hd_value *out) {
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
@@ -341,6 +443,8 @@ hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
         v = NULL;
     } else if (pl.is_mask) {
         st = ix_gather_mask(vm, v, &pl, &r);
+    } else if (pl.nidx > 1) {
+        st = ix_gather_multi(vm, v, &pl, &r);
     } else {
         st = ix_indices(vm, pl.idx, v->shape[pl.tpos], pl.tpos, 0, &idx);
         if (!st) st = ix_select(vm, v, pl.tpos, idx, &r);
@@ -458,6 +562,31 @@ static hd_status assign_mask_scalar(hd_vm *vm, hd_tensor *dst, int pos, const hd
     return st;
 }
 
+/* x[i, j, ...] = src with k integer tensors from pos: src broadcast to
+ * the gathered shape, its broadcast dims merged, each position written. */
+static hd_status assign_multi(hd_vm *vm, hd_tensor *dst, int pos, const ixplan *pl,
+                              hd_tensor *src) {
+    int k = pl->nidx, nb;
+    int64_t bshape[HD_MAX_DIMS], full[HD_MAX_DIMS], n = 1;
+    hd_tensor *flat = NULL, *sb = NULL, *sm = NULL;
+    hd_status st = ix_multi_flat(vm, pl, dst, pos, bshape, &nb, &flat);
+    int nd = 0;
+    if (!st && pos + nb + (dst->ndim - pos - k) > HD_MAX_DIMS)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "tensors have at most %d dims", HD_MAX_DIMS);
+    if (!st) {
+        for (int i = 0; i < pos; i++) full[nd++] = dst->shape[i];
+        for (int i = 0; i < nb; i++) n *= (full[nd++] = bshape[i]);
+        for (int i = pos + k; i < dst->ndim; i++) full[nd++] = dst->shape[i];
+        st = expand_to(vm, src, full, nd, &sb);
+    }
+    if (!st) st = ix_reshape_span(vm, sb, pos, nb, &n, 1, &sm);
+    if (!st) st = assign_positions(vm, dst, pos, k, dst->shape + pos, flat, sm);
+    hd_tensor_unref(flat);
+    hd_tensor_unref(sb);
+    hd_tensor_unref(sm);
+    return st;
+}
+
 hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts, int n,
                               hd_value val) {
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
@@ -507,6 +636,8 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
             st = assign_mask_scalar(vm, v, pos, pl.idx, src);
         else if (!st)
             st = assign_positions(vm, v, pos, pl.idx->ndim, pl.idx->shape, p, src);
+    } else if (!st && pl.nidx > 1) {
+        st = assign_multi(vm, v, pos, &pl, src);
     } else if (!st) {
         if (pl.idx->ndim > 1)
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
