@@ -9,7 +9,11 @@
 #include <string.h>
 
 /* A device pointer to the first element of t's view. */
+/* A kernel argument: the element 0 of t, or NULL for an empty tensor
+ * (whose storage is a marker in host memory: a kernel never reads it, and
+ * a device pointer argument must be one). */
 static void *ops_ptr(const hd_tensor *t) {
+    if (t->numel == 0) return NULL;
     return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
 }
 

@@ -43,7 +43,9 @@
     "getattr" "setattr" "hasattr" "randperm" "isatty" "flush"
     "compiled_stats" "input" "output" "load_script" "print" "str" "repr"
     "type" "len" "range" "list" "int" "float" "args" "clock" "assert"
-    "require" "gc")
+    "require" "gc"
+    "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
+    "triu" "flip" "roll" "tile" "norm")
   "Hodu builtin functions.")
 
 (defvar hodu-font-lock-keywords
