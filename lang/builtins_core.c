@@ -68,13 +68,23 @@ static hd_status set_str(hd_vm *vm, hd_value *result, hd_value s) {
 
 /* ---- print, str, repr ---- */
 
+/* x.name() when x is an object whose class defines name: *found set, the
+ * result in *r (a new reference). */
+static hd_status call_own_method(hd_vm *vm, hd_value x, const char *name, int *found, hd_value *r) {
+    *found = 0;
+    if (x.type != HD_V_OBJECT) return HD_OK;
+    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, name);
+    if (!m) return HD_OK;
+    *found = 1;
+    return hd_eval_call(vm, *m, x, 1, NULL, 0, NULL, 0, r) != HD_OK ? vm->err : HD_OK;
+}
+
 hd_status hd_eval_str_method(hd_vm *vm, hd_value x, hd_value *out) {
     *out = hd_none();
-    if (x.type != HD_V_OBJECT) return HD_OK;
-    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, "str");
-    if (!m) return HD_OK;
+    int found;
     hd_value r;
-    if (hd_eval_call(vm, *m, x, 1, NULL, 0, NULL, 0, &r) != HD_OK) return vm->err;
+    if (call_own_method(vm, x, "str", &found, &r)) return vm->err;
+    if (!found) return HD_OK;
     if (r.type != HD_V_STR) {
         hd_status st = hd_vm_error(vm, HD_ERR_RUNTIME,
                                    "str() of an object of class %s: its str method gave a value "
@@ -153,13 +163,13 @@ NATIVE(bi_type) {
 /* len(obj): the class's len() method, as Python's __len__ (a DataLoader's
  * batches per epoch); a non-negative int. */
 static hd_status len_object(hd_vm *vm, hd_value x, hd_value *result) {
-    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, "len");
-    if (!m)
+    int found;
+    hd_value r;
+    if (call_own_method(vm, x, "len", &found, &r)) return vm->err;
+    if (!found)
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "len() of an object of class %s (the class has no len method)",
                            hd_value_type_name(x));
-    hd_value r;
-    if (hd_eval_call(vm, *m, x, 1, NULL, 0, NULL, 0, &r) != HD_OK) return vm->err;
     if (r.type != HD_V_INT || r.as.i < 0) {
         hd_status st =
             r.type == HD_V_INT

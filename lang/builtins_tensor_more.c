@@ -207,52 +207,65 @@ static HD_TF_FN(tf_tri) {
 
 /* ---- flip, roll ---- */
 
+/* x gathered along ax by idx[j] = n - 1 - j (flip), or (j - shift) mod n
+ * (roll: element j moves to j + shift) */
+static hd_status more_permute_axis(hd_vm *vm, hd_tensor *x, int ax, int flip, int64_t shift,
+                                   hd_tensor **out) {
+    int64_t n = x->shape[ax];
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(int64_t);
+    int64_t *idx = hd_ctx_alloc(hd_vm_ctx(vm), bytes);
+    if (!idx) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    int64_t s = n ? ((shift % n) + n) % n : 0;
+    for (int64_t j = 0; j < n; j++) idx[j] = flip ? n - 1 - j : (j - s + n) % n;
+    hd_status st = more_gather(vm, x, ax, idx, n, out);
+    hd_ctx_free(hd_vm_ctx(vm), idx, bytes);
+    return st;
+}
+
+/* *x flipped along each of axes (none: every dim), or rolled by shifts[i]
+ * along axes[i]; an axis out of range is an error naming fn. */
+static hd_status more_permute_axes(hd_vm *vm, const char *fn, hd_tensor **x, const hd_attrs *at,
+                                   const int64_t *shifts) {
+    int nax = at->naxes ? at->naxes : (*x)->ndim;
+    for (int i = 0; i < nax; i++) {
+        int ax = at->naxes ? more_norm_axis(at->axes[i], (*x)->ndim) : i;
+        if (ax < 0 || ax >= (*x)->ndim)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: axis %lld is out of range for %d dims", fn,
+                               (long long)at->axes[i], (*x)->ndim);
+        hd_tensor *r = NULL;
+        if (more_permute_axis(vm, *x, ax, !shifts, shifts ? shifts[i] : 0, &r))
+            return HD_ERR_RUNTIME;
+        hd_tensor_unref(*x);
+        *x = r;
+    }
+    return HD_OK;
+}
+
+static hd_status more_done(hd_status st, hd_tensor *x, hd_value *out) {
+    if (!st) return more_value(x, out);
+    hd_tensor_unref(x);
+    return st;
+}
+
 static HD_TF_FN(tf_flip) {
     HD_TARGS_BIND(a); /* x, axis= */
     hd_attrs at;
     memset(&at, 0, sizeof at);
     hd_tensor *x = NULL;
     if (hd_targ_axes(vm, &a, 1, &at) || hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
-    int nax = at.naxes ? at.naxes : x->ndim;
-    hd_status st = HD_OK;
-    for (int i = 0; i < nax && !st; i++) {
-        int ax = at.naxes ? more_norm_axis(at.axes[i], x->ndim) : i;
-        if (ax < 0 || ax >= x->ndim) {
-            st = hd_vm_error(vm, HD_ERR_RUNTIME, "flip: axis %lld is out of range for %d dims",
-                             (long long)at.axes[i], x->ndim);
-            break;
-        }
-        int64_t n = x->shape[ax];
-        int64_t *idx = hd_ctx_alloc(hd_vm_ctx(vm), (size_t)(n ? n : 1) * sizeof *idx);
-        if (!idx) {
-            st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-            break;
-        }
-        for (int64_t j = 0; j < n; j++) idx[j] = n - 1 - j;
-        hd_tensor *r = NULL;
-        st = more_gather(vm, x, ax, idx, n, &r);
-        hd_ctx_free(hd_vm_ctx(vm), idx, (size_t)(n ? n : 1) * sizeof *idx);
-        if (!st) {
-            hd_tensor_unref(x);
-            x = r;
-        }
-    }
-    if (st) {
-        hd_tensor_unref(x);
-        return st;
-    }
-    return more_value(x, out);
+    hd_status st = more_permute_axes(vm, "flip", &x, &at, NULL); /* x changes: read after */
+    return more_done(st, x, out);
 }
 
-/* x rolled by shift along ax: element i moves to (i + shift) mod n */
-static hd_status more_roll_axis(hd_vm *vm, hd_tensor *x, int ax, int64_t shift, hd_tensor **out) {
-    int64_t n = x->shape[ax];
-    int64_t *idx = hd_ctx_alloc(hd_vm_ctx(vm), (size_t)(n ? n : 1) * sizeof *idx);
-    if (!idx) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    int64_t s = n ? ((shift % n) + n) % n : 0;
-    for (int64_t j = 0; j < n; j++) idx[j] = (j - s + n) % n;
-    hd_status st = more_gather(vm, x, ax, idx, n, out);
-    hd_ctx_free(hd_vm_ctx(vm), idx, (size_t)(n ? n : 1) * sizeof *idx);
+/* roll over the flattened x, shape kept */
+static hd_status more_roll_flat(hd_vm *vm, hd_tensor *x, int64_t shift, hd_tensor **out) {
+    int64_t n = x->numel;
+    hd_tensor *flat = NULL, *r = NULL;
+    hd_status st = hd_treshape(hd_vm_ctx(vm), x, &n, 1, &flat) ? hd_tfail(vm, "roll") : HD_OK;
+    if (!st) st = more_permute_axis(vm, flat, 0, 0, shift, &r);
+    if (!st && hd_treshape(hd_vm_ctx(vm), r, x->shape, x->ndim, out)) st = hd_tfail(vm, "roll");
+    hd_tensor_unref(flat);
+    hd_tensor_unref(r);
     return st;
 }
 
@@ -262,44 +275,22 @@ static HD_TF_FN(tf_roll) {
     int ns;
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    hd_tensor *x = NULL, *flat = NULL, *r = NULL;
+    hd_tensor *x = NULL, *r = NULL;
     if (hd_targ_shape(vm, &a, 1, shifts, &ns) || hd_targ_axes(vm, &a, 2, &at) ||
         hd_targ_tensor(vm, &a, 0, &x))
         return HD_ERR_RUNTIME;
     hd_status st = HD_OK;
-    if (!at.naxes) { /* the flattened tensor, shape kept */
-        int64_t n = x->numel;
-        if (ns != 1)
-            st = hd_vm_error(vm, HD_ERR_RUNTIME, "roll: one shift without axis, %d given", ns);
-        if (!st && hd_treshape(hd_vm_ctx(vm), x, &n, 1, &flat)) st = hd_tfail(vm, "roll");
-        if (!st) st = more_roll_axis(vm, flat, 0, shifts[0], &r);
-        hd_tensor_unref(flat);
-        flat = NULL;
-        if (!st && hd_treshape(hd_vm_ctx(vm), r, x->shape, x->ndim, &flat))
-            st = hd_tfail(vm, "roll");
-        hd_tensor_unref(r);
+    if (!at.naxes) {
+        st = ns == 1
+                 ? more_roll_flat(vm, x, shifts[0], &r)
+                 : hd_vm_error(vm, HD_ERR_RUNTIME, "roll: one shift without axis, %d given", ns);
         hd_tensor_unref(x);
-        return st ? st : more_value(flat, out);
+        return more_done(st, r, out);
     }
     if (ns != at.naxes)
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "roll: %d shifts for %d axes", ns, at.naxes);
-    for (int i = 0; i < at.naxes && !st; i++) {
-        int ax = more_norm_axis(at.axes[i], x->ndim);
-        if (ax < 0 || ax >= x->ndim) {
-            st = hd_vm_error(vm, HD_ERR_RUNTIME, "roll: axis %lld is out of range for %d dims",
-                             (long long)at.axes[i], x->ndim);
-            break;
-        }
-        if (!(st = more_roll_axis(vm, x, ax, shifts[i], &r))) {
-            hd_tensor_unref(x);
-            x = r;
-        }
-    }
-    if (st) {
-        hd_tensor_unref(x);
-        return st;
-    }
-    return more_value(x, out);
+    if (!st) st = more_permute_axes(vm, "roll", &x, &at, shifts);
+    return more_done(st, x, out);
 }
 
 /* ---- tile, repeat ---- */
