@@ -31,6 +31,14 @@ const char *hd_eval_op_name(int op);
 #define HD_NOINLINE
 #endif
 
+/* Put a call's arguments into fn's parameter slots (new references;
+ * bound[i] set for each given). HD_OK, or an unlocated error naming the
+ * function (ctor: the class whose init it is) and the parameter
+ * (eval_args.c; never inlined into the evaluator). */
+hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor, hd_value *slots,
+                            unsigned char *bound, hd_value self, int has_self,
+                            const hd_value *args, int nargs, const hd_kwarg *kw, int nkw);
+
 /* Fail at node n with status st and a formatted message (HD_V_ERR). */
 hd_value hd_eval_failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A device pointer to the first element of t's view. */
 /* A kernel argument: the element 0 of t, or NULL for an empty tensor
  * (whose storage is a marker in host memory: a kernel never reads it, and
  * a device pointer argument must be one). */

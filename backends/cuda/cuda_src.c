@@ -278,16 +278,16 @@ static void ew_vector_path(hd_cuda_src *s, const ew_kernel *k) {
     if (!is_float(k->in) || !is_float(k->out)) return;
     const char *si = cu_dtypes[k->in].store, *so = cu_dtypes[k->out].store;
     int w = (int)(16 / hd_dtype_size(k->in));
-    int bin = k->kind == EW_BINARY;
     hd_cuda_src_printf(s,
                        "  typedef Vec<%s, %d> VI; typedef Vec<%s, %d> VO;\n"
-                       "  if (g.nd == 0 && vec_ok<%s, %d>(o) && vec_ok<%s, %d>(a_p)%s) {\n"
+                       "  if (g.nd == 0 && vec_ok<%s, %d>(o) && vec_ok<%s, %d>(a_p) &&\n"
+                       "      vec_ok<%s, %d>(b_p)) {\n"
                        "    const i64 nv = g.n / %d;\n"
                        "    for (i64 j = EW_TID; j < nv; j += EW_STRIDE) {\n"
                        "      VI va, vb; VO vo; (void)vb;\n"
                        "      if (a_p) va = ((const VI *)a_p)[j];\n",
-                       si, w, so, w, so, w, si, w, bin ? " && vec_ok<VI, 1>(b_p)" : "", w);
-    if (bin) src_puts(s, "      if (b_p) vb = ((const VI *)b_p)[j];\n");
+                       si, w, so, w, so, w, si, w, si, w, w);
+    if (k->kind == EW_BINARY) src_puts(s, "      if (b_p) vb = ((const VI *)b_p)[j];\n");
     hd_cuda_src_printf(s, "#pragma unroll\n      for (int k = 0; k < %d; k++) ", w);
     ew_elem(s, k, "va.v[k]", "vb.v[k]", "vo.v[k]");
     hd_cuda_src_printf(s,
@@ -301,15 +301,12 @@ static void ew_vector_path(hd_cuda_src *s, const ew_kernel *k) {
 static void src_ew_kernel(hd_cuda_src *s, hd_op op, const ew_kernel *k) {
     src_ew_head(s, op, k->in, k->out, k->in);
     const char *si = cu_dtypes[k->in].store;
-    hd_cuda_src_printf(s, "  const %s *a_p = (const %s *)a_;\n", si, si);
-    if (k->kind == EW_BINARY)
-        hd_cuda_src_printf(s,
-                           "  const %s *b_p = (const %s *)b_;\n"
-                           "  const C sa = a_p ? (C)0 : (C)",
-                           si, si);
-    if (k->kind == EW_BINARY) {
+    hd_cuda_src_printf(s, "  const %s *a_p = (const %s *)a_, *b_p = (const %s *)b_; (void)b_p;\n",
+                       si, si, si);
+    if (k->kind == EW_BINARY) { /* a scalar operand's value, from s0's bytes */
         char e[64];
         snprintf(e, sizeof e, "bits_as<%s>(s0)", si);
+        src_puts(s, "  const C sa = a_p ? (C)0 : (C)");
         src_load(s, k->in, e);
         src_puts(s, ", sb = b_p ? (C)0 : (C)");
         src_load(s, k->in, e);

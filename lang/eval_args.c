@@ -1,0 +1,88 @@
+/* Binding a call's arguments to a Hodu function's parameters
+ * (hd_eval_bind_args, eval.h), with the errors that name the function, the
+ * parameter and, for a class, how it is called. Out of eval.c: its
+ * message buffers stay out of the evaluator's frames. */
+#include "eval.h"
+#include "hints.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *fn_name(const hd_ast_fn *fn) {
+    return fn->name ? fn->name : "<anonymous>";
+}
+
+static int find_param(const hd_ast_fn *fn, const char *name) {
+    for (int i = 0; i < fn->nparams; i++)
+        if (strcmp(fn->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* How fn is called, for an argument error: " (call it as Name(a, b = ...))"
+ * for a class's init (the class's name), else "". */
+static const char *call_hint(const hd_ast_fn *fn, const hd_class *ctor, char *buf, size_t n) {
+    if (!ctor) return "";
+    size_t k = (size_t)snprintf(buf, n, " (call it as %s(", hd_as_str(ctor->name)->chars);
+    for (int i = 1; i < fn->nparams && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s%s", i > 1 ? ", " : "", fn->params[i].name,
+                              fn->params[i].def ? " = ..." : "");
+    if (k < n) snprintf(buf + k, n - k, "))");
+    return buf;
+}
+
+/* A keyword fn has no parameter for: the error, with the parameter it
+ * may mean and, for a class, how it is called. */
+static HD_NOINLINE hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn,
+                                                  const hd_class *ctor, const char *name,
+                                                  const char *kw, int has_self) {
+    hd_hint h;
+    hd_hint_init(&h, kw);
+    for (int i = has_self; i < fn->nparams; i++) hd_hint_offer(&h, fn->params[i].name);
+    const char *mean = hd_hint_keyword(kw, NULL, 0);
+    if (mean && find_param(fn, mean) >= has_self) h.best = mean;
+    char hint[256], dym[96] = "";
+    if (h.best) snprintf(dym, sizeof dym, " (did you mean '%s'?)", h.best);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() has no parameter named '%s'%s%s", name, kw, dym,
+                       call_hint(fn, ctor, hint, sizeof hint));
+}
+
+HD_NOINLINE hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
+                                        hd_value *slots, unsigned char *bound, hd_value self,
+                                        int has_self, const hd_value *args, int nargs,
+                                        const hd_kwarg *kw, int nkw) {
+    int np = fn->nparams, pos = 0;
+    const char *name = ctor ? hd_as_str(ctor->name)->chars : fn_name(fn);
+    char hint[256];
+    if (has_self) {
+        if (np == 0)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes no arguments, not even self", name);
+        hd_vref(slots[0] = self);
+        bound[0] = 1;
+        pos = 1;
+    }
+    if (pos + nargs > np) {
+        int shown = np - has_self;
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given%s", name,
+                           shown, shown == 1 ? "" : "s", nargs,
+                           call_hint(fn, ctor, hint, sizeof hint));
+    }
+    for (int i = 0; i < nargs; i++) {
+        hd_vref(slots[pos + i] = args[i]);
+        bound[pos + i] = 1;
+    }
+    for (int k = 0; k < nkw; k++) {
+        int i = find_param(fn, kw[k].name);
+        if (i < 0 || (has_self && i == 0))
+            return bind_unknown_keyword(vm, fn, ctor, name, kw[k].name, has_self);
+        if (bound[i])
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() got argument '%s' twice", name,
+                               kw[k].name);
+        hd_vref(slots[i] = kw[k].value);
+        bound[i] = 1;
+    }
+    for (int i = 0; i < np; i++)
+        if (!bound[i] && !fn->params[i].def)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() missing argument '%s'%s", name,
+                               fn->params[i].name, call_hint(fn, ctor, hint, sizeof hint));
+    return HD_OK;
+}
