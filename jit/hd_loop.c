@@ -59,24 +59,41 @@ hd_status hd_jit_loops_compile(hd_ctx *ctx, const hd_jit_compiler *c, hd_ir_grap
     return HD_OK;
 }
 
+/* src into the loop's value out at byte offset `at` (from out's start). */
+static hd_status loop_copy_at(hd_ctx *ctx, hd_tensor *out, hd_tensor *src, int64_t at, int k) {
+    static const hd_attrs none;
+    if (!src->numel) return HD_OK;
+    int es = hd_dtype_size(src->dtype);
+    int64_t strides[HD_MAX_DIMS];
+    at += out->offset;
+    if (at % es) return hd_error(ctx, HD_ERR_RUNTIME, "loop: result %d is not aligned", k);
+    hd_contiguous_strides(src->shape, src->ndim, strides);
+    hd_tensor *dst = hd_tensor_view(ctx, out, src->shape, strides, src->ndim, at / es);
+    if (!dst) return ctx->status;
+    dst->dtype = src->dtype;
+    hd_status st = out->storage->backend->run_op(ctx, HD_OP_COPY, dst, &src, 1, &none);
+    hd_tensor_unref(dst);
+    return st;
+}
+
 /* The last iteration's outputs (outs) into out, each at its offset. */
 static hd_status loop_pack(hd_ctx *ctx, const hd_ir_loop *l, const loop_exec *x,
                            hd_tensor *const *outs, hd_tensor *out) {
-    static const hd_attrs none;
-    const hd_backend *be = out->storage->backend;
     for (int k = 0; k < x->nout; k++) {
-        hd_tensor *src = outs[k];
-        if (!src->numel) continue;
-        int es = hd_dtype_size(src->dtype);
-        int64_t at = out->offset + l->offset[k], strides[HD_MAX_DIMS];
-        if (at % es)
-            return hd_error(ctx, HD_ERR_RUNTIME, "loop: output %d is not aligned in its value", k);
-        hd_contiguous_strides(src->shape, src->ndim, strides);
-        hd_tensor *dst = hd_tensor_view(ctx, out, src->shape, strides, src->ndim, at / es);
-        if (!dst) return ctx->status;
-        dst->dtype = src->dtype;
-        hd_status st = be->run_op(ctx, HD_OP_COPY, dst, &src, 1, &none);
-        hd_tensor_unref(dst);
+        hd_status st = loop_copy_at(ctx, out, outs[k], l->offset[k], k);
+        if (st) return st;
+    }
+    return HD_OK;
+}
+
+/* Iteration t's carried inputs into slot t of their stacks. */
+static hd_status loop_stack(hd_ctx *ctx, const hd_ir_loop *l, const loop_exec *x, int64_t t,
+                            hd_tensor *out) {
+    for (int s = 0; s < l->nstack; s++) {
+        hd_tensor *src = x->args[l->stack_in[s]];
+        int k = x->nout + s;
+        int64_t slot = (int64_t)src->numel * hd_dtype_size(src->dtype);
+        hd_status st = loop_copy_at(ctx, out, src, l->offset[k] + t * slot, k);
         if (st) return st;
     }
     return HD_OK;
@@ -168,6 +185,7 @@ hd_status hd_jit_loop_run(hd_ctx *ctx, const hd_ir_node *n, hd_tensor *const *in
             st = hd_ctx_stop_error(ctx);
             break;
         }
+        if (l->nstack && (st = loop_stack(ctx, l, x, t, out))) break;
         st = x->c->run(ctx, x->e, x->args, x->nin, x->outs, x->nout);
         if (!st && t + 1 < trips) loop_advance(l, x);
     }

@@ -11,7 +11,7 @@ static int dce_loop_has_effects(const hd_ir_node *n) {
     return hd_ir_has_effects(n->loop->body, hd_pass_op_is_random);
 }
 
-/* Which body outputs of loop node i are read (by LOOP_OUT nodes, or as
+/* Which results (body outputs, stacks) of loop node i are read (by LOOP_OUT nodes, or as
  * carry sources) into keep; 0 if the loop's value has another user. */
 static int dce_loop_used(const hd_ir_graph *g, int i, char *keep) {
     const hd_ir_node *n = &g->nodes[i];
@@ -36,13 +36,13 @@ static hd_status dce_shrink_loops(hd_ir_graph *g, int *removed) {
     for (int i = 0; i < g->nnodes; i++) {
         hd_ir_node *n = &g->nodes[i];
         if (n->op != HD_IR_LOOP) continue;
-        int nout = n->loop->body->noutputs, unused = 0;
-        char *keep = hd_ctx_calloc(g->ctx, (size_t)nout + 1, 1);
+        int nres = hd_ir_loop_nresults(n->loop), unused = 0;
+        char *keep = hd_ctx_calloc(g->ctx, (size_t)nres + 1, 1);
         if (!keep) return g->ctx->status;
         if (dce_loop_used(g, i, keep))
-            for (int k = 0; k < nout; k++) unused += !keep[k];
+            for (int k = 0; k < nres; k++) unused += !keep[k];
         hd_status st = unused ? hd_ir_loop_keep_outputs(g, i, keep) : HD_OK;
-        hd_ctx_free(g->ctx, keep, (size_t)nout + 1);
+        hd_ctx_free(g->ctx, keep, (size_t)nres + 1);
         if (st || (unused && hd_pass_dce(n->loop->body, NULL))) return g->ctx->status;
         *removed += unused;
     }

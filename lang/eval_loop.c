@@ -219,7 +219,7 @@ static void roll_watch_begin(hd_vm *vm, hd_roll_watch *w, const hd_frame *f,
     w->local = local;
     w->nslots = nslots;
     w->birth0 = vm->births;
-    w->gen = ++vm->ctx.grad_watch == 0 ? ++vm->ctx.grad_watch : vm->ctx.grad_watch;
+    w->gen = vm->ctx.grad_watch = hd_grad_watch_next(&vm->ctx);
     vm->roll_watch = w;
     vm->ctx.grad_write = roll_grad_write;
     vm->ctx.grad_write_ud = vm;
@@ -234,10 +234,9 @@ static int roll_watch_end(hd_vm *vm, hd_roll_watch *w) {
         hd_tensor_unref(w->grads[i].t);
     }
     hd_ctx_free(&vm->ctx, w->grads, (size_t)w->cap * sizeof *w->grads);
-    if (hd_grad_watch_live(&vm->ctx, w->gen))
-        roll_change(
-            w, w->undo ? "its values need gradients, which a cond or while loop does not give yet"
-                       : "a gradient record of the iteration stays alive after it");
+    /* a counted loop rolls with its gradient where it can (hd_trace_roll) */
+    if (w->undo && hd_grad_watch_live(&vm->ctx, w->gen))
+        roll_change(w, "its values need gradients, which a cond or while loop does not give yet");
     vm->roll_watch = w->outer;
     vm->ctx.grad_watch = w->outer ? w->outer->gen : 0;
     if (!w->outer) {
@@ -306,7 +305,7 @@ static int roll_small(const roll_loop *L, hd_trace_pos start) {
  * Returns a flow code. */
 static int roll_run(roll_loop *L) {
     hd_vm *vm = L->vm;
-    hd_trace_pos prev = {0, 0};
+    hd_trace_pos prev = {0, 0, 0};
     int prev_same = 0;
     for (int64_t k = 0; k < L->count; k++) {
         int watching = k < HD_LOOP_ROLL_TRIES;
@@ -320,8 +319,9 @@ static int roll_run(roll_loop *L) {
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;
+            const char *why = NULL;
             if (hd_trace_roll(&vm->ctx, prev, start, hd_trace_position(&vm->ctx), L->count - k + 1,
-                              &rolled)) {
+                              &rolled, &why)) {
                 hd_eval_failf(vm, L->f, L->n, vm->ctx.status, "%s", vm->ctx.errmsg);
                 return HD_FLOW_ERROR;
             }
@@ -329,7 +329,10 @@ static int roll_run(roll_loop *L) {
                 roll_say(L, "one loop node of %lld iterations%s", L->count - k + 1, "");
                 return HD_FLOW_NORMAL;
             }
-            roll_say(L, "iteration %lld traced other nodes than the one before%s", k, "");
+            if (why)
+                roll_say(L, "stays unrolled after iteration %lld: %s", k, why);
+            else
+                roll_say(L, "iteration %lld traced other nodes than the one before%s", k, "");
         }
         prev = start;
         prev_same = same;

@@ -91,7 +91,7 @@ static void node_link(hd_grad_scope *s, hd_grad_node *n) {
 /* Drop what a record holds (saved tensors, edges); records whose last
  * reference goes are pushed on *stack for the caller to free, so freeing a
  * long chain needs no recursion. */
-static void node_drop(hd_grad_node *n, hd_grad_node **stack) {
+static void node_strip(hd_grad_node *n, hd_grad_node **stack) {
     if (n->custom && n->custom->free && n->custom_ud) n->custom->free(n->ctx, n->custom_ud);
     n->custom_ud = NULL;
     for (int i = 0; i <= n->nin; i++) {
@@ -108,6 +108,10 @@ static void node_drop(hd_grad_node *n, hd_grad_node **stack) {
         hd_tensor_unref(e->leaf); /* a leaf has no record: no recursion */
         e->leaf = NULL;
     }
+}
+
+static void node_drop(hd_grad_node *n, hd_grad_node **stack) {
+    node_strip(n, stack);
     n->live = 0;
     node_unlink(n);
 }
@@ -170,6 +174,11 @@ static size_t watch_live_in(const hd_grad_scope *s, uint32_t gen) {
     size_t live = 0;
     for (const hd_grad_node *n = s->records; n; n = n->next) live += n->live && n->watch >= gen;
     return live;
+}
+
+uint32_t hd_grad_watch_next(hd_ctx *ctx) {
+    if (++ctx->grad_watch_seq == 0) ++ctx->grad_watch_seq;
+    return ctx->grad_watch_seq;
 }
 
 size_t hd_grad_watch_live(const hd_ctx *ctx, uint32_t gen) {
@@ -288,6 +297,7 @@ hd_status hd_autograd_record(hd_ctx *ctx, hd_op op, hd_tensor *const *in, hd_ten
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
     n->rng_key = ctx->rng_seed;
     n->rng_base = rng_base;
+    n->trace_ref = out->trace_ref;
     node_link(s, n);
     gi->scope = s->id;
     gi->node = n;
@@ -315,6 +325,7 @@ hd_status hd_autograd_record_custom(hd_ctx *ctx, hd_tensor *const *in, int nin, 
     n->op = HD_OP_COPY; /* for messages: the rule is fn's */
     n->custom = fn;
     n->custom_ud = ud;
+    n->trace_ref = out->trace_ref;
     n->out_dtype = out->dtype;
     n->out_ndim = out->ndim;
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
@@ -936,4 +947,152 @@ hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int re
     hd_place_pop(ctx, prev);
     hd_grad_set_enabled(ctx, was);
     return st;
+}
+
+/* ---- a traced loop rolled with its gradient ---- */
+
+static int roll_member(const hd_grad_node *n, const hd_grad_scope *s, uint32_t gen_a) {
+    return n && n->live && n->scope == s && n->watch >= gen_a;
+}
+
+static hd_status roll_grow(hd_ctx *ctx, void **p, int *cap, int n, size_t elem) {
+    if (n < *cap) return HD_OK;
+    int c = *cap ? 2 * *cap : 8;
+    void *q = hd_ctx_realloc(ctx, *p, (size_t)*cap * elem, (size_t)c * elem);
+    if (!q) return ctx->status;
+    *p = q;
+    *cap = c;
+    return HD_OK;
+}
+
+/* Edge e of a member leaves the iterations: note its source once. */
+static hd_status roll_add_front(hd_ctx *ctx, hd_grad_roll *r, const hd_grad_edge *e) {
+    for (int i = 0; i < r->nfront; i++)
+        if (e->node ? r->front[i].e.node == e->node : r->front[i].e.leaf == e->leaf) return HD_OK;
+    if (roll_grow(ctx, (void **)&r->front, &r->cap_front, r->nfront, sizeof *r->front))
+        return ctx->status;
+    hd_grad_front *f = &r->front[r->nfront++];
+    f->e = *e;
+    f->ref = e->node ? e->node->trace_ref : 0;
+    if (f->e.node) f->e.node->refcount++;
+    if (f->e.leaf) hd_tensor_ref(f->e.leaf);
+    return HD_OK;
+}
+
+static hd_status roll_add_held(hd_ctx *ctx, hd_grad_roll *r, hd_grad_node *n) {
+    if (roll_grow(ctx, (void **)&r->held, &r->cap_held, r->nheld, sizeof *r->held))
+        return ctx->status;
+    n->refcount++;
+    r->held[r->nheld++] = n;
+    return HD_OK;
+}
+
+/* Each member's users among the members, into its pending count. */
+static void roll_count_users(hd_grad_scope *s, uint32_t gen_a, int add) {
+    for (hd_grad_node *n = s->records; n; n = n->next)
+        if (roll_member(n, s, gen_a))
+            for (int i = 0; i < n->nin; i++)
+                if (roll_member(n->edges[i].node, s, gen_a)) n->edges[i].node->pending += add;
+}
+
+static hd_status roll_scan_members(hd_ctx *ctx, hd_grad_scope *s, uint32_t gen_a, uint32_t gen_b,
+                                   hd_grad_roll *r, const char **why) {
+    for (hd_grad_node *n = s->records; n; n = n->next) {
+        if (!roll_member(n, s, gen_a)) continue;
+        if (n->refcount > n->pending) { /* a tensor holds it */
+            if (n->watch < gen_b) {
+                *why = "a value of one iteration that needs gradients is kept by the next";
+                return HD_OK;
+            }
+            if (!n->trace_ref) {
+                *why = "a value that needs gradients was not traced";
+                return HD_OK;
+            }
+            if (roll_add_held(ctx, r, n)) return ctx->status;
+        }
+        for (int i = 0; i < n->nin; i++) {
+            const hd_grad_edge *e = &n->edges[i];
+            if (!(e->node && !roll_member(e->node, s, gen_a)) && !e->leaf) continue;
+            if (e->node && !e->node->trace_ref) {
+                *why = "it reads a value that needs gradients from outside the compiled code";
+                return HD_OK;
+            }
+            if (roll_add_front(ctx, r, e)) return ctx->status;
+        }
+    }
+    return HD_OK;
+}
+
+hd_status hd_grad_roll_scan(hd_ctx *ctx, uint32_t gen_a, uint32_t gen_b, hd_grad_roll *r,
+                            const char **why) {
+    memset(r, 0, sizeof *r);
+    *why = NULL;
+    hd_grad_scope *s = cur_scope(ctx);
+    if (hd_grad_watch_live(ctx, gen_a) != watch_live_in(s, gen_a)) {
+        *why = "a gradient context inside the loop keeps records";
+        return HD_OK;
+    }
+    for (hd_grad_node *n = s->records; n; n = n->next) n->pending = 0;
+    roll_count_users(s, gen_a, 1);
+    hd_status st = roll_scan_members(ctx, s, gen_a, gen_b, r, why);
+    for (hd_grad_node *n = s->records; n; n = n->next) n->pending = 0;
+    if (!st && !*why && !r->nheld) *why = "no value that needs gradients outlives it";
+    return st;
+}
+
+static hd_status roll_pass_on(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned char *need,
+                              hd_tensor **gin, int nin) {
+    HD_UNUSED(ctx), HD_UNUSED(ud), HD_UNUSED(nin);
+    if (need[0]) gin[0] = hd_tensor_ref(g);
+    return HD_OK;
+}
+
+static const hd_grad_custom roll_pass_on_fn = {roll_pass_on, NULL};
+
+hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const hd_grad_custom *fn,
+                              void *ud) {
+    hd_grad_node *n = r->held[i], *m = node_new(ctx, r->nfront);
+    if (!m) {
+        if (fn->free) fn->free(ctx, ud);
+        return ctx->status;
+    }
+    for (int j = 0; j < r->nfront; j++) {
+        m->edges[j] = r->front[j].e;
+        if (m->edges[j].node) m->edges[j].node->refcount++;
+        if (m->edges[j].leaf) hd_tensor_ref(m->edges[j].leaf);
+    }
+    m->refcount = 1; /* n's edge */
+    m->op = HD_OP_COPY;
+    m->custom = fn;
+    m->custom_ud = ud;
+    m->trace_ref = n->trace_ref;
+    m->out_dtype = n->out_dtype;
+    m->out_ndim = n->out_ndim;
+    memcpy(m->out_shape, n->out_shape, sizeof m->out_shape);
+    node_link(n->scope, m);
+    hd_grad_node *stack = NULL;
+    node_strip(n, &stack);
+    node_free_stack(stack);
+    hd_grad_edge *e = &n->edges[0];
+    memset(e, 0, sizeof *e);
+    e->node = m;
+    e->dtype = n->out_dtype;
+    e->ndim = n->out_ndim;
+    memcpy(e->shape, n->out_shape, sizeof e->shape);
+    n->nin = 1;
+    n->op = HD_OP_COPY;
+    n->custom = &roll_pass_on_fn;
+    n->custom_ud = NULL;
+    return HD_OK;
+}
+
+void hd_grad_roll_free(hd_ctx *ctx, hd_grad_roll *r) {
+    for (int i = 0; i < r->nheld; i++) node_unref(r->held[i]);
+    for (int i = 0; i < r->nfront; i++) {
+        node_unref(r->front[i].e.node);
+        hd_tensor_unref(r->front[i].e.leaf);
+    }
+    if (r->cap_held) hd_ctx_free(ctx, r->held, (size_t)r->cap_held * sizeof *r->held);
+    if (r->cap_front) hd_ctx_free(ctx, r->front, (size_t)r->cap_front * sizeof *r->front);
+    memset(r, 0, sizeof *r);
 }

@@ -94,6 +94,10 @@ void hd_grad_clear_tape(hd_ctx *ctx);
  * iteration and alive after it would let backward() reach into the
  * iteration's values, which rolling the loop would change. */
 size_t hd_grad_watch_live(const hd_ctx *ctx, uint32_t gen);
+/* A fresh watch generation for one traced iteration, larger than every
+ * earlier one (0 is never given). */
+uint32_t hd_grad_watch_next(hd_ctx *ctx);
+
 /* Live records in the current context (statistics, tests). */
 size_t hd_grad_record_count(const hd_ctx *ctx);
 /* Pop every gradient context and free every record: for a VM's teardown. */
@@ -173,7 +177,8 @@ struct hd_grad_node {
     /* backward's scratch */
     hd_grad_node *free_next;
     hd_tensor *grad; /* gradient of the output, summed over its users */
-    uint32_t watch;  /* ctx->grad_watch when it was made */
+    uint32_t watch;     /* ctx->grad_watch when it was made */
+    uint64_t trace_ref; /* inside a trace: its output's value there (hd_tensor.trace_ref) */
     uint64_t epoch;
     int pending; /* users not yet processed */
 };
@@ -229,5 +234,34 @@ const hd_grad_rule *hd_grad_rule_of(hd_op op);
 hd_tensor *hd_gx_run(hd_gx *x, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs);
 /* A result the rule returns: a new reference (NULL stays NULL). */
 hd_tensor *hd_gx_out(hd_gx *x, hd_tensor *t);
+
+/* ---- a traced loop rolled with its gradient ---- */
+
+/* A traced loop rolled with its gradient (runtime/hd_trace_grad.c): two
+ * iterations A and B, watched from generations gen_a and gen_b, became a
+ * loop node. hd_grad_roll_scan finds A's and B's records that a tensor
+ * still holds ("held": they must all be B's) and the edges by which
+ * gradients leave the two iterations ("front", one per source). *why says what keeps
+ * the loop from rolling with its gradient (NULL: it can); the status is
+ * an error only when memory runs out. */
+typedef struct hd_grad_front {
+    hd_grad_edge e; /* referenced */
+    uint64_t ref;   /* the source record's trace_ref; 0 for a leaf */
+} hd_grad_front;
+typedef struct hd_grad_roll {
+    hd_grad_node **held; /* referenced */
+    int nheld;
+    hd_grad_front *front;
+    int nfront;
+    int cap_held, cap_front;
+} hd_grad_roll;
+hd_status hd_grad_roll_scan(hd_ctx *ctx, uint32_t gen_a, uint32_t gen_b, hd_grad_roll *r,
+                            const char **why);
+/* Held record i takes its gradient through fn (ud, owned by the record
+ * from now on, freed by fn->free also on failure) to the front edges: it
+ * is made to pass its gradient on to a new record of fn. */
+hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const hd_grad_custom *fn,
+                              void *ud);
+void hd_grad_roll_free(hd_ctx *ctx, hd_grad_roll *r);
 
 #endif

@@ -102,6 +102,7 @@ typedef struct hd_ctx {
      * and every change to a leaf's .grad or requires_grad is told to
      * grad_write first */
     uint32_t grad_watch;
+    uint32_t grad_watch_seq; /* the last generation given (hd_grad_watch_next) */
     void (*grad_write)(struct hd_ctx *ctx, void *ud, struct hd_tensor *t);
     void *grad_write_ud;
     /* where ops without tensor inputs (creation) put their result: NULL is

@@ -394,16 +394,31 @@ static const hd_ir_value *ir_body_out(const hd_ir_graph *body, int k) {
     return &body->values[body->outputs[k].value];
 }
 
-/* Where each body output goes in the loop's value (64-byte aligned, in
- * output order) into offset (may be NULL); the value's bytes (at least 1),
- * or -1 if too large. */
-static int64_t ir_loop_layout(const hd_ir_graph *body, int64_t *offset) {
+/* Result k of loop l: body output k, or stack k - noutputs as *tmp. */
+static const hd_ir_value *ir_loop_result(const hd_ir_loop *l, int k, hd_ir_value *tmp) {
+    if (k < l->body->noutputs) return ir_body_out(l->body, k);
+    const hd_ir_value *in = &l->body->values[l->body->inputs[l->stack_in[k - l->body->noutputs]].value];
+    *tmp = *in;
+    tmp->ndim = in->ndim + 1;
+    tmp->shape[0] = l->trips;
+    memcpy(tmp->shape + 1, in->shape, (size_t)in->ndim * sizeof *in->shape);
+    tmp->number = 0;
+    return tmp;
+}
+
+/* Where each result of l goes in the loop's value (64-byte aligned, in
+ * order) into offset (may be NULL); the value's bytes (at least 1), or -1
+ * if too large. */
+static int64_t ir_loop_layout(const hd_ir_loop *l, int64_t *offset) {
     int64_t at = 0;
-    for (int k = 0; k < body->noutputs; k++) {
+    for (int k = 0; k < hd_ir_loop_nresults(l); k++) {
+        hd_ir_value tmp;
+        const hd_ir_value *v = ir_loop_result(l, k, &tmp);
+        int64_t n = hd_shape_numel(v->shape, v->ndim), es = hd_dtype_size(v->dtype);
         at = (at + 63) & ~(int64_t)63;
         if (offset) offset[k] = at;
-        at += ir_value_bytes(ir_body_out(body, k));
-        if (at > ((int64_t)1 << 62)) return -1;
+        if (n < 0 || n > (((int64_t)1 << 62) - at) / es) return -1;
+        at += n * es;
     }
     return at ? at : 1;
 }
@@ -529,7 +544,11 @@ static hd_ir_loop *ir_loop_new(hd_ir_graph *g, const hd_ir_graph *body, int64_t 
     l->trips_in = -1;
     l->while_in = -1;
     l->ncarry = ncarry;
-    l->bytes = ir_loop_layout(body, l->offset);
+    l->nstack = 0;
+    l->stack_in = NULL;
+    l->body = (hd_ir_graph *)body; /* for the layout; the caller attaches it */
+    l->bytes = ir_loop_layout(l, l->offset);
+    l->body = NULL;
     if (l->bytes < 0) {
         hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its outputs are too large");
         return NULL;
@@ -573,22 +592,84 @@ int hd_ir_add_loop_like(hd_ir_graph *g, hd_ir_graph *body, const hd_ir_loop *lik
     int v = hd_ir_add_loop(g, body, like->trips, in, nin, like->ncarry, like->carry_src);
     if (v >= 0 && like->trips_in >= 0 && hd_ir_loop_trips_from(g, v, like->trips_in)) v = -1;
     if (v >= 0 && like->while_in >= 0 && hd_ir_loop_while(g, v, like->while_in)) v = -1;
+    for (int i = 0; i < like->nstack && v >= 0; i++)
+        if (hd_ir_loop_stack(g, v, like->stack_in[i]) < 0) v = -1;
     return v;
+}
+
+/* l's stack tables in g's arena for src's stacks (offset grown to every
+ * result); 0 when out of memory. */
+static int ir_loop_stacks_alloc(hd_ir_graph *g, hd_ir_loop *l, const hd_ir_loop *src) {
+    int nres = src->body->noutputs + src->nstack;
+    int *in = hd_ir_arena_alloc(&g->arena, (size_t)src->nstack * sizeof *in);
+    int64_t *off = hd_ir_arena_alloc(&g->arena, (size_t)(nres + 1) * sizeof *off);
+    if (!in || !off) return 0;
+    memcpy(in, src->stack_in, (size_t)src->nstack * sizeof *in);
+    l->stack_in = in;
+    l->nstack = src->nstack;
+    l->offset = off;
+    return 1;
+}
+
+/* Stacks: carried inputs, under a static trip count. */
+static hd_status ir_loop_check_stacks(hd_ir_graph *g, const hd_ir_node *n) {
+    const hd_ir_loop *l = n->loop;
+    if (!l->nstack) return HD_OK;
+    if (l->trips_in >= 0 || l->while_in >= 0)
+        return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: stacks need a static trip count");
+    for (int s = 0; s < l->nstack; s++) {
+        int c = l->stack_in[s];
+        if (c < 0 || c >= l->ncarry)
+            return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: stack %d of input %d, not carried", s,
+                            c);
+        if (l->body->values[l->body->inputs[c].value].ndim + 1 > HD_MAX_DIMS)
+            return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: stack %d would have too many dims", s);
+    }
+    return HD_OK;
+}
+
+int hd_ir_loop_stack(hd_ir_graph *g, int loop, int carry) {
+    hd_ir_node *n = ir_loop_node_of(g, loop);
+    if (!n) return -1;
+    hd_ir_loop *l = n->loop, grown = *l;
+    grown.nstack = l->nstack + 1;
+    int *in = hd_ir_arena_alloc(&g->arena, (size_t)grown.nstack * sizeof *in);
+    if (!in) return -1;
+    if (l->nstack) memcpy(in, l->stack_in, (size_t)l->nstack * sizeof *in);
+    in[l->nstack] = carry;
+    grown.stack_in = in;
+    hd_ir_node probe = *n;
+    probe.loop = &grown;
+    if (ir_loop_check_stacks(g, &probe)) return -1;
+    if (!ir_loop_stacks_alloc(g, l, &grown)) return -1;
+    l->bytes = ir_loop_layout(l, l->offset);
+    if (l->bytes < 0) {
+        hd_error(g->ctx, HD_ERR_ARGUMENT, "loop: its outputs are too large");
+        return -1;
+    }
+    g->values[n->out].shape[0] = l->bytes;
+    return hd_ir_loop_nresults(l) - 1;
 }
 
 hd_status hd_ir_loop_keep_outputs(hd_ir_graph *g, int node, const char *keep) {
     hd_ir_node *n = &g->nodes[node];
     hd_ir_loop *l = n->loop;
     hd_ir_graph *b = l->body;
-    size_t map_bytes = (size_t)(b->noutputs + 1) * sizeof(int);
+    int nout = b->noutputs, nres = hd_ir_loop_nresults(l);
+    size_t map_bytes = (size_t)(nres + 1) * sizeof(int);
     int *map = hd_ctx_alloc(g->ctx, map_bytes);
     if (!map) return g->ctx->status;
-    int m = 0;
-    for (int k = 0; k < b->noutputs; k++) {
+    int m = 0, ns = 0;
+    for (int k = 0; k < nout; k++) {
         map[k] = keep[k] ? m : -1;
         if (keep[k]) b->outputs[m++] = b->outputs[k];
     }
+    for (int s = 0; s < l->nstack; s++) {
+        map[nout + s] = keep[nout + s] ? m + ns : -1;
+        if (keep[nout + s]) l->stack_in[ns++] = l->stack_in[s];
+    }
     b->noutputs = m;
+    l->nstack = ns;
     for (int i = 0; i < l->ncarry; i++) {
         HD_ASSERT(map[l->carry_src[i]] >= 0);
         l->carry_src[i] = map[l->carry_src[i]];
@@ -600,7 +681,7 @@ hd_status hd_ir_loop_keep_outputs(hd_ir_graph *g, int node, const char *keep) {
         u->attrs.ints[0] = map[u->attrs.ints[0]];
     }
     hd_ctx_free(g->ctx, map, map_bytes);
-    l->bytes = ir_loop_layout(b, l->offset);
+    l->bytes = ir_loop_layout(l, l->offset);
     g->values[n->out].shape[0] = l->bytes;
     if (l->exec && l->exec_free) l->exec_free(g->ctx, l->exec);
     l->exec = NULL;
@@ -615,9 +696,9 @@ static hd_status ir_loop_out_check(hd_ir_graph *g, int loop, int k, const hd_ir_
         !g->nodes[v->index].loop || !g->nodes[v->index].loop->body)
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is not a loop's value", loop);
     const hd_ir_loop *l = g->nodes[v->index].loop;
-    if (k < 0 || k >= l->body->noutputs)
+    if (k < 0 || k >= hd_ir_loop_nresults(l))
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: output %d of a loop with %d outputs", k,
-                        l->body->noutputs);
+                        hd_ir_loop_nresults(l));
     *out = l;
     return HD_OK;
 }
@@ -626,7 +707,8 @@ static hd_status ir_loop_out_check(hd_ir_graph *g, int loop, int k, const hd_ir_
 static int ir_add_loop_out(hd_ir_graph *g, int loop, int k, int value) {
     const hd_ir_loop *l;
     if (ir_loop_out_check(g, loop, k, &l)) return -1;
-    const hd_ir_value *o = ir_body_out(l->body, k);
+    hd_ir_value tmp;
+    const hd_ir_value *o = ir_loop_result(l, k, &tmp);
     hd_ir_node *n = ir_new_node(g, HD_IR_LOOP_OUT, &loop, 1);
     if (!n) return -1;
     if (value < 0) {
@@ -654,7 +736,8 @@ hd_status hd_ir_add_loop_out_as(hd_ir_graph *g, int loop, int k, int value) {
     if (ir_loop_out_check(g, loop, k, &l)) return g->ctx->status;
     if (value < 0 || value >= g->nvalues)
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: value %d of %d", value, g->nvalues);
-    const hd_ir_value *v = &g->values[value], *o = ir_body_out(l->body, k);
+    hd_ir_value tmp;
+    const hd_ir_value *v = &g->values[value], *o = ir_loop_result(l, k, &tmp);
     if (v->kind != HD_IR_VALUE_NODE)
         return hd_error(g->ctx, HD_ERR_ARGUMENT, "loop_out: %%%d is a graph input or constant",
                         value);
@@ -691,8 +774,8 @@ static int ir_clone_names(hd_ir_graph *d) {
  * is not copied. */
 static hd_ir_loop *ir_loop_clone(hd_ir_graph *d, const hd_ir_loop *src) {
     hd_ir_loop *l = ir_loop_new(d, src->body, src->trips, src->ncarry, src->carry_src);
-    if (!l) return NULL;
-    memcpy(l->offset, src->offset, (size_t)src->body->noutputs * sizeof *l->offset);
+    if (!l || (src->nstack && !ir_loop_stacks_alloc(d, l, src))) return NULL;
+    memcpy(l->offset, src->offset, (size_t)hd_ir_loop_nresults(src) * sizeof *l->offset);
     l->bytes = src->bytes;
     l->trips_in = src->trips_in;
     l->while_in = src->while_in;
@@ -776,14 +859,16 @@ static hd_status ir_verify_loop(hd_ir_graph *g, int i) {
     if (ir_loop_check(g, l->body, l->trips, n->in, n->nin, l->ncarry, l->carry_src) ||
         ir_loop_check_trips_in(g, n) || ir_loop_check_while(g, n))
         return ir_verify_fail(g, i, "loop", "");
+    if (ir_loop_check_stacks(g, n)) return ir_verify_fail(g, i, "loop", "");
     int64_t at = 0;
-    for (int k = 0; k < l->body->noutputs; k++) {
+    for (int k = 0; k < hd_ir_loop_nresults(l); k++) {
+        hd_ir_value tmp;
         at = (at + 63) & ~(int64_t)63;
         if (l->offset[k] != at)
             return hd_error(g->ctx, HD_ERR_RUNTIME,
                             "node %d (loop): output %d at offset %lld, not %lld", i, k,
                             (long long)l->offset[k], (long long)at);
-        at += ir_value_bytes(ir_body_out(l->body, k));
+        at += ir_value_bytes(ir_loop_result(l, k, &tmp));
     }
     const hd_ir_value *v = &g->values[n->out];
     if (l->bytes != (at ? at : 1) || v->dtype != HD_U8 || v->ndim != 1 || v->shape[0] != l->bytes)
@@ -801,7 +886,8 @@ static hd_status ir_verify_loop_out(hd_ir_graph *g, int i) {
         return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (loop_out): malformed", i);
     if (ir_loop_out_check(g, n->in[0], (int)n->attrs.ints[0], &l))
         return ir_verify_fail(g, i, "loop_out", "");
-    const hd_ir_value *v = &g->values[n->out], *o = ir_body_out(l->body, (int)n->attrs.ints[0]);
+    hd_ir_value tmp;
+    const hd_ir_value *v = &g->values[n->out], *o = ir_loop_result(l, (int)n->attrs.ints[0], &tmp);
     char a[160], b[160];
     if (!ir_same_type(v, o))
         return hd_error(
@@ -1136,6 +1222,12 @@ static void ir_print_loop(ir_buf *b, const hd_ir_loop *l) {
                       l->carry_src[i]);
         ir_printf(b, "]");
     }
+    if (l->nstack) {
+        ir_printf(b, ", stack=[");
+        for (int s = 0; s < l->nstack; s++)
+            ir_printf(b, "%s%%b%d", s ? ", " : "", l->body->inputs[l->stack_in[s]].value);
+        ir_printf(b, "]");
+    }
     ir_printf(b, "}");
 }
 
@@ -1368,6 +1460,10 @@ static void ir_hash_loop(hd_ir_hasher *s, const hd_ir_loop *l) {
     hd_ir_hash_u64(s, (uint64_t)(int64_t)l->while_in);
     hd_ir_hash_u64(s, (uint64_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) hd_ir_hash_u64(s, (uint64_t)l->carry_src[i]);
+    if (l->nstack) { /* graphs without stacks hash as before */
+        hd_ir_hash_u64(s, (uint64_t)l->nstack);
+        for (int i = 0; i < l->nstack; i++) hd_ir_hash_u64(s, (uint64_t)l->stack_in[i]);
+    }
     hd_ir_hash_u64(s, l->body ? hd_ir_graph_hash(l->body) : 0);
 }
 

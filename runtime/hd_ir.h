@@ -85,8 +85,13 @@ typedef struct hd_ir_loop {
     int while_in;
     int ncarry;
     int *carry_src;  /* ncarry body output indices */
-    int64_t *offset; /* per body output: byte offset in the loop's value */
+    int64_t *offset; /* per result (body output, then stack): byte offset in the value */
     int64_t bytes;
+    /* stacks (counted loops of a static trip count): stack s holds carried
+     * input stack_in[s] as every iteration began, [trips, its shape], at
+     * slot t for iteration t; results noutputs + s (hd_ir_loop_stack) */
+    int nstack;
+    int *stack_in;
     /* an executable's compiled body (jit/hd_loop.h), owned; NULL in a
      * traced graph, not copied by hd_ir_graph_clone */
     void *exec;
@@ -187,6 +192,15 @@ hd_status hd_ir_loop_while(hd_ir_graph *g, int loop, int carry);
  * trips_in, while_in, carries), over in[]: the value id, or -1. */
 int hd_ir_add_loop_like(hd_ir_graph *g, hd_ir_graph *body, const hd_ir_loop *like, const int *in,
                         int nin);
+/* Stack carried input `carry` of loop value `loop` (a static trip count):
+ * the new result's index (body outputs come first), or -1 with an error.
+ * Its LOOP_OUT is [trips, the input's shape]: slot t is the input as
+ * iteration t began (the gradient of a loop reads them, docs/ir.md). */
+int hd_ir_loop_stack(hd_ir_graph *g, int loop, int carry);
+/* The number of results of a loop (body outputs and stacks). */
+static inline int hd_ir_loop_nresults(const hd_ir_loop *l) {
+    return l->body->noutputs + l->nstack;
+}
 /* Body output k of loop value `loop` at the last iteration: a new value id,
  * or -1. */
 int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);
@@ -194,8 +208,8 @@ int hd_ir_add_loop_out(hd_ir_graph *g, int loop, int k);
  * and shape) whose node the caller has removed from the node list: host
  * tensors that stand for that value now stand for the loop's result. */
 hd_status hd_ir_add_loop_out_as(hd_ir_graph *g, int loop, int k, int value);
-/* Keep only the body outputs of loop node `node` that keep[k] marks
- * (every carry source must be kept): carry sources, the graph's LOOP_OUT
+/* Keep only the results of loop node `node` (body outputs, then stacks)
+ * that keep[k] marks (every carry source must be kept): carry sources, stacks, the graph's LOOP_OUT
  * nodes of it, offsets and bytes are renumbered, the loop's value gets its
  * new size (so its only users must be LOOP_OUT nodes), and a compiled body
  * is dropped. */

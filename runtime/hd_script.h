@@ -17,7 +17,7 @@
 #include "hd_ir.h"
 
 #define HD_SCRIPT_MAGIC   "HODUSCRP"
-#define HD_SCRIPT_VERSION 4 /* 3: loop nodes, 4: while loops; files are written in the oldest version that holds them */
+#define HD_SCRIPT_VERSION 5 /* 3: loop nodes, 4: while loops, 5: stacks; files are written in the oldest version that holds them */
 /* Graph inputs and outputs named "$" + a state variable's name carry that
  * variable (read before a run, written after it). */
 #define HD_SCRIPT_STATE_PREFIX '$'

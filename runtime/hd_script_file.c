@@ -206,6 +206,7 @@ static void w_body(wbuf *b, hd_ctx *ctx, const hd_ir_graph *g, uint64_t *const_b
 /* A loop's fields after its node record (version 3): trips (-1 - k: the
  * count is the value of the loop's input k at run time), from version 4
  * the while condition (u32: its carried input + 1, 0 for none), carries,
+ * from version 5 the stacks (a count, then each one's carried input),
  * and its body as a graph of its own (counts, constant bytes, then as the
  * file's main graph). */
 static void w_loop(wbuf *b, hd_ctx *ctx, const hd_ir_loop *l) {
@@ -215,6 +216,10 @@ static void w_loop(wbuf *b, hd_ctx *ctx, const hd_ir_loop *l) {
     if (b->version >= 4) w_u32(b, (uint32_t)(l->while_in + 1));
     w_u32(b, (uint32_t)l->ncarry);
     for (int i = 0; i < l->ncarry; i++) w_u32(b, (uint32_t)l->carry_src[i]);
+    if (b->version >= 5) {
+        w_u32(b, (uint32_t)l->nstack);
+        for (int i = 0; i < l->nstack; i++) w_u32(b, (uint32_t)l->stack_in[i]);
+    }
     for (int i = 0; i < body->nconsts; i++) const_bytes += hd_tensor_nbytes(body->consts[i].t);
     w_u32(b, (uint32_t)body->ninputs);
     w_u32(b, (uint32_t)body->nconsts);
@@ -265,13 +270,15 @@ static void w_state(wbuf *b, hd_ctx *ctx, const hd_script_var *vars, int nvars) 
 }
 
 /* The numbering the format relies on (inputs, constants, nodes) in g and
- * in every loop body; *has_loops 1 if g has loops, 2 if a while loop. */
+ * in every loop body; *has_loops 1 if g has loops, 2 if a while loop, 3 if a
+ * loop with stacks. */
 static hd_status script_compact(hd_ir_graph *g, int *has_loops) {
     if (hd_ir_compact(g)) return g->ctx->status;
     for (int i = 0; i < g->nnodes; i++) {
         if (g->nodes[i].op != HD_IR_LOOP) continue;
         if (*has_loops < 1) *has_loops = 1;
-        if (g->nodes[i].loop->while_in >= 0) *has_loops = 2;
+        if (g->nodes[i].loop->while_in >= 0 && *has_loops < 2) *has_loops = 2;
+        if (g->nodes[i].loop->nstack) *has_loops = 3;
         if (script_compact(g->nodes[i].loop->body, has_loops)) return g->ctx->status;
     }
     return HD_OK;
@@ -302,8 +309,9 @@ hd_status hd_script_encode_state(hd_ctx *ctx, const hd_ir_graph *src, const hd_s
         return ctx->status;
     }
     /* the oldest version that holds the graph: readers of versions 1 and 2
-     * read what has no loop, readers of 3 what has no while loop */
-    unsigned version = has_loops == 2 ? 4 : has_loops ? 3 : nvars ? 2 : 1;
+     * read what has no loop, readers of 3 what has no while loop, readers
+     * of 4 what has no stacks */
+    unsigned version = has_loops ? 2 + (unsigned)has_loops : nvars ? 2 : 1;
     wbuf b = {ctx, NULL, 0, 0, 0, version};
     uint64_t const_bytes = 0;
     unsigned char header[HEADER_BYTES] = {0};
@@ -651,6 +659,21 @@ static int r_check_attrs(rbuf *r, hd_ir_graph *g, int op, const hd_attrs *a, con
 
 static hd_status r_graph(rbuf *r, const script_header *h, hd_ir_graph *g);
 
+/* A loop's stacks (version 5): their count, then each one's carried input
+ * (checked again when added); *stack is allocated. 0 on failure. */
+static int r_stacks(rbuf *r, int ncarry, uint64_t *n, int **stack) {
+    if (!r_uint(r, 4, n)) return 0;
+    if (*n > (uint64_t)ncarry) return r_fail(r, "more stacks than carried inputs"), 0;
+    if (!(*stack = hd_ctx_alloc(r->ctx, (size_t)(*n + 1) * sizeof **stack))) return 0;
+    for (uint64_t s = 0; s < *n; s++) {
+        uint64_t c = 0;
+        if (!r_uint(r, 4, &c)) return 0;
+        if (c >= (uint64_t)ncarry) return r_fail(r, "stack of an input that is not carried"), 0;
+        (*stack)[s] = (int)c;
+    }
+    return 1;
+}
+
 /* A loop's fields after its node record: the loop's value id, or -1. */
 static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
     char name[NAME_MAX_BYTES + 1];
@@ -673,6 +696,9 @@ static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
         if (ok && src > MAX_ENTRIES) ok = (r_fail(r, "carry source out of range"), 0);
         carry[i] = (int)src;
     }
+    uint64_t nstack = 0;
+    int *stack = NULL;
+    if (ok && r->version >= 5) ok = r_stacks(r, (int)ncarry, &nstack, &stack);
     uint64_t c[5];
     int widths[5] = {4, 4, 4, 4, 8};
     for (int i = 0; i < 5 && ok; i++) ok = r_uint(r, widths[i], &c[i]);
@@ -698,12 +724,16 @@ static int r_loop(rbuf *r, hd_ir_graph *g, const int *ins, int nin) {
         body = NULL;
         if (v >= 0 && trips < -(int64_t)nin) {
             r_fail(r, "trip count input out of range");
-            return hd_ctx_free(r->ctx, carry, (size_t)(ncarry + 1) * sizeof *carry), -1;
+            v = -2; /* said */
         }
         if (v >= 0 && trips < 0 && hd_ir_loop_trips_from(g, v, (int)(-1 - trips))) v = -1;
         if (v >= 0 && while_in && hd_ir_loop_while(g, v, (int)while_in - 1)) v = -1;
-        if (v < 0) r_wrap(r);
+        for (uint64_t s = 0; s < nstack && v >= 0; s++)
+            if (hd_ir_loop_stack(g, v, stack[s]) < 0) v = -1;
+        if (v == -1) r_wrap(r);
+        v = v < 0 ? -1 : v;
     }
+    if (stack) hd_ctx_free(r->ctx, stack, (size_t)(nstack + 1) * sizeof *stack);
     hd_ir_graph_free(body);
     hd_ctx_free(r->ctx, carry, (size_t)(ncarry + 1) * sizeof *carry);
     return v;

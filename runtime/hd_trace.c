@@ -405,8 +405,26 @@ void hd_trace_note_grad(hd_ctx *ctx, const hd_tensor *t) {
     if (tr && tr->grad_read) tr->grad_read(ctx, tr->lift_ud, t);
 }
 
+uint32_t hd_trace_serial(const hd_ctx *ctx) {
+    return ctx->trace ? ctx->trace->serial : 0;
+}
+
+hd_trace *hd_trace_suspend(hd_ctx *ctx) {
+    hd_trace *tr = ctx->trace;
+    ctx->trace = NULL;
+    return tr;
+}
+
+void hd_trace_resume(hd_ctx *ctx, hd_trace *tr) {
+    hd_trace_abort(ctx); /* one left open by an error */
+    ctx->trace = tr;
+    /* the last trace begun is this one again (the language tells its
+     * tensors by ctx->trace_serial); the other's tensors are gone */
+    if (tr) ctx->trace_serial = tr->serial;
+}
+
 hd_trace_pos hd_trace_position(const hd_ctx *ctx) {
-    hd_trace_pos p = {0, 0};
+    hd_trace_pos p = {0, 0, ctx->grad_watch};
     if (ctx->trace) {
         p.nodes = ctx->trace->g->nnodes;
         p.values = ctx->trace->g->nvalues;

@@ -98,6 +98,7 @@ int hd_trace_is_transpose(const hd_ctx *ctx, const hd_tensor *t);
  * holds stand for the last iteration's values. */
 typedef struct hd_trace_pos {
     int nodes, values;
+    uint32_t grad_watch; /* ctx->grad_watch then: a watched iteration's generation */
 } hd_trace_pos;
 /* Where the active trace is: its node and value counts. */
 hd_trace_pos hd_trace_position(const hd_ctx *ctx);
@@ -140,11 +141,24 @@ void hd_trace_cut(hd_ctx *ctx, hd_trace_pos p);
 hd_ir_graph *hd_trace_graph(const hd_ctx *ctx);
 /* [a, b) and [b, c) are iterations A and B. If they match, replace both by
  * a loop node of trips iterations (A, B and trips - 2 more) whose initial
- * state is what A read, and set *rolled;
+ * state is what A read, and set *rolled. When gradient records of A and B
+ * (watched from a.grad_watch and b.grad_watch) are still alive, the loop
+ * rolls only if its gradient can be a loop too (runtime/hd_trace_grad.c):
+ * the values the program holds then get records that run it (else *why
+ * says why not);
  * else leave the trace as it is with *rolled = 0. An error (memory) leaves
  * the trace unusable: the caller aborts it. */
 hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c, int64_t trips,
-                        int *rolled);
+                        int *rolled, const char **why);
+
+/* The active trace's serial (0: none): symbolic tensors of it have it in
+ * the high half of their trace_ref. */
+uint32_t hd_trace_serial(const hd_ctx *ctx);
+/* Set the active trace aside (returned; NULL if none) so that another can
+ * begin, and put it back after that one ended (and every tensor of it is
+ * gone: its serial is given again). */
+struct hd_trace *hd_trace_suspend(hd_ctx *ctx);
+void hd_trace_resume(hd_ctx *ctx, struct hd_trace *tr);
 
 /* Is t symbolic (no data: made by a trace)? */
 static inline int hd_tensor_is_symbolic(const hd_tensor *t) {

@@ -1,7 +1,9 @@
 /* Rolling a traced loop: two consecutive iterations that recorded the same
  * nodes become one iteration and a loop node (hd_trace.h, docs/ir.md). */
 #include "hd_backend.h"
+#include "hd_autograd.h"
 #include "hd_trace.h"
+#include "hd_trace_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -89,8 +91,9 @@ static int roll_match_operand(roll *r, int w, int u) {
 
 static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
     return x->trips == y->trips && x->trips_in == y->trips_in && x->while_in == y->while_in &&
-           x->ncarry == y->ncarry &&
+           x->ncarry == y->ncarry && x->nstack == y->nstack &&
            !memcmp(x->carry_src, y->carry_src, (size_t)x->ncarry * sizeof *x->carry_src) &&
+           (!x->nstack || !memcmp(x->stack_in, y->stack_in, (size_t)x->nstack * sizeof *x->stack_in)) &&
            hd_ir_graph_hash(x->body) == hd_ir_graph_hash(y->body);
 }
 
@@ -233,7 +236,7 @@ static void roll_truncate(roll *r) {
     r->g->nnodes = r->a;
 }
 
-static hd_status roll_replace(roll *r, int64_t trips) {
+static hd_status roll_replace(roll *r, int64_t trips, int *loop_out) {
     int nb = r->c - r->b, nin = 0, ncarry = 0;
     int *in = hd_ctx_alloc(r->ctx, (size_t)(r->body->ninputs + 1) * 2 * sizeof *in);
     int *vals = hd_ctx_alloc(r->ctx, (size_t)nb * sizeof *vals);
@@ -248,7 +251,7 @@ static hd_status roll_replace(roll *r, int64_t trips) {
     roll_truncate(r);
     hd_ir_graph *body = r->body;
     r->body = NULL; /* the loop node owns it now, or freed it */
-    int loop = hd_ir_add_loop(r->g, body, trips, in, nin, ncarry, src);
+    int loop = *loop_out = hd_ir_add_loop(r->g, body, trips, in, nin, ncarry, src);
     hd_status st = loop < 0 ? r->ctx->status : HD_OK;
     for (int j = 0; j < nb && !st; j++)
         if (vals[j] >= 0) st = hd_ir_add_loop_out_as(r->g, loop, r->out_of[j], vals[j]);
@@ -287,9 +290,49 @@ static hd_status roll_init(roll *r, hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b,
     return HD_OK;
 }
 
+/* Can the loop roll with the gradient records A and B left alive? *tg,
+ * or *why not. */
+static hd_status roll_grad_prepare(roll *r, hd_trace_pos a, hd_trace_pos b, int64_t trips,
+                                   hd_trace_grad **tg, const char **why) {
+    int nb = r->c - r->b, nin = 0, ncarry = 0, n = r->body->ninputs + 1;
+    size_t bytes = (size_t)(2 * n + 2 * nb + 1) * sizeof(int);
+    int *buf = hd_ctx_alloc(r->ctx, bytes);
+    if (!buf) return r->ctx->status;
+    int *in = buf, *src = buf + n, *bv = src + n, *bo = bv + nb;
+    roll_loop_inputs(r, in, src, &nin, &ncarry);
+    for (int j = 0; j < nb; j++) bv[j] = r->g->nodes[r->b + j].out, bo[j] = r->out_of[j];
+    hd_roll_grad_in gi = {r->body, trips, nin,         ncarry,      in,
+                          src,     nb,    bv,          bo,          a.grad_watch,
+                          b.grad_watch};
+    hd_status st = hd_trace_grad_prepare(r->ctx, &gi, tg, why);
+    hd_ctx_free(r->ctx, buf, bytes);
+    return st;
+}
+
+/* Replace A and B by the loop (with its gradient when records of them
+ * are alive); *rolled, or *why not. */
+static hd_status roll_finish(roll *r, hd_trace_pos a, hd_trace_pos b, int64_t trips, int *rolled,
+                             const char **why) {
+    hd_trace_grad *tg = NULL;
+    if (a.grad_watch && hd_grad_watch_live(r->ctx, a.grad_watch)) {
+        hd_status st = roll_grad_prepare(r, a, b, trips, &tg, why);
+        if (st || !tg) return st;
+    }
+    int loop = -1;
+    hd_status st = roll_replace(r, trips, &loop);
+    if (!st && tg) {
+        st = hd_trace_grad_finish(r->ctx, tg, loop);
+        tg = NULL;
+    }
+    hd_trace_grad_free(r->ctx, tg);
+    *rolled = !st;
+    return st;
+}
+
 hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_pos c, int64_t trips,
-                        int *rolled) {
+                        int *rolled, const char **why) {
     *rolled = 0;
+    *why = NULL;
     if (!hd_trace_graph(ctx)) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
     if (trips < 1 || a.nodes > b.nodes || b.nodes > c.nodes ||
         c.nodes != hd_trace_graph(ctx)->nnodes)
@@ -302,8 +345,8 @@ hd_status hd_trace_roll(hd_ctx *ctx, hd_trace_pos a, hd_trace_pos b, hd_trace_po
         if (!(r.body = hd_ir_graph_new(ctx, name)) || roll_body_inputs(&r) || roll_body_nodes(&r) ||
             roll_body_outputs(&r))
             st = ctx->status ? ctx->status : HD_ERR_RUNTIME;
-        else if (!(st = roll_replace(&r, trips)))
-            *rolled = 1;
+        else
+            st = roll_finish(&r, a, b, trips, rolled, why);
     }
     roll_free(&r);
     return st;
