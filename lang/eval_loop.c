@@ -315,7 +315,9 @@ static int roll_run(roll_loop *L) {
         int fl = hd_eval_for_iteration(vm, L->f, L->n, hd_int(L->a + k * L->step));
         int same = watching ? roll_watch_end(vm, &w) : 0;
         if (fl) return fl;
-        if (k == 0 && roll_small(L, start)) return roll_rest(L, 1);
+        /* a small loop stays unrolled, unless its gradient would unroll too */
+        if (k == 0 && !hd_grad_watch_live(&vm->ctx, w.gen) && roll_small(L, start))
+            return roll_rest(L, 1);
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;

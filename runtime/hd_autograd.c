@@ -1049,17 +1049,21 @@ static hd_status roll_pass_on(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigne
 
 static const hd_grad_custom roll_pass_on_fn = {roll_pass_on, NULL};
 
-hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const hd_grad_custom *fn,
-                              void *ud) {
-    hd_grad_node *n = r->held[i], *m = node_new(ctx, r->nfront);
+hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const unsigned char *use,
+                              const hd_grad_custom *fn, void *ud) {
+    int nin = 0;
+    for (int j = 0; j < r->nfront; j++) nin += use[j] != 0;
+    hd_grad_node *n = r->held[i], *m = node_new(ctx, nin);
     if (!m) {
         if (fn->free) fn->free(ctx, ud);
         return ctx->status;
     }
-    for (int j = 0; j < r->nfront; j++) {
-        m->edges[j] = r->front[j].e;
-        if (m->edges[j].node) m->edges[j].node->refcount++;
-        if (m->edges[j].leaf) hd_tensor_ref(m->edges[j].leaf);
+    for (int j = 0, k = 0; j < r->nfront; j++) {
+        if (!use[j]) continue;
+        hd_grad_edge *e = &m->edges[k++];
+        *e = r->front[j].e;
+        if (e->node) e->node->refcount++;
+        if (e->leaf) hd_tensor_ref(e->leaf);
     }
     m->refcount = 1; /* n's edge */
     m->op = HD_OP_COPY;

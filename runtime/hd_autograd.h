@@ -176,7 +176,7 @@ struct hd_grad_node {
     hd_grad_node *next, **pprev; /* that list */
     /* backward's scratch */
     hd_grad_node *free_next;
-    hd_tensor *grad; /* gradient of the output, summed over its users */
+    hd_tensor *grad;    /* gradient of the output, summed over its users */
     uint32_t watch;     /* ctx->grad_watch when it was made */
     uint64_t trace_ref; /* inside a trace: its output's value there (hd_tensor.trace_ref) */
     uint64_t epoch;
@@ -258,10 +258,11 @@ typedef struct hd_grad_roll {
 hd_status hd_grad_roll_scan(hd_ctx *ctx, uint32_t gen_a, uint32_t gen_b, hd_grad_roll *r,
                             const char **why);
 /* Held record i takes its gradient through fn (ud, owned by the record
- * from now on, freed by fn->free also on failure) to the front edges: it
- * is made to pass its gradient on to a new record of fn. */
-hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const hd_grad_custom *fn,
-                              void *ud);
+ * from now on, freed by fn->free also on failure) to the front edges that
+ * use marks, in front order (its inputs): it is made to pass its gradient
+ * on to a new record of fn. */
+hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const unsigned char *use,
+                              const hd_grad_custom *fn, void *ud);
 void hd_grad_roll_free(hd_ctx *ctx, hd_grad_roll *r);
 
 #endif

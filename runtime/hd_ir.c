@@ -397,7 +397,8 @@ static const hd_ir_value *ir_body_out(const hd_ir_graph *body, int k) {
 /* Result k of loop l: body output k, or stack k - noutputs as *tmp. */
 static const hd_ir_value *ir_loop_result(const hd_ir_loop *l, int k, hd_ir_value *tmp) {
     if (k < l->body->noutputs) return ir_body_out(l->body, k);
-    const hd_ir_value *in = &l->body->values[l->body->inputs[l->stack_in[k - l->body->noutputs]].value];
+    const hd_ir_value *in =
+        &l->body->values[l->body->inputs[l->stack_in[k - l->body->noutputs]].value];
     *tmp = *in;
     tmp->ndim = in->ndim + 1;
     tmp->shape[0] = l->trips;

@@ -157,9 +157,10 @@ static hd_status w_tensor(wbuf *b, hd_ctx *ctx, const hd_tensor *t, int number) 
     if (number >= 0) w_u8(b, (unsigned)number);
     for (int i = 0; i < t->ndim; i++) w_i64(b, t->shape[i]);
     w_u64(b, hd_tensor_nbytes(t));
-    if (!hd_tensor_is_cpu(t) && number >= 0)
-        return hd_error(ctx, HD_ERR_RUNTIME, "cannot save a constant that is not on the cpu");
-    hd_tensor *host = NULL; /* a state tensor on a device: through a host copy */
+    /* a tensor on a device (a constant or a state value): through a host
+     * copy; a loaded graph's compiler places its constants as it does a
+     * traced graph's */
+    hd_tensor *host = NULL;
     if (!hd_tensor_is_cpu(t)) {
         if (!(host = hd_tensor_to_host(ctx, (hd_tensor *)t))) return ctx->status;
         t = host;

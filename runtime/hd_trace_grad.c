@@ -48,20 +48,20 @@ typedef struct grad_spec {
 typedef struct grad_run {
     hd_ctx *ctx;
     const grad_spec *sp;
-    int nx;                /* invariant inputs */
-    hd_tensor **val;       /* per body value */
-    hd_tensor *i;          /* the slot */
-    hd_tensor **gc, **gx;  /* carried cotangents (NULL: not a float) */
+    int nx;                 /* invariant inputs */
+    hd_tensor **val;        /* per body value */
+    hd_tensor *i;           /* the slot */
+    hd_tensor **gc, **gx;   /* carried cotangents (NULL: not a float) */
     hd_tensor **s, **x, *e; /* stacks, invariant inputs, the extra cotangent */
-    hd_tensor **c;         /* the carried inputs: slot i of their stacks */
+    hd_tensor **c;          /* the carried inputs: slot i of their stacks */
 } grad_run;
 
 static int body_random(int op) {
     return op == HD_OP_RAND || op == HD_OP_RANDN || op == HD_OP_DROPOUT;
 }
 
-static hd_tensor *grad_input(grad_run *R, const char *fmt, int k, hd_dtype dt,
-                             const int64_t *shape, int ndim, int stacked) {
+static hd_tensor *grad_input(grad_run *R, const char *fmt, int k, hd_dtype dt, const int64_t *shape,
+                             int ndim, int stacked) {
     char name[32];
     int64_t sh[HD_MAX_DIMS];
     snprintf(name, sizeof name, fmt, k);
@@ -178,7 +178,8 @@ static hd_status grad_outputs(grad_run *R) {
     if (!st && sp->extra >= 0) st = grad_seed(ctx, R->val[b->outputs[sp->extra].value], R->e);
     int was = hd_grad_set_enabled(ctx, 0);
     hd_tensor *one = st ? NULL : hd_tensor_scalar(ctx, HD_I64, 1), *t = NULL;
-    if (!st && (!one || hd_op_binary(ctx, HD_OP_SUB, R->i, one, &t) || hd_trace_output(ctx, "i", t)))
+    if (!st &&
+        (!one || hd_op_binary(ctx, HD_OP_SUB, R->i, one, &t) || hd_trace_output(ctx, "i", t)))
         st = ctx->status;
     hd_tensor_unref(one);
     hd_tensor_unref(t);
@@ -223,8 +224,7 @@ static void grad_run_free(grad_run *R, size_t nv) {
     hd_ctx_free(ctx, R->val, (nv + 3 * (size_t)nc + 2 * (size_t)R->nx + 1) * sizeof *R->val);
 }
 
-static hd_status grad_trace(hd_ctx *ctx, const grad_spec *sp, const char *name,
-                            hd_ir_graph **out) {
+static hd_status grad_trace(hd_ctx *ctx, const grad_spec *sp, const char *name, hd_ir_graph **out) {
     const hd_ir_graph *b = sp->body;
     size_t nv = (size_t)b->nvalues, nc = (size_t)sp->ncarry;
     grad_run R;
@@ -293,7 +293,9 @@ typedef struct loop_grad {
 
 typedef struct loop_grad_out {
     loop_grad *lg;
-    int k; /* the body output the record's tensor stands for */
+    int k;      /* the body output the record's tensor stands for */
+    int nin;    /* the record's inputs: */
+    int *front; /* each one's front edge */
 } loop_grad_out;
 
 static size_t lg_ints(const loop_grad *lg) {
@@ -316,6 +318,7 @@ static void lg_unref(loop_grad *lg) {
 static void lg_out_free(hd_ctx *ctx, void *ud) {
     loop_grad_out *o = ud;
     lg_unref(o->lg);
+    if (o->front) hd_ctx_free(ctx, o->front, (size_t)(o->nin + 1) * sizeof *o->front);
     hd_ctx_free(ctx, o, sizeof *o);
 }
 
@@ -402,7 +405,7 @@ static hd_status lg_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned
     if (!hd_trace_serial(ctx) || hd_trace_serial(ctx) != lg->serial)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "backward() through a compiled loop outside the compiled code that ran it");
-    if (nin != lg->nfront) return hd_error(ctx, HD_ERR_RUNTIME, "a loop's gradient lost its inputs");
+    if (nin != o->nin) return hd_error(ctx, HD_ERR_RUNTIME, "a loop's gradient lost its inputs");
     int st[66], gv = hd_trace_value(ctx, g);
     if (gv < 0 || lg_start(ctx, lg, o->k, gv, st)) return ctx->status;
     int64_t trips = lg->trips;
@@ -413,7 +416,7 @@ static hd_status lg_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned
     if (trips > 0 && lg_loop(ctx, lg, lg->rev, trips, st, -1)) return ctx->status;
     for (int f = 0; f < nin; f++) {
         if (!need[f]) continue;
-        gin[f] = lg_gin(ctx, lg, st, f);
+        gin[f] = lg_gin(ctx, lg, st, o->front[f]);
         if (!gin[f] && ctx->status) return ctx->status;
     }
     return HD_OK;
@@ -421,19 +424,96 @@ static hd_status lg_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned
 
 static const hd_grad_custom lg_custom = {lg_backward, lg_out_free};
 
+/* ---- which inputs a result depends on ---- */
+
+/* Per body output, the body inputs (bits) it depends on through ops that
+ * carry gradients (float results of differentiable ops), as records would
+ * chain them. */
+static hd_status body_deps(hd_ctx *ctx, const hd_ir_graph *b, uint64_t *odep) {
+    size_t bytes = (size_t)(b->nvalues + 1) * sizeof(uint64_t);
+    uint64_t *dep = hd_ctx_calloc(ctx, 1, bytes);
+    if (!dep) return ctx->status;
+    for (int p = 0; p < b->ninputs; p++)
+        if (hd_dtype_is_float(body_in(b, p)->dtype)) dep[b->inputs[p].value] = 1ull << p;
+    for (int i = 0; i < b->nnodes; i++) {
+        const hd_ir_node *n = &b->nodes[i];
+        if (n->op < 0 || !hd_op_infos[n->op].differentiable ||
+            !hd_dtype_is_float(b->values[n->out].dtype))
+            continue;
+        for (int k = 0; k < n->nin; k++) dep[n->out] |= dep[n->in[k]];
+    }
+    for (int k = 0; k < b->noutputs; k++) odep[k] = dep[b->outputs[k].value];
+    hd_ctx_free(ctx, dep, bytes);
+    return HD_OK;
+}
+
+/* The loop's inputs (bits) result k depends on after trips iterations:
+ * a carried input's bit stands for the loop's input at the first one. */
+static uint64_t loop_deps(const uint64_t *odep, int nout, int ncarry, const int *carry_src,
+                          int64_t trips, int k, uint64_t *cur, uint64_t *next) {
+    uint64_t carried = ncarry >= 64 ? ~0ull : (1ull << ncarry) - 1;
+    memcpy(cur, odep, (size_t)nout * sizeof *cur);
+    for (int64_t t = 1; t < trips; t++) {
+        int same = 1;
+        for (int j = 0; j < nout; j++) {
+            next[j] = odep[j] & ~carried;
+            for (int q = 0; q < ncarry; q++)
+                if (odep[j] >> q & 1) next[j] |= cur[carry_src[q]];
+            same &= next[j] == cur[j];
+        }
+        memcpy(cur, next, (size_t)nout * sizeof *cur);
+        if (same) break;
+    }
+    return cur[k];
+}
+
 /* ---- rolling ---- */
 
 struct hd_trace_grad {
     hd_grad_roll roll;
     loop_grad *lg;
-    int *held_k; /* per held record: its body output */
+    int *held_k;         /* per held record: its body output */
+    uint64_t *held_deps; /* per held record: the loop inputs its gradient reaches */
 };
+
+/* Each held record's loop inputs (tg->held_deps). */
+static hd_status tg_deps(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in *in) {
+    int nout = in->body->noutputs;
+    size_t bytes = (size_t)(3 * nout + 1) * sizeof(uint64_t);
+    uint64_t *odep = hd_ctx_alloc(ctx, bytes);
+    if (!odep || body_deps(ctx, in->body, odep)) {
+        hd_ctx_free(ctx, odep, odep ? bytes : 0);
+        return ctx->status;
+    }
+    for (int h = 0; h < tg->roll.nheld; h++)
+        tg->held_deps[h] = loop_deps(odep, nout, in->ncarry, in->carry_src, in->trips,
+                                     tg->held_k[h], odep + nout, odep + 2 * nout);
+    hd_ctx_free(ctx, odep, bytes);
+    return HD_OK;
+}
+
+/* The front edges held record h's gradient reaches, into use; the
+ * record's table of them (o->front). */
+static hd_status tg_use(hd_ctx *ctx, const hd_trace_grad *tg, int h, unsigned char *use,
+                        loop_grad_out *o) {
+    const loop_grad *lg = tg->lg;
+    uint64_t m = tg->held_deps[h];
+    o->nin = 0;
+    for (int f = 0; f < lg->nfront; f++) o->nin += (use[f] = (m >> lg->front_at[f] & 1) != 0);
+    if (!(o->front = hd_ctx_alloc(ctx, (size_t)(o->nin + 1) * sizeof *o->front)))
+        return ctx->status;
+    for (int f = 0, j = 0; f < lg->nfront; f++)
+        if (use[f]) o->front[j++] = f;
+    return HD_OK;
+}
 
 void hd_trace_grad_free(hd_ctx *ctx, hd_trace_grad *tg) {
     if (!tg) return;
+    size_t n = (size_t)tg->roll.nheld + 1;
+    if (tg->held_k) hd_ctx_free(ctx, tg->held_k, n * sizeof(int));
+    if (tg->held_deps) hd_ctx_free(ctx, tg->held_deps, n * sizeof(uint64_t));
     hd_grad_roll_free(ctx, &tg->roll);
     lg_unref(tg->lg);
-    if (tg->held_k) hd_ctx_free(ctx, tg->held_k, (size_t)(tg->roll.nheld + 1) * sizeof(int));
     hd_ctx_free(ctx, tg, sizeof *tg);
 }
 
@@ -486,7 +566,8 @@ static hd_status tg_alloc(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in 
     lg->cdt = hd_ctx_calloc(ctx, (size_t)lg->ncarry + 1, sizeof *lg->cdt);
     lg->tail = hd_ctx_calloc(ctx, (size_t)lg->nout + 1, sizeof *lg->tail);
     tg->held_k = hd_ctx_alloc(ctx, (size_t)(tg->roll.nheld + 1) * sizeof(int));
-    if (!p || !lg->cdt || !lg->tail || !tg->held_k) {
+    tg->held_deps = hd_ctx_alloc(ctx, (size_t)(tg->roll.nheld + 1) * sizeof(uint64_t));
+    if (!p || !lg->cdt || !lg->tail || !tg->held_k || !tg->held_deps) {
         if (p) hd_ctx_free(ctx, p, lg_ints(lg) * sizeof(int));
         return ctx->status;
     }
@@ -504,8 +585,8 @@ static hd_status tg_alloc(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in 
 static const char *tg_derive(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in *in) {
     loop_grad *lg = tg->lg;
     const hd_ir_graph *b = in->body;
-    unsigned char need_x[256];
-    if (lg->nx > 256 || lg->ncarry > 63) return "it has too many inputs";
+    unsigned char need_x[64];
+    if (lg->nx + lg->ncarry > 64) return "it has too many inputs";
     for (int q = 0; q < lg->ncarry; q++) {
         lg->cdt[q] = body_in(b, q)->dtype;
         if (hd_dtype_is_float(lg->cdt[q])) lg->gc_at[q] = lg->ngc++;
@@ -536,8 +617,12 @@ hd_status hd_trace_grad_prepare(hd_ctx *ctx, const hd_roll_grad_in *in, hd_trace
     hd_trace_grad *tg = hd_ctx_calloc(ctx, 1, sizeof *tg);
     if (!tg) return ctx->status;
     hd_status st = hd_grad_roll_scan(ctx, in->gen_a, in->gen_b, &tg->roll, why);
-    if (!st && !*why && !tg_alloc(ctx, tg, in)) *why = tg_map(ctx, tg, in);
-    else if (!st && !*why) st = ctx->status;
+    if (!st && !*why && in->nin > 64) *why = "it has too many inputs";
+    if (!st && !*why && !tg_alloc(ctx, tg, in))
+        *why = tg_map(ctx, tg, in);
+    else if (!st && !*why)
+        st = ctx->status;
+    if (!st && !*why && tg_deps(ctx, tg, in)) st = ctx->status;
     if (!st && !*why) {
         *why = tg_derive(ctx, tg, in);
         if (!*why && ctx->status) { /* the body cannot be differentiated as a loop */
@@ -562,8 +647,10 @@ hd_status hd_trace_grad_finish(hd_ctx *ctx, hd_trace_grad *tg, int loop) {
         int k = hd_ir_loop_stack(g, loop, q);
         if (k < 0 || (lg->stack[q] = hd_ir_add_loop_out(g, loop, k)) < 0) st = ctx->status;
     }
+    unsigned char *use = hd_ctx_alloc(ctx, (size_t)lg->nfront + 1);
+    if (!use) st = ctx->status;
     for (int h = 0; h < tg->roll.nheld && !st; h++) {
-        loop_grad_out *o = hd_ctx_alloc(ctx, sizeof *o);
+        loop_grad_out *o = hd_ctx_calloc(ctx, 1, sizeof *o);
         if (!o) {
             st = ctx->status;
             break;
@@ -571,8 +658,14 @@ hd_status hd_trace_grad_finish(hd_ctx *ctx, hd_trace_grad *tg, int loop) {
         o->lg = lg;
         o->k = tg->held_k[h];
         lg->refs++;
-        st = hd_grad_roll_rewire(ctx, &tg->roll, h, &lg_custom, o);
+        if (tg_use(ctx, tg, h, use, o)) {
+            lg_out_free(ctx, o);
+            st = ctx->status;
+            break;
+        }
+        st = hd_grad_roll_rewire(ctx, &tg->roll, h, use, &lg_custom, o);
     }
+    if (use) hd_ctx_free(ctx, use, (size_t)lg->nfront + 1);
     hd_trace_grad_free(ctx, tg);
     return st;
 }

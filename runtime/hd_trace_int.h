@@ -10,11 +10,11 @@ typedef struct hd_roll_grad_in {
     const hd_ir_graph *body;
     int64_t trips;
     int nin, ncarry;
-    const int *in;        /* the loop's inputs: values of the trace */
-    const int *carry_src; /* ncarry body outputs */
-    int nb;               /* B's nodes */
-    const int *b_value;   /* per node of B: its value (kept as the loop's result) */
-    const int *b_out;     /* per node of B: its body output, or -1 */
+    const int *in;         /* the loop's inputs: values of the trace */
+    const int *carry_src;  /* ncarry body outputs */
+    int nb;                /* B's nodes */
+    const int *b_value;    /* per node of B: its value (kept as the loop's result) */
+    const int *b_out;      /* per node of B: its body output, or -1 */
     uint32_t gen_a, gen_b; /* the iterations' watch generations */
 } hd_roll_grad_in;
 

@@ -93,7 +93,8 @@ static int roll_same_loop(const hd_ir_loop *x, const hd_ir_loop *y) {
     return x->trips == y->trips && x->trips_in == y->trips_in && x->while_in == y->while_in &&
            x->ncarry == y->ncarry && x->nstack == y->nstack &&
            !memcmp(x->carry_src, y->carry_src, (size_t)x->ncarry * sizeof *x->carry_src) &&
-           (!x->nstack || !memcmp(x->stack_in, y->stack_in, (size_t)x->nstack * sizeof *x->stack_in)) &&
+           (!x->nstack ||
+            !memcmp(x->stack_in, y->stack_in, (size_t)x->nstack * sizeof *x->stack_in)) &&
            hd_ir_graph_hash(x->body) == hd_ir_graph_hash(y->body);
 }
 
@@ -301,9 +302,8 @@ static hd_status roll_grad_prepare(roll *r, hd_trace_pos a, hd_trace_pos b, int6
     int *in = buf, *src = buf + n, *bv = src + n, *bo = bv + nb;
     roll_loop_inputs(r, in, src, &nin, &ncarry);
     for (int j = 0; j < nb; j++) bv[j] = r->g->nodes[r->b + j].out, bo[j] = r->out_of[j];
-    hd_roll_grad_in gi = {r->body, trips, nin,         ncarry,      in,
-                          src,     nb,    bv,          bo,          a.grad_watch,
-                          b.grad_watch};
+    hd_roll_grad_in gi = {r->body, trips, nin, ncarry,       in,          src,
+                          nb,      bv,    bo,  a.grad_watch, b.grad_watch};
     hd_status st = hd_trace_grad_prepare(r->ctx, &gi, tg, why);
     hd_ctx_free(r->ctx, buf, bytes);
     return st;

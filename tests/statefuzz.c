@@ -143,6 +143,14 @@ static const char *const sf_bodies[] = {
     "for i in 0..25 {\n        if net.w1.grad == none { x = x * 0.5 } else { x = x + "
     "net.w1.grad.sum() }\n"
     "    }\n    return x",
+    /* backward() through a loop (the loop and its gradient are loop nodes) */
+    "let h = x\n    for i in 0..20 { h = sigmoid(h @ net.w1[:, 0:3]) * net.b1[0:3] + 0.1 }\n"
+    "    let l = (h * h).sum()\n    l.backward()\n    return net.w1.grad",
+    /* two carried values and one kept from the last iteration, with the loss */
+    "let h = x\n    let c = x * 0.5\n    let o = none\n    for i in 0..20 {\n"
+    "        c = c * 0.8 + tanh(h @ net.w1[:, 0:3])\n        h = sigmoid(c) * h\n"
+    "        o = h @ net.w1\n    }\n    let l = (o * o).mean() + LOSS\n    l.backward()\n"
+    "    return o",
 };
 #define SF_NBODIES (int)(sizeof sf_bodies / sizeof sf_bodies[0])
 #define SF_CALLER  11 /* the body that calls another */

@@ -415,7 +415,8 @@ static hd_ir_graph *lt_while_graph(hd_ctx *ctx) {
     hd_ir_graph *b = hd_ir_graph_new(ctx, "while_body");
     int x = hd_ir_add_input(b, "x", HD_F32, &n, 1), k = hd_ir_add_input(b, "k", HD_F32, NULL, 0);
     hd_ir_add_input(b, "go", HD_BOOL, NULL, 0);
-    int w = hd_ir_add_input(b, "w", HD_F32, &n, 1), lim = hd_ir_add_input(b, "lim", HD_F32, NULL, 0);
+    int w = hd_ir_add_input(b, "w", HD_F32, &n, 1),
+        lim = hd_ir_add_input(b, "lim", HD_F32, NULL, 0);
     int y, xn = lt_step(b, x, w, &y), kn = lt_bin(b, HD_OP_ADD, k, lt_scalar_const(b, 1.0));
     CHECK(hd_ir_add_output(b, "x", xn) == HD_OK && hd_ir_add_output(b, "k", kn) == HD_OK);
     CHECK(hd_ir_add_output(b, "go", lt_bin(b, HD_OP_LT, kn, lim)) == HD_OK);
@@ -467,6 +468,36 @@ static void lt_check_while(lt_env *v) {
     hd_ir_graph_free(g);
 }
 
+/* Stacks: a loop of 7 trips keeps x as every iteration began (slot t is
+ * x after t trips, in closed form); a second stack of the same input. */
+static void lt_check_stacks(lt_env *v) {
+    hd_ctx *ctx = v->ctx;
+    hd_ir_graph *g = hd_ir_graph_new(ctx, "stacked");
+    int64_t n = LT_N;
+    int x = hd_ir_add_input(g, "x0", HD_F32, &n, 1), w = hd_ir_add_input(g, "w", HD_F32, &n, 1);
+    int in[2] = {x, w}, src = 0;
+    int l = hd_ir_add_loop(g, lt_body(ctx, 0), 7, in, 2, 1, &src);
+    int k = hd_ir_loop_stack(g, l, 0), k2 = hd_ir_loop_stack(g, l, 0);
+    CHECK(k == 2 && k2 == 3);
+    CHECK(hd_ir_add_output(g, "x", hd_ir_add_loop_out(g, l, 0)) == HD_OK &&
+          hd_ir_add_output(g, "y", hd_ir_add_loop_out(g, l, 1)) == HD_OK &&
+          hd_ir_add_output(g, "s", hd_ir_add_loop_out(g, l, k2)) == HD_OK);
+    CHECK_MSG(hd_ir_verify(g) == HD_OK, "%s", hd_error_message(ctx));
+    hd_tensor *tin[2] = {lt_vec(ctx, lt_x0, LT_N), lt_vec(ctx, lt_w, LT_N)}, *out[3] = {0};
+    CHECK(lt_run(v, g, tin, 2, out, 3, NULL));
+    lt_check_closed(v, out, 7.0);
+    CHECK(out[2] && out[2]->ndim == 2 && out[2]->shape[0] == 7 && out[2]->shape[1] == LT_N);
+    for (int t = 0; t < 7 && out[2]; t++)
+        for (int i = 0; i < LT_N; i++)
+            CHECK_MSG(
+                hd_test_close(hd_tensor_get(out[2], t * LT_N + i), lt_closed(i, t), 1e-5, 1e-6),
+                "%s: stack slot %d [%d] = %g, want %g", v->c->name, t, i,
+                hd_tensor_get(out[2], t * LT_N + i), lt_closed(i, t));
+    lt_release(out, 3);
+    lt_release(tin, 2);
+    hd_ir_graph_free(g);
+}
+
 static void lt_check_compiler(lt_env *v) {
     int64_t trips[] = {1, 2, 1000};
     for (int i = 0; i < 3; i++) lt_check_trips(v, trips[i]);
@@ -477,6 +508,7 @@ static void lt_check_compiler(lt_env *v) {
     lt_check_shrink(v);
     lt_check_packed(v);
     lt_check_while(v);
+    lt_check_stacks(v);
     lt_check_compile_time(v);
 }
 

@@ -3,6 +3,7 @@
  * order, the passes, and runs with interp and llvm against unrolled
  * graphs and closed forms (hd_test_loop.h). */
 #include "hd_loop.h"
+#include "hd_pass.h"
 #include "hd_script.h"
 #include "hd_test_loop.h"
 
@@ -269,6 +270,46 @@ static void test_while(hd_ctx *ctx) {
     hd_error_clear(ctx);
 }
 
+/* Stacks: printed, hashed, cloned, saved as version 5 and loaded as the
+ * same graph; the builder's checks; unused stacks dropped by DCE. */
+static void test_stacks(hd_ctx *ctx) {
+    hd_ir_graph *g = lt_graph(ctx, 5, 0), *back = NULL;
+    int loop = g->nodes[0].out;
+    uint64_t before = hd_ir_graph_hash(g);
+    int k = hd_ir_loop_stack(g, loop, 0);
+    CHECK(k == 2 && hd_ir_graph_hash(g) != before);
+    int s = hd_ir_add_loop_out(g, loop, k);
+    CHECK(s >= 0 && g->values[s].ndim == 2 && g->values[s].shape[0] == 5 &&
+          g->values[s].shape[1] == LT_N);
+    CHECK(hd_ir_add_output(g, "s", s) == HD_OK && hd_ir_verify(g) == HD_OK);
+    char *text = hd_ir_to_text(g);
+    CHECK_MSG(contains(text, "stack=[%b0]}") && contains(text, "{out=2} : f32[5, 4]"), "%s", text);
+    hd_ctx_strfree(ctx, text);
+    hd_ir_graph *c = hd_ir_graph_clone(g);
+    CHECK(c && c->nodes[0].loop->nstack == 1 && hd_ir_graph_hash(c) == hd_ir_graph_hash(g));
+    hd_ir_graph_free(c);
+    unsigned char *d = NULL;
+    size_t n = 0;
+    CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK(d && le32(d + 8) == 5);
+    CHECK_MSG(d && hd_script_decode(ctx, d, n, &back) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK(back && hd_ir_graph_hash(back) == hd_ir_graph_hash(g));
+    hd_ir_graph_free(back);
+    hd_ctx_free(ctx, d, n);
+    /* only carried inputs, and only under a static trip count */
+    CHECK(hd_ir_loop_stack(g, loop, 1) < 0 && contains(hd_error_message(ctx), "not carried"));
+    CHECK(hd_ir_loop_stack(g, g->inputs[0].value, 0) < 0 &&
+          contains(hd_error_message(ctx), "not a loop's value"));
+    hd_error_clear(ctx);
+    /* a stack no one reads goes */
+    g->noutputs = 2;
+    int changed = 0;
+    CHECK(hd_pass_dce(g, &changed) == HD_OK && changed > 0);
+    CHECK(g->nodes[0].op == HD_IR_LOOP && g->nodes[0].loop->nstack == 0 &&
+          hd_ir_verify(g) == HD_OK);
+    hd_ir_graph_free(g);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -279,6 +320,7 @@ int main(void) {
     test_clone_free(&ctx);
     test_script_round_trip(&ctx);
     test_while(&ctx);
+    test_stacks(&ctx);
     lt_env v = {&ctx, &hd_jit_interp, {0}, NULL, 0, 1000};
     hd_jit_options_init(&v.opt);
     lt_check_compiler(&v);

@@ -316,10 +316,10 @@ static void test_header_damage(const unsigned char *d, size_t size) {
     m.d[0] = 'X';
     BAD(m.d, m.n, "bad magic");
     memcpy(m.d, d, size);
-    wr(m.d + 8, 5, 4);
+    wr(m.d + 8, 6, 4);
     fix_crc(m.d, m.n);
     BAD(m.d, m.n,
-        "version 5 is newer than this Hodu reads (versions 1 to 4): the file needs a "
+        "version 6 is newer than this Hodu reads (versions 1 to 5): the file needs a "
         "newer Hodu");
     memcpy(m.d, d, size);
     wr(m.d + 12, 1, 4);
