@@ -7,13 +7,14 @@
  * The loop traces its iterations one by one, watching each: an iteration
  * "repeats" when every write it makes to state that existed before it
  * leaves that state as the next iteration will need it (a tensor of the
- * same dtype, shape and gradient status; an equal plain value), no
- * gradient record it made is still alive at its end, and the loop
- * variable is not read. Once two consecutive iterations repeat and traced
- * the same nodes (hd_trace_roll), the second becomes a loop node for the
- * rest. Anything else (a counter, an appended list, a gradient chain that
- * runs through the iterations, shapes that change) keeps the loop
- * unrolled, as it always was. */
+ * same dtype, shape and gradient status; an equal plain value) and the
+ * loop variable is not read. Once two consecutive iterations repeat and
+ * traced the same nodes (hd_trace_roll), the second becomes a loop node
+ * for the rest; gradient records the iterations leave alive (a chain that
+ * runs through them) get a loop for their gradient (hd_trace_grad.c), or
+ * keep the loop unrolled where it cannot have one. Anything else (a
+ * counter, an appended list, shapes that change) keeps the loop unrolled,
+ * as it always was. */
 #include "compiled_int.h"
 #include "eval.h"
 #include "vm_internal.h"
