@@ -58,6 +58,7 @@ typedef struct hd_roll_watch {
      * are logged with their old values to be put back; any other write to
      * state from before the branch is refused */
     int undo;
+    int grads_ok; /* a branch of an if: its values may need gradients (a cond carries them) */
     int *log_slot;
     hd_value *log_old; /* held */
     int nlog, caplog;
@@ -236,8 +237,8 @@ static int roll_watch_end(hd_vm *vm, hd_roll_watch *w) {
     }
     hd_ctx_free(&vm->ctx, w->grads, (size_t)w->cap * sizeof *w->grads);
     /* a counted loop rolls with its gradient where it can (hd_trace_roll) */
-    if (w->undo && hd_grad_watch_live(&vm->ctx, w->gen))
-        roll_change(w, "its values need gradients, which a cond or while loop does not give yet");
+    if (w->undo && !w->grads_ok && hd_grad_watch_live(&vm->ctx, w->gen))
+        roll_change(w, "its values need gradients, which a while loop does not give yet");
     vm->roll_watch = w->outer;
     vm->ctx.grad_watch = w->outer ? w->outer->gen : 0;
     if (!w->outer) {
@@ -380,6 +381,8 @@ typedef struct roll_branch {
     int *slot;
     hd_value *old, *now; /* held */
     int n;               /* entries (now may be NULL after a failed allocation) */
+    int grads;           /* its values may need gradients (an if's branch) */
+    uint32_t gen;        /* its watch's generation */
 } roll_branch;
 
 /* End branch watch w: its variables' values now, put back to before. */
@@ -419,6 +422,8 @@ static int roll_branch_run(hd_vm *vm, hd_frame *f, const hd_ast *stmt, const hd_
     hd_roll_watch w;
     roll_watch_begin(vm, &w, f, local, f->nslots);
     w.undo = 1;
+    w.grads_ok = b->grads;
+    b->gen = w.gen;
     int fl = stmt ? hd_eval_statement(vm, f, stmt) : HD_FLOW_NORMAL;
     if (cv && fl == HD_FLOW_NORMAL) {
         *cv = hd_eval_expr(vm, f, cond);
@@ -485,12 +490,12 @@ static int roll_merge(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_tensor *pre
     }
     int fl = HD_FLOW_NORMAL;
     if (!*why && (n > 0 || p[2].nodes > p[0].nodes)) {
-        if (hd_trace_cond(&vm->ctx, pred, p[0], p[1], p[2], n, init, tv, ev, out)) {
+        if (hd_trace_cond(&vm->ctx, pred, p[0], p[1], p[2], n, init, tv, ev, bt->gen, out, why)) {
             hd_eval_failf(vm, f, node, vm->ctx.status, "%s", vm->ctx.errmsg);
             fl = HD_FLOW_ERROR;
             for (int i = 0; i < n; i++) hd_tensor_unref(out[i]);
         }
-        for (int i = 0; i < n && fl == HD_FLOW_NORMAL; i++) {
+        for (int i = 0; i < n && fl == HD_FLOW_NORMAL && !*why; i++) {
             hd_value o = f->slots[slot[i]], v = hd_tensor_value(out[i]);
             hd_ref r = {HD_REF_LOCAL, slot[i]};
             if (vm->roll_watch) hd_roll_note_store(vm, f, &r, NULL, o, v); /* an outer branch */
@@ -510,6 +515,7 @@ int hd_eval_if_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pred, 
     hd_compiled_decl_walk(n->body, local, f->nslots, 0);
     hd_compiled_decl_walk(n->c, local, f->nslots, 0);
     roll_branch bt = {0}, be = {0};
+    bt.grads = be.grads = 1;
     int capt = 0, cape = 0;
     hd_trace_pos p[3];
     p[0] = hd_trace_position(&vm->ctx);

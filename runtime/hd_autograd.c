@@ -1036,8 +1036,71 @@ hd_status hd_grad_roll_scan(hd_ctx *ctx, uint32_t gen_a, uint32_t gen_b, hd_grad
     roll_count_users(s, gen_a, 1);
     hd_status st = roll_scan_members(ctx, s, gen_a, gen_b, r, why);
     for (hd_grad_node *n = s->records; n; n = n->next) n->pending = 0;
-    if (!st && !*why && !r->nheld) *why = "no value that needs gradients outlives it";
     return st;
+}
+
+hd_status hd_grad_roll_add_tensor(hd_ctx *ctx, hd_grad_roll *r, hd_tensor *t) {
+    if (!t || !tracked(t, cur_scope_id(ctx))) return HD_OK;
+    hd_grad_info *gi = t->grad_info;
+    hd_grad_edge e;
+    memset(&e, 0, sizeof e);
+    e.dtype = t->dtype;
+    e.ndim = t->ndim;
+    memcpy(e.shape, t->shape, sizeof e.shape);
+    if (gi->node)
+        e.node = gi->node;
+    else
+        e.leaf = t;
+    return roll_add_front(ctx, r, &e);
+}
+
+/* A record of fn (ud) over the front edges use marks, on nothing yet. */
+static hd_grad_node *roll_record_new(hd_ctx *ctx, hd_grad_roll *r, const unsigned char *use,
+                                     const hd_grad_custom *fn, void *ud) {
+    int nin = 0;
+    for (int j = 0; j < r->nfront; j++) nin += use[j] != 0;
+    hd_grad_node *m = node_new(ctx, nin);
+    if (!m) {
+        if (fn->free) fn->free(ctx, ud);
+        return NULL;
+    }
+    for (int j = 0, k = 0; j < r->nfront; j++) {
+        if (!use[j]) continue;
+        hd_grad_edge *e = &m->edges[k++];
+        *e = r->front[j].e;
+        if (e->node) e->node->refcount++;
+        if (e->leaf) hd_tensor_ref(e->leaf);
+    }
+    m->op = HD_OP_COPY;
+    m->custom = fn;
+    m->custom_ud = ud;
+    return m;
+}
+
+hd_status hd_grad_roll_record(hd_ctx *ctx, hd_grad_roll *r, const unsigned char *use, hd_tensor *t,
+                              const hd_grad_custom *fn, void *ud) {
+    if (t->grad_info) {
+        if (fn->free) fn->free(ctx, ud);
+        return hd_error(ctx, HD_ERR_RUNTIME, "internal error: recorded twice");
+    }
+    hd_grad_info *gi = hd_ctx_calloc(ctx, 1, sizeof *gi);
+    hd_grad_node *m = gi ? roll_record_new(ctx, r, use, fn, ud) : NULL;
+    if (!m) {
+        if (!gi && fn->free) fn->free(ctx, ud);
+        hd_ctx_free(ctx, gi, gi ? sizeof *gi : 0);
+        return ctx->status;
+    }
+    m->refcount = 1;
+    m->trace_ref = t->trace_ref;
+    m->out_dtype = t->dtype;
+    m->out_ndim = t->ndim;
+    memcpy(m->out_shape, t->shape, sizeof m->out_shape);
+    hd_grad_scope *s = cur_scope(ctx);
+    node_link(s, m);
+    gi->scope = s->id;
+    gi->node = m;
+    t->grad_info = gi;
+    return HD_OK;
 }
 
 static hd_status roll_pass_on(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned char *need,
@@ -1051,24 +1114,9 @@ static const hd_grad_custom roll_pass_on_fn = {roll_pass_on, NULL};
 
 hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const unsigned char *use,
                               const hd_grad_custom *fn, void *ud) {
-    int nin = 0;
-    for (int j = 0; j < r->nfront; j++) nin += use[j] != 0;
-    hd_grad_node *n = r->held[i], *m = node_new(ctx, nin);
-    if (!m) {
-        if (fn->free) fn->free(ctx, ud);
-        return ctx->status;
-    }
-    for (int j = 0, k = 0; j < r->nfront; j++) {
-        if (!use[j]) continue;
-        hd_grad_edge *e = &m->edges[k++];
-        *e = r->front[j].e;
-        if (e->node) e->node->refcount++;
-        if (e->leaf) hd_tensor_ref(e->leaf);
-    }
+    hd_grad_node *n = r->held[i], *m = roll_record_new(ctx, r, use, fn, ud);
+    if (!m) return ctx->status;
     m->refcount = 1; /* n's edge */
-    m->op = HD_OP_COPY;
-    m->custom = fn;
-    m->custom_ud = ud;
     m->trace_ref = n->trace_ref;
     m->out_dtype = n->out_dtype;
     m->out_ndim = n->out_ndim;
@@ -1088,6 +1136,13 @@ hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const unsigne
     n->custom = &roll_pass_on_fn;
     n->custom_ud = NULL;
     return HD_OK;
+}
+
+void hd_grad_roll_drop_held(hd_ctx *ctx, hd_grad_roll *r) {
+    for (int i = 0; i < r->nheld; i++) node_unref(r->held[i]);
+    if (r->cap_held) hd_ctx_free(ctx, r->held, (size_t)r->cap_held * sizeof *r->held);
+    r->held = NULL;
+    r->nheld = r->cap_held = 0;
 }
 
 void hd_grad_roll_free(hd_ctx *ctx, hd_grad_roll *r) {

@@ -243,7 +243,8 @@ hd_tensor *hd_gx_out(hd_gx *x, hd_tensor *t);
  * still holds ("held": they must all be B's) and the edges by which
  * gradients leave the two iterations ("front", one per source). *why says what keeps
  * the loop from rolling with its gradient (NULL: it can); the status is
- * an error only when memory runs out. */
+ * an error only when memory runs out. A branch (gen_a == gen_b) keeps no
+ * record of its own: its values are taken apart. */
 typedef struct hd_grad_front {
     hd_grad_edge e; /* referenced */
     uint64_t ref;   /* the source record's trace_ref; 0 for a leaf */
@@ -263,6 +264,15 @@ hd_status hd_grad_roll_scan(hd_ctx *ctx, uint32_t gen_a, uint32_t gen_b, hd_grad
  * on to a new record of fn. */
 hd_status hd_grad_roll_rewire(hd_ctx *ctx, hd_grad_roll *r, int i, const unsigned char *use,
                               const hd_grad_custom *fn, void *ud);
+/* t's own edge (when it takes part in the current context's gradients)
+ * into the front: a value a branch passes on unchanged. */
+hd_status hd_grad_roll_add_tensor(hd_ctx *ctx, hd_grad_roll *r, hd_tensor *t);
+/* Give t (no record yet) a record of fn (ud, owned by it from now on,
+ * freed also on failure) over the front edges use marks. */
+hd_status hd_grad_roll_record(hd_ctx *ctx, hd_grad_roll *r, const unsigned char *use, hd_tensor *t,
+                              const hd_grad_custom *fn, void *ud);
+/* Let go of the held records (a branch's values, taken apart). */
+void hd_grad_roll_drop_held(hd_ctx *ctx, hd_grad_roll *r);
 void hd_grad_roll_free(hd_ctx *ctx, hd_grad_roll *r);
 
 #endif

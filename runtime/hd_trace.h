@@ -113,10 +113,13 @@ hd_tensor *hd_trace_symbolic_of(hd_ctx *ctx, int v);
  * say). The branches' nodes become two loop
  * nodes of 0 or 1 iteration on pred, so that only the branch taken runs
  * (with its prints and random draws); out[i] receives the new symbolic
- * value of each variable. */
+ * value of each variable. When gradient records the branches made (from
+ * watch generation gen on) are alive, the new values get records whose
+ * backward is a cond too (hd_trace_grad_cond.c), or, where it cannot be,
+ * *why says why and the trace is left as it was. */
 hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
-                        hd_tensor *const *else_v, hd_tensor **out);
+                        hd_tensor *const *else_v, uint32_t gen, hd_tensor **out, const char **why);
 /* A while on a one-element tensor (a `while` inside traced code), or a
  * loop whose count is known only when the graph runs (`for i in a..b` on
  * a traced bound). The caller traced the while's condition pred (or the

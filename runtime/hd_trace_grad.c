@@ -35,19 +35,10 @@
 
 /* ---- the reverse body, by tracing ---- */
 
-typedef struct grad_spec {
-    const hd_ir_graph *body; /* the forward body */
-    int64_t trips;
-    int ncarry;
-    const int *carry_src;
-    const unsigned char *need_x; /* per invariant input: its gradient is wanted */
-    int extra;                   /* a body output with a cotangent of its own, or -1 */
-} grad_spec;
-
 /* The forward body's tensors during the derivation. */
 typedef struct grad_run {
     hd_ctx *ctx;
-    const grad_spec *sp;
+    const hd_tg_spec *sp;
     int nx;                 /* invariant inputs */
     hd_tensor **val;        /* per body value */
     hd_tensor *i;           /* the slot */
@@ -80,7 +71,7 @@ static const hd_ir_value *body_in(const hd_ir_graph *b, int k) {
  * carries' cotangents, the wanted gradients), then the stacks, the
  * invariant inputs and the extra cotangent. */
 static hd_status grad_inputs(grad_run *R) {
-    const grad_spec *sp = R->sp;
+    const hd_tg_spec *sp = R->sp;
     const hd_ir_graph *b = sp->body;
     hd_ctx *ctx = R->ctx;
     if (!(R->i = hd_trace_input(ctx, "i", HD_I64, NULL, 0))) return ctx->status;
@@ -97,7 +88,8 @@ static hd_status grad_inputs(grad_run *R) {
     }
     for (int q = 0; q < sp->ncarry; q++) {
         const hd_ir_value *v = body_in(b, q);
-        if (!(R->s[q] = grad_input(R, "s%d", q, v->dtype, v->shape, v->ndim, 1)))
+        if (!(R->s[q] = grad_input(R, sp->direct ? "c%d" : "s%d", q, v->dtype, v->shape, v->ndim,
+                                   !sp->direct)))
             return ctx->status;
     }
     for (int j = 0; j < R->nx; j++) {
@@ -116,13 +108,16 @@ static hd_status grad_inputs(grad_run *R) {
 /* The body's inputs as tensors that require grad where wanted: slot i of
  * each stack, the invariant inputs. */
 static hd_status grad_leaves(grad_run *R) {
-    const grad_spec *sp = R->sp;
+    const hd_tg_spec *sp = R->sp;
     hd_ctx *ctx = R->ctx;
     hd_attrs at;
     memset(&at, 0, sizeof at);
     for (int q = 0; q < sp->ncarry; q++) {
         hd_tensor *in[2] = {R->s[q], R->i};
-        if (hd_op_run(ctx, HD_OP_INDEX_SELECT, in, 2, &at, &R->c[q])) return ctx->status;
+        if (sp->direct)
+            R->c[q] = hd_tensor_ref(R->s[q]);
+        else if (hd_op_run(ctx, HD_OP_INDEX_SELECT, in, 2, &at, &R->c[q]))
+            return ctx->status;
         if (R->gc[q] && hd_grad_set_requires(ctx, R->c[q], 1)) return ctx->status;
         R->val[sp->body->inputs[q].value] = hd_tensor_ref(R->c[q]);
     }
@@ -169,7 +164,7 @@ static hd_tensor *grad_zeros(hd_ctx *ctx, const hd_tensor *t) {
 /* Backward from the seeds, then the outputs: i - 1, the cotangents of the
  * carried inputs, the summed gradients. */
 static hd_status grad_outputs(grad_run *R) {
-    const grad_spec *sp = R->sp;
+    const hd_tg_spec *sp = R->sp;
     const hd_ir_graph *b = sp->body;
     hd_ctx *ctx = R->ctx;
     hd_status st = HD_OK;
@@ -224,7 +219,8 @@ static void grad_run_free(grad_run *R, size_t nv) {
     hd_ctx_free(ctx, R->val, (nv + 3 * (size_t)nc + 2 * (size_t)R->nx + 1) * sizeof *R->val);
 }
 
-static hd_status grad_trace(hd_ctx *ctx, const grad_spec *sp, const char *name, hd_ir_graph **out) {
+static hd_status grad_trace(hd_ctx *ctx, const hd_tg_spec *sp, const char *name,
+                            hd_ir_graph **out) {
     const hd_ir_graph *b = sp->body;
     size_t nv = (size_t)b->nvalues, nc = (size_t)sp->ncarry;
     grad_run R;
@@ -252,8 +248,7 @@ static hd_status grad_trace(hd_ctx *ctx, const grad_spec *sp, const char *name, 
 
 /* The reverse body of sp, traced apart from the active trace and from the
  * loop's watch. */
-static hd_status grad_derive(hd_ctx *ctx, const grad_spec *sp, const char *name,
-                             hd_ir_graph **out) {
+hd_status hd_tg_derive(hd_ctx *ctx, const hd_tg_spec *sp, const char *name, hd_ir_graph **out) {
     struct hd_trace *outer = hd_trace_suspend(ctx);
     void (*gw)(hd_ctx *, void *, hd_tensor *) = ctx->grad_write;
     void *gw_ud = ctx->grad_write_ud;
@@ -324,7 +319,7 @@ static void lg_out_free(hd_ctx *ctx, void *ud) {
 
 /* A constant of the trace: zeros shaped as value v (or [shape of a
  * stack's slot] when slot), or the i64 scalar x. -1 on error. */
-static int lg_const(hd_ctx *ctx, hd_ir_graph *g, hd_tensor *t) {
+int hd_tg_const(hd_ctx *ctx, hd_ir_graph *g, hd_tensor *t) {
     if (!t) return -1;
     int id = hd_ir_add_const(g, t);
     hd_tensor_unref(t);
@@ -335,14 +330,14 @@ static int lg_zeros_like_slot(hd_ctx *ctx, hd_ir_graph *g, int stack) {
     const hd_ir_value *v = &g->values[stack];
     hd_tensor *z = hd_tensor_new(ctx, v->dtype, v->shape + 1, v->ndim - 1);
     if (z) memset(z->storage->data, 0, hd_tensor_nbytes(z));
-    return lg_const(ctx, g, z);
+    return hd_tg_const(ctx, g, z);
 }
 
-static int lg_zeros_like(hd_ctx *ctx, hd_ir_graph *g, int value) {
+int hd_tg_zeros_like(hd_ctx *ctx, hd_ir_graph *g, int value) {
     const hd_ir_value *v = &g->values[value];
     hd_tensor *z = hd_tensor_new(ctx, v->dtype, v->shape, v->ndim);
     if (z) memset(z->storage->data, 0, hd_tensor_nbytes(z));
-    return lg_const(ctx, g, z);
+    return hd_tg_const(ctx, g, z);
 }
 
 /* One reverse loop over body (cloned): carried state st (1 + ngc + ngx
@@ -373,7 +368,7 @@ static hd_status lg_loop(hd_ctx *ctx, const loop_grad *lg, const hd_ir_graph *bo
 static hd_status lg_start(hd_ctx *ctx, const loop_grad *lg, int k, int gv, int *st) {
     hd_ir_graph *g = hd_trace_graph(ctx);
     int n = 0, seeded = lg->tail[k] != NULL;
-    if ((st[n++] = lg_const(ctx, g, hd_tensor_scalar(ctx, HD_I64, (double)(lg->trips - 1)))) < 0)
+    if ((st[n++] = hd_tg_const(ctx, g, hd_tensor_scalar(ctx, HD_I64, (double)(lg->trips - 1)))) < 0)
         return ctx->status;
     for (int q = 0; q < lg->ncarry; q++) {
         if (lg->gc_at[q] < 0) continue;
@@ -383,7 +378,7 @@ static hd_status lg_start(hd_ctx *ctx, const loop_grad *lg, int k, int gv, int *
             return ctx->status;
     }
     for (int j = 0; j < lg->nx; j++)
-        if (lg->gx_at[j] >= 0 && (st[n++] = lg_zeros_like(ctx, g, lg->xval[j])) < 0)
+        if (lg->gx_at[j] >= 0 && (st[n++] = hd_tg_zeros_like(ctx, g, lg->xval[j])) < 0)
             return ctx->status;
     return HD_OK;
 }
@@ -429,7 +424,7 @@ static const hd_grad_custom lg_custom = {lg_backward, lg_out_free};
 /* Per body output, the body inputs (bits) it depends on through ops that
  * carry gradients (float results of differentiable ops), as records would
  * chain them. */
-static hd_status body_deps(hd_ctx *ctx, const hd_ir_graph *b, uint64_t *odep) {
+hd_status hd_tg_body_deps(hd_ctx *ctx, const hd_ir_graph *b, uint64_t *odep) {
     size_t bytes = (size_t)(b->nvalues + 1) * sizeof(uint64_t);
     uint64_t *dep = hd_ctx_calloc(ctx, 1, bytes);
     if (!dep) return ctx->status;
@@ -481,7 +476,7 @@ static hd_status tg_deps(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in *
     int nout = in->body->noutputs;
     size_t bytes = (size_t)(3 * nout + 1) * sizeof(uint64_t);
     uint64_t *odep = hd_ctx_alloc(ctx, bytes);
-    if (!odep || body_deps(ctx, in->body, odep)) {
+    if (!odep || hd_tg_body_deps(ctx, in->body, odep)) {
         hd_ctx_free(ctx, odep, odep ? bytes : 0);
         return ctx->status;
     }
@@ -518,7 +513,7 @@ void hd_trace_grad_free(hd_ctx *ctx, hd_trace_grad *tg) {
 }
 
 /* The value a trace ref names in the active trace, or -1. */
-static int ref_value(const hd_ctx *ctx, uint64_t ref) {
+int hd_tg_ref_value(const hd_ctx *ctx, uint64_t ref) {
     if (!ref || (uint32_t)(ref >> 32) != hd_trace_serial(ctx)) return -1;
     return (int)(uint32_t)ref - 1;
 }
@@ -527,7 +522,7 @@ static int ref_value(const hd_ctx *ctx, uint64_t ref) {
 static const char *tg_map(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in *in) {
     loop_grad *lg = tg->lg;
     for (int h = 0; h < tg->roll.nheld; h++) {
-        int v = ref_value(ctx, tg->roll.held[h]->trace_ref), k = -1;
+        int v = hd_tg_ref_value(ctx, tg->roll.held[h]->trace_ref), k = -1;
         for (int j = 0; j < in->nb && k < 0 && v >= 0; j++)
             if (in->b_value[j] == v) k = in->b_out[j];
         if (k < 0) return "a value it keeps is not one of the loop's";
@@ -535,7 +530,8 @@ static const char *tg_map(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in 
     }
     for (int f = 0; f < tg->roll.nfront; f++) {
         const hd_grad_front *fr = &tg->roll.front[f];
-        int v = fr->e.node ? ref_value(ctx, fr->ref) : hd_trace_value(ctx, fr->e.leaf), p = -1;
+        int v = fr->e.node ? hd_tg_ref_value(ctx, fr->ref) : hd_trace_value(ctx, fr->e.leaf),
+            p = -1;
         if (v < 0) return ctx->status ? "out of memory" : "a value it reads was not traced";
         for (int i = 0; i < in->nin; i++)
             if (in->in[i] == v) {
@@ -596,16 +592,16 @@ static const char *tg_derive(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_
         lg->gx_at[j] = need_x[j] ? lg->ngx++ : -1;
     }
     if (1 + lg->ngc + lg->ngx > 64) return "it carries too many values";
-    grad_spec sp = {b, in->trips, in->ncarry, in->carry_src, need_x, -1};
+    hd_tg_spec sp = {b, in->trips, in->ncarry, in->carry_src, need_x, -1, 0};
     char name[160];
     snprintf(name, sizeof name, "%s.grad", b->name ? b->name : "loop");
-    if (grad_derive(ctx, &sp, name, &lg->rev)) return NULL;
+    if (hd_tg_derive(ctx, &sp, name, &lg->rev)) return NULL;
     for (int h = 0; h < tg->roll.nheld; h++) {
         int k = tg->held_k[h], fed = 0;
         for (int q = 0; q < lg->ncarry; q++) fed |= lg->carry_src[q] == k;
         if (fed || lg->tail[k]) continue;
         sp.extra = k;
-        if (grad_derive(ctx, &sp, name, &lg->tail[k])) return NULL;
+        if (hd_tg_derive(ctx, &sp, name, &lg->tail[k])) return NULL;
     }
     return NULL;
 }
@@ -617,6 +613,7 @@ hd_status hd_trace_grad_prepare(hd_ctx *ctx, const hd_roll_grad_in *in, hd_trace
     hd_trace_grad *tg = hd_ctx_calloc(ctx, 1, sizeof *tg);
     if (!tg) return ctx->status;
     hd_status st = hd_grad_roll_scan(ctx, in->gen_a, in->gen_b, &tg->roll, why);
+    if (!st && !*why && !tg->roll.nheld) *why = "no value that needs gradients outlives it";
     if (!st && !*why && in->nin > 64) *why = "it has too many inputs";
     if (!st && !*why && !tg_alloc(ctx, tg, in))
         *why = tg_map(ctx, tg, in);

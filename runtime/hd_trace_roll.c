@@ -457,9 +457,22 @@ static hd_status cond_values(hd_ctx *ctx, int n, hd_tensor *const *init, hd_tens
     return HD_OK;
 }
 
+/* With gradient records of the branches alive (gen: the then branch's
+ * watch): can the cond carry their gradients? *cg, or *why not. */
+static hd_status cond_grad_prepare(hd_ctx *ctx, roll *rt, roll *re, int n, const int *v0,
+                                   hd_tensor *const *init, uint32_t gen, hd_cond_grad **cg,
+                                   const char **why) {
+    *cg = NULL;
+    if (!gen || !hd_grad_watch_live(ctx, gen)) return HD_OK;
+    hd_cond_grad_in in = {
+        {rt->body, re->body}, {rt->outer, re->outer}, {rt->nouter, re->nouter}, n, v0, init, gen};
+    return hd_trace_grad_cond_prepare(ctx, &in, cg, why);
+}
+
 hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_pos p1,
                         hd_trace_pos p2, int n, hd_tensor *const *init, hd_tensor *const *then_v,
-                        hd_tensor *const *else_v, hd_tensor **out) {
+                        hd_tensor *const *else_v, uint32_t gen, hd_tensor **out, const char **why) {
+    *why = NULL;
     hd_ir_graph *g = hd_trace_graph(ctx);
     if (!g) return hd_error(ctx, HD_ERR_RUNTIME, "no trace is active");
     if (n < 0 || p0.nodes > p1.nodes || p1.nodes > p2.nodes || p2.nodes != g->nnodes)
@@ -469,6 +482,7 @@ hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_
     if (!v || pv < 0) return hd_ctx_free(ctx, v, v ? bytes : 0), ctx->status;
     int *v0 = v, *vt = v + n, *ve = v + 2 * n, *s1 = v + 3 * n, *s2 = v + 4 * n, *c = v + 5 * n;
     roll rt, re, cut;
+    hd_cond_grad *cg = NULL;
     memset(&rt, 0, sizeof rt), memset(&re, 0, sizeof re), memset(&cut, 0, sizeof cut);
     hd_status st = cond_values(ctx, n, init, then_v, else_v, v0, vt, ve);
     char name[128];
@@ -476,15 +490,21 @@ hd_status hd_trace_cond(hd_ctx *ctx, hd_tensor *pred, hd_trace_pos p0, hd_trace_
     if (!st) st = cond_body(&rt, ctx, p0, p1, n, vt, name);
     snprintf(name, sizeof name, "%s.else", g->name ? g->name : "cond");
     if (!st) st = cond_body(&re, ctx, p1, p2, n, ve, name);
-    if (!st) {
+    if (!st) st = cond_grad_prepare(ctx, &rt, &re, n, v0, init, gen, &cg, why);
+    if (!st && !*why) {
         cut.ctx = ctx, cut.g = g, cut.a = p0.nodes, cut.c = p2.nodes;
         roll_truncate(&cut);
         st = cond_counts(ctx, g, pv, c);
     }
-    if (!st) st = cond_loop(&rt, n, v0, c[0], s1);
-    if (!st) st = cond_loop(&re, n, s1, c[1], s2);
-    for (int i = 0; i < n && !st; i++)
+    if (!st && !*why) st = cond_loop(&rt, n, v0, c[0], s1);
+    if (!st && !*why) st = cond_loop(&re, n, s1, c[1], s2);
+    for (int i = 0; i < n && !st && !*why; i++)
         if (!(out[i] = hd_trace_symbolic_of(ctx, s2[i]))) st = ctx->status;
+    if (!st && cg) {
+        st = hd_trace_grad_cond_finish(ctx, cg, s1, c, out);
+        cg = NULL;
+    }
+    hd_trace_grad_cond_free(ctx, cg);
     if (rt.ctx) roll_free(&rt);
     if (re.ctx) roll_free(&re);
     hd_ctx_free(ctx, v, bytes);
