@@ -45,7 +45,8 @@
     "type" "len" "range" "list" "int" "float" "args" "clock" "assert"
     "require" "gc"
     "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
-    "triu" "flip" "roll" "tile" "norm")
+    "triu" "flip" "roll" "tile" "norm"
+    "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot")
   "Hodu builtin functions.")
 
 (defvar hodu-font-lock-keywords
