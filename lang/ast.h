@@ -157,6 +157,9 @@ typedef enum {
     HD_TOK_MINUS_ASSIGN,
     HD_TOK_STAR_ASSIGN,
     HD_TOK_SLASH_ASSIGN,
+    HD_TOK_FLOORDIV, /* // */
+    HD_TOK_IN,       /* x in c */
+    HD_TOK_NOT_IN,   /* x not in c */
 } hd_tok_op;
 
 /* An arena: blocks of memory from the context's allocator, freed at once. */

@@ -17,12 +17,39 @@ static const struct {
     hd_op op;
     const char *sym;
 } binops[] = {
-    {HD_TOK_PLUS, HD_OP_ADD, "+"},  {HD_TOK_MINUS, HD_OP_SUB, "-"},   {HD_TOK_STAR, HD_OP_MUL, "*"},
-    {HD_TOK_SLASH, HD_OP_DIV, "/"}, {HD_TOK_PERCENT, HD_OP_MOD, "%"}, {HD_TOK_POW, HD_OP_POW, "**"},
-    {HD_TOK_AT, HD_OP_MATMUL, "@"}, {HD_TOK_EQ, HD_OP_EQ, "=="},      {HD_TOK_NE, HD_OP_NE, "!="},
-    {HD_TOK_LT, HD_OP_LT, "<"},     {HD_TOK_LE, HD_OP_LE, "<="},      {HD_TOK_GT, HD_OP_GT, ">"},
-    {HD_TOK_GE, HD_OP_GE, ">="},
+    {HD_TOK_PLUS, HD_OP_ADD, "+"},    {HD_TOK_MINUS, HD_OP_SUB, "-"},
+    {HD_TOK_STAR, HD_OP_MUL, "*"},    {HD_TOK_SLASH, HD_OP_DIV, "/"},
+    {HD_TOK_PERCENT, HD_OP_MOD, "%"}, {HD_TOK_POW, HD_OP_POW, "**"},
+    {HD_TOK_AT, HD_OP_MATMUL, "@"},   {HD_TOK_EQ, HD_OP_EQ, "=="},
+    {HD_TOK_NE, HD_OP_NE, "!="},      {HD_TOK_LT, HD_OP_LT, "<"},
+    {HD_TOK_LE, HD_OP_LE, "<="},      {HD_TOK_GT, HD_OP_GT, ">"},
+    {HD_TOK_GE, HD_OP_GE, ">="},      {HD_TOK_FLOORDIV, HD_OP_DIV, "//"},
 };
+
+/* a // b: floor(a / b) for floats; for integers (a - a % b) / b computed
+ * in f64 (exact below 2^53) and cast back, with % refusing a zero divisor
+ * as it does (Python's floor division, torch.floor_divide). */
+static hd_status tensor_floordiv(hd_vm *vm, hd_tensor **in, hd_tensor **out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *t[6] = {NULL};
+    hd_status st = HD_OK;
+    if (hd_dtype_is_float(in[0]->dtype) || hd_dtype_is_float(in[1]->dtype)) {
+        st = hd_trun_t(vm, "//", HD_OP_DIV, in, 2, NULL, &t[0]);
+        if (!st) st = hd_trun_t(vm, "//", HD_OP_FLOOR, &t[0], 1, NULL, out);
+        hd_tensor_unref(t[0]);
+        return st;
+    }
+    st = hd_trun_t(vm, "//", HD_OP_MOD, in, 2, NULL, &t[0]); /* m */
+    hd_tensor *am[2] = {in[0], t[0]};
+    if (!st) st = hd_trun_t(vm, "//", HD_OP_SUB, am, 2, NULL, &t[1]); /* a - m */
+    if (!st && (hd_op_cast(ctx, t[1], HD_F64, &t[2]) || hd_op_cast(ctx, in[1], HD_F64, &t[3])))
+        st = hd_tfail(vm, "//");
+    hd_tensor *q[2] = {t[2], t[3]};
+    if (!st) st = hd_trun_t(vm, "//", HD_OP_DIV, q, 2, NULL, &t[4]);
+    if (!st && hd_op_cast(ctx, t[4], t[1]->dtype, out)) st = hd_tfail(vm, "//");
+    hd_tunref_all(t, 6);
+    return st;
+}
 
 static int tensorable(hd_value v) {
     return v.type == HD_V_TENSOR || v.type == HD_V_INT || v.type == HD_V_FLOAT ||
@@ -46,7 +73,10 @@ hd_status hd_tensor_binop(hd_vm *vm, int op, hd_value a, hd_value b, hd_value *o
     hd_tensor *in[2] = {NULL, NULL}, *r = NULL;
     hd_status st = hd_value_to_tensor(vm, a, "the left operand", 0, HD_F32, &in[0]);
     if (!st) st = hd_value_to_tensor(vm, b, "the right operand", 0, HD_F32, &in[1]);
-    if (!st) st = hd_trun_t(vm, NULL, binops[k].op, in, 2, NULL, &r);
+    if (!st && op == HD_TOK_FLOORDIV)
+        st = tensor_floordiv(vm, in, &r);
+    else if (!st)
+        st = hd_trun_t(vm, NULL, binops[k].op, in, 2, NULL, &r);
     hd_tunref_all(in, 2);
     if (st) return st;
     *out = hd_tensor_value(r);

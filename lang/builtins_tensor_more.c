@@ -175,6 +175,18 @@ static HD_TF_FN(tf_any_all) {
     return st ? st : more_value(r, out);
 }
 
+hd_status hd_tensor_any_value(hd_vm *vm, hd_tensor *x, hd_value *out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *c = NULL, *s = NULL, *r = NULL;
+    hd_status st = more_op_num(vm, "in", HD_OP_NE, x, 0, &c);
+    if (!st) st = more_op1(vm, "in", HD_OP_SUM, c, &at, &s);
+    if (!st) st = more_op_num(vm, "in", HD_OP_GT, s, 0, &r);
+    hd_tensor_unref(c);
+    hd_tensor_unref(s);
+    return st ? st : more_value(r, out);
+}
+
 /* ---- tril, triu ---- */
 
 /* where(mask, x, 0) with the [rows, cols] mask of j - i <= k (tril) or

@@ -89,6 +89,9 @@ const char *hd_eval_op_name(int op) {
     case HD_TOK_MINUS_ASSIGN: return "-=";
     case HD_TOK_STAR_ASSIGN: return "*=";
     case HD_TOK_SLASH_ASSIGN: return "/=";
+    case HD_TOK_FLOORDIV: return "//";
+    case HD_TOK_IN: return "in";
+    case HD_TOK_NOT_IN: return "not in";
     default: return "?";
     }
 }

@@ -31,6 +31,25 @@ static hd_value int_pow(hd_vm *vm, int64_t base, int64_t e) {
     return hd_int(r);
 }
 
+/* x / 0, x // 0, x % 0: the error names the operation and its operands. */
+static hd_value zero_divisor(hd_vm *vm, int op, hd_value a, hd_value b) {
+    char x[40], y[40];
+    hd_value v[2] = {a, b};
+    char *s[2] = {x, y};
+    for (int i = 0; i < 2; i++)
+        if (v[i].type == HD_V_INT)
+            snprintf(s[i], 40, "%lld", (long long)v[i].as.i);
+        else
+            snprintf(s[i], 40, "%.17g", v[i].as.f);
+    const char *what = op == HD_TOK_SLASH      ? "division by zero"
+                       : op == HD_TOK_FLOORDIV ? "floor division by zero"
+                                               : "modulo by zero";
+    int ints = a.type == HD_V_INT && b.type == HD_V_INT;
+    hd_vm_error(vm, HD_ERR_RUNTIME, "%s%s: %s %s %s", ints ? "integer " : "", what, x,
+                hd_eval_op_name(op), y);
+    return hd_err_value();
+}
+
 static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
     int64_t r;
     switch (op) {
@@ -52,6 +71,12 @@ static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
         r = x % y;
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
         return hd_int(r);
+    case HD_TOK_FLOORDIV: /* rounds toward -infinity, as Python */
+        if (y == 0) break;
+        if (y == -1) return x == INT64_MIN ? overflow(vm) : hd_int(-x);
+        r = x / y;
+        if (x % y != 0 && ((x < 0) != (y < 0))) r -= 1;
+        return hd_int(r);
     case HD_TOK_POW: return int_pow(vm, x, y);
     case HD_TOK_EQ: return hd_bool(x == y);
     case HD_TOK_NE: return hd_bool(x != y);
@@ -65,8 +90,7 @@ static hd_value int_binop(hd_vm *vm, int op, int64_t x, int64_t y) {
     }
     default: return type_error(vm, op, hd_int(x), hd_int(y));
     }
-    hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");
-    return hd_err_value();
+    return zero_divisor(vm, op, hd_int(x), hd_int(y));
 }
 
 static hd_value float_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
@@ -85,6 +109,15 @@ static hd_value float_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
         if (r != 0 && ((r < 0) != (y < 0))) r += y;
         return hd_float(r);
     }
+    case HD_TOK_FLOORDIV: {
+        if (y == 0) break;
+        /* Python's float floor division: from fmod, exact where it can be */
+        double m = fmod(x, y), d = (x - m) / y;
+        if (m != 0 && ((y < 0) != (m < 0))) d -= 1.0;
+        double fd = floor(d);
+        if (d - fd > 0.5) fd += 1.0;
+        return hd_float(d == 0 ? copysign(0.0, x / y) : fd);
+    }
     case HD_TOK_POW: return hd_float(pow(x, y));
     case HD_TOK_EQ: return hd_bool(x == y);
     case HD_TOK_NE: return hd_bool(x != y);
@@ -94,8 +127,7 @@ static hd_value float_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
     case HD_TOK_GE: return hd_bool(x >= y);
     default: return type_error(vm, op, a, b);
     }
-    hd_vm_error(vm, HD_ERR_RUNTIME, op == HD_TOK_SLASH ? "division by zero" : "modulo by zero");
-    return hd_err_value();
+    return zero_divisor(vm, op, a, b);
 }
 
 static hd_value repeat(hd_vm *vm, hd_value seq, int64_t times) {
@@ -177,7 +209,61 @@ static int tensor_operand(hd_value v) {
     return v.type == HD_V_TENSOR || is_num(v) || v.type == HD_V_BOOL;
 }
 
+/* x in c: an element of a list (==), a key of a dict, a substring of a
+ * string, a value of a range, an element of a tensor (its data is read). */
+static hd_value member_of(hd_vm *vm, hd_value x, hd_value c) {
+    switch (c.type) {
+    case HD_V_LIST: {
+        hd_list *l = hd_as_list(c);
+        for (int64_t i = 0; i < l->len; i++)
+            if (hd_value_equal(l->items[i], x)) return hd_bool(1);
+        return hd_bool(0);
+    }
+    case HD_V_DICT:
+        if (x.type != HD_V_STR) return hd_bool(0); /* keys are strings */
+        return hd_bool(hd_dict_getn(c, hd_as_str(x)->chars, hd_as_str(x)->len) != NULL);
+    case HD_V_STR: {
+        if (x.type != HD_V_STR) break;
+        hd_str *s = hd_as_str(c), *n = hd_as_str(x);
+        if (n->len == 0) return hd_bool(1);
+        for (size_t i = 0; i + n->len <= s->len; i++)
+            if (!memcmp(s->chars + i, n->chars, n->len)) return hd_bool(1);
+        return hd_bool(0);
+    }
+    case HD_V_RANGE: {
+        const hd_range *r = (const hd_range *)c.as.o;
+        if (x.type != HD_V_INT)
+            return hd_bool(x.type == HD_V_FLOAT && x.as.f == floor(x.as.f) &&
+                           member_of(vm, hd_int((int64_t)x.as.f), c).as.b);
+        int64_t v = x.as.i;
+        int in = r->step > 0 ? v >= r->start && v < r->stop : v <= r->start && v > r->stop;
+        return hd_bool(in && (v - r->start) % r->step == 0);
+    }
+    case HD_V_TENSOR: { /* (c == x).any(), read as a bool */
+        hd_value eq = hd_eval_binop(vm, HD_TOK_EQ, c, x), any = hd_none();
+        if (eq.type != HD_V_TENSOR) return eq; /* an error, or t == none: false */
+        hd_status st = hd_tensor_any_value(vm, eq.as.t, &any);
+        hd_vunref(vm, eq);
+        if (st) return hd_err_value();
+        int ok, t = hd_eval_truthy(vm, any, &ok);
+        hd_vunref(vm, any);
+        return ok ? hd_bool(t) : hd_err_value();
+    }
+    default: break;
+    }
+    hd_vm_error(vm, HD_ERR_RUNTIME,
+                "'in' needs a list, dict, string, range or tensor on its "
+                "right, not %s (with %s on its left)",
+                hd_value_type_name(c), hd_value_type_name(x));
+    return hd_err_value();
+}
+
 hd_value hd_eval_binop(hd_vm *vm, int op, hd_value a, hd_value b) {
+    if (op == HD_TOK_IN || op == HD_TOK_NOT_IN) {
+        hd_value r = member_of(vm, a, b);
+        if (r.type == HD_V_BOOL && op == HD_TOK_NOT_IN) r.as.b = !r.as.b;
+        return r;
+    }
     if (a.type == HD_V_INT && b.type == HD_V_INT) return int_binop(vm, op, a.as.i, b.as.i);
     if (a.type == HD_V_TENSOR || b.type == HD_V_TENSOR) {
         if (tensor_operand(a) && tensor_operand(b) && op != HD_TOK_RANGE) {

@@ -376,6 +376,7 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
             "*" { return hd_lex_tok(lx, t, HD_T_STAR); }
             "/" { return hd_lex_tok(lx, t, HD_T_SLASH); }
             "%" { return hd_lex_tok(lx, t, HD_T_PERCENT); }
+            "//" { return hd_lex_tok(lx, t, HD_T_FLOORDIV); }
             "@" { return hd_lex_tok(lx, t, HD_T_AT); }
             "**" { return hd_lex_tok(lx, t, HD_T_POW); }
             "==" { return hd_lex_tok(lx, t, HD_T_EQ); }
@@ -405,7 +406,7 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
 static int hd_lex_needs_more(int k) {
     switch (k) {
     case HD_T_PLUS: case HD_T_MINUS: case HD_T_STAR: case HD_T_SLASH: case HD_T_PERCENT:
-    case HD_T_AT: case HD_T_POW: case HD_T_EQ: case HD_T_NE: case HD_T_LT: case HD_T_LE:
+    case HD_T_FLOORDIV: case HD_T_AT: case HD_T_POW: case HD_T_EQ: case HD_T_NE: case HD_T_LT: case HD_T_LE:
     case HD_T_GT: case HD_T_GE: case HD_T_RANGE: case HD_T_AND: case HD_T_OR: case HD_T_NOT:
     case HD_T_ASSIGN: case HD_T_PLUS_ASSIGN: case HD_T_MINUS_ASSIGN: case HD_T_STAR_ASSIGN:
     case HD_T_SLASH_ASSIGN: case HD_T_COMMA: case HD_T_COLON: case HD_T_DOT:

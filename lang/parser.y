@@ -96,7 +96,7 @@ static void hd_yyerror(hd_span *loc, hd_parser *p, const char *msg);
 %token PLUS "'+'" MINUS "'-'" STAR "'*'" SLASH "'/'" PERCENT "'%'" AT "'@'" POW "'**'"
 %token EQ "'=='" NE "'!='" LT "'<'" LE "'<='" GT "'>'" GE "'>='" RANGE "'..'"
 %token ASSIGN "'='" PLUS_ASSIGN "'+='" MINUS_ASSIGN "'-='" STAR_ASSIGN "'*='"
-%token SLASH_ASSIGN "'/='"
+%token SLASH_ASSIGN "'/='" FLOORDIV "'//'"
 
 %type <list> stmts class_items opt_args args opt_items items opt_entries entries
 %type <list> subscripts
@@ -306,6 +306,8 @@ cmp_op
     | LE { $$ = HD_TOK_LE; }
     | GT { $$ = HD_TOK_GT; }
     | GE { $$ = HD_TOK_GE; }
+    | IN { $$ = HD_TOK_IN; }
+    | NOT IN { $$ = HD_TOK_NOT_IN; }
     ;
 
 range_expr
@@ -329,6 +331,7 @@ mul_op
     : STAR { $$ = HD_TOK_STAR; }
     | SLASH { $$ = HD_TOK_SLASH; }
     | PERCENT { $$ = HD_TOK_PERCENT; }
+    | FLOORDIV { $$ = HD_TOK_FLOORDIV; }
     | AT { $$ = HD_TOK_AT; }
     ;
 
@@ -506,7 +509,7 @@ static int hd_yy_starts_stmt(yysymbol_kind_t k) {
 /* Tokens that continue an expression: binary operators and postfix forms. */
 static int hd_yy_continues_expr(yysymbol_kind_t k) {
     return (k >= YYSYMBOL_PLUS && k <= YYSYMBOL_RANGE) || k == YYSYMBOL_AND ||
-           k == YYSYMBOL_OR || k == YYSYMBOL_LPAREN || k == YYSYMBOL_LBRACKET ||
+           k == YYSYMBOL_OR || k == YYSYMBOL_FLOORDIV || k == YYSYMBOL_LPAREN || k == YYSYMBOL_LBRACKET ||
            k == YYSYMBOL_DOT || (k >= YYSYMBOL_PLUS_ASSIGN && k <= YYSYMBOL_SLASH_ASSIGN);
 }
 
@@ -540,6 +543,9 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
     int newline = hd_yy_has(e, n, YYSYMBOL_NEWLINE);
     int header = hd_yy_has(e, n, YYSYMBOL_LBRACE) && !expr;
     int method = hd_yy_has(e, n, YYSYMBOL_FN) && !expr && !stmt;
+    /* after an operand, 'in' and 'not in' are operators too (but after
+     * `for x`, 'in' is what is missing) */
+    int ops = hd_yy_has(e, n, YYSYMBOL_PLUS);
     int k = 0;
     *phrase = stmt ? "a statement" : expr ? "an expression" : method ? "a method" : NULL;
     for (int i = 0; i < n; i++) {
@@ -550,6 +556,7 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
         if (s == YYSYMBOL_YYEOF && (newline || stmt)) continue;
         if (expr && hd_yy_starts_expr(s)) continue;
         if (!expr && hd_yy_continues_expr(s)) continue;
+        if (!expr && ops && (s == YYSYMBOL_IN || s == YYSYMBOL_NOT)) continue;
         if (s == YYSYMBOL_ASSIGN && hd_yy_has(e, n, YYSYMBOL_PLUS_ASSIGN)) continue;
         if (s == YYSYMBOL_SEMI && newline) continue;
         if (s == YYSYMBOL_NEWLINE && header) continue;

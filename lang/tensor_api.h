@@ -19,6 +19,8 @@ hd_status hd_builtins_tensor_open(hd_vm *vm);
 hd_status hd_tensor_binop(hd_vm *vm, int op, hd_value a, hd_value b, hd_value *out);
 /* -x, +x, not x for a tensor x. */
 hd_status hd_tensor_unop(hd_vm *vm, int op, hd_value x, hd_value *out);
+/* Whether any element of x is nonzero: a 0-d bool tensor (`v in t`). */
+hd_status hd_tensor_any_value(hd_vm *vm, struct hd_tensor *x, hd_value *out);
 
 /* One part of an index expression x[...], already evaluated. */
 typedef enum { HD_IDX_INT, HD_IDX_SLICE, HD_IDX_ELLIPSIS, HD_IDX_NONE, HD_IDX_TENSOR } hd_idx_kind;
