@@ -30,7 +30,6 @@
 #include "hd_trace_int.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- the reverse body, by tracing ---- */
@@ -281,7 +280,6 @@ typedef struct loop_grad {
     int *xval;          /* per invariant input: its value in the trace */
     int *front_at;      /* per front edge: the loop input it is (-1: none) */
     int nfront, ngc, ngx;
-    hd_dtype *cdt;      /* per carry: dtype; shapes from the stacks */
     hd_ir_graph *rev;   /* the reverse body */
     hd_ir_graph **tail; /* per body output: the reverse body with its cotangent, or NULL */
 } loop_grad;
@@ -306,7 +304,6 @@ static void lg_unref(loop_grad *lg) {
         hd_ctx_free(ctx, lg->tail, (size_t)(lg->nout + 1) * sizeof *lg->tail);
     }
     hd_ctx_free(ctx, lg->carry_src, lg_ints(lg) * sizeof(int));
-    hd_ctx_free(ctx, lg->cdt, (size_t)(lg->ncarry + 1) * sizeof *lg->cdt);
     hd_ctx_free(ctx, lg, sizeof *lg);
 }
 
@@ -559,11 +556,10 @@ static hd_status tg_alloc(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in 
     lg->nout = in->body->noutputs;
     lg->nfront = tg->roll.nfront;
     int *p = hd_ctx_alloc(ctx, lg_ints(lg) * sizeof(int));
-    lg->cdt = hd_ctx_calloc(ctx, (size_t)lg->ncarry + 1, sizeof *lg->cdt);
     lg->tail = hd_ctx_calloc(ctx, (size_t)lg->nout + 1, sizeof *lg->tail);
     tg->held_k = hd_ctx_alloc(ctx, (size_t)(tg->roll.nheld + 1) * sizeof(int));
     tg->held_deps = hd_ctx_alloc(ctx, (size_t)(tg->roll.nheld + 1) * sizeof(uint64_t));
-    if (!p || !lg->cdt || !lg->tail || !tg->held_k || !tg->held_deps) {
+    if (!p || !lg->tail || !tg->held_k || !tg->held_deps) {
         if (p) hd_ctx_free(ctx, p, lg_ints(lg) * sizeof(int));
         return ctx->status;
     }
@@ -584,8 +580,7 @@ static const char *tg_derive(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_
     unsigned char need_x[64];
     if (lg->nx + lg->ncarry > 64) return "it has too many inputs";
     for (int q = 0; q < lg->ncarry; q++) {
-        lg->cdt[q] = body_in(b, q)->dtype;
-        if (hd_dtype_is_float(lg->cdt[q])) lg->gc_at[q] = lg->ngc++;
+        if (hd_dtype_is_float(body_in(b, q)->dtype)) lg->gc_at[q] = lg->ngc++;
     }
     for (int j = 0; j < lg->nx; j++) {
         need_x[j] = lg->gx_at[j] == 0 && hd_dtype_is_float(body_in(b, lg->ncarry + j)->dtype);
