@@ -188,6 +188,23 @@ static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* g saved as the given file version and loaded back with the same hash;
+ * the loaded graph (caller frees) into *back when wanted. */
+static void round_trip(hd_ctx *ctx, const hd_ir_graph *g, unsigned version, hd_ir_graph **back) {
+    unsigned char *d = NULL;
+    size_t n = 0;
+    hd_ir_graph *b = NULL;
+    CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK_MSG(d && le32(d + 8) == version, "version %u, want %u", d ? le32(d + 8) : 0, version);
+    CHECK_MSG(d && hd_script_decode(ctx, d, n, &b) == HD_OK, "%s", hd_error_message(ctx));
+    CHECK(b && hd_ir_graph_hash(b) == hd_ir_graph_hash(g));
+    hd_ctx_free(ctx, d, n);
+    if (back)
+        *back = b;
+    else
+        hd_ir_graph_free(b);
+}
+
 /* .hoduscript: a nested loop graph saves as version 3 and loads as the
  * same graph (same hash, same results); a graph without loops is still
  * version 1; a file cut inside a body is refused. */
@@ -195,10 +212,8 @@ static void test_script_round_trip(hd_ctx *ctx) {
     hd_ir_graph *g = lt_nested(ctx, 4, 3), *back = NULL;
     unsigned char *d = NULL;
     size_t n = 0;
+    round_trip(ctx, g, 3, &back);
     CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(d && le32(d + 8) == 3);
-    CHECK_MSG(d && hd_script_decode(ctx, d, n, &back) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(back && hd_ir_graph_hash(back) == hd_ir_graph_hash(g));
     if (back) {
         hd_tensor *in[2] = {lt_vec(ctx, lt_x0, LT_N), lt_vec(ctx, lt_w, LT_N)}, *got[2] = {0};
         lt_env v = {ctx, &hd_jit_interp, {0}, NULL, 0, 0};
@@ -234,7 +249,7 @@ static void test_script_round_trip(hd_ctx *ctx) {
 /* A while loop: printed, hashed with its condition, saved as version 4
  * and loaded as the same graph; the builder's checks. */
 static void test_while(hd_ctx *ctx) {
-    hd_ir_graph *g = lt_while_graph(ctx), *back = NULL;
+    hd_ir_graph *g = lt_while_graph(ctx);
     char *text = hd_ir_to_text(g);
     CHECK_MSG(contains(text, "{while %b2, carry=[%b0 <- out 0, %b1 <- out 1, %b2 <- out 2]}"), "%s",
               text);
@@ -245,16 +260,9 @@ static void test_while(hd_ctx *ctx) {
     if (c) c->nodes[1].loop->while_in = -1; /* a counted loop of 1 trip: another graph */
     CHECK(c && hd_ir_graph_hash(c) != hd_ir_graph_hash(g));
     hd_ir_graph_free(c);
-    unsigned char *d = NULL;
-    size_t n = 0;
     /* the body's constants first, as a file numbers them */
     CHECK(hd_ir_compact(g) == HD_OK && hd_ir_compact(g->nodes[1].loop->body) == HD_OK);
-    CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(d && le32(d + 8) == 4);
-    CHECK_MSG(d && hd_script_decode(ctx, d, n, &back) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(back && hd_ir_graph_hash(back) == hd_ir_graph_hash(g));
-    hd_ir_graph_free(back);
-    hd_ctx_free(ctx, d, n);
+    round_trip(ctx, g, 4, NULL);
     /* the condition must be carried, one element, and every output carried
      * into its own input */
     int loop = g->nodes[1].out;
@@ -273,7 +281,7 @@ static void test_while(hd_ctx *ctx) {
 /* Stacks: printed, hashed, cloned, saved as version 5 and loaded as the
  * same graph; the builder's checks; unused stacks dropped by DCE. */
 static void test_stacks(hd_ctx *ctx) {
-    hd_ir_graph *g = lt_graph(ctx, 5, 0), *back = NULL;
+    hd_ir_graph *g = lt_graph(ctx, 5, 0);
     int loop = g->nodes[0].out;
     uint64_t before = hd_ir_graph_hash(g);
     int k = hd_ir_loop_stack(g, loop, 0);
@@ -288,14 +296,7 @@ static void test_stacks(hd_ctx *ctx) {
     hd_ir_graph *c = hd_ir_graph_clone(g);
     CHECK(c && c->nodes[0].loop->nstack == 1 && hd_ir_graph_hash(c) == hd_ir_graph_hash(g));
     hd_ir_graph_free(c);
-    unsigned char *d = NULL;
-    size_t n = 0;
-    CHECK_MSG(hd_script_encode(ctx, g, &d, &n) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(d && le32(d + 8) == 5);
-    CHECK_MSG(d && hd_script_decode(ctx, d, n, &back) == HD_OK, "%s", hd_error_message(ctx));
-    CHECK(back && hd_ir_graph_hash(back) == hd_ir_graph_hash(g));
-    hd_ir_graph_free(back);
-    hd_ctx_free(ctx, d, n);
+    round_trip(ctx, g, 5, NULL);
     /* only carried inputs, and only under a static trip count */
     CHECK(hd_ir_loop_stack(g, loop, 1) < 0 && contains(hd_error_message(ctx), "not carried"));
     CHECK(hd_ir_loop_stack(g, g->inputs[0].value, 0) < 0 &&
