@@ -44,7 +44,7 @@ static hd_value zero_divisor(hd_vm *vm, int op, hd_value a, hd_value b) {
     const char *what = op == HD_TOK_SLASH      ? "division by zero"
                        : op == HD_TOK_FLOORDIV ? "floor division by zero"
                                                : "modulo by zero";
-    int ints = a.type == HD_V_INT && b.type == HD_V_INT;
+    int ints = a.type == HD_V_INT && b.type == HD_V_INT && op != HD_TOK_SLASH;
     hd_vm_error(vm, HD_ERR_RUNTIME, "%s%s: %s %s %s", ints ? "integer " : "", what, x,
                 hd_eval_op_name(op), y);
     return hd_err_value();

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     EXPECT(r.status == 1 && strstr(r.err, "-e:1:7: error:"), "syntax error", r);
     r = run((const char *[]){"-e", "print(\"before\")\nprint(1 / 0)", NULL}, NULL, 0);
     EXPECT(r.status == 1 && strcmp(r.out, "before\n") == 0 &&
-               strstr(r.err, "-e:2:7: error: division by zero\n  print(1 / 0)\n        ^~~~~\n"),
+               strstr(r.err, "-e:2:7: error: division by zero: 1 / 0\n  print(1 / 0)\n        ^~~~~\n"),
            "runtime error", r);
 
     r = run((const char *[]){"-", "x", NULL}, "print(args(), 3)\n", 0);

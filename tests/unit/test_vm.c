@@ -44,7 +44,7 @@ static void test_output_and_errors(void) {
     CHECK(strcmp(hd_vm_error_text(vm), "") == 0);
     CHECK(run(vm, "let a = 1\nprint(a / 0)", 0) == HD_ERR_RUNTIME);
     const char *t = hd_vm_error_text(vm);
-    CHECK_MSG(strncmp(t, "<test>:2:7: error: division by zero\n", 36) == 0, "%s", t);
+    CHECK_MSG(strncmp(t, "<test>:2:7: error: division by zero: 1 / 0\n", 43) == 0, "%s", t);
     CHECK(strstr(t, "print(a / 0)") != NULL && strstr(t, "^~~~~") != NULL);
     hd_vm_clear_error(vm);
     CHECK(strcmp(hd_vm_error_text(vm), "") == 0);
