@@ -5,7 +5,9 @@
 # loop node for every count, bench/loops/count.hodu); and the
 # 1000-epoch linear regression compiled as one function against the same
 # training run eagerly (bench/train/linreg.hodu); backward() through a
-# loop (bench/loops/bptt.hodu), rolled and unrolled, against eager.
+# loop (bench/loops/bptt.hodu), and an RNN over a sequence whose body
+# reads xs[t] (bench/loops/rnn_seq.hodu), rolled and unrolled, against
+# eager.
 # Every compile is cold: each run gets an empty disk cache.
 #
 #   bench/bench_loops.sh [hodu]        (default: build/hodu)
@@ -57,6 +59,20 @@ for c in llvm interp; do
             roll=1; [ "$mode" = unrolled ] && roll=0
             read -r _ ms us eus diff < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
                 "$hodu" "$here/loops/bptt.hodu" "$n")
+            printf "%-8s %-9s %7s %14.1f %14.1f %14.1f %10s\n" "$c" "$mode" "$n" "$ms" "$us" "$eus" "$diff"
+        done
+    done
+done
+echo
+echo "an RNN over a sequence: N steps of tanh(xs[t] @ wx + h @ wh + b) on [32, 64], then backward()"
+printf "%-8s %-9s %7s %14s %14s %14s %10s\n" compiler mode N "compile (ms)" "run (us)" "eager (us)" "max diff"
+for c in llvm interp; do
+    for mode in rolled unrolled; do
+        for n in 10 100 1000; do
+            if [ "$mode" = unrolled ] && [ "$n" -gt 100 ]; then continue; fi
+            roll=1; [ "$mode" = unrolled ] && roll=0
+            read -r _ ms us eus diff < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
+                "$hodu" "$here/loops/rnn_seq.hodu" "$n")
             printf "%-8s %-9s %7s %14.1f %14.1f %14.1f %10s\n" "$c" "$mode" "$n" "$ms" "$us" "$eus" "$diff"
         done
     done

@@ -1,6 +1,7 @@
 /* What the evaluator calls for tensors: operators, x[...] and x[...] = v,
  * and members (attributes and methods). */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_backend.h"
 
 #include <stdio.h>
@@ -115,7 +116,9 @@ typedef struct ixplan {
     int tnones;           /* nones before the tensor part */
     const hd_tensor *idx; /* the first, in host memory */
     int is_mask;
-    int nidx;                           /* integer tensors on dims tpos.. */
+    int get;      /* x[...] read, not written */
+    int symbolic; /* idx is known only when compiled code runs: gathered in the graph */
+    int nidx;     /* integer tensors on dims tpos.. */
     const hd_tensor *idxs[HD_MAX_DIMS]; /* each in host memory */
     hd_tensor *hosts[HD_MAX_DIMS];      /* copied from a device (owned), or NULL */
 } ixplan;
@@ -190,7 +193,22 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "tensor indices must be next to each other (x[i, j, :], not x[i, :, "
                            "j]): index the dims in two steps, or permute x first");
-    if (hd_tensor_need_data(vm, t, "indexing with a tensor")) return HD_ERR_RUNTIME;
+    if (pl->symbolic || (pl->idx && !hd_compiled_data_known(vm, t)))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "inside compiled code an index tensor known only when the code runs "
+                           "is the only tensor index (x[i, :], not x[i, j]): index in two steps");
+    if (pl->get && t->dtype != HD_BOOL && !hd_compiled_data_known(vm, t)) {
+        pl->symbolic = 1; /* index_select checks and wraps it when the graph runs */
+        pl->idxs[pl->nidx++] = t;
+        pl->idx = t;
+        pl->tpos = out;
+        pl->tnones = pl->nnone;
+        return HD_OK;
+    }
+    if (hd_tensor_need_data(vm, t,
+                            t->dtype == HD_BOOL ? "indexing with a bool mask"
+                                                : "writing through an index tensor"))
+        return HD_ERR_RUNTIME;
     if (!hd_tensor_is_cpu(t)) { /* checked and wrapped on the host, as the cpu's */
         pl->hosts[pl->nidx] = hd_tensor_to_host(hd_vm_ctx(vm), (hd_tensor *)t);
         if (!pl->hosts[pl->nidx]) return hd_tfail(vm, NULL);
@@ -206,9 +224,10 @@ static hd_status ix_tensor_part(hd_vm *vm, const hd_index_part *p, ixplan *pl, i
 }
 
 static hd_status ix_plan_parts(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
-                               ixplan *pl) {
+                               int get, ixplan *pl) {
     memset(pl, 0, sizeof *pl);
     pl->tpos = -1;
+    pl->get = get;
     int used = 0, ell = 0;
     for (int i = 0; i < n; i++) {
         used += part_dims(&parts[i]);
@@ -253,9 +272,9 @@ static hd_status ix_plan_parts(hd_vm *vm, const hd_tensor *x, const hd_index_par
     return HD_OK;
 }
 
-static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n,
+static hd_status ix_plan(hd_vm *vm, const hd_tensor *x, const hd_index_part *parts, int n, int get,
                          ixplan *pl) {
-    hd_status st = ix_plan_parts(vm, x, parts, n, pl);
+    hd_status st = ix_plan_parts(vm, x, parts, n, get, pl);
     if (st) ix_plan_free(pl);
     return st;
 }
@@ -344,7 +363,11 @@ static hd_status ix_select(hd_vm *vm, hd_tensor *v, int axis, hd_tensor *idx, hd
     memset(&at, 0, sizeof at);
     at.ints[0] = axis;
     hd_tensor *di = NULL;
-    if (ix_place_like(vm, idx, v, &di)) return HD_ERR_RUNTIME;
+    hd_place pi = hd_place_of(idx), pv = hd_place_of(v);
+    if (pi.backend == pv.backend && pi.device == pv.device)
+        di = hd_tensor_ref(idx); /* a traced index is where the graph is */
+    else if (ix_place_like(vm, idx, v, &di))
+        return HD_ERR_RUNTIME;
     hd_tensor *in[2] = {v, di};
     hd_status st = hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
     hd_tensor_unref(di);
@@ -462,7 +485,7 @@ hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
     if (xv.type != HD_V_TENSOR) return hd_vm_error(vm, HD_ERR_RUNTIME, "not a tensor");
     hd_tensor *x = xv.as.t, *v = NULL, *r = NULL, *idx = NULL;
     ixplan pl;
-    if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
+    if (ix_plan(vm, x, parts, n, 1, &pl)) return HD_ERR_RUNTIME;
     if (ix_view(vm, x, &pl, 1, &v)) {
         ix_plan_free(&pl);
         return HD_ERR_RUNTIME;
@@ -475,6 +498,8 @@ hd_status hd_tensor_get_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
         st = ix_gather_mask(vm, v, &pl, &r);
     } else if (pl.nidx > 1) {
         st = ix_gather_multi(vm, v, &pl, &r);
+    } else if (pl.symbolic) {
+        st = ix_select(vm, v, pl.tpos, (hd_tensor *)pl.idx, &r);
     } else {
         st = ix_indices(vm, pl.idx, v->shape[pl.tpos], pl.tpos, 0, &idx);
         if (!st) st = ix_select(vm, v, pl.tpos, idx, &r);
@@ -642,7 +667,7 @@ hd_status hd_tensor_set_index(hd_vm *vm, hd_value xv, const hd_index_part *parts
                            hd_dtype_name(x->dtype));
     }
     ixplan pl;
-    if (ix_plan(vm, x, parts, n, &pl)) return HD_ERR_RUNTIME;
+    if (ix_plan(vm, x, parts, n, 0, &pl)) return HD_ERR_RUNTIME;
     if (ix_view(vm, x, &pl, 0, &v)) {
         ix_plan_free(&pl);
         return HD_ERR_RUNTIME;

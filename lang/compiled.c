@@ -1281,6 +1281,10 @@ static int is_state(hd_vm *vm, const hd_tensor *t) {
     return hd_trace_stands_for_input(&vm->ctx, t) || (s && cp_scan_find(&s->pre, t) >= 0);
 }
 
+int hd_compiled_data_known(hd_vm *vm, const hd_tensor *t) {
+    return !vm->ctx.trace || (t->storage && !is_state(vm, t));
+}
+
 hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what) {
     hd_ctx *ctx = &vm->ctx;
     if (t->storage && !is_state(vm, t)) return HD_OK;

@@ -53,6 +53,9 @@ hd_status hd_compiled_effect(hd_vm *vm, const char *what);
  * an error suggesting where(...) when t stands for a value known only when
  * compiled code runs. HD_OK otherwise. */
 hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what);
+/* Can t's data be read now (not a value compiled code knows only when it
+ * runs)? */
+int hd_compiled_data_known(hd_vm *vm, const hd_tensor *t);
 
 /* script("name") { } at frame f (builtins_script.c): a script object, or
  * HD_V_ERR with a located error. */

@@ -785,7 +785,11 @@ static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     /* The common x[i] on a list with an int: no parts array. */
     if (n->n == 1 && x.type == HD_V_LIST && n->items[0]->kind != HD_AST_SLICE &&
         n->items[0]->kind != HD_AST_ELLIPSIS) {
-        hd_value k = ev(vm, f, n->items[0]);
+        hd_value k = ev(vm, f, n->items[0]), ki;
+        if (HD_UNLIKELY(vm->roll_var != NULL) && hd_roll_index_int(vm, k, &ki)) {
+            hd_vunref(vm, k);
+            k = ki;
+        }
         if (k.type != HD_V_ERR) {
             if (hd_eval_get_item(vm, x, k, &out) != HD_OK) out = fail(vm, f, n);
             hd_vunref(vm, k);

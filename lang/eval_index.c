@@ -260,6 +260,7 @@ hd_status hd_eval_index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, c
         return eval_slice_value(vm, x, p, out);
     }
     hd_value k = p->kind == HD_IDX_INT ? hd_int(p->i) : p->kind == HD_IDX_NONE ? hd_none() : p->v;
+    if (vm->roll_var) hd_roll_index_int(vm, k, &k); /* the loop's counter: its int */
     if (p->kind == HD_IDX_ELLIPSIS)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "... indexes tensors only");
     return set ? hd_eval_set_item(vm, x, k, *set) : hd_eval_get_item(vm, x, k, out);

@@ -263,6 +263,63 @@ static int roll_reads(const hd_ast *n, const hd_ref *r, int depth) {
     return 0;
 }
 
+static int roll_is_var(const hd_ast *n, const hd_ref *r) {
+    return n && n->kind == HD_AST_NAME && n->ref.kind == r->kind && n->ref.index == r->index;
+}
+
+/* Does n read the variable at ref r only as a whole index of a read,
+ * x[i] or x[i, :] (not a slice's bound, not x[i] = v, not i + 1)? There
+ * a 0-d counter tensor gives what the int gives: index_select's rows are
+ * the view's values (compiled code does not write through views). Nested
+ * functions could capture i, so a body with one does not qualify. */
+static int roll_index_only(const hd_ast *n, const hd_ref *r, int depth) {
+    if (!n) return 1;
+    if (depth > 200) return 0;
+    switch (n->kind) {
+    case HD_AST_FN:
+    case HD_AST_FNDEF:
+    case HD_AST_CLASS:
+    case HD_AST_SCRIPT: return 0;
+    case HD_AST_NAME: return !roll_is_var(n, r);
+    case HD_AST_ASSIGN:
+        if (n->a && n->a->kind == HD_AST_INDEX) {
+            for (int i = 0; i < n->a->n; i++)
+                if (roll_is_var(n->a->items[i], r)) return 0;
+        }
+        break;
+    case HD_AST_INDEX:
+        if (!roll_index_only(n->a, r, depth + 1)) return 0;
+        for (int i = 0; i < n->n; i++)
+            if (!roll_is_var(n->items[i], r) && !roll_index_only(n->items[i], r, depth + 1))
+                return 0;
+        return 1;
+    default: break;
+    }
+    if (!roll_index_only(n->a, r, depth + 1) || !roll_index_only(n->b, r, depth + 1) ||
+        !roll_index_only(n->c, r, depth + 1) || !roll_index_only(n->body, r, depth + 1))
+        return 0;
+    for (int i = 0; i < n->n; i++)
+        if (!roll_index_only(n->items[i], r, depth + 1)) return 0;
+    return 1;
+}
+
+/* A loop variable served as a counter tensor, in this iteration. */
+typedef struct hd_roll_var {
+    struct hd_roll_var *outer;
+    hd_tensor *t;
+    int64_t i; /* its value as an int */
+} hd_roll_var;
+
+int hd_roll_index_int(hd_vm *vm, hd_value k, hd_value *out) {
+    const hd_roll_var *v = vm->roll_var;
+    while (v && (k.type != HD_V_TENSOR || k.as.t != v->t)) v = v->outer;
+    if (!v) return 0;
+    *out = hd_int(v->i);
+    for (hd_roll_watch *w = vm->roll_watch; w; w = w->outer)
+        roll_change(w, "it indexes a list, dict or string with the loop variable");
+    return 1;
+}
+
 typedef struct roll_loop {
     hd_vm *vm;
     hd_frame *f;
@@ -271,6 +328,9 @@ typedef struct roll_loop {
     unsigned char *local;
     int nslots;
     int log;
+    /* the loop variable served as a counter tensor (x[i] only): the
+     * last iteration's value (held) and the step */
+    hd_tensor *counter, *one;
 } roll_loop;
 
 static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char *why) {
@@ -283,10 +343,33 @@ static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char 
     fputc('\n', stderr);
 }
 
+static hd_tensor *roll_op(hd_vm *vm, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at);
+
+/* Iteration k's loop variable: the int, or the counter tensor, one traced
+ * add past the iteration before's (so that iterations repeat). NULL on
+ * an error. */
+static int roll_iteration(roll_loop *L, int64_t k) {
+    hd_vm *vm = L->vm;
+    int64_t i = L->a + k * L->step;
+    if (!L->counter) return hd_eval_for_iteration(vm, L->f, L->n, hd_int(i));
+    hd_tensor *c = roll_op(vm, HD_OP_ADD, L->counter, L->one, NULL);
+    if (!c) {
+        hd_eval_failf(vm, L->f, L->n, vm->ctx.status, "%s", vm->ctx.errmsg);
+        return HD_FLOW_ERROR;
+    }
+    hd_tensor_unref(L->counter);
+    L->counter = c;
+    hd_roll_var var = {vm->roll_var, c, i};
+    vm->roll_var = &var;
+    int fl = hd_eval_for_iteration(vm, L->f, L->n, hd_tensor_value(hd_tensor_ref(c)));
+    vm->roll_var = var.outer;
+    return fl;
+}
+
 /* Iterations from..count, unrolled. */
-static int roll_rest(const roll_loop *L, int64_t from) {
+static int roll_rest(roll_loop *L, int64_t from) {
     for (int64_t k = from; k < L->count; k++) {
-        int fl = hd_eval_for_iteration(L->vm, L->f, L->n, hd_int(L->a + k * L->step));
+        int fl = roll_iteration(L, k);
         if (fl) return fl;
     }
     return HD_FLOW_NORMAL;
@@ -314,12 +397,15 @@ static int roll_run(roll_loop *L) {
         hd_roll_watch w;
         if (watching) roll_watch_begin(vm, &w, L->f, L->local, L->nslots);
         hd_trace_pos start = hd_trace_position(&vm->ctx);
-        int fl = hd_eval_for_iteration(vm, L->f, L->n, hd_int(L->a + k * L->step));
+        int fl = roll_iteration(L, k);
         int same = watching ? roll_watch_end(vm, &w) : 0;
         if (fl) return fl;
         /* a small loop stays unrolled, unless its gradient would unroll too */
-        if (k == 0 && !hd_grad_watch_live(&vm->ctx, w.gen) && roll_small(L, start))
+        if (k == 0 && !hd_grad_watch_live(&vm->ctx, w.gen) && roll_small(L, start)) {
+            hd_tensor_unref(L->counter); /* unrolled: x[i] as a view again */
+            L->counter = NULL;
             return roll_rest(L, 1);
+        }
         if (watching && !same) roll_say(L, "iteration %lld does not repeat: %s", k, w.why);
         if (k >= 1 && prev_same && same && L->count - k >= 2) {
             int rolled = 0;
@@ -344,14 +430,47 @@ static int roll_run(roll_loop *L) {
     return HD_FLOW_NORMAL;
 }
 
+/* The loop variable as a counter tensor when the body reads it only as
+ * x[i]: 1 if so. */
+static int roll_counter_begin(roll_loop *L) {
+    hd_ctx *ctx = &L->vm->ctx;
+    int64_t before, twice;
+    if (!roll_index_only(L->n->body, &L->n->ref, 0) ||
+        __builtin_sub_overflow(L->a, L->step, &before) ||
+        __builtin_sub_overflow(before, L->step, &twice) ||
+        (double)twice != (double)(int64_t)(double)twice)
+        return 0;
+    /* made by an op, as every later value, so that iteration 0 repeats too */
+    hd_tensor *c = hd_tensor_number(ctx, HD_I64, (double)twice);
+    L->one = c ? hd_tensor_number(ctx, HD_I64, (double)L->step) : NULL;
+    L->counter = L->one ? roll_op(L->vm, HD_OP_ADD, c, L->one, NULL) : NULL;
+    hd_tensor_unref(c);
+    if (L->counter) return 1;
+    hd_error_clear(ctx); /* unrolled, as without loop nodes */
+    hd_tensor_unref(L->counter);
+    hd_tensor_unref(L->one);
+    L->counter = L->one = NULL;
+    return 0;
+}
+
+/* After the loop the variable holds the last int, as eagerly. */
+static void roll_counter_end(roll_loop *L) {
+    if (!L->one) return;
+    hd_value *slot = &L->f->slots[L->n->ref.index], old = *slot;
+    *slot = hd_int(L->a + (L->count - 1) * L->step);
+    hd_vunref(L->vm, old);
+    hd_tensor_unref(L->counter);
+    hd_tensor_unref(L->one);
+}
+
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
                        int64_t count) {
-    roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on()};
+    roll_loop L = {vm, f, n, a, step, count, NULL, f->nslots, roll_log_on(), NULL, NULL};
     if (count < HD_LOOP_ROLL_MIN || !roll_enabled() || n->ref.kind != HD_REF_LOCAL)
         return roll_rest(&L, 0);
-    if (roll_reads(n->body, &n->ref, 0)) {
+    if (roll_reads(n->body, &n->ref, 0) && !roll_counter_begin(&L)) {
         roll_say(&L, "stays unrolled (%lld iterations): its body reads the loop variable%s", count,
-                 "");
+                 " other than as an index (x[i])");
         return roll_rest(&L, 0);
     }
     if (L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) {
@@ -364,6 +483,7 @@ int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64
     }
     int fl = roll_run(&L);
     if (L.local) hd_ctx_free(&vm->ctx, L.local, (size_t)L.nslots);
+    roll_counter_end(&L);
     return fl;
 }
 

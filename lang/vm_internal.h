@@ -166,6 +166,7 @@ struct hd_vm {
     int compile_none;                   /* HODU_EAGER=1: compiled code runs eagerly */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
     struct hd_roll_watch *roll_watch;   /* innermost traced loop iteration (eval_loop.c) */
+    struct hd_roll_var *roll_var;       /* traced loops' variables as counter tensors (eval_loop.c) */
     uint64_t births;                    /* heap objects made so far (hd_obj.birth) */
 
     /* where creation functions put tensors without device= (NULL: the
@@ -190,6 +191,11 @@ void hd_roll_note_store(hd_vm *vm, const hd_frame *f, const hd_ref *r, const hd_
 void hd_roll_note_container(hd_vm *vm, const hd_obj *o, int has_old, hd_value old, hd_value v);
 /* A module's global set from outside its code. */
 void hd_roll_note_global(hd_vm *vm, hd_value old, hd_value v);
+/* An index k into something that is no tensor (a list, dict, string):
+ * where k is the loop variable served as a counter tensor (x[i] in a
+ * traced loop), *out is the int (k stays held by the caller) and the loop
+ * stays unrolled; returns 1 then. */
+int hd_roll_index_int(hd_vm *vm, hd_value k, hd_value *out);
 
 /* ---- refcounting, inline for the evaluator ---- */
 void hd_obj_release(hd_vm *vm, hd_obj *o); /* refcount reached zero */

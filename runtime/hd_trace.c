@@ -377,11 +377,17 @@ hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what)
                         "branch on tensor data inside compiled code: use where(...) (%s reads "
                         "the values of a traced tensor)",
                         what);
-    if (strcmp(what, "indexing with a tensor") == 0)
+    if (strcmp(what, "indexing with a bool mask") == 0)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s needs tensor data, which compiled code knows only when it runs (the "
+                        "result has one element per true value): keep the shape with "
+                        "where(mask, x, 0.0), or index after the call returns",
+                        what);
+    if (strcmp(what, "writing through an index tensor") == 0)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "%s needs tensor data, which compiled code knows only when it runs: "
-                        "select with a one-hot mask instead (x[i] is (x * one_hot(i, n)).sum() "
-                        "for a vector x of n), or pass the index in as an int",
+                        "build the new tensor with a one-hot mask (where(one_hot(i, n) > 0, v, "
+                        "x) for a vector x of n), or pass the index in as an int",
                         what);
     return hd_error(ctx, HD_ERR_RUNTIME,
                     "%s needs tensor data, which compiled code knows only when it runs: keep "

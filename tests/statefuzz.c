@@ -151,6 +151,14 @@ static const char *const sf_bodies[] = {
     "        c = c * 0.8 + tanh(h @ net.w1[:, 0:3])\n        h = sigmoid(c) * h\n"
     "        o = h @ net.w1\n    }\n    let l = (o * o).mean() + LOSS\n    l.backward()\n"
     "    return o",
+    /* the loop variable as an index (x[i]): an RNN over rows, backward() through it */
+    "let xs = ones([24, 1]) * x.mean(axis = 0)\n    let h = net.b1 * 0.0\n"
+    "    for i in 0..24 { h = tanh(xs[i] @ net.w1 + h * 0.5) }\n"
+    "    let l = (h * h).sum()\n    l.backward()\n    return h",
+    /* training steps over minibatches xs[i] */
+    "let xs = ones([12, 1, 1]) * x.detach()\n    let l = none\n    for i in 0..12 {\n"
+    "        let x = xs[i]\n        opt.zero_grad()\n        l = LOSS\n        l.backward()\n"
+    "        opt.step()\n    }\n    return l",
 };
 #define SF_NBODIES (int)(sizeof sf_bodies / sizeof sf_bodies[0])
 #define SF_CALLER  11 /* the body that calls another */

@@ -184,8 +184,10 @@ static void test_trace_basic(hd_ctx *ctx) {
     CHECK(hd_trace_check_data(ctx, u, "item()") == HD_ERR_RUNTIME);
     CHECK(contains(hd_error_message(ctx), "item() needs tensor data") &&
           contains(hd_error_message(ctx), "read it after the call returns"));
-    CHECK(hd_trace_check_data(ctx, u, "indexing with a tensor") == HD_ERR_RUNTIME);
+    CHECK(hd_trace_check_data(ctx, u, "writing through an index tensor") == HD_ERR_RUNTIME);
     CHECK(contains(hd_error_message(ctx), "one_hot(i, n)"));
+    CHECK(hd_trace_check_data(ctx, u, "indexing with a bool mask") == HD_ERR_RUNTIME);
+    CHECK(contains(hd_error_message(ctx), "where(mask, x, 0.0)"));
     CHECK(hd_trace_check_data(ctx, w, "item()") == HD_OK);
     /* in-place assignment is rejected */
     hd_tensor *in5[2] = {y, u}, *r = NULL;
