@@ -21,6 +21,10 @@
  * keeps the memory at trips times the carried state, not trips times every
  * value the body makes, and each reverse iteration computes the forward
  * body once more (as gradient checkpointing at every iteration does).
+ * Where the backward reads a carried result itself (tanh's and sigmoid's
+ * read their output), it reads the forward's value instead, the next
+ * iteration's slot of the stack (the loop's result for the last one), so
+ * the recomputation that only made it drops out of the reverse body.
  *
  * A body with a loop inside it, a random draw or an effect it cannot
  * recompute, or records reaching outside the trace, keeps the loop
@@ -44,6 +48,7 @@ typedef struct grad_run {
     hd_tensor **gc, **gx;   /* carried cotangents (NULL: not a float) */
     hd_tensor **s, **x, *e; /* stacks, invariant inputs, the extra cotangent */
     hd_tensor **c;          /* the carried inputs: slot i of their stacks */
+    hd_tensor **n, **nc;    /* next stacks (sp->next), and slot i of each */
 } grad_run;
 
 static int body_random(int op) {
@@ -101,7 +106,43 @@ static hd_status grad_inputs(grad_run *R) {
         if (!(R->e = grad_input(R, "e%d", sp->extra, v->dtype, v->shape, v->ndim, 0)))
             return ctx->status;
     }
+    for (int q = 0; q < sp->ncarry; q++) {
+        const hd_ir_value *v = body_in(b, q);
+        if (sp->next && sp->next[q] &&
+            !(R->n[q] = grad_input(R, "n%d", q, v->dtype, v->shape, v->ndim, 1)))
+            return ctx->status;
+    }
     return HD_OK;
+}
+
+/* Slot i of each next stack, and where the backward (traced after
+ * graph node `from`) reads the recomputed carried result, the slot
+ * instead. */
+static hd_status grad_next_slots(grad_run *R) {
+    const hd_tg_spec *sp = R->sp;
+    hd_ctx *ctx = R->ctx;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    for (int q = 0; q < sp->ncarry; q++) {
+        if (!R->n[q]) continue;
+        hd_tensor *in[2] = {R->n[q], R->i};
+        if (hd_op_run(ctx, HD_OP_INDEX_SELECT, in, 2, &at, &R->nc[q])) return ctx->status;
+    }
+    return HD_OK;
+}
+
+static void grad_next_rewire(grad_run *R, int from) {
+    const hd_tg_spec *sp = R->sp;
+    hd_ir_graph *g = hd_trace_graph(R->ctx);
+    for (int q = 0; q < sp->ncarry; q++) {
+        if (!R->nc[q]) continue;
+        hd_tensor *rec = R->val[sp->body->outputs[sp->carry_src[q]].value];
+        int rv = rec ? hd_trace_value(R->ctx, rec) : -1, nv = hd_trace_value(R->ctx, R->nc[q]);
+        if (rv < 0 || nv < 0) continue;
+        for (int j = from; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j].nin; k++)
+                if (g->nodes[j].in[k] == rv) g->nodes[j].in[k] = nv;
+    }
 }
 
 /* The body's inputs as tensors that require grad where wanted: slot i of
@@ -208,6 +249,8 @@ static void grad_run_free(grad_run *R, size_t nv) {
         hd_tensor_unref(R->gc[q]);
         hd_tensor_unref(R->s[q]);
         hd_tensor_unref(R->c[q]);
+        hd_tensor_unref(R->n[q]);
+        hd_tensor_unref(R->nc[q]);
     }
     for (int j = 0; j < R->nx; j++) {
         hd_tensor_unref(R->gx[j]);
@@ -215,7 +258,7 @@ static void grad_run_free(grad_run *R, size_t nv) {
     }
     hd_tensor_unref(R->i);
     hd_tensor_unref(R->e);
-    hd_ctx_free(ctx, R->val, (nv + 3 * (size_t)nc + 2 * (size_t)R->nx + 1) * sizeof *R->val);
+    hd_ctx_free(ctx, R->val, (nv + 5 * (size_t)nc + 2 * (size_t)R->nx + 1) * sizeof *R->val);
 }
 
 static hd_status grad_trace(hd_ctx *ctx, const hd_tg_spec *sp, const char *name,
@@ -227,15 +270,19 @@ static hd_status grad_trace(hd_ctx *ctx, const hd_tg_spec *sp, const char *name,
     R.ctx = ctx;
     R.sp = sp;
     R.nx = b->ninputs - sp->ncarry;
-    size_t n = nv + 3 * nc + 2 * (size_t)R.nx + 1;
+    size_t n = nv + 5 * nc + 2 * (size_t)R.nx + 1;
     if (!(R.val = hd_ctx_calloc(ctx, n, sizeof *R.val))) return ctx->status;
     R.gc = R.val + nv, R.s = R.gc + nc, R.c = R.s + nc, R.gx = R.c + nc, R.x = R.gx + R.nx;
+    R.n = R.x + R.nx, R.nc = R.n + nc;
     hd_status st = hd_trace_begin(ctx, name);
-    int pushed = !st && !(st = hd_grad_context_push(ctx));
+    int pushed = !st && !(st = hd_grad_context_push(ctx)), from = 0;
     if (!st) st = grad_inputs(&R);
     if (!st) st = grad_leaves(&R);
     if (!st) st = grad_replay(&R);
+    if (!st) st = grad_next_slots(&R);
+    if (!st) from = hd_trace_graph(ctx)->nnodes;
     if (!st) st = grad_outputs(&R);
+    if (!st) grad_next_rewire(&R, from);
     if (pushed) hd_grad_context_pop(ctx);
     grad_run_free(&R, nv);
     if (st) {
@@ -280,7 +327,9 @@ typedef struct loop_grad {
     int *xval;          /* per invariant input: its value in the trace */
     int *front_at;      /* per front edge: the loop input it is (-1: none) */
     int nfront, ngc, ngx;
-    hd_ir_graph *rev;   /* the reverse body */
+    unsigned char next[64]; /* per carry: the reverse bodies read its next stack */
+    int *nextv;             /* per carry: that stack's value in the trace, or -1 */
+    hd_ir_graph *rev;       /* the reverse body */
     hd_ir_graph **tail; /* per body output: the reverse body with its cotangent, or NULL */
 } loop_grad;
 
@@ -292,7 +341,7 @@ typedef struct loop_grad_out {
 } loop_grad_out;
 
 static size_t lg_ints(const loop_grad *lg) {
-    return (size_t)(3 * lg->ncarry + 2 * lg->nx + lg->nfront + 1);
+    return (size_t)(4 * lg->ncarry + 2 * lg->nx + lg->nfront + 1);
 }
 
 static void lg_unref(loop_grad *lg) {
@@ -342,7 +391,7 @@ int hd_tg_zeros_like(hd_ctx *ctx, hd_ir_graph *g, int value) {
 static hd_status lg_loop(hd_ctx *ctx, const loop_grad *lg, const hd_ir_graph *body, int64_t trips,
                          int *st, int e) {
     hd_ir_graph *g = hd_trace_graph(ctx);
-    int nc = 1 + lg->ngc + lg->ngx, nin = nc + lg->ncarry + lg->nx + (e >= 0);
+    int nc = 1 + lg->ngc + lg->ngx, nin = nc + 2 * lg->ncarry + lg->nx + (e >= 0);
     int in[256], src[64];
     if (nin > 256 || nc > 64)
         return hd_error(ctx, HD_ERR_RUNTIME, "a compiled loop carries too many values");
@@ -351,6 +400,9 @@ static hd_status lg_loop(hd_ctx *ctx, const loop_grad *lg, const hd_ir_graph *bo
     for (int q = 0; q < lg->ncarry; q++) in[k++] = lg->stack[q];
     for (int j = 0; j < lg->nx; j++) in[k++] = lg->xval[j];
     if (e >= 0) in[k++] = e;
+    for (int q = 0; q < lg->ncarry; q++)
+        if (lg->next[q]) in[k++] = lg->nextv[q];
+    nin = k;
     hd_ir_graph *b = hd_ir_graph_clone(body);
     int loop = b ? hd_ir_add_loop(g, b, trips, in, nin, nc, src) : -1;
     if (loop < 0) return ctx->status;
@@ -565,7 +617,8 @@ static hd_status tg_alloc(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_in 
     }
     memset(p, 0xff, lg_ints(lg) * sizeof(int));
     lg->carry_src = p, lg->gc_at = p + lg->ncarry, lg->stack = lg->gc_at + lg->ncarry;
-    lg->gx_at = lg->stack + lg->ncarry, lg->xval = lg->gx_at + lg->nx;
+    lg->nextv = lg->stack + lg->ncarry;
+    lg->gx_at = lg->nextv + lg->ncarry, lg->xval = lg->gx_at + lg->nx;
     lg->front_at = lg->xval + lg->nx;
     memcpy(lg->carry_src, in->carry_src, (size_t)lg->ncarry * sizeof(int));
     for (int j = 0; j < lg->nx; j++) lg->xval[j] = in->in[in->ncarry + j];
@@ -581,13 +634,16 @@ static const char *tg_derive(hd_ctx *ctx, hd_trace_grad *tg, const hd_roll_grad_
     if (lg->nx + lg->ncarry > 64) return "it has too many inputs";
     for (int q = 0; q < lg->ncarry; q++) {
         if (hd_dtype_is_float(body_in(b, q)->dtype)) lg->gc_at[q] = lg->ngc++;
+        /* a result an op of the body makes (not an input passed through) */
+        const hd_ir_value *o = &b->values[b->outputs[lg->carry_src[q]].value];
+        lg->next[q] = lg->gc_at[q] >= 0 && o->kind == HD_IR_VALUE_NODE;
     }
     for (int j = 0; j < lg->nx; j++) {
         need_x[j] = lg->gx_at[j] == 0 && hd_dtype_is_float(body_in(b, lg->ncarry + j)->dtype);
         lg->gx_at[j] = need_x[j] ? lg->ngx++ : -1;
     }
     if (1 + lg->ngc + lg->ngx > 64) return "it carries too many values";
-    hd_tg_spec sp = {b, in->trips, in->ncarry, in->carry_src, need_x, -1, 0};
+    hd_tg_spec sp = {b, in->trips, in->ncarry, in->carry_src, need_x, -1, 0, lg->next};
     char name[160];
     snprintf(name, sizeof name, "%s.grad", b->name ? b->name : "loop");
     if (hd_tg_derive(ctx, &sp, name, &lg->rev)) return NULL;
@@ -631,6 +687,31 @@ hd_status hd_trace_grad_prepare(hd_ctx *ctx, const hd_roll_grad_in *in, hd_trace
     return HD_OK;
 }
 
+/* Each carried value after every iteration: its stack less slot 0, then
+ * the loop's result. -1 on error. */
+static int lg_next_stack(hd_ir_graph *g, const loop_grad *lg, int loop, int q) {
+    int fin = hd_ir_add_loop_out(g, loop, lg->carry_src[q]);
+    if (fin < 0) return -1;
+    const hd_ir_value *s = &g->values[lg->stack[q]];
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = s->ndim;
+    at.shape[0] = 1;
+    memcpy(at.shape + 1, s->shape + 1, (size_t)(s->ndim - 1) * sizeof *s->shape);
+    int last = hd_ir_add_node(g, HD_OP_RESHAPE, &fin, 1, &at);
+    if (last < 0 || lg->trips == 1) return last;
+    memset(&at, 0, sizeof at);
+    for (int d = 0; d < s->ndim; d++) {
+        at.start[d] = d == 0;
+        at.step[d] = 1;
+        at.len[d] = d == 0 ? lg->trips - 1 : s->shape[d];
+    }
+    int in[2] = {hd_ir_add_node(g, HD_OP_SLICE, &lg->stack[q], 1, &at), last};
+    if (in[0] < 0) return -1;
+    memset(&at, 0, sizeof at);
+    return hd_ir_add_node(g, HD_OP_CONCAT, in, 2, &at);
+}
+
 hd_status hd_trace_grad_finish(hd_ctx *ctx, hd_trace_grad *tg, int loop) {
     hd_ir_graph *g = hd_trace_graph(ctx);
     loop_grad *lg = tg->lg;
@@ -639,6 +720,8 @@ hd_status hd_trace_grad_finish(hd_ctx *ctx, hd_trace_grad *tg, int loop) {
         int k = hd_ir_loop_stack(g, loop, q);
         if (k < 0 || (lg->stack[q] = hd_ir_add_loop_out(g, loop, k)) < 0) st = ctx->status;
     }
+    for (int q = 0; q < lg->ncarry && !st; q++)
+        if (lg->next[q] && (lg->nextv[q] = lg_next_stack(g, lg, loop, q)) < 0) st = ctx->status;
     unsigned char *use = hd_ctx_alloc(ctx, (size_t)lg->nfront + 1);
     if (!use) st = ctx->status;
     for (int h = 0; h < tg->roll.nheld && !st; h++) {

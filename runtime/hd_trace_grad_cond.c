@@ -258,7 +258,7 @@ static hd_status cond_derive(hd_ctx *ctx, hd_cond_grad *cg, const hd_cond_grad_i
             need[j] = wanted && hd_dtype_is_float(b->values[b->inputs[in->n + j].value].dtype);
             s->gx_at[j] = need[j] ? s->ngx++ : -1;
         }
-        hd_tg_spec sp = {b, 1, in->n, src, need, -1, 1};
+        hd_tg_spec sp = {b, 1, in->n, src, need, -1, 1, NULL};
         char name[160];
         snprintf(name, sizeof name, "%s.grad", b->name ? b->name : "cond");
         if (hd_tg_derive(ctx, &sp, name, &s->rev)) return ctx->status;

@@ -32,12 +32,17 @@ typedef struct hd_tg_spec {
     int extra;                   /* a body output with a cotangent of its own, or -1 */
     int direct; /* the carried values are inputs themselves (a loop of at most one trip),
                    not slots of stacks */
+    /* per carried value, or NULL: its value after each iteration is an
+     * input too (a stack of the next iterations' starts, "n<q>"), read
+     * where the backward would read the body's recomputed result */
+    const unsigned char *next;
 } hd_tg_spec;
 /* The reverse body of sp, traced apart from the active trace: inputs i
  * (i64), the float carried values' cotangents, the wanted gradients
  * (carried, in that order), then the stacks (or, direct, the carried
- * values), the invariant inputs and the extra cotangent; outputs i - 1,
- * the carried inputs' cotangents and the gradients summed. */
+ * values), the invariant inputs, the extra cotangent and the next stacks;
+ * outputs i - 1, the carried inputs' cotangents and the gradients
+ * summed. */
 hd_status hd_tg_derive(hd_ctx *ctx, const hd_tg_spec *sp, const char *name, hd_ir_graph **out);
 /* Per output of body, the inputs (bits) it reaches through ops that carry
  * gradients. */
