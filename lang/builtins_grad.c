@@ -42,6 +42,17 @@ static HD_TF_FN(tf_detach) {
     return HD_OK;
 }
 
+/* x.requires_grad_(requires_grad = true): x itself, marked (torch's
+ * spelling of x.requires_grad = true, for chains: randn([3]).requires_grad_()). */
+static HD_TF_FN(tf_requires_grad_) {
+    HD_TARGS_BIND(a); /* x, requires_grad= */
+    int on;
+    if (want_tensor(vm, &a, 0) || hd_targ_bool(vm, &a, 1, 1, &on)) return HD_ERR_RUNTIME;
+    if (hd_grad_set_member(vm, a.v[0].as.t, "requires_grad", hd_bool(on))) return HD_ERR_RUNTIME;
+    *out = hd_value_ref(a.v[0]);
+    return HD_OK;
+}
+
 /* loss.backward(grad = none, retain_graph = false), backward(loss). */
 static HD_TF_FN(tf_backward) {
     HD_TARGS_BIND(a); /* x, grad=, retain_graph= */
@@ -127,6 +138,7 @@ static HD_TF_FN(tf_grad_context);
 static const hd_tfunc rows[] = {
     {"param", tf_param, "t", -1, HD_TF_GLOBAL},
     {"detach", tf_detach, "x", -1, HD_TF_BOTH},
+    {"requires_grad_", tf_requires_grad_, "x, requires_grad=", -1, HD_TF_METHOD},
     {"backward", tf_backward, "x, grad=, retain_graph=", -1, HD_TF_BOTH},
     {"zero_grad", tf_zero_grad, "params", -1, HD_TF_GLOBAL},
     {"clear_tape", tf_clear_tape, "", -1, HD_TF_GLOBAL},

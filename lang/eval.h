@@ -36,8 +36,8 @@ const char *hd_eval_op_name(int op);
  * function (ctor: the class whose init it is) and the parameter
  * (eval_args.c; never inlined into the evaluator). */
 hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor, hd_value *slots,
-                            unsigned char *bound, hd_value self, int has_self,
-                            const hd_value *args, int nargs, const hd_kwarg *kw, int nkw);
+                            unsigned char *bound, hd_value self, int has_self, const hd_value *args,
+                            int nargs, const hd_kwarg *kw, int nkw);
 
 /* Fail at node n with status st and a formatted message (HD_V_ERR). */
 hd_value hd_eval_failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, const char *fmt, ...)
@@ -98,6 +98,16 @@ int hd_eval_while_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_tensor *pre
  * it). */
 int hd_eval_for_count_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b,
                              const char **why);
+/* for n over v (eval_for.c): a list, dict, string, tensor, range or
+ * object; a flow code. */
+int hd_eval_for_value(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+/* for n in a..b where a or b is a one-element integer tensor (takes a, b). */
+int hd_eval_for_tensor_range(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value a, hd_value b);
+/* for n in range(a, b, step) over ints (eval.c). */
+int hd_eval_for_range(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t b, int64_t step);
+/* An if, while or for on tensor data that traced code could not compile
+ * (why: the reason; fl: the flow it left): the error, with what to do. */
+int hd_eval_traced_refused(hd_vm *vm, hd_frame *f, const hd_ast *n, int fl, const char *why);
 /* A counted for-loop while compiled code is traced (eval_loop.c): a flow
  * code as hd_eval_for_iteration's. */
 int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64_t step,
