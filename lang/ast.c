@@ -254,6 +254,23 @@ hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts) {
     return hd_parse_items(p, hd_parse_node(p, HD_AST_BLOCK, span), stmts);
 }
 
+hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name, hd_ast *iter,
+                      hd_ast *cond) {
+    hd_ast *stmt = hd_parse_mk(p, HD_AST_COMP_PUSH, elem->span, elem, NULL, NULL);
+    if (stmt && cond) {
+        hd_ast *then = hd_parse_block(p, elem->span, hd_parse_list_add(p, NULL, stmt));
+        if (!then || !(stmt = hd_parse_node(p, HD_AST_IF, cond->span))) return NULL;
+        stmt->a = cond;
+        stmt->body = then;
+        stmt = hd_parse_done(p, stmt);
+    }
+    hd_ast *body = stmt ? hd_parse_block(p, span, hd_parse_list_add(p, NULL, stmt)) : NULL;
+    hd_ast *loop = body ? hd_parse_named(p, HD_AST_FOR, name, span, iter) : NULL;
+    if (!loop) return NULL;
+    loop->body = body;
+    return hd_parse_mk(p, HD_AST_COMP, span, hd_parse_done(p, loop), NULL, NULL);
+}
+
 static const char *hd_parse_target_what(const hd_ast *t) {
     switch (t->kind) {
     case HD_AST_CALL: return "a function call";
@@ -480,6 +497,8 @@ static const char *const hd_dump_names[HD_AST_KIND_COUNT] = {
     [HD_AST_GRAD_CTX] = "grad_context",
     [HD_AST_COMPILED] = "compiled",
     [HD_AST_PROGRAM] = "program",
+    [HD_AST_COMP] = "comprehension",
+    [HD_AST_COMP_PUSH] = "push",
 };
 
 static void hd_dump_node(hd_dump *d, const hd_ast *n);

@@ -60,6 +60,10 @@ typedef enum {
     HD_AST_GRAD_CTX, /* a: the context of grad_context(ctx) { } (NULL: a new one), body */
     HD_AST_COMPILED, /* items[n]: options (HD_AST_ARG), body: compiled { } block */
     HD_AST_PROGRAM,  /* items[n]: top-level statements; resolver: nslots (globals of the chunk) */
+
+    /* a list comprehension [e for x in it if c], as the parser builds it */
+    HD_AST_COMP,      /* expression; a: the for statement that fills the list */
+    HD_AST_COMP_PUSH, /* statement in that for's body; a: the element, pushed onto the list */
     HD_AST_KIND_COUNT
 } hd_ast_kind;
 

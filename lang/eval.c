@@ -778,6 +778,27 @@ fail:
     return hd_err_value();
 }
 
+/* [e for x in it if c]: the for statement (n->a) pushes each e onto the
+ * list (vm->comp_list, the innermost comprehension's). */
+static HD_NOINLINE hd_value ev_comp(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value list = hd_list_new(vm, 0), outer = vm->comp_list;
+    if (list.type != HD_V_LIST) return fail(vm, f, n);
+    vm->comp_list = list;
+    int fl = ex(vm, f, n->a);
+    vm->comp_list = outer;
+    if (fl == HD_FLOW_ERROR) {
+        hd_vunref(vm, list);
+        return hd_err_value();
+    }
+    return list;
+}
+
+static HD_NOINLINE int ex_comp_push(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value v = ev(vm, f, n->a);
+    if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+    return hd_list_push(vm, vm->comp_list, v) == HD_OK ? HD_FLOW_NORMAL : flow_fail(vm, f, n);
+}
+
 static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     hd_value x = ev(vm, f, n->a);
     if (x.type == HD_V_ERR) return x;
@@ -994,6 +1015,7 @@ static hd_value ev(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_DICT: return ev_dict(vm, f, n);
     case HD_AST_FN: return make_closure(vm, f, n, n->fn);
     case HD_AST_SCRIPT: return hd_script_eval(vm, f, n);
+    case HD_AST_COMP: return ev_comp(vm, f, n);
     default:
         return hd_eval_failf(vm, f, n, HD_ERR_RUNTIME, "internal error: cannot evaluate node %d",
                              (int)n->kind);
@@ -1405,6 +1427,7 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_GRAD_CTX: return ex_grad(vm, f, n);
     case HD_AST_COMPILED: return hd_compiled_block(vm, f, n);
     case HD_AST_BLOCK: return ex_block(vm, f, n);
+    case HD_AST_COMP_PUSH: return ex_comp_push(vm, f, n);
     default: {
         hd_value v = ev(vm, f, n);
         if (v.type == HD_V_ERR) return HD_FLOW_ERROR;

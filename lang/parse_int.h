@@ -105,6 +105,10 @@ hd_ast *hd_parse_str(hd_parser *p, const hd_lex_value *v, hd_span span);
 hd_ast *hd_parse_items(hd_parser *p, hd_ast *n, hd_parse_list *l);
 hd_ast *hd_parse_assign(hd_parser *p, int op, hd_span span, hd_ast *target, hd_ast *value);
 hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts);
+/* [elem for name in iter] and [elem for name in iter if cond] (cond NULL):
+ * an HD_AST_COMP over a for statement whose body pushes elem. */
+hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name, hd_ast *iter,
+                      hd_ast *cond);
 hd_ast *hd_parse_fn(hd_parser *p, hd_ast_kind kind, hd_span span, const char *name,
                     hd_parse_params *params, hd_ast *body, int compiled);
 hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, int is_path,

@@ -374,6 +374,12 @@ primary
         HD_NEED($$ = hd_parse_node(p, HD_AST_LIST, @$));
         HD_NEED($$ = hd_parse_items(p, $$, $2));
     }
+    | LBRACKET expr FOR NAME IN expr RBRACKET {
+        HD_NEED($$ = hd_parse_comp(p, @$, $2, $4.s, $6, NULL));
+    }
+    | LBRACKET expr FOR NAME IN expr IF expr RBRACKET {
+        HD_NEED($$ = hd_parse_comp(p, @$, $2, $4.s, $6, $8));
+    }
     | LBRACE opt_entries RBRACE {
         HD_NEED($$ = hd_parse_node(p, HD_AST_DICT, @$));
         HD_NEED($$ = hd_parse_items(p, $$, $2));
@@ -543,8 +549,9 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
     int newline = hd_yy_has(e, n, YYSYMBOL_NEWLINE);
     int header = hd_yy_has(e, n, YYSYMBOL_LBRACE) && !expr;
     int method = hd_yy_has(e, n, YYSYMBOL_FN) && !expr && !stmt;
-    /* after an operand, 'in' and 'not in' are operators too (but after
-     * `for x`, 'in' is what is missing) */
+    /* after an operand, 'in' and 'not in' are operators too, and inside
+     * brackets 'for' can start a comprehension: not what is missing (but
+     * after `for x`, 'in' is) */
     int ops = hd_yy_has(e, n, YYSYMBOL_PLUS);
     int k = 0;
     *phrase = stmt ? "a statement" : expr ? "an expression" : method ? "a method" : NULL;
@@ -556,7 +563,7 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
         if (s == YYSYMBOL_YYEOF && (newline || stmt)) continue;
         if (expr && hd_yy_starts_expr(s)) continue;
         if (!expr && hd_yy_continues_expr(s)) continue;
-        if (!expr && ops && (s == YYSYMBOL_IN || s == YYSYMBOL_NOT)) continue;
+        if (!expr && ops && (s == YYSYMBOL_IN || s == YYSYMBOL_NOT || s == YYSYMBOL_FOR)) continue;
         if (s == YYSYMBOL_ASSIGN && hd_yy_has(e, n, YYSYMBOL_PLUS_ASSIGN)) continue;
         if (s == YYSYMBOL_SEMI && newline) continue;
         if (s == YYSYMBOL_NEWLINE && header) continue;

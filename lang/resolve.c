@@ -366,6 +366,7 @@ static void rs_expr(rs *r, rs_fn *f, hd_ast *n) {
         rs_items(r, f, n);
         break;
     case HD_AST_FN: rs_defer_fn(r, f, n->fn); break;
+    case HD_AST_COMP: rs_stmt(r, f, n->a); break;
     default: break;
     }
     if (n->kind == HD_AST_SCRIPT && n->body) {
@@ -417,7 +418,8 @@ static void rs_class(rs *r, rs_fn *f, hd_ast *n) {
 static void rs_stmt(rs *r, rs_fn *f, hd_ast *n) {
     if (!n || !rs_enter(r, n)) return;
     switch (n->kind) {
-    case HD_AST_EXPR: rs_expr(r, f, n->a); break;
+    case HD_AST_EXPR:
+    case HD_AST_COMP_PUSH: rs_expr(r, f, n->a); break;
     case HD_AST_LET:
         rs_expr(r, f, n->a);
         rs_declare(r, f, n->name, &n->ref, -1);

@@ -166,8 +166,9 @@ struct hd_vm {
     int compile_none;                   /* HODU_EAGER=1: compiled code runs eagerly */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
     struct hd_roll_watch *roll_watch;   /* innermost traced loop iteration (eval_loop.c) */
-    struct hd_roll_var *roll_var;       /* traced loops' variables as counter tensors (eval_loop.c) */
-    uint64_t births;                    /* heap objects made so far (hd_obj.birth) */
+    struct hd_roll_var *roll_var; /* traced loops' variables as counter tensors (eval_loop.c) */
+    hd_value comp_list;           /* the innermost list comprehension's list (borrowed) */
+    uint64_t births;              /* heap objects made so far (hd_obj.birth) */
 
     /* where creation functions put tensors without device= (NULL: the
      * cpu): set_default_device(d), or HODU_DEVICE, resolved on first use */
