@@ -747,8 +747,9 @@ NATIVE(str_join) {
     return set_str(vm, result, hd_buf_to_str(&b));
 }
 
-/* "{} and {}".format(a, b), "{0}{1}{0}", "{name}" from named arguments;
- * "{{" and "}}" are literal braces. */
+/* "{} and {}".format(a, b), "{0}{1}{0}", "{name}" from named arguments,
+ * each with a format spec after ':' ("{:.3f}", format_spec.c); "{{" and
+ * "}}" are literal braces. */
 NATIVE(str_format) {
     const hd_str *s = S(self);
     hd_buf b;
@@ -770,8 +771,13 @@ NATIVE(str_format) {
             hd_buf_free(&b);
             return hd_vm_error(vm, HD_ERR_RUNTIME, "format(): unclosed '{'");
         }
-        size_t flen = (size_t)(close - (s->chars + i + 1));
-        const char *field = s->chars + i + 1;
+        size_t flen = (size_t)(close - (s->chars + i + 1)), slen = 0;
+        const char *field = s->chars + i + 1, *spec = memchr(field, ':', flen);
+        if (spec) { /* {name:spec} */
+            slen = flen - (size_t)(spec - field) - 1;
+            flen = (size_t)(spec - field);
+            spec++;
+        }
         const hd_value *v = NULL;
         if (flen == 0) {
             if (next < nargs) v = &args[next++];
@@ -785,11 +791,14 @@ NATIVE(str_format) {
         }
         if (!v) {
             hd_buf_free(&b);
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "format(): no argument for {%.*s}", (int)flen,
-                               field);
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "format(): no argument for {%.*s}",
+                               (int)(close - field), field);
         }
-        hd_buf_value(&b, *v, 0);
-        i += flen + 1;
+        if (hd_format_spec(vm, &b, *v, spec ? spec : "", slen)) {
+            hd_buf_free(&b);
+            return vm->err;
+        }
+        i += (size_t)(close - field) + 1;
     }
     return set_str(vm, result, hd_buf_to_str(&b));
 }

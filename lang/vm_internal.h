@@ -292,6 +292,9 @@ void hd_buf_addf(hd_buf *b, const char *fmt, ...)
     ;
 /* Append str(v) (quote = 0) or repr(v) (quote = 1). */
 void hd_buf_value(hd_buf *b, hd_value v, int quote);
+/* Append v as format spec spec (len bytes: "", ".3f", ">8", ...) says:
+ * Python's mini-language (format_spec.c). */
+hd_status hd_format_spec(hd_vm *vm, hd_buf *b, hd_value v, const char *spec, size_t len);
 hd_value hd_buf_to_str(hd_buf *b); /* frees the buffer */
 void hd_buf_free(hd_buf *b);
 /* Whether the text is incomplete (out of memory, or a part failed): adds
