@@ -50,33 +50,27 @@ for c in llvm interp; do
     done
 done
 echo
-echo "backpropagation through a loop: N steps of tanh(h @ w + b) on [32, 64], then backward()"
-printf "%-8s %-9s %7s %14s %14s %14s %10s\n" compiler mode N "compile (ms)" "run (us)" "eager (us)" "max diff"
-for c in llvm interp; do
-    for mode in rolled unrolled; do
-        for n in 10 100 1000 10000; do
-            if [ "$mode" = unrolled ] && [ "$n" -gt 100 ]; then continue; fi
-            roll=1; [ "$mode" = unrolled ] && roll=0
-            read -r _ ms us eus diff < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
-                "$hodu" "$here/loops/bptt.hodu" "$n")
-            printf "%-8s %-9s %7s %14.1f %14.1f %14.1f %10s\n" "$c" "$mode" "$n" "$ms" "$us" "$eus" "$diff"
+# A program of bench/loops/ that prints "N compile_ms run_us eager_us
+# max_diff", rolled and unrolled (up to 100 steps), with each compiler.
+grad_loop() {
+    printf "%-8s %-9s %7s %14s %14s %14s %10s\n" compiler mode N "compile (ms)" "run (us)" "eager (us)" "max diff"
+    for c in llvm interp; do
+        for mode in rolled unrolled; do
+            for n in $2; do
+                if [ "$mode" = unrolled ] && [ "$n" -gt 100 ]; then continue; fi
+                roll=1; [ "$mode" = unrolled ] && roll=0
+                read -r _ ms us eus diff < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
+                    "$hodu" "$here/loops/$1" "$n")
+                printf "%-8s %-9s %7s %14.1f %14.1f %14.1f %10s\n" "$c" "$mode" "$n" "$ms" "$us" "$eus" "$diff"
+            done
         done
     done
-done
+}
+echo "backpropagation through a loop: N steps of tanh(h @ w + b) on [32, 64], then backward()"
+grad_loop bptt.hodu "10 100 1000 10000"
 echo
 echo "an RNN over a sequence: N steps of tanh(xs[t] @ wx + h @ wh + b) on [32, 64], then backward()"
-printf "%-8s %-9s %7s %14s %14s %14s %10s\n" compiler mode N "compile (ms)" "run (us)" "eager (us)" "max diff"
-for c in llvm interp; do
-    for mode in rolled unrolled; do
-        for n in 10 100 1000; do
-            if [ "$mode" = unrolled ] && [ "$n" -gt 100 ]; then continue; fi
-            roll=1; [ "$mode" = unrolled ] && roll=0
-            read -r _ ms us eus diff < <(cold env HODU_COMPILER="$c" HODU_LOOP_ROLL="$roll" \
-                "$hodu" "$here/loops/rnn_seq.hodu" "$n")
-            printf "%-8s %-9s %7s %14.1f %14.1f %14.1f %10s\n" "$c" "$mode" "$n" "$ms" "$us" "$eus" "$diff"
-        done
-    done
-done
+grad_loop rnn_seq.hodu "10 100 1000"
 echo
 echo "linear regression 100 x 3, 1000 epochs of SGD"
 for p in 1 2 3; do

@@ -377,23 +377,23 @@ hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what)
                         "branch on tensor data inside compiled code: use where(...) (%s reads "
                         "the values of a traced tensor)",
                         what);
-    if (strcmp(what, "indexing with a bool mask") == 0)
-        return hd_error(ctx, HD_ERR_RUNTIME,
-                        "%s needs tensor data, which compiled code knows only when it runs (the "
-                        "result has one element per true value): keep the shape with "
-                        "where(mask, x, 0.0), or index after the call returns",
-                        what);
-    if (strcmp(what, "writing through an index tensor") == 0)
-        return hd_error(ctx, HD_ERR_RUNTIME,
-                        "%s needs tensor data, which compiled code knows only when it runs: "
-                        "build the new tensor with a one-hot mask (where(one_hot(i, n) > 0, v, "
-                        "x) for a vector x of n), or pass the index in as an int",
-                        what);
+    static const struct {
+        const char *what, *fix;
+    } fixes[] = {
+        {"indexing with a bool mask", " (the result has one element per true value): keep the "
+                                      "shape with where(mask, x, 0.0), or index after the call "
+                                      "returns"},
+        {"writing through an index tensor", ": build the new tensor with a one-hot mask "
+                                            "(where(one_hot(i, n) > 0, v, x) for a vector x of "
+                                            "n), or pass the index in as an int"},
+    };
+    const char *fix = ": keep the value a tensor inside compiled code (its ops are traced: "
+                      "x.sum() * 2, not x.sum().item() * 2) and read it after the call returns";
+    for (size_t i = 0; i < sizeof fixes / sizeof *fixes; i++)
+        if (strcmp(what, fixes[i].what) == 0) fix = fixes[i].fix;
     return hd_error(ctx, HD_ERR_RUNTIME,
-                    "%s needs tensor data, which compiled code knows only when it runs: keep "
-                    "the value a tensor inside compiled code (its ops are traced: x.sum() * 2, "
-                    "not x.sum().item() * 2) and read it after the call returns",
-                    what);
+                    "%s needs tensor data, which compiled code knows only when it runs%s", what,
+                    fix);
 }
 
 void hd_trace_set_lift(hd_ctx *ctx, hd_trace_lift_fn fn, void *ud) {

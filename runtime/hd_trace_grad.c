@@ -115,19 +115,20 @@ static hd_status grad_inputs(grad_run *R) {
     return HD_OK;
 }
 
+/* Slot i of stack s (traced): *out. */
+static hd_status grad_slot(grad_run *R, hd_tensor *s, hd_tensor **out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *in[2] = {s, R->i};
+    return hd_op_run(R->ctx, HD_OP_INDEX_SELECT, in, 2, &at, out);
+}
+
 /* Slot i of each next stack, and where the backward (traced after
  * graph node `from`) reads the recomputed carried result, the slot
  * instead. */
 static hd_status grad_next_slots(grad_run *R) {
-    const hd_tg_spec *sp = R->sp;
-    hd_ctx *ctx = R->ctx;
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    for (int q = 0; q < sp->ncarry; q++) {
-        if (!R->n[q]) continue;
-        hd_tensor *in[2] = {R->n[q], R->i};
-        if (hd_op_run(ctx, HD_OP_INDEX_SELECT, in, 2, &at, &R->nc[q])) return ctx->status;
-    }
+    for (int q = 0; q < R->sp->ncarry; q++)
+        if (R->n[q] && grad_slot(R, R->n[q], &R->nc[q])) return R->ctx->status;
     return HD_OK;
 }
 
@@ -150,13 +151,10 @@ static void grad_next_rewire(grad_run *R, int from) {
 static hd_status grad_leaves(grad_run *R) {
     const hd_tg_spec *sp = R->sp;
     hd_ctx *ctx = R->ctx;
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
     for (int q = 0; q < sp->ncarry; q++) {
-        hd_tensor *in[2] = {R->s[q], R->i};
         if (sp->direct)
             R->c[q] = hd_tensor_ref(R->s[q]);
-        else if (hd_op_run(ctx, HD_OP_INDEX_SELECT, in, 2, &at, &R->c[q]))
+        else if (grad_slot(R, R->s[q], &R->c[q]))
             return ctx->status;
         if (R->gc[q] && hd_grad_set_requires(ctx, R->c[q], 1)) return ctx->status;
         R->val[sp->body->inputs[q].value] = hd_tensor_ref(R->c[q]);
@@ -330,7 +328,7 @@ typedef struct loop_grad {
     unsigned char next[64]; /* per carry: the reverse bodies read its next stack */
     int *nextv;             /* per carry: that stack's value in the trace, or -1 */
     hd_ir_graph *rev;       /* the reverse body */
-    hd_ir_graph **tail; /* per body output: the reverse body with its cotangent, or NULL */
+    hd_ir_graph **tail;     /* per body output: the reverse body with its cotangent, or NULL */
 } loop_grad;
 
 typedef struct loop_grad_out {
