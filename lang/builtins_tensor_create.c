@@ -2,6 +2,7 @@
  * zeros_like, ones_like, manual_seed, and the default device they use
  * (set_default_device, default_device, HODU_DEVICE). */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_backend.h"
 #include "hd_rng.h"
 #include "vm_internal.h"
@@ -185,6 +186,113 @@ static HD_TF_FN(tf_rand) {
     return create(vm, &a, HD_OP_RAND, &at, out);
 }
 
+/* Every element of p (with data) in [0, 1], as torch checks. */
+static hd_status rnd_check_probs(hd_vm *vm, hd_tensor *p) {
+    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(vm), p);
+    if (!h) return hd_tfail(vm, "bernoulli");
+    hd_status st = HD_OK;
+    for (int64_t i = 0; i < h->numel && !st; i++) {
+        double v = hd_tensor_get(h, i);
+        if (!(v >= 0.0 && v <= 1.0))
+            st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                             "bernoulli: p must be in [0, 1], got %g at flat index %lld", v,
+                             (long long)i);
+    }
+    hd_tensor_unref(h);
+    return st;
+}
+
+/* x op y through the op table (y NULL: a unary op); takes x. */
+static hd_status rnd_step(hd_vm *vm, const char *fn, hd_op op, hd_tensor **x, hd_tensor *y,
+                          const hd_attrs *at) {
+    hd_tensor *in[2] = {*x, y}, *r = NULL;
+    hd_status st = hd_trun_t(vm, fn, op, in, y ? 2 : 1, at, &r);
+    hd_tensor_unref(*x);
+    *x = r;
+    return st;
+}
+
+/* randint(low, high, shape) or randint(high, shape), as torch's: ints
+ * uniform in [low, high): floor(u * n) for an f64 draw u in [0, 1) and
+ * n = high - low, kept below n (the product's rounding can reach it),
+ * plus low, cast to dtype (i64). */
+static HD_TF_FN(tf_randint) {
+    HD_TARGS_BIND(a); /* low, high, shape=, dtype=, device= */
+    int swap = a.v[1].type == HD_V_LIST && !hd_targ_has(&a, 2), dt;
+    hd_value lo = swap ? hd_int(0) : a.v[0], hi = swap ? a.v[0] : a.v[1];
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (lo.type != HD_V_INT || hi.type != HD_V_INT)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "randint: low and high must be ints, got %s and %s",
+                           hd_value_type_name(lo), hd_value_type_name(hi));
+    if (lo.as.i >= hi.as.i)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "randint: low (%lld) must be below high (%lld)",
+                           (long long)lo.as.i, (long long)hi.as.i);
+    if (llabs(lo.as.i) > (1ll << 53) || llabs(hi.as.i) > (1ll << 53))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "randint: bounds beyond 2^53 are not supported");
+    int nd;
+    if (!swap && !hd_targ_has(&a, 2))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "randint: give a shape: randint(low, high, [n])");
+    if (hd_targ_shape(vm, &a, swap ? 1 : 2, at.shape, &nd) ||
+        hd_targ_dtype(vm, &a, 3, HD_I64, &dt) || hd_targ_device(vm, &a, 4))
+        return HD_ERR_RUNTIME;
+    if (dt == HD_BOOL) return hd_vm_error(vm, HD_ERR_RUNTIME, "randint: dtype cannot be bool");
+    at.nshape = nd;
+    at.dtype = HD_F64;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    double n = (double)(hi.as.i - lo.as.i);
+    hd_tensor *x = NULL,
+              *num[3] = {hd_tensor_number(ctx, HD_F64, n), hd_tensor_number(ctx, HD_F64, n - 1),
+                         hd_tensor_number(ctx, HD_F64, (double)lo.as.i)};
+    hd_attrs cast;
+    memset(&cast, 0, sizeof cast);
+    cast.dtype = (hd_dtype)dt;
+    hd_status st =
+        num[0] && num[1] && num[2] ? create_on(vm, &a, HD_OP_RAND, &at, &x) : hd_vm_oom(vm);
+    if (!st) st = rnd_step(vm, "randint", HD_OP_MUL, &x, num[0], NULL);
+    if (!st) st = rnd_step(vm, "randint", HD_OP_FLOOR, &x, NULL, NULL);
+    if (!st) st = rnd_step(vm, "randint", HD_OP_MINIMUM, &x, num[1], NULL);
+    if (!st) st = rnd_step(vm, "randint", HD_OP_ADD, &x, num[2], NULL);
+    if (!st) st = rnd_step(vm, "randint", HD_OP_CAST, &x, NULL, &cast);
+    hd_tunref_all(num, 3);
+    if (st) return hd_tensor_unref(x), st;
+    *out = hd_tensor_value(x);
+    return HD_OK;
+}
+
+/* bernoulli(p): 1 where a uniform draw falls below p, else 0, in p's
+ * dtype and on p's device (torch's). p must lie in [0, 1]; eagerly that is
+ * checked, in compiled code a p outside acts as clamped. */
+static HD_TF_FN(tf_bernoulli) {
+    HD_TARGS_BIND(a); /* p */
+    hd_tensor *p = NULL, *u = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &p)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    if (!hd_dtype_is_float(p->dtype))
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "bernoulli: p must be a float tensor, got %s",
+                         hd_dtype_name(p->dtype));
+    if (!st && hd_compiled_data_known(vm, p)) st = rnd_check_probs(vm, p);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = p->ndim;
+    memcpy(at.shape, p->shape, (size_t)p->ndim * sizeof *p->shape);
+    at.dtype = p->dtype;
+    at.scalar[1] = 1;
+    hd_place pl = hd_place_of(p);
+    a.place = pl.backend ? pl.backend : &hd_cpu_backend;
+    a.place_device = pl.device;
+    hd_attrs cast;
+    memset(&cast, 0, sizeof cast);
+    cast.dtype = p->dtype;
+    if (!st) st = create_on(vm, &a, HD_OP_RAND, &at, &u);
+    if (!st) st = rnd_step(vm, "bernoulli", HD_OP_LT, &u, p, NULL);
+    if (!st) st = rnd_step(vm, "bernoulli", HD_OP_CAST, &u, NULL, &cast);
+    hd_tensor_unref(p);
+    if (st) return hd_tensor_unref(u), st;
+    *out = hd_tensor_value(u);
+    return HD_OK;
+}
+
 /* randn draws standard normals, then scales: x * std + mean. */
 static HD_TF_FN(tf_randn) {
     HD_TARGS_BIND(a); /* shape, mean=, std=, dtype=, device= */
@@ -345,6 +453,8 @@ static const hd_tfunc rows[] = {
     {"full", tf_full, "shape, value, dtype=, device=", -1, HD_TF_GLOBAL},
     {"rand", tf_rand, "*shape, dtype=, device=", -1, HD_TF_GLOBAL},
     {"randn", tf_randn, "*shape, mean=, std=, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"randint", tf_randint, "low, high, shape=, dtype=, device=", -1, HD_TF_GLOBAL},
+    {"bernoulli", tf_bernoulli, "p", -1, HD_TF_BOTH},
     {"arange", tf_arange, "start, end=, step=, dtype=, device=", -1, HD_TF_GLOBAL},
     {"linspace", tf_linspace, "start, end, n, dtype=, device=", -1, HD_TF_GLOBAL},
     {"eye", tf_eye, "n, m=, dtype=, device=", -1, HD_TF_GLOBAL},

@@ -29,7 +29,7 @@
 
 (defconst hodu-builtins
   '(
-    "tensor" "zeros" "ones" "full" "rand" "randn" "arange" "linspace" "eye"
+    "tensor" "zeros" "ones" "full" "rand" "randn" "randint" "bernoulli" "arange" "linspace" "eye"
     "zeros_like" "ones_like" "manual_seed" "set_default_device"
     "default_device" "abs" "exp" "log" "sqrt" "rsqrt" "sin" "cos" "tanh"
     "sigmoid" "relu" "gelu" "silu" "softplus" "sign" "floor" "ceil" "round"

@@ -11,7 +11,7 @@ syn keyword hoduDecl grad_context
 syn keyword hoduConstant true false none
 syn keyword hoduOperator and or not
 syn keyword hoduDtype f16 bf16 f32 f64 i8 u8 i32 i64 bool
-syn keyword hoduBuiltin tensor zeros ones full rand randn arange linspace eye
+syn keyword hoduBuiltin tensor zeros ones full rand randn randint bernoulli arange linspace eye
 syn keyword hoduBuiltin zeros_like ones_like manual_seed set_default_device
 syn keyword hoduBuiltin default_device abs exp log sqrt rsqrt sin cos tanh
 syn keyword hoduBuiltin sigmoid relu gelu silu softplus sign floor ceil round
