@@ -5,6 +5,7 @@
 #include "compiled.h"
 #include "hd_backend.h"
 #include "hd_rng.h"
+#include "hd_trace.h"
 #include "vm_internal.h"
 
 #include <math.h>
@@ -186,20 +187,43 @@ static HD_TF_FN(tf_rand) {
     return create(vm, &a, HD_OP_RAND, &at, out);
 }
 
-/* Every element of p (with data) in [0, 1], as torch checks. */
-static hd_status rnd_check_probs(hd_vm *vm, hd_tensor *p) {
-    hd_tensor *h = hd_tensor_to_host(hd_vm_ctx(vm), p);
-    if (!h) return hd_tfail(vm, "bernoulli");
+/* Every element of p in [0, 1], as torch checks: now when p's values are
+ * known, else as a step of the compiled code at every call. */
+static hd_status rnd_probs_values(hd_ctx *ctx, void *ud, hd_tensor *const *args, int nargs) {
+    HD_UNUSED(ud), HD_UNUSED(nargs);
+    hd_tensor *h = hd_tensor_to_host(ctx, args[0]);
+    if (!h) return ctx->status;
     hd_status st = HD_OK;
     for (int64_t i = 0; i < h->numel && !st; i++) {
         double v = hd_tensor_get(h, i);
         if (!(v >= 0.0 && v <= 1.0))
-            st = hd_vm_error(vm, HD_ERR_RUNTIME,
-                             "bernoulli: p must be in [0, 1], got %g at flat index %lld", v,
-                             (long long)i);
+            st = hd_error(ctx, HD_ERR_RUNTIME,
+                          "bernoulli: p must be in [0, 1], got %g at flat index %lld", v,
+                          (long long)i);
     }
     hd_tensor_unref(h);
     return st;
+}
+
+static void *rnd_probs_dup(void *ud) {
+    return ud;
+}
+
+static void rnd_probs_free(hd_ctx *ctx, void *ud) {
+    HD_UNUSED(ctx), HD_UNUSED(ud);
+}
+
+static hd_status rnd_check_probs(hd_vm *vm, hd_tensor *p) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_status st;
+    if (hd_compiled_data_known(vm, p)) {
+        st = rnd_probs_values(ctx, NULL, &p, 1);
+    } else {
+        hd_ir_callback cb = {"bernoulli check", rnd_probs_values, NULL, rnd_probs_dup,
+                             rnd_probs_free};
+        st = hd_trace_callback(ctx, &cb, &p, 1);
+    }
+    return st ? hd_tfail(vm, "bernoulli") : HD_OK;
 }
 
 /* x op y through the op table (y NULL: a unary op); takes x. */
@@ -261,8 +285,7 @@ static HD_TF_FN(tf_randint) {
 }
 
 /* bernoulli(p): 1 where a uniform draw falls below p, else 0, in p's
- * dtype and on p's device (torch's). p must lie in [0, 1]; eagerly that is
- * checked, in compiled code a p outside acts as clamped. */
+ * dtype and on p's device (torch's); p must lie in [0, 1]. */
 static HD_TF_FN(tf_bernoulli) {
     HD_TARGS_BIND(a); /* p */
     hd_tensor *p = NULL, *u = NULL;
@@ -271,7 +294,7 @@ static HD_TF_FN(tf_bernoulli) {
     if (!hd_dtype_is_float(p->dtype))
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "bernoulli: p must be a float tensor, got %s",
                          hd_dtype_name(p->dtype));
-    if (!st && hd_compiled_data_known(vm, p)) st = rnd_check_probs(vm, p);
+    if (!st) st = rnd_check_probs(vm, p);
     hd_attrs at;
     memset(&at, 0, sizeof at);
     at.nshape = p->ndim;
