@@ -345,9 +345,9 @@ static void roll_say(const roll_loop *L, const char *fmt, int64_t x, const char 
 
 static hd_tensor *roll_op(hd_vm *vm, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at);
 
-/* Iteration k's loop variable: the int, or the counter tensor, one traced
- * add past the iteration before's (so that iterations repeat). NULL on
- * an error. */
+/* Run iteration k with its loop variable: the int, or the counter tensor,
+ * one traced add past the iteration before's (so that iterations repeat).
+ * A flow code. */
 static int roll_iteration(roll_loop *L, int64_t k) {
     hd_vm *vm = L->vm;
     int64_t i = L->a + k * L->step;
@@ -434,11 +434,13 @@ static int roll_run(roll_loop *L) {
  * x[i]: 1 if so. */
 static int roll_counter_begin(roll_loop *L) {
     hd_ctx *ctx = &L->vm->ctx;
-    int64_t before, twice;
+    /* the counter's values, from a - 2 step to the last, exact as numbers */
+    const int64_t big = (int64_t)1 << 53;
+    int64_t before, twice, last = L->a + (L->count - 1) * L->step;
     if (!roll_index_only(L->n->body, &L->n->ref, 0) ||
         __builtin_sub_overflow(L->a, L->step, &before) ||
-        __builtin_sub_overflow(before, L->step, &twice) ||
-        (double)twice != (double)(int64_t)(double)twice)
+        __builtin_sub_overflow(before, L->step, &twice) || twice < -big || twice > big ||
+        last < -big || last > big)
         return 0;
     /* made by an op, as every later value, so that iteration 0 repeats too */
     hd_tensor *c = hd_tensor_number(ctx, HD_I64, (double)twice);
