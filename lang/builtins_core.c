@@ -282,6 +282,104 @@ NATIVE(bi_list) {
     return HD_OK;
 }
 
+/* x's items as a new list (what a for loop over x gives), or HD_V_ERR. */
+static hd_value items_of(hd_vm *vm, hd_value x, const char *fn) {
+    hd_value l = hd_list_new(vm, 0);
+    if (l.type != HD_V_LIST) return hd_err_value();
+    if (extend(vm, l, x, fn) != HD_OK) {
+        hd_vunref(vm, l);
+        return hd_err_value();
+    }
+    return l;
+}
+
+/* enumerate(it, start = 0): [[start, x0], [start + 1, x1], ...] (lists:
+ * Hodu has no tuples). */
+NATIVE(bi_enumerate) {
+    static const char *const allowed[] = {"start", NULL};
+    if (arity(vm, "enumerate", nargs, 1, 2) != HD_OK ||
+        only_kw(vm, "enumerate", kw, nkw, allowed) != HD_OK)
+        return vm->err;
+    const hd_value *st = nargs == 2 ? &args[1] : kwarg(kw, nkw, "start");
+    if (st && want(vm, "enumerate", *st, HD_V_INT, "an int start") != HD_OK) return vm->err;
+    int64_t k = st ? st->as.i : 0;
+    hd_value it = items_of(vm, args[0], "enumerate"), out = hd_list_new(vm, 0);
+    hd_status s = it.type == HD_V_LIST && out.type == HD_V_LIST ? HD_OK : vm->err;
+    for (int64_t i = 0; s == HD_OK && i < hd_as_list(it)->len; i++) {
+        hd_value pair = hd_list_new(vm, 2);
+        if (pair.type != HD_V_LIST) {
+            s = vm->err;
+            break;
+        }
+        hd_list_push(vm, pair, hd_int(k + i));
+        hd_list_push(vm, pair, hd_value_ref(hd_as_list(it)->items[i]));
+        s = hd_list_push(vm, out, pair);
+    }
+    hd_vunref(vm, it);
+    if (s != HD_OK) return hd_vunref(vm, out), vm->err;
+    *result = out;
+    return HD_OK;
+}
+
+/* zip(a, b, ...): [[a0, b0, ...], [a1, b1, ...], ...] up to the shortest. */
+NATIVE(bi_zip) {
+    if (plain(vm, "zip", nargs, 0, 16, nkw) != HD_OK) return vm->err;
+    hd_value lists[16], out = hd_list_new(vm, 0);
+    int made = 0;
+    int64_t n = INT64_MAX;
+    hd_status s = out.type == HD_V_LIST ? HD_OK : vm->err;
+    for (; s == HD_OK && made < nargs; made++) {
+        lists[made] = items_of(vm, args[made], "zip");
+        if (lists[made].type != HD_V_LIST)
+            s = vm->err;
+        else
+            n = HD_MIN(n, hd_as_list(lists[made])->len);
+    }
+    for (int64_t i = 0; s == HD_OK && nargs && i < n; i++) {
+        hd_value row = hd_list_new(vm, nargs);
+        if (row.type != HD_V_LIST) {
+            s = vm->err;
+            break;
+        }
+        for (int j = 0; j < nargs; j++)
+            hd_list_push(vm, row, hd_value_ref(hd_as_list(lists[j])->items[i]));
+        s = hd_list_push(vm, out, row);
+    }
+    for (int j = 0; j < made; j++) hd_vunref(vm, lists[j]);
+    if (s != HD_OK) return hd_vunref(vm, out), vm->err;
+    *result = out;
+    return HD_OK;
+}
+
+static hd_status list_sort(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                           const hd_kwarg *kw, int nkw, hd_value *result, void *data);
+static hd_status list_reverse(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                              const hd_kwarg *kw, int nkw, hd_value *result, void *data);
+
+/* sorted(it, key = none, reverse = false): a new sorted list (list.sort's
+ * order: stable). */
+NATIVE(bi_sorted) {
+    if (arity(vm, "sorted", nargs, 1, 1) != HD_OK) return vm->err;
+    hd_value l = items_of(vm, args[0], "sorted"), ignored = hd_none();
+    if (l.type != HD_V_LIST) return vm->err;
+    if (list_sort(vm, l, NULL, 0, kw, nkw, &ignored, data) != HD_OK) {
+        hd_vunref(vm, l);
+        return vm->err;
+    }
+    *result = l;
+    return HD_OK;
+}
+
+/* reversed(it): a new list of its items, last first. */
+NATIVE(bi_reversed) {
+    if (plain(vm, "reversed", nargs, 1, 1, nkw) != HD_OK) return vm->err;
+    hd_value l = items_of(vm, args[0], "reversed"), ignored = hd_none();
+    if (l.type != HD_V_LIST) return vm->err;
+    list_reverse(vm, l, NULL, 0, NULL, 0, &ignored, data);
+    *result = l;
+    return HD_OK;
+}
+
 /* ---- conversions ---- */
 
 /* A number from a one-element tensor, through its item() method. */
@@ -1187,10 +1285,13 @@ typedef struct {
 } native_entry;
 
 static const native_entry hd_core_functions[] = {
-    {"print", bi_print},   {"str", bi_str},         {"repr", bi_repr},  {"type", bi_type},
-    {"len", bi_len},       {"range", bi_range},     {"list", bi_list},  {"int", bi_int},
-    {"float", bi_float},   {"bool", bi_bool},       {"args", bi_args},  {"clock", bi_clock},
-    {"assert", bi_assert}, {"require", bi_require}, {"gc", bi_collect},
+    {"print", bi_print},         {"str", bi_str},         {"repr", bi_repr},
+    {"type", bi_type},           {"len", bi_len},         {"range", bi_range},
+    {"list", bi_list},           {"int", bi_int},         {"float", bi_float},
+    {"bool", bi_bool},           {"args", bi_args},       {"clock", bi_clock},
+    {"assert", bi_assert},       {"require", bi_require}, {"gc", bi_collect},
+    {"enumerate", bi_enumerate}, {"zip", bi_zip},         {"sorted", bi_sorted},
+    {"reversed", bi_reversed},
 };
 
 /* Names the tensor prelude may also define: the core version handles

@@ -42,7 +42,7 @@
     "backward" "zero_grad" "clear_tape" "is_grad_enabled" "memory_stats"
     "getattr" "setattr" "hasattr" "randperm" "isatty" "flush"
     "compiled_stats" "input" "output" "load_script" "print" "str" "repr"
-    "type" "len" "range" "list" "int" "float" "args" "clock" "assert"
+    "type" "len" "range" "list" "int" "float" "args" "clock" "enumerate" "zip" "sorted" "reversed" "assert"
     "require" "gc"
     "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
     "triu" "flip" "roll" "tile" "norm"

@@ -25,7 +25,7 @@ syn keyword hoduBuiltin read_csv param detach backward zero_grad clear_tape
 syn keyword hoduBuiltin is_grad_enabled memory_stats getattr setattr hasattr
 syn keyword hoduBuiltin randperm isatty flush compiled_stats input output
 syn keyword hoduBuiltin load_script print str repr type len range list int
-syn keyword hoduBuiltin float args clock assert require gc
+syn keyword hoduBuiltin float args clock assert require gc enumerate zip sorted reversed
 syn keyword hoduBuiltin isnan isinf isfinite nan_to_num any all tril triu flip roll tile norm
 syn keyword hoduBuiltin masked_fill take_along_axis gather log1p expm1 hypot
 
