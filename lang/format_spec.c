@@ -10,8 +10,8 @@
  *            Tensor.__format__), others only with an empty spec
  *   bools, none and the rest: s or no type, as str()
  *
- * Width and precision count code points; numbers align right by default,
- * the rest left. */
+ * Width and precision count code points (a precision is at most 100); numbers align right by
+ * default, the rest left. */
 #include "builtins_tensor.h"
 #include "vm_internal.h"
 
@@ -67,6 +67,8 @@ static hd_status fmt_parse(hd_vm *vm, const char *s, size_t len, fmt_spec *f) {
         i++;
         if ((f->prec = fmt_count(s, len, &i)) < 0)
             return fmt_error(vm, s, len, "no precision after '.'");
+        if (f->prec > 100) /* keeps every number's text inside fmt_float's buffers */
+            return fmt_error(vm, s, len, "precision over 100");
     }
     if (f->width < -1 || f->prec < -1)
         return fmt_error(vm, s, len, "width or precision over 10000");
@@ -185,7 +187,8 @@ static void fmt_general(char *body, size_t cap, double a, int prec) {
 
 static hd_status fmt_float(hd_vm *vm, hd_buf *b, const fmt_spec *f, double v, const char *spec,
                            size_t len) {
-    char body[400], grouped[600], c[16];
+    /* at most 309 integer digits, '.', 100 decimals and '%' or ".0" */
+    char body[512], grouped[768], c[16];
     int prec = f->prec < 0 ? 6 : (int)f->prec, neg = signbit(v) && !isnan(v);
     double a = fabs(v);
     char t = f->type;
@@ -234,7 +237,7 @@ static hd_status fmt_value(hd_vm *vm, hd_buf *b, const fmt_spec *f, hd_value v, 
                            size_t len) {
     if (v.type == HD_V_INT) {
         if (fmt_float_type(f->type)) return fmt_float(vm, b, f, (double)v.as.i, spec, len);
-        if (!f->type || strchr("dbBoxXn", f->type)) return fmt_int(vm, b, f, v.as.i, spec, len);
+        if (!f->type || strchr("dboxXn", f->type)) return fmt_int(vm, b, f, v.as.i, spec, len);
     } else if (v.type == HD_V_FLOAT) {
         if (!f->type || fmt_float_type(f->type)) return fmt_float(vm, b, f, v.as.f, spec, len);
     } else {
