@@ -270,18 +270,6 @@ static hd_status extend(hd_vm *vm, hd_value list, hd_value x, const char *fn) {
     }
 }
 
-NATIVE(bi_list) {
-    if (plain(vm, "list", nargs, 0, 1, nkw) != HD_OK) return vm->err;
-    hd_value l = hd_list_new(vm, 0);
-    if (l.type != HD_V_LIST) return vm->err;
-    if (nargs && extend(vm, l, args[0], "list") != HD_OK) {
-        hd_vunref(vm, l);
-        return vm->err;
-    }
-    *result = l;
-    return HD_OK;
-}
-
 /* x's items as a new list (what a for loop over x gives), or HD_V_ERR. */
 static hd_value items_of(hd_vm *vm, hd_value x, const char *fn) {
     hd_value l = hd_list_new(vm, 0);
@@ -291,6 +279,14 @@ static hd_value items_of(hd_vm *vm, hd_value x, const char *fn) {
         return hd_err_value();
     }
     return l;
+}
+
+NATIVE(bi_list) {
+    if (plain(vm, "list", nargs, 0, 1, nkw) != HD_OK) return vm->err;
+    hd_value l = nargs ? items_of(vm, args[0], "list") : hd_list_new(vm, 0);
+    if (l.type != HD_V_LIST) return vm->err;
+    *result = l;
+    return HD_OK;
 }
 
 /* enumerate(it, start = 0): [[start, x0], [start + 1, x1], ...] (lists:
