@@ -3,6 +3,7 @@
  *
  * Exit status: 0 success, 1 the program failed (syntax, name or runtime
  * error), 2 usage error (unknown option, missing or unreadable file). */
+#include "fmt_cli.h"
 #include "repl.h"
 #include "run_script.h"
 #include "vm.h"
@@ -19,6 +20,7 @@
 static const char hd_usage[] =
     "usage: hodu [options] [FILE | -e CODE | -] [args...]\n"
     "       hodu check FILE...\n"
+    "       hodu fmt [--check] FILE...\n"
     "       hodu run-script F.hoduscript [--input NAME=FILE.npy]... [--output OUT]\n"
     "\n"
     "  FILE        run a .hodu program; args() returns the words after it\n"
@@ -26,6 +28,8 @@ static const char hd_usage[] =
     "  -           run the program read from standard input\n"
     "  (none)      start the REPL on a terminal, else read standard input\n"
     "  check FILE  report every syntax and name error without running\n"
+    "  fmt FILE    rewrite FILE in the canonical layout (--check: only say\n"
+    "              which files would change, exit status 1 if any)\n"
     "  run-script  run a saved script (hodu run-script --help)\n"
     "  --version   print the version\n"
     "  -h, --help  print this help\n"
@@ -177,6 +181,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(a, "check") == 0) return hd_check(argc - 2, argv + 2);
+    if (strcmp(a, "fmt") == 0) return hd_fmt_main(argc - 2, argv + 2);
     if (strcmp(a, "run-script") == 0) return hd_run_script_main(argc - 2, argv + 2);
     if (strcmp(a, "-e") == 0) {
         if (argc < 3) return hd_usage_error("%s", "-e needs an argument");

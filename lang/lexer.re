@@ -324,7 +324,10 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
         /*!re2c
             $ { return hd_lex_eof(lx, t); }
             [ \t\r\f\v]+ { continue; }
-            "#" [^\n]* { continue; }
+            "#" [^\n]* {
+                if (lx->keep_comments) return hd_lex_tok(lx, t, HD_LEX_COMMENT);
+                continue;
+            }
             "\n" { return hd_lex_newline(lx, t); }
 
             "let" { return hd_lex_tok(lx, t, HD_T_LET); }
@@ -499,6 +502,12 @@ void hd_lex_next(hd_parser *p, hd_lex_token *t) {
     hd_lex_brackets(p, t);
     lx->prev = t->kind;
     lx->last = *t;
+}
+
+/* One raw token for the formatter: every newline and every comment. */
+void hd_lex_raw(hd_parser *p, hd_lex_token *t) {
+    p->lex.keep_comments = 1;
+    hd_lex_scan(p, t);
 }
 
 void hd_lex_init(hd_parser *p, const char *source, size_t len) {

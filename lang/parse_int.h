@@ -27,6 +27,9 @@ typedef struct hd_lex_value {
     int big;   /* INT: the literal is 9223372036854775808, valid only after a unary minus */
 } hd_lex_value;
 
+/* The kind of a comment token, which only hd_lex_raw hands out. */
+#define HD_LEX_COMMENT 100000
+
 typedef struct hd_lex_token {
     int kind; /* a Bison token kind (HD_T_...) */
     hd_span span;
@@ -50,6 +53,7 @@ typedef struct hd_lexer {
     int has_pending;
     hd_lex_token pending;
     hd_lex_token last; /* the last token handed out (the parser's look-ahead) */
+    int keep_comments; /* hd_lex_raw: comments are tokens (HD_LEX_COMMENT) */
     char *scratch;     /* string decoding buffer (context memory) */
     size_t scratch_cap, scratch_len;
 } hd_lexer;
@@ -132,5 +136,6 @@ int hd_yyparse(hd_parser *p);
 void hd_lex_init(hd_parser *p, const char *source, size_t len);
 void hd_lex_free(hd_parser *p);
 void hd_lex_next(hd_parser *p, hd_lex_token *t);
+void hd_lex_raw(hd_parser *p, hd_lex_token *t);
 
 #endif

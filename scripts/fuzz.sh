@@ -2,7 +2,7 @@
 # Build the libFuzzer targets (tests/fuzz) with clang and run each one for
 # SECONDS (default 60) on its seed corpus, up to HODU_JOBS targets at once.
 #   scripts/fuzz.sh [-k] [SECONDS] [TARGET...]
-# TARGETs: parser script npy npz safetensors csv program (default: all).
+# TARGETs: parser fmt script npy npz safetensors csv program (default: all).
 # -k keeps going after a finding (libFuzzer's fork mode), for long runs.
 # New inputs go to build-fuzz/fuzz-out/TARGET/corpus, findings (crash-*,
 # leak-*, timeout-*, oom-*) to build-fuzz/fuzz-out/TARGET/findings, the log
@@ -17,7 +17,7 @@ fi
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parser script npy npz safetensors csv program)
+[ ${#targets[@]} -gt 0 ] || targets=(parser fmt script npy npz safetensors csv program)
 jobs=${HODU_JOBS:-$(nproc)}
 dir=${HODU_FUZZ_DIR:-build-fuzz}
 src=tests/fuzz
@@ -38,7 +38,7 @@ ctest --test-dir "$dir" --output-on-failure -j "$jobs" \
 # RSS of 1 GiB, means memory that escaped it.
 fuzz_options() {
     case $1 in
-    parser) echo "-dict=$src/parser.dict -max_len=4096 -timeout=10" ;;
+    parser | fmt) echo "-dict=$src/parser.dict -max_len=4096 -timeout=10" ;;
     script) echo "-max_len=16384 -timeout=10" ;;
     npy | npz | safetensors | csv)
         echo "-dict=$src/$1.dict -max_len=16384 -timeout=10 -rss_limit_mb=1024 -malloc_limit_mb=16" ;;
@@ -51,6 +51,7 @@ fuzz_options() {
 fuzz_seeds() {
     case $1 in
     program) echo "$src/corpus_program $src/corpus_parser tests/golden" ;;
+    fmt) echo "$src/corpus_fmt $src/corpus_parser tests/fmt/cases" ;;
     *) echo "$src/corpus_$1" ;;
     esac
 }

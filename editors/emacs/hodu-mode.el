@@ -81,6 +81,21 @@
       (save-excursion (indent-line-to col)))))
 
 ;;;###autoload
+(defun hodu-format-buffer ()
+  "Rewrite the buffer in the canonical layout with `hodu fmt -'.
+On a syntax error the buffer is left as it is and the error shown."
+  (interactive)
+  (let ((out (generate-new-buffer " *hodu fmt*"))
+        (point (point)))
+    (unwind-protect
+        (if (zerop (call-process-region (point-min) (point-max) "hodu" nil
+                                        (list out t) nil "fmt" "-"))
+            (progn (replace-buffer-contents out)
+                   (goto-char (min point (point-max))))
+          (message "hodu fmt: %s" (with-current-buffer out (buffer-string))))
+      (kill-buffer out))))
+
+;;;###autoload
 (define-derived-mode hodu-mode prog-mode "Hodu"
   "Major mode for Hodu programs."
   (setq-local comment-start "# ")
