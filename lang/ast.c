@@ -325,6 +325,7 @@ hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, in
                         const char *alias) {
     hd_ast *n = hd_parse_node(p, HD_AST_IMPORT, span);
     if (!n) return NULL;
+    if (what->fstr) hd_parse_error(p, span, "an import path is a plain string, not an f-string");
     n->str = what->s;
     n->slen = what->len;
     n->is_path = is_path;
@@ -499,6 +500,8 @@ static const char *const hd_dump_names[HD_AST_KIND_COUNT] = {
     [HD_AST_PROGRAM] = "program",
     [HD_AST_COMP] = "comprehension",
     [HD_AST_COMP_PUSH] = "push",
+    [HD_AST_TRY] = "try",
+    [HD_AST_THROW] = "throw",
 };
 
 static void hd_dump_node(hd_dump *d, const hd_ast *n);

@@ -64,6 +64,10 @@ typedef enum {
     /* a list comprehension [e for x in it if c], as the parser builds it */
     HD_AST_COMP,      /* expression; a: the for statement that fills the list */
     HD_AST_COMP_PUSH, /* statement in that for's body; a: the element, pushed onto the list */
+
+    /* errors as values */
+    HD_AST_TRY,   /* body: try block, c: catch block, name: its variable (NULL: none); resolver: ref */
+    HD_AST_THROW, /* a: a message string or a caught Error */
     HD_AST_KIND_COUNT
 } hd_ast_kind;
 

@@ -1066,6 +1066,10 @@ static int bind_loop_var(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
     return store(vm, f, n, &n->ref, v);
 }
 
+int hd_eval_bind(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v) {
+    return bind_loop_var(vm, f, n, v);
+}
+
 /* Run one iteration's body; returns a flow code for the loop to act on:
  * NORMAL (go on), BREAK (stop normally), or RETURN/ERROR (propagate). */
 static HD_ALWAYS_INLINE int loop_body(hd_vm *vm, hd_frame *f, const hd_ast *n) {
@@ -1428,6 +1432,8 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     case HD_AST_COMPILED: return hd_compiled_block(vm, f, n);
     case HD_AST_BLOCK: return ex_block(vm, f, n);
     case HD_AST_COMP_PUSH: return ex_comp_push(vm, f, n);
+    case HD_AST_TRY: return hd_eval_try(vm, f, n);
+    case HD_AST_THROW: return hd_eval_throw(vm, f, n);
     default: {
         hd_value v = ev(vm, f, n);
         if (v.type == HD_V_ERR) return HD_FLOW_ERROR;

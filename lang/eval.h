@@ -55,6 +55,14 @@ enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_
  * (never through its compiled cache). */
 int hd_eval_block(hd_vm *vm, hd_frame *f, const hd_ast *block);
 int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt);
+/* Bind a loop's or a catch's variable (n->ref) to v, which it takes;
+ * 0 after an error. */
+int hd_eval_bind(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value v);
+/* try { } catch e { } and throw (eval_try.c): flow codes. */
+int hd_eval_try(hd_vm *vm, hd_frame *f, const hd_ast *n);
+int hd_eval_throw(hd_vm *vm, hd_frame *f, const hd_ast *n);
+/* The builtin class Error, made at VM start. */
+hd_status hd_eval_try_init(hd_vm *vm);
 hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
 hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,

@@ -248,7 +248,10 @@ static hd_status fmt_value(hd_vm *vm, hd_buf *b, const fmt_spec *f, hd_value v, 
 }
 
 hd_status hd_format_spec(hd_vm *vm, hd_buf *b, hd_value v, const char *spec, size_t len) {
-    if (len == 0) return hd_buf_value(b, v, 0), HD_OK;
+    if (len == 0) {
+        hd_buf_value(b, v, 0);
+        return hd_buf_failed(b) ? hd_buf_error(b) : HD_OK;
+    }
     fmt_spec f;
     if (fmt_parse(vm, spec, len, &f)) return vm->err;
     if (v.type != HD_V_TENSOR) return fmt_value(vm, b, &f, v, spec, len);

@@ -8,10 +8,11 @@
  *  - inside ( ) and [ ] (but not inside { }, where blocks live),
  *  - after a token that needs something after it (binary operators,
  *    `not`, `=` and its compound forms, `,` `:` `.`, opening brackets, and
- *    the header keywords `if` `else` `while` `for` `in` `as`),
- *  - before `}` `)` `]` `.` and `else`, which never start a statement, so
- *    `}` on its own line closes a dict or a block, `} else {` may be split
- *    after `}`, and a method chain may start its lines with `.`.
+ *    the header keywords `if` `else` `while` `for` `in` `as` `try` `catch`),
+ *  - before `}` `)` `]` `.` `else` and `catch`, which never start a
+ *    statement, so `}` on its own line closes a dict or a block, `} else {`
+ *    and `} catch e {` may be split after `}`, and a method chain may start
+ *    its lines with `.`.
  * Runs of newlines, blank lines and comment lines give one NEWLINE. At the
  * end of input a NEWLINE is made if the last statement was not ended, so
  * the grammar only ever sees ended statements.
@@ -179,6 +180,7 @@ static void hd_lex_unicode(hd_parser *p, const unsigned char *b, const unsigned 
         return;
     }
     hd_lex_put_utf8(p, c);
+    if (lx->fstr && (c == '{' || c == '}')) hd_lex_put_utf8(p, c); /* a literal brace */
 }
 
 static void hd_lex_bad_escape(hd_parser *p, const unsigned char *b, const unsigned char *e) {
@@ -196,8 +198,102 @@ static int hd_lex_string_end(hd_parser *p, hd_lex_token *t) {
     t->v.s = hd_parse_strdup(p, lx->scratch ? lx->scratch : "", lx->scratch_len);
     t->v.len = lx->scratch_len;
     if (!t->v.s) return HD_T_END;
+    if (lx->fstr) {
+        size_t n = (size_t)lx->nfields * sizeof *lx->fields;
+        t->v.fstr = 1;
+        t->v.nfields = lx->nfields;
+        t->v.fields = n ? hd_parse_alloc(p, n) : NULL;
+        if (n && !t->v.fields) return HD_T_END;
+        if (n) memcpy(t->v.fields, lx->fields, n);
+        lx->fstr = 0;
+    }
     return HD_T_STRING;
 }
+
+/* ---- f-string fields ---- */
+
+static const unsigned char *hd_lex_field_fail(hd_parser *p, const unsigned char *b,
+                                              const unsigned char *e, const char *msg) {
+    hd_parse_error(p, hd_lex_span(&p->lex, b, e > b ? e : b + 1), "%s", msg);
+    return NULL;
+}
+
+/* A string inside a field, from its opening quote: past its closing one,
+ * or NULL at the end of the line. */
+static const unsigned char *hd_lex_field_string(const hd_lexer *lx, const unsigned char *e) {
+    for (e++; e < lx->lim && *e != '\n'; e++) {
+        if (*e == '\\' && e + 1 < lx->lim && e[1] != '\n') e++;
+        else if (*e == '"') return e + 1;
+    }
+    return NULL;
+}
+
+/* The end of a field's expression, from just after its '{': the '}', the
+ * ':' of a format spec or the '!' of a conversion, outside brackets and
+ * strings. NULL when the line ends first. */
+static const unsigned char *hd_lex_field_expr(const hd_lexer *lx, const unsigned char *e) {
+    int depth = 0;
+    while (e && e < lx->lim && *e != '\n') {
+        unsigned char c = *e;
+        if (c == '"') {
+            e = hd_lex_field_string(lx, e);
+            continue;
+        }
+        if (depth == 0 && (c == '}' || c == ':')) return e;
+        if (depth == 0 && c == '!' && (e[1] == 'r' || e[1] == 's') && (e[2] == '}' || e[2] == ':'))
+            return e;
+        if (c == '(' || c == '[' || c == '{') depth++;
+        if ((c == ')' || c == ']' || c == '}') && depth > 0) depth--;
+        e++;
+    }
+    return NULL;
+}
+
+static int hd_lex_field_add(hd_parser *p, const hd_lex_field *f) {
+    hd_lexer *lx = &p->lex;
+    if (lx->nfields == lx->cap_fields) {
+        int cap = lx->cap_fields ? lx->cap_fields * 2 : 8;
+        hd_lex_field *a = hd_ctx_realloc(p->ctx, lx->fields, (size_t)lx->cap_fields * sizeof *a,
+                                         (size_t)cap * sizeof *a);
+        if (!a) {
+            p->oom = 1;
+            return 0;
+        }
+        lx->fields = a;
+        lx->cap_fields = cap;
+    }
+    lx->fields[lx->nfields++] = *f;
+    return 1;
+}
+
+/* {expr}, {expr:spec}, {expr!r}: the field recorded, "{}" or "{:spec}" put
+ * in the format string. Returns where the string goes on, or NULL after an
+ * error (the rest of the string is then read as plain text). */
+static const unsigned char *hd_lex_field_scan(hd_parser *p, const unsigned char *open) {
+    hd_lexer *lx = &p->lex;
+    const unsigned char *b = open + 1, *e = hd_lex_field_expr(lx, b), *spec = NULL;
+    if (!e) return hd_lex_field_fail(p, open, b, "unterminated f-string field: '{' without '}'");
+    hd_lex_field f = {(const char *)b, (size_t)(e - b), lx->line, (int)(b - lx->bol) + 1, 0};
+    const unsigned char *s = b;
+    while (s < e && (*s == ' ' || *s == '\t')) s++;
+    if (s == e) return hd_lex_field_fail(p, open, e + 1, "empty expression in an f-string field");
+    if (*e == '!') {
+        f.conv = (char)e[1];
+        e += 2;
+    }
+    if (*e == ':') {
+        spec = e;
+        while (e < lx->lim && *e != '}' && *e != '{' && *e != '\n' && *e != '"') e++;
+        if (e >= lx->lim || *e != '}')
+            return hd_lex_field_fail(p, spec, e, "an f-string format spec ends at '}' and holds no '{' or '\"'");
+    }
+    if (!hd_lex_field_add(p, &f)) return NULL;
+    hd_lex_put(p, "{", 1);
+    if (spec) hd_lex_put(p, spec, (size_t)(e - spec));
+    hd_lex_put(p, "}", 1);
+    return e + 1;
+}
+
 
 static int hd_lex_unterminated(hd_parser *p, hd_lex_token *t, const unsigned char *s) {
     p->lex.cur = s;
@@ -216,7 +312,22 @@ static int hd_lex_string(hd_parser *p, hd_lex_token *t) {
         const unsigned char *s = lx->cur;
         /*!re2c
             ["] { return hd_lex_string_end(p, t); }
-            [^"\\\n\x80-\xff]+ { hd_lex_put(p, s, (size_t)(lx->cur - s)); continue; }
+            [^"\\\n{}\x80-\xff]+ { hd_lex_put(p, s, (size_t)(lx->cur - s)); continue; }
+            "{{" | "}}" { hd_lex_put(p, s, 2); continue; }
+            "{" {
+                const unsigned char *next = lx->fstr == 1 ? hd_lex_field_scan(p, s) : NULL;
+                if (next) lx->cur = next;
+                else if (lx->fstr) lx->fstr = 2; /* after an error: plain text to the end */
+                if (!next) hd_lex_put(p, s, 1);
+                continue;
+            }
+            "}" {
+                if (lx->fstr == 1)
+                    hd_parse_error(p, hd_lex_span(lx, s, lx->cur),
+                                   "a single '}' in an f-string: write '}}' for a brace");
+                hd_lex_put(p, s, 1);
+                continue;
+            }
             u8 { hd_lex_put(p, s, (size_t)(lx->cur - s)); continue; }
             "\\n" { hd_lex_put(p, "\n", 1); continue; }
             "\\t" { hd_lex_put(p, "\t", 1); continue; }
@@ -353,6 +464,9 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
             "no_grad" { return hd_lex_tok(lx, t, HD_T_NO_GRAD); }
             "grad_context" { return hd_lex_tok(lx, t, HD_T_GRAD_CONTEXT); }
             "script" { return hd_lex_tok(lx, t, HD_T_SCRIPT); }
+            "try" { return hd_lex_tok(lx, t, HD_T_TRY); }
+            "catch" { return hd_lex_tok(lx, t, HD_T_CATCH); }
+            "throw" { return hd_lex_tok(lx, t, HD_T_THROW); }
             ident { return hd_lex_name(p, t); }
 
             dec { return hd_lex_int(p, t, 10); }
@@ -360,6 +474,11 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
             float { return hd_lex_float(p, t); }
             badnum { return hd_lex_fail(p, t, HD_T_INT, "invalid number literal"); }
             ["] { return hd_lex_string(p, t); }
+            "f\"" {
+                p->lex.fstr = 1;
+                p->lex.nfields = 0;
+                return hd_lex_string(p, t);
+            }
             ['] [^'\n]* ['] { return hd_lex_quote(p, t); }
 
             "(" { return hd_lex_tok(lx, t, HD_T_LPAREN); }
@@ -414,7 +533,8 @@ static int hd_lex_needs_more(int k) {
     case HD_T_ASSIGN: case HD_T_PLUS_ASSIGN: case HD_T_MINUS_ASSIGN: case HD_T_STAR_ASSIGN:
     case HD_T_SLASH_ASSIGN: case HD_T_COMMA: case HD_T_COLON: case HD_T_DOT:
     case HD_T_LPAREN: case HD_T_LBRACKET: case HD_T_LBRACE: case HD_T_IN: case HD_T_AS:
-    case HD_T_IF: case HD_T_WHILE: case HD_T_FOR: case HD_T_ELSE: return 1;
+    case HD_T_IF: case HD_T_WHILE: case HD_T_FOR: case HD_T_ELSE: case HD_T_TRY:
+    case HD_T_CATCH: return 1;
     default: return 0;
     }
 }
@@ -422,7 +542,7 @@ static int hd_lex_needs_more(int k) {
 /* Tokens that never start a statement: a newline before them is dropped. */
 static int hd_lex_never_starts(int k) {
     return k == HD_T_RBRACE || k == HD_T_RPAREN || k == HD_T_RBRACKET || k == HD_T_ELSE ||
-           k == HD_T_DOT;
+           k == HD_T_CATCH || k == HD_T_DOT;
 }
 
 static int hd_lex_in_parens(const hd_lexer *lx) {
@@ -523,6 +643,9 @@ void hd_lex_init(hd_parser *p, const char *source, size_t len) {
 void hd_lex_free(hd_parser *p) {
     hd_lexer *lx = &p->lex;
     if (lx->scratch) hd_ctx_free(p->ctx, lx->scratch, lx->scratch_cap);
+    if (lx->fields) hd_ctx_free(p->ctx, lx->fields, (size_t)lx->cap_fields * sizeof *lx->fields);
+    lx->fields = NULL;
+    lx->cap_fields = 0;
     lx->scratch = NULL;
     lx->scratch_cap = 0;
 }

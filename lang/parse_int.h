@@ -18,6 +18,16 @@
 #define HD_PARSE_MAX_DEPTH  1000
 #define HD_PARSE_MAX_ERRORS 20
 
+/* A {field} of an f-string: its expression's text (in the lexer's copy of
+ * the source), where it starts, and its conversion ('r' for !r, 's' for
+ * !s, 0 for none). */
+typedef struct hd_lex_field {
+    const char *text;
+    size_t len;
+    int line, col;
+    char conv;
+} hd_lex_field;
+
 /* The value a token carries to the grammar. */
 typedef struct hd_lex_value {
     const char *s; /* NAME: the name; STRING: decoded bytes (arena, NUL-terminated) */
@@ -25,6 +35,10 @@ typedef struct hd_lex_value {
     int64_t i; /* INT */
     double f;  /* FLOAT */
     int big;   /* INT: the literal is 9223372036854775808, valid only after a unary minus */
+    /* STRING from f"...": s is the format string (each field "{}" or
+     * "{:spec}", literal braces doubled), fields its expressions (arena) */
+    int fstr, nfields;
+    hd_lex_field *fields;
 } hd_lex_value;
 
 /* The kind of a comment token, which only hd_lex_raw hands out. */
@@ -54,6 +68,9 @@ typedef struct hd_lexer {
     hd_lex_token pending;
     hd_lex_token last; /* the last token handed out (the parser's look-ahead) */
     int keep_comments; /* hd_lex_raw: comments are tokens (HD_LEX_COMMENT) */
+    int fstr;          /* scanning an f-string: 1, or 2 after an error in a field */
+    hd_lex_field *fields; /* its fields so far (context memory) */
+    int nfields, cap_fields;
     char *scratch;     /* string decoding buffer (context memory) */
     size_t scratch_cap, scratch_len;
 } hd_lexer;
@@ -81,6 +98,7 @@ typedef struct hd_parser {
     int abort;      /* stop: the lexer hands out end of input from now on */
     int oom;        /* an allocation failed */
     int too_deep;   /* "nested too deeply" was reported */
+    int fdepth;     /* f-string fields this parse is nested in */
     hd_ast *program;
 } hd_parser;
 
@@ -106,6 +124,10 @@ hd_ast *hd_parse_named(hd_parser *p, hd_ast_kind kind, const char *name, hd_span
 hd_ast *hd_parse_int(hd_parser *p, const hd_lex_value *v, hd_span span);
 hd_ast *hd_parse_float(hd_parser *p, double f, hd_span span);
 hd_ast *hd_parse_str(hd_parser *p, const hd_lex_value *v, hd_span span);
+/* f"text {expr:spec} {expr!r}": "text {:spec} {}".format(expr, repr(expr))
+ * (fstring.c); each field's expression parsed in place, its errors at
+ * their columns. A plain string when there is no field. */
+hd_ast *hd_parse_fstring(hd_parser *p, const hd_lex_value *v, hd_span span);
 hd_ast *hd_parse_items(hd_parser *p, hd_ast *n, hd_parse_list *l);
 hd_ast *hd_parse_assign(hd_parser *p, int op, hd_span span, hd_ast *target, hd_ast *value);
 hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts);

@@ -93,6 +93,7 @@ static void hd_yyerror(hd_span *loc, hd_parser *p, const char *msg);
 %token COMPILED "'compiled'" IMPORT "'import'" AS "'as'" CLASS "'class'"
 %token TRUE "'true'" FALSE "'false'" NONE "'none'" AND "'and'" OR "'or'" NOT "'not'"
 %token NO_GRAD "'no_grad'" GRAD_CONTEXT "'grad_context'" SCRIPT "'script'"
+%token TRY "'try'" CATCH "'catch'" THROW "'throw'"
 %token PLUS "'+'" MINUS "'-'" STAR "'*'" SLASH "'/'" PERCENT "'%'" AT "'@'" POW "'**'"
 %token EQ "'=='" NE "'!='" LT "'<'" LE "'<='" GT "'>'" GE "'>='" RANGE "'..'"
 %token ASSIGN "'='" PLUS_ASSIGN "'+='" MINUS_ASSIGN "'-='" STAR_ASSIGN "'*='"
@@ -186,6 +187,19 @@ stmt
     | GRAD_CONTEXT LPAREN opt_args RPAREN block {
         HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, $5));
     }
+    | TRY nls block CATCH NAME nls block {
+        HD_NEED($$ = hd_parse_named(p, HD_AST_TRY, $5.s, @$, NULL));
+        $$->body = $3;
+        $$->c = $7;
+        HD_NEED($$ = hd_parse_done(p, $$));
+    }
+    | TRY nls block CATCH nls block {
+        HD_NEED($$ = hd_parse_node(p, HD_AST_TRY, @$));
+        $$->body = $3;
+        $$->c = $6;
+        HD_NEED($$ = hd_parse_done(p, $$));
+    }
+    | THROW expr { HD_NEED($$ = hd_parse_mk(p, HD_AST_THROW, @$, $2, NULL, NULL)); }
     | COMPILED nls block {
         HD_NEED($$ = hd_parse_node(p, HD_AST_COMPILED, @$));
         $$->body = $3;
@@ -365,7 +379,9 @@ primary
     : NAME { HD_NEED($$ = hd_parse_named(p, HD_AST_NAME, $1.s, @$, NULL)); }
     | INT { HD_NEED($$ = hd_parse_int(p, &$1, @$)); }
     | FLOAT { HD_NEED($$ = hd_parse_float(p, $1.f, @$)); }
-    | STRING { HD_NEED($$ = hd_parse_str(p, &$1, @$)); }
+    | STRING {
+        HD_NEED($$ = $1.fstr ? hd_parse_fstring(p, &$1, @$) : hd_parse_str(p, &$1, @$));
+    }
     | TRUE { HD_NEED($$ = hd_parse_node(p, HD_AST_TRUE, @$)); }
     | FALSE { HD_NEED($$ = hd_parse_node(p, HD_AST_FALSE, @$)); }
     | NONE { HD_NEED($$ = hd_parse_node(p, HD_AST_NONE, @$)); }
@@ -463,6 +479,7 @@ entry
         HD_NEED($$->a);
     }
     | STRING COLON expr {
+        if ($1.fstr) hd_parse_error(p, @1, "a dict key is a name or a plain string, not an f-string");
         HD_NEED($$ = hd_parse_mk(p, HD_AST_PAIR, @$, hd_parse_str(p, &$1, @1), $3, NULL));
         HD_NEED($$->a);
     }
@@ -507,7 +524,8 @@ static int hd_yy_starts_stmt(yysymbol_kind_t k) {
     switch (k) {
     case YYSYMBOL_LET: case YYSYMBOL_RETURN: case YYSYMBOL_IF: case YYSYMBOL_FOR:
     case YYSYMBOL_WHILE: case YYSYMBOL_BREAK: case YYSYMBOL_CONTINUE: case YYSYMBOL_IMPORT:
-    case YYSYMBOL_CLASS: case YYSYMBOL_NO_GRAD: case YYSYMBOL_GRAD_CONTEXT: return 1;
+    case YYSYMBOL_CLASS: case YYSYMBOL_NO_GRAD: case YYSYMBOL_GRAD_CONTEXT: case YYSYMBOL_TRY:
+    case YYSYMBOL_THROW: return 1;
     default: return hd_yy_starts_expr(k);
     }
 }

@@ -480,6 +480,16 @@ static void rs_stmt(rs *r, rs_fn *f, hd_ast *n) {
         if (n->body) rs_block(r, f, n->body);
         break;
     case HD_AST_BLOCK: rs_block(r, f, n); break;
+    case HD_AST_TRY: {
+        if (n->body) rs_block(r, f, n->body);
+        rs_scope scope;
+        rs_block_push(r, f, &scope, 0);
+        if (n->name) rs_declare(r, f, n->name, &n->ref, -1);
+        if (n->c) rs_block(r, f, n->c);
+        rs_block_pop(r, f, NULL);
+        break;
+    }
+    case HD_AST_THROW: rs_expr(r, f, n->a); break;
     default: rs_expr(r, f, n); break;
     }
     r->depth--;

@@ -1096,7 +1096,15 @@ static void hd_buf_container(hd_buf *b, hd_value v, const hd_print_seen *seen) {
     hd_buf_add(b, "}", 1);
 }
 
+/* Inside compiled code a tensor's values are known only when a run gives
+ * them: its text is an error there (print places the values at every run,
+ * compiled_print.c). */
 static void hd_buf_tensor(hd_buf *b, const hd_tensor *t) {
+    if (!hd_compiled_data_known(b->vm, t)) {
+        hd_compiled_check_data(b->vm, t, "the text of a tensor");
+        b->failed = 1;
+        return;
+    }
     hd_value s = hd_tensor_format(b->vm, t);
     if (s.type == HD_V_STR)
         hd_buf_add(b, hd_as_str(s)->chars, hd_as_str(s)->len);
@@ -1165,16 +1173,8 @@ void hd_buf_value(hd_buf *b, hd_value v, int quote) {
     hd_buf_value_rec(b, v, quote, NULL);
 }
 
-/* A tensor's text needs its data: not inside compiled code when a run
- * gives it (print is the way to see it at every run). */
-static int tensor_text_ok(hd_vm *vm, hd_value v) {
-    if (v.type != HD_V_TENSOR || (v.as.t->storage && !vm->ctx.trace)) return 1;
-    return hd_compiled_check_data(vm, v.as.t, "str()") == HD_OK;
-}
-
 hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
     if (v.type == HD_V_STR) return hd_value_ref(v);
-    if (!tensor_text_ok(vm, v)) return hd_none();
     hd_buf b;
     hd_buf_init(&b, vm);
     hd_buf_value(&b, v, 0);
@@ -1182,7 +1182,6 @@ hd_value hd_value_to_str(hd_vm *vm, hd_value v) {
 }
 
 hd_value hd_value_repr(hd_vm *vm, hd_value v) {
-    if (!tensor_text_ok(vm, v)) return hd_none();
     hd_buf b;
     hd_buf_init(&b, vm);
     hd_buf_value(&b, v, 1);

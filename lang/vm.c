@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* dladdr */
 #endif
 #include "compiled.h"
+#include "eval.h"
 #include "hd_autograd.h"
 #include "hd_io.h"
 #include "resolve.h"
@@ -47,7 +48,15 @@ hd_status hd_vm_error(hd_vm *vm, hd_status st, const char *fmt, ...) {
     va_end(ap);
     vm->err = st;
     vm->err_located = 0;
+    vm->err_line = vm->err_col = 0;
+    vm->err_file[0] = 0;
     return st;
+}
+
+static void err_place(hd_vm *vm, const char *file, const hd_span *span) {
+    snprintf(vm->err_file, sizeof vm->err_file, "%s", file ? file : "");
+    vm->err_line = span ? span->line : 0;
+    vm->err_col = span ? span->col : 0;
 }
 
 hd_status hd_vm_ctx_status(const hd_vm *vm, hd_status st) {
@@ -73,6 +82,7 @@ void hd_vm_clear_error(hd_vm *vm) {
     vm->err_located = 0;
     vm->errmsg[0] = 0;
     vm->errtext[0] = 0;
+    err_place(vm, NULL, NULL);
     hd_error_clear(&vm->ctx);
 }
 
@@ -158,6 +168,7 @@ void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
         at = at->parent;
     }
     errtext_diag(vm, at->chunk, sp, vm->errmsg);
+    err_place(vm, at->chunk->name, sp);
     /* A trace only when there is more than the top level to show. */
     if (f->parent || f->closure) errtext_trace(vm, f, span);
     vm->err_located = 1;
@@ -169,6 +180,7 @@ void hd_vm_locate(hd_vm *vm, hd_frame *f, const hd_span *span) {
 static hd_status errtext_chunk(hd_vm *vm, const char *name) {
     if (vm->err != HD_OK && !vm->err_located) {
         snprintf(vm->errtext, sizeof vm->errtext, "%s: error: %s\n", name, vm->errmsg);
+        err_place(vm, name, NULL);
         vm->err_located = 1;
     }
     return vm->err;
@@ -179,6 +191,7 @@ static void errtext_diags(hd_vm *vm, hd_chunk *c, const hd_diag *d, int n) {
     for (int i = 0; i < n; i++) errtext_diag(vm, c, &d[i].span, d[i].message);
     vm->err = HD_ERR_SYNTAX;
     snprintf(vm->errmsg, sizeof vm->errmsg, "%s", n ? d[0].message : "syntax error");
+    err_place(vm, c->name, n ? &d[0].span : NULL);
     vm->err_located = 1;
 }
 
@@ -659,7 +672,8 @@ static hd_status vm_init(hd_vm *vm) {
      * tensor function (abs, min, max) keep it and hand tensors to it. */
     if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
     if (hd_builtins_compiled_open(vm) != HD_OK) return vm->err;
-    return hd_builtins_core_open(vm);
+    if (hd_builtins_core_open(vm) != HD_OK) return vm->err;
+    return hd_eval_try_init(vm);
 }
 
 /* The VM's own struct comes from its allocator too, under its limit. */

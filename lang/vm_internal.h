@@ -153,6 +153,10 @@ struct hd_vm {
     int err_located; /* the text has its location and trace */
     char errmsg[HD_ERRMSG_MAX];
     char errtext[HD_ERRTEXT_MAX];
+    /* where the error was located (line 0: nowhere), for a catch's Error */
+    char err_file[256];
+    int err_line, err_col;
+    struct hd_class *error_class; /* the builtin Error (eval_try.c), held by the prelude */
 
     void (*write)(void *ud, const char *s, size_t n);
     void *write_ud;

@@ -383,6 +383,10 @@ hd_status hd_trace_check_data(hd_ctx *ctx, const hd_tensor *t, const char *what)
         {"indexing with a bool mask", " (the result has one element per true value): keep the "
                                       "shape with where(mask, x, 0.0), or index after the call "
                                       "returns"},
+        {"the text of a tensor", ": str(), repr(), format() and f-strings make text once, "
+                                 "when the code is traced; print the tensor as an argument of "
+                                 "its own (print(\"y =\", y)), which prints at every run, or "
+                                 "make the text after the call returns"},
         {"writing through an index tensor", ": build the new tensor with a one-hot mask "
                                             "(where(one_hot(i, n) > 0, v, x) for a vector x of "
                                             "n), or pass the index in as an int"},

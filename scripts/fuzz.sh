@@ -27,6 +27,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 if [ ! -f "$dir/CMakeCache.txt" ]; then
     CC=${HODU_FUZZ_CC:-clang} cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DHODU_FUZZ=ON >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+else # configured again, so that a target added since is known
+    cmake -S . -B "$dir" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 fi
 cmake --build "$dir" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 # The seed corpora first, every file once: the findings kept as regressions.

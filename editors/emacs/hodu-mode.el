@@ -17,7 +17,7 @@
   '(
     "if" "else" "for" "in" "while" "break" "continue" "return" "let" "fn"
     "class" "import" "as" "compiled" "script" "no_grad" "grad_context" "and"
-    "or" "not")
+    "or" "not" "try" "catch" "throw")
   "Hodu keywords (lang/lexer.re).")
 
 (defconst hodu-constants '("true" "false" "none")
@@ -46,7 +46,7 @@
     "require" "gc"
     "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
     "triu" "flip" "roll" "tile" "norm"
-    "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot")
+    "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot" "Error")
   "Hodu builtin functions.")
 
 (defvar hodu-font-lock-keywords

@@ -176,6 +176,12 @@ static void ft_scramble_line(ft_buf *o, const char *s, const char *e) {
     }
 }
 
+static int ft_has_fstring(const char *b, const char *e) {
+    for (const char *p = b; p + 1 < e; p++)
+        if (p[0] == 'f' && p[1] == '"') return 1;
+    return 0;
+}
+
 static void ft_scramble(const char *text, ft_buf *o) {
     memset(o, 0, sizeof *o);
     ft_add(o, "", 0);
@@ -185,7 +191,10 @@ static void ft_scramble(const char *text, ft_buf *o) {
         while (b < e && (*b == ' ' || *b == '\t')) b++;
         if (b < e) {
             ft_blanks(o, 0);
-            ft_scramble_line(o, b, e);
+            if (ft_has_fstring(b, e)) /* its fields' strings nest: left as written */
+                ft_add(o, b, (size_t)(e - b));
+            else
+                ft_scramble_line(o, b, e);
         }
         if (ft_rand(3) == 0) ft_blanks(o, 1);
         if (ft_rand(4) == 0) ft_add(o, "\r", 1);

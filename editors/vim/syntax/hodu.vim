@@ -5,7 +5,7 @@ if exists("b:current_syntax")
   finish
 endif
 
-syn keyword hoduControl if else for in while break continue return
+syn keyword hoduControl if else for in while break continue return try catch throw
 syn keyword hoduDecl let fn class import as compiled script no_grad
 syn keyword hoduDecl grad_context
 syn keyword hoduConstant true false none
@@ -27,11 +27,14 @@ syn keyword hoduBuiltin randperm isatty flush compiled_stats input output
 syn keyword hoduBuiltin load_script print str repr type len range list int
 syn keyword hoduBuiltin float args clock assert require gc enumerate zip sorted reversed
 syn keyword hoduBuiltin isnan isinf isfinite nan_to_num any all tril triu flip roll tile norm
-syn keyword hoduBuiltin masked_fill take_along_axis gather log1p expm1 hypot
+syn keyword hoduBuiltin masked_fill take_along_axis gather log1p expm1 hypot Error
 
 syn match  hoduComment "#.*$" contains=@Spell
 syn region hoduString start=+"+ skip=+\\.+ end=+"+ end=+$+ contains=hoduEscape
 syn match  hoduEscape +\\\(u{\x\+}\|.\)+ contained
+syn region hoduFString start=+f"+ skip=+\\.+ end=+"+ end=+$+ contains=hoduEscape,hoduField
+syn region hoduField start=+{+ end=+}+ contained contains=TOP
+syn match  hoduEscape +{{\|}}+ contained
 syn match  hoduString +'[^'\n]*'+
 syn match  hoduNumber "\<0[xX]\x\+\(_\x\+\)*\>"
 syn match  hoduNumber "\<\d\+\(_\d\+\)*\(\.\d\+\(_\d\+\)*\)\=\([eE][+-]\=\d\+\)\=\>"
@@ -46,6 +49,7 @@ hi def link hoduDtype     Type
 hi def link hoduBuiltin   Function
 hi def link hoduComment   Comment
 hi def link hoduString    String
+hi def link hoduFString   String
 hi def link hoduEscape    SpecialChar
 hi def link hoduNumber    Number
 hi def link hoduFunction  Function
