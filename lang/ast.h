@@ -54,7 +54,7 @@ typedef enum {
     HD_AST_CONTINUE,
     HD_AST_RETURN,   /* a: value or NULL */
     HD_AST_FNDEF,    /* name, fn: the function (a named `fn` statement); resolver: ref */
-    HD_AST_CLASS,    /* name, items[n]: methods (HD_AST_FNDEF); resolver: ref */
+    HD_AST_CLASS,    /* name, items[n]: methods (HD_AST_FNDEF), a: base (NULL: none); resolver: ref */
     HD_AST_IMPORT,   /* str: module name or path, name: alias (the binding); is_path; resolver: ref */
     HD_AST_NO_GRAD,  /* body */
     HD_AST_GRAD_CTX, /* a: the context of grad_context(ctx) { } (NULL: a new one), body */

@@ -573,6 +573,7 @@ static int traceable_stmt(const hd_ast *s) {
     case HD_AST_FNDEF:
     case HD_AST_CLASS:
     case HD_AST_IMPORT:
+    case HD_AST_TRY:
     case HD_AST_COMPILED:
     case HD_AST_BREAK:
     case HD_AST_CONTINUE:

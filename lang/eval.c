@@ -230,10 +230,18 @@ static HD_NOINLINE hd_value make_closure(hd_vm *vm, hd_frame *f, const hd_ast *n
     return v;
 }
 
+/* A class value; class C(Base) starts with Base's methods. */
 static hd_value make_class(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value base = n->a ? ev(vm, f, n->a) : hd_none();
+    if (base.type == HD_V_ERR) return base;
     hd_value cls = hd_class_new(vm, n->name);
-    if (cls.type != HD_V_CLASS) return fail(vm, f, n);
-    hd_class *c = (hd_class *)cls.as.o;
+    hd_class *c = cls.type == HD_V_CLASS ? (hd_class *)cls.as.o : NULL;
+    hd_status st = c && n->a ? hd_class_inherit(vm, c, base) : HD_OK;
+    hd_vunref(vm, base);
+    if (!c || st) {
+        hd_vunref(vm, cls);
+        return fail(vm, f, n->a && c ? n->a : n);
+    }
     for (int i = 0; i < n->n; i++) {
         const hd_ast *m = n->items[i];
         if (!m || !m->fn || !m->name) continue;
@@ -258,7 +266,8 @@ static int block_enter(hd_vm *vm, hd_frame *f, const hd_ast *b) {
     }
     for (int i = 0, done = 0; i < b->n && done < b->nhoist; i++) {
         const hd_ast *s = b->items[i];
-        if (!s || (s->kind != HD_AST_FNDEF && s->kind != HD_AST_CLASS) || !s->name) continue;
+        if (!s || (s->kind != HD_AST_FNDEF && (s->kind != HD_AST_CLASS || s->a)) || !s->name)
+            continue;
         done++;
         hd_value v = s->kind == HD_AST_FNDEF ? make_closure(vm, f, s, s->fn) : make_class(vm, f, s);
         if (v.type == HD_V_ERR || !store(vm, f, s, &s->ref, v)) return HD_FLOW_ERROR;
@@ -1419,8 +1428,13 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     }
     case HD_AST_BREAK: return HD_FLOW_BREAK;
     case HD_AST_CONTINUE: return HD_FLOW_CONTINUE;
-    case HD_AST_FNDEF:
-    case HD_AST_CLASS: return HD_FLOW_NORMAL; /* bound when the block was entered */
+    case HD_AST_FNDEF: return HD_FLOW_NORMAL; /* bound when the block was entered */
+    case HD_AST_CLASS: {
+        if (!n->a) return HD_FLOW_NORMAL; /* bound when the block was entered */
+        hd_value v = make_class(vm, f, n);
+        if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+        return store(vm, f, n, &n->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
+    }
     case HD_AST_IMPORT: {
         hd_value m;
         f->at = n;

@@ -63,6 +63,8 @@ int hd_eval_try(hd_vm *vm, hd_frame *f, const hd_ast *n);
 int hd_eval_throw(hd_vm *vm, hd_frame *f, const hd_ast *n);
 /* The builtin class Error, made at VM start. */
 hd_status hd_eval_try_init(hd_vm *vm);
+/* The builtin super() (eval_super.c). */
+hd_status hd_eval_super_init(hd_vm *vm);
 hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
 hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,

@@ -137,7 +137,10 @@ int hd_eval_try(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (fl != HD_FLOW_ERROR || vm->err == HD_OK || vm->err == HD_ERR_LIMIT) return fl;
     if (!vm->err_located) hd_vm_locate(vm, f, &n->span);
     hd_value e = try_error_object(vm);
-    if (e.type != HD_V_OBJECT) return HD_FLOW_ERROR; /* out of memory: that error goes on */
+    if (e.type != HD_V_OBJECT) { /* out of memory: that error goes on, from here */
+        hd_vm_locate(vm, f, &n->span);
+        return HD_FLOW_ERROR;
+    }
     hd_vm_clear_error(vm);
     if (n->name && !hd_eval_bind(vm, f, n, e)) return HD_FLOW_ERROR;
     if (!n->name) hd_vunref(vm, e);

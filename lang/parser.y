@@ -166,6 +166,10 @@ stmt
         HD_NEED($$ = hd_parse_named(p, HD_AST_CLASS, $2.s, @$, NULL));
         HD_NEED($$ = hd_parse_items(p, $$, $5));
     }
+    | CLASS NAME LPAREN expr RPAREN nls LBRACE class_items RBRACE {
+        HD_NEED($$ = hd_parse_named(p, HD_AST_CLASS, $2.s, @$, $4));
+        HD_NEED($$ = hd_parse_items(p, $$, $8));
+    }
     | IMPORT NAME { HD_NEED($$ = hd_parse_import(p, @$, &$2, 0, $2.s)); }
     | IMPORT NAME AS NAME { HD_NEED($$ = hd_parse_import(p, @$, &$2, 0, $4.s)); }
     | IMPORT STRING AS NAME { HD_NEED($$ = hd_parse_import(p, @$, &$2, 1, $4.s)); }

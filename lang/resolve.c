@@ -462,7 +462,13 @@ static void rs_stmt(rs *r, rs_fn *f, hd_ast *n) {
     case HD_AST_FNDEF:
         if (n->fn) rs_defer_fn(r, f, n->fn);
         break;
-    case HD_AST_CLASS: rs_class(r, f, n); break;
+    case HD_AST_CLASS:
+        if (n->a) { /* class C(Base): made when the statement runs, as a let */
+            rs_expr(r, f, n->a);
+            rs_declare(r, f, n->name, &n->ref, -1);
+        }
+        rs_class(r, f, n);
+        break;
     case HD_AST_IMPORT:
         if (!n->name)
             rs_error(r, &n->span, "an import by path needs a name: import \"%s\" as NAME",
@@ -501,7 +507,7 @@ static void rs_hoist(rs *r, rs_fn *f, hd_ast *n) {
     int count = 0;
     for (int i = 0; i < n->n; i++) {
         hd_ast *s = n->items[i];
-        if (s && (s->kind == HD_AST_FNDEF || s->kind == HD_AST_CLASS) && s->name) {
+        if (s && (s->kind == HD_AST_FNDEF || (s->kind == HD_AST_CLASS && !s->a)) && s->name) {
             rs_declare(r, f, s->name, &s->ref, -1);
             count++;
         }

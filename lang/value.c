@@ -106,10 +106,11 @@ void hd_obj_clear(hd_vm *vm, hd_obj *o) {
     }
     case HD_V_CLASS: {
         hd_class *c = (hd_class *)o;
-        hd_value a = c->name, b = c->methods;
-        c->name = c->methods = hd_none();
+        hd_value a = c->name, b = c->methods, base = c->base;
+        c->name = c->methods = c->base = hd_none();
         hd_vunref(vm, a);
         hd_vunref(vm, b);
+        hd_vunref(vm, base);
         break;
     }
     case HD_V_OBJECT: {
@@ -230,6 +231,7 @@ static void hd_obj_traverse(hd_obj *o, hd_visit_fn fn, void *ud) {
     case HD_V_CLASS:
         hd_visit_value(((hd_class *)o)->name, fn, ud);
         hd_visit_value(((hd_class *)o)->methods, fn, ud);
+        hd_visit_value(((hd_class *)o)->base, fn, ud);
         break;
     case HD_V_OBJECT:
         if (((hd_object *)o)->cls) fn(&((hd_object *)o)->cls->obj, ud);
@@ -662,6 +664,7 @@ hd_value hd_class_new(hd_vm *vm, const char *name) {
     if (!c) return hd_none();
     hd_value v = hd_obj_value(&c->obj);
     c->name = hd_str_from(vm, name);
+    c->base = hd_none();
     c->methods = hd_dict_new(vm);
     if (c->name.type != HD_V_STR || c->methods.type != HD_V_DICT) {
         hd_vunref(vm, v);

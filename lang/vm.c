@@ -673,7 +673,8 @@ static hd_status vm_init(hd_vm *vm) {
     if (hd_builtins_tensor_open(vm) != HD_OK) return vm->err;
     if (hd_builtins_compiled_open(vm) != HD_OK) return vm->err;
     if (hd_builtins_core_open(vm) != HD_OK) return vm->err;
-    return hd_eval_try_init(vm);
+    if (hd_eval_try_init(vm) != HD_OK) return vm->err;
+    return hd_eval_super_init(vm);
 }
 
 /* The VM's own struct comes from its allocator too, under its limit. */

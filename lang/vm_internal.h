@@ -80,7 +80,8 @@ typedef struct hd_closure {
 struct hd_class {
     hd_obj obj;
     hd_value name;    /* str */
-    hd_value methods; /* dict: name -> function */
+    hd_value methods; /* dict: name -> function (the base's first, then its own) */
+    hd_value base;    /* the class it derives from, or none */
 };
 
 typedef struct hd_object {
@@ -249,6 +250,8 @@ static inline int64_t hd_range_at(int64_t start, int64_t step, int64_t i) {
 hd_value hd_closure_new(hd_vm *vm, const hd_ast_fn *fn, hd_chunk *chunk, hd_module *mod);
 hd_value hd_class_new(hd_vm *vm, const char *name);
 hd_value hd_object_new(hd_vm *vm, hd_class *cls);
+/* class C(Base): C starts with Base's methods (eval_super.c). */
+hd_status hd_class_inherit(hd_vm *vm, hd_class *c, hd_value base);
 hd_value hd_bound_new(hd_vm *vm, hd_value self, hd_value fn); /* takes both */
 hd_module *hd_module_new(hd_vm *vm, const char *name, const char *path);
 /* Native bound to a receiver (takes self). */

@@ -46,7 +46,7 @@
     "require" "gc"
     "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
     "triu" "flip" "roll" "tile" "norm"
-    "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot" "Error")
+    "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot" "Error" "super")
   "Hodu builtin functions.")
 
 (defvar hodu-font-lock-keywords
