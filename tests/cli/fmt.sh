@@ -8,30 +8,7 @@
 HODU=$1
 DIR=$(mktemp -d /tmp/hodu_fmt_XXXXXX) || exit 2
 trap 'rm -rf "$DIR"' EXIT
-fails=0
-
-check() { # name, expected status, actual status
-    if [ "$2" != "$3" ]; then
-        echo "FAIL $1: exit status $3, expected $2"
-        fails=$((fails + 1))
-    fi
-}
-
-contains() { # name, file, text
-    if ! grep -qF -- "$3" "$2"; then
-        echo "FAIL $1: no \"$3\" in:"
-        cat "$2"
-        fails=$((fails + 1))
-    fi
-}
-
-same() { # name, file, file
-    if ! cmp -s "$2" "$3"; then
-        echo "FAIL $1: $2 and $3 differ:"
-        diff "$2" "$3"
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/checks.sh"
 
 printf 'let x=1\nif x>0 {\nprint( x )\n}\n' > "$DIR/a.hodu"
 printf 'let x = 1\nif x > 0 {\n    print(x)\n}\n' > "$DIR/want.hodu"

@@ -7,22 +7,7 @@
 HODU=$1
 DIR=$(mktemp -d /tmp/hodu_run_script_XXXXXX) || exit 2
 trap 'rm -rf "$DIR"' EXIT
-fails=0
-
-check() { # name, expected status, actual status
-    if [ "$2" != "$3" ]; then
-        echo "FAIL $1: exit status $3, expected $2"
-        fails=$((fails + 1))
-    fi
-}
-
-contains() { # name, file, text
-    if ! grep -qF -- "$3" "$2"; then
-        echo "FAIL $1: no \"$3\" in:"
-        cat "$2"
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/checks.sh"
 
 cat > "$DIR/make.hodu" <<'HODU'
 let dir = args()[0]
