@@ -47,10 +47,13 @@ static int fc_read(FILE *fp, fc_file *f) {
 static int fc_read_path(const char *path, fc_file *f) {
     struct stat sb;
     FILE *fp = fopen(path, "rb");
-    if (!fp || fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "hodu fmt: cannot read %s: %s\n", path,
-                !fp || errno ? strerror(errno ? errno : EINVAL) : "not a file");
-        if (fp) fclose(fp);
+    if (!fp) {
+        fprintf(stderr, "hodu fmt: cannot read %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "hodu fmt: cannot read %s: not a regular file\n", path);
+        fclose(fp);
         return 0;
     }
     int ok = fc_read(fp, f);
@@ -59,25 +62,29 @@ static int fc_read_path(const char *path, fc_file *f) {
     return ok;
 }
 
-/* Write text to path through a copy in the same folder, keeping the mode. */
+/* Write text to path through a copy in the same folder, keeping the mode;
+ * a symbolic link is followed, so the file it names is the one replaced. */
 static int fc_write(const char *path, const hd_fmt_text *t) {
     struct stat sb;
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp || stat(path, &sb) != 0) {
+    char *real = realpath(path, NULL);
+    size_t n = real ? strlen(real) + 16 : 0;
+    char *tmp = real ? malloc(n) : NULL;
+    if (!tmp || stat(real, &sb) != 0) {
+        fprintf(stderr, "hodu fmt: cannot write %s: %s\n", path, strerror(errno));
+        free(real);
         free(tmp);
-        fprintf(stderr, "hodu fmt: cannot write %s\n", path);
         return 0;
     }
-    snprintf(tmp, n, "%s.fmt-tmp", path);
+    snprintf(tmp, n, "%s.fmt-tmp", real);
     FILE *fp = fopen(tmp, "wb");
     int ok = fp && fwrite(t->s ? t->s : "", 1, t->len, fp) == t->len;
     if (fp) ok = fclose(fp) == 0 && ok;
-    ok = ok && chmod(tmp, sb.st_mode & 07777) == 0 && rename(tmp, path) == 0;
+    ok = ok && chmod(tmp, sb.st_mode & 07777) == 0 && rename(tmp, real) == 0;
     if (!ok) {
         fprintf(stderr, "hodu fmt: cannot write %s: %s\n", path, strerror(errno));
         remove(tmp);
     }
+    free(real);
     free(tmp);
     return ok;
 }

@@ -285,7 +285,8 @@ static const unsigned char *hd_lex_field_scan(hd_parser *p, const unsigned char 
         spec = e;
         while (e < lx->lim && *e != '}' && *e != '{' && *e != '\n' && *e != '"') e++;
         if (e >= lx->lim || *e != '}')
-            return hd_lex_field_fail(p, spec, e, "an f-string format spec ends at '}' and holds no '{' or '\"'");
+            return hd_lex_field_fail(
+                p, spec, e, "an f-string format spec ends at '}' and holds no '{' or '\"'");
     }
     if (!hd_lex_field_add(p, &f)) return NULL;
     hd_lex_put(p, "{", 1);
@@ -293,7 +294,6 @@ static const unsigned char *hd_lex_field_scan(hd_parser *p, const unsigned char 
     hd_lex_put(p, "}", 1);
     return e + 1;
 }
-
 
 static int hd_lex_unterminated(hd_parser *p, hd_lex_token *t, const unsigned char *s) {
     p->lex.cur = s;

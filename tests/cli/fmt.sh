@@ -40,6 +40,14 @@ same "same output" "$DIR/out1" "$DIR/out2"
 "$HODU" fmt --check "$DIR/a.hodu"
 check "idempotent" 0 $?
 
+# through a symbolic link: the file it names is rewritten, the link stays
+cp "$DIR/a_orig.hodu" "$DIR/target.hodu"
+ln -s target.hodu "$DIR/link.hodu"
+"$HODU" fmt "$DIR/link.hodu"
+check "through a link" 0 $?
+same "link target formatted" "$DIR/want.hodu" "$DIR/target.hodu"
+[ -L "$DIR/link.hodu" ] || { echo "FAIL the link was replaced"; fails=$((fails + 1)); }
+
 # standard input to standard output
 "$HODU" fmt - < "$DIR/a_orig.hodu" > "$DIR/out"
 check "stdin" 0 $?
