@@ -314,6 +314,7 @@ hd_ast *hd_parse_fn(hd_parser *p, hd_ast_kind kind, hd_span span, const char *na
     if (params) {
         fn->params = params->items;
         fn->nparams = params->n;
+        fn->rest = params->rest;
     }
     fn->expr_body = body->n > 0 && body->items[body->n - 1]->kind == HD_AST_EXPR;
     n->fn = fn;
@@ -336,6 +337,9 @@ hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, in
 hd_parse_params *hd_parse_param_add(hd_parser *p, hd_parse_params *ps, const char *name,
                                     hd_ast *def, hd_span span) {
     if (!ps && !(ps = hd_parse_alloc(p, sizeof *ps))) return NULL;
+    if (ps->rest)
+        hd_parse_error(p, span, "parameter '%s' after *%s: the *parameter comes last", name,
+                       ps->items[ps->n - 1].name);
     for (int i = 0; i < ps->n; i++)
         if (strcmp(ps->items[i].name, name) == 0)
             hd_parse_error(p, span, "duplicate parameter '%s'", name);
@@ -356,6 +360,30 @@ hd_parse_params *hd_parse_param_add(hd_parser *p, hd_parse_params *ps, const cha
     ps->n++;
     ps->has_default |= def != NULL;
     return ps;
+}
+
+hd_parse_params *hd_parse_param_rest(hd_parser *p, hd_parse_params *ps, const char *name,
+                                     hd_span span) {
+    int had_default = ps ? ps->has_default : 0;
+    if (ps) ps->has_default = 0; /* *name takes no default, and needs none */
+    ps = hd_parse_param_add(p, ps, name, NULL, span);
+    if (!ps) return NULL;
+    ps->has_default = had_default;
+    ps->rest = 1;
+    return ps;
+}
+
+hd_ast *hd_parse_splat(hd_parser *p, hd_span span, hd_ast *list) {
+    hd_ast *n = hd_parse_named(p, HD_AST_ARG, NULL, span, list);
+    if (n) n->op = HD_TOK_STAR;
+    return n;
+}
+
+void hd_parse_no_splat(hd_parser *p, hd_parse_list *args, const char *what) {
+    for (int i = 0; args && i < args->n; i++)
+        if (args->items[i] && args->items[i]->kind == HD_AST_ARG &&
+            args->items[i]->op == HD_TOK_STAR)
+            hd_parse_error(p, args->items[i]->span, "%s takes no *list argument", what);
 }
 
 hd_ast *hd_parse_grad_ctx(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body) {
@@ -522,6 +550,7 @@ static void hd_dump_fn(hd_dump *d, const hd_ast_fn *fn) {
     for (int i = 0; i < fn->nparams; i++) {
         if (i) hd_dump_s(d, " ");
         if (fn->params[i].def) hd_dump_s(d, "(");
+        if (fn->rest && i == fn->nparams - 1) hd_dump_s(d, "*");
         hd_dump_s(d, fn->params[i].name);
         if (fn->params[i].def) {
             hd_dump_child(d, fn->params[i].def);
@@ -565,6 +594,7 @@ static void hd_dump_node(hd_dump *d, const hd_ast *n) {
     const char *kind = n->kind < HD_AST_KIND_COUNT ? hd_dump_names[n->kind] : NULL;
     hd_dump_s(d, "(");
     hd_dump_s(d, kind ? kind : "?");
+    if (n->kind == HD_AST_ARG && n->op == HD_TOK_STAR) hd_dump_s(d, " *");
     if (n->kind == HD_AST_UNARY || n->kind == HD_AST_BINARY || n->kind == HD_AST_ASSIGN) {
         hd_dump_s(d, " ");
         hd_dump_s(d, hd_dump_op(n->op));

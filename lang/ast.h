@@ -34,7 +34,7 @@ typedef enum {
     HD_AST_AND,    /* a, b: short-circuit */
     HD_AST_OR,     /* a, b: short-circuit */
     HD_AST_CALL,   /* a: callee, items[n]: arguments (HD_AST_ARG) */
-    HD_AST_ARG,    /* name (NULL if positional), a: value */
+    HD_AST_ARG,    /* name (NULL if positional), a: value; op HD_TOK_STAR: `*list`, its items */
     HD_AST_INDEX,  /* a: object, items[n]: index parts (expressions, HD_AST_SLICE, HD_AST_ELLIPSIS) */
     HD_AST_SLICE,  /* a, b, c: start, stop, step, each may be NULL */
     HD_AST_ELLIPSIS,
@@ -107,6 +107,7 @@ typedef struct hd_ast_fn {
     hd_ast *body;       /* HD_AST_BLOCK */
     int compiled;       /* `compiled fn` */
     int expr_body;      /* body's last statement is an expression whose value is returned */
+    int rest;           /* the last parameter is `*name`: the extra positional arguments, a list */
     /* resolver: */
     int nslots;         /* frame size: parameters first (slots 0..nparams-1), then locals */
     hd_ast_capture *captures;

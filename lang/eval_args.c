@@ -24,7 +24,8 @@ static const char *call_hint(const hd_ast_fn *fn, const hd_class *ctor, char *bu
     if (!ctor) return "";
     size_t k = (size_t)snprintf(buf, n, " (call it as %s(", hd_as_str(ctor->name)->chars);
     for (int i = 1; i < fn->nparams && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%s%s", i > 1 ? ", " : "", fn->params[i].name,
+        k += (size_t)snprintf(buf + k, n - k, "%s%s%s%s", i > 1 ? ", " : "",
+                              fn->rest && i == fn->nparams - 1 ? "*" : "", fn->params[i].name,
                               fn->params[i].def ? " = ..." : "");
     if (k < n) snprintf(buf + k, n - k, "))");
     return buf;
@@ -46,6 +47,23 @@ static HD_NOINLINE hd_status bind_unknown_keyword(hd_vm *vm, const hd_ast_fn *fn
                        call_hint(fn, ctor, hint, sizeof hint));
 }
 
+/* *rest: the positional arguments past the others, a list (n may be <= 0:
+ * an empty list). */
+static hd_status bind_rest(hd_vm *vm, const hd_ast_fn *fn, hd_value *slots, unsigned char *bound,
+                           const hd_value *extra, int n) {
+    int at = fn->nparams - 1;
+    hd_value l = hd_list_new(vm, n > 0 ? n : 0);
+    if (l.type != HD_V_LIST) return vm->err ? vm->err : hd_vm_oom(vm);
+    for (int i = 0; i < n; i++)
+        if (hd_list_push(vm, l, hd_value_ref(extra[i])) != HD_OK) {
+            hd_vunref(vm, l);
+            return vm->err;
+        }
+    slots[at] = l;
+    bound[at] = 1;
+    return HD_OK;
+}
+
 HD_NOINLINE hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor,
                                         hd_value *slots, unsigned char *bound, hd_value self,
                                         int has_self, const hd_value *args, int nargs,
@@ -60,18 +78,29 @@ HD_NOINLINE hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd
         bound[0] = 1;
         pos = 1;
     }
-    if (pos + nargs > np) {
+    int fixed = np - (fn->rest != 0); /* parameters before *rest */
+    if (fixed < pos)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s(): a method's *%s cannot take self: put self "
+                           "first, as fn %s(self, *%s)",
+                           name, fn->params[np - 1].name, name, fn->params[np - 1].name);
+    if (pos + nargs > fixed && !fn->rest) {
         int shown = np - has_self;
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes %d argument%s but %d were given%s", name,
                            shown, shown == 1 ? "" : "s", nargs,
                            call_hint(fn, ctor, hint, sizeof hint));
     }
-    for (int i = 0; i < nargs; i++) {
+    for (int i = 0; i < nargs && pos + i < fixed; i++) {
         hd_vref(slots[pos + i] = args[i]);
         bound[pos + i] = 1;
     }
+    if (fn->rest && bind_rest(vm, fn, slots, bound, args + (fixed - pos), nargs - (fixed - pos)))
+        return vm->err;
     for (int k = 0; k < nkw; k++) {
         int i = find_param(fn, kw[k].name);
+        if (fn->rest && i == np - 1)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() takes *%s by position only", name,
+                               kw[k].name);
         if (i < 0 || (has_self && i == 0))
             return bind_unknown_keyword(vm, fn, ctor, name, kw[k].name, has_self);
         if (bound[i])

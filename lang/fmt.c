@@ -207,7 +207,8 @@ static void fmt_track(fmt_state *f, const fmt_tok *t) {
     if (t->kind == HD_LEX_COMMENT) return;
     if (fmt_is_open(t->kind)) fmt_push(f, t);
     if (fmt_is_close(t->kind) && f->depth > 0) f->stmt = f->open[--f->depth].saved_stmt;
-    f->prev_unary = (t->kind == HD_T_MINUS || t->kind == HD_T_PLUS) && !fmt_operand_end(f->prev);
+    f->prev_unary = (t->kind == HD_T_MINUS || t->kind == HD_T_PLUS || t->kind == HD_T_STAR) &&
+                    !fmt_operand_end(f->prev); /* -x, +x, *list */
     f->prev = t->kind;
 }
 

@@ -86,6 +86,7 @@ typedef struct hd_parse_params {
     hd_ast_param *items;
     int n, cap;
     int has_default;
+    int rest; /* the last one is `*name` */
 } hd_parse_params;
 
 typedef struct hd_parser {
@@ -142,6 +143,13 @@ hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, in
 hd_parse_list *hd_parse_list_add(hd_parser *p, hd_parse_list *l, hd_ast *item);
 hd_parse_params *hd_parse_param_add(hd_parser *p, hd_parse_params *ps, const char *name,
                                     hd_ast *def, hd_span span);
+/* `*name`: the last parameter, the extra positional arguments as a list. */
+hd_parse_params *hd_parse_param_rest(hd_parser *p, hd_parse_params *ps, const char *name,
+                                     hd_span span);
+/* `*list` in a call's arguments (an HD_AST_ARG marked HD_TOK_STAR). */
+hd_ast *hd_parse_splat(hd_parser *p, hd_span span, hd_ast *list);
+/* An error for `*list` where only a call takes it (script(...), ...). */
+void hd_parse_no_splat(hd_parser *p, hd_parse_list *args, const char *what);
 /* grad_context(args) { body }: enters the context that is the one positional
  * argument. grad_context(args) without a body (body NULL): a call of the
  * prelude's grad_context, which makes a context and takes no arguments. */

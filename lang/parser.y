@@ -189,6 +189,7 @@ stmt
     }
     /* no newline before the block: grad_context(c) alone is an expression */
     | GRAD_CONTEXT LPAREN opt_args RPAREN block {
+        hd_parse_no_splat(p, $3, "grad_context(...)");
         HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, $5));
     }
     | TRY nls block CATCH NAME nls block {
@@ -250,7 +251,9 @@ opt_params
 params
     : NAME { HD_NEED($$ = hd_parse_param_add(p, NULL, $1.s, NULL, @$)); }
     | NAME ASSIGN expr { HD_NEED($$ = hd_parse_param_add(p, NULL, $1.s, $3, @$)); }
+    | STAR NAME { HD_NEED($$ = hd_parse_param_rest(p, NULL, $2.s, @$)); }
     | params COMMA NAME { HD_NEED($$ = hd_parse_param_add(p, $1, $3.s, NULL, @3)); }
+    | params COMMA STAR NAME { HD_NEED($$ = hd_parse_param_rest(p, $1, $4.s, @4)); }
     | params COMMA NAME ASSIGN expr {
         hd_span sp = @3;
         sp.end_line = @5.end_line;
@@ -371,6 +374,8 @@ postfix
         hd_parse_check_args(p, $3, 0);
         HD_NEED($$ = hd_parse_mk(p, HD_AST_CALL, @$, $1, NULL, NULL));
         HD_NEED($$ = hd_parse_items(p, $$, $3));
+        for (int i = 0; i < $$->n; i++) /* a call that spreads a list: op STAR */
+            if ($$->items[i]->op == HD_TOK_STAR) $$->op = HD_TOK_STAR;
     }
     | postfix LBRACKET subscripts RBRACKET {
         HD_NEED($$ = hd_parse_mk(p, HD_AST_INDEX, @$, $1, NULL, NULL));
@@ -410,9 +415,13 @@ primary
     | COMPILED FN LPAREN opt_params RPAREN nls block {
         HD_NEED($$ = hd_parse_fn(p, HD_AST_FN, @$, NULL, $4, $7, 1));
     }
-    | GRAD_CONTEXT LPAREN opt_args RPAREN { HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, NULL)); }
+    | GRAD_CONTEXT LPAREN opt_args RPAREN {
+        hd_parse_no_splat(p, $3, "grad_context()");
+        HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, NULL));
+    }
     | SCRIPT LPAREN opt_args RPAREN nls block {
         hd_parse_check_args(p, $3, 0);
+        hd_parse_no_splat(p, $3, "script(...)");
         HD_NEED($$ = hd_parse_node(p, HD_AST_SCRIPT, @$));
         $$->body = $6;
         HD_NEED($$ = hd_parse_items(p, $$, $3));
@@ -433,6 +442,7 @@ args
 arg
     : expr { HD_NEED($$ = hd_parse_named(p, HD_AST_ARG, NULL, @$, $1)); }
     | NAME ASSIGN expr { HD_NEED($$ = hd_parse_named(p, HD_AST_ARG, $1.s, @$, $3)); }
+    | STAR expr { HD_NEED($$ = hd_parse_splat(p, @$, $2)); }
     ;
 
 subscripts
@@ -583,7 +593,7 @@ static int hd_yy_filter(yysymbol_kind_t *e, int n, const char **phrase) {
         if (method && (s == YYSYMBOL_FN || s == YYSYMBOL_COMPILED)) continue;
         if ((s == YYSYMBOL_NEWLINE || s == YYSYMBOL_SEMI) && (stmt || method)) continue;
         if (s == YYSYMBOL_YYEOF && (newline || stmt)) continue;
-        if (expr && hd_yy_starts_expr(s)) continue;
+        if (expr && (hd_yy_starts_expr(s) || s == YYSYMBOL_STAR)) continue; /* *list */
         if (!expr && hd_yy_continues_expr(s)) continue;
         if (!expr && ops && (s == YYSYMBOL_IN || s == YYSYMBOL_NOT || s == YYSYMBOL_FOR)) continue;
         if (s == YYSYMBOL_ASSIGN && hd_yy_has(e, n, YYSYMBOL_PLUS_ASSIGN)) continue;
