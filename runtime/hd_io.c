@@ -81,7 +81,8 @@ static int hd_io_cmp_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-hd_status hd_io_list_check_unique(hd_ctx *ctx, const char *name, const hd_io_list *l) {
+hd_status hd_io_list_check_unique(hd_ctx *ctx, const char *name, const hd_io_list *l,
+                                  hd_status err) {
     if (l->count < 2) return HD_OK;
     char **names = hd_ctx_alloc(ctx, l->count * sizeof *names);
     if (!names) return HD_ERR_MEMORY;
@@ -91,7 +92,7 @@ hd_status hd_io_list_check_unique(hd_ctx *ctx, const char *name, const hd_io_lis
     for (size_t i = 1; i < l->count && !st; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
             char q[96];
-            st = hd_error(ctx, HD_ERR_ARGUMENT, "%s: the name '%s' appears twice", name,
+            st = hd_error(ctx, err, "%s: the name '%s' appears twice", name,
                           hd_io_quote(names[i], strlen(names[i]), q, sizeof q));
         }
     }

@@ -103,8 +103,10 @@ typedef struct {
     int big;        /* big-endian in the file */
 } hd_io_elem;
 
-/* Error unless the names of l are unique (sorts a copy of the names). */
-hd_status hd_io_list_check_unique(hd_ctx *ctx, const char *name, const hd_io_list *l);
+/* Error st unless the names of l are unique (sorts a copy of the names):
+ * HD_ERR_ARGUMENT for a list to save, HD_ERR_IO for a file read. */
+hd_status hd_io_list_check_unique(hd_ctx *ctx, const char *name, const hd_io_list *l,
+                                  hd_status st);
 
 /* Fill e for file elements of a kind ('f', 'i', 'u', 'b') and size; 0 if
  * Hodu has no lossless dtype for them. */

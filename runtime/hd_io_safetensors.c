@@ -686,7 +686,7 @@ static hd_status hd_io_st_check(hd_ctx *ctx, const char *name, const hd_io_list 
             return hd_error(ctx, HD_ERR_ARGUMENT, "%s: this name is reserved for metadata", label);
         if (hd_io_check_saveable(ctx, label, e->tensor)) return ctx->status;
     }
-    return hd_io_list_check_unique(ctx, name, l);
+    return hd_io_list_check_unique(ctx, name, l, HD_ERR_ARGUMENT);
 }
 
 hd_status hd_io_save_safetensors_bytes(hd_ctx *ctx, const char *name, const hd_io_list *l,

@@ -333,7 +333,7 @@ hd_status hd_io_load_npz_buffer(hd_ctx *ctx, const char *name, const void *buf, 
     hd_io_zip z = {ctx, name, buf, n, 0, 0, 0, NULL};
     hd_status st = hd_io_zip_directory(&z);
     for (size_t i = 0; !st && i < z.count; i++) st = hd_io_zip_member_load(&z, &z.m[i], out);
-    if (!st) st = hd_io_list_check_unique(ctx, name, out);
+    if (!st) st = hd_io_list_check_unique(ctx, name, out, HD_ERR_IO); /* a damaged file */
     if (z.m) hd_ctx_free(ctx, z.m, z.count * sizeof *z.m);
     if (st) hd_io_list_free(ctx, out);
     return st;
@@ -560,7 +560,7 @@ static hd_status hd_io_npz_check(hd_ctx *ctx, const char *name, const hd_io_list
                             label);
         if (hd_io_npy_check(ctx, label, e->tensor)) return ctx->status;
     }
-    return hd_io_list_check_unique(ctx, name, l);
+    return hd_io_list_check_unique(ctx, name, l, HD_ERR_ARGUMENT);
 }
 
 hd_status hd_io_save_npz_bytes(hd_ctx *ctx, const char *name, const hd_io_list *l, int compress,
