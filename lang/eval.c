@@ -857,20 +857,6 @@ static HD_NOINLINE hd_value ev_member(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return st == HD_OK ? out : fail(vm, f, n);
 }
 
-/* A named argument's value v (taken) into kw; 0 after an error. */
-static int add_kwarg(hd_vm *vm, hd_frame *f, const hd_ast *arg, hd_value v, hd_kwarg *kw,
-                     int *nkw) {
-    for (int k = 0; k < *nkw; k++)
-        if (strcmp(kw[k].name, arg->name) == 0) {
-            hd_vunref(vm, v);
-            hd_eval_failf(vm, f, arg, HD_ERR_RUNTIME, "argument '%s' given twice", arg->name);
-            return 0;
-        }
-    kw[*nkw].name = arg->name;
-    kw[(*nkw)++].value = v;
-    return 1;
-}
-
 /* Evaluate call arguments into args/kw (new references). */
 static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, int *nargs,
                      hd_kwarg *kw, int *nkw) {
@@ -884,46 +870,10 @@ static int eval_args(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *args, in
             if (v.type == HD_V_ERR) return 0;
         }
         if (arg->kind == HD_AST_ARG && arg->name) {
-            if (!add_kwarg(vm, f, arg, v, kw, nkw)) return 0;
+            if (!hd_eval_add_kwarg(vm, f, arg, v, kw, nkw)) return 0;
         } else {
             args[(*nargs)++] = v;
         }
-    }
-    return 1;
-}
-
-/* A call with `*list` among its arguments: the positional ones into the
- * list *pos (the spread list's items in its place), named ones into kw. */
-static HD_NOINLINE int eval_args_spread(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *pos,
-                                        hd_kwarg *kw, int *nkw) {
-    *nkw = 0;
-    *pos = hd_list_new(vm, n->n);
-    if (pos->type != HD_V_LIST) return fail(vm, f, n), 0;
-    for (int i = 0; i < n->n; i++) {
-        const hd_ast *arg = n->items[i];
-        int spread = arg->kind == HD_AST_ARG && arg->op == HD_TOK_STAR;
-        hd_value v = ev(vm, f, arg->kind == HD_AST_ARG ? arg->a : arg);
-        if (v.type == HD_V_ERR) return 0;
-        if (arg->kind == HD_AST_ARG && arg->name) {
-            if (!add_kwarg(vm, f, arg, v, kw, nkw)) return 0;
-            continue;
-        }
-        if (spread && v.type != HD_V_LIST) {
-            hd_eval_failf(vm, f, arg, HD_ERR_RUNTIME,
-                          "*: a call spreads a list, got a value of type %s (list(x) makes one)",
-                          hd_value_type_name(v));
-            hd_vunref(vm, v);
-            return 0;
-        }
-        const hd_list *l = spread ? hd_as_list(v) : NULL;
-        hd_status st = HD_OK;
-        for (int64_t k = 0; l && k < l->len && st == HD_OK; k++)
-            st = hd_list_push(vm, *pos, hd_value_ref(l->items[k]));
-        if (spread)
-            hd_vunref(vm, v);
-        else
-            st = hd_list_push(vm, *pos, v);
-        if (st != HD_OK) return fail(vm, f, arg), 0;
     }
     return 1;
 }
@@ -960,7 +910,7 @@ static HD_NOINLINE hd_value ev_call(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     if (!args || !kw) {
         hd_vm_oom(vm);
         fail(vm, f, n);
-    } else if (spread ? eval_args_spread(vm, f, n, &pos, kw, &nkw)
+    } else if (spread ? hd_eval_args_spread(vm, f, n, &pos, kw, &nkw)
                       : eval_args(vm, f, n, args, &nargs, kw, &nkw)) {
         const hd_value *a = spread ? hd_as_list(pos)->items : args;
         int na = spread ? (int)hd_as_list(pos)->len : nargs;

@@ -35,6 +35,14 @@ const char *hd_eval_op_name(int op);
  * bound[i] set for each given). HD_OK, or an unlocated error naming the
  * function (ctor: the class whose init it is) and the parameter
  * (eval_args.c; never inlined into the evaluator). */
+/* A named argument's value v (taken) into kw; 0 after an error (located). */
+int hd_eval_add_kwarg(hd_vm *vm, hd_frame *f, const hd_ast *arg, hd_value v, hd_kwarg *kw,
+                      int *nkw);
+/* A call with `*list` among its arguments (its op HD_TOK_STAR): the
+ * positional ones into the new list *pos, the spread list's items in its
+ * place, named ones into kw; 0 after an error (located). */
+int hd_eval_args_spread(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *pos, hd_kwarg *kw,
+                        int *nkw);
 hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd_class *ctor, hd_value *slots,
                             unsigned char *bound, hd_value self, int has_self, const hd_value *args,
                             int nargs, const hd_kwarg *kw, int nkw);

@@ -1,7 +1,8 @@
-/* Binding a call's arguments to a Hodu function's parameters
- * (hd_eval_bind_args, eval.h), with the errors that name the function, the
- * parameter and, for a class, how it is called. Out of eval.c: its
- * message buffers stay out of the evaluator's frames. */
+/* A call's arguments: named ones gathered (hd_eval_add_kwarg), a call
+ * that spreads a list evaluated (hd_eval_args_spread), and the binding to
+ * a Hodu function's parameters (hd_eval_bind_args), with the errors that
+ * name the function, the parameter and, for a class, how it is called.
+ * Out of eval.c: its message buffers stay out of the evaluator's frames. */
 #include "eval.h"
 #include "hints.h"
 
@@ -114,4 +115,56 @@ HD_NOINLINE hd_status hd_eval_bind_args(hd_vm *vm, const hd_ast_fn *fn, const hd
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s() missing argument '%s'%s", name,
                                fn->params[i].name, call_hint(fn, ctor, hint, sizeof hint));
     return HD_OK;
+}
+
+int hd_eval_add_kwarg(hd_vm *vm, hd_frame *f, const hd_ast *arg, hd_value v, hd_kwarg *kw,
+                      int *nkw) {
+    for (int k = 0; k < *nkw; k++)
+        if (strcmp(kw[k].name, arg->name) == 0) {
+            hd_vunref(vm, v);
+            hd_eval_failf(vm, f, arg, HD_ERR_RUNTIME, "argument '%s' given twice", arg->name);
+            return 0;
+        }
+    kw[*nkw].name = arg->name;
+    kw[(*nkw)++].value = v;
+    return 1;
+}
+
+static int spread_fail(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_vm_locate(vm, f, &n->span);
+    return 0;
+}
+
+int hd_eval_args_spread(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value *pos, hd_kwarg *kw,
+                        int *nkw) {
+    *nkw = 0;
+    *pos = hd_list_new(vm, n->n);
+    if (pos->type != HD_V_LIST) return spread_fail(vm, f, n);
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *arg = n->items[i];
+        int spread = arg->kind == HD_AST_ARG && arg->op == HD_TOK_STAR;
+        hd_value v = hd_eval_expr(vm, f, arg->kind == HD_AST_ARG ? arg->a : arg);
+        if (v.type == HD_V_ERR) return 0;
+        if (arg->kind == HD_AST_ARG && arg->name) {
+            if (!hd_eval_add_kwarg(vm, f, arg, v, kw, nkw)) return 0;
+            continue;
+        }
+        if (spread && v.type != HD_V_LIST) {
+            hd_eval_failf(vm, f, arg, HD_ERR_RUNTIME,
+                          "*: a call spreads a list, got a value of type %s (list(x) makes one)",
+                          hd_value_type_name(v));
+            hd_vunref(vm, v);
+            return 0;
+        }
+        const hd_list *l = spread ? hd_as_list(v) : NULL;
+        hd_status st = HD_OK;
+        for (int64_t k = 0; l && k < l->len && st == HD_OK; k++)
+            st = hd_list_push(vm, *pos, hd_value_ref(l->items[k]));
+        if (spread)
+            hd_vunref(vm, v);
+        else
+            st = hd_list_push(vm, *pos, v);
+        if (st != HD_OK) return spread_fail(vm, f, arg);
+    }
+    return 1;
 }
