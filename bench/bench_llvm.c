@@ -1,8 +1,9 @@
 /* The llvm compiler against eager mode and interp:
  *
- *   mlp      the d2l hybridize MLP (512 -> 256 -> 128 -> 2, relu, batch 1),
- *            `calls` calls eagerly, through interp and through llvm, on
- *            `threads` threads (default 1);
+ *   mlp      the d2l hybridize MLP (512 -> 256 -> 128 -> 2, relu) at batch
+ *            1, 64 and 4096: `calls` calls at batch 1 (fewer at the
+ *            larger ones) eagerly, through interp and through llvm in
+ *            alternate rounds, on `threads` threads (default 1);
  *   chain    tanh(a * 2 + b) * sigmoid(b) - exp(-a) on 16M f32 (one fused
  *            kernel), in GB/s of bytes read and written, beside memcpy of
  *            the same bytes, on 1 and on 2 threads, and its arithmetic
@@ -93,61 +94,78 @@ static hd_ir_graph *trace_mlp(hd_ctx *ctx, hd_tensor *x, hd_tensor **p) {
     return g;
 }
 
-/* Best of 5 rounds of `calls` calls, in microseconds per call. */
-static double time_calls(hd_ctx *ctx, int calls, const hd_jit_compiler *c, hd_jit_exec *e,
+/* Microseconds per call over one round of `calls` calls. */
+static double time_round(hd_ctx *ctx, int calls, const hd_jit_compiler *c, hd_jit_exec *e,
                          hd_tensor *x, hd_tensor **p) {
-    double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
-        for (int i = 0; i < calls; i++) {
-            hd_tensor *y = NULL;
-            if (c ? c->run(ctx, e, &x, 1, &y, 1) : mlp(ctx, x, p, &y)) die(ctx, "mlp");
-            hd_tensor_unref(y);
-        }
-        double t = (now() - t0) / calls * 1e6;
-        if (t < best) best = t;
+    double t0 = now();
+    for (int i = 0; i < calls; i++) {
+        hd_tensor *y = NULL;
+        if (c ? c->run(ctx, e, &x, 1, &y, 1) : mlp(ctx, x, p, &y)) die(ctx, "mlp");
+        hd_tensor_unref(y);
     }
-    return best;
+    return (now() - t0) / calls * 1e6;
 }
 
+/* Largest |eager - llvm| over the result's elements. */
+static double mlp_diff(hd_ctx *ctx, hd_jit_exec *el, hd_tensor *x, hd_tensor **p) {
+    hd_tensor *y0 = NULL, *y1 = NULL;
+    if (mlp(ctx, x, p, &y0) || hd_jit_llvm.run(ctx, el, &x, 1, &y1, 1)) die(ctx, "check");
+    double diff = 0;
+    for (int64_t i = 0; i < y0->numel; i++) {
+        double d = hd_tensor_get(y0, i) - hd_tensor_get(y1, i);
+        d = d < 0 ? -d : d;
+        if (d > diff) diff = d;
+    }
+    hd_tensor_unref(y0);
+    hd_tensor_unref(y1);
+    return diff;
+}
+
+/* The MLP at one batch size: eager, interp and llvm in alternate rounds
+ * (so that all three see the machine alike), best round of each. */
+static void bench_mlp_batch(hd_ctx *ctx, hd_tensor **p, int64_t batch, int calls) {
+    hd_tensor *x = randn(ctx, batch, 512, 1.0);
+    hd_ir_graph *g = trace_mlp(ctx, x, p);
+    hd_jit_exec *ei = NULL, *el = NULL;
+    if (hd_jit_interp.compile(ctx, g, NULL, &ei) || hd_jit_llvm.compile(ctx, g, NULL, &el))
+        die(ctx, "compile");
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int round = -1; round < 7; round++) { /* round -1 warms up */
+        double t[3] = {time_round(ctx, calls, NULL, NULL, x, p),
+                       time_round(ctx, calls, &hd_jit_interp, ei, x, p),
+                       time_round(ctx, calls, &hd_jit_llvm, el, x, p)};
+        for (int k = 0; round >= 0 && k < 3; k++)
+            if (t[k] < best[k]) best[k] = t[k];
+    }
+    printf("  batch %4lld (%4d calls): eager %9.2f | interp %9.2f | llvm %9.2f us/call"
+           "  (llvm %.2fx eager, %.2fx interp; max |eager - llvm| %g)\n",
+           (long long)batch, calls, best[0], best[1], best[2], best[0] / best[2], best[1] / best[2],
+           mlp_diff(ctx, el, x, p));
+    hd_jit_interp.free(ctx, ei);
+    hd_jit_llvm.free(ctx, el);
+    hd_ir_graph_free(g);
+    hd_tensor_unref(x);
+}
+
+/* The d2l MLP at batch 1, 64 and 4096 (BENCH_BATCH: one of them), each
+ * round `calls` calls at batch 1 and as many as take about as long at the
+ * others. */
 static void bench_mlp(int calls, int threads) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     ctx.nthreads = threads;
+    hd_ctx_set_cache_limit(&ctx, (size_t)1 << 30); /* reuse freed outputs, as the VM does */
     hd_tensor *p[6] = {randn(&ctx, 512, 256, 0.05), randn(&ctx, 256, 0, 0.01),
                        randn(&ctx, 256, 128, 0.05), randn(&ctx, 128, 0, 0.01),
                        randn(&ctx, 128, 2, 0.05),   randn(&ctx, 2, 0, 0.01)};
-    hd_tensor *x = randn(&ctx, 1, 512, 1.0);
-    hd_ir_graph *g = trace_mlp(&ctx, x, p);
-    hd_jit_exec *ei = NULL, *el = NULL;
-    if (hd_jit_interp.compile(&ctx, g, NULL, &ei) || hd_jit_llvm.compile(&ctx, g, NULL, &el))
-        die(&ctx, "compile");
-    for (int i = 0; i < 50; i++) { /* warm up */
-        hd_tensor *y = NULL;
-        if (hd_jit_llvm.run(&ctx, el, &x, 1, &y, 1)) die(&ctx, "run");
-        hd_tensor_unref(y);
+    const char *only = getenv("BENCH_BATCH");
+    static const int64_t batches[3] = {1, 64, 4096};
+    printf("mlp 512-256-128-2, %d thread(s), best of 7 alternate rounds\n", threads);
+    for (int i = 0; i < 3; i++) {
+        if (only && atoll(only) != batches[i]) continue;
+        int n = (int)(calls * 8 / batches[i]);
+        bench_mlp_batch(&ctx, p, batches[i], i == 0 ? calls : n < 5 ? 5 : n);
     }
-    double te = time_calls(&ctx, calls, NULL, NULL, x, p);
-    double ti = time_calls(&ctx, calls, &hd_jit_interp, ei, x, p);
-    double tl = time_calls(&ctx, calls, &hd_jit_llvm, el, x, p);
-    hd_tensor *y0 = NULL, *y1 = NULL;
-    if (mlp(&ctx, x, p, &y0) || hd_jit_llvm.run(&ctx, el, &x, 1, &y1, 1)) die(&ctx, "check");
-    double diff = 0;
-    for (int i = 0; i < 2; i++) {
-        double d = hd_tensor_get(y0, i) - hd_tensor_get(y1, i);
-        diff = d < 0 ? -d : d > diff ? d : diff;
-    }
-    printf("mlp 512-256-128-2, batch 1, %d calls, %d thread(s)\n", calls, threads);
-    printf("  eager   %8.2f us/call\n", te);
-    printf("  interp  %8.2f us/call  (%.2fx eager)\n", ti, te / ti);
-    printf("  llvm    %8.2f us/call  (%.2fx eager, %.2fx interp)\n", tl, te / tl, ti / tl);
-    printf("  max |eager - llvm| %g\n", diff);
-    hd_tensor_unref(y0);
-    hd_tensor_unref(y1);
-    hd_jit_interp.free(&ctx, ei);
-    hd_jit_llvm.free(&ctx, el);
-    hd_ir_graph_free(g);
-    hd_tensor_unref(x);
     for (int i = 0; i < 6; i++) hd_tensor_unref(p[i]);
 }
 

@@ -190,6 +190,7 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
     G.plan = &e->plan;
     G.f16c = h.f16c;
     G.avx512 = h.avx512;
+    G.ew_lanes = !h.ew_vectors ? 0 : h.avx512 ? 32 : h.avx2 ? 16 : 0;
     G.t.c = LLVMContextCreate();
     LLVMContextSetDiagnosticHandler(G.t.c, llvm_diagnostic, NULL);
     G.mod =

@@ -47,6 +47,8 @@ struct hd_llvm_gen {
     LLVMBuilderRef b;
     int f16c;         /* host converts f16 in hardware */
     int avx512;       /* the code is for AVX-512 (host has it, HODU_LLVM_AVX512 not 0) */
+    int ew_lanes;     /* lanes of explicit f32 elementwise vectors: 32 (AVX-512), 16 (AVX2
+                         with FMA) or 0 (the loop vectorizer's choice) */
     int vw;           /* values being generated are vectors of vw lanes; 0: scalars */
     int nt_store;     /* vector stores of vw contiguous elements are aligned and streamed */
     int scalar_calls; /* the kernel being built calls a scalar libm function */
@@ -102,7 +104,8 @@ typedef struct hd_llvm_timing {
  * process-wide init. */
 typedef struct hd_llvm_host {
     const char *triple, *cpu, *features;
-    int f16c, avx512;
+    int f16c, avx512, avx2; /* avx2: AVX2 and FMA */
+    int ew_vectors;         /* explicit elementwise vectors (HODU_LLVM_VECTORS not 0) */
 } hd_llvm_host;
 hd_status hd_llvm_host_get(hd_ctx *ctx, hd_llvm_host *h);
 

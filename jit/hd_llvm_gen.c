@@ -294,18 +294,17 @@ typedef void (*gen_body_fn)(gen_kernel *K, void *ud);
 
 /* ---- elementwise loops as explicit vectors ---- */
 
-/* On AVX-512 hosts the innermost loop of an f32 elementwise kernel is
- * explicit vector code of GEN_EW_LANES lanes, then a scalar tail: the same
- * operations as the scalar body (the same bits), with what the loop
- * vectorizer cannot emit: the vector math's scaling by 2^k as one
- * vscalefps (hd_vm_exp_scale), and, for a kernel of at least GEN_NT_MIN
- * elements with one output, streamed (non-temporal) stores, after a
- * scalar head that aligns the output to 64 bytes: the output is not read
- * into the cache first, so the loop moves 12 bytes an element, not 16,
- * for a chain of two inputs. */
-#define GEN_EW_LANES 32 /* two AVX-512 vectors, interleaved */
-#define GEN_EW_SHIFT 5  /* log2(GEN_EW_LANES) */
-#define GEN_NT_MIN   ((int64_t)1 << 21)
+/* On AVX-512 and AVX2 hosts the innermost loop of an f32 elementwise
+ * kernel is explicit vector code of G->ew_lanes lanes (two vectors,
+ * interleaved: the polynomials' dependency chains leave one vector's FMAs
+ * idle), then a scalar tail: the same operations as the scalar body (the
+ * same bits), with what the loop vectorizer cannot emit: on AVX-512 the
+ * vector math's scaling by 2^k as one vscalefps (hd_vm_exp_scale), and,
+ * for a kernel of at least GEN_NT_MIN elements with one output, streamed
+ * (non-temporal) stores, after a scalar head that aligns the output to 64
+ * bytes: the output is not read into the cache first, so the loop moves 12
+ * bytes an element, not 16, for a chain of two inputs. */
+#define GEN_NT_MIN ((int64_t)1 << 21)
 
 static int ew_all_f32(const gen_kernel *K) {
     const hd_ir_graph *g = K->G->plan->g;
@@ -319,8 +318,8 @@ static int ew_all_f32(const gen_kernel *K) {
 }
 
 static int ew_vector_ok(const gen_kernel *K, int l) {
-    if (!K->G->avx512 || K->k->kind != HD_PLAN_K_ELEMENTWISE || K->has_calls) return 0;
-    if (K->lev[l] < GEN_EW_LANES || !ew_all_f32(K)) return 0;
+    if (!K->G->ew_lanes || K->k->kind != HD_PLAN_K_ELEMENTWISE || K->has_calls) return 0;
+    if (K->lev[l] < K->G->ew_lanes || !ew_all_f32(K)) return 0;
     for (int j = 0; j < K->nops; j++)
         if (K->ops[j].st[l] != 0 && K->ops[j].st[l] != 1) return 0;
     return 1;
@@ -374,7 +373,7 @@ static void ew_sfence(hd_llvm_gen *G) {
     LLVMBuildCall2(B, LLVMIntrinsicGetType(G->t.c, id, NULL, 0), f, NULL, 0, "");
 }
 
-/* Level l over [lo, hi): the streamed head, vectors of GEN_EW_LANES, the
+/* Level l over [lo, hi): the streamed head, vectors of G->ew_lanes, the
  * scalar tail. */
 static void ew_vector_level(gen_kernel *K, int l, LLVMValueRef lo, LLVMValueRef hi,
                             gen_body_fn body, void *ud) {
@@ -385,15 +384,16 @@ static void ew_vector_level(gen_kernel *K, int l, LLVMValueRef lo, LLVMValueRef 
         vlo = ew_head_end(K, s, lo, hi);
         ew_scalar_loop(K, l, lo, vlo, body, ud);
     }
-    LLVMValueRef nb = LLVMBuildLShr(B, LLVMBuildSub(B, hi, vlo, ""), c64(G, GEN_EW_SHIFT), "");
-    LLVMValueRef vend = LLVMBuildAdd(B, vlo, LLVMBuildShl(B, nb, c64(G, GEN_EW_SHIFT), ""), "");
+    int shift = G->ew_lanes == 32 ? 5 : 4; /* log2 of the lanes */
+    LLVMValueRef nb = LLVMBuildLShr(B, LLVMBuildSub(B, hi, vlo, ""), c64(G, shift), "");
+    LLVMValueRef vend = LLVMBuildAdd(B, vlo, LLVMBuildShl(B, nb, c64(G, shift), ""), "");
     LLVMValueRef saved[K->nops + 1];
     gen_loop L;
     LLVMValueRef b = loop_begin(G, &L, c64(G, 0), nb);
-    ptrs_step(K, l, LLVMBuildAdd(B, vlo, LLVMBuildShl(B, b, c64(G, GEN_EW_SHIFT), ""), ""), saved);
+    ptrs_step(K, l, LLVMBuildAdd(B, vlo, LLVMBuildShl(B, b, c64(G, shift), ""), ""), saved);
     regs_clear(K);
     K->vlev = l;
-    G->vw = GEN_EW_LANES;
+    G->vw = G->ew_lanes;
     G->nt_store = s >= 0;
     body(K, ud);
     G->vw = 0;

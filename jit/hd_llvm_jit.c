@@ -39,7 +39,8 @@ static char jit_features[8192], jit_features_no512[8192];
  * registers keep the polynomials of a fused transcendental chain out of the
  * stack: about 2x on such loops). Unlike the C build's -march=native this
  * is decided at run time, so valgrind, whose CPUID has no AVX-512, gets
- * AVX2 code. HODU_LLVM_AVX512=0 leaves it out (read at every compile). */
+ * AVX2 code. HODU_LLVM_AVX512=0 leaves it out, HODU_LLVM_VECTORS=0 the
+ * explicit elementwise vectors (both read at every compile). */
 static void jit_init(void) {
     if (LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter()) return;
     char *f = LLVMGetHostCPUFeatures();
@@ -65,6 +66,9 @@ hd_status hd_llvm_host_get(hd_ctx *ctx, hd_llvm_host *h) {
     h->features = e && !strcmp(e, "0") ? jit_features_no512 : jit_features;
     h->f16c = strstr(h->features, "+f16c") != NULL;
     h->avx512 = strstr(h->features, "+avx512f") != NULL;
+    h->avx2 = strstr(h->features, "+avx2") != NULL && strstr(h->features, "+fma") != NULL;
+    e = getenv("HODU_LLVM_VECTORS"); /* 0: no explicit elementwise vectors */
+    h->ew_vectors = !(e && !strcmp(e, "0"));
     return HD_OK;
 }
 

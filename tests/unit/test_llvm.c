@@ -451,17 +451,14 @@ static hd_status chain_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, 
     return st;
 }
 
-static void test_chain(hd_ctx *ctx) {
-    /* around the vector widths (8, 16, 32 lanes) and, past 2^21 elements,
-     * the streamed stores of AVX-512 code (docs/llvm.md) */
-    static const int64_t sizes[] = {0,  1,  3,  7,  8,  9,  15,  16,   17,    31,
-                                    32, 33, 63, 64, 65, 95, 257, 1000, 70001, (1 << 21) + 37};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+static void test_chain_sizes(hd_ctx *ctx, const int64_t *sizes, size_t nsizes, int pass) {
+    for (size_t i = 0; i < nsizes; i++)
         for (int d = 0; d < 4; d++) {
             hd_dtype dt = all_dtypes[d];
             hd_tensor *in[2] = {make(ctx, dt, &sizes[i], 1, 1.0), make(ctx, dt, &sizes[i], 1, 0.7)};
             char what[64];
-            snprintf(what, sizeof what, "chain %s [%lld]", hd_dtype_name(dt), (long long)sizes[i]);
+            snprintf(what, sizeof what, "chain %s [%lld] pass %d", hd_dtype_name(dt),
+                     (long long)sizes[i], pass);
             hd_jit_stats st;
             CHECK_MSG(check_body_tol(ctx, what, chain_body, in, 2, 1, NULL, 0, &st), "%s", what);
             CHECK(st.fallbacks == 0 && (sizes[i] == 0 || st.kernels == 1)); /* one fused loop */
@@ -470,12 +467,29 @@ static void test_chain(hd_ctx *ctx) {
         }
 }
 
+/* The chain at sizes around the vector widths (8, 16, 32 lanes) and, past
+ * 2^21 elements, the streamed stores (docs/llvm.md); as the host's code
+ * (AVX-512's or AVX2's explicit vectors), with AVX-512 left out, and with
+ * the loop vectorizer's code. */
+static void test_chain(hd_ctx *ctx) {
+    static const int64_t sizes[] = {0,  1,  3,  7,  8,  9,  15,  16,   17,    31,
+                                    32, 33, 63, 64, 65, 95, 257, 1000, 70001, (1 << 21) + 37};
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass) setenv(pass == 1 ? "HODU_LLVM_AVX512" : "HODU_LLVM_VECTORS", "0", 1);
+        test_chain_sizes(ctx, sizes, sizeof sizes / sizeof *sizes, pass);
+    }
+    unsetenv("HODU_LLVM_AVX512");
+    unsetenv("HODU_LLVM_VECTORS");
+}
+
 /* The shared vector math (docs/vmath.md) over every binade: each f32
  * function llvm generates, on 200,003 floats spread over all bit patterns
  * (specials, subnormals, huge sin and cos arguments, the overflow and
  * underflow ranges; on threads), and pow on pairs of them, against eager
- * bit for bit; the same through f16 and bf16, and with AVX-512 left out of
- * the generated code (HODU_LLVM_AVX512=0) where the host has it. */
+ * bit for bit; the same through f16 and bf16, with AVX-512 left out of
+ * the generated code (HODU_LLVM_AVX512=0: AVX2's explicit vectors where the
+ * host has AVX2), and with the loop vectorizer's code instead of explicit
+ * vectors (HODU_LLVM_VECTORS=0). */
 static void test_vmath_sweep(hd_ctx *ctx) {
     static const hd_op ops[] = {HD_OP_EXP,  HD_OP_LOG,      HD_OP_TANH, HD_OP_SIGMOID, HD_OP_SILU,
                                 HD_OP_GELU, HD_OP_SOFTPLUS, HD_OP_SIN,  HD_OP_COS,     HD_OP_POW};
@@ -488,8 +502,10 @@ static void test_vmath_sweep(hd_ctx *ctx) {
         yv[i] = i % 3 ? (float)(int)(w % 41) - 20.0f : (float)(int)(w % 4001) / 64.0f - 31.0f;
         if (i % 5 == 0) memcpy(&yv[i], &w, 4);
     }
-    for (int pass = 0; pass < 2; pass++) {
+    static const char *const pass_names[3] = {"", " (no AVX-512)", " (no explicit vectors)"};
+    for (int pass = 0; pass < 3; pass++) {
         if (pass) setenv("HODU_LLVM_AVX512", "0", 1);
+        if (pass == 2) setenv("HODU_LLVM_VECTORS", "0", 1);
         for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
             op_case c;
             memset(&c, 0, sizeof c);
@@ -507,7 +523,7 @@ static void test_vmath_sweep(hd_ctx *ctx) {
                 }
                 char what[64];
                 snprintf(what, sizeof what, "vmath %s %s%s", hd_op_name(ops[k]),
-                         hd_dtype_name(dts[d]), pass ? " (no AVX-512)" : "");
+                         hd_dtype_name(dts[d]), pass_names[pass]);
                 int two = ops[k] == HD_OP_POW;
                 CHECK_MSG(
                     check_body(ctx, what, two ? binary_body : unary_body, in, two ? 2 : 1, 1, &c),
@@ -518,6 +534,7 @@ static void test_vmath_sweep(hd_ctx *ctx) {
         }
     }
     unsetenv("HODU_LLVM_AVX512");
+    unsetenv("HODU_LLVM_VECTORS");
     hd_tensor_unref(x);
     hd_tensor_unref(y);
 }
