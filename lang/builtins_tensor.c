@@ -182,16 +182,9 @@ hd_status hd_targ_dtype(hd_vm *vm, const hd_targs *a, int i, int def, int *out) 
         return HD_OK;
     }
     /* the conversion functions bool, int and float name dtypes as in torch */
-    if (v.type == HD_V_NATIVE) {
-        const char *n = ((hd_native *)v.as.o)->name;
-        int dt = strcmp(n, "bool") == 0    ? HD_BOOL
-                 : strcmp(n, "int") == 0   ? HD_I64
-                 : strcmp(n, "float") == 0 ? HD_F64
-                                           : -1;
-        if (dt >= 0) {
-            *out = dt;
-            return HD_OK;
-        }
+    if (hd_value_dtype_name(v) >= 0) {
+        *out = hd_value_dtype_name(v);
+        return HD_OK;
     }
     if (v.type == HD_V_STR && hd_dtype_from_name(hd_as_str(v)->chars) >= 0) {
         *out = hd_dtype_from_name(hd_as_str(v)->chars);

@@ -812,8 +812,22 @@ static int hd_dict_equal(const hd_dict *x, hd_value bv, int depth) {
     return 1;
 }
 
+int hd_value_dtype_name(hd_value v) {
+    if (v.type != HD_V_NATIVE) return -1;
+    const hd_native *n = (const hd_native *)v.as.o;
+    if (n->self.type != HD_V_NONE) return -1;
+    return strcmp(n->name, "bool") == 0    ? HD_BOOL
+           : strcmp(n->name, "int") == 0   ? HD_I64
+           : strcmp(n->name, "float") == 0 ? HD_F64
+                                           : -1;
+}
+
 static int hd_value_equal_depth(hd_value a, hd_value b, int depth) {
     if (depth > HD_COMPARE_MAX_DEPTH) return 0;
+    if (a.type == HD_V_DTYPE && b.type == HD_V_NATIVE)
+        return hd_value_dtype_name(b) == (int)a.as.dt;
+    if (a.type == HD_V_NATIVE && b.type == HD_V_DTYPE)
+        return hd_value_dtype_name(a) == (int)b.as.dt;
     if (a.type == HD_V_INT && b.type == HD_V_FLOAT) return (double)a.as.i == b.as.f;
     if (a.type == HD_V_FLOAT && b.type == HD_V_INT) return a.as.f == (double)b.as.i;
     if (a.type != b.type) return 0;

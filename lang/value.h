@@ -183,6 +183,10 @@ hd_value *hd_dict_get(hd_value dict, const char *key);
 static inline hd_dict *hd_as_dict(hd_value v) { return (hd_dict *)v.as.o; }
 
 hd_value hd_native_new(hd_vm *vm, const char *name, hd_native_fn fn, void *data);
+/* The dtype the conversion functions bool, int and float name (as in
+ * torch: x.dtype == bool, zeros(2, dtype = int)): HD_BOOL, HD_I64, HD_F64;
+ * -1 for any other value. */
+int hd_value_dtype_name(hd_value v);
 hd_value hd_handle_new(hd_vm *vm, const hd_handle_type *type, void *p);
 
 /* ---- references ---- */
