@@ -840,6 +840,7 @@ static HD_NOINLINE hd_value ev_index(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     memset(parts, 0, (size_t)(n->n ? n->n : 1) * sizeof *parts);
     for (int i = 0; i < n->n; i++) parts[i].v = hd_none();
     if (hd_eval_parts(vm, f, n, parts)) {
+        f->at = n; /* an object's getitem method runs from here */
         if (hd_eval_index_op(vm, x, parts, n->n, NULL, &out) != HD_OK) out = fail(vm, f, n);
     }
     hd_eval_free_parts(vm, parts, n->n);
@@ -1320,6 +1321,7 @@ static HD_NOINLINE int ex_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, 
         parts[i].v = hd_none();
     }
     if (!hd_eval_parts(vm, f, t, parts)) goto done;
+    f->at = t; /* an object's getitem and setitem methods run from here */
     if (n->op != HD_TOK_ASSIGN) {
         hd_value old;
         if (hd_eval_index_op(vm, x, parts, t->n, NULL, &old) != HD_OK) {

@@ -245,10 +245,38 @@ hd_status hd_eval_tensor_index(hd_vm *vm, hd_value x, hd_index_part *parts, int 
     return st;
 }
 
+/* obj[k] and obj[k] = v: the class's getitem(k) and setitem(k, v) methods,
+ * as Python's __getitem__ and __setitem__ (nn.ModuleList, nn.ModuleDict). */
+static hd_status eval_object_item(hd_vm *vm, hd_value x, hd_index_part *p, const hd_value *set,
+                                  hd_value *out) {
+    const char *name = set ? "setitem" : "getitem";
+    hd_value *m = hd_dict_get(((hd_object *)x.as.o)->cls->methods, name);
+    if (!m)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s of an object of class %s (the class has no %s "
+                           "method)",
+                           set ? "item assignment" : "indexing", hd_value_type_name(x), name);
+    if (p->kind == HD_IDX_SLICE || p->kind == HD_IDX_ELLIPSIS)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "an object of class %s takes an index, not %s",
+                           hd_value_type_name(x), p->kind == HD_IDX_SLICE ? "a slice" : "...");
+    hd_value args[2] = {p->kind == HD_IDX_INT    ? hd_int(p->i)
+                        : p->kind == HD_IDX_NONE ? hd_none()
+                                                 : p->v,
+                        set ? *set : hd_none()};
+    hd_value r = hd_none();
+    if (hd_eval_call(vm, *m, x, 1, args, set ? 2 : 1, NULL, 0, &r) != HD_OK) return vm->err;
+    if (set)
+        hd_vunref(vm, r);
+    else
+        *out = r;
+    return HD_OK;
+}
+
 /* x[parts] for any value: get (set == NULL) or set. */
 hd_status hd_eval_index_op(hd_vm *vm, hd_value x, hd_index_part *parts, int n, const hd_value *set,
                            hd_value *out) {
     if (x.type == HD_V_TENSOR) return hd_eval_tensor_index(vm, x, parts, n, set, out);
+    if (x.type == HD_V_OBJECT && n == 1) return eval_object_item(vm, x, &parts[0], set, out);
     if (n != 1)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "a %s takes one index, not %d",
                            hd_value_type_name(x), n);
