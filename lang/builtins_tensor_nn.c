@@ -1,4 +1,4 @@
-/* nn functions: softmax, log_softmax, cross_entropy, mse, conv2d,
+/* nn functions: softmax, log_softmax, cumsum, cumprod, cross_entropy, mse, conv2d,
  * max_pool2d, avg_pool2d, dropout, layer_norm, embedding. */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
@@ -22,6 +22,40 @@ static HD_TF_FN(tf_softmax) {
     memset(&at, 0, sizeof at);
     if (hd_targ_int(vm, &a, 1, -1, &at.ints[0])) return HD_ERR_RUNTIME;
     return run_params(vm, &a, (hd_op)a.f->op, (int[]){0}, 1, &at, out);
+}
+
+/* cumsum(x, axis = none) and cumprod: along axis, or over x flattened
+ * (NumPy's none). Integer and bool tensors give i64, computed in f64 (exact
+ * while every running value is below 2^53 in magnitude). */
+static HD_TF_FN(tf_scan) {
+    HD_TARGS_BIND(a); /* x, axis= */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *x = NULL, *t[3] = {NULL, NULL, NULL};
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    int ints = !hd_dtype_is_float(x->dtype);
+    if (hd_targ_has(&a, 1)) {
+        st = hd_targ_int(vm, &a, 1, 0, &at.ints[0]);
+        if (!st) t[0] = hd_tensor_ref(x);
+    } else {
+        int64_t flat = -1;
+        if (hd_treshape(ctx, x, &flat, 1, &t[0])) st = hd_tfail(vm, a.f->name);
+    }
+    if (!st && ints && hd_op_cast(ctx, t[0], HD_F64, &t[1])) st = hd_tfail(vm, a.f->name);
+    if (!st) st = hd_trun_t(vm, a.f->name, (hd_op)a.f->op, &t[ints], 1, &at, &t[2]);
+    hd_tensor *r = t[2];
+    if (!st && ints) {
+        r = NULL;
+        if (hd_op_cast(ctx, t[2], HD_I64, &r)) st = hd_tfail(vm, a.f->name);
+    } else {
+        t[2] = NULL;
+    }
+    if (!st) *out = hd_tensor_value(r);
+    hd_tensor_unref(x);
+    hd_tunref_all(t, 3);
+    return st;
 }
 
 static HD_TF_FN(tf_loss) {
@@ -141,6 +175,8 @@ static HD_TF_FN(tf_embedding) {
 static const hd_tfunc rows[] = {
     {"softmax", tf_softmax, "x, axis=", HD_OP_SOFTMAX, HD_TF_BOTH},
     {"log_softmax", tf_softmax, "x, axis=", HD_OP_LOG_SOFTMAX, HD_TF_BOTH},
+    {"cumsum", tf_scan, "x, axis=", HD_OP_CUMSUM, HD_TF_BOTH},
+    {"cumprod", tf_scan, "x, axis=", HD_OP_CUMPROD, HD_TF_BOTH},
     {"cross_entropy", tf_loss, "logits, labels", HD_OP_CROSS_ENTROPY, HD_TF_GLOBAL},
     {"mse", tf_loss, "pred, target", HD_OP_MSE, HD_TF_GLOBAL},
     {"conv2d", tf_conv2d, "x, w, b=, stride=, padding=, dilation=, groups=", HD_OP_CONV2D,

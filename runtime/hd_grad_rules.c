@@ -665,6 +665,24 @@ RULE(log_softmax, SAVE_Y) {
     gin[0] = hd_gx_out(x, axis_bwd(x, n, HD_OP_LOG_SOFTMAX_BWD, g));
 }
 
+/* the running sums from the other end: d/dx_i sum_j g_j y_j = sum_{j >= i} g_j */
+RULE(cumsum, 0) {
+    UNUSED_RULE_ARGS();
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    at.ints[1] = !n->attrs.ints[1];
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_CUMSUM, &g, 1, &at));
+}
+
+/* exact where x has zeros: no division by x (cpu_nn_tmpl.h, nn_cumprod_bwd) */
+RULE(cumprod, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    hd_tensor *in[2] = {IN(0), g};
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_CUMPROD_BWD, in, 2, &at));
+}
+
 /* fused and stable: g * (softmax(x) - one_hot(labels)) / N */
 RULE(cross_entropy, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     UNUSED_RULE_ARGS();

@@ -720,7 +720,7 @@ SHAPE_FN(grad_like) {
                                        in[i]->ndim);
     }
     int axis;
-    if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD) &&
+    if ((op == HD_OP_SOFTMAX_BWD || op == HD_OP_LOG_SOFTMAX_BWD || op == HD_OP_CUMPROD_BWD) &&
         hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis))
         return ctx->status;
     hd_dtype dt = grad_dtype(in, nin);

@@ -1,5 +1,5 @@
-/* CPU nn kernels: softmax, log_softmax, cross_entropy, mse, dropout and
- * layer_norm here; conv2d and the pools in cpu_conv.c. Float dtypes only:
+/* CPU nn kernels: softmax, log_softmax, cumsum, cumprod, cross_entropy,
+ * mse, dropout and layer_norm here; conv2d and the pools in cpu_conv.c. Float dtypes only:
  * f32 and f64 natively, f16 and bf16 through f32 scratch (cpu_nn.h). */
 #include "cpu_nn.h"
 #include "hd_rng.h"
@@ -240,6 +240,13 @@ hd_status hd_cpu_nn(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
         int axis;
         if (hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis)) return ctx->status;
         return NN_CALL(f64, nn_softmax, ctx, out, in[0], axis, op == HD_OP_LOG_SOFTMAX);
+    }
+    case HD_OP_CUMSUM:
+    case HD_OP_CUMPROD:
+    case HD_OP_CUMPROD_BWD: {
+        int axis;
+        if (hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis)) return ctx->status;
+        return NN_CALL(f64, nn_scan, ctx, op, out, in, axis, op == HD_OP_CUMSUM && attrs->ints[1]);
     }
     case HD_OP_CROSS_ENTROPY: return nn_cross_entropy(ctx, out, in);
     case HD_OP_MSE: return nn_mse(ctx, out, in);

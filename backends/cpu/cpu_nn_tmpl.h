@@ -239,6 +239,83 @@ done:
     return ys ? HD_OK : ctx->status;
 }
 
+/* ---- cumsum, cumprod ---- */
+
+#define NN_SCAN_W 64 /* lines of one block, side by side in memory when inner > 1 */
+
+/* Running sums (prod 0) or products (prod 1) along the n elements of lines
+ * [i0, i0 + w) of block o (elements inner apart), from the last element
+ * back where rev: accumulated in double, each result rounded once. */
+static void NN_FN(nn_scan_block)(const NN_T *x, NN_T *y, int64_t n, int64_t inner, int64_t o,
+                                 int64_t i0, int64_t w, int rev, int prod) {
+    double acc[NN_SCAN_W];
+    for (int64_t t = 0; t < w; t++) acc[t] = prod ? 1.0 : 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t j = rev ? n - 1 - k : k, at = (o * n + j) * inner + i0;
+        if (prod)
+            for (int64_t t = 0; t < w; t++) y[at + t] = (NN_T)(acc[t] *= (double)x[at + t]);
+        else
+            for (int64_t t = 0; t < w; t++) y[at + t] = (NN_T)(acc[t] += (double)x[at + t]);
+    }
+}
+
+/* The gradient of cumprod for lines [i0, i0 + w) of block o: with
+ * S_i = g_i + x_{i+1} S_{i+1} (S_{n-1} = g_{n-1}) and P_i the product of
+ * x_0 .. x_{i-1}, d/dx_i sum_j g_j cumprod(x)_j = P_i S_i: no division, so
+ * zeros in x are exact. S goes through y (as NN_T) between the passes. */
+static void NN_FN(nn_cumprod_bwd_block)(const NN_T *x, const NN_T *g, NN_T *y, int64_t n,
+                                        int64_t inner, int64_t o, int64_t i0, int64_t w) {
+    double acc[NN_SCAN_W];
+    for (int64_t t = 0; t < w; t++) acc[t] = 0.0;
+    for (int64_t j = n - 1; j >= 0; j--) {
+        int64_t at = (o * n + j) * inner + i0, next = at + inner;
+        for (int64_t t = 0; t < w; t++) {
+            acc[t] = (double)g[at + t] + (j + 1 < n ? (double)x[next + t] * acc[t] : 0.0);
+            y[at + t] = (NN_T)acc[t];
+        }
+    }
+    for (int64_t t = 0; t < w; t++) acc[t] = 1.0;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t at = (o * n + j) * inner + i0;
+        for (int64_t t = 0; t < w; t++) {
+            y[at + t] = (NN_T)(acc[t] * (double)y[at + t]);
+            acc[t] *= (double)x[at + t];
+        }
+    }
+}
+
+/* cumsum (op CUMSUM, rev from ints[1]), cumprod, or cumprod's gradient
+ * (in[1] is g) of in[0] along axis into out; blocks of lines in parallel. */
+static hd_status NN_FN(nn_scan)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
+                                int axis, int rev) {
+    const hd_tensor *x = in[0];
+    int64_t outer = 1, n = 1, inner = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < axis) outer *= x->shape[d];
+        if (d == axis) n = x->shape[d];
+        if (d > axis) inner *= x->shape[d];
+    }
+    int owned[2] = {0, 0}, nin = op == HD_OP_CUMPROD_BWD ? 2 : 1;
+    const NN_T *xs[2] = {NULL, NULL};
+    for (int i = 0; i < nin; i++) xs[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &owned[i]);
+    NN_T *ys = xs[0] && xs[nin - 1] ? NN_FN(hd_cpu_nn_outbuf)(ctx, out) : NULL;
+    if (ys) {
+        int64_t per = (inner + NN_SCAN_W - 1) / NN_SCAN_W, nblocks = outer * per;
+#pragma omp parallel for num_threads(ctx->nthreads) if (x->numel >= CPU_PAR_MIN) schedule(static)
+        for (int64_t b = 0; b < nblocks; b++) {
+            int64_t o = b / per, i0 = b % per * NN_SCAN_W, w = HD_MIN(NN_SCAN_W, inner - i0);
+            if (op == HD_OP_CUMPROD_BWD)
+                NN_FN(nn_cumprod_bwd_block)(xs[0], xs[1], ys, n, inner, o, i0, w);
+            else
+                NN_FN(nn_scan_block)(xs[0], ys, n, inner, o, i0, w, rev, op == HD_OP_CUMPROD);
+        }
+        NN_FN(hd_cpu_nn_finish)(ctx, out, ys);
+    }
+    for (int i = 0; i < nin; i++)
+        if (owned[i]) hd_ctx_free(ctx, (void *)xs[i], (size_t)in[i]->numel * sizeof(NN_T));
+    return ys ? HD_OK : ctx->status;
+}
+
 /* ---- cross_entropy ---- */
 
 /* -log_softmax(x)[label] for one row of c logits: max(x) - x[label] +

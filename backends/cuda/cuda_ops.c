@@ -227,11 +227,11 @@ static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
     return st;
 }
 
-/* ---- rows: softmax family over attrs->ints[0] ---- */
+/* ---- rows: softmax family, cumsum and cumprod over attrs->ints[0] ---- */
 
 typedef struct {
     int64_t rows, len;
-    int nd, pad;
+    int nd, rev; /* rev: cumsum from the last element back */
     int64_t shape[8], sa[8], sb[8], so[8];
     int64_t la, lb, lo;
 } ops_rowgeo;
@@ -245,6 +245,7 @@ static hd_status ops_rows(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
     const hd_tensor *b = nin > 1 ? in[1] : in[0];
     g.len = out->ndim ? out->shape[axis] : 1;
     g.rows = g.len ? out->numel / g.len : 0;
+    g.rev = op == HD_OP_CUMSUM && attrs->ints[1];
     for (int i = 0; i < out->ndim; i++) {
         if (i == axis) continue;
         g.shape[g.nd] = out->shape[i];
@@ -660,7 +661,10 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_SOFTMAX:
     case HD_OP_LOG_SOFTMAX:
     case HD_OP_SOFTMAX_BWD:
-    case HD_OP_LOG_SOFTMAX_BWD: return ops_rows(ctx, d, op, out, in, nin, attrs);
+    case HD_OP_LOG_SOFTMAX_BWD:
+    case HD_OP_CUMSUM:
+    case HD_OP_CUMPROD:
+    case HD_OP_CUMPROD_BWD: return ops_rows(ctx, d, op, out, in, nin, attrs);
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT: return ops_index(ctx, d, op, out, in, attrs);

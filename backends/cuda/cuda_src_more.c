@@ -229,7 +229,7 @@ int hd_cuda_src_reduce(hd_cuda_src *s, hd_op op) {
  * over them and along the axis. */
 
 static const char row_geo[] =
-    "struct RowGeo { i64 rows, len; int nd, pad; i64 shape[8], sa[8], sb[8], so[8]; i64 la, lb, "
+    "struct RowGeo { i64 rows, len; int nd, rev; i64 shape[8], sa[8], sb[8], so[8]; i64 la, lb, "
     "lo; };\n"
     "__device__ __forceinline__ void row_base(const RowGeo &g, i64 r, i64 &a, i64 &b, i64 &o) {\n"
     "  a = b = o = 0; for (int d = g.nd - 1; d >= 0; d--) { i64 q = r % g.shape[d]; r /= "
@@ -238,6 +238,53 @@ static const char row_geo[] =
 
 static const char *const ld_c[HD_DTYPE_COUNT] = {"ld_f16(%s)", "ld_bf16(%s)", "(%s)", "(%s)"};
 static const char *const st_c[HD_DTYPE_COUNT] = {"st_f16", "st_bf16", "", ""};
+
+/* cumsum and cumprod of one row: each thread scans a run of the row (in
+ * double), thread 0 makes the runs' totals running ones, then each thread
+ * writes its run from its offset (the rounding to C once per element, as
+ * the cpu kernel; the runs' totals associate differently from its single
+ * pass). cumprod's gradient (S_i = g_i + x_{i+1} S_{i+1}, times the product
+ * of x_0 .. x_{i-1}: cpu_nn_tmpl.h) runs on thread 0, S through O. */
+static void row_scan(hd_cuda_src *s, hd_op op, hd_dtype dt) {
+    char la[64], lb[64], lo[64], ln[64];
+    snprintf(la, sizeof la, ld_c[dt], "A[ba + j * g.la]");
+    snprintf(ln, sizeof ln, ld_c[dt], "A[ba + (j + 1) * g.la]");
+    snprintf(lb, sizeof lb, ld_c[dt], "B[bb + j * g.lb]");
+    snprintf(lo, sizeof lo, ld_c[dt], "O[bo + j * g.lo]");
+    if (op == HD_OP_CUMPROD_BWD) {
+        hd_cuda_src_printf(s,
+                           "    if (threadIdx.x == 0 && g.len > 0) {\n"
+                           "      double acc = 0;\n"
+                           "      for (i64 j = g.len - 1; j >= 0; j--) {\n"
+                           "        acc = (double)%s + (j + 1 < g.len ? (double)%s * acc : 0.0);\n"
+                           "        O[bo + j * g.lo] = %s((C)acc); }\n"
+                           "      acc = 1;\n"
+                           "      for (i64 j = 0; j < g.len; j++) {\n"
+                           "        O[bo + j * g.lo] = %s((C)(acc * (double)%s)); acc *= "
+                           "(double)%s; }\n"
+                           "    }\n",
+                           lb, ln, st_c[dt], st_c[dt], lo, la);
+        return;
+    }
+    int prod = op == HD_OP_CUMPROD;
+    hd_cuda_src_printf(
+        s,
+        "    __shared__ double part[256];\n"
+        "    i64 run = (g.len + blockDim.x - 1) / blockDim.x, k0 = threadIdx.x * run,"
+        " k1 = k0 + run < g.len ? k0 + run : g.len;\n"
+        "    double acc = %s;\n"
+        "    for (i64 k = k0; k < k1; k++) { i64 j = g.rev ? g.len - 1 - k : k; acc "
+        "%s= (double)%s; }\n"
+        "    part[threadIdx.x] = acc; __syncthreads();\n"
+        "    if (threadIdx.x == 0) { double r = %s; for (unsigned t = 0; t < "
+        "blockDim.x; t++) { double v = part[t]; part[t] = r; r %s= v; } }\n"
+        "    __syncthreads(); acc = part[threadIdx.x];\n"
+        "    for (i64 k = k0; k < k1; k++) { i64 j = g.rev ? g.len - 1 - k : k; acc "
+        "%s= (double)%s; O[bo + j * g.lo] = %s((C)acc); }\n"
+        "    __syncthreads();\n",
+        prod ? "1.0" : "0.0", prod ? "*" : "+", la, prod ? "1.0" : "0.0", prod ? "*" : "+",
+        prod ? "*" : "+", la, st_c[dt]);
+}
 
 static void row_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     char name[96];
@@ -255,7 +302,9 @@ static void row_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     snprintf(la, sizeof la, ld_c[dt], "A[ba + k * g.la]");
     snprintf(lb, sizeof lb, ld_c[dt], "B[bb + k * g.lb]");
     const char *loop = "for (i64 k = threadIdx.x; k < g.len; k += blockDim.x)";
-    if (op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX) {
+    if (op == HD_OP_CUMSUM || op == HD_OP_CUMPROD || op == HD_OP_CUMPROD_BWD) {
+        row_scan(s, op, dt);
+    } else if (op == HD_OP_SOFTMAX || op == HD_OP_LOG_SOFTMAX) {
         hd_cuda_src_printf(s,
                            "    C m = -HD_INF; %s { C x = %s; m = (x > m || x != x) ? x : m; }\n"
                            "    m = block_reduce(m, [](C p, C q) { return (q > p || q != q) && p "
@@ -740,7 +789,10 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_SOFTMAX:
     case HD_OP_LOG_SOFTMAX:
     case HD_OP_SOFTMAX_BWD:
-    case HD_OP_LOG_SOFTMAX_BWD: return mod_rows(s, op);
+    case HD_OP_LOG_SOFTMAX_BWD:
+    case HD_OP_CUMSUM:
+    case HD_OP_CUMPROD:
+    case HD_OP_CUMPROD_BWD: return mod_rows(s, op);
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT: return mod_index(s, op);
@@ -779,6 +831,9 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_LOG_SOFTMAX:
     case HD_OP_SOFTMAX_BWD:
     case HD_OP_LOG_SOFTMAX_BWD:
+    case HD_OP_CUMSUM:
+    case HD_OP_CUMPROD:
+    case HD_OP_CUMPROD_BWD:
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT:

@@ -213,6 +213,7 @@ SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->
 SET(axis1, a->ints[0] = 1)
 SET(axis0, a->ints[0] = 0)
 SET(axism1, a->ints[0] = -1)
+SET(axis1_rev, a->ints[0] = 1; a->ints[1] = 1)
 SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
     a->ints[5] = 2; a->ints[6] = 2)
 SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
@@ -246,6 +247,16 @@ static void fill_prod_zeros(hd_tensor **in, int nin) {
     HD_UNUSED(nin);
     hd_tensor *t = in[0];
     int64_t zeros[] = {3, 6, 8}; /* row 1: one zero; row 2: two */
+    for (int k = 0; k < 3; k++)
+        hd_dtype_store(t->dtype, t->storage->data, hd_tensor_elem_offset(t, zeros[k]), 0.0);
+}
+
+/* cumprod along the rows of [2, 6]: row 0 one zero inside, row 1 two
+ * zeros (one of them first) */
+static void fill_scan_zeros(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *t = in[0];
+    int64_t zeros[] = {2, 6, 9};
     for (int k = 0; k < 3; k++)
         hd_dtype_store(t->dtype, t->storage->data, hd_tensor_elem_offset(t, zeros[k]), 0.0);
 }
@@ -360,6 +371,12 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_SOFTMAX, .in = {"n:3x4x2:t"}, .set = axis1},
     {.op = HD_OP_LOG_SOFTMAX, .in = {"n:3x4"}, .set = axism1},
     {.op = HD_OP_LOG_SOFTMAX, .in = {"n:3x4x2"}, .set = axis0},
+    {.op = HD_OP_CUMSUM, .in = {"n:3x4"}, .set = axis1},
+    {.op = HD_OP_CUMSUM, .in = {"n:3x4x2:t"}, .set = axis0},
+    {.op = HD_OP_CUMSUM, .in = {"n:3x5:s"}, .set = axis1_rev},
+    {.op = HD_OP_CUMPROD, .in = {"a:3x4"}, .set = axis1},
+    {.op = HD_OP_CUMPROD, .in = {"a:4x3:t"}, .set = axis0},
+    {.op = HD_OP_CUMPROD, .in = {"a:2x6"}, .set = axism1, .fill = fill_scan_zeros},
     {.op = HD_OP_CROSS_ENTROPY, .in = {"n:4x5", "i5:4"}},
     {.op = HD_OP_CROSS_ENTROPY, .in = {"n:5:s", "i5:s"}},
     {.op = HD_OP_CROSS_ENTROPY, .in = {"n:5x4:t", "i4:5"}},

@@ -210,6 +210,117 @@ static void test_softmax_special(void) {
     }
 }
 
+/* ---- cumsum, cumprod ---- */
+
+/* Running sums or products along axis (from the end where rev), in f64
+ * element by element; cumprod's gradient for g (sum over j >= i of g_j
+ * times the product of x_k for k <= j, k != i), written out as that sum. */
+static void ref_scan(const hd_tensor *x, const hd_tensor *g, int axis, hd_op op, int rev,
+                     double *y) {
+    int64_t outer = 1, n = x->ndim ? x->shape[axis] : 1, inner = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < axis) outer *= x->shape[d];
+        if (d > axis) inner *= x->shape[d];
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < inner; k++) {
+#define AT(j) ((o * n + (j)) * inner + k)
+            double acc = op == HD_OP_CUMPROD ? 1 : 0;
+            for (int64_t s = 0; s < n; s++) {
+                int64_t j = rev ? n - 1 - s : s;
+                if (op == HD_OP_CUMPROD_BWD) {
+                    double sum = 0;
+                    for (int64_t q = j; q < n; q++) {
+                        double p = hd_tensor_get(g, AT(q));
+                        for (int64_t r = 0; r <= q; r++)
+                            if (r != j) p *= hd_tensor_get(x, AT(r));
+                        sum += p;
+                    }
+                    y[AT(j)] = sum;
+                    continue;
+                }
+                double v = hd_tensor_get(x, AT(j));
+                acc = op == HD_OP_CUMPROD ? acc * v : acc + v;
+                y[AT(j)] = acc;
+            }
+#undef AT
+        }
+}
+
+static void check_scan(const char *what, hd_tensor *x, hd_tensor *g, int64_t axis, hd_op op,
+                       int rev) {
+    hd_attrs at = {0};
+    at.ints[0] = axis;
+    at.ints[1] = rev;
+    int a = (int)(axis < 0 ? axis + x->ndim : axis);
+    double *ref = dalloc(x->numel ? x->numel : 1);
+    hd_tensor *in[2] = {x, g};
+    hd_tensor *y = run(op, in, g ? 2 : 1, &at);
+    ref_scan(x, g, a, op, rev, ref);
+    double t = tol(x->dtype);
+    /* products of n factors, and f16/bf16 results fed back: relative error grows with n */
+    int64_t n = x->ndim ? x->shape[a] : 1;
+    /* gradient ops give f32 for half inputs (grad_like) */
+    hd_dtype dt = g && (x->dtype == HD_F16 || x->dtype == HD_BF16) ? HD_F32 : x->dtype;
+    check_out(what, y, dt, x->shape, x->ndim, ref, t * (double)n, t * (double)n);
+    hd_tensor_unref(y);
+    free(ref);
+}
+
+static void test_scans(void) {
+    int64_t shape[3] = {3, 4, 5}, axes[4] = {0, 1, 2, -1};
+    for (int d = 0; d < 4; d++) {
+        hd_tensor *x = mk_rand(FLOATS[d], shape, 3, -1.5, 1.5),
+                  *g = mk_rand(FLOATS[d], shape, 3, -1, 1);
+        for (int a = 0; a < 4; a++) {
+            check_scan("cumsum", x, NULL, axes[a], HD_OP_CUMSUM, 0);
+            check_scan("cumsum reversed", x, NULL, axes[a], HD_OP_CUMSUM, 1);
+            check_scan("cumprod", x, NULL, axes[a], HD_OP_CUMPROD, 0);
+            check_scan("cumprod_bwd", x, g, axes[a], HD_OP_CUMPROD_BWD, 0);
+        }
+        /* zeros: cumprod's gradient has no division by x */
+        double v[8] = {2, 0, 3, -1, 0, 0, 0.5, 4}, w[8] = {1, -2, 0.5, 3, 1, 1, -1, 2};
+        int64_t s2[2] = {2, 4};
+        hd_tensor *xz = mk(FLOATS[d], s2, 2, v), *gz = mk(FLOATS[d], s2, 2, w);
+        check_scan("cumprod zeros", xz, NULL, 1, HD_OP_CUMPROD, 0);
+        check_scan("cumprod_bwd zeros", xz, gz, 1, HD_OP_CUMPROD_BWD, 0);
+        check_scan("cumprod_bwd zeros", xz, gz, 0, HD_OP_CUMPROD_BWD, 0);
+        /* a transposed view, a strided slice, 0-d, empty */
+        int64_t base[3] = {5, 4, 3}, order[3] = {2, 1, 0}, wide[2] = {3, 9}, empty[2] = {0, 3};
+        hd_tensor *p = permuted(mk_rand(FLOATS[d], base, 3, -1.5, 1.5), order);
+        hd_tensor *st = strided(mk_rand(FLOATS[d], wide, 2, -1.5, 1.5), 1, 2);
+        hd_tensor *sc = hd_tensor_scalar(&C, FLOATS[d], 2.5),
+                  *e = hd_tensor_zeros(&C, FLOATS[d], empty, 2);
+        check_scan("cumsum permuted", p, NULL, 1, HD_OP_CUMSUM, 0);
+        check_scan("cumprod strided", st, NULL, -1, HD_OP_CUMPROD, 0);
+        check_scan("cumsum 0-d", sc, NULL, 0, HD_OP_CUMSUM, 0);
+        check_scan("cumsum empty", e, NULL, 0, HD_OP_CUMSUM, 0);
+        check_scan("cumsum empty", e, NULL, 1, HD_OP_CUMSUM, 1);
+        hd_tensor_unref(p);
+        hd_tensor_unref(st);
+        hd_tensor_unref(sc);
+        hd_tensor_unref(e);
+        hd_tensor_unref(xz);
+        hd_tensor_unref(gz);
+        hd_tensor_unref(x);
+        hd_tensor_unref(g);
+    }
+    /* sizes that take the threaded path, lines along the last axis and across */
+    int64_t big[2] = {64, 700};
+    for (int d = 2; d < 4; d++) {
+        hd_tensor *x = mk_rand(FLOATS[d], big, 2, -1, 1);
+        check_scan("cumsum big", x, NULL, 1, HD_OP_CUMSUM, 0);
+        check_scan("cumsum big", x, NULL, 0, HD_OP_CUMSUM, 1);
+        hd_tensor_unref(x);
+    }
+    hd_attrs at = {0};
+    at.ints[0] = 2;
+    int64_t two[2] = {2, 2};
+    hd_tensor *z = hd_tensor_zeros(&C, HD_F32, two, 2);
+    expect_error(HD_OP_CUMSUM, &z, 1, &at, HD_ERR_RUNTIME, "out of range");
+    hd_tensor_unref(z);
+}
+
 static void test_softmax_edges(void) {
     /* zero-size: the shape passes through */
     int64_t zshape[2] = {0, 3};
@@ -917,6 +1028,7 @@ int main(void) {
     test_softmax_axes();
     test_softmax_special();
     test_softmax_edges();
+    test_scans();
     test_cross_entropy();
     test_cross_entropy_errors();
     test_mse();
