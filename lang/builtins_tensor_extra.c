@@ -1,6 +1,7 @@
 /* More tensor functions built from the op table's ops (gradients, every
  * device and compiled code come from their parts): masked_fill,
- * take_along_axis and gather, log1p, expm1 and hypot. */
+ * take_along_axis and gather, argsort, sort and topk, log1p, expm1 and
+ * hypot. */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 #include "hd_trace.h"
@@ -218,6 +219,112 @@ static HD_TF_FN(tf_along) {
     return st;
 }
 
+/* ---- argsort, sort, topk ---- */
+
+/* The ARGSORT op: the stable order of x along axis (i64, new reference). */
+static hd_status ex_argsort(hd_vm *vm, const char *fn, hd_tensor *x, int axis, int desc,
+                            hd_tensor **idx) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = axis;
+    at.ints[1] = desc;
+    return hd_trun_t(vm, fn, HD_OP_ARGSORT, &x, 1, &at, idx);
+}
+
+/* [values, indices] as a list (takes both references). */
+static hd_status ex_pair(hd_vm *vm, hd_value v, hd_tensor *idx, hd_value *out) {
+    hd_value l = hd_list_new(vm, 2);
+    if (hd_vm_failed(vm)) {
+        hd_value_unref(vm, v);
+        hd_tensor_unref(idx);
+        return HD_ERR_MEMORY;
+    }
+    if (hd_list_push(vm, l, v)) {
+        hd_tensor_unref(idx);
+        hd_value_unref(vm, l);
+        return HD_ERR_MEMORY;
+    }
+    if (hd_list_push(vm, l, hd_tensor_value(idx))) {
+        hd_value_unref(vm, l);
+        return HD_ERR_MEMORY;
+    }
+    *out = l;
+    return HD_OK;
+}
+
+/* x, its axis (argument i, default -1) and a flag (argument i + 1). */
+static hd_status ex_sort_args(hd_vm *vm, const hd_targs *a, int i, int def_flag, hd_tensor **x,
+                              int *axis, int *flag) {
+    int64_t ax = -1;
+    if (hd_targ_tensor(vm, a, 0, x)) return HD_ERR_RUNTIME;
+    if (hd_targ_int(vm, a, i, -1, &ax) || hd_targ_bool(vm, a, i + 1, def_flag, flag) ||
+        ex_axis(vm, a->f->name, ax, (*x)->ndim, axis)) {
+        hd_tensor_unref(*x);
+        *x = NULL;
+        return HD_ERR_RUNTIME;
+    }
+    return HD_OK;
+}
+
+/* argsort(x, axis = -1, descending = false): the positions that sort x
+ * along axis, stable (equal elements keep their order), NaN largest. */
+static HD_TF_FN(tf_argsort) {
+    HD_TARGS_BIND(a); /* x, axis=, descending= */
+    hd_tensor *x = NULL, *idx = NULL;
+    int axis = 0, desc = 0;
+    if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
+    hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
+    if (!st) *out = hd_tensor_value(idx);
+    hd_tensor_unref(x);
+    return st;
+}
+
+/* sort(x, axis = -1, descending = false) -> [values, indices]; the values
+ * are x gathered at the indices, so gradients flow back to x. */
+static HD_TF_FN(tf_sort) {
+    HD_TARGS_BIND(a); /* x, axis=, descending= */
+    hd_tensor *x = NULL, *idx = NULL;
+    int axis = 0, desc = 0;
+    if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
+    hd_value v = hd_none();
+    hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
+    if (!st) st = ex_along(vm, a.f->name, x, idx, axis, &v);
+    if (!st)
+        st = ex_pair(vm, v, idx, out);
+    else
+        hd_tensor_unref(idx);
+    hd_tensor_unref(x);
+    return st;
+}
+
+/* topk(x, k, axis = -1, largest = true) -> [values, indices]: the k
+ * largest (smallest) along axis, in order, the earlier of equal elements
+ * first. */
+static HD_TF_FN(tf_topk) {
+    HD_TARGS_BIND(a); /* x, k, axis=, largest= */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *x = NULL, *idx = NULL, *top = NULL;
+    int axis = 0, largest = 1;
+    int64_t k = 0;
+    if (ex_sort_args(vm, &a, 2, 1, &x, &axis, &largest)) return HD_ERR_RUNTIME;
+    hd_status st = hd_targ_int(vm, &a, 1, 0, &k);
+    if (!st && (k < 0 || k > x->shape[axis]))
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "topk: k is %lld, the axis has %lld elements",
+                         (long long)k, (long long)x->shape[axis]);
+    if (!st) st = ex_argsort(vm, a.f->name, x, axis, largest, &idx);
+    if (!st && hd_tslice_axis(ctx, idx, axis, 0, k, 0, &top)) st = hd_tfail(vm, a.f->name);
+    hd_value v = hd_none();
+    if (!st) st = ex_along(vm, a.f->name, x, top, axis, &v);
+    if (!st) {
+        st = ex_pair(vm, v, top, out);
+        top = NULL;
+    }
+    hd_tensor_unref(top);
+    hd_tensor_unref(idx);
+    hd_tensor_unref(x);
+    return st;
+}
+
 /* ---- log1p, expm1, hypot ---- */
 
 /* log1p(x) = log(u) - ((u - 1) - x) / u with u = 1 + x: the second term
@@ -300,6 +407,9 @@ static const hd_tfunc rows[] = {
     {"take_along_axis", tf_along, "x, indices, axis", 0, HD_TF_BOTH},
     {"gather", tf_along, "x, axis, index", 1, HD_TF_BOTH},
     {"log1p", tf_log1p, "x", -1, HD_TF_BOTH},
+    {"argsort", tf_argsort, "x, axis=, descending=", 0, HD_TF_BOTH},
+    {"sort", tf_sort, "x, axis=, descending=", 0, HD_TF_BOTH},
+    {"topk", tf_topk, "x, k, axis=, largest=", 0, HD_TF_BOTH},
     {"expm1", tf_expm1, "x", -1, HD_TF_BOTH},
     {"hypot", tf_hypot, "x, y", -1, HD_TF_BOTH},
 };

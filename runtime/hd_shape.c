@@ -498,6 +498,16 @@ SHAPE_FN(one_hot) {
     return HD_OK;
 }
 
+SHAPE_FN(argsort) {
+    HD_UNUSED(nin);
+    HD_UNUSED(op);
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis)) return ctx->status;
+    plan_set(plan, HD_I64, in[0]->shape, in[0]->ndim);
+    plan->in_dtype[0] = in[0]->dtype;
+    return HD_OK;
+}
+
 SHAPE_FN(assign) {
     HD_UNUSED(nin);
     HD_UNUSED(attrs);

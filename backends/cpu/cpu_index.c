@@ -178,11 +178,13 @@ hd_status hd_cpu_index(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *
     case HD_OP_INDEX_SELECT: return cpu_index_select(ctx, out, in, attrs);
     case HD_OP_ONE_HOT: return cpu_one_hot(ctx, out, in, attrs);
     case HD_OP_ASSIGN: return cpu_assign(ctx, out, in);
+    case HD_OP_ARGSORT: return hd_cpu_sort(ctx, op, out, in, attrs);
     default: return hd_error(ctx, HD_ERR_RUNTIME, "%s is not a cpu index kernel", hd_op_name(op));
     }
 }
 
 int hd_cpu_index_supports(hd_op op, hd_dtype dt) {
     if ((unsigned)dt >= HD_DTYPE_COUNT) return 0;
-    return op == HD_OP_INDEX_SELECT || op == HD_OP_ONE_HOT || op == HD_OP_ASSIGN;
+    return op == HD_OP_INDEX_SELECT || op == HD_OP_ONE_HOT || op == HD_OP_ASSIGN ||
+           op == HD_OP_ARGSORT;
 }

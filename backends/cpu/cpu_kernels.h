@@ -18,11 +18,15 @@ CPU_KERNEL(elementwise) /* cpu_elementwise.c: unary, binary, compare, where */
 CPU_KERNEL(reduce)      /* cpu_reduce.c */
 CPU_KERNEL(matmul)      /* cpu_matmul.c */
 CPU_KERNEL(shape)       /* cpu_shape.c: concat */
-CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign */
+CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign; argsort (cpu_sort.c) */
 CPU_KERNEL(nn)          /* cpu_nn.c */
 CPU_KERNEL(grad)        /* cpu_grad.c: backward kernels (index_add, conv2d_bwd_*, ...) */
 
 #undef CPU_KERNEL
+
+/* argsort (cpu_sort.c), reached through hd_cpu_index. */
+hd_status hd_cpu_sort(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
+                      const hd_attrs *attrs);
 
 /* Copy a strided view into another of the same shape: es bytes per element,
  * strides in elements (0 broadcasts a source dim), the two must not overlap.

@@ -266,6 +266,60 @@ static hd_status ops_rows(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
     return hd_cuda_launch_grid(ctx, d, f, (unsigned)grid, 256, args);
 }
 
+/* ---- argsort: merge passes (cuda_src_more.c), positions ping-ponging
+ * between two scratch buffers of rows x len ---- */
+
+typedef struct {
+    int64_t rows, len;
+    int nd, desc;
+    int64_t shape[8], sa[8], so[8];
+    int64_t la, lo, w;
+    int first, last;
+} ops_sortgeo;
+
+static hd_status ops_argsort(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                             const hd_attrs *attrs) {
+    hd_tensor *x = in[0];
+    int axis;
+    if (hd_norm_axis(ctx, attrs->ints[0], x->ndim, &axis)) return ctx->status;
+    ops_sortgeo g;
+    memset(&g, 0, sizeof g);
+    g.desc = attrs->ints[1] != 0;
+    g.len = x->ndim ? x->shape[axis] : 1;
+    g.rows = g.len ? x->numel / g.len : 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i == axis) continue;
+        g.shape[g.nd] = x->shape[i];
+        g.sa[g.nd] = x->strides[i];
+        g.so[g.nd++] = out->strides[i];
+    }
+    g.la = x->ndim ? x->strides[axis] : 0;
+    g.lo = out->ndim ? out->strides[axis] : 0;
+    if (g.rows == 0) return HD_OK;
+    int passes = 1;
+    while (passes < 62 && ((int64_t)1 << passes) < g.len) passes++;
+    CUfunction f;
+    if (hd_cuda_kernel(ctx, d, HD_OP_ARGSORT, x->dtype, HD_I64, HD_CUDA_K_MAIN, &f))
+        return ctx->status;
+    size_t bytes = (size_t)(g.rows * g.len) * sizeof(int64_t);
+    CUdeviceptr buf[2] = {0, 0};
+    for (int b = 0; b < 2 && passes > 1; b++)
+        if (!(buf[b] = hd_cuda_scratch(ctx, out->storage->device, bytes))) break;
+    hd_status st = passes > 1 && (!buf[0] || !buf[1]) ? ctx->status : HD_OK;
+    void *o = ops_ptr(out), *pa = ops_ptr(x);
+    for (int p = 0; p < passes && !st; p++) {
+        g.w = (int64_t)1 << p;
+        g.first = p == 0;
+        g.last = p == passes - 1;
+        void *src = (void *)(uintptr_t)buf[(p + 1) % 2], *dst = (void *)(uintptr_t)buf[p % 2];
+        void *args[] = {&g, &o, &pa, &src, &dst};
+        st = hd_cuda_launch(ctx, d, f, g.rows * g.len, args);
+    }
+    for (int b = 0; b < 2; b++)
+        if (buf[b]) hd_cuda_scratch_free(ctx, out->storage->device, buf[b], bytes);
+    return st;
+}
+
 /* ---- creation ---- */
 
 static int ops_arange_exact(hd_dtype dt, double start, double step, int64_t n) {
@@ -668,6 +722,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT: return ops_index(ctx, d, op, out, in, attrs);
+    case HD_OP_ARGSORT: return ops_argsort(ctx, d, out, in, attrs);
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);

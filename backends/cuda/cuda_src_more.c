@@ -344,6 +344,58 @@ static int mod_rows(hd_cuda_src *s, hd_op op) {
     return 1;
 }
 
+/* ---- argsort: a stable merge sort of each row's positions, one launch per
+ * pass (runs of w merge into runs of 2 w): each thread places one element
+ * of a run by counting, with a binary search, the elements of the other
+ * run that go before it (the left run's first among equals). Pass 0 reads
+ * positions as 0, 1, ...; the last writes through the output's strides.
+ * Keys: i64 for integer dtypes, double for floats, NaN largest. ---- */
+
+static void sort_kernel(hd_cuda_src *s, hd_dtype dt) {
+    char name[96], key[64];
+    int ints = !hd_dtype_is_float(dt);
+    snprintf(key, sizeof key, ints ? "(K)(A[i])" : mo_ldd[dt], "A[i]");
+    hd_cuda_src_printf(
+        s,
+        "extern \"C\" __global__ void %s(const SortGeo g, void *o_, const void *a_, const i64 "
+        "*src, "
+        "i64 *dst) {\n"
+        "  typedef %s K; const %s *A = (const %s *)a_; i64 *O = (i64 *)o_;\n"
+        "  auto key = [&](i64 i) -> K { return %s; };\n"
+        "  auto before = [&](K x, K y) -> bool { return g.desc ? (x > y || (x != x && y == y)) : "
+        "(x < y || (x == x && y != y)); };\n"
+        "  for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < g.rows * g.len; t += "
+        "(i64)gridDim.x * blockDim.x) {\n"
+        "    i64 r = t / g.len, p = t %% g.len, ba, bo, q = r; ba = bo = 0;\n"
+        "    for (int d = g.nd - 1; d >= 0; d--) { i64 c = q %% g.shape[d]; q /= g.shape[d]; ba += "
+        "c * g.sa[d]; bo += c * g.so[d]; }\n"
+        "    const i64 *S = src + r * g.len;\n"
+        "    i64 st = p / (2 * g.w) * (2 * g.w), m = st + g.w < g.len ? st + g.w : g.len, e = st + "
+        "2 * g.w < g.len ? st + 2 * g.w : g.len;\n"
+        "    i64 me = g.first ? p : S[p]; K k = key(ba + me * g.la); i64 lo, hi, pos;\n"
+        "    if (p < m) { lo = m; hi = e; while (lo < hi) { i64 mid = (lo + hi) / 2; i64 j = "
+        "g.first ? mid : S[mid];\n"
+        "        if (before(key(ba + j * g.la), k)) lo = mid + 1; else hi = mid; } pos = p + (lo - "
+        "m); }\n"
+        "    else { lo = st; hi = m; while (lo < hi) { i64 mid = (lo + hi) / 2; i64 j = g.first ? "
+        "mid : S[mid];\n"
+        "        if (!before(k, key(ba + j * g.la))) lo = mid + 1; else hi = mid; } pos = st + (p "
+        "- "
+        "m) + (lo - st); }\n"
+        "    if (g.last) O[bo + pos * g.lo] = me; else dst[r * g.len + pos] = me;\n"
+        "  }\n}\n",
+        hd_cuda_kernel_name(HD_OP_ARGSORT, dt, HD_I64, name, sizeof name),
+        ints ? "long long" : "double", mo_store[dt], mo_store[dt], key);
+}
+
+static int mod_sort(hd_cuda_src *s) {
+    hd_cuda_src_printf(s, "struct SortGeo { i64 rows, len; int nd, desc; i64 shape[8], sa[8], "
+                          "so[8]; i64 la, lo, w; int first, last; };\n");
+    for (int dt = 0; dt < HD_DTYPE_COUNT; dt++)
+        if (cpu_ok(HD_OP_ARGSORT, (hd_dtype)dt)) sort_kernel(s, (hd_dtype)dt);
+    return 1;
+}
+
 /* ---- creation: contiguous output of n elements ---- */
 
 #define CREATE_PARAMS                                                                              \
@@ -801,6 +853,7 @@ int hd_cuda_src_other(hd_cuda_src *s, hd_op op) {
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD: return mod_layer_norm(s, op);
     case HD_OP_MATMUL: return mod_matmul(s);
+    case HD_OP_ARGSORT: return mod_sort(s);
     default: break;
     }
     if (hd_cuda_is_conv(op)) return mod_conv(s, op);
@@ -842,6 +895,7 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_GELU_BWD:
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD:
+    case HD_OP_ARGSORT:
     case HD_OP_MATMUL: return 1; /* integer dtypes only: floats go through cuBLAS */
     default: return hd_cuda_is_conv(op);
     }

@@ -23,6 +23,7 @@ static void check_entry_points(const hd_cuda_src *s, hd_op op) {
         if (op == HD_OP_MATMUL && hd_dtype_is_float((hd_dtype)dt)) continue; /* cuBLAS */
         hd_dtype out = k == HD_KIND_COMPARE  ? HD_BOOL
                        : k == HD_KIND_REDUCE ? hd_cuda_reduce_out(op, (hd_dtype)dt)
+                       : op == HD_OP_ARGSORT ? HD_I64
                                              : (hd_dtype)dt;
         CHECK_MSG(has_kernel(s, op, (hd_dtype)dt, out), "%s has no %s kernel", hd_op_name(op),
                   hd_dtype_name((hd_dtype)dt));

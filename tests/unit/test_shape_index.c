@@ -1,4 +1,4 @@
-/* concat, index_select, one_hot and assign in every dtype, over
+/* concat, index_select, one_hot, assign and argsort in every dtype, over
  * non-contiguous views, against plain reference loops. */
 #include "hd_test.h"
 #include "hd_backend.h"
@@ -488,6 +488,100 @@ static void test_assign_large_and_errors(hd_ctx *ctx) {
 
 /* Fail each allocation in turn: an error or a result, never a crash or a
  * leak. */
+/* ---- argsort ---- */
+
+/* Reference: along each line, a stable insertion sort of positions by
+ * value (NaN largest; reversed comparisons when descending). */
+static int ref_before(double a, double b, int desc) {
+    if (desc) return a > b || (a != a && b == b);
+    return a < b || (a == a && b != b);
+}
+
+static void check_argsort(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, const char *what) {
+    hd_attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    attrs.ints[0] = axis;
+    attrs.ints[1] = desc;
+    hd_tensor *out = NULL;
+    CHECK_MSG(hd_op_run(ctx, HD_OP_ARGSORT, &x, 1, &attrs, &out) == HD_OK, "%s: %s", what,
+              hd_error_message(ctx));
+    if (!out) return;
+    CHECK(out->dtype == HD_I64 && out->ndim == x->ndim);
+    int a = (int)(axis < 0 ? axis + x->ndim : axis), bad = 0;
+    int64_t n = x->ndim ? x->shape[a] : 1, lines = n ? x->numel / n : 0;
+    int64_t *ix = malloc((size_t)(n ? n : 1) * sizeof *ix), pos[HD_MAX_DIMS];
+    for (int64_t l = 0; l < lines && !bad; l++) {
+        /* the line's first element: l over the other dims */
+        int64_t rem = l;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            if (d == a) continue;
+            pos[d] = rem % x->shape[d];
+            rem /= x->shape[d];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            int64_t k = j;
+            if (x->ndim) pos[a] = j;
+            double v = at(x, pos);
+            while (k > 0) {
+                if (x->ndim) pos[a] = ix[k - 1];
+                if (!ref_before(v, at(x, pos), desc)) break;
+                ix[k] = ix[k - 1];
+                k--;
+            }
+            ix[k] = j;
+        }
+        for (int64_t j = 0; j < n && !bad; j++) {
+            if (x->ndim) pos[a] = j;
+            bad = (int64_t)at(out, pos) != ix[j];
+        }
+    }
+    CHECK_MSG(!bad, "%s: argsort differs from the stable reference", what);
+    free(ix);
+    hd_tensor_unref(out);
+}
+
+static void test_argsort(hd_ctx *ctx) {
+    int64_t shape[3] = {3, 5, 4};
+    int order[3] = {2, 0, 1};
+    for (int d = 0; d < NDT; d++) {
+        hd_tensor *x = mk(ctx, all_dtypes[d], shape, 3, 11);
+        /* ties: values repeat every 97, and bool has two */
+        for (int desc = 0; desc < 2; desc++)
+            for (int64_t axis = -3; axis < 3; axis++) check_argsort(ctx, x, axis, desc, "argsort");
+        hd_tensor *p = permute(ctx, x, order), *sl = slice(ctx, x, 1, 1, 2, 2);
+        check_argsort(ctx, p, 1, 0, "argsort permuted");
+        check_argsort(ctx, sl, 1, 1, "argsort sliced");
+        unref_all((hd_tensor *[]){x, p, sl}, 3);
+    }
+    /* NaN, infinities, signed zeros, and i64 past 2^53 */
+    double fv[8] = {NAN, 1, -INFINITY, 0.0, -0.0, INFINITY, NAN, -2};
+    int64_t n8 = 8;
+    hd_tensor *f = hd_tensor_from_data(ctx, HD_F64, &n8, 1, fv);
+    check_argsort(ctx, f, 0, 0, "argsort specials");
+    check_argsort(ctx, f, 0, 1, "argsort specials descending");
+    int64_t iv[4] = {(1LL << 53) + 1, 1LL << 53, INT64_MIN, INT64_MAX}, n4 = 4;
+    hd_tensor *big = mk_i64(ctx, &n4, 1, iv), *out = NULL;
+    hd_attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    CHECK(hd_op_run(ctx, HD_OP_ARGSORT, &big, 1, &attrs, &out) == HD_OK);
+    const int64_t *o = out ? hd_tensor_data(out) : NULL;
+    CHECK(o && o[0] == 2 && o[1] == 1 && o[2] == 0 && o[3] == 3);
+    /* lines long enough for the threads, 0-d, empty, an axis out of range */
+    int64_t lshape[2] = {40, 1000}, empty[2] = {0, 3};
+    hd_tensor *l = mk(ctx, HD_F32, lshape, 2, 5), *z = hd_tensor_zeros(ctx, HD_F32, empty, 2);
+    hd_tensor *sc = hd_tensor_scalar(ctx, HD_F32, 1.5);
+    check_argsort(ctx, l, 1, 0, "argsort long lines");
+    check_argsort(ctx, l, 0, 1, "argsort across lines");
+    check_argsort(ctx, z, 0, 0, "argsort empty");
+    check_argsort(ctx, sc, 0, 0, "argsort 0-d");
+    attrs.ints[0] = 2;
+    hd_tensor *bad = NULL;
+    CHECK(hd_op_run(ctx, HD_OP_ARGSORT, &z, 1, &attrs, &bad) == HD_ERR_RUNTIME);
+    CHECK(strstr(hd_error_message(ctx), "out of range") != NULL);
+    hd_error_clear(ctx);
+    unref_all((hd_tensor *[]){f, big, out, l, z, sc}, 6);
+}
+
 static void test_alloc_failures(void) {
     hd_ctx c;
     hd_ctx_init(&c, NULL, NULL);
@@ -533,6 +627,7 @@ static void test_supports(void) {
         CHECK(hd_cpu_backend.supports_op(HD_OP_FULL, all_dtypes[d]));
     }
     CHECK(hd_cpu_backend.supports_op(HD_OP_ONE_HOT, HD_I64));
+    for (int d = 0; d < NDT; d++) CHECK(hd_cpu_backend.supports_op(HD_OP_ARGSORT, all_dtypes[d]));
 }
 
 int main(void) {
@@ -545,6 +640,7 @@ int main(void) {
     test_one_hot(&ctx);
     test_assign(&ctx);
     test_assign_large_and_errors(&ctx);
+    test_argsort(&ctx);
     test_alloc_failures();
     test_supports();
     CHECK(ctx.mem_used == 0);
