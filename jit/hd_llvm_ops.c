@@ -658,6 +658,8 @@ static LLVMValueRef float_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRe
     case HD_OP_SIN: return f64 ? libm1(G, "sin", x) : hd_vm_sinf(G, x);
     case HD_OP_COS: return f64 ? libm1(G, "cos", x) : hd_vm_cosf(G, x);
     case HD_OP_TANH: return f64 ? libm1(G, "tanh", x) : hd_vm_tanhf(G, x);
+    case HD_OP_ERF: return libm1(G, "erf", x); /* the libm eager calls: the same bits */
+    case HD_OP_ERFC: return libm1(G, "erfc", x);
     case HD_OP_SIGMOID:
         if (!f64) return hd_vm_sigmoidf(G, x);
         return LLVMBuildFDiv(
@@ -711,6 +713,7 @@ static LLVMValueRef float_binary(hd_llvm_gen *G, int op, LLVMValueRef a, LLVMVal
         return LLVMBuildSelect(B, LLVMBuildAnd(B, nz, diff, ""), LLVMBuildFAdd(B, m, b, ""), m, "");
     }
     case HD_OP_POW: return is_f64(a) ? libm2(G, "pow", a, b) : hd_vm_powf(G, a, b);
+    case HD_OP_ATAN2: return libm2(G, "atan2", a, b);
     case HD_OP_MAXIMUM:
     case HD_OP_MINIMUM: {
         LLVMValueRef nan = LLVMBuildFCmp(B, LLVMRealUNO, a, a, "");

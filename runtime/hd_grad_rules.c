@@ -230,6 +230,21 @@ RULE(gelu, SAVE_X) {
     gin[0] = hd_gx_out(x, bin(x, HD_OP_GELU_BWD, IN(0), g));
 }
 
+/* erf'(x) = 2 / sqrt(pi) exp(-x^2); erfc' is its negation */
+static hd_tensor *erf_slope(hd_gx *x, hd_tensor *a, double c) {
+    return mul(x, num(x, c), un(x, HD_OP_EXP, neg(x, mul(x, a, a))));
+}
+
+RULE(erf, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, erf_slope(x, IN(0), 1.1283791670955125739)));
+}
+
+RULE(erfc, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, erf_slope(x, IN(0), -1.1283791670955125739)));
+}
+
 /* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
 RULE(silu, SAVE_X) {
     UNUSED_RULE_ARGS();
@@ -292,6 +307,15 @@ RULE(div, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     hd_tensor *ga = divide(x, g, IN(1));
     if (need[0]) gin[0] = hd_gx_out(x, ga);
     if (need[1]) gin[1] = hd_gx_out(x, neg(x, divide(x, mul(x, ga, IN(0)), IN(1))));
+}
+
+/* atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2); at the
+ * origin both are 0/0 and NaN, as PyTorch's are */
+RULE(atan2, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *a = IN(0), *b = IN(1);
+    hd_tensor *r = divide(x, g, add(x, mul(x, a, a), mul(x, b, b)));
+    if (need[0]) gin[0] = hd_gx_out(x, mul(x, r, b));
+    if (need[1]) gin[1] = hd_gx_out(x, neg(x, mul(x, r, a)));
 }
 
 /* a mod b = a - floor(a / b) * b */

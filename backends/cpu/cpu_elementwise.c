@@ -188,7 +188,7 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
 #define EW_CMPS(X, s)   X(eq, s) X(ne, s) X(lt, s) X(le, s) X(gt, s) X(ge, s)
 #define EW_ARITH_I(X, s)                                                                           \
     X(add, s) X(sub, s) X(mul, s) X(mod, s) X(pow, s) X(max, s) X(min, s) EW_CMPS(EW_CMP, s)
-#define EW_ARITH_F(X, s) EW_ARITH_I(X, s) X(div, s)
+#define EW_ARITH_F(X, s) EW_ARITH_I(X, s) X(div, s) X(atan2, s)
 
 /* ---- scalar ops ---- */
 
@@ -230,6 +230,9 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
     }                                                                                              \
     static inline T div_##s(T a, T b) {                                                            \
         return a / b;                                                                              \
+    }                                                                                              \
+    static inline T atan2_##s(T a, T b) {                                                          \
+        return atan2##M(a, b);                                                                     \
     }                                                                                              \
     static inline T mod_##s(T a, T b) {                                                            \
         T m = fmod##M(a, b);                                                                       \
@@ -432,6 +435,8 @@ EW_UN(k_cos_f64, double, double, cos(x))
     EW_UN(k_gelu_##s, T, T, EW_GELU_##s(x))                                                        \
     EW_UN(k_silu_##s, T, T, EW_SILU_##s(x))                                                        \
     EW_UN(k_softplus_##s, T, T, EW_SOFTPLUS_##s(x))                                                \
+    EW_UN(k_erf_##s, T, T, erf##M(x))                                                              \
+    EW_UN(k_erfc_##s, T, T, erfc##M(x))                                                            \
     EW_UN(k_sign_##s, T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x + (T)0)                               \
     EW_UN(k_floor_##s, T, T, floor##M(x))                                                          \
     EW_UN(k_ceil_##s, T, T, ceil##M(x))                                                            \
@@ -650,6 +655,8 @@ static const ew_un_fn un_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_GELU] = {EW_FLOATS_VM(k_gelu)},
     [HD_OP_SILU] = {EW_FLOATS_VM(k_silu)},
     [HD_OP_SOFTPLUS] = {EW_FLOATS_VM(k_softplus)},
+    [HD_OP_ERF] = {EW_FLOATS(k_erf)},
+    [HD_OP_ERFC] = {EW_FLOATS(k_erfc)},
     [HD_OP_SIGN] = {EW_FLOATS(k_sign), EW_INTS(k_sign)},
     [HD_OP_FLOOR] = {EW_FLOATS(k_floor), EW_COPY_INTS},
     [HD_OP_CEIL] = {EW_FLOATS(k_ceil), EW_COPY_INTS},
@@ -676,6 +683,7 @@ static const ew_bin3 bin_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_SUB] = {EW_BALL(sub)},
     [HD_OP_MUL] = {EW_BALL(mul), [HD_BOOL] = EW_B3(k_and_b)},
     [HD_OP_DIV] = {EW_BFLOATS(div)},
+    [HD_OP_ATAN2] = {EW_BFLOATS(atan2)},
     [HD_OP_MOD] = {EW_BALL(mod)},
     [HD_OP_POW] = {[HD_F16] = EW_VMB3(k_pow),
                    [HD_BF16] = EW_VMB3(k_pow),

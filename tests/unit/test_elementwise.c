@@ -201,7 +201,7 @@ static double round_half_even(double x) {
 }
 
 static int is_transcendental(hd_op op) {
-    return op >= HD_OP_EXP && op <= HD_OP_SOFTPLUS;
+    return (op >= HD_OP_EXP && op <= HD_OP_SOFTPLUS) || op == HD_OP_ERF || op == HD_OP_ERFC;
 }
 
 static int float_only(hd_op op) {
@@ -225,6 +225,8 @@ static double ref_unary_f(hd_op op, double x, const hd_attrs *at) {
         return 0.5 * x * erfc(-x / sqrt(2.0)); /* 1 + erf(x / sqrt 2), no cancellation */
     case HD_OP_SILU: return x / (1.0 + exp(-x));
     case HD_OP_SOFTPLUS: return x > 20 ? x : log1p(exp(x));
+    case HD_OP_ERF: return erf(x);
+    case HD_OP_ERFC: return erfc(x);
     case HD_OP_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
     case HD_OP_FLOOR: return floor(x);
     case HD_OP_CEIL: return ceil(x);
@@ -270,6 +272,7 @@ static double ref_binary_f(hd_op op, double a, double b) {
         return r;
     }
     case HD_OP_POW: return pow(a, b);
+    case HD_OP_ATAN2: return atan2(a, b);
     case HD_OP_MAXIMUM: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
     case HD_OP_MINIMUM: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
     default: return NAN;
@@ -496,7 +499,8 @@ static const struct {
     {HD_OP_SIGMOID, DOM_WIDE}, {HD_OP_RELU, DOM_ANY},      {HD_OP_GELU, DOM_WIDE},
     {HD_OP_SILU, DOM_WIDE},    {HD_OP_SOFTPLUS, DOM_WIDE}, {HD_OP_SIGN, DOM_ANY},
     {HD_OP_FLOOR, DOM_WIDE},   {HD_OP_CEIL, DOM_WIDE},     {HD_OP_ROUND, DOM_WIDE},
-    {HD_OP_CLAMP, DOM_ANY},    {HD_OP_NOT, DOM_SMALL},
+    {HD_OP_CLAMP, DOM_ANY},    {HD_OP_NOT, DOM_SMALL},     {HD_OP_ERF, DOM_WIDE},
+    {HD_OP_ERFC, DOM_WIDE},
 };
 
 static void test_unary_all(void) {
@@ -565,7 +569,12 @@ static void test_clamp_bounds(void) {
 
 static const hd_op binary_ops[] = {HD_OP_ADD, HD_OP_SUB,     HD_OP_MUL,     HD_OP_DIV, HD_OP_MOD,
                                    HD_OP_POW, HD_OP_MAXIMUM, HD_OP_MINIMUM, HD_OP_EQ,  HD_OP_NE,
-                                   HD_OP_LT,  HD_OP_LE,      HD_OP_GT,      HD_OP_GE};
+                                   HD_OP_LT,  HD_OP_LE,      HD_OP_GT,      HD_OP_GE,  HD_OP_ATAN2};
+
+/* Integer operands give f32 (computed in f64, as every float op of ints). */
+static int int_to_float(hd_op op) {
+    return op == HD_OP_DIV || op == HD_OP_ATAN2;
+}
 
 /* Operand pairs: shapes and layouts of a and b. */
 static const struct {
@@ -594,7 +603,7 @@ static void binary_domains(hd_op op, hd_dtype dt, int *da, int *db) {
         *da = is_float(dt) ? DOM_POS : DOM_ANY;
         *db = DOM_EXP;
     }
-    if (op == HD_OP_DIV && !is_float(dt)) *da = *db = DOM_SMALL; /* exact in f32 */
+    if (int_to_float(op) && !is_float(dt)) *da = *db = DOM_SMALL; /* exact in f32 */
 }
 
 static void test_binary_all(void) {
@@ -603,7 +612,7 @@ static void test_binary_all(void) {
         int cmp = hd_op_infos[op].kind == HD_KIND_COMPARE;
         for (int d = 0; d < NDT; d++) {
             hd_dtype dt = all_dtypes[d];
-            hd_dtype want = cmp ? HD_BOOL : op == HD_OP_DIV && !is_float(dt) ? HD_F32 : dt;
+            hd_dtype want = cmp ? HD_BOOL : int_to_float(op) && !is_float(dt) ? HD_F32 : dt;
             int da, db;
             binary_domains(op, dt, &da, &db);
             if (dt == HD_BOOL && (op == HD_OP_SUB || op == HD_OP_MOD || op == HD_OP_POW)) {
