@@ -84,6 +84,8 @@ static const char *const cases[] = {
     "stack([i, i * 2]).reshape([2, 1, 4]) @ tensor([1, -1, 2, -2], device = dev)",
     "softmax(x)",
     "log_softmax(x, axis = 0)",
+    "einsum(\"ij,kj->ik\", x, y)",
+    "einsum(\"ij,ij->j\", x, y.to(f64))",
     "erf(x)",
     "erfc(x.to(f64) * 3)",
     "erf(x.to(f16))",
