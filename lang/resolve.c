@@ -35,7 +35,8 @@ typedef struct rs_scope {
     struct rs_scope *up;
     int var_base;
     int slot_base;
-    int global; /* the program's own block: declarations are module globals */
+    int resv, resv_end; /* slots kept for the block's own declarations */
+    int global;         /* the program's own block: declarations are module globals */
     rs_defer *deferred, *deferred_tail;
 } rs_scope;
 
@@ -113,6 +114,7 @@ static void rs_block_push(rs *r, rs_fn *f, rs_scope *b, int global) {
     b->up = f->block;
     b->var_base = f->nvars;
     b->slot_base = f->nslots;
+    b->resv = b->resv_end = f->nslots;
     b->global = global;
     f->block = b;
     HD_UNUSED(r);
@@ -172,7 +174,7 @@ static void rs_declare(rs *r, rs_fn *f, const char *name, hd_ref *ref, int param
         i = f->nvars++;
         memset(&f->vars[i], 0, sizeof(rs_var));
         f->vars[i].name = name;
-        f->vars[i].slot = f->nslots++;
+        f->vars[i].slot = f->block->resv < f->block->resv_end ? f->block->resv++ : f->nslots++;
         f->vars[i].param = param;
         if (f->nslots > f->maxslots) f->maxslots = f->nslots;
     }
@@ -520,9 +522,29 @@ static void rs_statements(rs *r, rs_fn *f, hd_ast *n) {
     for (int i = 0; i < n->n; i++) rs_stmt(r, f, n->items[i]);
 }
 
+/* The block's declarations get their slots before any nested scope is
+ * resolved, so that a scope earlier in the block (a for loop's variable)
+ * never shares a slot with a variable declared after it: that slot holds
+ * the later variable's cell from the block's entry when a closure
+ * captures it. */
+static void rs_reserve(rs_fn *f, const hd_ast *n) {
+    int count = 0;
+    for (int i = 0; i < n->n; i++) {
+        const hd_ast *s = n->items[i];
+        count += s && s->name &&
+                 (s->kind == HD_AST_LET || s->kind == HD_AST_IMPORT || s->kind == HD_AST_CLASS ||
+                  s->kind == HD_AST_FNDEF);
+    }
+    f->block->resv = f->nslots;
+    f->block->resv_end = f->nslots + count;
+    f->nslots += count;
+    if (f->nslots > f->maxslots) f->maxslots = f->nslots;
+}
+
 static void rs_block(rs *r, rs_fn *f, hd_ast *n) {
     rs_scope b;
     rs_block_push(r, f, &b, 0);
+    rs_reserve(f, n);
     rs_statements(r, f, n);
     rs_block_pop(r, f, n);
 }
