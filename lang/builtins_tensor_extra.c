@@ -267,32 +267,23 @@ static hd_status ex_sort_args(hd_vm *vm, const hd_targs *a, int i, int def_flag,
 }
 
 /* argsort(x, axis = -1, descending = false): the positions that sort x
- * along axis, stable (equal elements keep their order), NaN largest. */
+ * along axis, stable (equal elements keep their order), NaN largest; and
+ * sort(...) (op 1): [values, indices], the values x gathered at the
+ * indices, so gradients flow back to x. */
 static HD_TF_FN(tf_argsort) {
-    HD_TARGS_BIND(a); /* x, axis=, descending= */
-    hd_tensor *x = NULL, *idx = NULL;
-    int axis = 0, desc = 0;
-    if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
-    hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
-    if (!st) *out = hd_tensor_value(idx);
-    hd_tensor_unref(x);
-    return st;
-}
-
-/* sort(x, axis = -1, descending = false) -> [values, indices]; the values
- * are x gathered at the indices, so gradients flow back to x. */
-static HD_TF_FN(tf_sort) {
     HD_TARGS_BIND(a); /* x, axis=, descending= */
     hd_tensor *x = NULL, *idx = NULL;
     int axis = 0, desc = 0;
     if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
     hd_value v = hd_none();
     hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
-    if (!st) st = ex_along(vm, a.f->name, x, idx, axis, &v);
-    if (!st)
+    if (!st && a.f->op == 1) st = ex_along(vm, a.f->name, x, idx, axis, &v);
+    if (st)
+        hd_tensor_unref(idx);
+    else if (a.f->op == 1)
         st = ex_pair(vm, v, idx, out);
     else
-        hd_tensor_unref(idx);
+        *out = hd_tensor_value(idx);
     hd_tensor_unref(x);
     return st;
 }
@@ -408,7 +399,7 @@ static const hd_tfunc rows[] = {
     {"gather", tf_along, "x, axis, index", 1, HD_TF_BOTH},
     {"log1p", tf_log1p, "x", -1, HD_TF_BOTH},
     {"argsort", tf_argsort, "x, axis=, descending=", 0, HD_TF_BOTH},
-    {"sort", tf_sort, "x, axis=, descending=", 0, HD_TF_BOTH},
+    {"sort", tf_argsort, "x, axis=, descending=", 1, HD_TF_BOTH},
     {"topk", tf_topk, "x, k, axis=, largest=", 0, HD_TF_BOTH},
     {"expm1", tf_expm1, "x", -1, HD_TF_BOTH},
     {"hypot", tf_hypot, "x, y", -1, HD_TF_BOTH},

@@ -117,12 +117,19 @@ static double *dalloc(int64_t n) {
 
 /* ---- softmax, log_softmax ---- */
 
-static void ref_softmax(const hd_tensor *x, int axis, int logsm, double *y) {
-    int64_t outer = 1, n = x->ndim ? x->shape[axis] : 1, inner = 1;
+/* x as outer lines of n elements along axis, inner apart. */
+static void line_geom(const hd_tensor *x, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = *inner = 1;
+    *n = x->ndim ? x->shape[axis] : 1;
     for (int d = 0; d < x->ndim; d++) {
-        if (d < axis) outer *= x->shape[d];
-        if (d > axis) inner *= x->shape[d];
+        if (d < axis) *outer *= x->shape[d];
+        if (d > axis) *inner *= x->shape[d];
     }
+}
+
+static void ref_softmax(const hd_tensor *x, int axis, int logsm, double *y) {
+    int64_t outer, n, inner;
+    line_geom(x, axis, &outer, &n, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < inner; k++) {
             double m = -INFINITY, s = 0;
@@ -217,11 +224,8 @@ static void test_softmax_special(void) {
  * times the product of x_k for k <= j, k != i), written out as that sum. */
 static void ref_scan(const hd_tensor *x, const hd_tensor *g, int axis, hd_op op, int rev,
                      double *y) {
-    int64_t outer = 1, n = x->ndim ? x->shape[axis] : 1, inner = 1;
-    for (int d = 0; d < x->ndim; d++) {
-        if (d < axis) outer *= x->shape[d];
-        if (d > axis) inner *= x->shape[d];
-    }
+    int64_t outer, n, inner;
+    line_geom(x, axis, &outer, &n, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < inner; k++) {
 #define AT(j) ((o * n + (j)) * inner + k)
