@@ -133,7 +133,6 @@ void hd_llvm_cache_put(hd_ctx *ctx, const hd_llvm_key *k, const void *obj, size_
 
 /* ---- logging ---- */
 
-
 /* ---- runtime entry points called by generated code ---- */
 
 /* What hd_main's rt argument points to. */
