@@ -53,6 +53,8 @@ hd_value hd_eval_failf(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_status st, co
     __attribute__((format(printf, 5, 6)))
 #endif
     ;
+/* Locate the VM's error at node n (HD_V_ERR). */
+hd_value hd_eval_fail(hd_vm *vm, hd_frame *f, const hd_ast *n);
 
 /* How a statement ended. */
 enum { HD_FLOW_NORMAL, HD_FLOW_BREAK, HD_FLOW_CONTINUE, HD_FLOW_RETURN, HD_FLOW_ERROR };
@@ -74,6 +76,12 @@ hd_status hd_eval_try_init(hd_vm *vm);
 /* The builtin super() (eval_super.c). */
 hd_status hd_eval_super_init(hd_vm *vm);
 hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n);
+/* Assignments (eval_assign.c): old OP rhs for `x OP= rhs` (takes
+ * neither; located), and `x.name OP= v` and `x[parts] OP= v` for the
+ * assignment n with target t (v taken): flow codes. */
+hd_value hd_eval_combine(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, hd_value rhs);
+int hd_eval_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t, hd_value v);
+int hd_eval_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t, hd_value v);
 hd_status hd_eval_closure(hd_vm *vm, hd_closure *c, hd_value self, int has_self,
                           const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
                           hd_value *out);
