@@ -29,8 +29,8 @@
 #define CACHE_MAGIC   "HODULLVM"
 #define CACHE_VERSION 1u
 /* Bumped when generated code changes in ways the IR text does not show
- * (the runtime's calling conventions). */
-#define CACHE_CODEGEN 1u
+ * (the runtime's calling conventions, the code model). */
+#define CACHE_CODEGEN 2u
 
 typedef struct cache_header {
     char magic[8];

@@ -1445,6 +1445,7 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
         LLVMTypeRef ps[2] = {G->t.pptr8, G->t.ptr8};
         LLVMValueRef mainfn =
             LLVMAddFunction(G->mod, "hd_main", LLVMFunctionType(G->t.i32, ps, 2, 0));
+        add_attr(G, mainfn, LLVMAttributeFunctionIndex, "nounwind"); /* no .eh_frame */
         LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, mainfn, "entry"));
         for (int s = 0; s < p->nsteps; s++) {
             const hd_plan_step *sp = &p->steps[s];

@@ -102,13 +102,21 @@ static void jit_dump(LLVMModuleRef mod, const char *when) {
 
 /* ---- compiling ---- */
 
+/* The large code model with static relocations: every address in the
+ * machine code is a 64-bit absolute one (R_X86_64_64). The JIT's memory
+ * manager maps the code and the read-only data (the constant pools) of a
+ * module separately, anywhere in the address space; the small model's
+ * 32-bit pc-relative references from code to constants reach only 2 GiB,
+ * and a farther placement (after large mappings and holes: a device
+ * arena, freed big buffers) truncated them silently: constants read from
+ * the wrong memory or a fault. test_llvm checks the object's relocations. */
 static hd_status jit_target(hd_ctx *ctx, const hd_llvm_host *h, LLVMTargetMachineRef *tm) {
     LLVMTargetRef target;
     char *msg = NULL;
     if (LLVMGetTargetFromTriple(h->triple, &target, &msg))
         return jit_message_error(ctx, "target", msg);
     *tm = LLVMCreateTargetMachine(target, h->triple, h->cpu, h->features, LLVMCodeGenLevelDefault,
-                                  LLVMRelocPIC, LLVMCodeModelSmall);
+                                  LLVMRelocStatic, LLVMCodeModelLarge);
     if (!*tm) return hd_error(ctx, HD_ERR_RUNTIME, "llvm: cannot make a target machine");
     return HD_OK;
 }

@@ -27,6 +27,8 @@ int main(void) {
 #else
 
 #include <dirent.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Object.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1246,6 +1248,53 @@ static void damage(const char *path, long at, int truncate_to) {
     fclose(f);
 }
 
+/* The machine code reaches its constants and the runtime through 64-bit
+ * absolute addresses only (R_X86_64_64): the JIT maps a module's code and
+ * read-only data apart, anywhere, so a 32-bit pc-relative reference (the
+ * small code model's) breaks once they land 2 GiB apart. Checked on the
+ * cache entry's object file, every section, every relocation. */
+static void check_relocations(const char *path) {
+    FILE *f = fopen(path, "rb");
+    static char buf[1 << 20];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    size_t at = 0;
+    while (at + 4 <= n && memcmp(buf + at,
+                                 "\x7f"
+                                 "ELF",
+                                 4))
+        at++;
+    CHECK(at + 64 <= n);
+    if (at + 64 > n) return;
+    LLVMMemoryBufferRef mb =
+        LLVMCreateMemoryBufferWithMemoryRangeCopy(buf + at, n - at, "cache entry");
+    char *err = NULL;
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMBinaryRef bin = LLVMCreateBinary(mb, c, &err);
+    CHECK(bin != NULL);
+    int relocs = 0, bad = 0;
+    LLVMSectionIteratorRef sec = bin ? LLVMObjectFileCopySectionIterator(bin) : NULL;
+    for (; sec && !LLVMObjectFileIsSectionIteratorAtEnd(bin, sec); LLVMMoveToNextSection(sec)) {
+        LLVMRelocationIteratorRef r = LLVMGetRelocations(sec);
+        for (; !LLVMIsRelocationIteratorAtEnd(sec, r); LLVMMoveToNextRelocation(r)) {
+            relocs++;
+            if (LLVMGetRelocationType(r) != 1 /* R_X86_64_64 */) {
+                const char *name = LLVMGetRelocationTypeName(r); /* ours to free */
+                fprintf(stderr, "  relocation %s in section %s\n", name, LLVMGetSectionName(sec));
+                free((void *)name);
+                bad++;
+            }
+        }
+        LLVMDisposeRelocationIterator(r);
+    }
+    if (sec) LLVMDisposeSectionIterator(sec);
+    CHECK(relocs > 0 && bad == 0);
+    if (bin) LLVMDisposeBinary(bin);
+    LLVMDisposeMessage(err);
+    LLVMDisposeMemoryBuffer(mb);
+    LLVMContextDispose(c);
+}
+
 static void test_cache(hd_ctx *ctx) {
     char dir[] = "/tmp/hodu-llvm-cache-XXXXXX", path[2048];
     if (!mkdtemp(dir)) {
@@ -1257,6 +1306,9 @@ static void test_cache(hd_ctx *ctx) {
     setenv("HODU_CACHE_DIR", sub, 1);
     CHECK(cache_compile(ctx) == 0); /* cold: compiled and stored */
     CHECK(cache_entry(sub, path, sizeof path));
+#if defined(__x86_64__)
+    check_relocations(path);
+#endif
     CHECK(run_child(sub) == 0); /* another process: a hit */
     CHECK(cache_compile(ctx) == 1);
     damage(path, 200, -1);          /* a flipped byte in the object */
