@@ -29,6 +29,7 @@ int main(void) {
 #include <dirent.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Object.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1333,6 +1334,48 @@ static void test_cache(hd_ctx *ctx) {
     rmdir(dir);
 }
 
+/* ---- code and constants mapped far apart ----
+ *
+ * LLJIT's memory manager maps a module's code and its read-only data one
+ * after the other with mmap(NULL): the first lands in the highest hole of
+ * the address space. Here the only hole above a 3 GiB reservation is one
+ * page inside its top, so one section goes there and the next below the
+ * reservation, over 3 GiB away. The chain (its polynomials' constants in
+ * the constant pool) must still compute eager's bits. In a child process,
+ * whose address space this disturbs. */
+#if defined(__linux__) && defined(__x86_64__)
+static int far_apart_child(void) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), big = (size_t)3 << 30;
+    char *r =
+        mmap(NULL, big + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return 2;
+    for (int i = 0; i < (1 << 16); i++) { /* fill every hole above r */
+        char *p = mmap(NULL, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return 2;
+        if (p < r) {
+            munmap(p, page);
+            break;
+        }
+    }
+    if (munmap(r + big, page)) return 2; /* the one hole */
+    hd_ctx ctx;
+    hd_ctx_init(&ctx, NULL, NULL);
+    setenv("HODU_CACHE_DIR", "off", 1);
+    return cache_compile(&ctx) == 0 ? 0 : 1;
+}
+
+static void test_far_apart(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(far_apart_child());
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+#else
+static void test_far_apart(void) {}
+#endif
+
 /* ---- HODU_LOG ---- */
 
 /* HODU_LOG=fallback,llvm,cache writes to stderr: captured here. */
@@ -1414,6 +1457,7 @@ int main(int argc, char **argv) {
     test_empty(&ctx);
     test_alloc_failures(&ctx);
     test_cache(&ctx);
+    test_far_apart();
     test_log(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();
