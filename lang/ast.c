@@ -123,6 +123,7 @@ typedef struct hd_parse_node_ {
     hd_ast ast;
     int height; /* 1 + the tallest child */
     int big;    /* INT 2^63 not yet taken by a unary minus */
+    hd_ast *key; /* PAIR: its key as written (a bare name, for a dict comprehension) */
 } hd_parse_node_;
 
 static hd_parse_node_ *hd_pn(hd_ast *n) {
@@ -254,9 +255,11 @@ hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts) {
     return hd_parse_items(p, hd_parse_node(p, HD_AST_BLOCK, span), stmts);
 }
 
-hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name, hd_ast *iter,
-                      hd_ast *cond) {
-    hd_ast *stmt = hd_parse_mk(p, HD_AST_COMP_PUSH, elem->span, elem, NULL, NULL);
+/* The comprehension's for statement pushes elem (a list's) or sets key
+ * elem to value (a dict's, value not NULL). */
+static hd_ast *parse_comp(hd_parser *p, hd_span span, hd_ast *elem, hd_ast *value,
+                          const char *name, hd_ast *iter, hd_ast *cond) {
+    hd_ast *stmt = hd_parse_mk(p, HD_AST_COMP_PUSH, elem->span, elem, value, NULL);
     if (stmt && cond) {
         hd_ast *then = hd_parse_block(p, elem->span, hd_parse_list_add(p, NULL, stmt));
         if (!then || !(stmt = hd_parse_node(p, HD_AST_IF, cond->span))) return NULL;
@@ -268,7 +271,31 @@ hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name
     hd_ast *loop = body ? hd_parse_named(p, HD_AST_FOR, name, span, iter) : NULL;
     if (!loop) return NULL;
     loop->body = body;
-    return hd_parse_mk(p, HD_AST_COMP, span, hd_parse_done(p, loop), NULL, NULL);
+    hd_ast *comp = hd_parse_mk(p, HD_AST_COMP, span, hd_parse_done(p, loop), NULL, NULL);
+    if (comp) comp->op = value ? HD_COMP_DICT : HD_COMP_LIST;
+    return comp;
+}
+
+hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name, hd_ast *iter,
+                      hd_ast *cond) {
+    return parse_comp(p, span, elem, NULL, name, iter, cond);
+}
+
+hd_ast *hd_parse_dict_comp(hd_parser *p, hd_span span, hd_ast *pair, const char *name,
+                           hd_ast *iter, hd_ast *cond) {
+    return parse_comp(p, span, hd_pn(pair)->key, pair->b, name, iter, cond);
+}
+
+hd_ast *hd_parse_entry(hd_parser *p, hd_span span, hd_ast *key, hd_ast *value) {
+    hd_ast *k = key;
+    if (key->kind == HD_AST_NAME) {
+        hd_lex_value v = {0};
+        v.s = key->name;
+        if (!(k = hd_parse_str(p, &v, key->span))) return NULL;
+    }
+    hd_ast *pair = hd_parse_mk(p, HD_AST_PAIR, span, k, value, NULL);
+    if (pair) hd_pn(pair)->key = key;
+    return pair;
 }
 
 static const char *hd_parse_target_what(const hd_ast *t) {

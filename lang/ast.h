@@ -62,14 +62,18 @@ typedef enum {
     HD_AST_PROGRAM,  /* items[n]: top-level statements; resolver: nslots (globals of the chunk) */
 
     /* a list comprehension [e for x in it if c], as the parser builds it */
-    HD_AST_COMP,      /* expression; a: the for statement that fills the list */
-    HD_AST_COMP_PUSH, /* statement in that for's body; a: the element, pushed onto the list */
+    HD_AST_COMP,      /* expression; a: the for statement that fills the list or dict (op) */
+    HD_AST_COMP_PUSH, /* statement in that for's body; a: the element, pushed onto the list,
+                         or the key, b its value, set in the dict */
 
     /* errors as values */
     HD_AST_TRY,   /* body: try block, c: catch block, name: its variable (NULL: none); resolver: ref */
     HD_AST_THROW, /* a: a message string or a caught Error */
     HD_AST_KIND_COUNT
 } hd_ast_kind;
+
+/* HD_AST_COMP's op: what the comprehension makes. */
+enum { HD_COMP_LIST, HD_COMP_DICT };
 
 /* How a name is reached at run time, decided by the resolver. */
 typedef enum {

@@ -791,11 +791,13 @@ fail:
     return hd_err_value();
 }
 
-/* [e for x in it if c]: the for statement (n->a) pushes each e onto the
- * list (vm->comp_list, the innermost comprehension's). */
+/* [e for x in it if c], {k: v for x in it if c}: the for statement (n->a)
+ * pushes each e onto the list, or sets each k to v in the dict
+ * (vm->comp_list, the innermost comprehension's). */
 static HD_NOINLINE hd_value ev_comp(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    hd_value list = hd_list_new(vm, 0), outer = vm->comp_list;
-    if (list.type != HD_V_LIST) return fail(vm, f, n);
+    int dict = n->op == HD_COMP_DICT;
+    hd_value list = dict ? hd_dict_new(vm) : hd_list_new(vm, 0), outer = vm->comp_list;
+    if (list.type != (dict ? HD_V_DICT : HD_V_LIST)) return fail(vm, f, n);
     vm->comp_list = list;
     int fl = ex(vm, f, n->a);
     vm->comp_list = outer;
@@ -806,7 +808,25 @@ static HD_NOINLINE hd_value ev_comp(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return list;
 }
 
+/* k: v into the dict comprehension's dict. */
+static HD_NOINLINE int comp_set(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    hd_value k = ev(vm, f, n->a);
+    if (k.type == HD_V_ERR) return HD_FLOW_ERROR;
+    if (k.type != HD_V_STR) {
+        hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                      hd_value_type_name(k));
+        hd_vunref(vm, k);
+        return HD_FLOW_ERROR;
+    }
+    hd_value v = ev(vm, f, n->b);
+    hd_status st = v.type == HD_V_ERR ? HD_ERR_RUNTIME : hd_dict_set_str(vm, vm->comp_list, hd_as_str(k), v);
+    hd_vunref(vm, k);
+    if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
+    return st == HD_OK ? HD_FLOW_NORMAL : flow_fail(vm, f, n);
+}
+
 static HD_NOINLINE int ex_comp_push(hd_vm *vm, hd_frame *f, const hd_ast *n) {
+    if (n->b) return comp_set(vm, f, n);
     hd_value v = ev(vm, f, n->a);
     if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
     return hd_list_push(vm, vm->comp_list, v) == HD_OK ? HD_FLOW_NORMAL : flow_fail(vm, f, n);

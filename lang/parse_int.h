@@ -136,6 +136,12 @@ hd_ast *hd_parse_block(hd_parser *p, hd_span span, hd_parse_list *stmts);
  * an HD_AST_COMP over a for statement whose body pushes elem. */
 hd_ast *hd_parse_comp(hd_parser *p, hd_span span, hd_ast *elem, const char *name, hd_ast *iter,
                       hd_ast *cond);
+/* {key: value for name in iter if cond}: pair is the entry (hd_parse_entry
+ * keeps its key as written). */
+hd_ast *hd_parse_dict_comp(hd_parser *p, hd_span span, hd_ast *pair, const char *name,
+                           hd_ast *iter, hd_ast *cond);
+/* A dict literal's entry: a bare name key becomes its string. */
+hd_ast *hd_parse_entry(hd_parser *p, hd_span span, hd_ast *key, hd_ast *value);
 hd_ast *hd_parse_fn(hd_parser *p, hd_ast_kind kind, hd_span span, const char *name,
                     hd_parse_params *params, hd_ast *body, int compiled);
 hd_ast *hd_parse_import(hd_parser *p, hd_span span, const hd_lex_value *what, int is_path,

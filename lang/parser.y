@@ -405,6 +405,12 @@ primary
     | LBRACKET expr FOR NAME IN expr IF expr RBRACKET {
         HD_NEED($$ = hd_parse_comp(p, @$, $2, $4.s, $6, $8));
     }
+    | LBRACE entry FOR NAME IN expr RBRACE {
+        HD_NEED($$ = hd_parse_dict_comp(p, @$, $2, $4.s, $6, NULL));
+    }
+    | LBRACE entry FOR NAME IN expr IF expr RBRACE {
+        HD_NEED($$ = hd_parse_dict_comp(p, @$, $2, $4.s, $6, $8));
+    }
     | LBRACE opt_entries RBRACE {
         HD_NEED($$ = hd_parse_node(p, HD_AST_DICT, @$));
         HD_NEED($$ = hd_parse_items(p, $$, $2));
@@ -485,18 +491,11 @@ entries
     | entries COMMA entry { HD_NEED($$ = hd_parse_list_add(p, $1, $3)); }
     ;
 
-/* `{b: 1}` means `{"b": 1}`: a bare name key is a string. */
+/* `{b: 1}` means `{"b": 1}`: a bare name key is a string; any other key
+ * is an expression whose value is one. In a dict comprehension the bare
+ * name is a variable. */
 entry
-    : NAME COLON expr {
-        hd_lex_value key = $1;
-        HD_NEED($$ = hd_parse_mk(p, HD_AST_PAIR, @$, hd_parse_str(p, &key, @1), $3, NULL));
-        HD_NEED($$->a);
-    }
-    | STRING COLON expr {
-        if ($1.fstr) hd_parse_error(p, @1, "a dict key is a name or a plain string, not an f-string");
-        HD_NEED($$ = hd_parse_mk(p, HD_AST_PAIR, @$, hd_parse_str(p, &$1, @1), $3, NULL));
-        HD_NEED($$->a);
-    }
+    : expr COLON expr { HD_NEED($$ = hd_parse_entry(p, @$, $1, $3)); }
     ;
 
 %%

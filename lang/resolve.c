@@ -421,7 +421,10 @@ static void rs_stmt(rs *r, rs_fn *f, hd_ast *n) {
     if (!n || !rs_enter(r, n)) return;
     switch (n->kind) {
     case HD_AST_EXPR:
-    case HD_AST_COMP_PUSH: rs_expr(r, f, n->a); break;
+    case HD_AST_COMP_PUSH:
+        rs_expr(r, f, n->a);
+        if (n->b) rs_expr(r, f, n->b);
+        break;
     case HD_AST_LET:
         rs_expr(r, f, n->a);
         rs_declare(r, f, n->name, &n->ref, -1);
