@@ -239,7 +239,19 @@ static int node_views_leaf(const hd_grad_node *n) {
     return 0;
 }
 
+/* A watched context's op reads a tensor that its enclosing context tracks:
+ * a gradient through this op would be wanted there, and is not recorded. */
+static void note_outer(hd_ctx *ctx, hd_grad_scope *s, hd_op op, hd_tensor *const *in, int nin,
+                       hd_dtype out_dtype) {
+    uint64_t pid = s->parent ? s->parent->id : ctx->grad_root.id;
+    if (!hd_op_infos[op].differentiable || !hd_dtype_is_float(out_dtype)) return;
+    for (int i = 0; i < nin; i++)
+        if (in[i] && tracked(in[i], pid)) s->read_outer = 1;
+}
+
 int hd_autograd_wants(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, hd_dtype out_dtype) {
+    hd_grad_scope *ws = ctx->grad_scope;
+    if (ws && ws->watch_outer) note_outer(ctx, ws, op, in, nin, out_dtype);
     if (ctx->grad_disabled) return 0;
     uint64_t sid = cur_scope_id(ctx);
     int any = 0;

@@ -51,6 +51,8 @@ typedef struct hd_grad_scope {
     int outer_disabled; /* grad mode to restore when the block ends */
     int entered;        /* on the stack of entered contexts */
     int held;           /* made by hd_grad_context_new: its owner frees it, not the block */
+    int watch_outer;    /* note a recordable op reading a tensor the enclosing context tracks */
+    int read_outer;     /* ... one did (grad and vjp refuse: their results would drop it) */
 } hd_grad_scope;
 
 struct hd_backend;

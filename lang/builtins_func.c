@@ -1,0 +1,343 @@
+/* Function transforms over the tape, as JAX's and torch.func's:
+ *
+ *   grad(f, argnums = 0)(*args)   d f(*args) / d args[argnums]: f returns
+ *                                 one number (a tensor of one element)
+ *   vjp(f, *primals)              [f(*primals), back]: back(ct) is the
+ *                                 list of d sum(ct * f) / d primal
+ *
+ * Each evaluation of f runs in a gradient context of its own (a
+ * grad_context), on detached copies of the differentiated arguments, so
+ * the program's tape and its parameters' .grad are untouched, and the
+ * result holds no record. That is why they refuse what would need a
+ * gradient of the result itself (higher order, which the tape does not
+ * have): an argument that requires grad where the call is made, and a
+ * function that reads such a tensor (a model's parameters) while
+ * recording is on there. Under no_grad, or with detached tensors, they
+ * are plain first-order gradients. */
+#include "builtins_tensor.h"
+#include "hd_autograd.h"
+#include "eval.h"
+#include "vm_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- the context an evaluation runs in ---- */
+
+/* The message for a refused higher-order use; what names the transform. */
+static hd_status func_higher_order(hd_vm *vm, const char *what, const char *which) {
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s: %s requires grad where %s is called, and a gradient of the result "
+                       "would be wanted there: gradients of gradients are not supported (call "
+                       "it under no_grad { }, or pass detached tensors)",
+                       what, which, what);
+}
+
+/* args with the differentiated ones (diff[i] set) replaced by detached
+ * tensors that require grad in the current context; new references in
+ * out[], the detached ones also in xs[] (borrowed from out). */
+static hd_status func_inputs(hd_vm *vm, const char *what, const hd_value *args, int nargs,
+                             const unsigned char *diff, hd_value *out, hd_tensor **xs) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int k = 0;
+    for (int i = 0; i < nargs; i++) out[i] = hd_none();
+    for (int i = 0; i < nargs; i++) {
+        if (!diff[i]) {
+            out[i] = hd_value_ref(args[i]);
+            continue;
+        }
+        if (args[i].type != HD_V_TENSOR || !hd_dtype_is_float(args[i].as.t->dtype))
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "%s: argument %d is differentiated, so it must be a float tensor, "
+                               "got %s",
+                               what, i + 1,
+                               args[i].type == HD_V_TENSOR ? hd_dtype_name(args[i].as.t->dtype)
+                                                           : hd_value_type_name(args[i]));
+        hd_tensor *x = hd_grad_detach(ctx, args[i].as.t);
+        if (!x) return hd_vm_from_ctx(vm, HD_OK);
+        out[i] = hd_tensor_value(x);
+        xs[k++] = x;
+    }
+    return HD_OK;
+}
+
+/* Before the function's own context: a differentiated argument that
+ * requires grad where the transform is called, with recording on. */
+static hd_status func_check_args(hd_vm *vm, const char *what, const hd_value *args, int nargs,
+                                 const unsigned char *diff) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (!hd_grad_is_enabled(ctx)) return HD_OK;
+    for (int i = 0; i < nargs; i++) {
+        if (!diff[i] || args[i].type != HD_V_TENSOR || !hd_grad_requires(ctx, args[i].as.t))
+            continue;
+        char which[32];
+        snprintf(which, sizeof which, "argument %d", i + 1);
+        return func_higher_order(vm, what, which);
+    }
+    return HD_OK;
+}
+
+static void func_unref_all(hd_vm *vm, hd_value *v, int n) {
+    for (int i = 0; i < n; i++) hd_value_unref(vm, v[i]);
+}
+
+/* f(*in) with the current context watched for reads of tensors the
+ * enclosing one tracks. */
+static hd_status func_call(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
+                           hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw, int outer_on,
+                           hd_value *y) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    for (int i = 0; i < nx; i++)
+        if (hd_grad_set_requires(ctx, xs[i], 1)) return hd_vm_from_ctx(vm, HD_OK);
+    ctx->grad_scope->watch_outer = outer_on;
+    hd_status st = hd_vm_call(vm, f, in, nin, kw, nkw, y);
+    ctx->grad_scope->watch_outer = 0;
+    if (st) return st;
+    if (ctx->grad_scope->read_outer) {
+        hd_value_unref(vm, *y);
+        *y = hd_none();
+        return func_higher_order(vm, what, "a tensor the function reads");
+    }
+    if (y->type != HD_V_TENSOR) {
+        hd_status e = hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the function returned %s, not a tensor",
+                                  what, hd_value_type_name(*y));
+        hd_value_unref(vm, *y);
+        *y = hd_none();
+        return e;
+    }
+    return HD_OK;
+}
+
+/* x's gradient after a backward (zeros where the result does not depend
+ * on x): a new value. */
+static hd_value func_grad_of(hd_vm *vm, hd_tensor *x) {
+    hd_tensor *g = hd_grad_get(x);
+    if (g) return hd_tensor_value(hd_tensor_ref(g));
+    hd_tensor *z = hd_tensor_zeros(hd_vm_ctx(vm), x->dtype, x->shape, x->ndim);
+    return z ? hd_tensor_value(z) : hd_err_value();
+}
+
+/* backward from y (ct: its cotangent, or NULL for a one-element y) when y
+ * depends on the inputs at all. */
+static hd_status func_backward(hd_vm *vm, hd_tensor *y, hd_tensor *ct, int retain) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (!hd_grad_requires(ctx, y)) return HD_OK;
+    return hd_grad_backward(ctx, y, ct, retain) ? hd_vm_from_ctx(vm, HD_OK) : HD_OK;
+}
+
+/* ---- grad(f, argnums = 0) ---- */
+
+/* The argument positions argnums names (an int or a list of ints, negative
+ * from the end) as flags in diff; 0 on an error. */
+static int grad_positions(hd_vm *vm, hd_value argnums, int nargs, unsigned char *diff) {
+    int n = argnums.type == HD_V_LIST ? (int)hd_as_list(argnums)->len : 1;
+    const hd_value *items = argnums.type == HD_V_LIST ? hd_as_list(argnums)->items : &argnums;
+    memset(diff, 0, (size_t)nargs + 1);
+    for (int i = 0; i < n; i++) {
+        if (items[i].type != HD_V_INT) {
+            hd_vm_error(vm, HD_ERR_RUNTIME,
+                        "grad: argnums must be an int or a list of ints, got %s",
+                        hd_value_type_name(items[i]));
+            return 0;
+        }
+        int64_t k = items[i].as.i < 0 ? items[i].as.i + nargs : items[i].as.i;
+        if (k < 0 || k >= nargs) {
+            hd_vm_error(vm, HD_ERR_RUNTIME, "grad: argnums %lld is out of range for %d argument%s",
+                        (long long)items[i].as.i, nargs, nargs == 1 ? "" : "s");
+            return 0;
+        }
+        diff[k] = 1;
+    }
+    return 1;
+}
+
+/* One evaluation of the function grad made: self is [f, argnums]. */
+static hd_status grad_run(hd_vm *vm, hd_value f, hd_value argnums, const hd_value *args, int nargs,
+                          const hd_kwarg *kw, int nkw, hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    unsigned char diff[nargs + 1];
+    hd_value in[nargs + 1];
+    hd_tensor *xs[nargs + 1];
+    int nx = 0, outer_on = hd_grad_is_enabled(ctx);
+    if (!grad_positions(vm, argnums, nargs, diff)) return HD_ERR_RUNTIME;
+    for (int i = 0; i < nargs; i++) nx += diff[i];
+    if (func_check_args(vm, "grad", args, nargs, diff)) return HD_ERR_RUNTIME;
+    if (hd_grad_context_push(ctx)) return hd_vm_from_ctx(vm, HD_OK);
+    hd_value y = hd_none();
+    hd_status st = func_inputs(vm, "grad", args, nargs, diff, in, xs);
+    if (!st) st = func_call(vm, "grad", f, in, nargs, xs, nx, kw, nkw, outer_on, &y);
+    if (!st && y.as.t->numel != 1)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "grad: the function must return one number (a tensor of one element), "
+                         "got %lld elements; use vjp for other outputs",
+                         (long long)y.as.t->numel);
+    if (!st) st = func_backward(vm, y.as.t, NULL, 0);
+    hd_value r = hd_none();
+    if (!st && argnums.type == HD_V_LIST) {
+        r = hd_list_new(vm, nx);
+        for (int i = 0; i < nx && r.type == HD_V_LIST && !st; i++) {
+            hd_value g = func_grad_of(vm, xs[i]);
+            st = g.type == HD_V_ERR ? hd_vm_from_ctx(vm, HD_OK) : hd_list_push(vm, r, g);
+        }
+        if (r.type != HD_V_LIST) st = hd_vm_oom(vm);
+    } else if (!st) {
+        r = func_grad_of(vm, xs[0]);
+        if (r.type == HD_V_ERR) st = hd_vm_from_ctx(vm, HD_OK);
+    }
+    hd_value_unref(vm, y);
+    func_unref_all(vm, in, nargs);
+    hd_grad_context_pop(ctx);
+    if (st) {
+        if (r.type != HD_V_ERR) hd_value_unref(vm, r);
+        return st;
+    }
+    *out = r;
+    return HD_OK;
+}
+
+static hd_status grad_fn_call(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                              const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    HD_UNUSED(data);
+    const hd_list *s = hd_as_list(self);
+    return grad_run(vm, s->items[0], s->items[1], args, nargs, kw, nkw, out);
+}
+
+static HD_TF_FN(tf_grad) {
+    HD_TARGS_BIND(a); /* f, argnums= */
+    hd_value argnums = hd_targ_has(&a, 1) ? a.v[1] : hd_int(0);
+    if (argnums.type != HD_V_INT && argnums.type != HD_V_LIST)
+        return hd_targ_type_error(vm, &a, 1, "an int or a list of ints");
+    hd_value s = hd_list_new(vm, 2);
+    if (s.type != HD_V_LIST) return hd_vm_oom(vm);
+    if (hd_list_push(vm, s, hd_value_ref(a.v[0])) || hd_list_push(vm, s, hd_value_ref(argnums))) {
+        hd_value_unref(vm, s);
+        return hd_vm_oom(vm);
+    }
+    hd_native proto;
+    memset(&proto, 0, sizeof proto);
+    proto.name = "grad(f)";
+    proto.fn = grad_fn_call;
+    *out = hd_native_bound(vm, &proto, s);
+    return out->type == HD_V_NATIVE ? HD_OK : vm->err;
+}
+
+/* ---- vjp(f, *primals) ---- */
+
+/* What back(ct) needs: the held context with f's records, its output,
+ * and the detached primals. */
+typedef struct vjp_state {
+    hd_grad_scope *scope;
+    hd_tensor *y;
+    int n;
+    hd_tensor *xs[];
+} vjp_state;
+
+static void vjp_free(hd_vm *vm, void *p) {
+    vjp_state *v = p;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (!v) return;
+    hd_tensor_unref(v->y);
+    for (int i = 0; i < v->n; i++) hd_tensor_unref(v->xs[i]);
+    if (v->scope) hd_grad_context_free(ctx, v->scope);
+    hd_ctx_free(ctx, v, sizeof *v + (size_t)v->n * sizeof *v->xs);
+}
+
+static const hd_handle_type vjp_type = {"vjp", vjp_free, NULL};
+
+/* back(ct): the primals' gradients of sum(ct * y), a list. */
+static hd_status vjp_back(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                          const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    HD_UNUSED(data);
+    HD_UNUSED(kw);
+    vjp_state *v = ((hd_handle *)self.as.o)->p;
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (nargs != 1 || nkw)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "vjp: the function it returns takes one argument, the cotangent");
+    hd_tensor *ct = NULL;
+    if (hd_value_to_tensor(vm, args[0], "cotangent", 0, v->y->dtype, &ct)) return HD_ERR_RUNTIME;
+    if (hd_grad_context_enter(ctx, v->scope)) {
+        hd_tensor_unref(ct);
+        return hd_vm_from_ctx(vm, HD_OK);
+    }
+    for (int i = 0; i < v->n; i++) hd_grad_set(ctx, v->xs[i], NULL);
+    hd_status st = func_backward(vm, v->y, ct, 1);
+    hd_value r = st ? hd_none() : hd_list_new(vm, v->n);
+    for (int i = 0; i < v->n && r.type == HD_V_LIST && !st; i++) {
+        hd_value g = func_grad_of(vm, v->xs[i]);
+        st = g.type == HD_V_ERR ? hd_vm_from_ctx(vm, HD_OK) : hd_list_push(vm, r, g);
+    }
+    if (!st && r.type != HD_V_LIST) st = hd_vm_oom(vm);
+    for (int i = 0; i < v->n; i++) hd_grad_set(ctx, v->xs[i], NULL);
+    hd_grad_context_pop(ctx);
+    hd_tensor_unref(ct);
+    if (st) {
+        hd_value_unref(vm, r);
+        return st;
+    }
+    *out = r;
+    return HD_OK;
+}
+
+/* [y, back] with back bound to the state (taken). */
+static hd_status vjp_result(hd_vm *vm, vjp_state *v, hd_value *out) {
+    hd_value h = hd_handle_new(vm, &vjp_type, v); /* frees v when it fails */
+    if (h.type != HD_V_HANDLE) return hd_vm_oom(vm);
+    hd_native proto;
+    memset(&proto, 0, sizeof proto);
+    proto.name = "vjp(f)";
+    proto.fn = vjp_back;
+    hd_value back = hd_native_bound(vm, &proto, h), r = hd_list_new(vm, 2);
+    if (back.type != HD_V_NATIVE || r.type != HD_V_LIST ||
+        hd_list_push(vm, r, hd_tensor_value(hd_tensor_ref(v->y))) || hd_list_push(vm, r, back)) {
+        if (back.type != HD_V_NATIVE) hd_value_unref(vm, h);
+        if (r.type == HD_V_LIST) hd_value_unref(vm, r);
+        return hd_vm_oom(vm);
+    }
+    *out = r;
+    return HD_OK;
+}
+
+/* vjp(f, *primals): the arguments as given (a `*name` of the argument
+ * binder takes ints only). */
+static HD_TF_FN(tf_vjp) {
+    HD_UNUSED(self);
+    HD_UNUSED(kw);
+    HD_UNUSED(data);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int n = nargs - 1, outer_on = hd_grad_is_enabled(ctx);
+    if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "vjp(f, *primals) takes no named arguments");
+    if (n < 1) return hd_vm_error(vm, HD_ERR_RUNTIME, "vjp(f, *primals): no primals given");
+    unsigned char diff[n + 1];
+    hd_value in[n + 1];
+    memset(diff, 1, (size_t)n + 1);
+    if (func_check_args(vm, "vjp", args + 1, n, diff)) return HD_ERR_RUNTIME;
+    vjp_state *v = hd_ctx_calloc(ctx, 1, sizeof *v + (size_t)n * sizeof *v->xs);
+    if (!v) return hd_vm_from_ctx(vm, HD_OK);
+    v->n = n;
+    if (!(v->scope = hd_grad_context_new(ctx)) || hd_grad_context_enter(ctx, v->scope)) {
+        vjp_free(vm, v);
+        return hd_vm_from_ctx(vm, HD_OK);
+    }
+    hd_value y = hd_none();
+    hd_status st = func_inputs(vm, "vjp", args + 1, n, diff, in, v->xs);
+    for (int i = 0; i < n; i++) /* the state keeps its own references */
+        if (v->xs[i]) hd_tensor_ref(v->xs[i]);
+    if (!st) st = func_call(vm, "vjp", args[0], in, n, v->xs, n, NULL, 0, outer_on, &y);
+    func_unref_all(vm, in, n);
+    hd_grad_context_pop(ctx);
+    if (st) {
+        vjp_free(vm, v);
+        return st;
+    }
+    v->y = hd_tensor_ref(y.as.t);
+    hd_value_unref(vm, y);
+    return vjp_result(vm, v, out);
+}
+
+static const hd_tfunc rows[] = {
+    {"grad", tf_grad, "f, argnums=", -1, HD_TF_GLOBAL},
+    {"vjp", tf_vjp, "f, *primals", -1, HD_TF_GLOBAL},
+};
+
+const hd_tfunc_table hd_tfuncs_func = {rows, (int)(sizeof rows / sizeof rows[0])};
