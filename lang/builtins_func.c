@@ -4,6 +4,10 @@
  *                                 one number (a tensor of one element)
  *   vjp(f, *primals)              [f(*primals), back]: back(ct) is the
  *                                 list of d sum(ct * f) / d primal
+ *   Cls.apply(*args)              a custom gradient, as
+ *                                 torch.autograd.Function: Cls.forward(ctx,
+ *                                 *args) runs unrecorded, Cls.backward(ctx,
+ *                                 g) gives the arguments' gradients
  *
  * Each evaluation of f runs in a gradient context of its own (a
  * grad_context), on detached copies of the differentiated arguments, so
@@ -333,6 +337,235 @@ static HD_TF_FN(tf_vjp) {
     v->y = hd_tensor_ref(y.as.t);
     hd_value_unref(vm, y);
     return vjp_result(vm, v, out);
+}
+
+/* ---- custom gradients: Cls.apply(*args) ---- */
+
+/* What the record keeps: the class, the ctx dict forward filled, and for
+ * each recorded input its position among the arguments and its shape. */
+typedef struct fn_record {
+    hd_vm *vm;
+    hd_value cls, ctxd;
+    int nargs, nin;
+    struct {
+        int pos, ndim;
+        hd_dtype dtype;
+        int64_t shape[HD_MAX_DIMS];
+    } in[];
+} fn_record;
+
+static size_t fn_record_size(int nin) {
+    return sizeof(fn_record) + (size_t)nin * sizeof(((fn_record *)0)->in[0]);
+}
+
+static void fn_record_free(hd_ctx *ctx, void *ud) {
+    fn_record *r = ud;
+    if (!r->vm->sweeping) { /* at VM exit every object goes at once */
+        hd_value_unref(r->vm, r->cls);
+        hd_value_unref(r->vm, r->ctxd);
+    }
+    hd_ctx_free(ctx, r, fn_record_size(r->nin));
+}
+
+static const char *fn_class_name(hd_value cls) {
+    hd_value n = ((hd_class *)cls.as.o)->name;
+    return n.type == HD_V_STR ? hd_as_str(n)->chars : "Function";
+}
+
+/* The VM's error, raised in what ("Cls.backward"), as the runtime's
+ * (backward reports it at the user's line); the VM's own is cleared. */
+static hd_status fn_error_to_ctx(hd_vm *vm, hd_ctx *ctx, const char *cls) {
+    hd_status st = vm->err ? vm->err : HD_ERR_RUNTIME;
+    char msg[HD_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", vm->errmsg);
+    hd_vm_clear_error(vm);
+    hd_error(ctx, st, "%s.backward: %s", cls, msg);
+    return st;
+}
+
+/* Gradient v (none: no gradient) for recorded input j into *g. */
+static hd_status fn_grad_in(hd_vm *vm, hd_ctx *ctx, const fn_record *r, int j, hd_value v,
+                            hd_tensor **g) {
+    *g = NULL;
+    if (v.type == HD_V_NONE) return HD_OK;
+    if (hd_value_to_tensor(vm, v, "gradient", 0, r->in[j].dtype, g))
+        return fn_error_to_ctx(vm, ctx, fn_class_name(r->cls));
+    if ((*g)->ndim == r->in[j].ndim &&
+        !memcmp((*g)->shape, r->in[j].shape, (size_t)r->in[j].ndim * sizeof *(*g)->shape))
+        return HD_OK;
+    char want[96], got[96];
+    hd_shape_str(r->in[j].shape, r->in[j].ndim, want, sizeof want);
+    hd_shape_str((*g)->shape, (*g)->ndim, got, sizeof got);
+    hd_tensor_unref(*g);
+    *g = NULL;
+    return hd_error(ctx, HD_ERR_RUNTIME,
+                    "%s.backward: the gradient for argument %d has shape %s, the argument %s",
+                    fn_class_name(r->cls), r->in[j].pos + 1, got, want);
+}
+
+/* Cls.backward(ctx, g), unrecorded; its result (a tensor for one
+ * argument, else a list with one entry per argument) into gin. */
+static hd_status fn_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned char *need,
+                             hd_tensor **gin, int nin) {
+    fn_record *r = ud;
+    hd_vm *vm = r->vm;
+    hd_value bwd, res, args[2] = {r->ctxd, hd_tensor_value(g)};
+    if (hd_eval_get_member(vm, r->cls, "backward", &bwd))
+        return fn_error_to_ctx(vm, ctx, fn_class_name(r->cls));
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_status st = hd_vm_call(vm, bwd, args, 2, NULL, 0, &res);
+    hd_grad_set_enabled(ctx, was);
+    hd_value_unref(vm, bwd);
+    if (st) return fn_error_to_ctx(vm, ctx, fn_class_name(r->cls));
+    int n = res.type == HD_V_LIST ? (int)hd_as_list(res)->len : 1;
+    const hd_value *items = res.type == HD_V_LIST ? hd_as_list(res)->items : &res;
+    if (n != r->nargs)
+        st = hd_error(ctx, HD_ERR_RUNTIME,
+                      "%s.backward returned %d gradient%s for %d argument%s (a list, none where "
+                      "there is none)",
+                      fn_class_name(r->cls), n, n == 1 ? "" : "s", r->nargs,
+                      r->nargs == 1 ? "" : "s");
+    for (int j = 0; j < nin && !st; j++)
+        if (need[j]) st = fn_grad_in(vm, ctx, r, j, items[r->in[j].pos], &gin[j]);
+    hd_value_unref(vm, res);
+    return st;
+}
+
+static const hd_grad_custom fn_custom = {fn_backward, fn_record_free};
+
+/* ctx.save_for_backward(*tensors): kept as ctx.saved_tensors. */
+static hd_status fn_save(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                         const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    HD_UNUSED(kw);
+    HD_UNUSED(data);
+    if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "save_for_backward takes no named arguments");
+    hd_value l = hd_list_new(vm, nargs);
+    for (int i = 0; i < nargs && l.type == HD_V_LIST; i++)
+        if (hd_list_push(vm, l, hd_value_ref(args[i]))) return HD_ERR_MEMORY;
+    if (l.type != HD_V_LIST || hd_dict_set(vm, self, "saved_tensors", l)) return hd_vm_oom(vm);
+    *out = hd_none();
+    return HD_OK;
+}
+
+/* The ctx forward gets: a dict with save_for_backward, saved_tensors and
+ * needs_input_grad (a bool per argument). */
+static hd_value fn_ctx_new(hd_vm *vm, const hd_value *args, int nargs, int grad_on) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_value d = hd_dict_new(vm), needs = hd_list_new(vm, nargs);
+    hd_native proto;
+    memset(&proto, 0, sizeof proto);
+    proto.name = "save_for_backward";
+    proto.fn = fn_save;
+    int ok = d.type == HD_V_DICT && needs.type == HD_V_LIST;
+    for (int i = 0; i < nargs && ok; i++)
+        ok = !hd_list_push(
+            vm, needs,
+            hd_bool(grad_on && args[i].type == HD_V_TENSOR && hd_grad_requires(ctx, args[i].as.t)));
+    hd_value save = ok ? hd_native_bound(vm, &proto, hd_value_ref(d)) : hd_none();
+    ok = ok && save.type == HD_V_NATIVE && !hd_dict_set(vm, d, "save_for_backward", save) &&
+         !hd_dict_set(vm, d, "saved_tensors", hd_list_new(vm, 0)) &&
+         !hd_dict_set(vm, d, "needs_input_grad", needs);
+    if (!ok) {
+        if (d.type == HD_V_DICT) hd_value_unref(vm, d);
+        return hd_none();
+    }
+    return d;
+}
+
+/* Record y (forward's result) as made from the arguments that require
+ * grad; *y may be replaced by an alias when forward returned a tensor
+ * that has a record already (an argument itself). */
+static hd_status fn_record_out(hd_vm *vm, hd_value cls, hd_value ctxd, const hd_value *args,
+                               int nargs, hd_tensor **y) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *ins[nargs + 1];
+    int nin = 0;
+    for (int i = 0; i < nargs; i++)
+        if (args[i].type == HD_V_TENSOR && hd_grad_requires(ctx, args[i].as.t))
+            ins[nin++] = args[i].as.t;
+    if (!nin || !hd_dtype_is_float((*y)->dtype)) return HD_OK;
+    fn_record *r = hd_ctx_calloc(ctx, 1, fn_record_size(nin));
+    if (!r) return hd_vm_from_ctx(vm, HD_OK);
+    r->vm = vm;
+    r->cls = hd_value_ref(cls);
+    r->ctxd = hd_value_ref(ctxd);
+    r->nargs = nargs;
+    r->nin = nin;
+    for (int i = 0, j = 0; i < nargs; i++) {
+        if (!(args[i].type == HD_V_TENSOR && hd_grad_requires(ctx, args[i].as.t))) continue;
+        r->in[j].pos = i;
+        r->in[j].ndim = args[i].as.t->ndim;
+        r->in[j].dtype = args[i].as.t->dtype;
+        memcpy(r->in[j].shape, args[i].as.t->shape, sizeof r->in[j].shape);
+        j++;
+    }
+    if ((*y)->grad_info) {
+        hd_tensor *alias = hd_grad_detach(ctx, *y);
+        if (!alias) {
+            fn_record_free(ctx, r);
+            return hd_vm_from_ctx(vm, HD_OK);
+        }
+        hd_tensor_unref(*y);
+        *y = alias;
+    }
+    return hd_autograd_record_custom(ctx, ins, nin, *y, &fn_custom, r) ? hd_vm_from_ctx(vm, HD_OK)
+                                                                       : HD_OK;
+}
+
+/* Cls.apply(*args): self is the class. */
+static hd_status fn_apply(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                          const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    HD_UNUSED(kw);
+    HD_UNUSED(data);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    const char *name = fn_class_name(self);
+    if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s.apply takes positional arguments", name);
+    if (ctx->trace)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s.apply inside compiled code: a custom gradient is not traced; call "
+                           "it outside the compiled function",
+                           name);
+    hd_value fwd, y;
+    if (!hd_dict_get(((hd_class *)self.as.o)->methods, "backward"))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s.apply: the class has no backward(ctx, g)", name);
+    if (hd_eval_get_member(vm, self, "forward", &fwd)) return vm->err;
+    int grad_on = hd_grad_is_enabled(ctx);
+    hd_value ctxd = fn_ctx_new(vm, args, nargs, grad_on);
+    if (ctxd.type != HD_V_DICT) {
+        hd_value_unref(vm, fwd);
+        return hd_vm_oom(vm);
+    }
+    hd_value call[nargs + 1];
+    call[0] = ctxd;
+    for (int i = 0; i < nargs; i++) call[i + 1] = args[i];
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_status st = hd_vm_call(vm, fwd, call, nargs + 1, NULL, 0, &y);
+    hd_grad_set_enabled(ctx, was);
+    hd_value_unref(vm, fwd);
+    if (!st && y.type != HD_V_TENSOR) {
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "%s.forward returned %s, not a tensor", name,
+                         hd_value_type_name(y));
+        hd_value_unref(vm, y);
+    }
+    if (!st && grad_on) {
+        hd_tensor *t = y.as.t;
+        st = fn_record_out(vm, self, ctxd, args, nargs, &t);
+        y = hd_tensor_value(t);
+        if (st) hd_value_unref(vm, y);
+    }
+    hd_value_unref(vm, ctxd);
+    if (st) return st;
+    *out = y;
+    return HD_OK;
+}
+
+hd_status hd_tensor_class_apply(hd_vm *vm, hd_value cls, hd_value *out) {
+    hd_native proto;
+    memset(&proto, 0, sizeof proto);
+    proto.name = "apply";
+    proto.fn = fn_apply;
+    *out = hd_native_bound(vm, &proto, hd_value_ref(cls));
+    return out->type == HD_V_NATIVE ? HD_OK : vm->err;
 }
 
 static const hd_tfunc rows[] = {

@@ -752,6 +752,7 @@ static void (*const volatile api_keep[])(void) = {
     (void (*)(void))hd_tensor_get_index,    (void (*)(void))hd_tensor_set_index,
     (void (*)(void))hd_tensor_get_member,   (void (*)(void))hd_tensor_set_member,
     (void (*)(void))hd_tensor_member_names, (void (*)(void))hd_tensor_format,
+    (void (*)(void))hd_tensor_class_apply,
 };
 
 /* A function with an effect (seeding, files, the default device): inside

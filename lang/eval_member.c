@@ -10,6 +10,12 @@ static hd_status no_member(hd_vm *vm, hd_value x, const char *name) {
     return hd_vm_error(vm, HD_ERR_RUNTIME, "%s has no member '%s'", hd_value_type_name(x), name);
 }
 
+/* Cls.apply of a class with forward and no apply of its own: a custom
+ * gradient (torch.autograd.Function's form). */
+static int class_is_function(hd_value cls, const char *name) {
+    return strcmp(name, "apply") == 0 && hd_dict_get(((hd_class *)cls.as.o)->methods, "forward");
+}
+
 /* What x.name(...) calls: *fn (new reference) and whether x is passed as the
  * receiver. Avoids making a bound method for the common call form. */
 hd_status hd_eval_find_method(hd_vm *vm, hd_value x, const char *name, hd_value *fn,
@@ -39,7 +45,10 @@ hd_status hd_eval_find_method(hd_vm *vm, hd_value x, const char *name, hd_value 
     case HD_V_RANGE:
         if ((p = hd_vm_find_method(vm, x.type, name))) *pass_self = 1;
         break;
-    case HD_V_CLASS: p = hd_dict_get(((hd_class *)x.as.o)->methods, name); break;
+    case HD_V_CLASS:
+        p = hd_dict_get(((hd_class *)x.as.o)->methods, name);
+        if (!p && class_is_function(x, name)) return hd_tensor_class_apply(vm, x, fn);
+        break;
     default: return hd_eval_get_member(vm, x, name, fn);
     }
     if (!p) return no_member(vm, x, name);

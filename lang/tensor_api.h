@@ -13,6 +13,10 @@
  * read_csv. */
 hd_status hd_builtins_tensor_open(hd_vm *vm);
 
+/* Cls.apply for a class with forward and backward and no apply of its
+ * own: a custom gradient, as torch.autograd.Function (builtins_func.c). */
+hd_status hd_tensor_class_apply(hd_vm *vm, hd_value cls, hd_value *out);
+
 /* a OP b where at least one side is a tensor (the other may be a number,
  * bool or tensor). op is an hd_tok_op: PLUS MINUS STAR SLASH PERCENT AT POW
  * EQ NE LT LE GT GE. Result: a new reference. */
