@@ -51,7 +51,8 @@ static hd_status cj_available(hd_ctx *ctx, const hd_jit_options *opt) {
     if (hd_backend_open_device(ctx, o.device, &be, &dev)) {
         char msg[HD_ERRMSG_MAX];
         memcpy(msg, ctx->errmsg, sizeof msg);
-        return hd_error(ctx, HD_ERR_RUNTIME, "compiler 'cuda': %s", msg);
+        hd_status st = ctx->status == HD_ERR_MEMORY ? HD_ERR_MEMORY : HD_ERR_RUNTIME;
+        return hd_error(ctx, st, "compiler 'cuda': %s", msg);
     }
     return HD_OK;
 }

@@ -616,9 +616,15 @@ hd_status cp_aot_attach(hd_vm *vm, const cp_entry *e, hd_tensor **inputs, hd_ten
             r->version[k] = in->storage->version;
         }
     }
-    if (a->ret_check_op && o->storage &&
-        (r->ret = hd_tensor_view(ctx, o, o->shape, o->strides, o->ndim, o->offset)))
+    if (a->ret_check_op && o->storage) {
+        /* without the view the version check would be skipped silently */
+        if (!(r->ret = hd_tensor_view(ctx, o, o->shape, o->strides, o->ndim, o->offset))) {
+            record_free(ctx, r);
+            hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);
+            return hd_vm_oom(vm);
+        }
         r->ret_version = o->storage->version;
+    }
     for (int j = 0; j < a->nleaves; j++) leaves[j] = inputs[a->leaf_input[j]];
     hd_status st = hd_autograd_record_custom(ctx, leaves, a->nleaves, o, &aot_custom, r);
     hd_ctx_free(ctx, leaves, (size_t)(a->nleaves + 1) * sizeof *leaves);

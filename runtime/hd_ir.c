@@ -531,11 +531,8 @@ static hd_status ir_verify_node(hd_ir_graph *g, int i, const int *defined_at) {
     if (n->op == HD_IR_LOOP) return ir_verify_loop(g, i);
     if (n->op == HD_IR_LOOP_OUT) return ir_verify_loop_out(g, i);
     hd_op_plan plan;
-    if (hd_ir_plan(g, (hd_op)n->op, n->in, n->nin, &n->attrs, &plan)) {
-        char msg[HD_ERRMSG_MAX];
-        snprintf(msg, sizeof msg, "%s", g->ctx->errmsg);
-        return hd_error(g->ctx, HD_ERR_RUNTIME, "node %d (%s): %s", i, name, msg);
-    }
+    if (hd_ir_plan(g, (hd_op)n->op, n->in, n->nin, &n->attrs, &plan))
+        return ir_verify_fail(g, i, name, "");
     const hd_ir_value *v = &g->values[n->out];
     char a[160], b[160];
     if (plan.dtype != v->dtype || plan.ndim != v->ndim ||
