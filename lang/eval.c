@@ -760,35 +760,35 @@ static HD_NOINLINE hd_value ev_list(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return l;
 }
 
+/* key: value into dict d, both evaluated; 0 after an error (located). */
+static int dict_put(hd_vm *vm, hd_frame *f, hd_value d, const hd_ast *key, const hd_ast *value,
+                    const hd_ast *at) {
+    hd_value k = ev(vm, f, key);
+    if (k.type == HD_V_ERR) return 0;
+    if (k.type != HD_V_STR) {
+        hd_eval_failf(vm, f, key, HD_ERR_RUNTIME, "dict keys are strings, not %s",
+                      hd_value_type_name(k));
+        hd_vunref(vm, k);
+        return 0;
+    }
+    hd_value v = ev(vm, f, value);
+    hd_status st = v.type == HD_V_ERR ? HD_ERR_RUNTIME : hd_dict_set_str(vm, d, hd_as_str(k), v);
+    hd_vunref(vm, k);
+    if (v.type != HD_V_ERR && st != HD_OK) fail(vm, f, at);
+    return st == HD_OK;
+}
+
 static HD_NOINLINE hd_value ev_dict(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     hd_value d = hd_dict_new(vm);
     if (d.type != HD_V_DICT) return fail(vm, f, n);
     for (int i = 0; i < n->n; i++) {
         const hd_ast *pair = n->items[i];
-        hd_value k = ev(vm, f, pair->a);
-        if (k.type == HD_V_ERR) goto fail;
-        if (k.type != HD_V_STR) {
-            hd_eval_failf(vm, f, pair->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
-                          hd_value_type_name(k));
-            hd_vunref(vm, k);
-            goto fail;
-        }
-        hd_value v = ev(vm, f, pair->b);
-        if (v.type == HD_V_ERR) {
-            hd_vunref(vm, k);
-            goto fail;
-        }
-        hd_status st = hd_dict_set_str(vm, d, hd_as_str(k), v);
-        hd_vunref(vm, k);
-        if (st != HD_OK) {
-            fail(vm, f, pair);
-            goto fail;
+        if (!dict_put(vm, f, d, pair->a, pair->b, pair)) {
+            hd_vunref(vm, d);
+            return hd_err_value();
         }
     }
     return d;
-fail:
-    hd_vunref(vm, d);
-    return hd_err_value();
 }
 
 /* [e for x in it if c], {k: v for x in it if c}: the for statement (n->a)
@@ -810,19 +810,7 @@ static HD_NOINLINE hd_value ev_comp(hd_vm *vm, hd_frame *f, const hd_ast *n) {
 
 /* k: v into the dict comprehension's dict. */
 static HD_NOINLINE int comp_set(hd_vm *vm, hd_frame *f, const hd_ast *n) {
-    hd_value k = ev(vm, f, n->a);
-    if (k.type == HD_V_ERR) return HD_FLOW_ERROR;
-    if (k.type != HD_V_STR) {
-        hd_eval_failf(vm, f, n->a, HD_ERR_RUNTIME, "dict keys are strings, not %s",
-                      hd_value_type_name(k));
-        hd_vunref(vm, k);
-        return HD_FLOW_ERROR;
-    }
-    hd_value v = ev(vm, f, n->b);
-    hd_status st = v.type == HD_V_ERR ? HD_ERR_RUNTIME : hd_dict_set_str(vm, vm->comp_list, hd_as_str(k), v);
-    hd_vunref(vm, k);
-    if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
-    return st == HD_OK ? HD_FLOW_NORMAL : flow_fail(vm, f, n);
+    return dict_put(vm, f, vm->comp_list, n->a, n->b, n) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
 }
 
 static HD_NOINLINE int ex_comp_push(hd_vm *vm, hd_frame *f, const hd_ast *n) {

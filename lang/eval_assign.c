@@ -30,6 +30,17 @@ hd_value hd_eval_combine(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, 
     return r.type == HD_V_ERR ? hd_eval_fail(vm, f, n) : r;
 }
 
+/* *v = old OP *v for a compound assignment (takes old; *v replaced); 0
+ * after an error (located). */
+static int combine_into(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value old, hd_value *v) {
+    hd_value r = hd_eval_combine(vm, f, n, old, *v);
+    hd_vunref(vm, old);
+    if (r.type == HD_V_ERR) return 0;
+    hd_vunref(vm, *v);
+    *v = r;
+    return 1;
+}
+
 int hd_eval_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *t, hd_value v) {
     hd_value x = hd_eval_expr(vm, f, t->a);
     int fl = HD_FLOW_ERROR;
@@ -40,11 +51,7 @@ int hd_eval_assign_member(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast 
             hd_eval_fail(vm, f, t);
             goto done;
         }
-        hd_value r = hd_eval_combine(vm, f, n, old, v);
-        hd_vunref(vm, old);
-        if (r.type == HD_V_ERR) goto done;
-        hd_vunref(vm, v);
-        v = r;
+        if (!combine_into(vm, f, n, old, &v)) goto done;
     }
     if (hd_eval_set_member(vm, x, t->name, v) != HD_OK)
         hd_eval_fail(vm, f, t);
@@ -83,11 +90,7 @@ int hd_eval_assign_index(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ast *
             hd_eval_fail(vm, f, t);
             goto done;
         }
-        hd_value r = hd_eval_combine(vm, f, n, old, v);
-        hd_vunref(vm, old);
-        if (r.type == HD_V_ERR) goto done;
-        hd_vunref(vm, v);
-        v = r;
+        if (!combine_into(vm, f, n, old, &v)) goto done;
     }
     if (hd_eval_index_op(vm, x, parts, t->n, &v, NULL) != HD_OK)
         hd_eval_fail(vm, f, t);
