@@ -17,6 +17,10 @@
  * report, a leak) fails, naming the program and N. Expectations are those golden_runner
  * reads, less `expect stderr:` (standard error is not captured here).
  *
+ * Each program gets a compile cache of its own (HODU_CACHE_DIR), filled by
+ * a first run, so every counted run loads the same compiled code whatever
+ * runs beside it.
+ *
  * The runs happen in a child process (this program again, with --child):
  * a crash there is reported with the N that was running, and the sweep
  * goes on after it in a new child.
@@ -33,11 +37,14 @@
  *   HODU_OOM_SEED=S    draw the spread with another seed
  *   HODU_OOM_SITES=F   append each failed allocation's call stack to F
  *   HODU_OOM_VERBOSE=1 print each run's outcome
- *   HODU_OOM_LEAKS=1   name the blocks a leak leaves (their call stacks) */
+ *   HODU_OOM_LEAKS=1   name the blocks a leak leaves (their call stacks)
+ *   HODU_OOM_CACHE=D   the compile cache for every program (off: compile in
+ *                      every run, so failures in compiling are tried too) */
 #define _GNU_SOURCE
 #include "golden_expect.h"
 #include "vm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -365,6 +372,22 @@ static long oom_env_long(const char *name, long dflt) {
 /* The child: count, then every sampled N above `after`, announcing each
  * on standard error ("@N n") for the parent. Exit 0: all passed; 3: some
  * failed (reported). */
+/* A first run fills the program's own compile cache (oom_sweep), so that
+ * the counting run and every trial load the same code from it: which
+ * allocations a run makes no longer depends on the tests beside it. */
+static void oom_warm(oom_prog *p) {
+    oom_env(p, 1);
+    hd_vm *vm = oom_vm_new(p);
+    if (vm) {
+        hd_eval_opts check = {0, 1};
+        hd_vm_eval_file(vm, p->file, p->e.check ? &check : NULL);
+        hd_vm_free(vm);
+    }
+    oom_env(p, 0);
+    p->alloc.outstanding = 0;
+    p->alloc.nlive = 0;
+}
+
 static int oom_child(const char *file, long after) {
     oom_prog p = {0};
     p.file = file;
@@ -377,6 +400,7 @@ static int oom_child(const char *file, long after) {
     p.catches = strstr(src, "catch") != NULL;
     free(src);
     const char *sites = getenv("HODU_OOM_SITES");
+    if (!after) oom_warm(&p);
     long count = oom_trial(&p, 0), only = oom_env_long("HODU_OOM_N", 0), *ns = NULL;
     oom_rng ^= (uint64_t)oom_env_long("HODU_OOM_SEED", 0) * 0x2545f4914f6cdd1dULL;
     if (sites && *sites) p.alloc.sites = fopen(sites, "a");
@@ -486,9 +510,26 @@ static int oom_child_run(const char *file, long after, oom_watch *w, long *failu
     return w->done || w->n == 0 || *failures >= OOM_MAX_REPORTS;
 }
 
+/* Remove the private cache folder and its entries. */
+static void oom_cache_remove(const char *dir) {
+    DIR *d = opendir(dir);
+    char path[4200];
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
 static void oom_sweep(const char *file, oom_total *t) {
     long after = 0, failures = 0, trials = 0;
     oom_watch w;
+    char cache[] = "/tmp/hodu-oom-cache-XXXXXX"; /* the program's own (oom_warm) */
+    const char *fixed = getenv("HODU_OOM_CACHE");
+    int own = !fixed && mkdtemp(cache) != NULL;
+    if (own || fixed) setenv("HODU_CACHE_DIR", own ? cache : fixed, 1);
     for (;;) {
         memset(&w, 0, sizeof w);
         int over = oom_child_run(file, after, &w, &failures);
@@ -496,6 +537,7 @@ static void oom_sweep(const char *file, oom_total *t) {
         if (over) break;
         after = w.n;
     }
+    if (own) oom_cache_remove(cache);
     t->programs++;
     t->count += w.stats[0];
     t->trials += trials;
