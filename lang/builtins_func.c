@@ -26,6 +26,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Arguments a transformed function or apply takes (their tables live on
+ * the C stack; a spread call can pass millions). */
+#define FUNC_MAX_ARGS 256
+
+static hd_status func_too_many(hd_vm *vm, const char *what, int nargs) {
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s takes at most %d arguments, got %d", what,
+                       FUNC_MAX_ARGS, nargs);
+}
+
 /* ---- the context an evaluation runs in ---- */
 
 /* The message for a refused higher-order use; what names the transform. */
@@ -203,6 +212,7 @@ static hd_status grad_fn_call(hd_vm *vm, hd_value self, const hd_value *args, in
                               const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
     HD_UNUSED(data);
     const hd_list *s = hd_as_list(self);
+    if (nargs > FUNC_MAX_ARGS) return func_too_many(vm, "grad(f)", nargs);
     return grad_run(vm, s->items[0], s->items[1], args, nargs, kw, nkw, out);
 }
 
@@ -312,6 +322,7 @@ static HD_TF_FN(tf_vjp) {
     int n = nargs - 1, outer_on = hd_grad_is_enabled(ctx);
     if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "vjp(f, *primals) takes no named arguments");
     if (n < 1) return hd_vm_error(vm, HD_ERR_RUNTIME, "vjp(f, *primals): no primals given");
+    if (n > FUNC_MAX_ARGS) return func_too_many(vm, "vjp", n);
     unsigned char diff[n + 1];
     hd_value in[n + 1];
     memset(diff, 1, (size_t)n + 1);
@@ -520,6 +531,7 @@ static hd_status fn_apply(hd_vm *vm, hd_value self, const hd_value *args, int na
     hd_ctx *ctx = hd_vm_ctx(vm);
     const char *name = fn_class_name(self);
     if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s.apply takes positional arguments", name);
+    if (nargs > FUNC_MAX_ARGS) return func_too_many(vm, "apply", nargs);
     if (ctx->trace)
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "%s.apply inside compiled code: a custom gradient is not traced; call "
