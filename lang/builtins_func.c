@@ -301,11 +301,21 @@ static hd_status vjp_result(hd_vm *vm, vjp_state *v, hd_value *out) {
     memset(&proto, 0, sizeof proto);
     proto.name = "vjp(f)";
     proto.fn = vjp_back;
-    hd_value back = hd_native_bound(vm, &proto, h), r = hd_list_new(vm, 2);
-    if (back.type != HD_V_NATIVE || r.type != HD_V_LIST ||
-        hd_list_push(vm, r, hd_tensor_value(hd_tensor_ref(v->y))) || hd_list_push(vm, r, back)) {
-        if (back.type != HD_V_NATIVE) hd_value_unref(vm, h);
-        if (r.type == HD_V_LIST) hd_value_unref(vm, r);
+    hd_value back = hd_native_bound(vm, &proto, h); /* takes h, also when it fails */
+    if (back.type != HD_V_NATIVE) return hd_vm_oom(vm);
+    hd_value r = hd_list_new(vm, 2);
+    if (r.type != HD_V_LIST) {
+        hd_value_unref(vm, back);
+        return hd_vm_oom(vm);
+    }
+    /* a push takes its item, also when it fails */
+    hd_status st = hd_list_push(vm, r, hd_tensor_value(hd_tensor_ref(v->y)));
+    if (st)
+        hd_value_unref(vm, back);
+    else
+        st = hd_list_push(vm, r, back);
+    if (st) {
+        hd_value_unref(vm, r);
         return hd_vm_oom(vm);
     }
     *out = r;
@@ -451,9 +461,13 @@ static hd_status fn_save(hd_vm *vm, hd_value self, const hd_value *args, int nar
     HD_UNUSED(data);
     if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "save_for_backward takes no named arguments");
     hd_value l = hd_list_new(vm, nargs);
-    for (int i = 0; i < nargs && l.type == HD_V_LIST; i++)
-        if (hd_list_push(vm, l, hd_value_ref(args[i]))) return HD_ERR_MEMORY;
-    if (l.type != HD_V_LIST || hd_dict_set(vm, self, "saved_tensors", l)) return hd_vm_oom(vm);
+    if (l.type != HD_V_LIST) return hd_vm_oom(vm);
+    for (int i = 0; i < nargs; i++)
+        if (hd_list_push(vm, l, hd_value_ref(args[i]))) {
+            hd_value_unref(vm, l);
+            return hd_vm_oom(vm);
+        }
+    if (hd_dict_set(vm, self, "saved_tensors", l)) return hd_vm_oom(vm); /* takes l */
     *out = hd_none();
     return HD_OK;
 }
@@ -462,22 +476,26 @@ static hd_status fn_save(hd_vm *vm, hd_value self, const hd_value *args, int nar
  * needs_input_grad (a bool per argument). */
 static hd_value fn_ctx_new(hd_vm *vm, const hd_value *args, int nargs, int grad_on) {
     hd_ctx *ctx = hd_vm_ctx(vm);
-    hd_value d = hd_dict_new(vm), needs = hd_list_new(vm, nargs);
-    hd_native proto;
-    memset(&proto, 0, sizeof proto);
-    proto.name = "save_for_backward";
-    proto.fn = fn_save;
-    int ok = d.type == HD_V_DICT && needs.type == HD_V_LIST;
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return hd_none();
+    /* hd_dict_set takes the value, also when it fails; the lists are the
+     * dict's from then on (needs is filled through it) */
+    hd_value needs = hd_list_new(vm, nargs);
+    int ok = needs.type == HD_V_LIST && !hd_dict_set(vm, d, "needs_input_grad", needs);
+    hd_value saved = ok ? hd_list_new(vm, 0) : hd_none();
+    ok = ok && saved.type == HD_V_LIST && !hd_dict_set(vm, d, "saved_tensors", saved);
     for (int i = 0; i < nargs && ok; i++)
         ok = !hd_list_push(
             vm, needs,
             hd_bool(grad_on && args[i].type == HD_V_TENSOR && hd_grad_requires(ctx, args[i].as.t)));
+    hd_native proto;
+    memset(&proto, 0, sizeof proto);
+    proto.name = "save_for_backward";
+    proto.fn = fn_save;
     hd_value save = ok ? hd_native_bound(vm, &proto, hd_value_ref(d)) : hd_none();
-    ok = ok && save.type == HD_V_NATIVE && !hd_dict_set(vm, d, "save_for_backward", save) &&
-         !hd_dict_set(vm, d, "saved_tensors", hd_list_new(vm, 0)) &&
-         !hd_dict_set(vm, d, "needs_input_grad", needs);
+    ok = ok && save.type == HD_V_NATIVE && !hd_dict_set(vm, d, "save_for_backward", save);
     if (!ok) {
-        if (d.type == HD_V_DICT) hd_value_unref(vm, d);
+        hd_value_unref(vm, d);
         return hd_none();
     }
     return d;
