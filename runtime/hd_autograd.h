@@ -197,7 +197,7 @@ static inline hd_tensor *hd_grad_saved(const hd_grad_node *n, int i) {
 /* A rule's working state: ops run through it; the first failure sticks and
  * makes later ops return NULL, so rules read as formulas. Temporaries are
  * released when the rule returns. */
-#define HD_GX_MAX 48
+#define HD_GX_MAX 96
 typedef struct hd_gx {
     hd_ctx *ctx;
     hd_status st;

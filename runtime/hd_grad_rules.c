@@ -6,7 +6,7 @@
  * needs one, a gradient that broadcasts to the input (backward sums it to
  * the input's shape and casts it to its dtype). Subgradients and tie rules
  * follow PyTorch. */
-#include "hd_autograd.h"
+#include "hd_grad_rule.h"
 #include "hd_trace.h"
 
 #include <math.h>
@@ -143,24 +143,19 @@ static hd_tensor *transpose(hd_gx *x, hd_tensor *a) {
     return shaped(x, HD_OP_PERMUTE, a, order, a->ndim);
 }
 
-#define IN(i)  (n->saved[(i)])
-#define OUT    (n->saved[n->nin])
-#define SAVE_X HD_GRAD_SAVE_IN(0)
-#define SAVE_Y HD_GRAD_SAVE_OUT
-
-/* Defines hd_grad_rule_<name> (declared through hd_ops.def) and its function. */
-#define RULE(name, save)                                                                           \
-    static void rule_##name(hd_gx *x, const hd_grad_node *n, hd_tensor *g,                         \
-                            const unsigned char *need, hd_tensor **gin);                           \
-    const hd_grad_rule hd_grad_rule_##name = {rule_##name, save};                                  \
-    static void rule_##name(hd_gx *x, const hd_grad_node *n, hd_tensor *g,                         \
-                            const unsigned char *need, hd_tensor **gin)
-
-#define UNUSED_RULE_ARGS()                                                                         \
-    do {                                                                                           \
-        HD_UNUSED(n);                                                                              \
-        HD_UNUSED(need);                                                                           \
-    } while (0)
+/* formula helpers for the rules of other files (hd_grad_rule.h) */
+hd_tensor *hd_gx_bin(hd_gx *x, hd_op op, hd_tensor *a, hd_tensor *b) {
+    return bin(x, op, a, b);
+}
+hd_tensor *hd_gx_num(hd_gx *x, double v) {
+    return num(x, v);
+}
+hd_tensor *hd_gx_reshape(hd_gx *x, hd_tensor *a, const int64_t *shape, int nd) {
+    return reshape(x, a, shape, nd);
+}
+hd_tensor *hd_gx_transpose(hd_gx *x, hd_tensor *a) {
+    return transpose(x, a);
+}
 
 /* ---- elementwise, one input ---- */
 

@@ -854,3 +854,84 @@ SHAPE_FN(layer_norm_bwd) {
     for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
     return HD_OK;
 }
+
+/* ---- linear algebra ---- */
+
+/* LAPACK counts in int: each matrix dim and each packed result's length. */
+#define LINALG_DIM_MAX INT32_MAX
+
+static hd_status linalg_input(hd_ctx *ctx, hd_op op, const hd_tensor *a, int square) {
+    char sa[128];
+    if (a->dtype != HD_F32 && a->dtype != HD_F64)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s needs an f32 or f64 tensor, got %s (convert it "
+                        "with .float() or .double())", hd_op_name(op), hd_dtype_name(a->dtype));
+    if (a->ndim < 2)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s needs a matrix or a batch of them, got shape %s",
+                        hd_op_name(op), hd_shape_str(a->shape, a->ndim, sa, sizeof sa));
+    int64_t m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
+    if (square && m != n)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s needs square matrices, got shape %s",
+                        hd_op_name(op), hd_shape_str(a->shape, a->ndim, sa, sizeof sa));
+    if (m > LINALG_DIM_MAX / (n ? n : 1))
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: a %lld x %lld matrix is larger than LAPACK "
+                        "takes (2^31 elements)", hd_op_name(op), (long long)m, (long long)n);
+    return HD_OK;
+}
+
+/* The packed length of op's result for an m x n input (see hd_ops.def);
+ * below 2^33, as m * n < 2^31. */
+static int64_t linalg_packed(hd_op op, int64_t m, int64_t n, int full) {
+    int64_t k = HD_MIN(m, n);
+    switch (op) {
+    case HD_OP_LINALG_QR: return m * k + k * n;
+    case HD_OP_LINALG_SVD: return full ? m * m + k + n * n : m * k + k + k * n;
+    case HD_OP_LINALG_EIGH: return n + n * n;
+    default: return 2; /* slogdet */
+    }
+}
+
+SHAPE_FN(linalg) {
+    HD_UNUSED(nin);
+    const hd_tensor *a = in[0];
+    int square = op != HD_OP_LINALG_QR && op != HD_OP_LINALG_SVD;
+    if (linalg_input(ctx, op, a, square)) return ctx->status;
+    int64_t shape[HD_MAX_DIMS], m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
+    int nd = a->ndim - 2;
+    memcpy(shape, a->shape, (size_t)nd * sizeof *shape);
+    switch (op) {
+    case HD_OP_LINALG_INV:
+    case HD_OP_LINALG_CHOLESKY: nd = a->ndim, shape[nd - 2] = m, shape[nd - 1] = n; break;
+    case HD_OP_LINALG_DET: break;
+    default: {
+        int64_t len = linalg_packed(op, m, n, attrs->ints[0] != 0);
+        if (op == HD_OP_LINALG_SVD && attrs->ints[0] && HD_MAX(m, n) > 46340)
+            return hd_error(ctx, HD_ERR_RUNTIME, "%s: full matrices of %lld x %lld are larger "
+                            "than LAPACK takes", hd_op_name(op), (long long)m, (long long)n);
+        shape[nd++] = len;
+    }
+    }
+    plan_set(plan, a->dtype, shape, nd);
+    plan->in_dtype[0] = a->dtype;
+    return HD_OK;
+}
+
+/* A [.., n, n] and B [.., n, k] with the same batch dims (the language
+ * broadcasts them) */
+SHAPE_FN(linalg_solve) {
+    HD_UNUSED(nin);
+    HD_UNUSED(attrs);
+    const hd_tensor *a = in[0], *b = in[1];
+    char sa[128], sb[128];
+    if (linalg_input(ctx, op, a, 1) || linalg_input(ctx, op, b, 0)) return ctx->status;
+    int ok = a->ndim == b->ndim && a->dtype == b->dtype &&
+             b->shape[b->ndim - 2] == a->shape[a->ndim - 1];
+    for (int i = 0; ok && i < a->ndim - 2; i++) ok = a->shape[i] == b->shape[i];
+    if (!ok)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: A %s %s and B %s %s do not agree (want "
+                        "[..., n, n] and [..., n, k] of one dtype)", hd_op_name(op),
+                        hd_dtype_name(a->dtype), hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
+                        hd_dtype_name(b->dtype), hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
+    plan_set(plan, a->dtype, b->shape, b->ndim);
+    plan->in_dtype[0] = plan->in_dtype[1] = a->dtype;
+    return HD_OK;
+}

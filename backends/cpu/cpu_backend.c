@@ -72,6 +72,7 @@ static const struct {
     [HD_KIND_INDEX] = {hd_cpu_index, hd_cpu_index_supports},
     [HD_KIND_NN] = {hd_cpu_nn, hd_cpu_nn_supports},
     [HD_KIND_GRAD] = {hd_cpu_grad, hd_cpu_grad_supports},
+    [HD_KIND_LINALG] = {hd_cpu_linalg, hd_cpu_linalg_supports},
 };
 
 static int cpu_supports_op(hd_op op, hd_dtype dt) {

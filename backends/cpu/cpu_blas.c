@@ -39,6 +39,7 @@ static struct {
     __typeof__(cblas_dgemv) *dgemv;
     void (*set_threads)(int);
     char *(*corename)(void);
+    void *handle;
     int ready;
     char why[256];
 } blas;
@@ -68,6 +69,7 @@ static void blas_init_once(void) {
                  e ? e : "libopenblas.so.0");
         return;
     }
+    blas.handle = h;
     *(void **)&blas.sgemm = dlsym(h, "cblas_sgemm");
     *(void **)&blas.dgemm = dlsym(h, "cblas_dgemm");
     *(void **)&blas.sgemv = dlsym(h, "cblas_sgemv");
@@ -89,6 +91,10 @@ int cpu_blas_ready(void) {
 
 const char *cpu_blas_why(void) {
     return cpu_blas_ready() ? "" : blas.why;
+}
+
+void *cpu_blas_symbol(const char *name) {
+    return cpu_blas_ready() ? dlsym(blas.handle, name) : NULL;
 }
 
 const char *cpu_blas_core(void) {
@@ -200,6 +206,11 @@ int cpu_blas_ready(void) {
 
 const char *cpu_blas_why(void) {
     return "this build has no BLAS";
+}
+
+void *cpu_blas_symbol(const char *name) {
+    HD_UNUSED(name);
+    return NULL;
 }
 
 const char *cpu_blas_core(void) {

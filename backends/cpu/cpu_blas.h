@@ -20,6 +20,10 @@
 int cpu_blas_ready(void);
 const char *cpu_blas_why(void);
 
+/* A function of the OpenBLAS library by name (its LAPACK routines:
+ * "dgetrf_", ...), or NULL when it lacks it or is not here. */
+void *cpu_blas_symbol(const char *name);
+
 /* y = op(M) x for a row-major rows x cols M (trans: M^T), x read every inc
  * elements, alpha 1, beta 0. Needs cpu_blas_ready(). */
 void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,

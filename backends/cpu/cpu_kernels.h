@@ -21,6 +21,7 @@ CPU_KERNEL(shape)       /* cpu_shape.c: concat */
 CPU_KERNEL(index)       /* cpu_index.c: index_select, one_hot, assign; argsort (cpu_sort.c) */
 CPU_KERNEL(nn)          /* cpu_nn.c */
 CPU_KERNEL(grad)        /* cpu_grad.c: backward kernels (index_add, conv2d_bwd_*, ...) */
+CPU_KERNEL(linalg)      /* cpu_linalg.c: LAPACK */
 
 #undef CPU_KERNEL
 

@@ -705,6 +705,33 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
     return conv_launch(ctx, d, op, out, in, nin, &g, g.rows);
 }
 
+/* ---- linalg: LAPACK on host copies ---- */
+
+/* The decompositions run on the host: the inputs are copied down, the cpu
+ * kernel (LAPACK) computes the result, which is copied back up. Correct on
+ * every device, and cheap next to the O(n^3) factorisation for the small
+ * matrices these ops see in training code; cuSOLVER is not used yet. */
+static hd_status ops_linalg_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
+                                 int nin, const hd_attrs *attrs) {
+    hd_tensor *host[2] = {NULL, NULL}, *y = NULL;
+    hd_status st = nin > 2 ? hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op))
+                           : HD_OK;
+    for (int i = 0; i < nin && !st; i++)
+        if (!(host[i] = hd_tensor_to_host(ctx, in[i]))) st = ctx->status;
+    if (!st && !(y = hd_tensor_new_on(ctx, &hd_cpu_backend, 0, out->dtype, out->shape, out->ndim)))
+        st = ctx->status;
+    if (!st) st = hd_cpu_backend.run_op(ctx, op, y, host, nin, attrs);
+    if (!st) {
+        size_t es = hd_dtype_size(out->dtype);
+        st = hd_cuda_backend.from_host(ctx, out->storage->device,
+                                       (char *)out->storage->data + (size_t)out->offset * es,
+                                       hd_tensor_data(y), (size_t)out->numel * es);
+    }
+    for (int i = 0; i < nin; i++) hd_tensor_unref(host[i]);
+    hd_tensor_unref(y);
+    return st;
+}
+
 /* ---- dispatch ---- */
 
 static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
@@ -742,6 +769,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_KIND_TERNARY:
     case HD_KIND_GRAD:
     case HD_KIND_INDEX: return ops_elementwise(ctx, d, op, out, in, nin, attrs);
+    case HD_KIND_LINALG: return ops_linalg_host(ctx, op, out, in, nin, attrs);
     default: return hd_error(ctx, HD_ERR_RUNTIME, "%s has no cuda kernel", hd_op_name(op));
     }
 }

@@ -24,6 +24,10 @@ typedef struct {
     unsigned nodiff;                 /* float inputs left constant */
     double eps, tol;                 /* 0: 1e-6 and 1e-6 */
     void (*fill)(hd_tensor **, int); /* adjust generated values, or NULL */
+    int sym; /* input 0 enters as (x + x^T) / 2: ops that read one triangle */
+    /* a gauge-invariant function of the result, checked in its place (the
+     * singular and eigenvectors are defined up to sign), or NULL */
+    hd_tensor *(*post)(hd_ctx *, const hd_tensor *x, hd_tensor *y);
 } gc_case;
 
 static uint64_t gc_rng = 0x9e3779b97f4a7c15ULL;
@@ -95,13 +99,46 @@ static hd_tensor *make_input(hd_ctx *ctx, const char *spec) {
 
 /* ---- the check ---- */
 
+static hd_tensor *gc_op(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at) {
+    hd_tensor *in[2] = {a, b}, *y = NULL;
+    if (!a || (op != HD_OP_PERMUTE && op != HD_OP_RESHAPE && op != HD_OP_SLICE && !b)) return NULL;
+    hd_status st = hd_op_run(ctx, op, in, b ? 2 : 1, at, &y);
+    return st ? NULL : y;
+}
+
+/* (x + x^T) / 2 of a square x */
+static hd_tensor *gc_sym(hd_ctx *ctx, hd_tensor *x) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = 1, at.shape[1] = 0;
+    hd_tensor *t = gc_op(ctx, HD_OP_PERMUTE, x, NULL, &at);
+    hd_tensor *s = gc_op(ctx, HD_OP_ADD, x, t, NULL), *h = hd_tensor_number(ctx, HD_F64, 0.5);
+    hd_tensor *r = gc_op(ctx, HD_OP_MUL, s, h, NULL);
+    hd_tensor_unref(t), hd_tensor_unref(s), hd_tensor_unref(h);
+    return r;
+}
+
+/* y = op(in) (then c->post of it) */
+static hd_status gc_forward(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_attrs *at,
+                            hd_tensor **y) {
+    hd_tensor *use[4] = {in[0], in[1], in[2], in[3]}, *s = c->sym ? gc_sym(ctx, in[0]) : NULL;
+    if (c->sym) use[0] = s;
+    hd_status st = c->sym && !s ? HD_ERR_RUNTIME : hd_op_run(ctx, c->op, use, nin, at, y);
+    hd_tensor_unref(s);
+    if (st || !c->post) return st;
+    hd_tensor *p = c->post(ctx, in[0], *y);
+    hd_tensor_unref(*y);
+    *y = p;
+    return p ? HD_OK : HD_ERR_RUNTIME;
+}
+
 /* sum(op(in) * r), computed with gradients off. */
 static double gc_objective(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_attrs *at,
                            hd_tensor *r) {
     int was = hd_grad_set_enabled(ctx, 0);
     hd_tensor *y = NULL;
     ctx->rng_offset = 777; /* dropout: the same mask every time */
-    hd_status st = hd_op_run(ctx, c->op, in, nin, at, &y);
+    hd_status st = gc_forward(ctx, c, in, nin, at, &y);
     hd_grad_set_enabled(ctx, was);
     if (st) return NAN;
     double s = 0;
@@ -120,7 +157,7 @@ static int gc_analytic(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, h
                        hd_tensor **r) {
     hd_tensor *y = NULL;
     ctx->rng_offset = 777;
-    if (hd_op_run(ctx, c->op, in, nin, at, &y)) {
+    if (gc_forward(ctx, c, in, nin, at, &y)) {
         CHECK_MSG(0, "%s forward: %s", hd_op_name(c->op), hd_error_message(ctx));
         return 0;
     }
@@ -273,6 +310,66 @@ static void fill_neg_b(hd_tensor **in, int nin) {
     fill_mod(in, nin);
 }
 
+/* a well-conditioned matrix (or batch): the diagonal raised by 2n */
+static void fill_diag(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *t = in[0];
+    int64_t n = t->shape[t->ndim - 1];
+    for (int64_t i = 0; i < t->numel; i++)
+        if (i % n == (i / n) % n) {
+            int64_t off = hd_tensor_elem_offset(t, i);
+            double v = hd_dtype_load(t->dtype, t->storage->data, off);
+            hd_dtype_store(t->dtype, t->storage->data, off, v + 2.0 * (double)n);
+        }
+}
+
+/* elements [off, off + len) of packed y's last dim, shaped r x c */
+static hd_tensor *gc_part(hd_ctx *ctx, hd_tensor *y, int64_t off, int64_t len, int64_t r,
+                          int64_t c) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.step[0] = 1, at.start[0] = off, at.len[0] = len;
+    hd_tensor *s = gc_op(ctx, HD_OP_SLICE, y, NULL, &at);
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = r, at.shape[1] = c;
+    hd_tensor *t = gc_op(ctx, HD_OP_RESHAPE, s, NULL, &at);
+    hd_tensor_unref(s);
+    return t;
+}
+
+/* L diag(w + w^2) R: invariant under the sign of each pair of vectors */
+static hd_tensor *gc_sandwich(hd_ctx *ctx, hd_tensor *l, hd_tensor *w, hd_tensor *r) {
+    hd_tensor *w2 = gc_op(ctx, HD_OP_MUL, w, w, NULL), *f = gc_op(ctx, HD_OP_ADD, w, w2, NULL);
+    hd_tensor *lf = gc_op(ctx, HD_OP_MUL, l, f, NULL), *y = gc_op(ctx, HD_OP_MATMUL, lf, r, NULL);
+    hd_tensor_unref(w2), hd_tensor_unref(f), hd_tensor_unref(lf);
+    return y;
+}
+
+/* svd [U | S | Vh] (reduced) -> U diag(S + S^2) Vh */
+static hd_tensor *post_svd(hd_ctx *ctx, const hd_tensor *x, hd_tensor *y) {
+    int64_t m = x->shape[0], n = x->shape[1], k = HD_MIN(m, n);
+    hd_tensor *u = gc_part(ctx, y, 0, m * k, m, k), *s = gc_part(ctx, y, m * k, k, 1, k);
+    hd_tensor *vh = gc_part(ctx, y, m * k + k, k * n, k, n);
+    hd_tensor *r = gc_sandwich(ctx, u, s, vh);
+    hd_tensor_unref(u), hd_tensor_unref(s), hd_tensor_unref(vh);
+    return r;
+}
+
+/* eigh [w | V] -> V diag(w + w^2) V^T */
+static hd_tensor *post_eigh(hd_ctx *ctx, const hd_tensor *x, hd_tensor *y) {
+    int64_t n = x->shape[0];
+    hd_tensor *w = gc_part(ctx, y, 0, n, 1, n), *v = gc_part(ctx, y, n, n * n, n, n);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = 1, at.shape[1] = 0;
+    hd_tensor *vt = gc_op(ctx, HD_OP_PERMUTE, v, NULL, &at);
+    hd_tensor *r = gc_sandwich(ctx, v, w, vt);
+    hd_tensor_unref(w), hd_tensor_unref(v), hd_tensor_unref(vt);
+    return r;
+}
+
+SET(svd_full, a->ints[0] = 1)
+
 /* ---- the table ---- */
 
 static const gc_case gc_cases[] = {
@@ -400,6 +497,23 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5", "n:5", "n:5"}, .set = ln_1},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5:s", "n:4x5", "n:4x5"}, .set = ln_2},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x6:t"}, .set = ln_1},
+    /* linalg: well-conditioned matrices; the symmetric ones through
+     * (x + x^T) / 2, the vectors through gauge-invariant functions */
+    {.op = HD_OP_LINALG_INV, .in = {"n:4x4"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_INV, .in = {"n:2x3x3:t"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_SOLVE, .in = {"n:3x3", "n:3x2"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_SOLVE, .in = {"n:2x4x4:t", "n:2x4x1"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_DET, .in = {"n:4x4"}},
+    {.op = HD_OP_LINALG_DET, .in = {"n:2x3x3:t"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_SLOGDET, .in = {"n:4x4"}},
+    {.op = HD_OP_LINALG_SLOGDET, .in = {"n:2x3x3"}, .fill = fill_diag},
+    {.op = HD_OP_LINALG_CHOLESKY, .in = {"n:4x4"}, .fill = fill_diag, .sym = 1},
+    {.op = HD_OP_LINALG_QR, .in = {"n:5x3"}},
+    {.op = HD_OP_LINALG_QR, .in = {"n:4x4:t"}},
+    {.op = HD_OP_LINALG_SVD, .in = {"n:5x3"}, .post = post_svd},
+    {.op = HD_OP_LINALG_SVD, .in = {"n:3x5"}, .post = post_svd},
+    {.op = HD_OP_LINALG_SVD, .in = {"n:4x4:t"}, .set = svd_full, .post = post_svd},
+    {.op = HD_OP_LINALG_EIGH, .in = {"n:4x4"}, .sym = 1, .post = post_eigh},
 };
 
 #define NCASES ((int)(sizeof gc_cases / sizeof gc_cases[0]))
