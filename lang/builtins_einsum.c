@@ -10,7 +10,8 @@
  * is unflattened. What remains is summed and permuted to the output's
  * labels. `...` stands for the same leading dims in every operand (right
  * aligned, broadcast where one has size 1). A label repeated within one
- * operand (a diagonal) is refused, with the way around it. */
+ * operand is that operand's diagonal (a strided view of its dims
+ * flattened), taken before anything else. */
 #include "builtins_tensor.h"
 
 #include <stdio.h>
@@ -29,6 +30,7 @@ typedef struct es_run {
     hd_vm *vm;
     hd_status st;
     int64_t size[128]; /* each label's size (-1: not seen) */
+    int count[128];    /* each label's occurrences in the operands' specs */
     char out[HD_MAX_DIMS + 1];
     int nout;
 } es_run;
@@ -41,7 +43,8 @@ static hd_status es_fail(es_run *r, const char *fmt, const char *arg) {
 /* ---- the equation ---- */
 
 /* One operand's labels from spec[0..len) for a tensor of nd dims. */
-static hd_status es_parse_term(es_run *r, const char *s, size_t len, int nd, es_term *e) {
+static hd_status es_parse_term(es_run *r, const char *s, size_t len, int nd, es_term *e,
+                               int output) {
     char explicit_lab[HD_MAX_DIMS + 1];
     int nexp = 0, ell = -1;
     for (size_t i = 0; i < len; i++) {
@@ -72,14 +75,11 @@ static hd_status es_parse_term(es_run *r, const char *s, size_t len, int nd, es_
         if (i < nexp) e->lab[e->n++] = explicit_lab[i];
     }
     e->lab[e->n] = 0;
-    for (int i = 0; i < e->n; i++)
+    for (int i = 0; output && i < e->n; i++)
         for (int j = i + 1; j < e->n; j++)
             if (e->lab[i] == e->lab[j]) {
                 char c[2] = {e->lab[i], 0};
-                return es_fail(r,
-                               "einsum: label '%s' repeats within one operand (a diagonal), "
-                               "which is not supported: multiply by eye(n) and sum instead",
-                               c);
+                return es_fail(r, "einsum: label '%s' repeats in the output", c);
             }
     return HD_OK;
 }
@@ -107,8 +107,9 @@ static int es_has(const char *labs, int n, char c) {
     return 0;
 }
 
-/* The output's labels: after "->", or the ellipsis then the labels seen
- * once, in alphabetical order (NumPy's implicit mode). */
+/* The output's labels: after "->", or the ellipsis then the labels written
+ * once in the operands, in alphabetical order (NumPy's implicit mode: "ii"
+ * is a trace). */
 static hd_status es_output(es_run *r, const char *arrow, const es_term *t, int nt) {
     r->nout = 0;
     if (arrow) {
@@ -117,7 +118,8 @@ static hd_status es_output(es_run *r, const char *arrow, const es_term *t, int n
         for (int c = ES_ELL; c < ES_ELL + HD_MAX_DIMS; c++) nell += r->size[c] >= 0;
         int nexp = 0;
         for (const char *p = arrow; *p; p++) nexp += *p != '.';
-        if (es_parse_term(r, arrow, strlen(arrow), nexp + (strstr(arrow, "...") ? nell : 0), &o))
+        if (es_parse_term(r, arrow, strlen(arrow), nexp + (strstr(arrow, "...") ? nell : 0), &o,
+                          1))
             return r->st;
         for (int i = 0; i < o.n; i++)
             if (r->size[(int)o.lab[i]] < 0) {
@@ -130,10 +132,10 @@ static hd_status es_output(es_run *r, const char *arrow, const es_term *t, int n
     }
     for (int c = ES_ELL; c < ES_ELL + HD_MAX_DIMS; c++)
         if (r->size[c] >= 0) r->out[r->nout++] = (char)c;
+    HD_UNUSED(t);
+    HD_UNUSED(nt);
     for (int c = 'A'; c <= 'z'; c++) {
-        int seen = 0;
-        for (int k = 0; k < nt; k++) seen += es_has(t[k].lab, t[k].n, (char)c);
-        if (seen == 1) {
+        if (r->count[c] == 1) {
             if (r->nout == HD_MAX_DIMS) return es_fail(r, "einsum: %s", "too many output labels");
             r->out[r->nout++] = (char)c;
         }
@@ -151,6 +153,51 @@ static hd_status es_run_op(es_run *r, es_term *e, hd_op op, hd_tensor *b, const 
     if (r->st) return r->st;
     hd_tensor_unref(e->t);
     e->t = out;
+    return HD_OK;
+}
+
+/* The diagonal of dims i and j (one size, n): moved last, flattened to
+ * n * n and read every n + 1 elements; the label stays once, last. */
+static hd_status es_diagonal(es_run *r, es_term *e, int i, int j) {
+    int64_t n = e->t->shape[i], shape[HD_MAX_DIMS];
+    char lab[HD_MAX_DIMS + 1], c = e->lab[i];
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int k = 0;
+    for (int d = 0; d < e->n; d++)
+        if (d != i && d != j) shape[k] = e->t->shape[d], lab[k] = e->lab[d], at.shape[k++] = d;
+    at.shape[k] = i, at.shape[k + 1] = j, at.nshape = e->n;
+    if (es_run_op(r, e, HD_OP_PERMUTE, NULL, &at)) return r->st;
+    shape[k] = n * n;
+    hd_tensor *t = NULL;
+    if (hd_treshape(hd_vm_ctx(r->vm), e->t, shape, k + 1, &t)) return r->st = hd_tfail(r->vm, "einsum");
+    hd_tensor_unref(e->t);
+    e->t = t;
+    memset(&at, 0, sizeof at);
+    for (int d = 0; d <= k; d++) at.step[d] = 1, at.len[d] = e->t->shape[d];
+    at.step[k] = n + 1, at.len[k] = n;
+    if (es_run_op(r, e, HD_OP_SLICE, NULL, &at)) return r->st;
+    lab[k] = c;
+    memcpy(e->lab, lab, (size_t)k + 1);
+    e->lab[e->n = k + 1] = 0;
+    return HD_OK;
+}
+
+/* A label repeated within one operand ("ii->i", "iij->j") takes the
+ * diagonal of its dims, as NumPy and PyTorch do. */
+static hd_status es_diagonals(es_run *r, es_term *e) {
+    for (int i = 0; i < e->n; i++)
+        for (int j = i + 1; j < e->n; j++) {
+            if (e->lab[i] != e->lab[j]) continue;
+            if (e->t->shape[i] != e->t->shape[j]) {
+                char c[2] = {e->lab[i], 0};
+                return es_fail(r, "einsum: label '%s' repeats within one operand over dims of "
+                               "different sizes", c);
+            }
+            if (es_diagonal(r, e, i, j)) return r->st;
+            i = -1; /* the labels moved: look again */
+            break;
+        }
     return HD_OK;
 }
 
@@ -289,7 +336,10 @@ static hd_status es_parse(es_run *r, const char *eq, es_term *t, int nt) {
         arrow += 2;
     }
     int terms = 1;
-    for (const char *p = spec; *p; p++) terms += *p == ',';
+    for (const char *p = spec; *p; p++) {
+        terms += *p == ',';
+        r->count[(unsigned char)*p & 127]++;
+    }
     if (terms != nt) {
         char msg[64];
         snprintf(msg, sizeof msg, "%d operand%s, %d given", terms, terms == 1 ? "" : "s", nt);
@@ -299,7 +349,8 @@ static hd_status es_parse(es_run *r, const char *eq, es_term *t, int nt) {
     for (int k = 0; k < nt; k++) {
         const char *comma = strchr(s, ',');
         size_t len = comma ? (size_t)(comma - s) : strlen(s);
-        if (es_parse_term(r, s, len, t[k].t->ndim, &t[k])) return r->st;
+        if (es_parse_term(r, s, len, t[k].t->ndim, &t[k], 0) || es_diagonals(r, &t[k]))
+            return r->st;
         s = comma ? comma + 1 : s + len;
     }
     if (es_sizes(r, t, nt)) return r->st;
