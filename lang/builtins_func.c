@@ -4,6 +4,10 @@
  *                                 one number (a tensor of one element)
  *   vjp(f, *primals)              [f(*primals), back]: back(ct) is the
  *                                 list of d sum(ct * f) / d primal
+ *   jvp(f, primals, tangents)     [f(*primals), J tangents] (forward mode
+ *                                 by differentiating twice)
+ *   hessian(f, argnums = 0)(*args) d2 f / d x2 for one argument x:
+ *                                 x.shape + x.shape
  *   Cls.apply(*args)              a custom gradient, as
  *                                 torch.autograd.Function: Cls.forward(ctx,
  *                                 *args) runs unrecorded, Cls.backward(ctx,
@@ -20,6 +24,7 @@
  * are plain first-order gradients. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
+#include "hd_backend.h"
 #include "eval.h"
 #include "vm_internal.h"
 
@@ -121,12 +126,29 @@ static hd_status func_call(hd_vm *vm, const char *what, hd_value f, hd_value *in
     return HD_OK;
 }
 
+/* zeros of dtype dt and the shape given, on like's device (NULL: out of
+ * memory, in the ctx) */
+static hd_tensor *func_zeros(hd_ctx *ctx, const hd_tensor *like, hd_dtype dt,
+                             const int64_t *shape, int nd) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dtype = dt;
+    at.nshape = nd;
+    memcpy(at.shape, shape, (size_t)nd * sizeof *shape);
+    hd_place here = hd_place_of(like);
+    hd_place prev = hd_place_push(ctx, here.backend ? here.backend : &hd_cpu_backend, here.device);
+    hd_tensor *z = NULL;
+    hd_op_run(ctx, HD_OP_FULL, NULL, 0, &at, &z);
+    hd_place_pop(ctx, prev);
+    return z;
+}
+
 /* x's gradient after a backward (zeros where the result does not depend
  * on x): a new value. */
 static hd_value func_grad_of(hd_vm *vm, hd_tensor *x) {
     hd_tensor *g = hd_grad_get(x);
     if (g) return hd_tensor_value(hd_tensor_ref(g));
-    hd_tensor *z = hd_tensor_zeros(hd_vm_ctx(vm), x->dtype, x->shape, x->ndim);
+    hd_tensor *z = func_zeros(hd_vm_ctx(vm), x, x->dtype, x->shape, x->ndim);
     return z ? hd_tensor_value(z) : hd_err_value();
 }
 
@@ -216,23 +238,29 @@ static hd_status grad_fn_call(hd_vm *vm, hd_value self, const hd_value *args, in
     return grad_run(vm, s->items[0], s->items[1], args, nargs, kw, nkw, out);
 }
 
-static HD_TF_FN(tf_grad) {
-    HD_TARGS_BIND(a); /* f, argnums= */
-    hd_value argnums = hd_targ_has(&a, 1) ? a.v[1] : hd_int(0);
-    if (argnums.type != HD_V_INT && argnums.type != HD_V_LIST)
-        return hd_targ_type_error(vm, &a, 1, "an int or a list of ints");
+/* A native named name that calls fn with self = [f, argnums]. */
+static hd_status func_bind(hd_vm *vm, hd_value f, hd_value argnums, const char *name,
+                           hd_native_fn fn, hd_value *out) {
     hd_value s = hd_list_new(vm, 2);
     if (s.type != HD_V_LIST) return hd_vm_oom(vm);
-    if (hd_list_push(vm, s, hd_value_ref(a.v[0])) || hd_list_push(vm, s, hd_value_ref(argnums))) {
+    if (hd_list_push(vm, s, hd_value_ref(f)) || hd_list_push(vm, s, hd_value_ref(argnums))) {
         hd_value_unref(vm, s);
         return hd_vm_oom(vm);
     }
     hd_native proto;
     memset(&proto, 0, sizeof proto);
-    proto.name = "grad(f)";
-    proto.fn = grad_fn_call;
+    proto.name = name;
+    proto.fn = fn;
     *out = hd_native_bound(vm, &proto, s);
     return out->type == HD_V_NATIVE ? HD_OK : vm->err;
+}
+
+static HD_TF_FN(tf_grad) {
+    HD_TARGS_BIND(a); /* f, argnums= */
+    hd_value argnums = hd_targ_has(&a, 1) ? a.v[1] : hd_int(0);
+    if (argnums.type != HD_V_INT && argnums.type != HD_V_LIST)
+        return hd_targ_type_error(vm, &a, 1, "an int or a list of ints");
+    return func_bind(vm, a.v[0], argnums, "grad(f)", grad_fn_call, out);
 }
 
 /* ---- vjp(f, *primals) ---- */
@@ -358,6 +386,260 @@ static HD_TF_FN(tf_vjp) {
     v->y = hd_tensor_ref(y.as.t);
     hd_value_unref(vm, y);
     return vjp_result(vm, v, out);
+}
+
+/* ---- jvp(f, primals, tangents) and hessian(f, argnums = 0) ---- */
+
+/* Both differentiate twice inside their own context: backward with
+ * create_graph gives J^T u with its history, and a second backward
+ * through it gives J t (jvp) or a row of the Hessian. */
+
+/* A list of tensors from a tensor or a list of them (borrowed items in
+ * v, at most FUNC_MAX_ARGS); n set. */
+static hd_status func_tensor_list(hd_vm *vm, const char *what, const char *name, hd_value x,
+                                  hd_value *v, int *n) {
+    const hd_value *items = x.type == HD_V_LIST ? hd_as_list(x)->items : &x;
+    int64_t len = x.type == HD_V_LIST ? hd_as_list(x)->len : 1;
+    if (len > FUNC_MAX_ARGS) return func_too_many(vm, what, (int)HD_MIN(len, INT32_MAX));
+    for (int64_t i = 0; i < len; i++) {
+        if (items[i].type != HD_V_TENSOR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: %s must be tensors, item %lld is %s",
+                               what, name, (long long)i, hd_value_type_name(items[i]));
+        v[i] = items[i];
+    }
+    *n = (int)len;
+    return HD_OK;
+}
+
+/* sum_i sum(xs[i].grad * ts[i]) (recorded), the grads cleared; NULL
+ * when no primal got a gradient */
+static hd_tensor *func_grad_dot(hd_vm *vm, hd_tensor **xs, const hd_value *ts, int n,
+                                hd_status *st) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *acc = NULL;
+    for (int i = 0; i < n && !*st; i++) {
+        hd_tensor *g = hd_grad_get(xs[i]), *p = NULL, *s = NULL, *t = NULL;
+        if (!g) continue;
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        if (hd_op_binary(ctx, HD_OP_MUL, g, ts[i].as.t, &p) ||
+            hd_op_run(ctx, HD_OP_SUM, &p, 1, &at, &s) ||
+            (acc && hd_op_binary(ctx, HD_OP_ADD, acc, s, &t)))
+            *st = hd_vm_from_ctx(vm, HD_OK);
+        hd_tensor_unref(p);
+        if (acc && !*st) {
+            hd_tensor_unref(acc);
+            hd_tensor_unref(s);
+            acc = t;
+        } else if (!*st) {
+            acc = s;
+        } else {
+            hd_tensor_unref(s);
+        }
+    }
+    for (int i = 0; i < n; i++) hd_grad_set(ctx, xs[i], NULL);
+    return acc;
+}
+
+/* the shapes of primal i and tangent i agree */
+static hd_status jvp_check(hd_vm *vm, const hd_value *p, const hd_value *t, int n, int nt) {
+    if (n != nt)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "jvp: %d primals but %d tangents", n, nt);
+    for (int i = 0; i < n; i++) {
+        const hd_tensor *a = p[i].as.t, *b = t[i].as.t;
+        if (a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape))
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "jvp: tangent %d has another shape than its primal", i + 1);
+    }
+    return HD_OK;
+}
+
+/* [a, b] (taking both, also on failure) */
+static hd_status func_pair(hd_vm *vm, hd_tensor **parts, hd_value *out) {
+    hd_value l = hd_list_new(vm, 2);
+    if (l.type != HD_V_LIST) {
+        hd_tensor_unref(parts[0]), hd_tensor_unref(parts[1]);
+        return hd_vm_oom(vm);
+    }
+    hd_status st = hd_list_push(vm, l, hd_tensor_value(parts[0]));
+    if (st)
+        hd_tensor_unref(parts[1]);
+    else
+        st = hd_list_push(vm, l, hd_tensor_value(parts[1]));
+    if (st) {
+        hd_value_unref(vm, l);
+        return hd_vm_oom(vm);
+    }
+    *out = l;
+    return HD_OK;
+}
+
+/* f(*in) for a transform that differentiates twice: compiled code inside
+ * runs as plain code (the same program; a compiled gradient has no
+ * gradient of its own). */
+static hd_status func_call_twice(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
+                                 hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw,
+                                 int outer_on, hd_value *y) {
+    int none = vm->compile_none, all = vm->compile_all;
+    vm->compile_none = 1, vm->compile_all = 0;
+    hd_status st = func_call(vm, what, f, in, nin, xs, nx, kw, nkw, outer_on, y);
+    vm->compile_none = none, vm->compile_all = all;
+    return st;
+}
+
+/* J t with y = f(*primals): u (zeros like y) as the cotangent, x.grad =
+ * J^T u with its history, then d/du sum(J^T u * t) */
+static hd_status jvp_run(hd_vm *vm, hd_value f, hd_value *in, hd_tensor **xs, int n,
+                         const hd_value *ts, int outer_on, hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_value y = hd_none();
+    hd_tensor *u = NULL, *d = NULL, *yd = NULL, *jt = NULL;
+    hd_status st = func_call_twice(vm, "jvp", f, in, n, xs, n, NULL, 0, outer_on, &y);
+    if (!st && !(u = func_zeros(ctx, y.as.t, y.as.t->dtype, y.as.t->shape, y.as.t->ndim)))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st && hd_grad_set_requires(ctx, u, 1)) st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st && hd_grad_requires(ctx, y.as.t) && hd_grad_backward_create(ctx, y.as.t, u))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st) d = func_grad_dot(vm, xs, ts, n, &st);
+    if (!st && d && hd_grad_requires(ctx, d) && hd_grad_backward(ctx, d, NULL, 0))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st) {
+        hd_tensor *g = hd_grad_get(u);
+        jt = g ? hd_grad_detach(ctx, g) : func_zeros(ctx, u, u->dtype, u->shape, u->ndim);
+        yd = hd_grad_detach(ctx, y.as.t);
+        if (!jt || !yd) st = hd_vm_from_ctx(vm, HD_OK);
+    }
+    for (int i = 0; i < n; i++) hd_grad_set(ctx, xs[i], NULL);
+    if (u) hd_grad_set(ctx, u, NULL);
+    hd_tensor_unref(u), hd_tensor_unref(d);
+    hd_value_unref(vm, y);
+    hd_tensor *parts[2] = {yd, jt};
+    if (!st) return func_pair(vm, parts, out);
+    hd_tensor_unref(yd), hd_tensor_unref(jt);
+    return st;
+}
+
+/* jvp(f, primals, tangents): [f(*primals), J tangents], as torch.func.jvp;
+ * primals and tangents are tensors or lists of them. */
+static HD_TF_FN(tf_jvp) {
+    HD_TARGS_BIND(a); /* f, primals, tangents */
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_value p[FUNC_MAX_ARGS], t[FUNC_MAX_ARGS], in[FUNC_MAX_ARGS];
+    hd_tensor *xs[FUNC_MAX_ARGS];
+    unsigned char diff[FUNC_MAX_ARGS];
+    int n = 0, nt = 0, outer_on = hd_grad_is_enabled(ctx);
+    if (func_tensor_list(vm, "jvp", "primals", a.v[1], p, &n) ||
+        func_tensor_list(vm, "jvp", "tangents", a.v[2], t, &nt) || jvp_check(vm, p, t, n, nt))
+        return HD_ERR_RUNTIME;
+    memset(diff, 1, sizeof diff);
+    if (func_check_args(vm, "jvp", p, n, diff)) return HD_ERR_RUNTIME;
+    if (hd_grad_context_push(ctx)) return hd_vm_from_ctx(vm, HD_OK);
+    hd_status st = func_inputs(vm, "jvp", p, n, diff, in, xs);
+    if (!st) st = jvp_run(vm, a.v[0], in, xs, n, t, outer_on, out);
+    func_unref_all(vm, in, n);
+    hd_grad_context_pop(ctx);
+    return st;
+}
+
+/* rows of the Hessian of y (one element) in x: d g_i / dx for each
+ * element g_i of g = x.grad (with its history), stacked */
+static hd_tensor *hessian_rows(hd_vm *vm, hd_tensor *x, hd_tensor *g, hd_status *st) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int64_t n = x->numel, flat[1] = {n}, row[2] = {1, n};
+    hd_tensor *gf = NULL, *h = NULL;
+    hd_tensor **rows = hd_ctx_calloc(ctx, (size_t)HD_MAX(n, 1), sizeof *rows);
+    if (!rows || hd_treshape(ctx, g, flat, 1, &gf)) *st = hd_vm_from_ctx(vm, HD_OK);
+    for (int64_t i = 0; i < n && !*st; i++) {
+        hd_tensor *gi = NULL, *r = NULL;
+        if (hd_tslice_axis(ctx, gf, 0, i, 1, 1, &gi) ||
+            (hd_grad_requires(ctx, gi) && hd_grad_backward(ctx, gi, NULL, 1)))
+            *st = hd_vm_from_ctx(vm, HD_OK);
+        hd_tensor *d = *st ? NULL : hd_grad_get(x);
+        if (!*st && d) {
+            if (hd_treshape(ctx, d, row, 2, &r)) *st = hd_vm_from_ctx(vm, HD_OK);
+        } else if (!*st && !(r = func_zeros(ctx, x, x->dtype, row, 2))) {
+            *st = hd_vm_from_ctx(vm, HD_OK);
+        }
+        rows[i] = r;
+        hd_grad_set(ctx, x, NULL);
+        hd_tensor_unref(gi);
+    }
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (!*st && n && hd_op_run(ctx, HD_OP_CONCAT, rows, (int)n, &at, &h))
+        *st = hd_vm_from_ctx(vm, HD_OK);
+    for (int64_t i = 0; rows && i < n; i++) hd_tensor_unref(rows[i]);
+    if (rows) hd_ctx_free(ctx, rows, (size_t)HD_MAX(n, 1) * sizeof *rows);
+    hd_tensor_unref(gf);
+    return h;
+}
+
+#define HESSIAN_MAX 4096 /* elements of the differentiated argument: n backward passes */
+
+/* One evaluation of hessian(f, argnums)(*args): x.shape + x.shape. */
+static hd_status hessian_run(hd_vm *vm, hd_value f, int64_t argnum, const hd_value *args,
+                             int nargs, const hd_kwarg *kw, int nkw, hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    unsigned char diff[nargs + 1];
+    hd_value in[nargs + 1];
+    hd_tensor *xs[nargs + 1], *g = NULL, *h = NULL, *hs = NULL;
+    int outer_on = hd_grad_is_enabled(ctx);
+    if (!grad_positions(vm, hd_int(argnum), nargs, diff)) return HD_ERR_RUNTIME;
+    if (func_check_args(vm, "hessian", args, nargs, diff)) return HD_ERR_RUNTIME;
+    if (hd_grad_context_push(ctx)) return hd_vm_from_ctx(vm, HD_OK);
+    hd_value y = hd_none();
+    hd_status st = func_inputs(vm, "hessian", args, nargs, diff, in, xs);
+    if (!st && xs[0]->numel > HESSIAN_MAX)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "hessian: the argument has %lld elements, more "
+                         "than the %d it takes (one backward pass each)",
+                         (long long)xs[0]->numel, HESSIAN_MAX);
+    if (!st) st = func_call_twice(vm, "hessian", f, in, nargs, xs, 1, kw, nkw, outer_on, &y);
+    if (!st && y.as.t->numel != 1)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "hessian: the function must return one number, got "
+                         "%lld elements", (long long)y.as.t->numel);
+    if (!st && hd_grad_requires(ctx, y.as.t) && hd_grad_backward_create(ctx, y.as.t, NULL))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st && (g = hd_grad_get(xs[0]))) {
+        hd_tensor_ref(g);
+        hd_grad_set(ctx, xs[0], NULL);
+        h = hessian_rows(vm, xs[0], g, &st);
+    }
+    int64_t shape[2 * HD_MAX_DIMS];
+    int nd = st ? 0 : 2 * xs[0]->ndim;
+    if (!st && nd > HD_MAX_DIMS)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "hessian: the result would have %d dims", nd);
+    for (int i = 0; !st && i < nd; i++) shape[i] = xs[0]->shape[i % xs[0]->ndim];
+    if (!st && !h && !(h = func_zeros(ctx, xs[0], xs[0]->dtype, shape, nd)))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st && hd_treshape(ctx, h, shape, nd, &hs)) st = hd_vm_from_ctx(vm, HD_OK);
+    hd_tensor *r = st ? NULL : hd_grad_detach(ctx, hs);
+    if (r)
+        *out = hd_tensor_value(r);
+    else if (!st)
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (xs[0]) hd_grad_set(ctx, xs[0], NULL);
+    hd_tensor_unref(g), hd_tensor_unref(h), hd_tensor_unref(hs);
+    hd_value_unref(vm, y);
+    func_unref_all(vm, in, nargs);
+    hd_grad_context_pop(ctx);
+    return st;
+}
+
+static hd_status hessian_fn_call(hd_vm *vm, hd_value self, const hd_value *args, int nargs,
+                                 const hd_kwarg *kw, int nkw, hd_value *out, void *data) {
+    HD_UNUSED(data);
+    const hd_list *s = hd_as_list(self);
+    if (nargs > FUNC_MAX_ARGS) return func_too_many(vm, "hessian(f)", nargs);
+    return hessian_run(vm, s->items[0], s->items[1].as.i, args, nargs, kw, nkw, out);
+}
+
+/* hessian(f, argnums = 0)(*args): the second derivatives of f (one
+ * number) in one argument of at most HESSIAN_MAX elements */
+static HD_TF_FN(tf_hessian) {
+    HD_TARGS_BIND(a); /* f, argnums= */
+    hd_value argnums = hd_targ_has(&a, 1) ? a.v[1] : hd_int(0);
+    if (argnums.type != HD_V_INT) return hd_targ_type_error(vm, &a, 1, "an int");
+    return func_bind(vm, a.v[0], argnums, "hessian(f)", hessian_fn_call, out);
 }
 
 /* ---- custom gradients: Cls.apply(*args) ---- */
@@ -601,6 +883,8 @@ hd_status hd_tensor_class_apply(hd_vm *vm, hd_value cls, hd_value *out) {
 static const hd_tfunc rows[] = {
     {"grad", tf_grad, "f, argnums=", -1, HD_TF_GLOBAL},
     {"vjp", tf_vjp, "f, *primals", -1, HD_TF_GLOBAL},
+    {"jvp", tf_jvp, "f, primals, tangents", -1, HD_TF_GLOBAL},
+    {"hessian", tf_hessian, "f, argnums=", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_func = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -53,14 +53,19 @@ static HD_TF_FN(tf_requires_grad_) {
     return HD_OK;
 }
 
-/* loss.backward(grad = none, retain_graph = false), backward(loss). */
+/* loss.backward(grad = none, retain_graph = false, create_graph = false),
+ * backward(loss). */
 static HD_TF_FN(tf_backward) {
-    HD_TARGS_BIND(a); /* x, grad=, retain_graph= */
-    int retain;
+    HD_TARGS_BIND(a); /* x, grad=, retain_graph=, create_graph= */
+    int retain, create;
     hd_tensor *g = NULL;
-    if (want_tensor(vm, &a, 0) || hd_targ_bool(vm, &a, 2, 0, &retain)) return HD_ERR_RUNTIME;
+    if (want_tensor(vm, &a, 0) || hd_targ_bool(vm, &a, 2, 0, &retain) ||
+        hd_targ_bool(vm, &a, 3, 0, &create))
+        return HD_ERR_RUNTIME;
     if (hd_targ_has(&a, 1) && hd_targ_tensor(vm, &a, 1, &g)) return HD_ERR_RUNTIME;
-    hd_status st = hd_grad_backward(hd_vm_ctx(vm), a.v[0].as.t, g, retain);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_status st = create ? hd_grad_backward_create(ctx, a.v[0].as.t, g)
+                          : hd_grad_backward(ctx, a.v[0].as.t, g, retain);
     hd_tensor_unref(g);
     return st ? grad_fail(vm) : HD_OK;
 }
@@ -139,7 +144,7 @@ static const hd_tfunc rows[] = {
     {"param", tf_param, "t", -1, HD_TF_GLOBAL},
     {"detach", tf_detach, "x", -1, HD_TF_BOTH},
     {"requires_grad_", tf_requires_grad_, "x, requires_grad=", -1, HD_TF_METHOD},
-    {"backward", tf_backward, "x, grad=, retain_graph=", -1, HD_TF_BOTH},
+    {"backward", tf_backward, "x, grad=, retain_graph=, create_graph=", -1, HD_TF_BOTH},
     {"zero_grad", tf_zero_grad, "params", -1, HD_TF_GLOBAL},
     {"clear_tape", tf_clear_tape, "", -1, HD_TF_GLOBAL},
     {"is_grad_enabled", tf_is_grad_enabled, "", -1, HD_TF_GLOBAL},
@@ -159,6 +164,7 @@ hd_status hd_grad_member(hd_vm *vm, hd_tensor *t, const char *name, hd_value *ou
         *out = hd_bool(hd_grad_is_leaf(ctx, t));
     } else {
         hd_tensor *g = hd_grad_get(t);
+        if (HD_UNLIKELY(ctx->trace) && hd_compiled_grad_input(vm, g)) return vm->err;
         if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_grad(vm, t);
         *out = g ? hd_tensor_value(hd_tensor_ref(g)) : hd_none();
     }

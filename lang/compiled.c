@@ -546,6 +546,13 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
     session_guard(s, &p, v);
 }
 
+hd_status hd_compiled_grad_input(hd_vm *vm, const hd_tensor *g) {
+    if (!g || !hd_grad_has_history(g)) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "a .grad made by backward(create_graph = true) carries a graph, which "
+                       "compiled code cannot take in: use it in eager code");
+}
+
 /* t.grad read: guarded on what it was before the call (none or a tensor,
  * then lifted through its path). A .grad the body wrote itself before
  * reading it (zero_grad(), an earlier backward()) says nothing about the

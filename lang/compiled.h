@@ -43,6 +43,9 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
 /* t.grad read (by the evaluator, or by backward() deciding whether to add
  * to a gradient or set one): whether it exists is state of the program. */
 void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t);
+/* A .grad about to become an input of compiled code: refused (an error)
+ * when backward(create_graph = true) gave it a graph of its own. */
+hd_status hd_compiled_grad_input(hd_vm *vm, const hd_tensor *g);
 
 /* A builtin with an effect (what: its name) called while compiled code is
  * traced: an error (it would run once, at the trace, not at every call).

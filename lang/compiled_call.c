@@ -125,6 +125,7 @@ static hd_status call_symbolic(cp_session *s, const cp_call *k, hd_value *sym) {
         /* its .grad, which backward() inside adds to: an input through the
          * path x.grad (and whether it exists, a guard) */
         hd_tensor *g = hd_grad_get(v.as.t);
+        if (hd_compiled_grad_input(vm, g)) return vm->err;
         if (g && hd_grad_set(&vm->ctx, t, g)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     }
     return HD_OK;

@@ -491,6 +491,7 @@ static hd_status scan_expand(cp_scan *s, int i) {
     case HD_V_BOUND: return scan_child(s, i, CP_SELF, 0, NULL, ((hd_bound *)v.as.o)->self, NULL);
     case HD_V_TENSOR: {
         hd_tensor *g = hd_grad_get(v.as.t);
+        if (hd_compiled_grad_input(s->vm, g)) return s->vm->err;
         return g ? scan_child(s, i, CP_GRAD, 0, NULL, hd_tensor_value(g), NULL) : HD_OK;
     }
     default: return HD_OK;

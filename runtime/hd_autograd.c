@@ -600,6 +600,7 @@ typedef struct {
     hd_ctx *ctx;
     uint64_t epoch;
     int retain;
+    int create; /* create_graph: rules are recorded, saved tensors attached */
     hd_grad_vec nodes;  /* every record reached, pinned */
     hd_grad_vec leaves; /* leaves that received a gradient, referenced */
 } hd_grad_pass;
@@ -665,6 +666,13 @@ static hd_status grad_to_input(hd_ctx *ctx, hd_tensor **g, const hd_grad_edge *e
     }
     if (t && e->be && t->storage &&
         (t->storage->backend != e->be || t->storage->device != e->device)) {
+        if (ctx->grad_create && hd_grad_requires(ctx, t)) {
+            hd_tensor_unref(t);
+            *g = NULL;
+            return hd_error(ctx, HD_ERR_RUNTIME, "backward(create_graph = true): a gradient "
+                            "that crosses devices (into %s's input) is not differentiable",
+                            hd_op_name(op));
+        }
         hd_tensor *m = NULL;
         hd_tensor_to_device(ctx, t, e->be, e->device, &m);
         hd_tensor_unref(t);
@@ -725,6 +733,71 @@ static hd_place rule_place_push(hd_ctx *ctx, const hd_grad_node *n) {
     return hd_place_push(ctx, p.backend ? p.backend : &hd_cpu_backend, p.device);
 }
 
+/* create_graph: a saved tensor as one with the history of what it saved
+ * (input i's record or leaf; the output: n itself), so that the rule's ops
+ * on it are recorded back into the forward graph. */
+static hd_tensor *attach_saved(hd_ctx *ctx, hd_grad_node *n, int i) {
+    hd_tensor *t = n->saved[i];
+    hd_grad_node *src = i == n->nin ? n : n->edges[i].node;
+    hd_tensor *leaf = i < n->nin ? n->edges[i].leaf : NULL;
+    if (leaf && leaf->dtype == t->dtype && leaf->storage == t->storage) return hd_tensor_ref(leaf);
+    if (!src) return hd_tensor_ref(t);
+    hd_tensor *v = detached_view(ctx, t);
+    hd_grad_info *gi = v ? info_get(ctx, v) : NULL;
+    if (!gi) {
+        hd_tensor_unref(v);
+        return NULL;
+    }
+    gi->scope = cur_scope_id(ctx);
+    gi->node = src;
+    src->refcount++;
+    return v;
+}
+
+/* n's saved tensors swapped with attached ones (keep: the originals), or
+ * back (keep NULL after). */
+static hd_status swap_saved(hd_ctx *ctx, hd_grad_node *n, hd_tensor **keep, int attach) {
+    hd_status st = HD_OK;
+    for (int i = 0; i <= n->nin; i++) {
+        if (!attach) {
+            if (!keep[i]) continue;
+            hd_tensor_unref(n->saved[i]);
+            n->saved[i] = keep[i];
+            keep[i] = NULL;
+        } else if (n->saved[i] && !st) {
+            hd_tensor *a = attach_saved(ctx, n, i);
+            if (!a) {
+                st = ctx->status;
+                continue;
+            }
+            keep[i] = n->saved[i];
+            n->saved[i] = a;
+        }
+    }
+    return st;
+}
+
+static hd_status run_rule(hd_grad_pass *p, hd_grad_node *n, const unsigned char *need,
+                          hd_tensor **gin) {
+    hd_ctx *ctx = p->ctx;
+    hd_tensor **keep = NULL;
+    hd_status st = HD_OK;
+    if (p->create) {
+        if (!(keep = hd_ctx_calloc(ctx, (size_t)n->nin + 1, sizeof *keep))) return ctx->status;
+        st = swap_saved(ctx, n, keep, 1);
+    }
+    hd_gx x = {ctx, st, 0, {NULL}, n->op};
+    hd_place prev = rule_place_push(ctx, n);
+    if (!st) hd_grad_rule_of(n->op)->fn(&x, n, n->grad, need, gin);
+    hd_place_pop(ctx, prev);
+    for (int i = 0; i < x.n; i++) hd_tensor_unref(x.tmp[i]);
+    if (keep) {
+        swap_saved(ctx, n, keep, 0);
+        hd_ctx_free(ctx, keep, ((size_t)n->nin + 1) * sizeof *keep);
+    }
+    return x.st;
+}
+
 /* Run n's rule and pass each input's gradient on: into the producing
  * record's gradient, or into the leaf's pending gradient. */
 static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
@@ -742,15 +815,15 @@ static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
         gin[i] = NULL;
         any |= need[i];
     }
-    if (!st && any && n->custom) {
+    if (!st && any && n->custom && p->create) {
+        st = hd_error(ctx, HD_ERR_RUNTIME,
+                      "backward(create_graph = true) reached a gradient computed outside the "
+                      "op table (a compiled function's or a custom Function's), which has no "
+                      "gradient of its own");
+    } else if (!st && any && n->custom) {
         st = n->custom->backward(ctx, n->custom_ud, n->grad, need, gin, nin);
     } else if (!st && any) {
-        hd_gx x = {ctx, HD_OK, 0, {NULL}};
-        hd_place prev = rule_place_push(ctx, n);
-        hd_grad_rule_of(n->op)->fn(&x, n, n->grad, need, gin);
-        hd_place_pop(ctx, prev);
-        for (int i = 0; i < x.n; i++) hd_tensor_unref(x.tmp[i]);
-        st = x.st;
+        st = run_rule(p, n, need, gin);
     }
     for (int i = 0; i < nin && need && gin; i++) {
         hd_tensor *g = gin[i];
@@ -909,6 +982,10 @@ static hd_status make_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_ten
                         hd_shape_str(grad->shape, grad->ndim, sa, sizeof sa),
                         hd_shape_str(loss->shape, loss->ndim, sb, sizeof sb));
     if (grad->dtype != loss->dtype) return hd_op_cast(ctx, grad, loss->dtype, seed);
+    if (ctx->grad_create && hd_grad_requires(ctx, grad)) { /* J^T grad keeps grad's history */
+        *seed = hd_tensor_ref(grad);
+        return HD_OK;
+    }
     *seed = detached_view(ctx, grad);
     if (!*seed) return ctx->status;
     (*seed)->number = 0; /* promotes like the loss it stands for */
@@ -932,15 +1009,22 @@ static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed)
     return st ? st : commit(p);
 }
 
-hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
+static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph,
+                               int create) {
     if (check_root(ctx, loss)) return ctx->status;
+    if (create && ctx->trace)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "backward(create_graph = true) is not supported inside compiled code "
+                        "(take higher-order gradients in eager code)");
     /* inside compiled code backward becomes graph nodes: its records must
      * be the trace's own (eager ones would be used up by the trace) */
     if (ctx->trace && loss->storage)
         return hd_error(ctx, HD_ERR_RUNTIME,
                         "backward() inside compiled code needs a loss computed inside it (this "
                         "one was computed eagerly, before the compiled code ran)");
-    int was = hd_grad_set_enabled(ctx, 0);
+    int on = hd_grad_is_enabled(ctx), was = hd_grad_set_enabled(ctx, create && on);
+    int was_create = ctx->grad_create;
+    ctx->grad_create = create && on;
     /* the seed and the zeros rules make are on the loss's device */
     hd_place here = hd_place_of(loss);
     hd_place prev = hd_place_push(ctx, here.backend ? here.backend : &hd_cpu_backend, here.device);
@@ -951,14 +1035,24 @@ hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int re
         memset(&p, 0, sizeof p);
         p.ctx = ctx;
         p.epoch = ++ctx->grad_ids;
-        p.retain = retain_graph;
+        p.retain = retain_graph || create;
+        p.create = create && on;
         st = backward_run(&p, loss, seed);
         pass_end(&p);
     }
     hd_tensor_unref(seed);
     hd_place_pop(ctx, prev);
+    ctx->grad_create = was_create;
     hd_grad_set_enabled(ctx, was);
     return st;
+}
+
+hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
+    return backward_pass(ctx, loss, grad, retain_graph, 0);
+}
+
+hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad) {
+    return backward_pass(ctx, loss, grad, 1, 1);
 }
 
 /* ---- a traced loop rolled with its gradient ---- */

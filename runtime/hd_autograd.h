@@ -52,6 +52,12 @@ void hd_grad_zero(hd_ctx *ctx, hd_tensor *const *ts, int n);
  * else a tensor of the loss's shape. Accumulates into the .grad of the leaves
  * of the current context that the loss depends on. */
 hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph);
+/* The same with create_graph: the gradient rules run as recorded ops (when
+ * gradients are on), so the gradients it leaves in .grad have records of
+ * their own and can be differentiated again; the graph is kept. Refused
+ * inside compiled code, and where a rule uses a backward kernel without a
+ * gradient (the error names it). */
+hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad);
 
 /* x.detach(): a new view sharing x's storage, with no record and
  * requires_grad false. NULL with an error on allocation failure. */
@@ -203,6 +209,7 @@ typedef struct hd_gx {
     hd_status st;
     int n;
     hd_tensor *tmp[HD_GX_MAX];
+    hd_op of; /* the op whose rule runs */
 } hd_gx;
 
 /* A gradient rule: given the record and g (the output's gradient, in the

@@ -90,6 +90,7 @@ typedef struct hd_ctx {
     hd_status status; /* last error */
     char errmsg[HD_ERRMSG_MAX];
     int grad_disabled; /* no_grad: ops are not recorded for gradients */
+    int grad_create;   /* a backward(create_graph = true) runs: its rules are recorded */
     uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;

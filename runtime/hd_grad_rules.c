@@ -7,12 +7,29 @@
  * the input's shape and casts it to its dtype). Subgradients and tie rules
  * follow PyTorch. */
 #include "hd_grad_rule.h"
+#include "hd_backend.h"
 #include "hd_trace.h"
 
 #include <math.h>
 #include <string.h>
 
 /* ---- hd_gx: ops with a sticky error ---- */
+
+/* With create_graph, a rule's op with a float result from tensors with
+ * gradients must have a gradient itself, else the second derivative would
+ * be silently zero (a comparison's bool result needs none). */
+static int gx_not_differentiable(hd_gx *x, hd_op op, hd_tensor *const *in, int nin) {
+    if (hd_op_infos[op].differentiable) return 0;
+    for (int i = 0; i < nin; i++)
+        if (hd_grad_requires(x->ctx, in[i]) && hd_dtype_is_float(in[i]->dtype)) {
+            x->st = hd_error(x->ctx, HD_ERR_RUNTIME,
+                             "backward(create_graph = true): the gradient of %s runs %s, which "
+                             "has no gradient of its own (no second derivative through %s)",
+                             hd_op_name(x->of), hd_op_name(op), hd_op_name(x->of));
+            return 1;
+        }
+    return 0;
+}
 
 hd_tensor *hd_gx_run(hd_gx *x, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs) {
     if (x->st) return NULL;
@@ -29,6 +46,11 @@ hd_tensor *hd_gx_run(hd_gx *x, hd_op op, hd_tensor *const *in, int nin, const hd
     hd_tensor *out = NULL;
     x->st = hd_op_run(x->ctx, op, in, nin, attrs, &out);
     if (x->st) return NULL;
+    if (x->ctx->grad_create && hd_dtype_is_float(out->dtype) &&
+        gx_not_differentiable(x, op, in, nin)) {
+        hd_tensor_unref(out);
+        return NULL;
+    }
     x->tmp[x->n++] = out;
     return out;
 }
@@ -421,11 +443,27 @@ RULE(maxmin, SAVE_X | SAVE_Y) {
 /* prod: the product of the other elements. With no zero in a group that is
  * y / x; with one zero, only the zero's position gets the product of the
  * rest; with two or more, all are 0. */
+/* create_graph: the zero branches below are constants, so their second
+ * derivative would be 0 where it is not (the product of the others
+ * without the zero): refused where a zero is. */
+static void prod_zero_check(hd_gx *x, hd_tensor *is0) {
+    hd_tensor *c = is0 ? cast(x, is0, HD_F64) : NULL;
+    hd_tensor *any = c ? hd_gx_run(x, HD_OP_MAX, &c, 1, NULL) : NULL;
+    hd_tensor *h = any ? hd_tensor_to_host(x->ctx, any) : NULL;
+    if (any && !h) x->st = x->ctx->status;
+    if (h && hd_tensor_get(h, 0) != 0 && !x->st)
+        x->st = hd_error(x->ctx, HD_ERR_RUNTIME,
+                         "backward(create_graph = true): no second derivative of prod where "
+                         "an element is exactly 0");
+    hd_tensor_unref(h);
+}
+
 RULE(prod, SAVE_X) {
     UNUSED_RULE_ARGS();
     unsigned m = reduced_mask(n);
     hd_tensor *a = IN(0), *zero = num(x, 0);
     hd_tensor *is0 = bin(x, HD_OP_EQ, a, zero);
+    if (x->ctx->grad_create) prod_zero_check(x, is0);
     hd_tensor *zeros = reduce(x, HD_OP_SUM, cast(x, is0, g->dtype), m);
     hd_tensor *nz = where(x, is0, num(x, 1), a);
     hd_tensor *p = reduce(x, HD_OP_PROD, nz, m);
@@ -624,7 +662,7 @@ static hd_tensor *slice_bwd_pure(hd_gx *x, const hd_grad_node *n, hd_tensor *g) 
 RULE(slice, 0) {
     UNUSED_RULE_ARGS();
     const hd_grad_edge *e = &n->edges[0];
-    if (x->ctx->trace) {
+    if (x->ctx->trace || x->ctx->grad_create) { /* create_graph: differentiable too */
         gin[0] = hd_gx_out(x, slice_bwd_pure(x, n, g));
         return;
     }

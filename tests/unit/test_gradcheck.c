@@ -219,6 +219,120 @@ static void gc_run(hd_ctx *ctx, const gc_case *c, int ci) {
     CHECK_MSG(hd_grad_record_count(ctx) == 0, "case %d (%s): records left", ci, hd_op_name(c->op));
 }
 
+/* ---- second derivatives: backward(create_graph = true) ---- */
+
+/* sum over the differentiable inputs of sum(.grad * v), with the grads'
+ * own history when create (else a plain number); the .grads are cleared */
+static hd_tensor *gg_dot(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_tensor **v) {
+    hd_tensor *acc = NULL;
+    for (int i = 0; i < nin; i++) {
+        if (!is_diff(c, in[i], i)) continue;
+        hd_tensor *g = hd_grad_get(in[i]);
+        if (!g) continue;
+        hd_tensor *gv = gc_op(ctx, HD_OP_MUL, g, v[i], NULL), *s = NULL;
+        hd_attrs at;
+        memset(&at, 0, sizeof at);
+        if (gv) hd_op_run(ctx, HD_OP_SUM, &gv, 1, &at, &s);
+        hd_tensor_unref(gv);
+        hd_tensor *t = acc ? gc_op(ctx, HD_OP_ADD, acc, s, NULL) : hd_tensor_ref(s);
+        hd_tensor_unref(acc), hd_tensor_unref(s);
+        acc = t;
+        hd_grad_set(ctx, in[i], NULL);
+    }
+    return acc;
+}
+
+/* the first-order <grad, v> at the current inputs (no create) */
+static double gg_first(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, hd_attrs *at,
+                       hd_tensor *r, hd_tensor **v) {
+    hd_tensor *y = NULL;
+    ctx->rng_offset = 777;
+    if (gc_forward(ctx, c, in, nin, at, &y)) return NAN;
+    hd_status st = hd_grad_backward(ctx, y, r, 0);
+    hd_tensor_unref(y);
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_tensor *d = st ? NULL : gg_dot(ctx, c, in, nin, v);
+    hd_grad_set_enabled(ctx, was);
+    double out = d ? hd_tensor_get(d, 0) : NAN;
+    hd_tensor_unref(d);
+    return out;
+}
+
+/* d/dx <grad(x), v> by backward through backward, against central
+ * differences of the first-order gradient. Rules that run a backward
+ * kernel without a gradient must say so (and are counted). */
+static int gc_gradgrad(hd_ctx *ctx, const gc_case *c, int ci) {
+    hd_tensor *in[4] = {NULL, NULL, NULL, NULL}, *v[4] = {NULL, NULL, NULL, NULL};
+    int nin = 0, supported = 0;
+    while (nin < 4 && c->in[nin]) in[nin] = make_input(ctx, c->in[nin]), nin++;
+    if (c->fill) c->fill(in, nin);
+    for (int i = 0; i < nin; i++)
+        if (is_diff(c, in[i], i)) {
+            CHECK(hd_grad_set_requires(ctx, in[i], 1) == HD_OK);
+            v[i] = hd_tensor_new(ctx, HD_F64, in[i]->shape, in[i]->ndim);
+            for (int64_t e = 0; e < v[i]->numel; e++)
+                hd_dtype_store(HD_F64, v[i]->storage->data, e, -1 + 2 * gc_uniform());
+        }
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    if (c->set) c->set(&at);
+    hd_tensor *y = NULL, *r = NULL;
+    ctx->rng_offset = 777;
+    if (gc_forward(ctx, c, in, nin, &at, &y)) goto done;
+    r = hd_tensor_new(ctx, y->dtype, y->shape, y->ndim);
+    for (int64_t i = 0; i < y->numel; i++)
+        hd_dtype_store(y->dtype, r->storage->data, i, -1 + 2 * gc_uniform());
+    hd_status st = hd_grad_backward_create(ctx, y, r);
+    hd_tensor_unref(y);
+    if (st) {
+        CHECK_MSG(strstr(hd_error_message(ctx), "no gradient of its own") != NULL ||
+                      strstr(hd_error_message(ctx), "no second derivative") != NULL,
+                  "case %d (%s): %s", ci, hd_op_name(c->op), hd_error_message(ctx));
+        if (getenv("GC_VERBOSE")) printf("no second derivative: %s\n", hd_op_name(c->op));
+        for (int i = 0; i < nin; i++)
+            if (in[i]) hd_grad_set(ctx, in[i], NULL);
+        goto done;
+    }
+    supported = 1;
+    hd_tensor *d = gg_dot(ctx, c, in, nin, v);
+    if (d && hd_grad_requires(ctx, d)) CHECK(hd_grad_backward(ctx, d, NULL, 0) == HD_OK);
+    hd_tensor_unref(d);
+    hd_tensor *hs[4] = {NULL, NULL, NULL, NULL}; /* none: the second derivative is zero */
+    for (int j = 0; j < nin; j++) {
+        if (!is_diff(c, in[j], j)) continue;
+        hs[j] = hd_grad_get(in[j]) ? hd_tensor_ref(hd_grad_get(in[j])) : NULL;
+        hd_grad_set(ctx, in[j], NULL);
+    }
+    for (int j = 0; j < nin; j++) {
+        if (!is_diff(c, in[j], j)) continue;
+        hd_tensor *t = in[j], *h = hs[j];
+        int bad = 0;
+        for (int64_t e = 0; e < t->numel && bad < 2; e++) {
+            int64_t off = hd_tensor_elem_offset(t, e);
+            double x0 = hd_dtype_load(t->dtype, t->storage->data, off), eps = 1e-5;
+            hd_dtype_store(t->dtype, t->storage->data, off, x0 + eps);
+            double lp = gg_first(ctx, c, in, nin, &at, r, v);
+            hd_dtype_store(t->dtype, t->storage->data, off, x0 - eps);
+            double lm = gg_first(ctx, c, in, nin, &at, r, v);
+            hd_dtype_store(t->dtype, t->storage->data, off, x0);
+            double fd = (lp - lm) / (2 * eps), an = h ? hd_tensor_get(h, e) : 0.0;
+            if (!hd_test_close(an, fd, 1e-4, 1e-4)) {
+                bad++;
+                CHECK_MSG(0, "case %d (%s) second derivative, input %d element %lld: %.10g vs %.10g",
+                          ci, hd_op_name(c->op), j, (long long)e, an, fd);
+            }
+        }
+        if (!bad) CHECK(1);
+        hd_tensor_unref(h);
+    }
+done:
+    hd_tensor_unref(r);
+    for (int i = 0; i < nin; i++) hd_tensor_unref(in[i]), hd_tensor_unref(v[i]);
+    CHECK_MSG(hd_grad_record_count(ctx) == 0, "case %d (%s): records left after the second "
+              "derivative", ci, hd_op_name(c->op));
+    return supported;
+}
+
 /* ---- attributes ---- */
 
 #define SET(name, ...)                                                                             \
@@ -538,6 +652,10 @@ int main(void) {
     ctx.nthreads = 1;
     test_coverage();
     for (int i = 0; i < NCASES; i++) gc_run(&ctx, &gc_cases[i], i);
+    int twice = 0;
+    for (int i = 0; i < NCASES; i++) twice += gc_gradgrad(&ctx, &gc_cases[i], i);
+    printf("second derivatives checked in %d of %d cases\n", twice, NCASES);
+    CHECK_MSG(twice >= 110, "second derivatives in %d cases only", twice);
     CHECK_MSG(ctx.mem_used == 0, "%zu bytes leaked", ctx.mem_used);
     TEST_END();
 }
