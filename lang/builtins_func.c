@@ -584,6 +584,7 @@ static hd_status hessian_run(hd_vm *vm, hd_value f, int64_t argnum, const hd_val
     hd_value in[nargs + 1];
     hd_tensor *xs[nargs + 1], *g = NULL, *h = NULL, *hs = NULL;
     int outer_on = hd_grad_is_enabled(ctx);
+    memset(xs, 0, sizeof xs);
     if (!grad_positions(vm, hd_int(argnum), nargs, diff)) return HD_ERR_RUNTIME;
     if (func_check_args(vm, "hessian", args, nargs, diff)) return HD_ERR_RUNTIME;
     if (hd_grad_context_push(ctx)) return hd_vm_from_ctx(vm, HD_OK);
