@@ -8,31 +8,10 @@
 #include <string.h>
 
 static hd_tensor *mm(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return hd_gx_bin(x, HD_OP_MATMUL, a, b);
-}
-static hd_tensor *mul(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return hd_gx_bin(x, HD_OP_MUL, a, b);
-}
-static hd_tensor *add(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return hd_gx_bin(x, HD_OP_ADD, a, b);
-}
-static hd_tensor *sub(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return hd_gx_bin(x, HD_OP_SUB, a, b);
-}
-static hd_tensor *divide(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return hd_gx_bin(x, HD_OP_DIV, a, b);
+    return bin(x, HD_OP_MATMUL, a, b);
 }
 static hd_tensor *tr(hd_gx *x, hd_tensor *a) {
     return hd_gx_transpose(x, a);
-}
-static hd_tensor *neg(hd_gx *x, hd_tensor *a) {
-    return hd_gx_run(x, HD_OP_NEG, &a, 1, NULL);
-}
-
-static hd_attrs no_attrs(void) {
-    hd_attrs a;
-    memset(&a, 0, sizeof a);
-    return a;
 }
 
 /* A^-1 B */

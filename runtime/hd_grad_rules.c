@@ -73,41 +73,10 @@ static hd_tensor *gx_keep(hd_gx *x, hd_tensor *t) {
     return t;
 }
 
-static hd_attrs no_attrs(void) {
-    hd_attrs a;
-    memset(&a, 0, sizeof a);
-    return a;
-}
-
 /* A Hodu number: never widens the tensor it meets. */
 static hd_tensor *num(hd_gx *x, double v) {
     if (x->st) return NULL;
     return gx_keep(x, hd_tensor_number(x->ctx, HD_F64, v));
-}
-
-static hd_tensor *un(hd_gx *x, hd_op op, hd_tensor *a) {
-    return hd_gx_run(x, op, &a, 1, NULL);
-}
-
-static hd_tensor *bin(hd_gx *x, hd_op op, hd_tensor *a, hd_tensor *b) {
-    hd_tensor *in[2] = {a, b};
-    return hd_gx_run(x, op, in, 2, NULL);
-}
-
-static hd_tensor *mul(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return bin(x, HD_OP_MUL, a, b);
-}
-static hd_tensor *divide(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return bin(x, HD_OP_DIV, a, b);
-}
-static hd_tensor *add(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return bin(x, HD_OP_ADD, a, b);
-}
-static hd_tensor *sub(hd_gx *x, hd_tensor *a, hd_tensor *b) {
-    return bin(x, HD_OP_SUB, a, b);
-}
-static hd_tensor *neg(hd_gx *x, hd_tensor *a) {
-    return un(x, HD_OP_NEG, a);
 }
 
 static hd_tensor *where(hd_gx *x, hd_tensor *c, hd_tensor *a, hd_tensor *b) {
@@ -166,9 +135,6 @@ static hd_tensor *transpose(hd_gx *x, hd_tensor *a) {
 }
 
 /* formula helpers for the rules of other files (hd_grad_rule.h) */
-hd_tensor *hd_gx_bin(hd_gx *x, hd_op op, hd_tensor *a, hd_tensor *b) {
-    return bin(x, op, a, b);
-}
 hd_tensor *hd_gx_num(hd_gx *x, double v) {
     return num(x, v);
 }
