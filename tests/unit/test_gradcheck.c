@@ -611,6 +611,15 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5", "n:5", "n:5"}, .set = ln_1},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5:s", "n:4x5", "n:4x5"}, .set = ln_2},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x6:t"}, .set = ln_1},
+    /* the backward kernels with a gradient of their own */
+    {.op = HD_OP_SOFTMAX_BWD, .in = {"p:3x4", "n:3x4"}, .set = axis1},
+    {.op = HD_OP_SOFTMAX_BWD, .in = {"p:4x3:t", "n:4x3"}, .set = axis0},
+    {.op = HD_OP_LOG_SOFTMAX_BWD, .in = {"n:3x4", "n:3x4"}, .set = axism1},
+    {.op = HD_OP_LOG_SOFTMAX_BWD, .in = {"n:2x5:s", "n:2x5"}, .set = axis0},
+    {.op = HD_OP_GELU_BWD, .in = {"n:3x4", "n:3x4"}},
+    {.op = HD_OP_GELU_BWD, .in = {"n:4x3:t", "n:4x3"}},
+    {.op = HD_OP_CROSS_ENTROPY_BWD, .in = {"n:4x5", "i5:4", "n:s"}},
+    {.op = HD_OP_CROSS_ENTROPY_BWD, .in = {"n:5", "i5:s", "n:s"}},
     /* linalg: well-conditioned matrices; the symmetric ones through
      * (x + x^T) / 2, the vectors through gauge-invariant functions */
     {.op = HD_OP_LINALG_INV, .in = {"n:4x4"}, .fill = fill_diag},
