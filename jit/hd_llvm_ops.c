@@ -660,6 +660,8 @@ static LLVMValueRef float_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRe
     case HD_OP_TANH: return f64 ? libm1(G, "tanh", x) : hd_vm_tanhf(G, x);
     case HD_OP_ERF: return libm1(G, "erf", x); /* the libm eager calls: the same bits */
     case HD_OP_ERFC: return libm1(G, "erfc", x);
+    case HD_OP_LGAMMA: return libm1(G, "hd_lgamma", x); /* the eager kernels' functions */
+    case HD_OP_POLYGAMMA: return libm2(G, "hd_polygamma", fconst(ty, n->attrs.scalar[0]), x);
     case HD_OP_SIGMOID:
         if (!f64) return hd_vm_sigmoidf(G, x);
         return LLVMBuildFDiv(

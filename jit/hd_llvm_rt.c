@@ -8,6 +8,8 @@
 
 #if HODU_HAVE_LLVM
 
+#include "hd_special.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -87,6 +89,10 @@ static const hd_llvm_symbol rt_symbols[] = {
     SYM(erfc),
     SYM(erff),
     SYM(erf),
+    SYM(hd_lgammaf),
+    SYM(hd_lgamma),
+    SYM(hd_polygammaf),
+    SYM(hd_polygamma),
     SYM(atan2f),
     SYM(atan2),
     SYM(log1pf),

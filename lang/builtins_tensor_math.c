@@ -31,6 +31,27 @@ static HD_TF_FN(tf_where) {
     return run_n(vm, &a, 3, NULL, out);
 }
 
+/* polygamma(n, x), as torch.special.polygamma: the n-th derivative of
+ * digamma; n a whole number >= 0 */
+static HD_TF_FN(tf_polygamma) {
+    HD_TARGS_BIND(a); /* n, x */
+    int64_t order = 0;
+    if (a.v[0].type != HD_V_INT) return hd_targ_type_error(vm, &a, 0, "an int");
+    if (hd_targ_int(vm, &a, 0, 0, &order)) return HD_ERR_RUNTIME;
+    if (order < 0 || order > 1000)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "polygamma: n must be in [0, 1000], got %lld",
+                           (long long)order);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.scalar[0] = (double)order;
+    hd_tensor *x = NULL;
+    if (hd_targ_tensor(vm, &a, 1, &x)) return HD_ERR_RUNTIME;
+    hd_status st = hd_trun(vm, "polygamma", HD_OP_POLYGAMMA, &x, 1, &at,
+                           a.v[1].type != HD_V_TENSOR && a.v[1].type != HD_V_LIST, out);
+    hd_tensor_unref(x);
+    return st;
+}
+
 /* clamp(x, lo, hi): number bounds go to the op; tensor bounds become
  * maximum and minimum. */
 static HD_TF_FN(tf_clamp) {
@@ -159,6 +180,9 @@ static const hd_tfunc rows[] = {
     UNARY("softplus", SOFTPLUS),
     UNARY("erf", ERF),
     UNARY("erfc", ERFC),
+    UNARY("lgamma", LGAMMA),
+    UNARY("digamma", POLYGAMMA), /* n = 0: attributes start zeroed */
+    {"polygamma", tf_polygamma, "n, x", HD_OP_POLYGAMMA, HD_TF_GLOBAL},
     UNARY("sign", SIGN),
     UNARY("floor", FLOOR),
     UNARY("ceil", CEIL),

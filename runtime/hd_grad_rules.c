@@ -228,6 +228,23 @@ RULE(erfc, SAVE_X) {
     gin[0] = hd_gx_out(x, mul(x, g, erf_slope(x, IN(0), -1.1283791670955125739)));
 }
 
+/* lgamma' = digamma = polygamma(0, .), polygamma(n)' = polygamma(n + 1) */
+static hd_tensor *polygamma(hd_gx *x, double order, hd_tensor *a) {
+    hd_attrs at = no_attrs();
+    at.scalar[0] = order;
+    return hd_gx_run(x, HD_OP_POLYGAMMA, &a, 1, &at);
+}
+
+RULE(lgamma, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, polygamma(x, 0, IN(0))));
+}
+
+RULE(polygamma, SAVE_X) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, mul(x, g, polygamma(x, n->attrs.scalar[0] + 1, IN(0))));
+}
+
 /* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
 RULE(silu, SAVE_X) {
     UNUSED_RULE_ARGS();

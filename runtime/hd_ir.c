@@ -201,7 +201,7 @@ void hd_ir_attrs_canon(hd_op op, const hd_attrs *in, hd_attrs *out) {
     int none = kind == HD_KIND_BINARY || kind == HD_KIND_COMPARE || kind == HD_KIND_TERNARY ||
                kind == HD_KIND_MATMUL;
     if (kind == HD_KIND_UNARY) {
-        if (op == HD_OP_CLAMP) {
+        if (op == HD_OP_CLAMP || op == HD_OP_POLYGAMMA) { /* bounds; n */
             memcpy(out->scalar, in->scalar, 2 * sizeof *in->scalar);
             return;
         }

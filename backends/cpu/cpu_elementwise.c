@@ -31,6 +31,7 @@
  *   type's limits and send NaN to 0 (hd_dtype_store's rule); casts between
  *   integers wrap; any cast to bool is "!= 0". */
 #include "cpu_iter.h"
+#include "hd_special.h"
 #include "hd_vmath.h"
 
 #include <math.h>
@@ -437,6 +438,8 @@ EW_UN(k_cos_f64, double, double, cos(x))
     EW_UN(k_softplus_##s, T, T, EW_SOFTPLUS_##s(x))                                                \
     EW_UN(k_erf_##s, T, T, erf##M(x))                                                              \
     EW_UN(k_erfc_##s, T, T, erfc##M(x))                                                            \
+    EW_UN(k_lgamma_##s, T, T, hd_lgamma##M(x))                                                     \
+    EW_UN(k_polygamma_##s, T, T, hd_polygamma##M((T)p->lo, x))                                     \
     EW_UN(k_sign_##s, T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x + (T)0)                               \
     EW_UN(k_floor_##s, T, T, floor##M(x))                                                          \
     EW_UN(k_ceil_##s, T, T, ceil##M(x))                                                            \
@@ -657,6 +660,8 @@ static const ew_un_fn un_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_SOFTPLUS] = {EW_FLOATS_VM(k_softplus)},
     [HD_OP_ERF] = {EW_FLOATS(k_erf)},
     [HD_OP_ERFC] = {EW_FLOATS(k_erfc)},
+    [HD_OP_LGAMMA] = {EW_FLOATS(k_lgamma)},
+    [HD_OP_POLYGAMMA] = {EW_FLOATS(k_polygamma)},
     [HD_OP_SIGN] = {EW_FLOATS(k_sign), EW_INTS(k_sign)},
     [HD_OP_FLOOR] = {EW_FLOATS(k_floor), EW_COPY_INTS},
     [HD_OP_CEIL] = {EW_FLOATS(k_ceil), EW_COPY_INTS},

@@ -4,6 +4,11 @@
  * hd_rng.c): f16/bf16 compute in f32 and round to nearest even; float sums
  * accumulate in f64; integer arithmetic wraps; Philox4x32-10 with the same
  * counter and key layout, so a seed gives the same numbers on every device. */
+#include "hd_special.h"
+
+#define CUDA_PRELUDE_STR2(...) #__VA_ARGS__
+#define CUDA_PRELUDE_STR(x)    CUDA_PRELUDE_STR2(x)
+
 static const char cuda_prelude_text[] =
     "typedef signed char i8;\n"
     "typedef unsigned char u8;\n"
@@ -35,7 +40,11 @@ static const char cuda_prelude_text[] =
     "HD_M1(h_exp, expf, exp) HD_M1(h_log, logf, log) HD_M1(h_sqrt, sqrtf, sqrt)\n"
     "HD_M1(h_sin, sinf, sin) HD_M1(h_cos, cosf, cos) HD_M1(h_tanh, tanhf, tanh)\n"
     "HD_M1(h_erfc, erfcf, erfc) HD_M1(h_log1p, log1pf, log1p) HD_M1(h_floor, floorf, floor)\n"
-    "HD_M1(h_erf, erff, erf)\n"
+    "HD_M1(h_erf, erff, erf) HD_M1(h_lgamma, lgammaf, lgamma)\n"
+    /* digamma and polygamma: hd_special.h's code, the cpu's algorithm */
+    "__device__ __forceinline__ double sp_inf() { return (double)HD_INF; }\n"
+    "__device__ __forceinline__ double sp_nan() { return (double)HD_NAN; }\n"
+    CUDA_PRELUDE_STR(HD_SPECIAL_CODE(__device__)) "\n"
     "HD_M1(h_ceil, ceilf, ceil) HD_M1(h_rint, rintf, rint) HD_M1(h_abs, fabsf, fabs)\n"
     "__device__ __forceinline__ float h_pow(float a, float b) { return powf(a, b); }\n"
     "__device__ __forceinline__ double h_pow(double a, double b) { return pow(a, b); }\n"

@@ -131,6 +131,8 @@ static const cu_unary cu_unaries[] = {
     {HD_OP_SOFTPLUS, "x > (C)20 ? x : h_log1p(h_exp(x))", NULL, NULL, NULL},
     {HD_OP_ERF, "h_erf(x)", NULL, NULL, NULL},
     {HD_OP_ERFC, "h_erfc(x)", NULL, NULL, NULL},
+    {HD_OP_LGAMMA, "h_lgamma(x)", NULL, NULL, NULL},
+    {HD_OP_POLYGAMMA, "(C)hd_sp_polygamma(s0, (double)x)", NULL, NULL, NULL},
     {HD_OP_SIGN, "x > 0 ? (C)1 : x < 0 ? (C)-1 : x + (C)0", "(C)((x > 0) - (x < 0))", "(u8)(x > 0)",
      NULL},
     {HD_OP_FLOOR, "h_floor(x)", "x", "x", "x"},

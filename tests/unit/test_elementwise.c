@@ -201,7 +201,8 @@ static double round_half_even(double x) {
 }
 
 static int is_transcendental(hd_op op) {
-    return (op >= HD_OP_EXP && op <= HD_OP_SOFTPLUS) || op == HD_OP_ERF || op == HD_OP_ERFC;
+    return (op >= HD_OP_EXP && op <= HD_OP_SOFTPLUS) || op == HD_OP_ERF || op == HD_OP_ERFC ||
+           op == HD_OP_LGAMMA;
 }
 
 static int float_only(hd_op op) {
@@ -227,6 +228,8 @@ static double ref_unary_f(hd_op op, double x, const hd_attrs *at) {
     case HD_OP_SOFTPLUS: return x > 20 ? x : log1p(exp(x));
     case HD_OP_ERF: return erf(x);
     case HD_OP_ERFC: return erfc(x);
+    case HD_OP_LGAMMA: /* another libm function than the kernel's lgamma_r */
+        return x == floor(x) && x <= 0 ? INFINITY : fabs(x) < 170 ? log(fabs(tgamma(x))) : lgamma(x);
     case HD_OP_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
     case HD_OP_FLOOR: return floor(x);
     case HD_OP_CEIL: return ceil(x);
@@ -500,7 +503,7 @@ static const struct {
     {HD_OP_SILU, DOM_WIDE},    {HD_OP_SOFTPLUS, DOM_WIDE}, {HD_OP_SIGN, DOM_ANY},
     {HD_OP_FLOOR, DOM_WIDE},   {HD_OP_CEIL, DOM_WIDE},     {HD_OP_ROUND, DOM_WIDE},
     {HD_OP_CLAMP, DOM_ANY},    {HD_OP_NOT, DOM_SMALL},     {HD_OP_ERF, DOM_WIDE},
-    {HD_OP_ERFC, DOM_WIDE},
+    {HD_OP_ERFC, DOM_WIDE},    {HD_OP_LGAMMA, DOM_WIDE},
 };
 
 static void test_unary_all(void) {

@@ -483,6 +483,8 @@ static hd_tensor *post_eigh(hd_ctx *ctx, const hd_tensor *x, hd_tensor *y) {
 }
 
 SET(svd_full, a->ints[0] = 1)
+SET(poly_1, a->scalar[0] = 1)
+SET(poly_3, a->scalar[0] = 3)
 
 /* ---- the table ---- */
 
@@ -505,6 +507,11 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_ERF, .in = {"n:3x4"}},
     {.op = HD_OP_ERF, .in = {"n:4x3:t"}},
     {.op = HD_OP_ERFC, .in = {"n:3x4:s"}},
+    {.op = HD_OP_LGAMMA, .in = {"p:3x4"}},
+    {.op = HD_OP_LGAMMA, .in = {"f:4x3:t"}},
+    {.op = HD_OP_POLYGAMMA, .in = {"p:3x4"}},
+    {.op = HD_OP_POLYGAMMA, .in = {"f:3x4:s"}, .set = poly_1},
+    {.op = HD_OP_POLYGAMMA, .in = {"p:4x3:t"}, .set = poly_3},
     {.op = HD_OP_SIGN, .in = {"a:3x4"}},
     {.op = HD_OP_FLOOR, .in = {"f:3x4"}},
     {.op = HD_OP_CEIL, .in = {"f:3x4"}},
