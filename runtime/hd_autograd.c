@@ -735,23 +735,37 @@ static hd_place rule_place_push(hd_ctx *ctx, const hd_grad_node *n) {
 
 /* create_graph: a saved tensor as one with the history of what it saved
  * (input i's record or leaf; the output: n itself), so that the rule's ops
- * on it are recorded back into the forward graph. */
+ * on it are recorded back into the forward graph. A saved input the op
+ * cast (a mixed-dtype op) is the cast of that history, recorded too. */
 static hd_tensor *attach_saved(hd_ctx *ctx, hd_grad_node *n, int i) {
-    hd_tensor *t = n->saved[i];
+    hd_tensor *t = n->saved[i], *base = NULL, *c = NULL;
     hd_grad_node *src = i == n->nin ? n : n->edges[i].node;
     hd_tensor *leaf = i < n->nin ? n->edges[i].leaf : NULL;
-    if (leaf && leaf->dtype == t->dtype && leaf->storage == t->storage) return hd_tensor_ref(leaf);
-    if (!src) return hd_tensor_ref(t);
-    hd_tensor *v = detached_view(ctx, t);
-    hd_grad_info *gi = v ? info_get(ctx, v) : NULL;
-    if (!gi) {
-        hd_tensor_unref(v);
+    if (!src && !leaf) return hd_tensor_ref(t); /* a constant */
+    hd_dtype want = i == n->nin ? t->dtype : n->edges[i].dtype;
+    if (leaf) {
+        base = hd_tensor_ref(leaf);
+    } else if (want == t->dtype ? !(base = detached_view(ctx, t))
+                                : hd_op_cast(ctx, t, want, &base)) { /* t is untracked */
         return NULL;
     }
-    gi->scope = cur_scope_id(ctx);
-    gi->node = src;
-    src->refcount++;
-    return v;
+    if (!leaf) {
+        hd_grad_info *gi = info_get(ctx, base);
+        if (!gi) return hd_tensor_unref(base), NULL;
+        gi->scope = cur_scope_id(ctx);
+        gi->node = src;
+        src->refcount++;
+    }
+    if (base->storage && t->storage && base->storage->backend != t->storage->backend) {
+        hd_tensor_unref(base);
+        hd_error(ctx, HD_ERR_RUNTIME, "backward(create_graph = true): %s saved a tensor on "
+                 "another device than its input's", hd_op_name(n->op));
+        return NULL;
+    }
+    if (base->dtype == t->dtype) return base;
+    hd_op_cast(ctx, base, t->dtype, &c); /* recorded: base has a history */
+    hd_tensor_unref(base);
+    return c;
 }
 
 /* n's saved tensors swapped with attached ones (keep: the originals), or
