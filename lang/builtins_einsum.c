@@ -118,8 +118,7 @@ static hd_status es_output(es_run *r, const char *arrow, const es_term *t, int n
         for (int c = ES_ELL; c < ES_ELL + HD_MAX_DIMS; c++) nell += r->size[c] >= 0;
         int nexp = 0;
         for (const char *p = arrow; *p; p++) nexp += *p != '.';
-        if (es_parse_term(r, arrow, strlen(arrow), nexp + (strstr(arrow, "...") ? nell : 0), &o,
-                          1))
+        if (es_parse_term(r, arrow, strlen(arrow), nexp + (strstr(arrow, "...") ? nell : 0), &o, 1))
             return r->st;
         for (int i = 0; i < o.n; i++)
             if (r->size[(int)o.lab[i]] < 0) {
@@ -170,7 +169,8 @@ static hd_status es_diagonal(es_run *r, es_term *e, int i, int j) {
     if (es_run_op(r, e, HD_OP_PERMUTE, NULL, &at)) return r->st;
     shape[k] = n * n;
     hd_tensor *t = NULL;
-    if (hd_treshape(hd_vm_ctx(r->vm), e->t, shape, k + 1, &t)) return r->st = hd_tfail(r->vm, "einsum");
+    if (hd_treshape(hd_vm_ctx(r->vm), e->t, shape, k + 1, &t))
+        return r->st = hd_tfail(r->vm, "einsum");
     hd_tensor_unref(e->t);
     e->t = t;
     memset(&at, 0, sizeof at);
@@ -191,8 +191,10 @@ static hd_status es_diagonals(es_run *r, es_term *e) {
             if (e->lab[i] != e->lab[j]) continue;
             if (e->t->shape[i] != e->t->shape[j]) {
                 char c[2] = {e->lab[i], 0};
-                return es_fail(r, "einsum: label '%s' repeats within one operand over dims of "
-                               "different sizes", c);
+                return es_fail(r,
+                               "einsum: label '%s' repeats within one operand over dims of "
+                               "different sizes",
+                               c);
             }
             if (es_diagonal(r, e, i, j)) return r->st;
             i = -1; /* the labels moved: look again */

@@ -128,8 +128,8 @@ static hd_status func_call(hd_vm *vm, const char *what, hd_value f, hd_value *in
 
 /* zeros of dtype dt and the shape given, on like's device (NULL: out of
  * memory, in the ctx) */
-static hd_tensor *func_zeros(hd_ctx *ctx, const hd_tensor *like, hd_dtype dt,
-                             const int64_t *shape, int nd) {
+static hd_tensor *func_zeros(hd_ctx *ctx, const hd_tensor *like, hd_dtype dt, const int64_t *shape,
+                             int nd) {
     hd_attrs at;
     memset(&at, 0, sizeof at);
     at.dtype = dt;
@@ -403,8 +403,8 @@ static hd_status func_tensor_list(hd_vm *vm, const char *what, const char *name,
     if (len > FUNC_MAX_ARGS) return func_too_many(vm, what, (int)HD_MIN(len, INT32_MAX));
     for (int64_t i = 0; i < len; i++) {
         if (items[i].type != HD_V_TENSOR)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: %s must be tensors, item %lld is %s",
-                               what, name, (long long)i, hd_value_type_name(items[i]));
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: %s must be tensors, item %lld is %s", what,
+                               name, (long long)i, hd_value_type_name(items[i]));
         v[i] = items[i];
     }
     *n = (int)len;
@@ -443,8 +443,7 @@ static hd_tensor *func_grad_dot(hd_vm *vm, hd_tensor **xs, const hd_value *ts, i
 
 /* the shapes of primal i and tangent i agree */
 static hd_status jvp_check(hd_vm *vm, const hd_value *p, const hd_value *t, int n, int nt) {
-    if (n != nt)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "jvp: %d primals but %d tangents", n, nt);
+    if (n != nt) return hd_vm_error(vm, HD_ERR_RUNTIME, "jvp: %d primals but %d tangents", n, nt);
     for (int i = 0; i < n; i++) {
         const hd_tensor *a = p[i].as.t, *b = t[i].as.t;
         if (a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape))
@@ -478,8 +477,8 @@ static hd_status func_pair(hd_vm *vm, hd_tensor **parts, hd_value *out) {
  * runs as plain code (the same program; a compiled gradient has no
  * gradient of its own). */
 static hd_status func_call_twice(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
-                                 hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw,
-                                 int outer_on, hd_value *y) {
+                                 hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw, int outer_on,
+                                 hd_value *y) {
     int none = vm->compile_none, all = vm->compile_all;
     vm->compile_none = 1, vm->compile_all = 0;
     hd_status st = func_call(vm, what, f, in, nin, xs, nx, kw, nkw, outer_on, y);
@@ -577,8 +576,8 @@ static hd_tensor *hessian_rows(hd_vm *vm, hd_tensor *x, hd_tensor *g, hd_status 
 #define HESSIAN_MAX 4096 /* elements of the differentiated argument: n backward passes */
 
 /* One evaluation of hessian(f, argnums)(*args): x.shape + x.shape. */
-static hd_status hessian_run(hd_vm *vm, hd_value f, int64_t argnum, const hd_value *args,
-                             int nargs, const hd_kwarg *kw, int nkw, hd_value *out) {
+static hd_status hessian_run(hd_vm *vm, hd_value f, int64_t argnum, const hd_value *args, int nargs,
+                             const hd_kwarg *kw, int nkw, hd_value *out) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     unsigned char diff[nargs + 1];
     hd_value in[nargs + 1];
@@ -591,13 +590,16 @@ static hd_status hessian_run(hd_vm *vm, hd_value f, int64_t argnum, const hd_val
     hd_value y = hd_none();
     hd_status st = func_inputs(vm, "hessian", args, nargs, diff, in, xs);
     if (!st && xs[0]->numel > HESSIAN_MAX)
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "hessian: the argument has %lld elements, more "
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "hessian: the argument has %lld elements, more "
                          "than the %d it takes (one backward pass each)",
                          (long long)xs[0]->numel, HESSIAN_MAX);
     if (!st) st = func_call_twice(vm, "hessian", f, in, nargs, xs, 1, kw, nkw, outer_on, &y);
     if (!st && y.as.t->numel != 1)
-        st = hd_vm_error(vm, HD_ERR_RUNTIME, "hessian: the function must return one number, got "
-                         "%lld elements", (long long)y.as.t->numel);
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "hessian: the function must return one number, got "
+                         "%lld elements",
+                         (long long)y.as.t->numel);
     if (!st && hd_grad_requires(ctx, y.as.t) && hd_grad_backward_create(ctx, y.as.t, NULL))
         st = hd_vm_from_ctx(vm, HD_OK);
     if (!st && (g = hd_grad_get(xs[0]))) {

@@ -1,5 +1,5 @@
-/* diagonal, diag and trace, and _linalg(name, a, b=, flag=): the native under stdlib/linalg.hodu, which
- * gives each function its own name and keywords (linalg.inv, linalg.qr,
+/* diagonal, diag and trace, and _linalg(name, a, b=, flag=): the native under stdlib/linalg.hodu,
+ * which gives each function its own name and keywords (linalg.inv, linalg.qr,
  * ...). The decompositions are ops of the table (hd_ops.def: LAPACK on the
  * cpu); those with several results come packed in one tensor, cut here
  * into views, so that each part's gradient flows back into the one op. */
@@ -50,8 +50,8 @@ static hd_tensor *la_reshape(la_call *c, hd_tensor *x, int keep, const int64_t *
 }
 
 /* elements [off, off + len) of the packed result's last dim, as batch + tail */
-static hd_tensor *la_part(la_call *c, hd_tensor *p, int64_t off, int64_t len,
-                          const int64_t *tail, int nt) {
+static hd_tensor *la_part(la_call *c, hd_tensor *p, int64_t off, int64_t len, const int64_t *tail,
+                          int nt) {
     hd_tensor *s = NULL, *r = NULL;
     if (c->st) return NULL;
     if (hd_tslice_axis(hd_vm_ctx(c->vm), p, p->ndim - 1, off, len, 0, &s))
@@ -66,8 +66,10 @@ static hd_status la_result(la_call *c, hd_tensor **parts, int n, hd_value *out) 
     for (int i = 0; i < n && !c->st; i++)
         if (!parts[i]) c->st = hd_vm_oom(c->vm);
     if (c->st || n == 1) {
-        if (!c->st) *out = hd_tensor_value(parts[0]);
-        else hd_tunref_all(parts, n);
+        if (!c->st)
+            *out = hd_tensor_value(parts[0]);
+        else
+            hd_tunref_all(parts, n);
         return c->st;
     }
     hd_value l = hd_list_new(c->vm, n);
@@ -158,8 +160,10 @@ static hd_status la_solve(la_call *c, hd_value *out) {
         int nb = 0;
         hd_ctx *ctx = hd_vm_ctx(c->vm);
         if (hd_broadcast_shapes(ctx, a->shape, a->ndim - 2, b2->shape, b2->ndim - 2, batch, &nb))
-            c->st = hd_vm_error(c->vm, HD_ERR_RUNTIME, "%s: the batch dims of A and B do not "
-                                "broadcast", c->fname);
+            c->st = hd_vm_error(c->vm, HD_ERR_RUNTIME,
+                                "%s: the batch dims of A and B do not "
+                                "broadcast",
+                                c->fname);
         if (!c->st && nb + 2 <= HD_MAX_DIMS) {
             hd_attrs at;
             memset(&at, 0, sizeof at);
@@ -285,8 +289,10 @@ static HD_TF_FN(tf_diagonal) {
     if (!c.st) c.st = hd_targ_int(vm, &a, 1, 0, &off);
     int build = !c.st && !strcmp(a.f->name, "diag") && c.a->ndim == 1;
     if (build && off != 0)
-        c.st = hd_vm_error(vm, HD_ERR_RUNTIME, "diag: a vector goes on the main diagonal only "
-                           "(diagonal = 0), got %lld", (long long)off);
+        c.st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "diag: a vector goes on the main diagonal only "
+                           "(diagonal = 0), got %lld",
+                           (long long)off);
     if (!c.st && (!strcmp(a.f->name, "diag") && c.a->ndim != 1 && c.a->ndim != 2))
         c.st = hd_vm_error(vm, HD_ERR_RUNTIME, "diag needs a vector or a matrix, got %d dims",
                            c.a->ndim);

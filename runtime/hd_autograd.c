@@ -600,7 +600,7 @@ typedef struct {
     hd_ctx *ctx;
     uint64_t epoch;
     int retain;
-    int create; /* create_graph: rules are recorded, saved tensors attached */
+    int create;         /* create_graph: rules are recorded, saved tensors attached */
     hd_grad_vec nodes;  /* every record reached, pinned */
     hd_grad_vec leaves; /* leaves that received a gradient, referenced */
 } hd_grad_pass;
@@ -669,7 +669,8 @@ static hd_status grad_to_input(hd_ctx *ctx, hd_tensor **g, const hd_grad_edge *e
         if (ctx->grad_create && hd_grad_requires(ctx, t)) {
             hd_tensor_unref(t);
             *g = NULL;
-            return hd_error(ctx, HD_ERR_RUNTIME, "backward(create_graph = true): a gradient "
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "backward(create_graph = true): a gradient "
                             "that crosses devices (into %s's input) is not differentiable",
                             hd_op_name(op));
         }
@@ -758,8 +759,10 @@ static hd_tensor *attach_saved(hd_ctx *ctx, hd_grad_node *n, int i) {
     }
     if (base->storage && t->storage && base->storage->backend != t->storage->backend) {
         hd_tensor_unref(base);
-        hd_error(ctx, HD_ERR_RUNTIME, "backward(create_graph = true): %s saved a tensor on "
-                 "another device than its input's", hd_op_name(n->op));
+        hd_error(ctx, HD_ERR_RUNTIME,
+                 "backward(create_graph = true): %s saved a tensor on "
+                 "another device than its input's",
+                 hd_op_name(n->op));
         return NULL;
     }
     if (base->dtype == t->dtype) return base;

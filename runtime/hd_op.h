@@ -20,11 +20,11 @@ typedef enum {
     HD_KIND_TERNARY, /* where */
     HD_KIND_REDUCE,  /* reductions over axes */
     HD_KIND_MATMUL,
-    HD_KIND_VIEW,  /* shares storage, no kernel */
-    HD_KIND_SHAPE, /* copying shape ops: concat */
-    HD_KIND_INDEX, /* index_select, one_hot, assign */
-    HD_KIND_NN,    /* softmax family, losses, conv, pooling, dropout, layer_norm */
-    HD_KIND_GRAD,  /* backward kernels the gradient rules use (index_add, conv2d_bwd_*, ...) */
+    HD_KIND_VIEW,   /* shares storage, no kernel */
+    HD_KIND_SHAPE,  /* copying shape ops: concat */
+    HD_KIND_INDEX,  /* index_select, one_hot, assign */
+    HD_KIND_NN,     /* softmax family, losses, conv, pooling, dropout, layer_norm */
+    HD_KIND_GRAD,   /* backward kernels the gradient rules use (index_add, conv2d_bwd_*, ...) */
     HD_KIND_LINALG, /* matrix decompositions and solves: LAPACK */
     HD_KIND_COUNT
 } hd_op_kind;

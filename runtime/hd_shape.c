@@ -863,8 +863,10 @@ SHAPE_FN(layer_norm_bwd) {
 static hd_status linalg_input(hd_ctx *ctx, hd_op op, const hd_tensor *a, int square) {
     char sa[128];
     if (a->dtype != HD_F32 && a->dtype != HD_F64)
-        return hd_error(ctx, HD_ERR_RUNTIME, "%s needs an f32 or f64 tensor, got %s (convert it "
-                        "with .float() or .double())", hd_op_name(op), hd_dtype_name(a->dtype));
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s needs an f32 or f64 tensor, got %s (convert it "
+                        "with .float() or .double())",
+                        hd_op_name(op), hd_dtype_name(a->dtype));
     if (a->ndim < 2)
         return hd_error(ctx, HD_ERR_RUNTIME, "%s needs a matrix or a batch of them, got shape %s",
                         hd_op_name(op), hd_shape_str(a->shape, a->ndim, sa, sizeof sa));
@@ -873,8 +875,10 @@ static hd_status linalg_input(hd_ctx *ctx, hd_op op, const hd_tensor *a, int squ
         return hd_error(ctx, HD_ERR_RUNTIME, "%s needs square matrices, got shape %s",
                         hd_op_name(op), hd_shape_str(a->shape, a->ndim, sa, sizeof sa));
     if (m > LINALG_DIM_MAX / (n ? n : 1))
-        return hd_error(ctx, HD_ERR_RUNTIME, "%s: a %lld x %lld matrix is larger than LAPACK "
-                        "takes (2^31 elements)", hd_op_name(op), (long long)m, (long long)n);
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s: a %lld x %lld matrix is larger than LAPACK "
+                        "takes (2^31 elements)",
+                        hd_op_name(op), (long long)m, (long long)n);
     return HD_OK;
 }
 
@@ -905,8 +909,10 @@ SHAPE_FN(linalg) {
     default: {
         int64_t len = linalg_packed(op, m, n, attrs->ints[0] != 0);
         if (op == HD_OP_LINALG_SVD && attrs->ints[0] && HD_MAX(m, n) > 46340)
-            return hd_error(ctx, HD_ERR_RUNTIME, "%s: full matrices of %lld x %lld are larger "
-                            "than LAPACK takes", hd_op_name(op), (long long)m, (long long)n);
+            return hd_error(ctx, HD_ERR_RUNTIME,
+                            "%s: full matrices of %lld x %lld are larger "
+                            "than LAPACK takes",
+                            hd_op_name(op), (long long)m, (long long)n);
         shape[nd++] = len;
     }
     }
@@ -927,10 +933,12 @@ SHAPE_FN(linalg_solve) {
              b->shape[b->ndim - 2] == a->shape[a->ndim - 1];
     for (int i = 0; ok && i < a->ndim - 2; i++) ok = a->shape[i] == b->shape[i];
     if (!ok)
-        return hd_error(ctx, HD_ERR_RUNTIME, "%s: A %s %s and B %s %s do not agree (want "
-                        "[..., n, n] and [..., n, k] of one dtype)", hd_op_name(op),
-                        hd_dtype_name(a->dtype), hd_shape_str(a->shape, a->ndim, sa, sizeof sa),
-                        hd_dtype_name(b->dtype), hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s: A %s %s and B %s %s do not agree (want "
+                        "[..., n, n] and [..., n, k] of one dtype)",
+                        hd_op_name(op), hd_dtype_name(a->dtype),
+                        hd_shape_str(a->shape, a->ndim, sa, sizeof sa), hd_dtype_name(b->dtype),
+                        hd_shape_str(b->shape, b->ndim, sb, sizeof sb));
     plan_set(plan, a->dtype, b->shape, b->ndim);
     plan->in_dtype[0] = plan->in_dtype[1] = a->dtype;
     return HD_OK;

@@ -73,8 +73,8 @@ static hd_status la_not_pd(la_job *j, int info) {
 
 static hd_status la_no_converge(la_job *j) {
     char w[64];
-    return hd_error(j->ctx, HD_ERR_RUNTIME, "%s: LAPACK did not converge on %s",
-                    hd_op_name(j->op), la_which(j, w, sizeof w));
+    return hd_error(j->ctx, HD_ERR_RUNTIME, "%s: LAPACK did not converge on %s", hd_op_name(j->op),
+                    la_which(j, w, sizeof w));
 }
 
 static hd_status la_info(la_job *j, int info) {
@@ -129,8 +129,7 @@ static hd_status la_setup(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *cons
     for (int i = 0; i < nin; i++)
         if (in[i]->dtype != out->dtype || !hd_tensor_is_cpu(in[i]))
             return hd_error(ctx, HD_ERR_RUNTIME, "%s: cpu kernel got a %s input for a %s result",
-                            hd_op_name(op), hd_dtype_name(in[i]->dtype),
-                            hd_dtype_name(out->dtype));
+                            hd_op_name(op), hd_dtype_name(in[i]->dtype), hd_dtype_name(out->dtype));
     const hd_tensor *a = in[0];
     j->m = a->shape[a->ndim - 2], j->n = a->shape[a->ndim - 1];
     j->k = op == HD_OP_LINALG_SOLVE ? in[1]->shape[in[1]->ndim - 1] : 0;

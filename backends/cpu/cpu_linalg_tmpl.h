@@ -15,16 +15,16 @@ typedef struct LA_FN(la_lapack) {
     void (*getrf)(const int *m, const int *n, LA_T *a, const int *lda, int *ipiv, int *info);
     void (*getri)(const int *n, LA_T *a, const int *lda, const int *ipiv, LA_T *work,
                   const int *lwork, int *info);
-    void (*getrs)(const char *trans, const int *n, const int *nrhs, const LA_T *a,
-                  const int *lda, const int *ipiv, LA_T *b, const int *ldb, int *info, size_t);
+    void (*getrs)(const char *trans, const int *n, const int *nrhs, const LA_T *a, const int *lda,
+                  const int *ipiv, LA_T *b, const int *ldb, int *info, size_t);
     void (*potrf)(const char *uplo, const int *n, LA_T *a, const int *lda, int *info, size_t);
     void (*geqrf)(const int *m, const int *n, LA_T *a, const int *lda, LA_T *tau, LA_T *work,
                   const int *lwork, int *info);
     void (*orgqr)(const int *m, const int *n, const int *k, LA_T *a, const int *lda,
                   const LA_T *tau, LA_T *work, const int *lwork, int *info);
     void (*gesdd)(const char *jobz, const int *m, const int *n, LA_T *a, const int *lda, LA_T *s,
-                  LA_T *u, const int *ldu, LA_T *vt, const int *ldvt, LA_T *work,
-                  const int *lwork, int *iwork, int *info, size_t);
+                  LA_T *u, const int *ldu, LA_T *vt, const int *ldvt, LA_T *work, const int *lwork,
+                  int *iwork, int *info, size_t);
     void (*syevd)(const char *jobz, const char *uplo, const int *n, LA_T *a, const int *lda,
                   LA_T *w, LA_T *work, const int *lwork, int *iwork, const int *liwork, int *info,
                   size_t, size_t);

@@ -714,8 +714,8 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
 static hd_status ops_linalg_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
                                  int nin, const hd_attrs *attrs) {
     hd_tensor *host[2] = {NULL, NULL}, *y = NULL;
-    hd_status st = nin > 2 ? hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op))
-                           : HD_OK;
+    hd_status st =
+        nin > 2 ? hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op)) : HD_OK;
     for (int i = 0; i < nin && !st; i++)
         if (!(host[i] = hd_tensor_to_host(ctx, in[i]))) st = ctx->status;
     if (!st && !(y = hd_tensor_new_on(ctx, &hd_cpu_backend, 0, out->dtype, out->shape, out->ndim)))

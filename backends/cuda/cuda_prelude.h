@@ -9,6 +9,8 @@
 #define CUDA_PRELUDE_STR2(...) #__VA_ARGS__
 #define CUDA_PRELUDE_STR(x)    CUDA_PRELUDE_STR2(x)
 
+/* A macro's text among the literals would make clang-format reflow them. */
+/* clang-format off */
 static const char cuda_prelude_text[] =
     "typedef signed char i8;\n"
     "typedef unsigned char u8;\n"
@@ -167,3 +169,4 @@ static const char cuda_prelude_text[] =
     "  double u2 = (double)(b >> 11) * (1.0 / 9007199254740992.0);\n"
     "  double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;\n"
     "  return (i % 2) ? r * sin(t) : r * cos(t); }\n";
+/* clang-format on */

@@ -229,7 +229,9 @@ static double ref_unary_f(hd_op op, double x, const hd_attrs *at) {
     case HD_OP_ERF: return erf(x);
     case HD_OP_ERFC: return erfc(x);
     case HD_OP_LGAMMA: /* another libm function than the kernel's lgamma_r */
-        return x == floor(x) && x <= 0 ? INFINITY : fabs(x) < 170 ? log(fabs(tgamma(x))) : lgamma(x);
+        return x == floor(x) && x <= 0 ? INFINITY
+               : fabs(x) < 170         ? log(fabs(tgamma(x)))
+                                       : lgamma(x);
     case HD_OP_SIGN: return isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
     case HD_OP_FLOOR: return floor(x);
     case HD_OP_CEIL: return ceil(x);

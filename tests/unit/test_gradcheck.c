@@ -318,7 +318,8 @@ static int gc_gradgrad(hd_ctx *ctx, const gc_case *c, int ci) {
             double fd = (lp - lm) / (2 * eps), an = h ? hd_tensor_get(h, e) : 0.0;
             if (!hd_test_close(an, fd, 1e-4, 1e-4)) {
                 bad++;
-                CHECK_MSG(0, "case %d (%s) second derivative, input %d element %lld: %.10g vs %.10g",
+                CHECK_MSG(0,
+                          "case %d (%s) second derivative, input %d element %lld: %.10g vs %.10g",
                           ci, hd_op_name(c->op), j, (long long)e, an, fd);
             }
         }
@@ -328,8 +329,10 @@ static int gc_gradgrad(hd_ctx *ctx, const gc_case *c, int ci) {
 done:
     hd_tensor_unref(r);
     for (int i = 0; i < nin; i++) hd_tensor_unref(in[i]), hd_tensor_unref(v[i]);
-    CHECK_MSG(hd_grad_record_count(ctx) == 0, "case %d (%s): records left after the second "
-              "derivative", ci, hd_op_name(c->op));
+    CHECK_MSG(hd_grad_record_count(ctx) == 0,
+              "case %d (%s): records left after the second "
+              "derivative",
+              ci, hd_op_name(c->op));
     return supported;
 }
 

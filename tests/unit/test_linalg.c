@@ -211,7 +211,8 @@ static void check_symmetric(hd_ctx *ctx, hd_dtype dt, int n) {
 /* columns j and k of the r x c block at p (row stride ld) */
 static double col_dot(hd_tensor *y, int64_t p, int64_t ld, int r, int j, int k) {
     double s = 0;
-    for (int i = 0; i < r; i++) s += hd_tensor_get(y, p + i * ld + j) * hd_tensor_get(y, p + i * ld + k);
+    for (int i = 0; i < r; i++)
+        s += hd_tensor_get(y, p + i * ld + j) * hd_tensor_get(y, p + i * ld + k);
     return s;
 }
 
@@ -318,8 +319,9 @@ static void check_batch(hd_ctx *ctx) {
 static void expect_error(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor *b, const char *part) {
     hd_tensor *in[2] = {a, b}, *y = NULL;
     hd_status st = hd_op_run(ctx, op, in, b ? 2 : 1, NULL, &y);
-    CHECK_MSG(st != HD_OK && strstr(hd_error_message(ctx), part), "%s: want an error with '%s', got '%s'",
-              hd_op_name(op), part, st ? hd_error_message(ctx) : "none");
+    CHECK_MSG(st != HD_OK && strstr(hd_error_message(ctx), part),
+              "%s: want an error with '%s', got '%s'", hd_op_name(op), part,
+              st ? hd_error_message(ctx) : "none");
     hd_tensor_unref(y);
 }
 

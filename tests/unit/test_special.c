@@ -52,8 +52,8 @@ int main(void) {
                       n, xs[i], got, ref);
             float xf = (float)xs[i];
             double reff = ref_polygamma(n, (double)xf), gotf = run(&ctx, HD_F32, n, xf);
-            CHECK_MSG(hd_test_close(gotf, reff, 2e-6, 1e-6), "polygamma(%d, %g) f32: %.9g, want %.9g",
-                      n, xs[i], gotf, reff);
+            CHECK_MSG(hd_test_close(gotf, reff, 2e-6, 1e-6),
+                      "polygamma(%d, %g) f32: %.9g, want %.9g", n, xs[i], gotf, reff);
         }
     /* poles and edges, as PyTorch */
     CHECK(run(&ctx, HD_F64, 0, 0.0) == -INFINITY);
