@@ -44,7 +44,7 @@ static hd_tensor *la_reshape(la_call *c, hd_tensor *x, int keep, const int64_t *
         return NULL;
     }
     memcpy(at.shape, x->shape, (size_t)nb * sizeof *at.shape);
-    memcpy(at.shape + nb, tail, (size_t)nt * sizeof *at.shape);
+    if (nt) memcpy(at.shape + nb, tail, (size_t)nt * sizeof *at.shape);
     at.nshape = nb + nt;
     return la_run(c, HD_OP_RESHAPE, &x, 1, &at);
 }

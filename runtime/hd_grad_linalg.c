@@ -53,7 +53,7 @@ static hd_tensor *batch_reshape(hd_gx *x, hd_tensor *t, int keep, const int64_t 
     int nb = t->ndim - keep;
     if (nb + nt > HD_MAX_DIMS) return hd_gx_reshape(x, NULL, NULL, 0);
     memcpy(sh, t->shape, (size_t)nb * sizeof *sh);
-    memcpy(sh + nb, tail, (size_t)nt * sizeof *sh);
+    if (nt) memcpy(sh + nb, tail, (size_t)nt * sizeof *sh);
     return hd_gx_reshape(x, t, sh, nb + nt);
 }
 

@@ -329,7 +329,7 @@ static void check_errors(hd_ctx *ctx) {
     double sing[4] = {1, 2, 2, 4}, notpd[4] = {1, 2, 2, 1}, batch[8] = {1, 0, 0, 1, 1, 1, 1, 1};
     int64_t s2[2] = {2, 2}, s23[2] = {2, 3}, sb[3] = {2, 2, 2}, s1[1] = {2};
     hd_tensor *ts = make(ctx, HD_F64, sing, s2, 2), *tn = make(ctx, HD_F32, notpd, s2, 2);
-    hd_tensor *tb = make(ctx, HD_F64, batch, sb, 3), *tr = make(ctx, HD_F64, sing, s23, 2);
+    hd_tensor *tb = make(ctx, HD_F64, batch, sb, 3), *tr = make(ctx, HD_F64, batch, s23, 2);
     hd_tensor *ti = make(ctx, HD_I64, sing, s2, 2), *tv = make(ctx, HD_F64, sing, s1, 1);
     expect_error(ctx, HD_OP_LINALG_INV, ts, NULL, "singular");
     expect_error(ctx, HD_OP_LINALG_SOLVE, ts, ts, "singular");
