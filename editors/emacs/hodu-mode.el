@@ -36,7 +36,7 @@
     "maximum" "minimum" "pow" "where" "clamp" "sum" "mean" "max" "min" "prod"
     "var" "std" "argmax" "argmin" "logsumexp" "matmul" "dot" "outer"
     "transpose" "permute" "reshape" "expand" "flatten" "squeeze" "unsqueeze"
-    "concat" "stack" "split" "one_hot" "softmax" "log_softmax" "cumsum" "cumprod" "argsort" "sort" "topk" "erf" "erfc" "atan2" "einsum" "grad" "vjp" "jvp" "hessian" "lgamma" "digamma" "polygamma" "diag" "diagonal" "trace"
+    "concat" "stack" "split" "one_hot" "softmax" "log_softmax" "cumsum" "cumprod" "argsort" "sort" "topk" "erf" "erfc" "atan2" "einsum" "grad" "vjp" "jvp" "hessian" "lgamma" "digamma" "polygamma" "multinomial" "diag" "diagonal" "trace"
     "cross_entropy" "mse" "conv2d" "max_pool2d" "avg_pool2d" "dropout"
     "layer_norm" "embedding" "save" "load" "read_csv" "param" "detach"
     "backward" "zero_grad" "clear_tape" "is_grad_enabled" "memory_stats"

@@ -19,7 +19,7 @@ syn keyword hoduBuiltin maximum minimum pow where clamp sum mean max min prod
 syn keyword hoduBuiltin var std argmax argmin logsumexp matmul dot outer
 syn keyword hoduBuiltin transpose permute reshape expand flatten squeeze
 syn keyword hoduBuiltin unsqueeze concat stack split one_hot softmax
-syn keyword hoduBuiltin log_softmax cross_entropy mse conv2d max_pool2d cumsum cumprod argsort sort topk erf erfc atan2 einsum grad vjp jvp hessian lgamma digamma polygamma diag diagonal trace
+syn keyword hoduBuiltin log_softmax cross_entropy mse conv2d max_pool2d cumsum cumprod argsort sort topk erf erfc atan2 einsum grad vjp jvp hessian lgamma digamma polygamma multinomial diag diagonal trace
 syn keyword hoduBuiltin avg_pool2d dropout layer_norm embedding save load
 syn keyword hoduBuiltin read_csv param detach backward zero_grad clear_tape
 syn keyword hoduBuiltin is_grad_enabled memory_stats getattr setattr hasattr
