@@ -14,9 +14,7 @@
  * distributed as k draws without replacement); weight 0 is a key of
  * -inf, never among the k when the row has k positive weights. */
 #include "builtins_tensor.h"
-#include "compiled.h"
 #include "hd_backend.h"
-#include "hd_trace.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -57,26 +55,10 @@ static hd_status multi_values(hd_ctx *ctx, void *ud, hd_tensor *const *args, int
     return st;
 }
 
-static void *multi_dup(void *ud) {
-    return ud;
-}
-
-static void multi_free(hd_ctx *ctx, void *ud) {
-    HD_UNUSED(ctx), HD_UNUSED(ud);
-}
-
 /* now when p's values are known, else as a step of the compiled code */
 static hd_status multi_check(hd_vm *vm, hd_tensor *p, int64_t k, int repl) {
-    hd_ctx *ctx = hd_vm_ctx(vm);
     void *ud = (void *)(uintptr_t)(((uint64_t)k << 1) | (uint64_t)repl);
-    hd_status st;
-    if (hd_compiled_data_known(vm, p)) {
-        st = multi_values(ctx, ud, &p, 1);
-    } else {
-        hd_ir_callback cb = {"multinomial check", multi_values, ud, multi_dup, multi_free};
-        st = hd_trace_callback(ctx, &cb, &p, 1);
-    }
-    return st ? hd_tfail(vm, "multinomial") : HD_OK;
+    return hd_tcheck_values(vm, "multinomial", "multinomial check", p, multi_values, ud);
 }
 
 typedef struct multi_run {

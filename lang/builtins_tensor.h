@@ -132,6 +132,12 @@ hd_status hd_tensor_from_value(hd_vm *vm, hd_value data, int dt, hd_dtype float_
  * reader). */
 hd_status hd_tensor_need_data(hd_vm *vm, const hd_tensor *t, const char *what);
 
+/* check(ctx, ud, &t, 1) on t's values: now when they are known, else as a
+ * step of the compiled code (named step) at every call; ud is kept as it
+ * is (a value, not owned). Errors name fname. */
+hd_status hd_tcheck_values(hd_vm *vm, const char *fname, const char *step, hd_tensor *t,
+                           hd_status (*check)(hd_ctx *, void *, hd_tensor *const *, int), void *ud);
+
 /* A 0-d or one-element tensor's value as a number of its kind. */
 hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out);
 hd_status hd_tensor_tolist(hd_vm *vm, const hd_tensor *t, hd_value *out);

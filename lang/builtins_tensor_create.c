@@ -205,25 +205,30 @@ static hd_status rnd_probs_values(hd_ctx *ctx, void *ud, hd_tensor *const *args,
     return st;
 }
 
-static void *rnd_probs_dup(void *ud) {
+static void *rnd_check_dup(void *ud) {
     return ud;
 }
 
-static void rnd_probs_free(hd_ctx *ctx, void *ud) {
+static void rnd_check_free(hd_ctx *ctx, void *ud) {
     HD_UNUSED(ctx), HD_UNUSED(ud);
 }
 
-static hd_status rnd_check_probs(hd_vm *vm, hd_tensor *p) {
+hd_status hd_tcheck_values(hd_vm *vm, const char *fname, const char *step, hd_tensor *t,
+                           hd_status (*check)(hd_ctx *, void *, hd_tensor *const *, int),
+                           void *ud) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_status st;
-    if (hd_compiled_data_known(vm, p)) {
-        st = rnd_probs_values(ctx, NULL, &p, 1);
+    if (hd_compiled_data_known(vm, t)) {
+        st = check(ctx, ud, &t, 1);
     } else {
-        hd_ir_callback cb = {"bernoulli check", rnd_probs_values, NULL, rnd_probs_dup,
-                             rnd_probs_free};
-        st = hd_trace_callback(ctx, &cb, &p, 1);
+        hd_ir_callback cb = {step, check, ud, rnd_check_dup, rnd_check_free};
+        st = hd_trace_callback(ctx, &cb, &t, 1);
     }
-    return st ? hd_tfail(vm, "bernoulli") : HD_OK;
+    return st ? hd_tfail(vm, fname) : HD_OK;
+}
+
+static hd_status rnd_check_probs(hd_vm *vm, hd_tensor *p) {
+    return hd_tcheck_values(vm, "bernoulli", "bernoulli check", p, rnd_probs_values, NULL);
 }
 
 /* x op y through the op table (y NULL: a unary op); takes x. */
