@@ -23,6 +23,9 @@ dir=${HODU_FUZZ_DIR:-build-fuzz}
 src=tests/fuzz
 # undefined behaviour stops the run, so that libFuzzer keeps the input
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+# LLVM <= 16's __tls_get_addr interceptor can crash LeakSanitizer's tracer
+# at exit (see scripts/test.sh)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
 
 if [ ! -f "$dir/CMakeCache.txt" ]; then
     CC=${HODU_FUZZ_CC:-clang} cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
