@@ -44,11 +44,15 @@ static hd_status func_too_many(hd_vm *vm, const char *what, int nargs) {
 
 /* The message for a refused higher-order use; what names the transform. */
 static hd_status func_higher_order(hd_vm *vm, const char *what, const char *which) {
+    int g = strcmp(what, "grad") == 0;
     return hd_vm_error(vm, HD_ERR_RUNTIME,
-                       "%s: %s requires grad where %s is called, and a gradient of the result "
-                       "would be wanted there: gradients of gradients are not supported (call "
-                       "it under no_grad { }, or pass detached tensors)",
-                       what, which, what);
+                       "%s: %s requires grad where %s is called, so a gradient of the result "
+                       "would be wanted there, %s (call it under no_grad { }, or pass detached "
+                       "tensors)",
+                       what, which, what,
+                       g ? "which grad gives only through its arguments (pass the tensor as an "
+                           "argument: argnums says which ones are differentiated)"
+                         : "and only grad's results can be differentiated again");
 }
 
 /* args with the differentiated ones (diff[i] set) replaced by detached
@@ -79,27 +83,59 @@ static hd_status func_inputs(hd_vm *vm, const char *what, const hd_value *args, 
     return HD_OK;
 }
 
-/* Before the function's own context: a differentiated argument that
- * requires grad where the transform is called, with recording on. */
+/* The index of a differentiated argument (any, where diff is NULL) that
+ * requires grad where the transform is called, with recording on; -1:
+ * none. */
+static int func_tracks_args(hd_vm *vm, const hd_value *args, int nargs, const unsigned char *diff) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (!hd_grad_is_enabled(ctx)) return -1;
+    for (int i = 0; i < nargs; i++)
+        if ((!diff || diff[i]) && args[i].type == HD_V_TENSOR &&
+            hd_grad_requires(ctx, args[i].as.t))
+            return i;
+    return -1;
+}
+
+/* Before the function's own context: refused where func_tracks_args finds
+ * an argument. */
 static hd_status func_check_args(hd_vm *vm, const char *what, const hd_value *args, int nargs,
                                  const unsigned char *diff) {
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    if (!hd_grad_is_enabled(ctx)) return HD_OK;
-    for (int i = 0; i < nargs; i++) {
-        if (!diff[i] || args[i].type != HD_V_TENSOR || !hd_grad_requires(ctx, args[i].as.t))
-            continue;
-        char which[32];
-        snprintf(which, sizeof which, "argument %d", i + 1);
-        return func_higher_order(vm, what, which);
-    }
-    return HD_OK;
+    int i = func_tracks_args(vm, args, nargs, diff);
+    if (i < 0) return HD_OK;
+    char which[32];
+    snprintf(which, sizeof which, "argument %d", i + 1);
+    return func_higher_order(vm, what, which);
 }
 
 static void func_unref_all(hd_vm *vm, hd_value *v, int n) {
     for (int i = 0; i < n; i++) hd_value_unref(vm, v[i]);
 }
 
-/* f(*in) with the current context watched for reads of tensors the
+/* Compiled code runs as plain code until func_eager_pop (which gets what
+ * this returns). */
+static int func_eager_push(hd_vm *vm) {
+    int was = vm->compile_none | vm->compile_all << 1;
+    vm->compile_none = 1, vm->compile_all = 0;
+    return was;
+}
+
+static void func_eager_pop(hd_vm *vm, int was) {
+    vm->compile_none = was & 1, vm->compile_all = was >> 1 & 1;
+}
+
+/* f(*in), which must return a tensor. */
+static hd_status func_call_plain(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
+                                 const hd_kwarg *kw, int nkw, hd_value *y) {
+    hd_status st = hd_vm_call(vm, f, in, nin, kw, nkw, y);
+    if (st || y->type == HD_V_TENSOR) return st;
+    st = hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the function returned %s, not a tensor", what,
+                     hd_value_type_name(*y));
+    hd_value_unref(vm, *y);
+    *y = hd_none();
+    return st;
+}
+
+/* f(*in) in the transform's own context, watched for reads of tensors the
  * enclosing one tracks. */
 static hd_status func_call(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
                            hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw, int outer_on,
@@ -108,22 +144,12 @@ static hd_status func_call(hd_vm *vm, const char *what, hd_value f, hd_value *in
     for (int i = 0; i < nx; i++)
         if (hd_grad_set_requires(ctx, xs[i], 1)) return hd_vm_from_ctx(vm, HD_OK);
     ctx->grad_scope->watch_outer = outer_on;
-    hd_status st = hd_vm_call(vm, f, in, nin, kw, nkw, y);
+    hd_status st = func_call_plain(vm, what, f, in, nin, kw, nkw, y);
     ctx->grad_scope->watch_outer = 0;
-    if (st) return st;
-    if (ctx->grad_scope->read_outer) {
-        hd_value_unref(vm, *y);
-        *y = hd_none();
-        return func_higher_order(vm, what, "a tensor the function reads");
-    }
-    if (y->type != HD_V_TENSOR) {
-        hd_status e = hd_vm_error(vm, HD_ERR_RUNTIME, "%s: the function returned %s, not a tensor",
-                                  what, hd_value_type_name(*y));
-        hd_value_unref(vm, *y);
-        *y = hd_none();
-        return e;
-    }
-    return HD_OK;
+    if (st || !ctx->grad_scope->read_outer) return st;
+    hd_value_unref(vm, *y);
+    *y = hd_none();
+    return func_higher_order(vm, what, "a tensor the function reads");
 }
 
 /* zeros of dtype dt and the shape given, on like's device (NULL: out of
@@ -186,6 +212,91 @@ static int grad_positions(hd_vm *vm, hd_value argnums, int nargs, unsigned char 
     return 1;
 }
 
+/* The result of grad: xs' gradients (none where absent: zeros), as a list
+ * when argnums is one. g[] is consumed. */
+static hd_status grad_result(hd_vm *vm, hd_value argnums, hd_tensor **xs, hd_tensor **g, int nx,
+                             hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_status st = HD_OK;
+    for (int i = 0; i < nx && !st; i++)
+        if (!g[i] && !(g[i] = func_zeros(ctx, xs[i], xs[i]->dtype, xs[i]->shape, xs[i]->ndim)))
+            st = hd_vm_from_ctx(vm, HD_OK);
+    hd_value r = argnums.type == HD_V_LIST && !st ? hd_list_new(vm, nx) : hd_none();
+    if (argnums.type == HD_V_LIST && !st && r.type != HD_V_LIST) st = hd_vm_oom(vm);
+    for (int i = 0; i < nx; i++) {
+        hd_value v = g[i] ? hd_tensor_value(g[i]) : hd_none();
+        if (st || argnums.type != HD_V_LIST) {
+            if (!st && i == 0)
+                r = v;
+            else
+                hd_value_unref(vm, v);
+        } else if (hd_list_push(vm, r, v)) {
+            st = hd_vm_oom(vm);
+        }
+    }
+    if (st) {
+        hd_value_unref(vm, r);
+        return st;
+    }
+    *out = r;
+    return HD_OK;
+}
+
+/* The differentiated arguments of a nested grad: a recorded copy of one
+ * the current context tracks (its gradient flows on to that tensor), a
+ * detached tensor that requires grad here for any other. */
+static hd_status grad_nested_inputs(hd_vm *vm, const hd_value *args, int nargs,
+                                    const unsigned char *diff, hd_value *in, hd_tensor **xs) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_status st = func_inputs(vm, "grad", args, nargs, diff, in, xs);
+    for (int i = 0, k = 0; i < nargs && !st; i++) {
+        if (!diff[i]) continue;
+        hd_tensor *x = xs[k], *c = NULL;
+        if (!hd_grad_requires(ctx, args[i].as.t)) {
+            if (hd_grad_set_requires(ctx, x, 1)) st = hd_vm_from_ctx(vm, HD_OK);
+        } else if (hd_op_run(ctx, HD_OP_COPY, &args[i].as.t, 1, NULL, &c)) {
+            st = hd_vm_from_ctx(vm, HD_OK);
+        } else {
+            hd_value_unref(vm, in[i]);
+            in[i] = hd_tensor_value(c);
+            xs[k] = c;
+        }
+        k++;
+    }
+    return st;
+}
+
+/* grad(f)(x) where an argument requires grad where it is called (grad of
+ * grad, or a gradient of the result wanted there): f runs
+ * in the current context, on the inputs grad_nested_inputs makes, and its
+ * gradient is taken with create_graph, so the result has records here and
+ * can be differentiated again. No .grad changes. */
+static hd_status grad_run_nested(hd_vm *vm, hd_value f, hd_value argnums, const unsigned char *diff,
+                                 const hd_value *args, int nargs, const hd_kwarg *kw, int nkw,
+                                 hd_value *out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_value in[nargs + 1], y = hd_none();
+    hd_tensor *xs[nargs + 1], *g[nargs + 1];
+    int nx = 0;
+    for (int i = 0; i < nargs; i++) nx += diff[i];
+    hd_status st = grad_nested_inputs(vm, args, nargs, diff, in, xs);
+    int was = func_eager_push(vm); /* as func_call_twice */
+    if (!st) st = func_call_plain(vm, "grad", f, in, nargs, kw, nkw, &y);
+    func_eager_pop(vm, was);
+    if (!st && y.as.t->numel != 1)
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "grad: the function must return one number (a tensor of one element), "
+                         "got %lld elements; use vjp for other outputs",
+                         (long long)y.as.t->numel);
+    for (int i = 0; i < nx; i++) g[i] = NULL;
+    if (!st && hd_grad_requires(ctx, y.as.t) && hd_grad_partial(ctx, y.as.t, xs, nx, g, 1))
+        st = hd_vm_from_ctx(vm, HD_OK);
+    if (!st) st = grad_result(vm, argnums, xs, g, nx, out);
+    hd_value_unref(vm, y);
+    func_unref_all(vm, in, nargs);
+    return st;
+}
+
 /* One evaluation of the function grad made: self is [f, argnums]. */
 static hd_status grad_run(hd_vm *vm, hd_value f, hd_value argnums, const hd_value *args, int nargs,
                           const hd_kwarg *kw, int nkw, hd_value *out) {
@@ -196,7 +307,8 @@ static hd_status grad_run(hd_vm *vm, hd_value f, hd_value argnums, const hd_valu
     int nx = 0, outer_on = hd_grad_is_enabled(ctx);
     if (!grad_positions(vm, argnums, nargs, diff)) return HD_ERR_RUNTIME;
     for (int i = 0; i < nargs; i++) nx += diff[i];
-    if (func_check_args(vm, "grad", args, nargs, diff)) return HD_ERR_RUNTIME;
+    if (func_tracks_args(vm, args, nargs, NULL) >= 0)
+        return grad_run_nested(vm, f, argnums, diff, args, nargs, kw, nkw, out);
     if (hd_grad_context_push(ctx)) return hd_vm_from_ctx(vm, HD_OK);
     hd_value y = hd_none();
     hd_status st = func_inputs(vm, "grad", args, nargs, diff, in, xs);
@@ -207,25 +319,17 @@ static hd_status grad_run(hd_vm *vm, hd_value f, hd_value argnums, const hd_valu
                          "got %lld elements; use vjp for other outputs",
                          (long long)y.as.t->numel);
     if (!st) st = func_backward(vm, y.as.t, NULL, 0);
-    hd_value r = hd_none();
-    if (!st && argnums.type == HD_V_LIST) {
-        r = hd_list_new(vm, nx);
-        for (int i = 0; i < nx && r.type == HD_V_LIST && !st; i++) {
-            hd_value g = func_grad_of(vm, xs[i]);
-            st = g.type == HD_V_ERR ? hd_vm_from_ctx(vm, HD_OK) : hd_list_push(vm, r, g);
-        }
-        if (r.type != HD_V_LIST) st = hd_vm_oom(vm);
-    } else if (!st) {
-        r = func_grad_of(vm, xs[0]);
-        if (r.type == HD_V_ERR) st = hd_vm_from_ctx(vm, HD_OK);
+    hd_tensor *g[nargs + 1];
+    for (int i = 0; i < nx && !st; i++) {
+        g[i] = hd_grad_get(xs[i]);
+        if (g[i]) hd_tensor_ref(g[i]);
     }
+    hd_value r = hd_none();
+    if (!st) st = grad_result(vm, argnums, xs, g, nx, &r);
     hd_value_unref(vm, y);
     func_unref_all(vm, in, nargs);
     hd_grad_context_pop(ctx);
-    if (st) {
-        if (r.type != HD_V_ERR) hd_value_unref(vm, r);
-        return st;
-    }
+    if (st) return st;
     *out = r;
     return HD_OK;
 }
@@ -479,10 +583,9 @@ static hd_status func_pair(hd_vm *vm, hd_tensor **parts, hd_value *out) {
 static hd_status func_call_twice(hd_vm *vm, const char *what, hd_value f, hd_value *in, int nin,
                                  hd_tensor **xs, int nx, const hd_kwarg *kw, int nkw, int outer_on,
                                  hd_value *y) {
-    int none = vm->compile_none, all = vm->compile_all;
-    vm->compile_none = 1, vm->compile_all = 0;
+    int was = func_eager_push(vm);
     hd_status st = func_call(vm, what, f, in, nin, xs, nx, kw, nkw, outer_on, y);
-    vm->compile_none = none, vm->compile_all = all;
+    func_eager_pop(vm, was);
     return st;
 }
 

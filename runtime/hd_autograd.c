@@ -603,7 +603,29 @@ typedef struct {
     int create;         /* create_graph: rules are recorded, saved tensors attached */
     hd_grad_vec nodes;  /* every record reached, pinned */
     hd_grad_vec leaves; /* leaves that received a gradient, referenced */
+    /* hd_grad_partial: the gradients of these n_only tensors alone, summed
+     * in got[]; no .grad changes, and a record that made one of them is
+     * not followed further */
+    hd_tensor *const *only;
+    hd_tensor **got;
+    int n_only;
 } hd_grad_pass;
+
+/* Which of the tensors asked for t is (a leaf), or whose record n is; -1:
+ * none. */
+static int pass_only_leaf(const hd_grad_pass *p, const hd_tensor *t) {
+    for (int k = 0; k < p->n_only; k++)
+        if (p->only[k] == t) return k;
+    return -1;
+}
+
+static int pass_only_node(const hd_grad_pass *p, const hd_grad_node *n) {
+    for (int k = 0; k < p->n_only; k++) {
+        const hd_grad_info *gi = p->only[k]->grad_info;
+        if (gi && gi->node == n) return k;
+    }
+    return -1;
+}
 
 static hd_tensor *run1(hd_ctx *ctx, hd_op op, hd_tensor *a, const hd_attrs *attrs) {
     hd_tensor *out = NULL;
@@ -699,6 +721,14 @@ static hd_status accumulate(hd_ctx *ctx, hd_tensor **acc, hd_tensor *g) {
 
 static hd_status leaf_accumulate(hd_grad_pass *p, hd_tensor *leaf, hd_tensor *g) {
     hd_grad_info *gi = leaf->grad_info;
+    if (p->only) {
+        int k = pass_only_leaf(p, leaf);
+        if (k < 0) {
+            hd_tensor_unref(g);
+            return HD_OK;
+        }
+        return accumulate(p->ctx, &p->got[k], g);
+    }
     if (gi->epoch != p->epoch) {
         if (vec_push(p->ctx, &p->leaves, leaf)) {
             hd_tensor_unref(g);
@@ -889,7 +919,11 @@ static hd_status propagate(hd_grad_pass *p, hd_grad_node *root) {
     hd_status st = vec_push(p->ctx, &ready, root);
     while (!st && ready.n) {
         hd_grad_node *n = ready.p[--ready.n];
-        if (n->grad) st = node_backward(p, n);
+        int k = p->only && n->grad ? pass_only_node(p, n) : -1;
+        if (k >= 0)
+            st = accumulate(p->ctx, &p->got[k], hd_tensor_ref(n->grad));
+        else if (n->grad)
+            st = node_backward(p, n);
         hd_tensor_unref(n->grad);
         n->grad = NULL;
         if (!p->retain) /* saved tensors are not needed again: free them early */
@@ -1011,6 +1045,7 @@ static hd_status make_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_ten
 
 static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed) {
     hd_grad_info *gi = loss->grad_info;
+    if (!gi->node && p->only) return leaf_accumulate(p, loss, hd_tensor_ref(seed));
     if (!gi->node) {
         if (vec_push(p->ctx, &p->leaves, loss)) return p->ctx->status;
         hd_tensor_ref(loss);
@@ -1023,16 +1058,17 @@ static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed)
         gi->node->grad = hd_tensor_ref(seed);
         st = propagate(p, gi->node);
     }
-    return st ? st : commit(p);
+    return st || p->only ? st : commit(p);
 }
 
 static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph,
-                               int create) {
+                               int create, hd_grad_pass *only) {
     if (check_root(ctx, loss)) return ctx->status;
     if (create && ctx->trace)
         return hd_error(ctx, HD_ERR_RUNTIME,
-                        "backward(create_graph = true) is not supported inside compiled code "
-                        "(take higher-order gradients in eager code)");
+                        "higher-order gradients (backward(create_graph = true), grad of grad, "
+                        "hessian, jvp) are not supported inside compiled code (take them in "
+                        "eager code)");
     /* inside compiled code backward becomes graph nodes: its records must
      * be the trace's own (eager ones would be used up by the trace) */
     if (ctx->trace && loss->storage)
@@ -1050,6 +1086,7 @@ static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, in
     if (!st) {
         hd_grad_pass p;
         memset(&p, 0, sizeof p);
+        if (only) p = *only;
         p.ctx = ctx;
         p.epoch = ++ctx->grad_ids;
         p.retain = retain_graph || create;
@@ -1065,11 +1102,28 @@ static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, in
 }
 
 hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph) {
-    return backward_pass(ctx, loss, grad, retain_graph, 0);
+    return backward_pass(ctx, loss, grad, retain_graph, 0, NULL);
 }
 
 hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad) {
-    return backward_pass(ctx, loss, grad, 1, 1);
+    return backward_pass(ctx, loss, grad, 1, 1, NULL);
+}
+
+hd_status hd_grad_partial(hd_ctx *ctx, hd_tensor *loss, hd_tensor *const *xs, int n, hd_tensor **gs,
+                          int create) {
+    hd_grad_pass only;
+    memset(&only, 0, sizeof only);
+    only.only = xs;
+    only.got = gs;
+    only.n_only = n;
+    for (int k = 0; k < n; k++) gs[k] = NULL;
+    hd_status st = backward_pass(ctx, loss, NULL, 1, create, &only);
+    if (st)
+        for (int k = 0; k < n; k++) {
+            hd_tensor_unref(gs[k]);
+            gs[k] = NULL;
+        }
+    return st;
 }
 
 /* ---- a traced loop rolled with its gradient ---- */

@@ -58,6 +58,14 @@ hd_status hd_grad_backward(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int re
  * inside compiled code, and where a rule uses a backward kernel without a
  * gradient (the error names it). */
 hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad);
+/* The gradients of a one-element loss with respect to xs[0..n) (leaves or
+ * results of records of the current context), as torch.autograd.grad
+ * gives them: new references in gs[] (NULL where the loss does not depend
+ * on one), no .grad changes, and the graph is kept. A record that made one
+ * of xs is not followed past it. With create, the gradients have records
+ * of their own (as hd_grad_backward_create's). */
+hd_status hd_grad_partial(hd_ctx *ctx, hd_tensor *loss, hd_tensor *const *xs, int n, hd_tensor **gs,
+                          int create);
 
 /* x.detach(): a new view sharing x's storage, with no record and
  * requires_grad false. NULL with an error on allocation failure. */

@@ -124,6 +124,45 @@ static void test_grad_arg(hd_ctx *ctx) {
     unref_all((hd_tensor *[]){s, c}, 2);
 }
 
+static int tensor_is(const hd_tensor *g, int n, const double *want) {
+    if (!g || g->numel != n) return 0;
+    for (int i = 0; i < n; i++)
+        if (!hd_test_close(hd_tensor_get(g, i), want[i], 1e-12, 1e-12)) return 0;
+    return 1;
+}
+
+/* hd_grad_partial: gradients for some tensors only (a leaf and a record's
+ * result), no .grad changed, the graph kept; with create, the gradient
+ * has records and differentiates again */
+static void test_partial(hd_ctx *ctx) {
+    hd_tensor *w = param(ctx, vec(ctx, HD_F64, 2, (double[]){2, 3}));
+    hd_tensor *v = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, -1}));
+    hd_tensor *u = scale(ctx, w, 2); /* u = 2w */
+    hd_tensor *uv = op2(ctx, HD_OP_MUL, u, v), *uvu = op2(ctx, HD_OP_MUL, uv, u);
+    hd_tensor *l = sum(ctx, uvu); /* l = sum(u^2 v) */
+    unref_all((hd_tensor *[]){uv, uvu}, 2);
+    hd_tensor *g[2];
+    CHECK(hd_grad_partial(ctx, l, (hd_tensor *[]){u, v}, 2, g, 0) == HD_OK);
+    CHECK(tensor_is(g[0], 2, (double[]){8, -12}) && tensor_is(g[1], 2, (double[]){16, 36}));
+    CHECK(hd_grad_get(w) == NULL && hd_grad_get(v) == NULL);
+    CHECK(!hd_grad_requires(ctx, g[0]));
+    unref_all(g, 2);
+    /* the graph was kept: a backward through it still runs */
+    CHECK(backward(ctx, l) == HD_OK && grad_is(w, 2, (double[]){16, -24}));
+    hd_grad_zero(ctx, &w, 1);
+    unref_all((hd_tensor *[]){u, l}, 2);
+    /* create: d/dw sum(d/dw sum(w^3)) = 6w; a tensor the loss skips: NULL */
+    hd_tensor *w2 = op2(ctx, HD_OP_MUL, w, w), *w3 = op2(ctx, HD_OP_MUL, w2, w);
+    hd_tensor *c = sum(ctx, w3);
+    unref_all((hd_tensor *[]){w2, w3}, 2);
+    CHECK(hd_grad_partial(ctx, c, (hd_tensor *[]){w, v}, 2, g, 1) == HD_OK);
+    CHECK(tensor_is(g[0], 2, (double[]){12, 27}) && g[1] == NULL && hd_grad_get(w) == NULL);
+    CHECK(hd_grad_requires(ctx, g[0]));
+    hd_tensor *s = sum(ctx, g[0]);
+    CHECK(backward(ctx, s) == HD_OK && grad_is(w, 2, (double[]){12, 18}));
+    unref_all((hd_tensor *[]){g[0], s, c, w, v}, 5);
+}
+
 /* diamond graphs: a value used twice */
 static void test_shared(hd_ctx *ctx) {
     hd_tensor *w = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, -2}));
@@ -690,6 +729,7 @@ int main(void) {
     ctx.nthreads = 1;
     test_accumulate(&ctx);
     test_grad_arg(&ctx);
+    test_partial(&ctx);
     test_shared(&ctx);
     test_views(&ctx);
     test_no_grad_detach(&ctx);
