@@ -33,6 +33,11 @@ hd_tensor *hd_gx_num(hd_gx *x, double v);
 hd_tensor *hd_gx_reshape(hd_gx *x, hd_tensor *a, const int64_t *shape, int nd);
 hd_tensor *hd_gx_transpose(hd_gx *x, hd_tensor *a);
 
+/* layer_norm's gradient written with table ops (hd_grad_second.c): what
+ * its rule runs when the graph is kept */
+void hd_grad_layer_norm_create(hd_gx *x, const hd_grad_node *n, hd_tensor *g,
+                               const unsigned char *need, hd_tensor **gin);
+
 /* the formulas' vocabulary: ops through hd_gx_run */
 static inline hd_attrs no_attrs(void) {
     hd_attrs a;

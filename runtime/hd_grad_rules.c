@@ -793,6 +793,10 @@ RULE(dropout, 0) {
 /* fused: dx = rstd (gw - mean(gw) - xhat mean(gw xhat)) with gw = g w, and
  * dw = sum over rows of g xhat; db = g, summed over rows by backward */
 RULE(layer_norm, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    if (x->ctx->grad_create) {
+        hd_grad_layer_norm_create(x, n, g, need, gin);
+        return;
+    }
     hd_attrs at = n->attrs;
     if (need[0]) {
         hd_tensor *in[3] = {IN(0), g, n->nin == 3 ? IN(1) : NULL};

@@ -1,8 +1,10 @@
-/* Gradient rules of the backward kernels that softmax, log_softmax,
- * cross_entropy and gelu use (hd_ops.def, HD_KIND_GRAD), so that a
- * backward(create_graph = true) through them can be differentiated again:
- * second derivatives, hessian and jvp of classifiers. Each kernel is
- * linear in its incoming gradient g; the formulas are derived here. */
+/* Gradient rules of the backward kernels (hd_ops.def, HD_KIND_GRAD) that
+ * softmax, log_softmax, cross_entropy, gelu, conv2d, avg_pool2d, dropout
+ * and index_select use, so that a backward(create_graph = true) through
+ * them can be differentiated again: second derivatives, grad of grad,
+ * hessian and jvp. Each kernel is linear in its incoming gradient g; the
+ * formulas are derived here. layer_norm's rule writes its gradient with
+ * table ops instead when the graph is kept (hd_grad_layer_norm_create). */
 #include "hd_grad_rule.h"
 
 #include <math.h>
@@ -86,4 +88,101 @@ RULE(cross_entropy_bwd, SAVE_X | HD_GRAD_SAVE_IN(1) | HD_GRAD_SAVE_IN(2)) {
         hd_tensor *sb = hd_gx_run(x, HD_OP_SOFTMAX_BWD, in, 2, &at);
         gin[0] = hd_gx_out(x, mul(x, mul(x, sb, g0), scale));
     }
+}
+
+/* ---- kernels that are the adjoints of linear maps ---- */
+
+/* a record's attrs without the shape its backward kernel carries */
+static hd_attrs attrs_no_shape(const hd_grad_node *n) {
+    hd_attrs at = n->attrs;
+    at.nshape = 0;
+    memset(at.shape, 0, sizeof at.shape);
+    return at;
+}
+
+static hd_attrs attrs_shape_of(const hd_grad_node *n, int i) {
+    hd_attrs at = n->attrs;
+    at.nshape = n->edges[i].ndim;
+    memcpy(at.shape, n->edges[i].shape, sizeof at.shape);
+    return at;
+}
+
+static hd_tensor *run_pair(hd_gx *x, hd_op op, hd_tensor *a, hd_tensor *b, const hd_attrs *at) {
+    hd_tensor *in[2] = {a, b};
+    return hd_gx_run(x, op, in, 2, at);
+}
+
+/* out = conv2d_bwd_input(k, w), the gradient of sum(k conv2d(x, w)) in
+ * x: with h the incoming gradient (x's shape), sum(h out) =
+ * sum(k conv2d(h, w)), so d/dk = conv2d(h, w) and d/dw =
+ * conv2d_bwd_weight(h, k) */
+RULE(conv2d_bwd_input, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_attrs fw = attrs_no_shape(n), at = attrs_shape_of(n, 1);
+    if (need[0]) gin[0] = hd_gx_out(x, run_pair(x, HD_OP_CONV2D, g, IN(1), &fw));
+    if (need[1]) gin[1] = hd_gx_out(x, run_pair(x, HD_OP_CONV2D_BWD_WEIGHT, g, IN(0), &at));
+}
+
+/* out = conv2d_bwd_weight(x, k), the gradient of sum(k conv2d(x, w)) in
+ * w: with h the incoming gradient (w's shape), sum(h out) =
+ * sum(k conv2d(x, h)), so d/dk = conv2d(x, h) and d/dx =
+ * conv2d_bwd_input(k, h) */
+RULE(conv2d_bwd_weight, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_attrs fw = attrs_no_shape(n), at = attrs_shape_of(n, 0);
+    if (need[1]) gin[1] = hd_gx_out(x, run_pair(x, HD_OP_CONV2D, IN(0), g, &fw));
+    if (need[0]) gin[0] = hd_gx_out(x, run_pair(x, HD_OP_CONV2D_BWD_INPUT, IN(1), g, &at));
+}
+
+/* out = P^T k for the averaging map P: d/dk = P h = avg_pool2d(h) */
+RULE(avg_pool2d_bwd, 0) {
+    UNUSED_RULE_ARGS();
+    hd_attrs fw = attrs_no_shape(n);
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_AVG_POOL2D, &g, 1, &fw));
+}
+
+/* out = k m / (1 - p) for the forward's mask m: its own adjoint */
+RULE(dropout_bwd, 0) {
+    UNUSED_RULE_ARGS();
+    gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_DROPOUT_BWD, &g, 1, &n->attrs));
+}
+
+/* out = zeros with k added at rows idx: d/dk = index_select(h, idx) */
+RULE(index_add, HD_GRAD_SAVE_IN(1)) {
+    UNUSED_RULE_ARGS();
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    gin[0] = hd_gx_out(x, run_pair(x, HD_OP_INDEX_SELECT, g, IN(1), &at));
+}
+
+/* ---- layer_norm with the graph kept ---- */
+
+/* mean over the last k dims of t, kept as size 1 */
+static hd_tensor *ln_mean(hd_gx *x, hd_tensor *t, int nd, int k) {
+    if (!t) return NULL;
+    hd_attrs at = no_attrs();
+    at.naxes = k;
+    for (int i = 0; i < k; i++) at.axes[i] = nd - k + i;
+    at.keepdim = 1;
+    return hd_gx_run(x, HD_OP_MEAN, &t, 1, &at);
+}
+
+/* layer_norm's gradient as table ops, so that it has a gradient itself:
+ * xhat = (x - mean) rstd with rstd = (var + eps)^-1/2, gw = g w (or g),
+ * dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), dw = g xhat and db = g
+ * (summed over the rows by backward). */
+void hd_grad_layer_norm_create(hd_gx *x, const hd_grad_node *n, hd_tensor *g,
+                               const unsigned char *need, hd_tensor **gin) {
+    hd_tensor *in = IN(0);
+    int nd = n->edges[0].ndim, k = (int)n->attrs.ints[0];
+    hd_tensor *d = sub(x, in, ln_mean(x, in, nd, k));
+    hd_tensor *var = ln_mean(x, mul(x, d, d), nd, k);
+    hd_tensor *rstd = un(x, HD_OP_RSQRT, add(x, var, hd_gx_num(x, n->attrs.scalar[0])));
+    hd_tensor *xhat = mul(x, d, rstd);
+    if (need[0]) {
+        hd_tensor *gw = n->nin == 3 ? mul(x, g, IN(1)) : g;
+        hd_tensor *c =
+            add(x, ln_mean(x, gw, nd, k), mul(x, xhat, ln_mean(x, mul(x, gw, xhat), nd, k)));
+        gin[0] = hd_gx_out(x, mul(x, rstd, sub(x, gw, c)));
+    }
+    if (n->nin == 3 && need[1]) gin[1] = hd_gx_out(x, mul(x, g, xhat));
+    if (n->nin == 3 && need[2]) gin[2] = hd_gx_out(x, g);
 }

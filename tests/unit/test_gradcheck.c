@@ -396,6 +396,20 @@ SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; 
     a->ints[5] = 1)
 SET(drop_train, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(drop_eval, a->scalar[0] = 0.3; a->ints[0] = 0)
+SET(conv_a_in, conv_a(a); a->nshape = 4; a->shape[0] = 2; a->shape[1] = 4; a->shape[2] = 5;
+    a->shape[3] = 7)
+SET(conv_a_w, conv_a(a); a->nshape = 4; a->shape[0] = 6; a->shape[1] = 2; a->shape[2] = 3;
+    a->shape[3] = 3)
+SET(conv_s2_in, conv_s2(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2; a->shape[2] = 5;
+    a->shape[3] = 5)
+SET(conv_s2_w, conv_s2(a); a->nshape = 4; a->shape[0] = 3; a->shape[1] = 2; a->shape[2] = 3;
+    a->shape[3] = 3)
+SET(pool_2_in, pool_2(a); a->nshape = 4; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4;
+    a->shape[3] = 6)
+SET(pool_3s2p1_in, pool_3s2p1(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2;
+    a->shape[2] = 5; a->shape[3] = 5)
+SET(drop_bwd, a->scalar[0] = 0.3; a->ints[1] = 12345; a->ints[2] = 7)
+SET(index_add_5x3, a->ints[0] = 0; a->nshape = 2; a->shape[0] = 5; a->shape[1] = 3)
 SET(ln_1, a->ints[0] = 1)
 SET(ln_2, a->ints[0] = 2; a->scalar[0] = 1e-3)
 
@@ -647,6 +661,14 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_GELU_BWD, .in = {"n:4x3:t", "n:4x3"}},
     {.op = HD_OP_CROSS_ENTROPY_BWD, .in = {"n:4x5", "i5:4", "n:s"}},
     {.op = HD_OP_CROSS_ENTROPY_BWD, .in = {"n:5", "i5:s", "n:s"}},
+    {.op = HD_OP_CONV2D_BWD_INPUT, .in = {"n:2x6x5x2", "n:6x2x3x3"}, .set = conv_a_in},
+    {.op = HD_OP_CONV2D_BWD_INPUT, .in = {"n:1x3x3x3:t", "n:3x2x3x3"}, .set = conv_s2_in},
+    {.op = HD_OP_CONV2D_BWD_WEIGHT, .in = {"n:2x4x5x7", "n:2x6x5x2"}, .set = conv_a_w},
+    {.op = HD_OP_CONV2D_BWD_WEIGHT, .in = {"n:1x2x5x5:s", "n:1x3x3x3"}, .set = conv_s2_w},
+    {.op = HD_OP_AVG_POOL2D_BWD, .in = {"n:2x3x2x3"}, .set = pool_2_in},
+    {.op = HD_OP_AVG_POOL2D_BWD, .in = {"n:1x2x3x3:t"}, .set = pool_3s2p1_in},
+    {.op = HD_OP_DROPOUT_BWD, .in = {"n:4x5"}, .set = drop_bwd},
+    {.op = HD_OP_INDEX_ADD, .in = {"n:7x3", "i5:7"}, .set = index_add_5x3},
     /* linalg: well-conditioned matrices; the symmetric ones through
      * (x + x^T) / 2, the vectors through gauge-invariant functions */
     {.op = HD_OP_LINALG_INV, .in = {"n:4x4"}, .fill = fill_diag},
@@ -691,7 +713,7 @@ int main(void) {
     int twice = 0;
     for (int i = 0; i < NCASES; i++) twice += gc_gradgrad(&ctx, &gc_cases[i], i);
     printf("second derivatives checked in %d of %d cases\n", twice, NCASES);
-    CHECK_MSG(twice >= 110, "second derivatives in %d cases only", twice);
+    CHECK_MSG(twice >= 147, "second derivatives in %d cases only", twice);
     CHECK_MSG(ctx.mem_used == 0, "%zu bytes leaked", ctx.mem_used);
     TEST_END();
 }
