@@ -106,10 +106,14 @@ static hd_status la_slogdet(la_call *c, hd_value *out) {
     return la_result(c, parts, 2, out);
 }
 
-/* [Q, R], reduced: Q [m, k], R [k, n] */
+/* [Q, R]: reduced Q [m, k], R [k, n] (k = min(m, n)); complete (flag)
+ * Q [m, m], R [m, n] */
 static hd_status la_qr(la_call *c, hd_value *out) {
-    int64_t m = la_rows(c->a), n = la_cols(c->a), k = HD_MIN(m, n);
-    hd_tensor *p = la_run(c, HD_OP_LINALG_QR, &c->a, 1, NULL);
+    int64_t m = la_rows(c->a), n = la_cols(c->a), k = c->flag ? m : HD_MIN(m, n);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = c->flag;
+    hd_tensor *p = la_run(c, HD_OP_LINALG_QR, &c->a, 1, &at);
     hd_tensor *parts[2] = {p ? la_part(c, p, 0, m * k, (int64_t[]){m, k}, 2) : NULL,
                            p ? la_part(c, p, m * k, k * n, (int64_t[]){k, n}, 2) : NULL};
     hd_tensor_unref(p);

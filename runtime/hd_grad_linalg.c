@@ -144,6 +144,11 @@ RULE(linalg_qr, SAVE_Y) {
         refuse(x, "linalg.qr: the gradient needs at least as many rows as columns");
         return;
     }
+    if (n->attrs.ints[0] && m > c) {
+        refuse(x, "linalg.qr: mode \"complete\" has no gradient when there are more rows than "
+                  "columns (Q's last columns are not determined by A)");
+        return;
+    }
     int64_t qs[2] = {m, k}, rs[2] = {k, c};
     hd_tensor *q = part(x, OUT, 0, m * k, qs, 2), *r = part(x, OUT, m * k, k * c, rs, 2);
     hd_tensor *gq = part(x, g, 0, m * k, qs, 2), *gr = part(x, g, m * k, k * c, rs, 2);

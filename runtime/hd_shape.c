@@ -887,7 +887,7 @@ static hd_status linalg_input(hd_ctx *ctx, hd_op op, const hd_tensor *a, int squ
 static int64_t linalg_packed(hd_op op, int64_t m, int64_t n, int full) {
     int64_t k = HD_MIN(m, n);
     switch (op) {
-    case HD_OP_LINALG_QR: return m * k + k * n;
+    case HD_OP_LINALG_QR: return full ? m * m + m * n : m * k + k * n; /* complete */
     case HD_OP_LINALG_SVD: return full ? m * m + k + n * n : m * k + k + k * n;
     case HD_OP_LINALG_EIGH: return n + n * n;
     default: return 2; /* slogdet */

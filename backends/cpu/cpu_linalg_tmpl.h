@@ -142,25 +142,29 @@ static hd_status LA_FN(la_eigh)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a, 
 
 /* ---- qr, svd: on a column-major copy ---- */
 
+/* Q [m, qc] and R [qc, n]: qc = k (reduced) or m (complete: the
+ * reflectors make all of Q, R's rows past k are 0) */
 static hd_status LA_FN(la_qr)(la_job *j, const LA_FN(la_lapack) * L, const LA_T *x, LA_T *y) {
     int m = (int)j->m, n = (int)j->n, k = HD_MIN(m, n), info = 0, lwork = -1;
-    LA_T q = 0, q2 = 0, *c = LA_FN(la_scratch)(j, (int64_t)m * n);
+    int qc = j->full ? m : k;
+    LA_T q = 0, q2 = 0, *c = LA_FN(la_scratch)(j, (int64_t)m * HD_MAX(n, qc));
     LA_T *tau = LA_FN(la_scratch)(j, k);
     if (!c || !tau) return j->ctx->status;
     LA_FN(la_to_cols)(x, c, m, n);
     L->geqrf(&m, &n, c, &m, tau, &q, &lwork, &info);
-    L->orgqr(&m, &k, &k, c, &m, tau, &q2, &lwork, &info);
-    lwork = HD_MAX(LA_FN(la_lwork)(q, n), LA_FN(la_lwork)(q2, k));
+    L->orgqr(&m, &qc, &k, c, &m, tau, &q2, &lwork, &info);
+    lwork = HD_MAX(LA_FN(la_lwork)(q, n), LA_FN(la_lwork)(q2, qc));
     LA_T *work = LA_FN(la_scratch)(j, lwork);
     if (!work) return j->ctx->status;
     L->geqrf(&m, &n, c, &m, tau, work, &lwork, &info);
     if (info) return la_info(j, info);
-    LA_T *r = y + (int64_t)m * k;
-    for (int64_t i = 0; i < k; i++)
-        for (int64_t jj = 0; jj < n; jj++) r[i * n + jj] = jj >= i ? c[i + jj * m] : (LA_T)0;
-    L->orgqr(&m, &k, &k, c, &m, tau, work, &lwork, &info);
+    LA_T *r = y + (int64_t)m * qc;
+    for (int64_t i = 0; i < qc; i++)
+        for (int64_t jj = 0; jj < n; jj++)
+            r[i * n + jj] = jj >= i && i < k ? c[i + jj * m] : (LA_T)0;
+    L->orgqr(&m, &qc, &k, c, &m, tau, work, &lwork, &info);
     if (info) return la_info(j, info);
-    LA_FN(la_from_cols)(c, m, y, m, k);
+    LA_FN(la_from_cols)(c, m, y, m, qc);
     return HD_OK;
 }
 

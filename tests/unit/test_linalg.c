@@ -216,25 +216,27 @@ static double col_dot(hd_tensor *y, int64_t p, int64_t ld, int r, int j, int k) 
     return s;
 }
 
-static void check_qr(hd_ctx *ctx, hd_dtype dt, int m, int n) {
+/* Q [m, q] with orthonormal columns, R [q, n] upper triangular (rows past
+ * min(m, n) zero), QR = A; q = min(m, n), or m for the complete form */
+static void check_qr(hd_ctx *ctx, hd_dtype dt, int m, int n, int complete) {
     double a[NMAX * NMAX];
-    int k = m < n ? m : n;
+    int k = m < n ? m : n, q = complete ? m : k;
     for (int i = 0; i < m * n; i++) a[i] = uni();
     int64_t sa[2] = {m, n};
-    hd_tensor *ta = make(ctx, dt, a, sa, 2), *y = run1(ctx, HD_OP_LINALG_QR, ta, NULL, 0);
+    hd_tensor *ta = make(ctx, dt, a, sa, 2), *y = run1(ctx, HD_OP_LINALG_QR, ta, NULL, complete);
     double tol = tol_of(dt) * 10;
     if (y) {
-        CHECK(y->numel == (int64_t)m * k + (int64_t)k * n);
-        int64_t r0 = (int64_t)m * k;
-        for (int j = 0; j < k; j++)
-            for (int l = 0; l < k; l++) CHECK_CLOSE(col_dot(y, 0, k, m, j, l), j == l, tol, tol);
-        for (int i = 0; i < k; i++)
-            for (int j = 0; j < i; j++) CHECK(hd_tensor_get(y, r0 + i * n + j) == 0);
+        CHECK(y->numel == (int64_t)m * q + (int64_t)q * n);
+        int64_t r0 = (int64_t)m * q;
+        for (int j = 0; j < q; j++)
+            for (int l = 0; l < q; l++) CHECK_CLOSE(col_dot(y, 0, q, m, j, l), j == l, tol, tol);
+        for (int i = 0; i < q; i++)
+            for (int j = 0; j < (i < k ? i : n); j++) CHECK(hd_tensor_get(y, r0 + i * n + j) == 0);
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) {
                 double s = 0;
-                for (int p = 0; p < k; p++)
-                    s += hd_tensor_get(y, i * k + p) * hd_tensor_get(y, r0 + p * n + j);
+                for (int p = 0; p < q; p++)
+                    s += hd_tensor_get(y, i * q + p) * hd_tensor_get(y, r0 + p * n + j);
                 CHECK_CLOSE(s, a[i * n + j], tol, tol);
             }
     }
@@ -376,10 +378,13 @@ int main(void) {
         for (int n = 1; n <= NMAX; n += 3) {
             check_lu(&ctx, dts[d], n);
             check_symmetric(&ctx, dts[d], n);
-            check_qr(&ctx, dts[d], n, n);
+            check_qr(&ctx, dts[d], n, n, 0);
         }
-        check_qr(&ctx, dts[d], 6, 3);
-        check_qr(&ctx, dts[d], 3, 6);
+        check_qr(&ctx, dts[d], 6, 3, 0);
+        check_qr(&ctx, dts[d], 3, 6, 0);
+        check_qr(&ctx, dts[d], 6, 3, 1); /* complete: Q 6 x 6, R 6 x 3 */
+        check_qr(&ctx, dts[d], 3, 6, 1);
+        check_qr(&ctx, dts[d], 4, 4, 1);
         check_svd(&ctx, dts[d], 5, 3, 0);
         check_svd(&ctx, dts[d], 3, 5, 0);
         check_svd(&ctx, dts[d], 4, 4, 0);
