@@ -428,7 +428,7 @@ RULE(maxmin, SAVE_X | SAVE_Y) {
  * rest; with two or more, all are 0. */
 /* create_graph: the zero branches below are constants, so their second
  * derivative would be 0 where it is not (the product of the others
- * without the zero): refused where a zero is. */
+ * without the zero): refused where a zero is (prod's and cumprod's). */
 static void prod_zero_check(hd_gx *x, hd_tensor *is0) {
     hd_tensor *c = is0 ? cast(x, is0, HD_F64) : NULL;
     hd_tensor *any = c ? hd_gx_run(x, HD_OP_MAX, &c, 1, NULL) : NULL;
@@ -436,8 +436,9 @@ static void prod_zero_check(hd_gx *x, hd_tensor *is0) {
     if (any && !h) x->st = x->ctx->status;
     if (h && hd_tensor_get(h, 0) != 0 && !x->st)
         x->st = hd_error(x->ctx, HD_ERR_RUNTIME,
-                         "backward(create_graph = true): no second derivative of prod where "
-                         "an element is exactly 0");
+                         "backward(create_graph = true): no second derivative of %s where "
+                         "an element is exactly 0",
+                         hd_op_name(x->of));
     hd_tensor_unref(h);
 }
 
@@ -715,8 +716,24 @@ RULE(cumsum, 0) {
 }
 
 /* exact where x has zeros: no division by x (cpu_nn_tmpl.h, nn_cumprod_bwd) */
+/* With the graph kept, as table ops (a gradient of its own): the sum over
+ * j >= i of g_j y_j / x_i, refused where an x is 0 (as prod's). */
+static void cumprod_create(hd_gx *x, const hd_grad_node *n, hd_tensor *g, hd_tensor **gin) {
+    hd_tensor *a = IN(0);
+    prod_zero_check(x, bin(x, HD_OP_EQ, a, num(x, 0)));
+    hd_attrs at = no_attrs();
+    at.ints[0] = n->attrs.ints[0];
+    hd_tensor *y = hd_gx_run(x, HD_OP_CUMPROD, &a, 1, &at), *gy = mul(x, g, y);
+    at.ints[1] = 1; /* from the last element back */
+    gin[0] = hd_gx_out(x, divide(x, hd_gx_run(x, HD_OP_CUMSUM, &gy, 1, &at), a));
+}
+
 RULE(cumprod, SAVE_X) {
     UNUSED_RULE_ARGS();
+    if (x->ctx->grad_create) {
+        cumprod_create(x, n, g, gin);
+        return;
+    }
     hd_attrs at = no_attrs();
     at.ints[0] = n->attrs.ints[0];
     hd_tensor *in[2] = {IN(0), g};

@@ -406,8 +406,8 @@ SET(conv_s2_w, conv_s2(a); a->nshape = 4; a->shape[0] = 3; a->shape[1] = 2; a->s
     a->shape[3] = 3)
 SET(pool_2_in, pool_2(a); a->nshape = 4; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4;
     a->shape[3] = 6)
-SET(pool_3s2p1_in, pool_3s2p1(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2;
-    a->shape[2] = 5; a->shape[3] = 5)
+SET(pool_3s2p1_in, pool_3s2p1(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2; a->shape[2] = 5;
+    a->shape[3] = 5)
 SET(drop_bwd, a->scalar[0] = 0.3; a->ints[1] = 12345; a->ints[2] = 7)
 SET(index_add_5x3, a->ints[0] = 0; a->nshape = 2; a->shape[0] = 5; a->shape[1] = 3)
 SET(ln_1, a->ints[0] = 1)
