@@ -1,0 +1,592 @@
+/* The op tests driven by one table of op descriptions, in the way of
+ * PyTorch's OpInfo. Each row names an op of the table (elementwise,
+ * comparison, reduction), the dtypes it takes, its reference in double
+ * (written here, not taken from the kernels), the domain its inputs are
+ * drawn from and whether it has a gradient. For every row, dtype and
+ * sample (0-d, empty, 1-D, 2-D, 3-D, a transposed view, broadcasting
+ * pairs; reductions over all dims, each axis, kept or not) it checks:
+ *  - the eager cpu result against the reference;
+ *  - the same op traced and run by each compiler (interp, llvm) against
+ *    eager, twice (the second run reuses the buffers);
+ *  - with HODU_OPINFO_CUDA=1 (a GPU, or the emulated one: emu.test_opinfo),
+ *    the op run eagerly on the cuda device, and through the cuda compiler,
+ *    against eager cpu;
+ *  - for rows with a gradient, in f64, backward against central
+ *    differences of sum(op(x) * r).
+ * The table itself is checked: every elementwise, comparison and reduction
+ * op of hd_ops.def has a row, or is named in opinfo_elsewhere with the test
+ * that covers it. */
+#include "hd_autograd.h"
+#include "hd_backend.h"
+#include "hd_compile.h"
+#include "hd_test.h"
+#include "hd_trace.h"
+
+#include <math.h>
+
+#define DT(d)     (1u << (d))
+#define FLOATS    (DT(HD_F16) | DT(HD_BF16) | DT(HD_F32) | DT(HD_F64))
+#define SINTS     (DT(HD_I8) | DT(HD_I32) | DT(HD_I64))
+#define INTS      (SINTS | DT(HD_U8))
+#define NUMS      (FLOATS | INTS)
+#define SIGNED    (FLOATS | SINTS)
+#define MAX_IN    2
+#define MAX_ELEMS 64
+
+/* Input domains. */
+enum { DOM_ANY, DOM_POS, DOM_UNIT, DOM_NONZERO, DOM_GAMMA };
+
+/* How a reduction's reference combines a row. */
+enum { R_NONE, R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_VAR, R_STD, R_ARGMAX, R_ARGMIN, R_LSE };
+
+typedef struct opinfo {
+    hd_op op;
+    unsigned dtypes;
+    double (*f1)(double);         /* unary reference */
+    double (*f2)(double, double); /* binary or comparison reference */
+    int reduce;                   /* R_*: a reduction */
+    int dom;
+    int grad;     /* gradcheck in f64 (smooth on the domain) */
+    double rtol;  /* against the reference in f32 and f64 (0: 2e-6, 1e-12) */
+    double scal0; /* attrs.scalar[0] (clamp's bounds: scal0, scal1) */
+    double scal1;
+} opinfo;
+
+/* ---- references ---- */
+
+static double r_neg(double a) {
+    return -a;
+}
+static double r_sigmoid(double a) {
+    return 1 / (1 + exp(-a));
+}
+static double r_relu(double a) {
+    return a > 0 ? a : 0;
+}
+static double r_gelu(double a) {
+    return 0.5 * a * erfc(-a / sqrt(2.0));
+}
+static double r_silu(double a) {
+    return a / (1 + exp(-a));
+}
+static double r_softplus(double a) {
+    return a > 20 ? a : log1p(exp(a));
+}
+static double r_rsqrt(double a) {
+    return 1 / sqrt(a);
+}
+static double r_sign(double a) {
+    return (a > 0) - (a < 0);
+}
+static double r_round(double a) {
+    return nearbyint(a);
+}
+static double r_clamp(double a) {
+    return a < -2.0 ? -2.0 : a > 2.0 ? 2.0 : a;
+}
+static double r_copy(double a) {
+    return a;
+}
+static double r_add(double a, double b) {
+    return a + b;
+}
+static double r_sub(double a, double b) {
+    return a - b;
+}
+static double r_mul(double a, double b) {
+    return a * b;
+}
+static double r_div(double a, double b) {
+    return a / b;
+}
+static double r_mod(double a, double b) {
+    double m = fmod(a, b);
+    return m != 0 && (m < 0) != (b < 0) ? m + b : m;
+}
+static double r_max(double a, double b) {
+    return a > b ? a : b;
+}
+static double r_min(double a, double b) {
+    return a < b ? a : b;
+}
+static double r_eq(double a, double b) {
+    return a == b;
+}
+static double r_ne(double a, double b) {
+    return a != b;
+}
+static double r_lt(double a, double b) {
+    return a < b;
+}
+static double r_le(double a, double b) {
+    return a <= b;
+}
+static double r_gt(double a, double b) {
+    return a > b;
+}
+static double r_ge(double a, double b) {
+    return a >= b;
+}
+
+static const opinfo opinfos[] = {
+    {HD_OP_NEG, SIGNED, r_neg, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ABS, NUMS, fabs, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_EXP, FLOATS, exp, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_LOG, FLOATS, log, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_SQRT, FLOATS, sqrt, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_RSQRT, FLOATS, r_rsqrt, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_SIN, FLOATS, sin, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_COS, FLOATS, cos, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_TANH, FLOATS, tanh, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SIGMOID, FLOATS, r_sigmoid, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_RELU, SIGNED, r_relu, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_GELU, FLOATS, r_gelu, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SILU, FLOATS, r_silu, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SOFTPLUS, FLOATS, r_softplus, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ERF, FLOATS, erf, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ERFC, FLOATS, erfc, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_LGAMMA, FLOATS, lgamma, 0, 0, DOM_GAMMA, 1, 1e-5, 0, 0},
+    {HD_OP_SIGN, SIGNED, r_sign, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_FLOOR, FLOATS, floor, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_CEIL, FLOATS, ceil, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_ROUND, FLOATS, r_round, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_CLAMP, SIGNED, r_clamp, 0, 0, DOM_ANY, 0, 0, -2.0, 2.0},
+    {HD_OP_COPY, NUMS, r_copy, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ADD, NUMS, 0, r_add, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SUB, SIGNED, 0, r_sub, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MUL, NUMS, 0, r_mul, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_DIV, FLOATS, 0, r_div, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_MOD, SIGNED, 0, r_mod, 0, DOM_NONZERO, 0, 0, 0, 0},
+    {HD_OP_POW, FLOATS, 0, pow, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_ATAN2, FLOATS, 0, atan2, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_MAXIMUM, NUMS, 0, r_max, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_MINIMUM, NUMS, 0, r_min, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_EQ, NUMS, 0, r_eq, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_NE, NUMS, 0, r_ne, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LT, NUMS, 0, r_lt, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LE, NUMS, 0, r_le, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_GT, NUMS, 0, r_gt, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_GE, NUMS, 0, r_ge, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_SUM, NUMS, 0, 0, R_SUM, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MEAN, FLOATS, 0, 0, R_MEAN, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MAX, NUMS, 0, 0, R_MAX, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_MIN, NUMS, 0, 0, R_MIN, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_PROD, FLOATS, 0, 0, R_PROD, DOM_UNIT, 1, 0, 0, 0},
+    {HD_OP_VAR, FLOATS, 0, 0, R_VAR, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_STD, FLOATS, 0, 0, R_STD, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ARGMAX, NUMS, 0, 0, R_ARGMAX, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_ARGMIN, NUMS, 0, 0, R_ARGMIN, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LOGSUMEXP, FLOATS, 0, 0, R_LSE, DOM_ANY, 1, 0, 0, 0},
+};
+#define NOPINFOS ((int)(sizeof opinfos / sizeof opinfos[0]))
+
+/* Ops of these kinds with no row, and where they are tested. */
+static const struct {
+    hd_op op;
+    const char *where;
+} opinfo_elsewhere[] = {
+    {HD_OP_POLYGAMMA, "test_special (an order argument)"},
+    {HD_OP_NOT, "test_elementwise (bool only)"},
+    {HD_OP_CAST, "test_elementwise (every pair of dtypes)"},
+};
+
+/* ---- samples ---- */
+
+typedef struct sample {
+    int nd[MAX_IN];
+    int64_t shape[MAX_IN][3];
+    int transpose; /* the first input is a transposed view */
+} sample;
+
+static const sample samples[] = {
+    {{0, 0}, {{0}, {0}}, 0},             /* 0-d */
+    {{1, 1}, {{0}, {0}}, 0},             /* empty */
+    {{2, 1}, {{0, 3}, {3}}, 0},          /* empty rows, broadcast */
+    {{1, 1}, {{7}, {7}}, 0},             /* 1-D */
+    {{2, 1}, {{3, 4}, {4}}, 0},          /* broadcast a row */
+    {{3, 2}, {{2, 1, 4}, {3, 1}}, 0},    /* broadcast both ways */
+    {{2, 0}, {{4, 3}, {0}}, 0},          /* with a 0-d */
+    {{2, 2}, {{3, 5}, {3, 5}}, 1},       /* a transposed view */
+    {{3, 3}, {{2, 3, 4}, {2, 3, 4}}, 0}, /* 3-D */
+};
+#define NSAMPLES ((int)(sizeof samples / sizeof samples[0]))
+
+/* Reductions: over every dim (-1), or one axis, kept or not. */
+static const struct { int axis, keep; } reductions[] = {{-1, 0}, {0, 0}, {1, 1}, {2, 0}};
+
+static double dom_value(int dom, hd_dtype dt, int64_t k, int which) {
+    int64_t h = (k * 37 + which * 11 + 5) % 23;
+    if (!hd_dtype_is_float(dt)) {
+        double v = (double)(h % 9) - (dt == HD_U8 ? 0 : 4); /* -4 .. 4, or 0 .. 8 */
+        if (dom == DOM_NONZERO && v == 0) v = 3;
+        if (dom == DOM_POS && v <= 0) v = 1 - v;
+        return v;
+    }
+    double u = (double)h / 22.0; /* 0 .. 1 */
+    switch (dom) {
+    case DOM_POS: return 0.2 + 2.3 * u;
+    case DOM_UNIT: return (u - 0.5) * 1.8 + (u < 0.5 ? -0.1 : 0.1);
+    case DOM_GAMMA: return 0.3 + 4.0 * u;
+    case DOM_NONZERO: return (u - 0.5) * 6.0 + (u < 0.5 ? -0.25 : 0.25);
+    default: return (u - 0.5) * 6.0;
+    }
+}
+
+static hd_tensor *make_input(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, const sample *s, int i) {
+    int64_t shape[3];
+    int nd = s->nd[i];
+    memcpy(shape, s->shape[i], sizeof shape);
+    int tr = s->transpose && i == 0 && nd == 2;
+    if (tr) shape[0] = s->shape[i][1], shape[1] = s->shape[i][0];
+    hd_tensor *t = hd_tensor_new(ctx, dt, shape, nd);
+    if (!t) return NULL;
+    for (int64_t k = 0; k < t->numel; k++)
+        hd_dtype_store(dt, t->storage->data, k, dom_value(oi->dom, dt, k, i));
+    if (!tr) return t;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = 1, at.shape[1] = 0;
+    hd_tensor *v = NULL;
+    hd_op_run(ctx, HD_OP_PERMUTE, &t, 1, &at, &v);
+    hd_tensor_unref(t);
+    return v;
+}
+
+static int nin_of(const opinfo *oi) {
+    return oi->f2 ? 2 : 1;
+}
+
+static void attrs_of(const opinfo *oi, int r, hd_attrs *at) {
+    memset(at, 0, sizeof *at);
+    at->scalar[0] = oi->scal0;
+    at->scalar[1] = oi->scal1;
+    if (!oi->reduce) return;
+    if (reductions[r].axis >= 0) at->naxes = 1, at->axes[0] = reductions[r].axis;
+    at->keepdim = reductions[r].keep;
+    if (oi->reduce == R_VAR || oi->reduce == R_STD) at->ints[0] = 1;
+}
+
+/* ---- the reference ---- */
+
+static double value_at(const hd_tensor *t, const int64_t *idx, int nd_out) {
+    int64_t off = 0; /* broadcast: t's dims are the last of nd_out */
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t i = idx[nd_out - t->ndim + d];
+        off += (t->shape[d] == 1 ? 0 : i) * t->strides[d];
+    }
+    return hd_dtype_load(t->dtype, t->storage->data, t->offset + off);
+}
+
+static void unravel(int64_t e, const int64_t *shape, int nd, int64_t *idx) {
+    for (int d = nd - 1; d >= 0; d--) {
+        idx[d] = shape[d] ? e % shape[d] : 0;
+        e = shape[d] ? e / shape[d] : 0;
+    }
+}
+
+static double reduce_row(int how, const double *v, int64_t n) {
+    double s = 0, p = 1, mx = -INFINITY, mn = INFINITY, ss = 0, lse = 0;
+    int64_t amax = 0, amin = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[i], p *= v[i];
+        if (v[i] > mx) mx = v[i], amax = i;
+        if (v[i] < mn) mn = v[i], amin = i;
+    }
+    double mean = s / (double)n;
+    for (int64_t i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean), lse += exp(v[i] - mx);
+    switch (how) {
+    case R_SUM: return s;
+    case R_MEAN: return mean;
+    case R_MAX: return mx;
+    case R_MIN: return mn;
+    case R_PROD: return p;
+    case R_VAR: return ss / (double)(n - 1);
+    case R_STD: return sqrt(ss / (double)(n - 1));
+    case R_ARGMAX: return (double)amax;
+    case R_ARGMIN: return (double)amin;
+    default: return mx + log(lse);
+    }
+}
+
+/* want[e] for every element of out */
+static void reference(const opinfo *oi, const hd_attrs *at, hd_tensor *const *in,
+                      const hd_tensor *out, double *want) {
+    int64_t idx[HD_MAX_DIMS], full[HD_MAX_DIMS];
+    if (!oi->reduce) {
+        for (int64_t e = 0; e < out->numel; e++) {
+            unravel(e, out->shape, out->ndim, idx);
+            double a = value_at(in[0], idx, out->ndim);
+            want[e] = oi->f1 ? oi->f1(a) : oi->f2(a, value_at(in[1], idx, out->ndim));
+        }
+        return;
+    }
+    const hd_tensor *x = in[0];
+    int axis = at->naxes ? (int)at->axes[0] : -1;
+    int64_t n = axis < 0 ? x->numel : x->shape[axis];
+    double row[MAX_ELEMS];
+    for (int64_t e = 0; e < out->numel; e++) {
+        unravel(e, out->shape, out->ndim, idx);
+        for (int64_t j = 0; j < n; j++) {
+            if (axis < 0) {
+                unravel(j, x->shape, x->ndim, full);
+            } else { /* out's index with j at the axis */
+                for (int d = 0, o = 0; d < x->ndim; d++) {
+                    int kept = at->keepdim || d != axis;
+                    full[d] = d == axis ? j : idx[o];
+                    o += kept;
+                }
+            }
+            row[j] = value_at(x, full, x->ndim);
+        }
+        want[e] = reduce_row(oi->reduce, row, n);
+    }
+}
+
+static double rtol_of(const opinfo *oi, hd_dtype dt) {
+    switch (dt) {
+    case HD_F16: return 2e-3;
+    case HD_BF16: return 1.6e-2;
+    case HD_F32: return oi->rtol ? oi->rtol : 2e-6;
+    case HD_F64: return oi->rtol ? oi->rtol * 1e-5 : 1e-12;
+    default: return 0;
+    }
+}
+
+static int same_value(double got, double want, double rtol) {
+    if (isnan(want)) return isnan(got);
+    if (isinf(want)) return got == want;
+    return hd_test_close(got, want, rtol, rtol);
+}
+
+/* ---- checks ---- */
+
+static const char *case_name(const opinfo *oi, hd_dtype dt, int si, int r, char *buf, size_t n) {
+    int k = snprintf(buf, n, "%s %s sample %d", hd_op_name(oi->op), hd_dtype_name(dt), si);
+    if (oi->reduce && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " reduction %d", r);
+    return buf;
+}
+
+static hd_tensor *run_op(hd_ctx *ctx, const opinfo *oi, hd_tensor *const *in, const hd_attrs *at) {
+    hd_tensor *out = NULL;
+    return hd_op_run(ctx, oi->op, in, nin_of(oi), at, &out) ? NULL : out;
+}
+
+static void check_reference(const opinfo *oi, hd_tensor *const *in, const hd_attrs *at,
+                            const hd_tensor *out, const char *name) {
+    double want[MAX_ELEMS];
+    reference(oi, at, in, out, want);
+    double rtol = rtol_of(oi, in[0]->dtype);
+    int bad = 0;
+    for (int64_t e = 0; e < out->numel && bad < 3; e++) {
+        double got = hd_tensor_get(out, e);
+        if (same_value(got, want[e], rtol)) continue;
+        bad++;
+        CHECK_MSG(0, "%s: element %lld is %.10g, the reference %.10g", name, (long long)e, got,
+                  want[e]);
+    }
+    if (!bad) CHECK(1);
+}
+
+/* got against eager's want: bits for integers and bools, else close */
+static int agrees(const hd_tensor *want, const hd_tensor *got) {
+    if (!got || got->dtype != want->dtype || got->numel != want->numel) return 0;
+    double rtol = want->dtype == HD_F64 ? 1e-12 : want->dtype == HD_F32 ? 1e-5 : 1e-2;
+    for (int64_t e = 0; e < want->numel; e++)
+        if (!same_value(hd_tensor_get(got, e), hd_tensor_get(want, e),
+                        hd_dtype_is_float(want->dtype) ? rtol : 0))
+            return 0;
+    return 1;
+}
+
+static hd_ir_graph *trace_op(hd_ctx *ctx, const opinfo *oi, hd_tensor *const *in,
+                             const hd_attrs *at) {
+    hd_tensor *sym[MAX_IN] = {0}, *out = NULL;
+    hd_ir_graph *g = NULL;
+    hd_trace_begin(ctx, "opinfo");
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin_of(oi) && !st; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "in%d", i);
+        sym[i] = hd_trace_input(ctx, name, in[i]->dtype, in[i]->shape, in[i]->ndim);
+        if (!sym[i]) st = ctx->status;
+    }
+    if (!st) st = hd_op_run(ctx, oi->op, sym, nin_of(oi), at, &out);
+    if (!st) st = hd_trace_output(ctx, "out", out);
+    if (st)
+        hd_trace_abort(ctx);
+    else
+        hd_trace_end(ctx, &g);
+    for (int i = 0; i < MAX_IN; i++) hd_tensor_unref(sym[i]);
+    hd_tensor_unref(out);
+    return g;
+}
+
+static void check_compiled(hd_ctx *ctx, const hd_jit_compiler *c, hd_ir_graph *g,
+                           hd_tensor *const *in, int nin, const hd_tensor *want, const char *name,
+                           const char *device) {
+    hd_jit_exec *e = NULL;
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    o.device = device;
+    hd_status st = c->compile(ctx, g, &o, &e);
+    CHECK_MSG(st == HD_OK, "%s: %s compile: %s", name, c->name, hd_error_message(ctx));
+    for (int run = 0; !st && run < 2; run++) {
+        hd_tensor *got = NULL;
+        st = c->run(ctx, e, in, nin, &got, 1);
+        CHECK_MSG(st == HD_OK, "%s: %s run: %s", name, c->name, hd_error_message(ctx));
+        hd_tensor *h = got ? hd_tensor_to_host(ctx, got) : NULL;
+        if (!st)
+            CHECK_MSG(agrees(want, h), "%s: %s differs from eager (run %d)", name, c->name, run);
+        hd_tensor_unref(h);
+        hd_tensor_unref(got);
+    }
+    if (e) c->free(ctx, e);
+    hd_error_clear(ctx);
+}
+
+/* the op on the cuda device, eagerly and through the cuda compiler */
+static void check_cuda(hd_ctx *ctx, const opinfo *oi, hd_ir_graph *g, hd_tensor *const *in,
+                       const hd_attrs *at, const hd_tensor *want, const char *name, int compiled) {
+    hd_tensor *din[MAX_IN] = {0};
+    int n = nin_of(oi), ok = 1;
+    for (int i = 0; i < n && ok; i++)
+        ok = hd_tensor_to_device(ctx, in[i], &hd_cuda_backend, 0, &din[i]) == HD_OK;
+    CHECK_MSG(ok, "%s: to the device: %s", name, hd_error_message(ctx));
+    hd_tensor *d = ok ? run_op(ctx, oi, din, at) : NULL;
+    hd_tensor *h = d ? hd_tensor_to_host(ctx, d) : NULL;
+    if (ok) CHECK_MSG(agrees(want, h), "%s: cuda eager differs from cpu", name);
+    if (ok && compiled && g) check_compiled(ctx, &hd_jit_cuda, g, din, n, want, name, "cuda:0");
+    hd_tensor_unref(h);
+    hd_tensor_unref(d);
+    for (int i = 0; i < n; i++) hd_tensor_unref(din[i]);
+    hd_error_clear(ctx);
+}
+
+/* backward of sum(op(x) * r) in f64 against central differences */
+static void check_grad(hd_ctx *ctx, const opinfo *oi, hd_tensor **in, const hd_attrs *at,
+                       const char *name) {
+    int n = nin_of(oi);
+    for (int i = 0; i < n; i++) CHECK(hd_grad_set_requires(ctx, in[i], 1) == HD_OK);
+    hd_tensor *y = run_op(ctx, oi, in, at);
+    if (!y) return;
+    hd_tensor *r = hd_tensor_new(ctx, HD_F64, y->shape, y->ndim);
+    for (int64_t e = 0; e < r->numel; e++) hd_dtype_store(HD_F64, r->storage->data, e, 0.5 + e % 3);
+    CHECK_MSG(hd_grad_backward(ctx, y, r, 0) == HD_OK, "%s: backward: %s", name,
+              hd_error_message(ctx));
+    hd_tensor_unref(y);
+    int was = hd_grad_set_enabled(ctx, 0);
+    for (int i = 0; i < n; i++) {
+        hd_tensor *t = in[i], *g = hd_grad_get(t);
+        for (int64_t e = 0; e < t->numel; e++) {
+            int64_t off = hd_tensor_elem_offset(t, e);
+            double x0 = hd_dtype_load(HD_F64, t->storage->data, off), h = 1e-6, l[2];
+            for (int s = 0; s < 2; s++) {
+                hd_dtype_store(HD_F64, t->storage->data, off, x0 + (s ? -h : h));
+                hd_tensor *ys = run_op(ctx, oi, in, at);
+                l[s] = 0;
+                for (int64_t k = 0; ys && k < ys->numel; k++)
+                    l[s] += hd_tensor_get(ys, k) * hd_tensor_get(r, k);
+                hd_tensor_unref(ys);
+            }
+            hd_dtype_store(HD_F64, t->storage->data, off, x0);
+            double fd = (l[0] - l[1]) / (2 * h), an = g ? hd_tensor_get(g, e) : 0;
+            CHECK_MSG(hd_test_close(an, fd, 1e-6, 1e-6), "%s: d/d input %d [%lld]: %.10g vs %.10g",
+                      name, i, (long long)e, an, fd);
+        }
+        hd_grad_set(ctx, t, NULL);
+    }
+    hd_grad_set_enabled(ctx, was);
+    hd_tensor_unref(r);
+}
+
+static const hd_jit_compiler *const opinfo_compilers[] = {
+    &hd_jit_interp,
+#if HODU_HAVE_LLVM
+    &hd_jit_llvm,
+#endif
+};
+
+/* One row, dtype, sample and reduction: every check that applies. */
+static void check_case(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, int si, int r, int cuda) {
+    const sample *s = &samples[si];
+    char name[96];
+    case_name(oi, dt, si, r, name, sizeof name);
+    hd_tensor *in[MAX_IN] = {0};
+    int n = nin_of(oi);
+    for (int i = 0; i < n; i++) in[i] = make_input(ctx, oi, dt, s, i);
+    hd_attrs at;
+    attrs_of(oi, r, &at);
+    hd_tensor *out = run_op(ctx, oi, in, &at);
+    CHECK_MSG(out != NULL, "%s: %s", name, hd_error_message(ctx));
+    if (out) {
+        check_reference(oi, in, &at, out, name);
+        hd_ir_graph *g = trace_op(ctx, oi, in, &at);
+        CHECK_MSG(g != NULL, "%s: trace: %s", name, hd_error_message(ctx));
+        for (size_t c = 0; g && c < sizeof opinfo_compilers / sizeof *opinfo_compilers; c++)
+            check_compiled(ctx, opinfo_compilers[c], g, in, n, out, name, NULL);
+        /* the cuda compiler once per row and dtype: each graph is a compile */
+        if (cuda) check_cuda(ctx, oi, g, in, &at, out, name, si == 4 && dt == HD_F32);
+        if (g) hd_ir_graph_free(g);
+        if (oi->grad && dt == HD_F64 && out->numel > 0) check_grad(ctx, oi, in, &at, name);
+    }
+    hd_error_clear(ctx);
+    hd_tensor_unref(out);
+    for (int i = 0; i < n; i++) hd_tensor_unref(in[i]);
+}
+
+/* A sample a row takes: one input for unary ops and reductions, the
+ * reduction's axis within the first input's dims (3-D for keepdim). */
+static int sample_fits(const opinfo *oi, int si, int r) {
+    if (!oi->reduce) return 1;
+    int nd = samples[si].nd[0], axis = reductions[r].axis;
+    if (axis >= nd) return 0;
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= samples[si].shape[0][d];
+    int64_t rows = axis < 0 ? n : samples[si].shape[0][axis];
+    /* var/std of one element divide by 0; arg and max/min of none are errors */
+    if ((oi->reduce == R_VAR || oi->reduce == R_STD) && rows < 2) return 0;
+    return rows > 0 || oi->reduce == R_SUM || oi->reduce == R_PROD || oi->reduce == R_MEAN;
+}
+
+static void test_table_covers_ops(void) {
+    for (int op = 0; op < HD_OP_COUNT; op++) {
+        hd_op_kind k = hd_op_infos[op].kind;
+        if (k != HD_KIND_UNARY && k != HD_KIND_BINARY && k != HD_KIND_COMPARE &&
+            k != HD_KIND_REDUCE)
+            continue;
+        int found = 0;
+        for (int i = 0; i < NOPINFOS; i++) found |= (int)opinfos[i].op == op;
+        for (size_t i = 0; i < sizeof opinfo_elsewhere / sizeof *opinfo_elsewhere; i++)
+            found |= (int)opinfo_elsewhere[i].op == op;
+        CHECK_MSG(found, "%s has no opinfo row", hd_op_name((hd_op)op));
+    }
+}
+
+int main(void) {
+    hd_ctx ctx;
+    hd_ctx_init(&ctx, NULL, NULL);
+    const char *env = getenv("HODU_OPINFO_CUDA");
+    int cuda = env && *env == '1';
+    if (cuda && hd_cuda_backend.available(&ctx, 0) != HD_OK) {
+        printf("HODU_OPINFO_CUDA: %s\nSKIPPED: no CUDA device\n", hd_error_message(&ctx));
+        hd_ctx_release(&ctx);
+        return 77;
+    }
+    test_table_covers_ops();
+    int cases = 0;
+    for (int i = 0; i < NOPINFOS; i++)
+        for (int dt = 0; dt < HD_DTYPE_COUNT; dt++) {
+            if (!(opinfos[i].dtypes & DT(dt))) continue;
+            int nr = opinfos[i].reduce ? (int)(sizeof reductions / sizeof *reductions) : 1;
+            for (int si = 0; si < NSAMPLES; si++)
+                for (int r = 0; r < nr; r++)
+                    if (sample_fits(&opinfos[i], si, r)) {
+                        check_case(&ctx, &opinfos[i], (hd_dtype)dt, si, r, cuda);
+                        cases++;
+                    }
+        }
+    printf("%d rows, %d cases\n", NOPINFOS, cases);
+    CHECK(hd_grad_record_count(&ctx) == 0);
+    hd_ctx_release(&ctx);
+    TEST_END();
+}
