@@ -23,6 +23,7 @@
  * recording is on there. Under no_grad, or with detached tensors, they
  * are plain first-order gradients. */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
 #include "eval.h"
@@ -819,6 +820,9 @@ static hd_status fn_backward(hd_ctx *ctx, void *ud, hd_tensor *g, const unsigned
     fn_record *r = ud;
     hd_vm *vm = r->vm;
     hd_value bwd, res, args[2] = {r->ctxd, hd_tensor_value(g)};
+    if (hd_compiled_custom_backward(vm)) /* the compiled call runs eagerly instead */
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s.backward in a compiled call's backward graph",
+                        fn_class_name(r->cls));
     if (hd_eval_get_member(vm, r->cls, "backward", &bwd))
         return fn_error_to_ctx(vm, ctx, fn_class_name(r->cls));
     int was = hd_grad_set_enabled(ctx, 0);
@@ -938,11 +942,6 @@ static hd_status fn_apply(hd_vm *vm, hd_value self, const hd_value *args, int na
     const char *name = fn_class_name(self);
     if (nkw) return hd_vm_error(vm, HD_ERR_RUNTIME, "%s.apply takes positional arguments", name);
     if (nargs > FUNC_MAX_ARGS) return func_too_many(vm, "apply", nargs);
-    if (ctx->trace)
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "%s.apply inside compiled code: a custom gradient is not traced; call "
-                           "it outside the compiled function",
-                           name);
     hd_value fwd, y;
     if (!hd_dict_get(((hd_class *)self.as.o)->methods, "backward"))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s.apply: the class has no backward(ctx, g)", name);

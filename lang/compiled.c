@@ -1234,9 +1234,12 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     if (s->stateful[0] || (needs && !aot)) {
         e->eager = s->stateful[0] ? CP_EAGER_STATE : CP_EAGER_GRAD;
         snprintf(e->eager_why, sizeof e->eager_why, "%s",
-                 s->stateful[0] ? s->stateful
-                                : "its result needs gradients (call it under no_grad, or call "
-                                  "backward() inside it)");
+                 s->stateful[0]  ? s->stateful
+                 : s->aot_custom ? "its result needs gradients through a custom Function, "
+                                   "whose backward runs as plain code (call backward() inside it "
+                                   "to compile both)"
+                                 : "its result needs gradients (call it under no_grad, or call "
+                                   "backward() inside it)");
         hd_trace_abort(&vm->ctx);
         return entry_inputs_session(s, e);
     }
@@ -1308,6 +1311,13 @@ hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what
                  "tensor data inside compiled code: use where(...)",
                  what);
     return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+}
+
+int hd_compiled_custom_backward(hd_vm *vm) {
+    cp_session *s = cp_session_of(vm);
+    if (!s || !s->aot_backward) return 0;
+    s->aot_custom = 1;
+    return 1;
 }
 
 hd_status hd_compiled_effect(hd_vm *vm, const char *what) {

@@ -47,6 +47,12 @@ void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t);
  * when backward(create_graph = true) gave it a graph of its own. */
 hd_status hd_compiled_grad_input(hd_vm *vm, const hd_tensor *g);
 
+/* A custom Function's backward about to run: 1 (and the call runs
+ * eagerly) when it is reached while the backward graph of a compiled
+ * call is traced, where its effects would run once, at the trace, and in
+ * the forward graph; the caller then stops the backward with an error. */
+int hd_compiled_custom_backward(hd_vm *vm);
+
 /* A builtin with an effect (what: its name) called while compiled code is
  * traced: an error (it would run once, at the trace, not at every call).
  * HD_OK otherwise (also inside script blocks, whose reads are constants). */

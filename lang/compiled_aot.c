@@ -151,6 +151,11 @@ static hd_status aot_backward(cp_session *s, cp_aot *a, hd_tensor *o, hd_tensor 
     s->aot_backward = 1;
     if (!st && hd_grad_backward(ctx, o, gout, 0)) st = hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     s->aot_backward = 0;
+    if (st && s->aot_custom) { /* no backward graph: the call runs eagerly */
+        hd_vm_clear_error(vm);
+        hd_error_clear(ctx);
+        st = HD_OK;
+    }
     hd_tensor_unref(gout);
     for (int j = 0; j < a->nleaves; j++) {
         hd_tensor *g = hd_grad_get(leaves[j]);
@@ -195,7 +200,7 @@ hd_status cp_aot_trace(cp_session *s, const cp_tmpl *ret, const hd_value *sym, i
     a->ret_out = r;
     a->nfwd = s->nouts;
     hd_status st = aot_backward(s, a, s->outs[r], leaves);
-    if (st) {
+    if (st || s->aot_custom) {
         aot_unref(a);
         return st;
     }

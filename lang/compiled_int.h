@@ -365,6 +365,7 @@ typedef struct cp_session {
     char stateful[200]; /* a change of state a graph cannot replay, or "" */
     int history;        /* the body read a tensor with gradient history: run eagerly */
     int aot_backward;   /* tracing the backward graph: .grad reads are not the program's */
+    int aot_custom;     /* a custom Function's backward was reached there: run eagerly */
     /* outputs */
     hd_tensor **outs; /* held */
     char **outnames;
