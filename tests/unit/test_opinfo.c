@@ -1,10 +1,12 @@
 /* The op tests driven by one table of op descriptions, in the way of
  * PyTorch's OpInfo. Each row names an op of the table (elementwise,
- * comparison, reduction), the dtypes it takes, its reference in double
+ * comparison, reduction, along an axis: softmax, log_softmax, cumsum,
+ * cumprod; matmul), the dtypes it takes, its reference in double
  * (written here, not taken from the kernels), the domain its inputs are
  * drawn from and whether it has a gradient. For every row, dtype and
  * sample (0-d, empty, 1-D, 2-D, 3-D, a transposed view, broadcasting
- * pairs; reductions over all dims, each axis, kept or not) it checks:
+ * pairs; reductions over all dims, each axis, kept or not; each axis;
+ * matmul's vector, batched, empty and k = 0 operands) it checks:
  *  - the eager cpu result against the reference;
  *  - the same op traced and run by each compiler (interp, llvm) against
  *    eager, twice (the second run reuses the buffers);
@@ -13,9 +15,9 @@
  *    against eager cpu;
  *  - for rows with a gradient, in f64, backward against central
  *    differences of sum(op(x) * r).
- * The table itself is checked: every elementwise, comparison and reduction
- * op of hd_ops.def has a row, or is named in opinfo_elsewhere with the test
- * that covers it. */
+ * The table itself is checked: every elementwise, comparison, reduction
+ * and matmul op of hd_ops.def has a row, or is named in opinfo_elsewhere
+ * with the test that covers it. */
 #include "hd_autograd.h"
 #include "hd_backend.h"
 #include "hd_compile.h"
@@ -36,8 +38,10 @@
 /* Input domains. */
 enum { DOM_ANY, DOM_POS, DOM_UNIT, DOM_NONZERO, DOM_GAMMA };
 
-/* How a reduction's reference combines a row. */
+/* How a reduction's reference combines a row; an op along an axis
+ * (softmax, ...) maps each line to a line; matmul. */
 enum { R_NONE, R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_VAR, R_STD, R_ARGMAX, R_ARGMIN, R_LSE };
+enum { A_NONE, A_SOFTMAX, A_LOG_SOFTMAX, A_CUMSUM, A_CUMSUM_REV, A_CUMPROD, A_MATMUL };
 
 typedef struct opinfo {
     hd_op op;
@@ -45,6 +49,7 @@ typedef struct opinfo {
     double (*f1)(double);         /* unary reference */
     double (*f2)(double, double); /* binary or comparison reference */
     int reduce;                   /* R_*: a reduction */
+    int along;                    /* A_*: an op along an axis, or matmul */
     int dom;
     int grad;     /* gradcheck in f64 (smooth on the domain) */
     double rtol;  /* against the reference in f32 and f64 (0: 2e-6, 1e-12) */
@@ -129,54 +134,60 @@ static double r_ge(double a, double b) {
 }
 
 static const opinfo opinfos[] = {
-    {HD_OP_NEG, SIGNED, r_neg, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_ABS, NUMS, fabs, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
-    {HD_OP_EXP, FLOATS, exp, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_LOG, FLOATS, log, 0, 0, DOM_POS, 1, 0, 0, 0},
-    {HD_OP_SQRT, FLOATS, sqrt, 0, 0, DOM_POS, 1, 0, 0, 0},
-    {HD_OP_RSQRT, FLOATS, r_rsqrt, 0, 0, DOM_POS, 1, 0, 0, 0},
-    {HD_OP_SIN, FLOATS, sin, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_COS, FLOATS, cos, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_TANH, FLOATS, tanh, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_SIGMOID, FLOATS, r_sigmoid, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_RELU, SIGNED, r_relu, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
-    {HD_OP_GELU, FLOATS, r_gelu, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_SILU, FLOATS, r_silu, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_SOFTPLUS, FLOATS, r_softplus, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_ERF, FLOATS, erf, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_ERFC, FLOATS, erfc, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_LGAMMA, FLOATS, lgamma, 0, 0, DOM_GAMMA, 1, 1e-5, 0, 0},
-    {HD_OP_SIGN, SIGNED, r_sign, 0, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_FLOOR, FLOATS, floor, 0, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_CEIL, FLOATS, ceil, 0, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_ROUND, FLOATS, r_round, 0, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_CLAMP, SIGNED, r_clamp, 0, 0, DOM_ANY, 0, 0, -2.0, 2.0},
-    {HD_OP_COPY, NUMS, r_copy, 0, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_ADD, NUMS, 0, r_add, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_SUB, SIGNED, 0, r_sub, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_MUL, NUMS, 0, r_mul, 0, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_DIV, FLOATS, 0, r_div, 0, DOM_NONZERO, 1, 0, 0, 0},
-    {HD_OP_MOD, SIGNED, 0, r_mod, 0, DOM_NONZERO, 0, 0, 0, 0},
-    {HD_OP_POW, FLOATS, 0, pow, 0, DOM_POS, 1, 0, 0, 0},
-    {HD_OP_ATAN2, FLOATS, 0, atan2, 0, DOM_NONZERO, 1, 0, 0, 0},
-    {HD_OP_MAXIMUM, NUMS, 0, r_max, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_MINIMUM, NUMS, 0, r_min, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_EQ, NUMS, 0, r_eq, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_NE, NUMS, 0, r_ne, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_LT, NUMS, 0, r_lt, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_LE, NUMS, 0, r_le, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_GT, NUMS, 0, r_gt, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_GE, NUMS, 0, r_ge, 0, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_SUM, NUMS, 0, 0, R_SUM, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_MEAN, FLOATS, 0, 0, R_MEAN, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_MAX, NUMS, 0, 0, R_MAX, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_MIN, NUMS, 0, 0, R_MIN, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_PROD, FLOATS, 0, 0, R_PROD, DOM_UNIT, 1, 0, 0, 0},
-    {HD_OP_VAR, FLOATS, 0, 0, R_VAR, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_STD, FLOATS, 0, 0, R_STD, DOM_ANY, 1, 0, 0, 0},
-    {HD_OP_ARGMAX, NUMS, 0, 0, R_ARGMAX, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_ARGMIN, NUMS, 0, 0, R_ARGMIN, DOM_ANY, 0, 0, 0, 0},
-    {HD_OP_LOGSUMEXP, FLOATS, 0, 0, R_LSE, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_NEG, SIGNED, r_neg, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ABS, NUMS, fabs, 0, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_EXP, FLOATS, exp, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_LOG, FLOATS, log, 0, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_SQRT, FLOATS, sqrt, 0, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_RSQRT, FLOATS, r_rsqrt, 0, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_SIN, FLOATS, sin, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_COS, FLOATS, cos, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_TANH, FLOATS, tanh, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SIGMOID, FLOATS, r_sigmoid, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_RELU, SIGNED, r_relu, 0, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_GELU, FLOATS, r_gelu, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SILU, FLOATS, r_silu, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SOFTPLUS, FLOATS, r_softplus, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ERF, FLOATS, erf, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ERFC, FLOATS, erfc, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_LGAMMA, FLOATS, lgamma, 0, 0, 0, DOM_GAMMA, 1, 1e-5, 0, 0},
+    {HD_OP_SIGN, SIGNED, r_sign, 0, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_FLOOR, FLOATS, floor, 0, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_CEIL, FLOATS, ceil, 0, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_ROUND, FLOATS, r_round, 0, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_CLAMP, SIGNED, r_clamp, 0, 0, 0, DOM_ANY, 0, 0, -2.0, 2.0},
+    {HD_OP_COPY, NUMS, r_copy, 0, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ADD, NUMS, 0, r_add, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SUB, SIGNED, 0, r_sub, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MUL, NUMS, 0, r_mul, 0, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_DIV, FLOATS, 0, r_div, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_MOD, SIGNED, 0, r_mod, 0, 0, DOM_NONZERO, 0, 0, 0, 0},
+    {HD_OP_POW, FLOATS, 0, pow, 0, 0, DOM_POS, 1, 0, 0, 0},
+    {HD_OP_ATAN2, FLOATS, 0, atan2, 0, 0, DOM_NONZERO, 1, 0, 0, 0},
+    {HD_OP_MAXIMUM, NUMS, 0, r_max, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_MINIMUM, NUMS, 0, r_min, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_EQ, NUMS, 0, r_eq, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_NE, NUMS, 0, r_ne, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LT, NUMS, 0, r_lt, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LE, NUMS, 0, r_le, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_GT, NUMS, 0, r_gt, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_GE, NUMS, 0, r_ge, 0, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_SUM, NUMS, 0, 0, R_SUM, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MEAN, FLOATS, 0, 0, R_MEAN, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_MAX, NUMS, 0, 0, R_MAX, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_MIN, NUMS, 0, 0, R_MIN, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_PROD, FLOATS, 0, 0, R_PROD, 0, DOM_UNIT, 1, 0, 0, 0},
+    {HD_OP_VAR, FLOATS, 0, 0, R_VAR, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_STD, FLOATS, 0, 0, R_STD, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_ARGMAX, NUMS, 0, 0, R_ARGMAX, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_ARGMIN, NUMS, 0, 0, R_ARGMIN, 0, DOM_ANY, 0, 0, 0, 0},
+    {HD_OP_LOGSUMEXP, FLOATS, 0, 0, R_LSE, 0, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_SOFTMAX, FLOATS, 0, 0, 0, A_SOFTMAX, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_LOG_SOFTMAX, FLOATS, 0, 0, 0, A_LOG_SOFTMAX, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_CUMSUM, NUMS, 0, 0, 0, A_CUMSUM, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_CUMSUM, NUMS, 0, 0, 0, A_CUMSUM_REV, DOM_ANY, 1, 0, 0, 0},
+    {HD_OP_CUMPROD, FLOATS, 0, 0, 0, A_CUMPROD, DOM_UNIT, 1, 0, 0, 0},
+    {HD_OP_MATMUL, FLOATS, 0, 0, 0, A_MATMUL, DOM_ANY, 1, 0, 0, 0},
 };
 #define NOPINFOS ((int)(sizeof opinfos / sizeof opinfos[0]))
 
@@ -210,6 +221,19 @@ static const sample samples[] = {
     {{3, 3}, {{2, 3, 4}, {2, 3, 4}}, 0}, /* 3-D */
 };
 #define NSAMPLES ((int)(sizeof samples / sizeof samples[0]))
+
+static const sample matmul_samples[] = {
+    {{2, 2}, {{3, 4}, {4, 5}}, 0},       {{1, 2}, {{4}, {4, 5}}, 0},
+    {{2, 1}, {{3, 4}, {4}}, 0},          {{3, 2}, {{2, 3, 4}, {4, 2}}, 0},
+    {{3, 3}, {{2, 3, 4}, {2, 4, 2}}, 0}, {{2, 2}, {{0, 4}, {4, 3}}, 0}, /* no rows */
+    {{2, 2}, {{3, 0}, {0, 2}}, 0},                                      /* k = 0: zeros */
+    {{2, 2}, {{3, 5}, {5, 2}}, 1},                                      /* a transposed view */
+};
+
+static const sample *samples_of(const opinfo *oi, int *n) {
+    *n = oi->along == A_MATMUL ? (int)(sizeof matmul_samples / sizeof *matmul_samples) : NSAMPLES;
+    return oi->along == A_MATMUL ? matmul_samples : samples;
+}
 
 /* Reductions: over every dim (-1), or one axis, kept or not. */
 static const struct { int axis, keep; } reductions[] = {{-1, 0}, {0, 0}, {1, 1}, {2, 0}};
@@ -253,13 +277,17 @@ static hd_tensor *make_input(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, const s
 }
 
 static int nin_of(const opinfo *oi) {
-    return oi->f2 ? 2 : 1;
+    return oi->f2 || oi->along == A_MATMUL ? 2 : 1;
 }
 
 static void attrs_of(const opinfo *oi, int r, hd_attrs *at) {
     memset(at, 0, sizeof *at);
     at->scalar[0] = oi->scal0;
     at->scalar[1] = oi->scal1;
+    if (oi->along && oi->along != A_MATMUL) {
+        at->ints[0] = reductions[r].axis;
+        at->ints[1] = oi->along == A_CUMSUM_REV;
+    }
     if (!oi->reduce) return;
     if (reductions[r].axis >= 0) at->naxes = 1, at->axes[0] = reductions[r].axis;
     at->keepdim = reductions[r].keep;
@@ -308,10 +336,78 @@ static double reduce_row(int how, const double *v, int64_t n) {
     }
 }
 
+static double load_idx(const hd_tensor *t, const int64_t *idx) {
+    int64_t off = t->offset;
+    for (int d = 0; d < t->ndim; d++) off += idx[d] * t->strides[d];
+    return hd_dtype_load(t->dtype, t->storage->data, off);
+}
+
+/* element j of the line v[0..n) mapped by how */
+static double along_line(int how, const double *v, int64_t n, int64_t j) {
+    double m = -INFINITY, se = 0, acc = how == A_CUMPROD ? 1 : 0;
+    for (int64_t k = 0; k < n; k++) m = v[k] > m ? v[k] : m;
+    for (int64_t k = 0; k < n; k++) se += exp(v[k] - m);
+    for (int64_t k = 0; k < n; k++) {
+        if (how == A_CUMSUM && k <= j) acc += v[k];
+        if (how == A_CUMSUM_REV && k >= j) acc += v[k];
+        if (how == A_CUMPROD && k <= j) acc *= v[k];
+    }
+    if (how == A_SOFTMAX) return exp(v[j] - m) / se;
+    if (how == A_LOG_SOFTMAX) return v[j] - m - log(se);
+    return acc;
+}
+
+/* out[idx] of a @ b (1-D operands as numpy's matmul takes them, batch
+ * dims broadcast) */
+static double matmul_at(const hd_tensor *a, const hd_tensor *b, const int64_t *idx, int nd) {
+    int a1 = a->ndim == 1, b1 = b->ndim == 1;
+    int ab = a->ndim - (a1 ? 1 : 2), bb = b->ndim - (b1 ? 1 : 2), nb = nd - !a1 - !b1;
+    int64_t ia[HD_MAX_DIMS], ib[HD_MAX_DIMS], i = a1 ? 0 : idx[nd - 1 - !b1];
+    int64_t j = b1 ? 0 : idx[nd - 1];
+    for (int d = 0; d < ab; d++) ia[d] = a->shape[d] == 1 ? 0 : idx[nb - ab + d];
+    for (int d = 0; d < bb; d++) ib[d] = b->shape[d] == 1 ? 0 : idx[nb - bb + d];
+    double s = 0;
+    for (int64_t k = 0; k < a->shape[a->ndim - 1]; k++) {
+        if (a1)
+            ia[0] = k;
+        else
+            ia[ab] = i, ia[ab + 1] = k;
+        if (b1)
+            ib[0] = k;
+        else
+            ib[bb] = k, ib[bb + 1] = j;
+        s += load_idx(a, ia) * load_idx(b, ib);
+    }
+    return s;
+}
+
+/* the ops along an axis and matmul */
+static void reference_along(const opinfo *oi, const hd_attrs *at, hd_tensor *const *in,
+                            const hd_tensor *out, double *want) {
+    int64_t idx[HD_MAX_DIMS], full[HD_MAX_DIMS];
+    double line[MAX_ELEMS];
+    int axis = (int)at->ints[0];
+    for (int64_t e = 0; e < out->numel; e++) {
+        unravel(e, out->shape, out->ndim, idx);
+        if (oi->along == A_MATMUL) {
+            want[e] = matmul_at(in[0], in[1], idx, out->ndim);
+            continue;
+        }
+        memcpy(full, idx, sizeof full);
+        for (int64_t k = 0; k < in[0]->shape[axis]; k++)
+            full[axis] = k, line[k] = load_idx(in[0], full);
+        want[e] = along_line(oi->along, line, in[0]->shape[axis], idx[axis]);
+    }
+}
+
 /* want[e] for every element of out */
 static void reference(const opinfo *oi, const hd_attrs *at, hd_tensor *const *in,
                       const hd_tensor *out, double *want) {
     int64_t idx[HD_MAX_DIMS], full[HD_MAX_DIMS];
+    if (oi->along) {
+        reference_along(oi, at, in, out, want);
+        return;
+    }
     if (!oi->reduce) {
         for (int64_t e = 0; e < out->numel; e++) {
             unravel(e, out->shape, out->ndim, idx);
@@ -361,8 +457,10 @@ static int same_value(double got, double want, double rtol) {
 /* ---- checks ---- */
 
 static const char *case_name(const opinfo *oi, hd_dtype dt, int si, int r, char *buf, size_t n) {
-    int k = snprintf(buf, n, "%s %s sample %d", hd_op_name(oi->op), hd_dtype_name(dt), si);
-    if (oi->reduce && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " reduction %d", r);
+    int k = snprintf(buf, n, "%s%s %s sample %d", hd_op_name(oi->op),
+                     oi->along == A_CUMSUM_REV ? " (reversed)" : "", hd_dtype_name(dt), si);
+    if ((oi->reduce || (oi->along && oi->along != A_MATMUL)) && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " axis %d", r);
     return buf;
 }
 
@@ -508,7 +606,8 @@ static const hd_jit_compiler *const opinfo_compilers[] = {
 
 /* One row, dtype, sample and reduction: every check that applies. */
 static void check_case(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, int si, int r, int cuda) {
-    const sample *s = &samples[si];
+    int ns;
+    const sample *s = &samples_of(oi, &ns)[si];
     char name[96];
     case_name(oi, dt, si, r, name, sizeof name);
     hd_tensor *in[MAX_IN] = {0};
@@ -525,7 +624,9 @@ static void check_case(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, int si, int r
         for (size_t c = 0; g && c < sizeof opinfo_compilers / sizeof *opinfo_compilers; c++)
             check_compiled(ctx, opinfo_compilers[c], g, in, n, out, name, NULL);
         /* the cuda compiler once per row and dtype: each graph is a compile */
-        if (cuda) check_cuda(ctx, oi, g, in, &at, out, name, si == 4 && dt == HD_F32);
+        if (cuda)
+            check_cuda(ctx, oi, g, in, &at, out, name,
+                       si == (oi->along == A_MATMUL ? 0 : 4) && dt == HD_F32);
         if (g) hd_ir_graph_free(g);
         if (oi->grad && dt == HD_F64 && out->numel > 0) check_grad(ctx, oi, in, &at, name);
     }
@@ -537,6 +638,8 @@ static void check_case(hd_ctx *ctx, const opinfo *oi, hd_dtype dt, int si, int r
 /* A sample a row takes: one input for unary ops and reductions, the
  * reduction's axis within the first input's dims (3-D for keepdim). */
 static int sample_fits(const opinfo *oi, int si, int r) {
+    if (oi->along == A_MATMUL) return r == 0;
+    if (oi->along) return reductions[r].axis >= 0 && reductions[r].axis < samples[si].nd[0];
     if (!oi->reduce) return 1;
     int nd = samples[si].nd[0], axis = reductions[r].axis;
     if (axis >= nd) return 0;
@@ -552,7 +655,7 @@ static void test_table_covers_ops(void) {
     for (int op = 0; op < HD_OP_COUNT; op++) {
         hd_op_kind k = hd_op_infos[op].kind;
         if (k != HD_KIND_UNARY && k != HD_KIND_BINARY && k != HD_KIND_COMPARE &&
-            k != HD_KIND_REDUCE)
+            k != HD_KIND_REDUCE && k != HD_KIND_MATMUL)
             continue;
         int found = 0;
         for (int i = 0; i < NOPINFOS; i++) found |= (int)opinfos[i].op == op;
@@ -577,8 +680,12 @@ int main(void) {
     for (int i = 0; i < NOPINFOS; i++)
         for (int dt = 0; dt < HD_DTYPE_COUNT; dt++) {
             if (!(opinfos[i].dtypes & DT(dt))) continue;
-            int nr = opinfos[i].reduce ? (int)(sizeof reductions / sizeof *reductions) : 1;
-            for (int si = 0; si < NSAMPLES; si++)
+            int nr = opinfos[i].reduce || opinfos[i].along
+                         ? (int)(sizeof reductions / sizeof *reductions)
+                         : 1,
+                ns;
+            samples_of(&opinfos[i], &ns);
+            for (int si = 0; si < ns; si++)
                 for (int r = 0; r < nr; r++)
                     if (sample_fits(&opinfos[i], si, r)) {
                         check_case(&ctx, &opinfos[i], (hd_dtype)dt, si, r, cuda);
