@@ -139,6 +139,18 @@ RULE(avg_pool2d_bwd, 0) {
     gin[0] = hd_gx_out(x, hd_gx_run(x, HD_OP_AVG_POOL2D, &g, 1, &fw));
 }
 
+/* out = max_pool2d_bwd(x, k): k routed to each window's first maximum of
+ * x, linear in k and piecewise constant in x (no gradient there): d/dk =
+ * max_pool2d_select(x, h), h at each window's first maximum */
+RULE(max_pool2d_bwd, SAVE_X) {
+    if (need[1]) gin[1] = hd_gx_out(x, run_pair(x, HD_OP_MAX_POOL2D_SEL, IN(0), g, &n->attrs));
+}
+
+/* out = max_pool2d_select(x, k): d/dk = max_pool2d_bwd(x, h) */
+RULE(max_pool2d_select, SAVE_X) {
+    if (need[1]) gin[1] = hd_gx_out(x, run_pair(x, HD_OP_MAX_POOL2D_BWD, IN(0), g, &n->attrs));
+}
+
 /* out = k m / (1 - p) for the forward's mask m: its own adjoint */
 RULE(dropout_bwd, 0) {
     UNUSED_RULE_ARGS();

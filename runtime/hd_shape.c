@@ -829,6 +829,22 @@ SHAPE_FN(pool2d_bwd) {
     return HD_OK;
 }
 
+/* max_pool2d_select (x, h): h of x's shape -> max_pool2d's shape of x. */
+SHAPE_FN(pool2d_sel) {
+    HD_UNUSED(nin);
+    for (int i = 0; i < 2; i++)
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+    hd_tensor *x = in[0];
+    if (!same_shape(in[1], x->shape, x->ndim))
+        return grad_shape_mismatch(ctx, op, in[1]->shape, in[1]->ndim, x->shape, x->ndim);
+    hd_op_plan fwd;
+    if (hd_shape_pool2d(ctx, HD_OP_MAX_POOL2D, &x, 1, attrs, &fwd)) return ctx->status;
+    hd_dtype dt = grad_dtype(in, 2);
+    plan_set(plan, dt, fwd.shape, fwd.ndim);
+    plan->in_dtype[0] = plan->in_dtype[1] = dt;
+    return HD_OK;
+}
+
 /* layer_norm_bwd (x, g[, w]): ints[1] == 0 gives dx (x's shape), 1 gives
  * the weight's gradient (the normalized dims' shape). */
 SHAPE_FN(layer_norm_bwd) {

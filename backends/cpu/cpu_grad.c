@@ -174,6 +174,7 @@ hd_status hd_cpu_grad(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *i
     case HD_OP_INDEX_ADD: return GR_CALL(f64, run_index_add, ctx, out, in, attrs);
     case HD_OP_MAX_POOL2D_BWD:
     case HD_OP_AVG_POOL2D_BWD: return GR_CALL(f64, run_pool, ctx, op, out, in, nin, attrs);
+    case HD_OP_MAX_POOL2D_SEL: return GR_CALL(f64, run_select, ctx, out, in, attrs);
     case HD_OP_CONV2D_BWD_INPUT:
     case HD_OP_CONV2D_BWD_WEIGHT: return GR_CALL(f64, run_conv, ctx, op, out, in, attrs);
     case HD_OP_LAYER_NORM_BWD: return GR_CALL(f64, run_ln, ctx, out, in, nin, attrs);

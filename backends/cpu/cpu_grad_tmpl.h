@@ -135,27 +135,40 @@ static void GR_FN(index_add)(const GR_T *src, const int64_t *ix, GR_T *out, int6
 
 /* ---- pools ---- */
 
-/* One [h, w] plane: each output's gradient goes to its window's first
- * maximum (NaN counts as the maximum), as the forward picks it. */
-static void GR_FN(max_pool_plane)(const GR_T *x, const GR_T *g, GR_T *dx, const grad_pool *p) {
-    for (int64_t oh = 0; oh < p->oh; oh++) {
-        int64_t h0 = HD_MAX(oh * p->sh - p->ph, 0), h1 = HD_MIN(oh * p->sh - p->ph + p->kh, p->h);
-        for (int64_t ow = 0; ow < p->ow; ow++) {
-            int64_t w0 = HD_MAX(ow * p->sw - p->pw, 0);
-            int64_t w1 = HD_MIN(ow * p->sw - p->pw + p->kw, p->w);
-            GR_T m = -(GR_T)INFINITY;
-            int64_t at = h0 * p->w + w0;
-            for (int64_t h = h0; h < h1; h++)
-                for (int64_t w = w0; w < w1; w++) {
-                    GR_T v = x[h * p->w + w];
-                    if (v > m || v != v) {
-                        m = v;
-                        at = h * p->w + w;
-                    }
-                }
-            dx[at] += g[oh * p->ow + ow];
+/* The position in an [h, w] plane of window (oh, ow)'s first maximum (NaN
+ * counts as the maximum), as the forward picks it. */
+static int64_t GR_FN(max_at)(const GR_T *x, const grad_pool *p, int64_t oh, int64_t ow) {
+    int64_t h0 = HD_MAX(oh * p->sh - p->ph, 0), h1 = HD_MIN(oh * p->sh - p->ph + p->kh, p->h);
+    int64_t w0 = HD_MAX(ow * p->sw - p->pw, 0), w1 = HD_MIN(ow * p->sw - p->pw + p->kw, p->w);
+    GR_T m = -(GR_T)INFINITY;
+    int64_t at = h0 * p->w + w0;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+            GR_T v = x[h * p->w + w];
+            if (v > m || v != v) {
+                m = v;
+                at = h * p->w + w;
+            }
         }
-    }
+    return at;
+}
+
+/* One plane: each output's gradient goes to its window's first maximum. */
+static void GR_FN(max_pool_plane)(const GR_T *x, const GR_T *g, GR_T *dx, const grad_pool *p) {
+    for (int64_t oh = 0; oh < p->oh; oh++)
+        for (int64_t ow = 0; ow < p->ow; ow++)
+            dx[GR_FN(max_at)(x, p, oh, ow)] += g[oh * p->ow + ow];
+}
+
+/* max_pool2d_select: h at each window's first maximum of x */
+static void GR_FN(pool_select)(const GR_T *x, const GR_T *h, GR_T *y, const grad_pool *p, int nt) {
+    int64_t in_sz = p->h * p->w, out_sz = p->oh * p->ow;
+#pragma omp parallel for num_threads(nt) if (p->planes * in_sz >= CPU_PAR_MIN) schedule(static)
+    for (int64_t pl = 0; pl < p->planes; pl++)
+        for (int64_t oh = 0; oh < p->oh; oh++)
+            for (int64_t ow = 0; ow < p->ow; ow++)
+                y[pl * out_sz + oh * p->ow + ow] =
+                    h[pl * in_sz + GR_FN(max_at)(x + pl * in_sz, p, oh, ow)];
 }
 
 /* avg_pool2d divides by kh * kw, padding included (torch's default) */
@@ -423,6 +436,19 @@ static hd_status GR_FN(run_pool)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tenso
     if (x) GR_FN(grad_free)(ctx, in[0], x, own[0]);
     if (g) GR_FN(grad_free)(ctx, in[nin - 1], g, own[1]);
     return st;
+}
+
+static hd_status GR_FN(run_select)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in,
+                                   const hd_attrs *attrs) {
+    grad_pool p;
+    grad_pool_make(in[0], out, attrs, &p);
+    int own[2] = {0, 0};
+    const GR_T *x = GR_FN(grad_load)(ctx, in[0], &own[0]);
+    const GR_T *h = x ? GR_FN(grad_load)(ctx, in[1], &own[1]) : NULL;
+    if (h) GR_FN(pool_select)(x, h, hd_tensor_data(out), &p, ctx->nthreads);
+    if (x) GR_FN(grad_free)(ctx, in[0], x, own[0]);
+    if (h) GR_FN(grad_free)(ctx, in[1], h, own[1]);
+    return h ? HD_OK : ctx->status;
 }
 
 static hd_status GR_FN(run_conv)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,

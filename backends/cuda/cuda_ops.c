@@ -642,6 +642,7 @@ static hd_status ops_conv(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
         conv_geo(&cg, in[0]->shape, out->shape, in[1]->shape, at);
         return conv_launch(ctx, d, op, out, in, 2, &cg, out->numel);
     case HD_OP_MAX_POOL2D:
+    case HD_OP_MAX_POOL2D_SEL: /* x, h -> the pooled shape */
     case HD_OP_AVG_POOL2D: pool_geo(&pg, in[0]->shape, out->shape, at); break;
     default: pool_geo(&pg, out->shape, in[nin - 1]->shape, at); break; /* [x,] g -> dx */
     }

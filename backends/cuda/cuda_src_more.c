@@ -695,6 +695,24 @@ static void pool_bwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     hd_cuda_src_printf(s, "    }\n    O[t] = acc;\n  }\n}\n");
 }
 
+/* max_pool2d_select: B (h) at each window's first maximum of A (x), as
+ * the cpu kernel scans */
+static void pool_sel_kernel(hd_cuda_src *s, hd_dtype dt) {
+    conv_head(s, HD_OP_MAX_POOL2D_SEL, dt, "PoolGeo");
+    hd_cuda_src_printf(
+        s, "  GRID_LOOP(t, g.planes * g.oh * g.ow) {\n"
+           "    i64 ow = t %% g.ow, oh = (t / g.ow) %% g.oh, pl = t / (g.ow * g.oh);\n"
+           "    i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;\n"
+           "    i64 h1 = h0 + g.kh < g.h ? h0 + g.kh : g.h, w1 = w0 + g.kw < g.w ? w0 + g.kw : "
+           "g.w;\n"
+           "    h0 = h0 < 0 ? 0 : h0; w0 = w0 < 0 ? 0 : w0;\n"
+           "    C m = -(C)HD_INF; i64 at = h0 * g.w + w0;\n"
+           "    for (i64 h = h0; h < h1; h++) for (i64 w = w0; w < w1; w++) {\n"
+           "      C v = A[(pl * g.h + h) * g.w + w]; if (v > m || v != v) { m = v; at = h * g.w + "
+           "w; } }\n"
+           "    O[t] = B[pl * g.h * g.w + at];\n  }\n}\n");
+}
+
 int hd_cuda_is_conv(hd_op op) {
     switch (op) {
     case HD_OP_CONV2D:
@@ -703,6 +721,7 @@ int hd_cuda_is_conv(hd_op op) {
     case HD_OP_CONV2D_BWD_INPUT:
     case HD_OP_CONV2D_BWD_WEIGHT:
     case HD_OP_MAX_POOL2D_BWD:
+    case HD_OP_MAX_POOL2D_SEL:
     case HD_OP_AVG_POOL2D_BWD: return 1;
     default: return 0;
     }
@@ -718,6 +737,7 @@ static int mod_conv(hd_cuda_src *s, hd_op op) {
         case HD_OP_CONV2D_BWD_WEIGHT: conv_bwd_weight_kernel(s, (hd_dtype)dt); break;
         case HD_OP_MAX_POOL2D:
         case HD_OP_AVG_POOL2D: pool_fwd_kernel(s, op, (hd_dtype)dt); break;
+        case HD_OP_MAX_POOL2D_SEL: pool_sel_kernel(s, (hd_dtype)dt); break;
         default: pool_bwd_kernel(s, op, (hd_dtype)dt); break;
         }
     }
