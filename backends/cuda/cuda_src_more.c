@@ -552,7 +552,18 @@ static const char conv_geo[] =
     "  i64 a = i + p - k + 1; lo = a <= 0 ? 0 : (a + s - 1) / s; hi = (i + p) / s;\n"
     "  if (hi > n - 1) hi = n - 1; }\n"
     "#define GRID_LOOP(t, total) for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < "
-    "(total); t += (i64)gridDim.x * blockDim.x)\n";
+    "(total); t += (i64)gridDim.x * blockDim.x)\n"
+    /* where in plane pl window (oh, ow) has its first maximum (NaN counts
+     * as the maximum), as the cpu kernels scan */
+    "template <class C> __device__ i64 pool_max_at(const C *A, const PoolGeo &g, i64 pl, i64 oh, "
+    "i64 ow) {\n"
+    "  i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;\n"
+    "  i64 h1 = h0 + g.kh < g.h ? h0 + g.kh : g.h, w1 = w0 + g.kw < g.w ? w0 + g.kw : g.w;\n"
+    "  h0 = h0 < 0 ? 0 : h0; w0 = w0 < 0 ? 0 : w0;\n"
+    "  C m = -(C)HD_INF; i64 at = h0 * g.w + w0;\n"
+    "  for (i64 h = h0; h < h1; h++) for (i64 w = w0; w < w1; w++) {\n"
+    "    C v = A[(pl * g.h + h) * g.w + w]; if (v > m || v != v) { m = v; at = h * g.w + w; } }\n"
+    "  return at;\n}\n";
 
 /* The kernel's header: typedef C, pointers O, and A, B, D (const). */
 static void conv_head(hd_cuda_src *s, hd_op op, hd_dtype dt, const char *geo) {
@@ -678,17 +689,8 @@ static void pool_bwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
            "    for (i64 oh = ohl; oh <= ohh; oh++) for (i64 ow = owl; ow <= owh; ow++) "
            "{\n");
     if (max)
-        hd_cuda_src_printf(
-            s,
-            "      i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;\n"
-            "      i64 h1 = h0 + g.kh < g.h ? h0 + g.kh : g.h, w1 = w0 + g.kw < g.w ? w0 + g.kw : "
-            "g.w;\n"
-            "      h0 = h0 < 0 ? 0 : h0; w0 = w0 < 0 ? 0 : w0;\n"
-            "      C m = -(C)HD_INF; i64 at = h0 * g.w + w0;\n"
-            "      for (i64 h = h0; h < h1; h++) for (i64 w = w0; w < w1; w++) {\n"
-            "        C v = A[(pl * g.h + h) * g.w + w]; if (v > m || v != v) { m = v; at = h * "
-            "g.w + w; } }\n"
-            "      if (at == ih * g.w + iw) acc += B[(pl * g.oh + oh) * g.ow + ow];\n");
+        hd_cuda_src_printf(s, "      if (pool_max_at(A, g, pl, oh, ow) == ih * g.w + iw) acc += "
+                              "B[(pl * g.oh + oh) * g.ow + ow];\n");
     else
         hd_cuda_src_printf(s, "      acc += (C)((double)A[(pl * g.oh + oh) * g.ow + ow] * (1.0 / "
                               "(double)(g.kh * g.kw)));\n");
@@ -699,18 +701,10 @@ static void pool_bwd_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
  * the cpu kernel scans */
 static void pool_sel_kernel(hd_cuda_src *s, hd_dtype dt) {
     conv_head(s, HD_OP_MAX_POOL2D_SEL, dt, "PoolGeo");
-    hd_cuda_src_printf(
-        s, "  GRID_LOOP(t, g.planes * g.oh * g.ow) {\n"
-           "    i64 ow = t %% g.ow, oh = (t / g.ow) %% g.oh, pl = t / (g.ow * g.oh);\n"
-           "    i64 h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;\n"
-           "    i64 h1 = h0 + g.kh < g.h ? h0 + g.kh : g.h, w1 = w0 + g.kw < g.w ? w0 + g.kw : "
-           "g.w;\n"
-           "    h0 = h0 < 0 ? 0 : h0; w0 = w0 < 0 ? 0 : w0;\n"
-           "    C m = -(C)HD_INF; i64 at = h0 * g.w + w0;\n"
-           "    for (i64 h = h0; h < h1; h++) for (i64 w = w0; w < w1; w++) {\n"
-           "      C v = A[(pl * g.h + h) * g.w + w]; if (v > m || v != v) { m = v; at = h * g.w + "
-           "w; } }\n"
-           "    O[t] = B[pl * g.h * g.w + at];\n  }\n}\n");
+    hd_cuda_src_printf(s,
+                       "  GRID_LOOP(t, g.planes * g.oh * g.ow) {\n"
+                       "    i64 ow = t %% g.ow, oh = (t / g.ow) %% g.oh, pl = t / (g.ow * g.oh);\n"
+                       "    O[t] = B[pl * g.h * g.w + pool_max_at(A, g, pl, oh, ow)];\n  }\n}\n");
 }
 
 int hd_cuda_is_conv(hd_op op) {
