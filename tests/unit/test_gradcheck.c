@@ -396,18 +396,17 @@ SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; 
     a->ints[5] = 1)
 SET(drop_train, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(drop_eval, a->scalar[0] = 0.3; a->ints[0] = 0)
-SET(conv_a_in, conv_a(a); a->nshape = 4; a->shape[0] = 2; a->shape[1] = 4; a->shape[2] = 5;
-    a->shape[3] = 7)
-SET(conv_a_w, conv_a(a); a->nshape = 4; a->shape[0] = 6; a->shape[1] = 2; a->shape[2] = 3;
-    a->shape[3] = 3)
-SET(conv_s2_in, conv_s2(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2; a->shape[2] = 5;
-    a->shape[3] = 5)
-SET(conv_s2_w, conv_s2(a); a->nshape = 4; a->shape[0] = 3; a->shape[1] = 2; a->shape[2] = 3;
-    a->shape[3] = 3)
-SET(pool_2_in, pool_2(a); a->nshape = 4; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4;
-    a->shape[3] = 6)
-SET(pool_3s2p1_in, pool_3s2p1(a); a->nshape = 4; a->shape[0] = 1; a->shape[1] = 2; a->shape[2] = 5;
-    a->shape[3] = 5)
+/* a backward kernel's attrs.shape: the forward input's or weight's */
+static void shape4(hd_attrs *a, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    a->nshape = 4;
+    a->shape[0] = d0, a->shape[1] = d1, a->shape[2] = d2, a->shape[3] = d3;
+}
+SET(conv_a_in, conv_a(a); shape4(a, 2, 4, 5, 7))
+SET(conv_a_w, conv_a(a); shape4(a, 6, 2, 3, 3))
+SET(conv_s2_in, conv_s2(a); shape4(a, 1, 2, 5, 5))
+SET(conv_s2_w, conv_s2(a); shape4(a, 3, 2, 3, 3))
+SET(pool_2_in, pool_2(a); shape4(a, 2, 3, 4, 6))
+SET(pool_3s2p1_in, pool_3s2p1(a); shape4(a, 1, 2, 5, 5))
 SET(drop_bwd, a->scalar[0] = 0.3; a->ints[1] = 12345; a->ints[2] = 7)
 SET(index_add_5x3, a->ints[0] = 0; a->nshape = 2; a->shape[0] = 5; a->shape[1] = 3)
 SET(ln_1, a->ints[0] = 1)
