@@ -61,7 +61,8 @@ hd_status hd_jit_optimize(hd_ctx *ctx, hd_ir_graph *g, const hd_jit_options *opt
     }
     hd_pass_report r;
     size_t limit = opt->fold_limit ? opt->fold_limit : (size_t)1 << 20;
-    if (hd_pass_pipeline(g, opt->opt_level, limit, &r)) return ctx->status;
+    int level = opt->no_fuse && opt->opt_level > 0 ? HD_PASS_NO_FUSE : opt->opt_level;
+    if (hd_pass_pipeline(g, level, limit, &r)) return ctx->status;
     if (st) {
         st->nodes_traced = r.nodes_before;
         st->nodes = r.nodes_after;
@@ -257,6 +258,7 @@ uint64_t hd_jit_options_hash(const hd_jit_options *o) {
     hd_ir_hash_u64(&h, (uint64_t)o->fold_limit);
     hd_ir_hash_u64(&h, (uint64_t)o->no_inplace);
     hd_ir_hash_u64(&h, (uint64_t)o->no_reuse);
+    hd_ir_hash_u64(&h, (uint64_t)o->no_fuse);
     return hd_ir_hash_final(&h);
 }
 

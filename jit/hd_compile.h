@@ -23,6 +23,7 @@ typedef struct hd_jit_options {
     size_t fold_limit;  /* bytes a folded constant may have; 0: 1 MiB */
     int no_inplace;     /* memory plan: never write over an input */
     int no_reuse;       /* memory plan: one buffer per value */
+    int no_fuse;        /* no fusion groups: one kernel per node (a strategy's fusion off) */
 } hd_jit_options;
 
 /* Defaults: cpu, opt_level 1, 1 MiB fold limit. */

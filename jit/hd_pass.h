@@ -75,7 +75,9 @@ hd_status hd_pass_memplan(hd_ir_graph *g, const hd_pass_memplan_options *opt, hd
 
 /* The standard pipeline: lower, then fold / simplify / CSE / DCE until
  * nothing changes, layout, compaction, verification and fusion grouping.
- * opt_level 0 runs only what executors need (lower, layout). */
+ * opt_level 0 runs only what executors need (lower, layout);
+ * HD_PASS_NO_FUSE runs every pass but fusion (one kernel per node). */
+#define HD_PASS_NO_FUSE 2
 typedef struct hd_pass_report {
     int nodes_before, nodes_after;
     int casts, folded, simplified, merged, removed, copies;

@@ -102,7 +102,7 @@ hd_status hd_pass_pipeline(hd_ir_graph *g, int opt_level, size_t fold_limit,
     if (hd_ir_compact(g) || hd_pass_lower(g, &r.casts)) return g->ctx->status;
     if (opt_level > 0 && pipeline_fixpoint(g, fold_limit, &r)) return g->ctx->status;
     if (hd_pass_layout(g, &r.copies) || hd_ir_compact(g) || hd_ir_verify(g)) return g->ctx->status;
-    if (opt_level > 0 && hd_pass_fuse(g)) return g->ctx->status;
+    if (opt_level > 0 && opt_level != HD_PASS_NO_FUSE && hd_pass_fuse(g)) return g->ctx->status;
     r.nodes_after = g->nnodes;
     r.groups = g->ngroups;
     if (report) *report = r;

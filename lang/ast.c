@@ -434,6 +434,20 @@ hd_ast *hd_parse_grad_ctx(hd_parser *p, hd_span span, hd_parse_list *args, hd_as
     return hd_parse_done(p, g);
 }
 
+hd_ast *hd_parse_with_strategy(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body) {
+    int n = args ? args->n : 0;
+    hd_parse_no_splat(p, args, "with_strategy(...)");
+    if (n != 1 || args->items[0]->name)
+        hd_parse_error(p, span,
+                       "with_strategy(s) { } takes one argument: a strategy (strategy.training(), "
+                       "...) or a preset's name");
+    hd_ast *w = hd_parse_node(p, HD_AST_WITH_STRATEGY, span);
+    if (!w) return NULL;
+    w->a = n ? args->items[0]->a : NULL;
+    w->body = body;
+    return hd_parse_done(p, w);
+}
+
 void hd_parse_check_args(hd_parser *p, hd_parse_list *args, int named_only) {
     int named = 0;
     for (int i = 0; args && i < args->n; i++) {
@@ -551,6 +565,7 @@ static const char *const hd_dump_names[HD_AST_KIND_COUNT] = {
     [HD_AST_IMPORT] = "import",
     [HD_AST_NO_GRAD] = "no_grad",
     [HD_AST_GRAD_CTX] = "grad_context",
+    [HD_AST_WITH_STRATEGY] = "with_strategy",
     [HD_AST_COMPILED] = "compiled",
     [HD_AST_PROGRAM] = "program",
     [HD_AST_COMP] = "comprehension",

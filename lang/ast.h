@@ -58,6 +58,7 @@ typedef enum {
     HD_AST_IMPORT,   /* str: module name or path, name: alias (the binding); is_path; resolver: ref */
     HD_AST_NO_GRAD,  /* body */
     HD_AST_GRAD_CTX, /* a: the context of grad_context(ctx) { } (NULL: a new one), body */
+    HD_AST_WITH_STRATEGY, /* a: the strategy of with_strategy(s) { }, body */
     HD_AST_COMPILED, /* items[n]: options (HD_AST_ARG), body: compiled { } block */
     HD_AST_PROGRAM,  /* items[n]: top-level statements; resolver: nslots (globals of the chunk) */
 

@@ -288,6 +288,7 @@ static hd_status gctx_enter(hd_vm *vm, const hd_value *arg, void **state) {
 
 static hd_status grad_enter(hd_vm *vm, int kind, const hd_value *arg, void **state) {
     hd_ctx *ctx = hd_vm_ctx(vm);
+    if (kind == HD_AST_WITH_STRATEGY) return hd_strategy_enter(vm, arg, state);
     if (kind == HD_AST_NO_GRAD) {
         *state = (void *)(intptr_t)hd_grad_set_enabled(ctx, 0);
         return HD_OK;
@@ -302,6 +303,10 @@ static hd_status grad_enter(hd_vm *vm, int kind, const hd_value *arg, void **sta
  * does not free it); dropping the block's reference may free it. */
 static void grad_exit(hd_vm *vm, int kind, void *state) {
     hd_ctx *ctx = hd_vm_ctx(vm);
+    if (kind == HD_AST_WITH_STRATEGY) {
+        hd_strategy_exit(vm, state);
+        return;
+    }
     if (kind == HD_AST_NO_GRAD) {
         hd_grad_set_enabled(ctx, (int)(intptr_t)state);
         return;

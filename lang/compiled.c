@@ -970,6 +970,8 @@ void cp_opts_default(hd_vm *vm, cp_opts *o) {
     o->device_set = hd_default_device_name(vm, o->device, sizeof o->device);
     if (o->device_set && !o->chosen) snprintf(o->compiler, sizeof o->compiler, "cuda");
     o->opt_level = 1;
+    o->no_fuse = !vm->strategy.cur.fusion;
+    o->knobs = hd_strategy_accum_steps(vm) * 4099 + hd_strategy_checkpoint_interval(vm);
 }
 
 /* One tensor's vote for where the code runs: the first device seen, or
@@ -1020,6 +1022,7 @@ static void opts_jit(const cp_opts *o, hd_jit_options *j) {
     hd_jit_options_init(j);
     j->device = o->device;
     j->opt_level = o->opt_level;
+    j->no_fuse = o->no_fuse;
 }
 
 /* The parts of a key that do not depend on what the body read. */
@@ -1029,7 +1032,9 @@ void cp_key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k) {
     memset(k, 0, sizeof *k);
     k->body = b->hash;
     k->compiler = hd_jit_string_hash(o->compiler);
-    k->options = hd_jit_options_hash(&j);
+    /* a trace reads the strategy's knobs (optim, nn): another value is
+     * another graph */
+    k->options = hd_jit_options_hash(&j) ^ ((uint64_t)(uint32_t)o->knobs * 0x9e3779b97f4a7c15ull);
 }
 
 static uint64_t guards_hash(const cp_guard *g, int n) {

@@ -331,6 +331,8 @@ typedef struct cp_opts {
     int opt_level;
     int chosen;     /* the compiler was named (an option, HODU_COMPILER) */
     int device_set; /* the device was named (an option, the default device) */
+    int no_fuse;    /* the strategy's fusion is off */
+    int knobs;      /* what the strategy lets a trace read (optimizer steps, checkpointing) */
 } cp_opts;
 
 /* A captured tensor with data. */

@@ -1355,7 +1355,8 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         return store(vm, f, n, &n->ref, m) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
     }
     case HD_AST_NO_GRAD:
-    case HD_AST_GRAD_CTX: return ex_grad(vm, f, n);
+    case HD_AST_GRAD_CTX:
+    case HD_AST_WITH_STRATEGY: return ex_grad(vm, f, n);
     case HD_AST_COMPILED: return hd_compiled_block(vm, f, n);
     case HD_AST_BLOCK: return ex_block(vm, f, n);
     case HD_AST_COMP_PUSH: return ex_comp_push(vm, f, n);

@@ -197,6 +197,7 @@ static void fmt_push(fmt_state *f, const fmt_tok *t) {
     o->block = o->ch == '{' &&
                (fmt_operand_end(f->prev) || f->prev == HD_T_ELSE || f->prev == HD_T_NO_GRAD ||
                 f->prev == HD_T_COMPILED || f->prev == HD_T_GRAD_CONTEXT || f->prev == HD_T_TRY ||
+                f->prev == HD_T_WITH_STRATEGY ||
                 f->prev == HD_T_CATCH);
     o->indent = o->ch == '{' && !in_parens ? f->stmt : f->line_indent;
     o->saved_stmt = f->stmt;
@@ -229,7 +230,7 @@ static int fmt_space(const fmt_state *f, const fmt_tok *a, const fmt_tok *b) {
     if (f->prev_unary) return 0;
     if (y == HD_T_LPAREN)
         return !(fmt_operand_end(x) || x == HD_T_GRAD_CONTEXT || x == HD_T_COMPILED ||
-                 x == HD_T_SCRIPT);
+                 x == HD_T_SCRIPT || x == HD_T_WITH_STRATEGY);
     if (y == HD_T_LBRACKET) return !fmt_operand_end(x);
     return 1;
 }

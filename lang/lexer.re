@@ -463,6 +463,7 @@ static int hd_lex_scan(hd_parser *p, hd_lex_token *t) {
             "not" { return hd_lex_tok(lx, t, HD_T_NOT); }
             "no_grad" { return hd_lex_tok(lx, t, HD_T_NO_GRAD); }
             "grad_context" { return hd_lex_tok(lx, t, HD_T_GRAD_CONTEXT); }
+            "with_strategy" { return hd_lex_tok(lx, t, HD_T_WITH_STRATEGY); }
             "script" { return hd_lex_tok(lx, t, HD_T_SCRIPT); }
             "try" { return hd_lex_tok(lx, t, HD_T_TRY); }
             "catch" { return hd_lex_tok(lx, t, HD_T_CATCH); }

@@ -160,6 +160,8 @@ void hd_parse_no_splat(hd_parser *p, hd_parse_list *args, const char *what);
  * argument. grad_context(args) without a body (body NULL): a call of the
  * prelude's grad_context, which makes a context and takes no arguments. */
 hd_ast *hd_parse_grad_ctx(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body);
+/* with_strategy(s) { body } */
+hd_ast *hd_parse_with_strategy(hd_parser *p, hd_span span, hd_parse_list *args, hd_ast *body);
 /* Call-like argument lists: positional before named, no name twice;
  * `named_only` for compiled(...) options. */
 void hd_parse_check_args(hd_parser *p, hd_parse_list *args, int named_only);

@@ -93,6 +93,7 @@ static void hd_yyerror(hd_span *loc, hd_parser *p, const char *msg);
 %token COMPILED "'compiled'" IMPORT "'import'" AS "'as'" CLASS "'class'"
 %token TRUE "'true'" FALSE "'false'" NONE "'none'" AND "'and'" OR "'or'" NOT "'not'"
 %token NO_GRAD "'no_grad'" GRAD_CONTEXT "'grad_context'" SCRIPT "'script'"
+%token WITH_STRATEGY "'with_strategy'"
 %token TRY "'try'" CATCH "'catch'" THROW "'throw'"
 %token PLUS "'+'" MINUS "'-'" STAR "'*'" SLASH "'/'" PERCENT "'%'" AT "'@'" POW "'**'"
 %token EQ "'=='" NE "'!='" LT "'<'" LE "'<='" GT "'>'" GE "'>='" RANGE "'..'"
@@ -191,6 +192,9 @@ stmt
     | GRAD_CONTEXT LPAREN opt_args RPAREN block {
         hd_parse_no_splat(p, $3, "grad_context(...)");
         HD_NEED($$ = hd_parse_grad_ctx(p, @$, $3, $5));
+    }
+    | WITH_STRATEGY LPAREN opt_args RPAREN nls block {
+        HD_NEED($$ = hd_parse_with_strategy(p, @$, $3, $6));
     }
     | TRY nls block CATCH NAME nls block {
         HD_NEED($$ = hd_parse_named(p, HD_AST_TRY, $5.s, @$, NULL));
@@ -538,7 +542,7 @@ static int hd_yy_starts_stmt(yysymbol_kind_t k) {
     case YYSYMBOL_LET: case YYSYMBOL_RETURN: case YYSYMBOL_IF: case YYSYMBOL_FOR:
     case YYSYMBOL_WHILE: case YYSYMBOL_BREAK: case YYSYMBOL_CONTINUE: case YYSYMBOL_IMPORT:
     case YYSYMBOL_CLASS: case YYSYMBOL_NO_GRAD: case YYSYMBOL_GRAD_CONTEXT: case YYSYMBOL_TRY:
-    case YYSYMBOL_THROW: return 1;
+    case YYSYMBOL_THROW: case YYSYMBOL_WITH_STRATEGY: return 1;
     default: return hd_yy_starts_expr(k);
     }
 }

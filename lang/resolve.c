@@ -483,7 +483,8 @@ static void rs_stmt(rs *r, rs_fn *f, hd_ast *n) {
         break;
     case HD_AST_NO_GRAD:
     case HD_AST_GRAD_CTX:
-        rs_expr(r, f, n->a); /* grad_context(ctx) { }: the context */
+    case HD_AST_WITH_STRATEGY:
+        rs_expr(r, f, n->a); /* grad_context(ctx) { }: the context; with_strategy(s) { }: s */
         if (n->body) rs_block(r, f, n->body);
         break;
     case HD_AST_COMPILED:

@@ -701,6 +701,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
     if (vm->opts.memory_limit && vm->opts.memory_limit / 4 < cache)
         cache = vm->opts.memory_limit / 4;
     hd_ctx_set_cache_limit(&vm->ctx, cache);
+    hd_strategy_init(vm);
     vm->max_steps = vm->opts.max_steps ? vm->opts.max_steps : UINT64_MAX;
     vm->step_check = vm->max_steps;
     vm->max_depth = HD_DEFAULT_MAX_DEPTH;

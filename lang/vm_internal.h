@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include "ast.h"
+#include "strategy.h"
 #include "vm.h"
 
 /* The evaluator's failure marker: an expression that failed returns a value
@@ -163,6 +164,7 @@ struct hd_vm {
     void *write_ud;
     hd_grad_enter_fn grad_enter;
     hd_grad_exit_fn grad_exit;
+    hd_strategy_state strategy; /* the execution strategy in force (strategy.c) */
 
     /* compiled code (compiled.c) */
     struct hd_compiled_state *compiled; /* caches, the trace in progress */

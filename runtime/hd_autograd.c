@@ -167,6 +167,7 @@ static hd_grad_node *node_new(hd_ctx *ctx, int nin) {
     n->saved_version = (uint64_t *)(n->saved + nin + 1);
     n->live = 1;
     n->watch = ctx->grad_watch;
+    n->seq = ++ctx->grad_seq;
     return n;
 }
 
@@ -926,11 +927,15 @@ static hd_status propagate(hd_grad_pass *p, hd_grad_node *root) {
             st = node_backward(p, n);
         hd_tensor_unref(n->grad);
         n->grad = NULL;
-        if (!p->retain) /* saved tensors are not needed again: free them early */
+        if (!p->retain) { /* saved tensors are not needed again: free them early */
             for (int i = 0; i <= n->nin; i++) {
                 hd_tensor_unref(n->saved[i]);
                 n->saved[i] = NULL;
             }
+            if (n->custom && n->custom->free && n->custom_ud) /* what a host record keeps */
+                n->custom->free(n->ctx, n->custom_ud);
+            n->custom_ud = NULL;
+        }
         for (int i = 0; !st && i < n->nin; i++) {
             hd_grad_node *m = n->edges[i].node;
             if (m && --m->pending == 0) st = vec_push(p->ctx, &ready, m);
@@ -1111,19 +1116,92 @@ hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad)
 
 hd_status hd_grad_partial(hd_ctx *ctx, hd_tensor *loss, hd_tensor *const *xs, int n, hd_tensor **gs,
                           int create) {
+    return hd_grad_partial_seed(ctx, loss, NULL, xs, n, gs, create, 1);
+}
+
+hd_status hd_grad_partial_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_tensor *const *xs,
+                               int n, hd_tensor **gs, int create, int keep) {
     hd_grad_pass only;
     memset(&only, 0, sizeof only);
     only.only = xs;
     only.got = gs;
     only.n_only = n;
     for (int k = 0; k < n; k++) gs[k] = NULL;
-    hd_status st = backward_pass(ctx, loss, NULL, 1, create, &only);
+    hd_status st = backward_pass(ctx, loss, grad, keep, create, &only);
     if (st)
         for (int k = 0; k < n; k++) {
             hd_tensor_unref(gs[k]);
             gs[k] = NULL;
         }
     return st;
+}
+
+/* ---- the leaves of a recent history (checkpoint) ---- */
+
+static hd_status leaves_add(hd_ctx *ctx, hd_grad_vec *v, hd_tensor *leaf) {
+    for (size_t i = 0; i < v->n; i++)
+        if (v->p[i] == leaf) return HD_OK;
+    if (vec_push(ctx, v, leaf)) return ctx->status;
+    hd_tensor_ref(leaf);
+    return HD_OK;
+}
+
+/* Walk the records of t made after mark; *old is set when one from
+ * before is reached. */
+static hd_status leaves_walk(hd_ctx *ctx, hd_grad_node *root, uint64_t mark, hd_grad_vec *leaves,
+                             int *old) {
+    hd_grad_vec todo = {0};
+    uint64_t seen = ++ctx->grad_ids;
+    root->epoch = seen;
+    hd_status st = vec_push(ctx, &todo, root);
+    while (!st && todo.n && !*old) {
+        hd_grad_node *n = todo.p[--todo.n];
+        if (n->seq <= mark) {
+            *old = 1;
+            break;
+        }
+        for (int i = 0; !st && n->live && i < n->nin; i++) {
+            const hd_grad_edge *e = &n->edges[i];
+            if (e->leaf && hd_grad_requires(ctx, e->leaf)) st = leaves_add(ctx, leaves, e->leaf);
+            if (e->node && !e->node->cleared && e->node->epoch != seen) {
+                e->node->epoch = seen;
+                st = vec_push(ctx, &todo, e->node);
+            }
+        }
+    }
+    vec_free(ctx, &todo);
+    return st;
+}
+
+hd_status hd_grad_leaves_since(hd_ctx *ctx, hd_tensor *t, uint64_t mark, hd_tensor ***out, int *n) {
+    hd_grad_vec leaves = {0};
+    int old = 0;
+    hd_grad_info *gi = t->grad_info;
+    *out = NULL;
+    *n = 0;
+    hd_status st = HD_OK;
+    if (gi && gi->node && !gi->node->cleared)
+        st = leaves_walk(ctx, gi->node, mark, &leaves, &old);
+    else if (gi && !gi->node && hd_grad_requires(ctx, t))
+        st = leaves_add(ctx, &leaves, t);
+    if (!st && !old && leaves.n) { /* to its size: freed as n pointers */
+        void **p = hd_ctx_realloc(ctx, leaves.p, leaves.cap * sizeof *p, leaves.n * sizeof *p);
+        if (p) {
+            *out = (hd_tensor **)p;
+            *n = (int)leaves.n;
+            return HD_OK;
+        }
+        st = ctx->status;
+    }
+    for (size_t i = 0; i < leaves.n; i++) hd_tensor_unref(leaves.p[i]);
+    vec_free(ctx, &leaves);
+    if (!st && old) *n = -1;
+    return st;
+}
+
+void hd_grad_leaves_free(hd_ctx *ctx, hd_tensor **leaves, int n) {
+    for (int i = 0; i < n; i++) hd_tensor_unref(leaves[i]);
+    if (leaves) hd_ctx_free(ctx, leaves, (size_t)n * sizeof *leaves);
 }
 
 /* ---- a traced loop rolled with its gradient ---- */

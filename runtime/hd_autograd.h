@@ -66,6 +66,23 @@ hd_status hd_grad_backward_create(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad)
  * of their own (as hd_grad_backward_create's). */
 hd_status hd_grad_partial(hd_ctx *ctx, hd_tensor *loss, hd_tensor *const *xs, int n, hd_tensor **gs,
                           int create);
+/* The same for a loss of any shape, with grad its incoming gradient (NULL
+ * for a one-element loss); without keep, the graph is used up (its saved
+ * tensors freed as the pass goes, as backward() does). */
+hd_status hd_grad_partial_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_tensor *const *xs,
+                               int n, hd_tensor **gs, int create, int keep);
+
+/* A mark: records made after it are the ones hd_grad_leaves_since sees. */
+static inline uint64_t hd_grad_mark(const hd_ctx *ctx) {
+    return ctx->grad_seq;
+}
+/* The leaves that require grad which t's history reaches through records
+ * made after mark: new references in *out (an hd_ctx_alloc'd array of *n,
+ * freed with hd_grad_leaves_free). A record made before mark that is
+ * reached (a tensor with history from before) is an error: *n is then
+ * -1, with no error set, for the caller to say what it means. */
+hd_status hd_grad_leaves_since(hd_ctx *ctx, hd_tensor *t, uint64_t mark, hd_tensor ***out, int *n);
+void hd_grad_leaves_free(hd_ctx *ctx, hd_tensor **leaves, int n);
 
 /* x.detach(): a new view sharing x's storage, with no record and
  * requires_grad false. NULL with an error on allocation failure. */
@@ -192,6 +209,7 @@ struct hd_grad_node {
     hd_grad_node *free_next;
     hd_tensor *grad;    /* gradient of the output, summed over its users */
     uint32_t watch;     /* ctx->grad_watch when it was made */
+    uint64_t seq;       /* ctx->grad_seq when it was made: records made since a mark */
     uint64_t trace_ref; /* inside a trace: its output's value there (hd_tensor.trace_ref) */
     uint64_t epoch;
     int pending; /* users not yet processed */

@@ -92,6 +92,7 @@ typedef struct hd_ctx {
     int grad_disabled; /* no_grad: ops are not recorded for gradients */
     int grad_create;   /* a backward(create_graph = true) runs: its rules are recorded */
     uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
+    uint64_t grad_seq; /* records made so far (hd_grad_node.seq) */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;
     hd_grad_scope *grad_scope;

@@ -1,0 +1,477 @@
+/* Execution strategies: presets, the fields as names, applying one to the
+ * VM, with_strategy(s) { } and the builtins behind stdlib/strategy.hodu.
+ *
+ * What each field changes (docs/strategy.md has the table):
+ *  - gradient: "none" turns recording off (no_grad throughout);
+ *    "checkpointed" makes nn.Sequential run segments through checkpoint();
+ *    "accumulated" makes optimizers step once every `steps` calls.
+ *  - memory: "standard" turns the block cache off (freed blocks go back
+ *    to the C library), "pooled" keeps it; "minimal_peak" is standard
+ *    plus checkpointing of Sequential models (segments of sqrt(n)).
+ *  - parallelism: "none" runs kernels on one thread, "automatic" on the
+ *    VM's threads; model and pipeline parallelism ask for devices and say
+ *    how many there are.
+ *  - fusion: off compiles graphs with one kernel per node.
+ * The values that change nothing yet (lazy and hybrid modes, precisions
+ * other than single, cached memory, data, model and pipeline parallelism,
+ * profiling) print a note the first time they are applied, saying what
+ * runs instead. */
+#include "strategy.h"
+
+#include "builtins_tensor.h"
+#include "eval.h"
+#include "hd_autograd.h"
+#include "hd_backend.h"
+#include "vm_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- names ---- */
+
+static const char *const mode_names[] = {"eager", "lazy", "hybrid", NULL};
+static const char *const grad_names[] = {"none", "full", "checkpointed", "accumulated", NULL};
+static const char *const prec_names[] = {"full", "single", "mixed", "half", NULL};
+static const char *const mem_names[] = {"standard", "pooled", "cached", "minimal_peak", NULL};
+static const char *const par_names[] = {"none", "automatic", "data_parallel", "model_parallel",
+                                        "pipeline_parallel", NULL};
+
+typedef struct strategy_field {
+    const char *name;
+    const char *const *values;
+    size_t off;
+} strategy_field;
+
+static const strategy_field fields[] = {
+    {"mode", mode_names, offsetof(hd_strategy, mode)},
+    {"gradient", grad_names, offsetof(hd_strategy, gradient)},
+    {"precision", prec_names, offsetof(hd_strategy, precision)},
+    {"memory", mem_names, offsetof(hd_strategy, memory)},
+    {"parallelism", par_names, offsetof(hd_strategy, parallelism)},
+};
+#define NFIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+typedef struct strategy_count {
+    const char *name;
+    size_t off;
+} strategy_count;
+
+static const strategy_count counts[] = {
+    {"interval", offsetof(hd_strategy, interval)},
+    {"steps", offsetof(hd_strategy, steps)},
+    {"workers", offsetof(hd_strategy, workers)},
+    {"fusion", offsetof(hd_strategy, fusion)},
+    {"profiling", offsetof(hd_strategy, profiling)},
+};
+#define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))
+
+static int *field_at(hd_strategy *s, size_t off) {
+    return (int *)((char *)s + off);
+}
+
+static int name_index(const char *const *names, const char *v) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], v)) return i;
+    return -1;
+}
+
+/* "a", "b" or "c" */
+static void names_list(const char *const *names, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; names[i] && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s\"%s\"", !i ? "" : names[i + 1] ? ", " : " or ",
+                                names[i]);
+}
+
+/* ---- presets ----
+ * The seeds' values, except default(): it is what Hodu does with no
+ * strategy (the seeds' new() turns gradients off and computes in f64,
+ * which no program expects of "default"). */
+
+typedef struct strategy_preset {
+    const char *name;
+    hd_strategy s;
+} strategy_preset;
+
+static const strategy_preset presets[] = {
+    {"default", {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0}},
+    {"training", {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1}},
+    {"inference", {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0}},
+    {"memory_efficient",
+     {HD_MODE_HYBRID, HD_GRADS_CHECKPOINTED, HD_PREC_MIXED, HD_MEM_MINIMAL_PEAK, HD_PAR_NONE, 10, 0, 0, 0, 0}},
+    {"high_throughput", {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0}},
+    {"debug", {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1}},
+};
+#define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+hd_status hd_strategy_preset(hd_vm *vm, const char *name, hd_strategy *s) {
+    for (int i = 0; i < NPRESETS; i++)
+        if (!strcmp(presets[i].name, name)) {
+            *s = presets[i].s;
+            return HD_OK;
+        }
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "no strategy named '%s' (the presets: default, training, inference, "
+                       "memory_efficient, high_throughput, debug)",
+                       name);
+}
+
+void hd_strategy_init(hd_vm *vm) {
+    hd_strategy_state *st = &vm->strategy;
+    st->cur = presets[0].s;
+    st->threads = vm->ctx.nthreads;
+    st->cache = vm->ctx.cache_limit;
+    st->grad_before = 1;
+}
+
+/* ---- a strategy value (a Strategy object, or a dict of its fields) ---- */
+
+static hd_status field_get(hd_vm *vm, hd_value v, const char *name, hd_value *out) {
+    if (v.type == HD_V_DICT) {
+        hd_value *p = hd_dict_get(v, name);
+        if (!p)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "a strategy needs the field '%s'", name);
+        *out = hd_value_ref(*p);
+        return HD_OK;
+    }
+    return hd_eval_get_member(vm, v, name, out);
+}
+
+static hd_status field_read(hd_vm *vm, hd_value v, const strategy_field *f, hd_strategy *s) {
+    hd_value x;
+    if (field_get(vm, v, f->name, &x)) return vm->err;
+    int i = x.type == HD_V_STR ? name_index(f->values, hd_as_str(x)->chars) : -1;
+    if (i < 0) {
+        char list[160];
+        names_list(f->values, list, sizeof list);
+        hd_value r = hd_value_repr(vm, x);
+        hd_status e = hd_vm_error(vm, HD_ERR_RUNTIME, "strategy %s %s is not one of %s", f->name,
+                                  r.type == HD_V_STR ? hd_as_str(r)->chars : "?", list);
+        hd_value_unref(vm, r);
+        hd_value_unref(vm, x);
+        return e;
+    }
+    hd_value_unref(vm, x);
+    *field_at(s, f->off) = i;
+    return HD_OK;
+}
+
+static hd_status count_read(hd_vm *vm, hd_value v, const strategy_count *c, hd_strategy *s) {
+    hd_value x;
+    if (field_get(vm, v, c->name, &x)) return vm->err;
+    int64_t n = x.type == HD_V_BOOL || x.type == HD_V_INT ? x.as.i : -1;
+    if (x.type == HD_V_NONE) n = 0;
+    hd_value_unref(vm, x);
+    if (n < 0 || n > 1 << 20)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy %s must be a count from 0, got %s",
+                           c->name, hd_value_type_name(x));
+    *field_at(s, c->off) = (int)n;
+    return HD_OK;
+}
+
+/* The counts a field's value needs. */
+static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
+    if (s->gradient == HD_GRADS_CHECKPOINTED && s->interval < 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "strategy gradient \"checkpointed\" needs interval >= 1");
+    if (s->gradient == HD_GRADS_ACCUMULATED && s->steps < 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy gradient \"accumulated\" needs steps >= 1");
+    if (s->parallelism >= HD_PAR_DATA && s->workers < 1)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
+                           par_names[s->parallelism]);
+    return HD_OK;
+}
+
+/* s from a value: a preset's name, a Strategy object or a dict. */
+static hd_status strategy_from_value(hd_vm *vm, hd_value v, hd_strategy *s) {
+    if (v.type == HD_V_STR) return hd_strategy_preset(vm, hd_as_str(v)->chars, s);
+    if (v.type != HD_V_OBJECT && v.type != HD_V_DICT)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "a strategy must be a strategy (strategy.training(), ...) or a "
+                           "preset's name, got %s",
+                           hd_value_type_name(v));
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < NFIELDS; i++)
+        if (field_read(vm, v, &fields[i], s)) return vm->err;
+    for (int i = 0; i < NCOUNTS; i++)
+        if (count_read(vm, v, &counts[i], s)) return vm->err;
+    return strategy_check(vm, s);
+}
+
+static hd_value strategy_to_dict(hd_vm *vm, const hd_strategy *s) {
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return hd_none();
+    hd_strategy c = *s;
+    for (int i = 0; i < NFIELDS; i++) {
+        hd_value v = hd_str_from(vm, fields[i].values[*field_at(&c, fields[i].off)]);
+        if (v.type != HD_V_STR || hd_dict_set(vm, d, fields[i].name, v)) goto fail;
+    }
+    for (int i = 0; i < NCOUNTS; i++) {
+        int n = *field_at(&c, counts[i].off);
+        int flag = counts[i].off == offsetof(hd_strategy, fusion) ||
+                   counts[i].off == offsetof(hd_strategy, profiling);
+        if (hd_dict_set(vm, d, counts[i].name, flag ? hd_bool(n) : hd_int(n))) goto fail;
+    }
+    return d;
+fail:
+    hd_value_unref(vm, d);
+    return hd_none();
+}
+
+/* ---- applying ---- */
+
+enum {
+    NOTE_LAZY = 1,
+    NOTE_PREC = 2,
+    NOTE_CACHED = 4,
+    NOTE_DATA = 8,
+    NOTE_MODEL = 16,
+    NOTE_PROFILE = 32,
+};
+
+static void note_once(hd_vm *vm, unsigned bit, const char *fmt, const char *what) {
+    if (vm->strategy.noted & bit) return;
+    vm->strategy.noted |= bit;
+    fprintf(stderr, "hodu: note: strategy: ");
+    fprintf(stderr, fmt, what);
+    fputc('\n', stderr);
+}
+
+static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
+    if (s->mode != HD_MODE_EAGER)
+        note_once(vm, NOTE_LAZY, "mode \"%s\" is not available yet: code runs eagerly",
+                  mode_names[s->mode]);
+    if (s->precision != HD_PREC_SINGLE)
+        note_once(vm, NOTE_PREC,
+                  "precision \"%s\" is not available yet: ops run in their tensors' dtypes",
+                  prec_names[s->precision]);
+    if (s->memory == HD_MEM_CACHED)
+        note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
+                  "cached");
+    if (s->parallelism == HD_PAR_DATA)
+        note_once(vm, NOTE_DATA,
+                  "parallelism \"%s\" is not available yet: kernels use the VM's threads",
+                  "data_parallel");
+    if (s->parallelism >= HD_PAR_MODEL)
+        note_once(vm, NOTE_MODEL, "parallelism \"%s\" is not available yet: layers stay where "
+                                  "they are", par_names[s->parallelism]);
+    if (s->profiling)
+        note_once(vm, NOTE_PROFILE, "%s is not available yet: nothing is recorded",
+                  "profiling");
+}
+
+/* Model and pipeline parallelism need that many cuda devices. */
+static hd_status strategy_devices(hd_vm *vm, const hd_strategy *s) {
+    if (s->parallelism < HD_PAR_MODEL) return HD_OK;
+    int n = 0;
+    for (; n < s->workers && n < 64; n++) {
+        char spec[16];
+        const hd_backend *be;
+        int dev;
+        snprintf(spec, sizeof spec, "cuda:%d", n);
+        if (hd_backend_open_device(&vm->ctx, spec, &be, &dev)) break;
+    }
+    hd_error_clear(&vm->ctx);
+    if (n >= s->workers) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "strategy parallelism \"%s\" asks for %d devices; this machine has %d cuda "
+                       "device%s",
+                       par_names[s->parallelism], s->workers, n, n == 1 ? "" : "s");
+}
+
+/* Carry out s's fields (no checks, no notes): recording, threads, the
+ * block cache. */
+static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
+    hd_strategy_state *st = &vm->strategy;
+    hd_ctx *ctx = &vm->ctx;
+    if (s->gradient == HD_GRADS_NONE && st->cur.gradient != HD_GRADS_NONE)
+        st->grad_before = hd_grad_set_enabled(ctx, 0);
+    else if (s->gradient != HD_GRADS_NONE && st->cur.gradient == HD_GRADS_NONE)
+        hd_grad_set_enabled(ctx, st->grad_before);
+    ctx->nthreads = s->parallelism == HD_PAR_NONE ? 1 : st->threads;
+    int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
+    hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
+    if (!pooled) hd_ctx_trim(ctx);
+    st->cur = *s;
+}
+
+hd_status hd_strategy_apply(hd_vm *vm, const hd_strategy *s) {
+    if (strategy_check(vm, s) || strategy_devices(vm, s)) return vm->err;
+    strategy_notes(vm, s);
+    strategy_effects(vm, s);
+    return HD_OK;
+}
+
+/* ---- with_strategy(s) { } ---- */
+
+typedef struct strategy_saved {
+    hd_strategy prev;
+    int grad_on; /* recording when the block began */
+} strategy_saved;
+
+hd_status hd_strategy_enter(hd_vm *vm, const hd_value *arg, void **state) {
+    hd_strategy s;
+    if (!arg) return hd_vm_error(vm, HD_ERR_RUNTIME, "with_strategy(s) { } needs a strategy");
+    if (vm->ctx.trace)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "with_strategy inside compiled code would apply once, when the code "
+                           "is traced (put the block around the call instead)");
+    if (strategy_from_value(vm, *arg, &s)) return vm->err;
+    strategy_saved *sv = hd_ctx_calloc(&vm->ctx, 1, sizeof *sv);
+    if (!sv) return hd_vm_from_ctx(vm, HD_OK);
+    sv->prev = vm->strategy.cur;
+    sv->grad_on = hd_grad_is_enabled(&vm->ctx);
+    if (hd_strategy_apply(vm, &s)) {
+        hd_ctx_free(&vm->ctx, sv, sizeof *sv);
+        return vm->err;
+    }
+    *state = sv;
+    return HD_OK;
+}
+
+void hd_strategy_exit(hd_vm *vm, void *state) {
+    strategy_saved *sv = state;
+    if (!sv) return;
+    strategy_effects(vm, &sv->prev);
+    hd_grad_set_enabled(&vm->ctx, sv->grad_on);
+    hd_ctx_free(&vm->ctx, sv, sizeof *sv);
+}
+
+int hd_strategy_accum_steps(const hd_vm *vm) {
+    const hd_strategy *s = &vm->strategy.cur;
+    return s->gradient == HD_GRADS_ACCUMULATED ? s->steps : 1;
+}
+
+int hd_strategy_checkpoint_interval(const hd_vm *vm) {
+    const hd_strategy *s = &vm->strategy.cur;
+    if (s->gradient == HD_GRADS_CHECKPOINTED) return s->interval;
+    if (s->gradient == HD_GRADS_FULL && s->memory == HD_MEM_MINIMAL_PEAK) return -1;
+    return 0;
+}
+
+/* ---- builtins ---- */
+
+/* set_strategy(s): s (a strategy, or a preset's name) for the rest of the
+ * program. */
+static HD_TF_FN(tf_set_strategy) {
+    HD_TARGS_BIND(a); /* s */
+    hd_strategy s;
+    if (strategy_from_value(vm, a.v[0], &s) || hd_strategy_apply(vm, &s)) return vm->err;
+    return HD_OK;
+}
+
+/* _strategy(name = none): the fields of a preset, or of the strategy in
+ * force, as a dict (stdlib/strategy.hodu makes its Strategy from it). */
+static HD_TF_FN(tf_strategy_fields) {
+    HD_TARGS_BIND(a); /* name= */
+    hd_strategy s = vm->strategy.cur;
+    if (hd_targ_has(&a, 0)) {
+        if (a.v[0].type != HD_V_STR) return hd_targ_type_error(vm, &a, 0, "a string");
+        if (hd_strategy_preset(vm, hd_as_str(a.v[0])->chars, &s)) return vm->err;
+    }
+    *out = strategy_to_dict(vm, &s);
+    return out->type == HD_V_DICT ? HD_OK : hd_vm_oom(vm);
+}
+
+/* _strategy_check(dict): an error naming the first bad field. */
+static HD_TF_FN(tf_strategy_check) {
+    HD_TARGS_BIND(a); /* fields */
+    hd_strategy s;
+    return strategy_from_value(vm, a.v[0], &s) ? vm->err : HD_OK;
+}
+
+/* _strategy_names(field): the values a field may take. */
+static HD_TF_FN(tf_strategy_names) {
+    HD_TARGS_BIND(a); /* field */
+    if (a.v[0].type != HD_V_STR) return hd_targ_type_error(vm, &a, 0, "a string");
+    const char *name = hd_as_str(a.v[0])->chars;
+    for (int i = 0; i < NFIELDS; i++) {
+        if (strcmp(fields[i].name, name)) continue;
+        hd_value l = hd_list_new(vm, 8);
+        for (int k = 0; l.type == HD_V_LIST && fields[i].values[k]; k++)
+            if (hd_list_push(vm, l, hd_str_from(vm, fields[i].values[k]))) return hd_vm_oom(vm);
+        *out = l;
+        return l.type == HD_V_LIST ? HD_OK : hd_vm_oom(vm);
+    }
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "strategies have no field '%s' (fields: mode, gradient, precision, memory, "
+                       "parallelism)",
+                       name);
+}
+
+/* _strategy_knobs(): [optimizer steps per update, checkpoint interval],
+ * what optim and nn read at every step. */
+static HD_TF_FN(tf_strategy_knobs) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_value l = hd_list_new(vm, 2);
+    if (l.type != HD_V_LIST || hd_list_push(vm, l, hd_int(hd_strategy_accum_steps(vm))) ||
+        hd_list_push(vm, l, hd_int(hd_strategy_checkpoint_interval(vm))))
+        return hd_vm_oom(vm);
+    *out = l;
+    return HD_OK;
+}
+
+/* _machine(): [cpu threads, cuda devices, MiB of memory available]. */
+static int64_t machine_memory_mb(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb < 0 ? -1 : kb / 1024;
+}
+
+static int machine_cuda_devices(hd_vm *vm) {
+    int n = 0;
+    for (; n < 64; n++) {
+        char spec[16];
+        const hd_backend *be;
+        int dev;
+        snprintf(spec, sizeof spec, "cuda:%d", n);
+        if (hd_backend_open_device(&vm->ctx, spec, &be, &dev)) break;
+    }
+    hd_error_clear(&vm->ctx);
+    return n;
+}
+
+static HD_TF_FN(tf_machine) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_value l = hd_list_new(vm, 3);
+    if (l.type != HD_V_LIST || hd_list_push(vm, l, hd_int(vm->strategy.threads)) ||
+        hd_list_push(vm, l, hd_int(machine_cuda_devices(vm))) ||
+        hd_list_push(vm, l, hd_int(machine_memory_mb())))
+        return hd_vm_oom(vm);
+    *out = l;
+    return HD_OK;
+}
+
+/* empty_cache(): give the block cache's memory back. */
+static HD_TF_FN(tf_empty_cache) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_ctx_trim(&vm->ctx);
+    return HD_OK;
+}
+
+/* reset_peak_memory_stats(): memory_stats()["peak"] starts again from
+ * what is in use now. */
+static HD_TF_FN(tf_reset_peak) {
+    HD_TARGS_BIND(a); /* (none) */
+    vm->ctx.mem_peak = vm->ctx.mem_used;
+    return HD_OK;
+}
+
+static const hd_tfunc rows[] = {
+    {"reset_peak_memory_stats", tf_reset_peak, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"set_strategy", tf_set_strategy, "s", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_strategy", tf_strategy_fields, "name=", -1, HD_TF_GLOBAL},
+    {"_strategy_check", tf_strategy_check, "fields", -1, HD_TF_GLOBAL},
+    {"_strategy_names", tf_strategy_names, "field", -1, HD_TF_GLOBAL},
+    {"_strategy_knobs", tf_strategy_knobs, "", -1, HD_TF_GLOBAL},
+    {"_machine", tf_machine, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"empty_cache", tf_empty_cache, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+};
+
+const hd_tfunc_table hd_tfuncs_strategy = {rows, (int)(sizeof rows / sizeof rows[0])};
