@@ -155,6 +155,16 @@ void hodu_vm_interrupt(hodu_vm *vm) {
     if (h) hd_vm_interrupt(h->vm);
 }
 
+hodu_status hodu_vm_set_strategy(hodu_vm *vm, const char *name) {
+    hd_api_vm *h = hd_api_vm_of(vm);
+    if (!h) return HODU_ERROR_ARGUMENT;
+    if (hd_api_enter(h, "hodu_vm_set_strategy")) return HODU_ERROR_ARGUMENT;
+    hd_status st = name ? hd_vm_set_strategy(h->vm, name)
+                        : (hd_status)hd_api_arg_error(h, "hodu_vm_set_strategy", "name is NULL");
+    hd_api_leave(h);
+    return (hodu_status)st;
+}
+
 hodu_status hodu_eval(hodu_vm *vm, const char *source, const char *chunk_name) {
     hd_api_vm *h = hd_api_vm_of(vm);
     if (!h) return HODU_ERROR_ARGUMENT;

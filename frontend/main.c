@@ -31,6 +31,8 @@ static const char hd_usage[] =
     "  fmt FILE    rewrite FILE in the canonical layout (--check: only say\n"
     "              which files would change, exit status 1 if any)\n"
     "  run-script  run a saved script (hodu run-script --help)\n"
+    "  --strategy NAME  run with an execution strategy: default, training,\n"
+    "              inference, memory_efficient, high_throughput or debug\n"
     "  --version   print the version\n"
     "  -h, --help  print this help\n"
     "\n"
@@ -82,6 +84,9 @@ static int hd_readable(const char *path) {
     return !bad;
 }
 
+/* --strategy NAME: the preset every VM of this run starts with. */
+static const char *hd_cli_strategy;
+
 static hd_vm *hd_make_vm(int argc, char **argv) {
     hd_vm_options o = {0};
     o.allow_io = 1;
@@ -89,6 +94,11 @@ static hd_vm *hd_make_vm(int argc, char **argv) {
     o.argv = argv;
     hd_vm *vm = hd_vm_new(&o);
     if (!vm) fprintf(stderr, "hodu: cannot start the interpreter (out of memory)\n");
+    if (vm && hd_cli_strategy && hd_vm_set_strategy(vm, hd_cli_strategy)) {
+        fprintf(stderr, "hodu: --strategy: %s\n", hd_vm_error_text(vm));
+        hd_vm_free(vm);
+        exit(2);
+    }
     return vm;
 }
 
@@ -170,6 +180,13 @@ static int hd_interactive(void) {
 }
 
 int main(int argc, char **argv) {
+    while (argc >= 2 && strcmp(argv[1], "--strategy") == 0) {
+        if (argc < 3) return hd_usage_error("%s", "--strategy needs a preset's name");
+        hd_cli_strategy = argv[2];
+        argv[2] = argv[0];
+        argv += 2;
+        argc -= 2;
+    }
     if (argc < 2) return hd_interactive();
     const char *a = argv[1];
     if (strcmp(a, "--version") == 0) {

@@ -120,6 +120,11 @@ HODU_API void hodu_vm_free(hodu_vm *vm);
  * reduction or string repetition. Safe from another thread or a signal
  * handler. */
 HODU_API void hodu_vm_interrupt(hodu_vm *vm);
+/* Run what follows with an execution strategy preset: "default",
+ * "training", "inference", "memory_efficient", "high_throughput" or
+ * "debug" (as set_strategy(name) in a program; docs/strategy.md). An
+ * unknown name is HODU_ERROR_RUNTIME with a message listing them. */
+HODU_API hodu_status hodu_vm_set_strategy(hodu_vm *vm, const char *name);
 
 /* Run source (a whole program; its top-level names become globals that
  * later calls see). chunk_name appears in error messages; NULL: "<host>". */

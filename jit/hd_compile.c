@@ -1,5 +1,6 @@
 /* The compiler registry, the shared pipeline entry and cache-key helpers. */
 #include "hd_compile.h"
+#include "hd_profile.h"
 #include "hd_loop.h"
 #include "hd_pass.h"
 
@@ -128,8 +129,8 @@ static hd_status jit_build(hd_jit_head *h, const hd_jit_build *b, const hd_ir_gr
     return HD_OK;
 }
 
-hd_status hd_jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *g,
-                         const hd_jit_options *opt, hd_jit_exec **out) {
+static hd_status jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *g,
+                             const hd_jit_options *opt, hd_jit_exec **out) {
     double t0 = hd_jit_now();
     hd_jit_options def;
     *out = NULL;
@@ -150,6 +151,15 @@ hd_status hd_jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *
     return HD_OK;
 }
 
+hd_status hd_jit_compile(hd_ctx *ctx, const hd_jit_build *b, const hd_ir_graph *g,
+                         const hd_jit_options *opt, hd_jit_exec **out) {
+    if (!hd_profile_on(ctx)) return jit_compile(ctx, b, g, opt, out);
+    double t0 = hd_profile_begin(ctx);
+    hd_status st = jit_compile(ctx, b, g, opt, out);
+    hd_profile_end(ctx, HD_PROF_COMPILE, g->name, t0, 0, 0);
+    return st;
+}
+
 void hd_jit_head_stats(const hd_jit_exec *e, hd_jit_stats *st) {
     *st = ((const hd_jit_head *)e)->stats;
 }
@@ -158,9 +168,9 @@ const hd_ir_graph *hd_jit_head_graph(const hd_jit_exec *e) {
     return ((const hd_jit_head *)e)->g;
 }
 
-hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
-                     const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
-                     hd_tensor **outputs, int noutputs) {
+static hd_status jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
+                         const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs,
+                         int ninputs, hd_tensor **outputs, int noutputs) {
     double t0 = hd_jit_now();
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
     if (noutputs != g->noutputs)
@@ -182,6 +192,19 @@ hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, voi
     st->runs++;
     st->run_seconds += hd_jit_now() - t0;
     return HD_OK;
+}
+
+hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
+                     const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
+                     hd_tensor **outputs, int noutputs) {
+    if (!hd_profile_on(ctx)) return jit_run(ctx, ops, e, ud, g, st, inputs, ninputs, outputs, noutputs);
+    double t0 = hd_profile_begin(ctx), bytes = 0;
+    hd_status r = jit_run(ctx, ops, e, ud, g, st, inputs, ninputs, outputs, noutputs);
+    for (int i = 0; i < ninputs; i++) bytes += inputs[i] ? (double)hd_tensor_nbytes(inputs[i]) : 0;
+    for (int i = 0; !r && i < noutputs; i++)
+        bytes += outputs[i] ? (double)hd_tensor_nbytes(outputs[i]) : 0;
+    hd_profile_end(ctx, HD_PROF_RUN, g->name, t0, bytes, 0);
+    return r;
 }
 
 /* ---- cache keys ---- */

@@ -12,16 +12,21 @@
  *    VM's threads; model and pipeline parallelism ask for devices and say
  *    how many there are.
  *  - fusion: off compiles graphs with one kernel per node.
+ *  - profiling: the profiler (runtime/hd_profile.h) records every op,
+ *    compile and compiled run; profile_report() prints the table, and a
+ *    strategy's trace path (or HODU_PROFILE=trace.json) gets the Chrome
+ *    trace when the VM closes.
  * The values that change nothing yet (lazy and hybrid modes, precisions
- * other than single, cached memory, data, model and pipeline parallelism,
- * profiling) print a note the first time they are applied, saying what
- * runs instead. */
+ * other than single, cached memory, data, model and pipeline parallelism)
+ * print a note the first time they are applied, saying what runs
+ * instead. */
 #include "strategy.h"
 
 #include "builtins_tensor.h"
 #include "eval.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_profile.h"
 #include "vm_internal.h"
 
 #include <stdio.h>
@@ -124,6 +129,12 @@ void hd_strategy_init(hd_vm *vm) {
     st->threads = vm->ctx.nthreads;
     st->cache = vm->ctx.cache_limit;
     st->grad_before = 1;
+    const char *trace = getenv("HODU_PROFILE");
+    if (trace && *trace && vm->opts.allow_io && !hd_profile_set(&vm->ctx, 1, trace)) {
+        st->profile_env = 1;
+        st->cur.profiling = 1;
+    }
+    hd_error_clear(&vm->ctx);
 }
 
 /* ---- a strategy value (a Strategy object, or a dict of its fields) ---- */
@@ -184,6 +195,21 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
     return HD_OK;
 }
 
+/* A strategy value's trace path (its field "trace", a string), applied
+ * with it: the Chrome trace is written there when the VM closes. */
+static hd_status strategy_trace(hd_vm *vm, hd_value v, const hd_strategy *s) {
+    if (!s->profiling || (v.type != HD_V_OBJECT && v.type != HD_V_DICT)) return HD_OK;
+    hd_value *p = hd_dict_get(v.type == HD_V_DICT ? v : ((hd_object *)v.as.o)->fields, "trace");
+    if (!p || p->type == HD_V_NONE) return HD_OK;
+    if (p->type != HD_V_STR)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "a strategy's trace must be a path, got %s",
+                           hd_value_type_name(*p));
+    if (!vm->opts.allow_io)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "a strategy's trace writes a file, and this VM has no file access");
+    return hd_profile_set(&vm->ctx, 1, hd_as_str(*p)->chars) ? hd_vm_from_ctx(vm, HD_OK) : HD_OK;
+}
+
 /* s from a value: a preset's name, a Strategy object or a dict. */
 static hd_status strategy_from_value(hd_vm *vm, hd_value v, hd_strategy *s) {
     if (v.type == HD_V_STR) return hd_strategy_preset(vm, hd_as_str(v)->chars, s);
@@ -228,7 +254,6 @@ enum {
     NOTE_CACHED = 4,
     NOTE_DATA = 8,
     NOTE_MODEL = 16,
-    NOTE_PROFILE = 32,
 };
 
 static void note_once(hd_vm *vm, unsigned bit, const char *fmt, const char *what) {
@@ -257,9 +282,6 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
     if (s->parallelism >= HD_PAR_MODEL)
         note_once(vm, NOTE_MODEL, "parallelism \"%s\" is not available yet: layers stay where "
                                   "they are", par_names[s->parallelism]);
-    if (s->profiling)
-        note_once(vm, NOTE_PROFILE, "%s is not available yet: nothing is recorded",
-                  "profiling");
 }
 
 /* Model and pipeline parallelism need that many cuda devices. */
@@ -294,6 +316,8 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
+    if (!st->profile_env) hd_profile_set(ctx, s->profiling, NULL); /* fails only for memory */
+    hd_error_clear(ctx);
     st->cur = *s;
 }
 
@@ -302,6 +326,13 @@ hd_status hd_strategy_apply(hd_vm *vm, const hd_strategy *s) {
     strategy_notes(vm, s);
     strategy_effects(vm, s);
     return HD_OK;
+}
+
+hd_status hd_vm_set_strategy(hd_vm *vm, const char *name) {
+    hd_strategy s;
+    if (!name) return hd_vm_error(vm, HD_ERR_ARGUMENT, "the strategy's name is NULL");
+    if (hd_strategy_preset(vm, name, &s)) return vm->err;
+    return hd_strategy_apply(vm, &s);
 }
 
 /* ---- with_strategy(s) { } ---- */
@@ -323,7 +354,8 @@ hd_status hd_strategy_enter(hd_vm *vm, const hd_value *arg, void **state) {
     if (!sv) return hd_vm_from_ctx(vm, HD_OK);
     sv->prev = vm->strategy.cur;
     sv->grad_on = hd_grad_is_enabled(&vm->ctx);
-    if (hd_strategy_apply(vm, &s)) {
+    if (hd_strategy_apply(vm, &s) || strategy_trace(vm, *arg, &s)) {
+        strategy_effects(vm, &sv->prev);
         hd_ctx_free(&vm->ctx, sv, sizeof *sv);
         return vm->err;
     }
@@ -358,7 +390,9 @@ int hd_strategy_checkpoint_interval(const hd_vm *vm) {
 static HD_TF_FN(tf_set_strategy) {
     HD_TARGS_BIND(a); /* s */
     hd_strategy s;
-    if (strategy_from_value(vm, a.v[0], &s) || hd_strategy_apply(vm, &s)) return vm->err;
+    if (strategy_from_value(vm, a.v[0], &s) || hd_strategy_apply(vm, &s) ||
+        strategy_trace(vm, a.v[0], &s))
+        return vm->err;
     return HD_OK;
 }
 
@@ -463,7 +497,21 @@ static HD_TF_FN(tf_reset_peak) {
     return HD_OK;
 }
 
+/* profile_report(reset = false): print the profiler's table. */
+static HD_TF_FN(tf_profile_report) {
+    HD_TARGS_BIND(a); /* reset= */
+    int reset;
+    if (hd_targ_bool(vm, &a, 0, 0, &reset)) return HD_ERR_RUNTIME;
+    char *t = hd_profile_table(&vm->ctx);
+    if (!t) return hd_vm_oom(vm);
+    hd_vm_write(vm, t, strlen(t));
+    free(t);
+    if (reset) hd_profile_reset(&vm->ctx);
+    return HD_OK;
+}
+
 static const hd_tfunc rows[] = {
+    {"profile_report", tf_profile_report, "reset=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"reset_peak_memory_stats", tf_reset_peak, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"set_strategy", tf_set_strategy, "s", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_strategy", tf_strategy_fields, "name=", -1, HD_TF_GLOBAL},

@@ -38,6 +38,7 @@ typedef struct hd_strategy_state {
     size_t cache;    /* the VM's block cache limit when it opened */
     unsigned noted;  /* notes already printed (one bit per note) */
     int grad_before; /* recording as it was before gradient "none" took it off */
+    int profile_env; /* HODU_PROFILE turned profiling on: strategies leave it on */
 } hd_strategy_state;
 
 struct hd_vm;

@@ -47,6 +47,9 @@ hd_status hd_vm_eval_file(hd_vm *vm, const char *path, const hd_eval_opts *opts)
  * source line, a caret, and the call trace (several errors for syntax and
  * name errors). Empty if none. */
 const char *hd_vm_error_text(hd_vm *vm);
+/* Apply the execution strategy preset called name (strategy.c): an error
+ * listing the presets when there is none so called. */
+hd_status hd_vm_set_strategy(hd_vm *vm, const char *name);
 void hd_vm_clear_error(hd_vm *vm);
 
 /* Ask a running evaluation to stop at the next statement with an

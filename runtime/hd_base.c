@@ -1,4 +1,5 @@
 #include "hd_base.h"
+#include "hd_profile.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +108,7 @@ void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes) {
 }
 
 void hd_ctx_release(hd_ctx *ctx) {
+    hd_profile_release(ctx);
     if (ctx->device_release) ctx->device_release(ctx);
     ctx->device_release = NULL;
     ctx->device_state = NULL;

@@ -69,6 +69,8 @@ typedef struct hd_stop {
     uint32_t limit_ms;   /* the limit the deadline came from, for messages */
 } hd_stop;
 
+typedef struct hd_profile hd_profile;
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -93,6 +95,7 @@ typedef struct hd_ctx {
     int grad_create;   /* a backward(create_graph = true) runs: its rules are recorded */
     uint64_t grad_ids; /* last id given to a gradient context or a backward pass */
     uint64_t grad_seq; /* records made so far (hd_grad_node.seq) */
+    struct hd_profile *prof; /* the profiler (hd_profile.h), or NULL */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;
     hd_grad_scope *grad_scope;

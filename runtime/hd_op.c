@@ -2,6 +2,7 @@
 #include "hd_op.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_profile.h"
 #include "hd_trace.h"
 
 #include <string.h>
@@ -333,8 +334,8 @@ static hd_status op_trace(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
     return st;
 }
 
-hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
-                    hd_tensor **out) {
+static inline hd_status op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                              const hd_attrs *attrs, hd_tensor **out) {
     static const hd_attrs no_attrs;
     hd_op_plan plan;
     *out = NULL;
@@ -355,6 +356,18 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
                        : op_execute(ctx, op, in, nin, attrs, &plan, be, device, rec, out);
     ctx->grad_disabled = was_disabled;
     return st;
+}
+
+static hd_status op_run_timed(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                              const hd_attrs *attrs, hd_tensor **out) {
+    return op_run(ctx, op, in, nin, attrs, out);
+}
+
+hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
+                    hd_tensor **out) {
+    if (__builtin_expect(ctx->prof != NULL, 0))
+        return hd_profile_op(ctx, op_run_timed, op, in, nin, attrs, out);
+    return op_run(ctx, op, in, nin, attrs, out);
 }
 
 hd_status hd_op_unary(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor **out) {
