@@ -218,7 +218,9 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
 }
 
 static hd_status llvm_plan(hd_jit_exec *e, const hd_jit_options *opt) {
-    return hd_plan_build(e->h.g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | LLVM_PLAN_FLAGS,
+    return hd_plan_build(e->h.g,
+                         (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) |
+                             (opt->no_fuse ? HD_PLAN_NO_FUSE : 0) | LLVM_PLAN_FLAGS,
                          &e->plan);
 }
 

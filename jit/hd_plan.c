@@ -399,7 +399,8 @@ static hd_status plan_piece_kernels(plan_state *s, plan_piece *pc) {
     } else {
         int last = pc->nodes[pc->nnodes - 1];
         const hd_ir_value *x = &g->values[g->nodes[last].in[0]];
-        int fuse = pc->kind == HD_PLAN_K_REDUCE && prologue_fusable(s, pc, x);
+        int fuse = pc->kind == HD_PLAN_K_REDUCE && !(s->flags & HD_PLAN_NO_FUSE) &&
+                   prologue_fusable(s, pc, x);
         if (plan_shape_kernels(s, pc, pc->nnodes - 1, fuse ? x : NULL)) return g->ctx->status;
         int ki = plan_kernel_new(s, (hd_plan_kernel_kind)pc->kind, x);
         if (ki < 0) return g->ctx->status;
@@ -700,7 +701,7 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     if (plan_alloc(&s)) return g->ctx->status;
     plan_values(&s);
     if (plan_uses(&s) || plan_pieces(&s)) return g->ctx->status;
-    plan_merge_pieces(&s);
+    if (!(flags & HD_PLAN_NO_FUSE)) plan_merge_pieces(&s);
     for (int i = 0; i < s.npieces; i++)
         if (s.pieces[i].nnodes && plan_piece_kernels(&s, &s.pieces[i])) return g->ctx->status;
     plan_stored(&s);

@@ -74,10 +74,11 @@ typedef struct hd_plan {
 enum {
     HD_PLAN_NO_REUSE = 1, /* one arena region per value */
     HD_PLAN_GEMM = 2,     /* gemm steps with epilogues (the executor runs them) */
-    HD_PLAN_EXTRA = 4     /* kernels the llvm generator has and the cuda one does
+    HD_PLAN_EXTRA = 4,    /* kernels the llvm generator has and the cuda one does
                            * not: softmax_bwd, log_softmax_bwd and layer_norm_bwd's
                            * dx rows, argmax and argmin, mse (a reduction of two
                            * same-shape inputs) */
+    HD_PLAN_NO_FUSE = 8   /* one kernel per node (a strategy's fusion off) */
 };
 
 /* Reductions over more elements than this run as runtime steps (the eager

@@ -82,6 +82,7 @@ static hd_status ckpt_call(hd_vm *vm, hd_value fn, const hd_value *copy, int nar
     hd_status st = hd_vm_error(vm, HD_ERR_RUNTIME, "checkpoint: fn must return a tensor, got %s",
                                hd_value_type_name(*y));
     hd_value_unref(vm, *y);
+    *y = hd_none();
     return st;
 }
 

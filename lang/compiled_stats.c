@@ -4,8 +4,24 @@
 #include "compiled_int.h"
 #include "eval.h"
 
+#include <string.h>
+
 static hd_status stat_put(hd_vm *vm, hd_value d, const char *k, uint64_t v) {
     return hd_dict_set(vm, d, k, hd_int((int64_t)v));
+}
+
+/* Kernel launches per run of the entry used last (entries are kept most
+ * recent first; 0: none compiled). */
+static uint64_t stats_kernels(const cp_body *b) {
+    for (int i = 0; i < b->nentries; i++) {
+        const cp_entry *e = b->entries[i];
+        if (!e || !e->exec || !e->jc->stats) continue;
+        hd_jit_stats st;
+        memset(&st, 0, sizeof st);
+        e->jc->stats(e->exec, &st);
+        return (uint64_t)st.kernels;
+    }
+    return 0;
 }
 
 static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
@@ -16,6 +32,7 @@ static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
                stat_put(vm, d, "compiles", (uint64_t)b->traces) ||
                stat_put(vm, d, "entries", (uint64_t)b->nentries) ||
                stat_put(vm, d, "eager_calls", b->eager_calls) ||
+               stat_put(vm, d, "kernels", stats_kernels(b)) ||
                hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
     return stat_put(vm, d, "calls", cs ? cs->calls : z) ||
            stat_put(vm, d, "hits", cs ? cs->hits : z) ||
