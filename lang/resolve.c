@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HD_RESOLVE_MAX_DEPTH 1000
 
@@ -241,12 +242,22 @@ static int rs_lookup(rs *r, rs_fn *f, const char *name, hd_ref *ref) {
     return 0;
 }
 
-/* The keys of dict d (may be none) offered to h. */
+/* The keys of dict d (may be none) offered to h; names of the library's
+ * own (a leading underscore) are not offered. */
 static void rs_hint_keys(hd_hint *h, hd_value d) {
     if (d.type != HD_V_DICT) return;
     const hd_dict *t = hd_as_dict(d);
     for (int64_t i = 0; i < t->len; i++)
-        if (t->keys[i]) hd_hint_offer(h, t->keys[i]->chars);
+        if (t->keys[i] && t->keys[i]->chars[0] != '_') hd_hint_offer(h, t->keys[i]->chars);
+}
+
+/* Is name one of the standard modules (nn, optim, strategy, ...)? */
+static int rs_is_stdlib_module(const rs *r, const char *name) {
+    const char *dir = r->vm->stdlib_dir;
+    char path[1024];
+    if (!dir || !*name || strchr(name, '/') || strchr(name, '.')) return 0;
+    snprintf(path, sizeof path, "%s/%s.hodu", dir, name);
+    return access(path, R_OK) == 0;
 }
 
 /* An unknown name: the error, with a name in scope it may mean (the
@@ -259,7 +270,10 @@ static void rs_unknown_name(rs *r, rs_fn *f, const hd_ast *n) {
     rs_hint_keys(&h, r->pending);
     rs_hint_keys(&h, r->mod->names);
     rs_hint_keys(&h, r->vm->builtin_index);
-    if (h.best)
+    if (rs_is_stdlib_module(r, n->name))
+        rs_error(r, &n->span, "unknown name '%s' (it is a standard module: import %s first)",
+                 n->name, n->name);
+    else if (h.best)
         rs_error(r, &n->span, "unknown name '%s' (did you mean '%s'?)", n->name, h.best);
     else
         rs_error(r, &n->span, "unknown name '%s'", n->name);

@@ -497,21 +497,59 @@ static HD_TF_FN(tf_reset_peak) {
     return HD_OK;
 }
 
-/* profile_report(reset = false): print the profiler's table. */
+/* profile_report(reset = false, show = true): print the profiler's
+ * table (show = false: return it as a string). */
 static HD_TF_FN(tf_profile_report) {
-    HD_TARGS_BIND(a); /* reset= */
-    int reset;
-    if (hd_targ_bool(vm, &a, 0, 0, &reset)) return HD_ERR_RUNTIME;
+    HD_TARGS_BIND(a); /* reset=, show= */
+    int reset, show;
+    if (hd_targ_bool(vm, &a, 0, 0, &reset) || hd_targ_bool(vm, &a, 1, 1, &show))
+        return HD_ERR_RUNTIME;
     char *t = hd_profile_table(&vm->ctx);
     if (!t) return hd_vm_oom(vm);
-    hd_vm_write(vm, t, strlen(t));
+    if (show) hd_vm_write(vm, t, strlen(t));
+    else *out = hd_str_from(vm, t);
     free(t);
+    if (!show && out->type != HD_V_STR) return hd_vm_oom(vm);
     if (reset) hd_profile_reset(&vm->ctx);
     return HD_OK;
 }
 
+/* profile_stats(): {name: {calls, total, self, bytes, flops}} of every
+ * row that recorded something (seconds, bytes, FLOPs). */
+static hd_status profile_row_dict(hd_vm *vm, const hd_profile_stats *ps, hd_value *out) {
+    hd_value r = hd_dict_new(vm);
+    if (r.type != HD_V_DICT || hd_dict_set(vm, r, "calls", hd_int((int64_t)ps->calls)) ||
+        hd_dict_set(vm, r, "total", hd_float(ps->total)) ||
+        hd_dict_set(vm, r, "self", hd_float(ps->self)) ||
+        hd_dict_set(vm, r, "bytes", hd_float(ps->bytes)) ||
+        hd_dict_set(vm, r, "flops", hd_float(ps->flops))) {
+        hd_value_unref(vm, r);
+        return hd_vm_oom(vm);
+    }
+    *out = r;
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_profile_stats) {
+    HD_TARGS_BIND(a); /* (none) */
+    hd_value d = hd_dict_new(vm);
+    if (d.type != HD_V_DICT) return hd_vm_oom(vm);
+    for (int row = 0; row < HD_PROF_ROWS; row++) {
+        hd_profile_stats ps;
+        hd_value r;
+        if (!hd_profile_row(&vm->ctx, row, &ps)) continue;
+        if (profile_row_dict(vm, &ps, &r) || hd_dict_set(vm, d, hd_profile_row_name(row), r)) {
+            hd_value_unref(vm, d);
+            return hd_vm_oom(vm);
+        }
+    }
+    *out = d;
+    return HD_OK;
+}
+
 static const hd_tfunc rows[] = {
-    {"profile_report", tf_profile_report, "reset=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"profile_report", tf_profile_report, "reset=, show=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"profile_stats", tf_profile_stats, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"reset_peak_memory_stats", tf_reset_peak, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"set_strategy", tf_set_strategy, "s", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_strategy", tf_strategy_fields, "name=", -1, HD_TF_GLOBAL},

@@ -162,7 +162,19 @@ hd_status hd_profile_op(hd_ctx *ctx, hd_profile_op_fn run, hd_op op, hd_tensor *
 
 /* ---- the table ---- */
 
-static const char *row_name(int row) {
+int hd_profile_row(const hd_ctx *ctx, int row, hd_profile_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!ctx->prof || row < 0 || row >= HD_PROF_ROWS || !ctx->prof->rows[row].calls) return 0;
+    const prof_row *r = &ctx->prof->rows[row];
+    out->calls = r->calls;
+    out->total = r->total;
+    out->self = r->self;
+    out->bytes = r->bytes;
+    out->flops = r->flops;
+    return 1;
+}
+
+const char *hd_profile_row_name(int row) {
     if (row == HD_PROF_COMPILE) return "compile";
     if (row == HD_PROF_RUN) return "compiled run";
     return hd_op_name((hd_op)row);
@@ -215,7 +227,7 @@ char *hd_profile_table(hd_ctx *ctx) {
         char rate[40];
         prof_rate(r, rate, sizeof rate);
         len += (size_t)snprintf(s + len, cap - len, "%-22s %9llu %11.3f %11.3f %11.2f  %s\n",
-                                row_name(order[i]), (unsigned long long)r->calls, r->total * 1e3,
+                                hd_profile_row_name(order[i]), (unsigned long long)r->calls, r->total * 1e3,
                                 r->self * 1e3, r->total / (double)r->calls * 1e6, rate);
     }
     if (!n) snprintf(s + len, cap - len, "(nothing recorded: profiling is off)\n");
@@ -234,7 +246,7 @@ hd_status hd_profile_write_trace(hd_ctx *ctx, const char *path) {
         const char *cat = e->row == HD_PROF_COMPILE ? "compile" : e->row == HD_PROF_RUN ? "compiled" : "op";
         fprintf(f, "%s\n{\"name\": \"%s%s%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
                    "\"dur\": %.3f, \"pid\": 1, \"tid\": 1}",
-                i ? "," : "", row_name(e->row), e->label[0] ? " " : "", e->label, cat, e->ts * 1e6,
+                i ? "," : "", hd_profile_row_name(e->row), e->label[0] ? " " : "", e->label, cat, e->ts * 1e6,
                 e->dur * 1e6);
     }
     fputs("\n]}\n", f);

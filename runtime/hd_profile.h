@@ -30,6 +30,14 @@ double hd_profile_begin(hd_ctx *ctx);
 void hd_profile_end(hd_ctx *ctx, int row, const char *label, double t0, double bytes,
                     double flops);
 
+/* One row's figures: 0 when the row recorded nothing. */
+typedef struct hd_profile_stats {
+    uint64_t calls;
+    double total, self, bytes, flops; /* seconds, seconds, bytes, FLOPs */
+} hd_profile_stats;
+int hd_profile_row(const hd_ctx *ctx, int row, hd_profile_stats *out);
+const char *hd_profile_row_name(int row);
+
 /* The table, sorted by total time, in a malloc'd string (NULL: out of
  * memory). */
 char *hd_profile_table(hd_ctx *ctx);

@@ -85,6 +85,52 @@ static result run(const char *const *args, const char *input, int interrupt_ms) 
         }                                                                                          \
     } while (0)
 
+/* --strategy NAME, and HODU_PROFILE's Chrome trace. */
+static void test_strategy_and_profile(void) {
+    result r = run((const char *[]){"--strategy", "inference", "-e", "print(is_grad_enabled())",
+                                    NULL},
+                   NULL, 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "false\n") == 0, "--strategy inference", r);
+    r = run((const char *[]){"--strategy", "debug", "-e",
+                             "import strategy\nprint(strategy.current().memory)", NULL},
+            NULL, 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "standard\n") == 0, "--strategy debug", r);
+    r = run((const char *[]){"--strategy", "fastest", "-e", "print(1)", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && !r.out[0] && strstr(r.err, "no strategy named 'fastest'"),
+           "--strategy with an unknown name", r);
+    r = run((const char *[]){"--strategy", NULL}, NULL, 0);
+    EXPECT(r.status == 2 && strstr(r.err, "--strategy needs a preset's name"),
+           "--strategy without a name", r);
+
+    char path[] = "/tmp/hodu_cli_traceXXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    setenv("HODU_PROFILE", path, 1);
+    r = run((const char *[]){"-e",
+                             "let a = ones([8, 8])\nlet b = a @ a\ncompiled fn f(x) { return "
+                             "sum(x * 2.0) }\nprint(f(b).item())",
+                             NULL},
+            NULL, 0);
+    unsetenv("HODU_PROFILE");
+    EXPECT(r.status == 0 && strcmp(r.out, "1024.0\n") == 0, "HODU_PROFILE runs the program", r);
+    FILE *f = fopen(path, "r");
+    char buf[1 << 14];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    checks++;
+    if (strncmp(buf, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", 42) ||
+        !strstr(buf, "{\"name\": \"matmul\", \"cat\": \"op\", \"ph\": \"X\", \"ts\": ") ||
+        !strstr(buf, "\"name\": \"compile f\", \"cat\": \"compile\"") ||
+        !strstr(buf, "\"name\": \"compiled run f\", \"cat\": \"compiled\"") ||
+        n < 4 || strcmp(buf + n - 4, "\n]}\n")) {
+        failures++;
+        printf("FAIL HODU_PROFILE's trace:\n%s\n", buf);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_cli HODU\n");
@@ -165,6 +211,8 @@ int main(int argc, char **argv) {
         }
         rmdir(fifo);
     }
+
+    test_strategy_and_profile();
 
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;

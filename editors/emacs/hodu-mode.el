@@ -16,7 +16,7 @@
 (defconst hodu-keywords
   '(
     "if" "else" "for" "in" "while" "break" "continue" "return" "let" "fn"
-    "class" "import" "as" "compiled" "script" "no_grad" "grad_context" "and"
+    "class" "import" "as" "compiled" "script" "no_grad" "grad_context" "with_strategy" "and"
     "or" "not" "try" "catch" "throw")
   "Hodu keywords (lang/lexer.re).")
 
@@ -40,6 +40,8 @@
     "cross_entropy" "mse" "conv2d" "max_pool2d" "avg_pool2d" "dropout"
     "layer_norm" "embedding" "save" "load" "read_csv" "param" "detach"
     "backward" "zero_grad" "clear_tape" "is_grad_enabled" "memory_stats"
+    "set_strategy" "checkpoint" "empty_cache" "profile_report" "profile_stats"
+    "reset_peak_memory_stats"
     "getattr" "setattr" "hasattr" "randperm" "isatty" "flush"
     "compiled_stats" "input" "output" "load_script" "print" "str" "repr"
     "type" "len" "range" "list" "int" "float" "args" "clock" "enumerate" "zip" "sorted" "reversed" "assert"

@@ -57,6 +57,7 @@ static void test_null_handles(void) {
     CHECK(hodu_script_output(NULL, "y") == NULL);
     hodu_script_free(NULL);
     hodu_vm_interrupt(NULL);
+    CHECK(hodu_vm_set_strategy(NULL, "training") == HODU_ERROR_ARGUMENT);
     hodu_vm_free(NULL);
     hodu_options bad;
     hodu_options_init(&bad);
@@ -484,8 +485,26 @@ static void test_scripts_absent_or_bad(void) {
     hodu_vm_free(vm);
 }
 
+/* hodu_vm_set_strategy: a preset for what follows; an unknown name or
+ * NULL is an error that leaves the VM usable. */
+static void test_strategy(void) {
+    hodu_vm *vm = hodu_vm_new(NULL);
+    double d = -1;
+    CHECK(hodu_vm_set_strategy(vm, "inference") == HODU_OK);
+    CHECK(hodu_eval(vm, "let on = 0.0\nif is_grad_enabled() { on = 1.0 }", NULL) == HODU_OK);
+    CHECK(hodu_get_global_number(vm, "on", &d) == HODU_OK && d == 0);
+    CHECK(hodu_vm_set_strategy(vm, "fastest") == HODU_ERROR_RUNTIME);
+    CHECK(strstr(hodu_error_message(vm), "no strategy named 'fastest' (the presets: default"));
+    CHECK(hodu_vm_set_strategy(vm, NULL) == HODU_ERROR_ARGUMENT);
+    CHECK(hodu_vm_set_strategy(vm, "default") == HODU_OK);
+    CHECK(hodu_eval(vm, "if is_grad_enabled() { on = 1.0 }", NULL) == HODU_OK);
+    CHECK(hodu_get_global_number(vm, "on", &d) == HODU_OK && d == 1);
+    hodu_vm_free(vm);
+}
+
 int main(void) {
     test_library();
+    test_strategy();
     test_null_handles();
     test_eval();
     test_eval_file();

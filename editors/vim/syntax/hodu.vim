@@ -7,7 +7,7 @@ endif
 
 syn keyword hoduControl if else for in while break continue return try catch throw
 syn keyword hoduDecl let fn class import as compiled script no_grad
-syn keyword hoduDecl grad_context
+syn keyword hoduDecl grad_context with_strategy
 syn keyword hoduConstant true false none
 syn keyword hoduOperator and or not
 syn keyword hoduDtype f16 bf16 f32 f64 i8 u8 i32 i64 bool
@@ -23,6 +23,8 @@ syn keyword hoduBuiltin log_softmax cross_entropy mse conv2d max_pool2d cumsum c
 syn keyword hoduBuiltin avg_pool2d dropout layer_norm embedding save load
 syn keyword hoduBuiltin read_csv param detach backward zero_grad clear_tape
 syn keyword hoduBuiltin is_grad_enabled memory_stats getattr setattr hasattr
+syn keyword hoduBuiltin set_strategy checkpoint empty_cache profile_report profile_stats
+syn keyword hoduBuiltin reset_peak_memory_stats
 syn keyword hoduBuiltin randperm isatty flush compiled_stats input output
 syn keyword hoduBuiltin load_script print str repr type len range list int
 syn keyword hoduBuiltin float args clock assert require gc enumerate zip sorted reversed
