@@ -29,7 +29,7 @@ typedef struct ckpt_record {
     hd_value fn;          /* held */
     hd_value *args;       /* the call's arguments, held */
     uint64_t *versions;   /* their storage versions at the call (tensors) */
-    int nargs;
+    int nargs, nalloc_args;
     int *grad_pos;        /* the arguments that require grad: inputs [0, ngrad) */
     int ngrad;
     hd_tensor **params;   /* leaves fn reached: inputs [ngrad, ngrad + nparams) */
@@ -40,15 +40,19 @@ typedef struct ckpt_record {
 static void ckpt_free(hd_ctx *ctx, void *ud) {
     ckpt_record *r = ud;
     hd_vm *vm = r->vm;
-    if (!vm->sweeping) {
-        hd_value_unref(vm, r->fn);
-        for (int i = 0; i < r->nargs; i++) hd_value_unref(vm, r->args[i]);
+    /* at VM exit every object goes at once (the sweep); tensors are
+     * counted apart and are let go here */
+    if (!vm->sweeping) hd_value_unref(vm, r->fn);
+    for (int i = 0; i < r->nargs; i++) {
+        if (r->args[i].type == HD_V_TENSOR) hd_tensor_unref(r->args[i].as.t);
+        else if (!vm->sweeping) hd_value_unref(vm, r->args[i]);
     }
     for (int i = 0; i < r->nparams; i++) hd_tensor_unref(r->params[i]);
     if (r->params) hd_ctx_free(ctx, r->params, (size_t)r->nalloc * sizeof *r->params);
-    hd_ctx_free(ctx, r->args, (size_t)r->nargs * sizeof *r->args);
-    hd_ctx_free(ctx, r->versions, (size_t)r->nargs * sizeof *r->versions);
-    hd_ctx_free(ctx, r->grad_pos, (size_t)r->nargs * sizeof *r->grad_pos);
+    size_t n = (size_t)r->nalloc_args; /* nargs + 1: never 0 */
+    if (r->args) hd_ctx_free(ctx, r->args, n * sizeof *r->args);
+    if (r->versions) hd_ctx_free(ctx, r->versions, n * sizeof *r->versions);
+    if (r->grad_pos) hd_ctx_free(ctx, r->grad_pos, n * sizeof *r->grad_pos);
     hd_ctx_free(ctx, r, sizeof *r);
 }
 
@@ -165,6 +169,7 @@ static ckpt_record *ckpt_record_new(hd_vm *vm, hd_value fn, const hd_value *args
     if (!r) return NULL;
     r->vm = vm;
     r->fn = hd_value_ref(fn);
+    r->nalloc_args = nargs + 1;
     r->args = hd_ctx_calloc(ctx, (size_t)nargs + 1, sizeof *r->args);
     r->versions = hd_ctx_calloc(ctx, (size_t)nargs + 1, sizeof *r->versions);
     r->grad_pos = hd_ctx_calloc(ctx, (size_t)nargs + 1, sizeof *r->grad_pos);
