@@ -197,7 +197,8 @@ static hd_status jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e,
 hd_status hd_jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e, void *ud,
                      const hd_ir_graph *g, hd_jit_stats *st, hd_tensor *const *inputs, int ninputs,
                      hd_tensor **outputs, int noutputs) {
-    if (!hd_profile_on(ctx)) return jit_run(ctx, ops, e, ud, g, st, inputs, ninputs, outputs, noutputs);
+    if (!hd_profile_on(ctx))
+        return jit_run(ctx, ops, e, ud, g, st, inputs, ninputs, outputs, noutputs);
     double t0 = hd_profile_begin(ctx), bytes = 0;
     hd_status r = jit_run(ctx, ops, e, ud, g, st, inputs, ninputs, outputs, noutputs);
     for (int i = 0; i < ninputs; i++) bytes += inputs[i] ? (double)hd_tensor_nbytes(inputs[i]) : 0;

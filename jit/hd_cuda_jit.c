@@ -336,9 +336,9 @@ static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
 }
 
 static hd_status cj_plan(hd_jit_exec *e, const hd_jit_options *opt) {
-    return hd_plan_build(e->h.g,
-                         (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | (opt->no_fuse ? HD_PLAN_NO_FUSE : 0),
-                         &e->plan);
+    return hd_plan_build(
+        e->h.g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | (opt->no_fuse ? HD_PLAN_NO_FUSE : 0),
+        &e->plan);
 }
 
 static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {

@@ -26,14 +26,14 @@
 
 typedef struct ckpt_record {
     hd_vm *vm;
-    hd_value fn;          /* held */
-    hd_value *args;       /* the call's arguments, held */
-    uint64_t *versions;   /* their storage versions at the call (tensors) */
+    hd_value fn;        /* held */
+    hd_value *args;     /* the call's arguments, held */
+    uint64_t *versions; /* their storage versions at the call (tensors) */
     int nargs, nalloc_args;
-    int *grad_pos;        /* the arguments that require grad: inputs [0, ngrad) */
+    int *grad_pos; /* the arguments that require grad: inputs [0, ngrad) */
     int ngrad;
-    hd_tensor **params;   /* leaves fn reached: inputs [ngrad, ngrad + nparams) */
-    int nparams, nalloc;  /* nalloc: params' length as allocated */
+    hd_tensor **params;            /* leaves fn reached: inputs [ngrad, ngrad + nparams) */
+    int nparams, nalloc;           /* nalloc: params' length as allocated */
     uint64_t rng_seed, rng_offset; /* the random stream when fn began */
 } ckpt_record;
 
@@ -44,8 +44,10 @@ static void ckpt_free(hd_ctx *ctx, void *ud) {
      * counted apart and are let go here */
     if (!vm->sweeping) hd_value_unref(vm, r->fn);
     for (int i = 0; i < r->nargs; i++) {
-        if (r->args[i].type == HD_V_TENSOR) hd_tensor_unref(r->args[i].as.t);
-        else if (!vm->sweeping) hd_value_unref(vm, r->args[i]);
+        if (r->args[i].type == HD_V_TENSOR)
+            hd_tensor_unref(r->args[i].as.t);
+        else if (!vm->sweeping)
+            hd_value_unref(vm, r->args[i]);
     }
     for (int i = 0; i < r->nparams; i++) hd_tensor_unref(r->params[i]);
     if (r->params) hd_ctx_free(ctx, r->params, (size_t)r->nalloc * sizeof *r->params);
@@ -124,8 +126,10 @@ static hd_status ckpt_grads(hd_vm *vm, ckpt_record *r, hd_tensor *g, const hd_va
     for (int j = 0; j < r->nparams; j++) xs[r->ngrad + j] = r->params[j];
     hd_status st = hd_grad_partial_seed(ctx, y, g, xs, n, gs, 0, 0);
     for (int j = 0; !st && j < n; j++) {
-        if (need[j]) gin[j] = gs[j];
-        else hd_tensor_unref(gs[j]);
+        if (need[j])
+            gin[j] = gs[j];
+        else
+            hd_tensor_unref(gs[j]);
     }
     return st;
 }
@@ -196,8 +200,10 @@ static void ckpt_keep_params(ckpt_record *r, const hd_value *copy, hd_tensor **l
         int arg = 0;
         for (int j = 0; j < r->nargs && !arg; j++)
             arg = copy[j].type == HD_V_TENSOR && copy[j].as.t == leaves[i];
-        if (arg) hd_tensor_unref(leaves[i]);
-        else leaves[k++] = leaves[i];
+        if (arg)
+            hd_tensor_unref(leaves[i]);
+        else
+            leaves[k++] = leaves[i];
     }
     r->params = leaves;
     r->nparams = k;
@@ -220,7 +226,7 @@ static hd_status ckpt_record_out(hd_vm *vm, ckpt_record *r, hd_tensor **y) {
     hd_tensor_unref(*y);
     *y = out;
     return hd_autograd_record_custom(ctx, ins, n, out, &ckpt_custom, r) ? hd_vm_from_ctx(vm, HD_OK)
-                                                                         : HD_OK;
+                                                                        : HD_OK;
 }
 
 /* The recorded call: y from fn(*copies), its history reduced to one record. */

@@ -12,6 +12,7 @@
  * the entries of a state dict. Fields whose names start with "_" are
  * private: these walks skip them (a layer can keep a cache there). */
 #include "builtins_tensor.h"
+#include "compiled.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
 #include "vm_internal.h"
@@ -36,6 +37,7 @@ struct walk {
     int flag;
     const hd_backend *be; /* to(device): where */
     int device;
+    hd_dtype dtype; /* to(dtype): what */
 };
 
 static int seen_before(walk *w, hd_value v) {
@@ -303,13 +305,59 @@ static hd_status move_one(walk *w, hd_tensor *t) {
     return HD_OK;
 }
 
+/* t (a float tensor) and its gradient cast to w->dtype in place: the
+ * same tensor, with new storage. */
+static hd_status cast_data(hd_ctx *ctx, hd_tensor *t, hd_dtype dt) {
+    if (!hd_dtype_is_float(t->dtype) || t->dtype == dt) return HD_OK;
+    hd_tensor *c = NULL;
+    int was = hd_grad_set_enabled(ctx, 0);
+    hd_status st = hd_op_cast(ctx, t, dt, &c);
+    hd_grad_set_enabled(ctx, was);
+    if (st) return st;
+    t->dtype = c->dtype;
+    hd_tensor_adopt(t, c);
+    hd_tensor_unref(c);
+    return HD_OK;
+}
+
+static hd_status cast_one(walk *w, hd_tensor *t) {
+    hd_ctx *ctx = hd_vm_ctx(w->vm);
+    hd_tensor *g = hd_grad_get(t);
+    if (cast_data(ctx, t, w->dtype) || (g && cast_data(ctx, g, w->dtype)))
+        return hd_tfail(w->vm, "to");
+    return HD_OK;
+}
+
+/* model.to(dtype): every float tensor of the object's fields (and its
+ * gradient) cast in place, as PyTorch's Module.to(dtype). */
+static hd_status om_to_dtype(hd_vm *vm, hd_value self, hd_value dt, hd_value *out) {
+    walk w;
+    walk_init(&w, vm);
+    w.dtype = dt.as.dt;
+    if (!hd_dtype_is_float(w.dtype))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "to(%s): a model's tensors are cast to a float dtype (f16, bf16, "
+                           "f32, f64)",
+                           hd_dtype_name(w.dtype));
+    w.tensor = cast_one;
+    if (walk_run(&w, self)) return vm->err;
+    *out = hd_value_ref(self);
+    return HD_OK;
+}
+
 /* Every tensor of the object's fields (and its gradient) moved to the
  * device in place, as PyTorch's Module.to: layers and optimizers that hold
- * the tensors see them moved. Returns self. */
+ * the tensors see them moved. With a dtype, every float tensor is cast
+ * instead. Returns self. */
 static HD_TF_FN(om_to) {
     HD_TARGS_BIND(a); /* self, device */
+    /* the model's tensors change at once: inside compiled code that would
+     * happen at the trace only */
+    if (hd_compiled_effect(vm, "to")) return vm->err;
+    if (a.v[1].type == HD_V_DTYPE) return om_to_dtype(vm, self, a.v[1], out);
     if (a.v[1].type != HD_V_STR)
-        return hd_targ_type_error(vm, &a, 1, "a device string (\"cpu\", \"cuda:0\")");
+        return hd_targ_type_error(vm, &a, 1,
+                                  "a device string (\"cpu\", \"cuda:0\") or a float dtype");
     hd_ctx *ctx = hd_vm_ctx(vm);
     walk w;
     walk_init(&w, vm);

@@ -971,7 +971,8 @@ void cp_opts_default(hd_vm *vm, cp_opts *o) {
     if (o->device_set && !o->chosen) snprintf(o->compiler, sizeof o->compiler, "cuda");
     o->opt_level = 1;
     o->no_fuse = !vm->strategy.cur.fusion;
-    o->knobs = hd_strategy_accum_steps(vm) * 4099 + hd_strategy_checkpoint_interval(vm);
+    o->knobs = (hd_strategy_accum_steps(vm) * 4099 + hd_strategy_checkpoint_interval(vm)) * 2 +
+               vm->ctx.autocast;
 }
 
 /* One tensor's vote for where the code runs: the first device seen, or

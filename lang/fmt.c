@@ -197,8 +197,7 @@ static void fmt_push(fmt_state *f, const fmt_tok *t) {
     o->block = o->ch == '{' &&
                (fmt_operand_end(f->prev) || f->prev == HD_T_ELSE || f->prev == HD_T_NO_GRAD ||
                 f->prev == HD_T_COMPILED || f->prev == HD_T_GRAD_CONTEXT || f->prev == HD_T_TRY ||
-                f->prev == HD_T_WITH_STRATEGY ||
-                f->prev == HD_T_CATCH);
+                f->prev == HD_T_WITH_STRATEGY || f->prev == HD_T_CATCH);
     o->indent = o->ch == '{' && !in_parens ? f->stmt : f->line_indent;
     o->saved_stmt = f->stmt;
 }

@@ -11,13 +11,16 @@
  *  - parallelism: "none" runs kernels on one thread, "automatic" on the
  *    VM's threads; model and pipeline parallelism ask for devices and say
  *    how many there are.
+ *  - precision: "mixed" runs matmul and conv2d of f32 tensors in bf16
+ *    (runtime/hd_op.c, as torch.autocast), the rest and the weights in
+ *    f32.
  *  - fusion: off compiles graphs with one kernel per node.
  *  - profiling: the profiler (runtime/hd_profile.h) records every op,
  *    compile and compiled run; profile_report() prints the table, and a
  *    strategy's trace path (or HODU_PROFILE=trace.json) gets the Chrome
  *    trace when the VM closes.
  * The values that change nothing yet (lazy and hybrid modes, precisions
- * other than single, cached memory, data, model and pipeline parallelism)
+ * "full" and "half", cached memory, data, model and pipeline parallelism)
  * print a note the first time they are applied, saying what runs
  * instead. */
 #include "strategy.h"
@@ -39,8 +42,8 @@ static const char *const mode_names[] = {"eager", "lazy", "hybrid", NULL};
 static const char *const grad_names[] = {"none", "full", "checkpointed", "accumulated", NULL};
 static const char *const prec_names[] = {"full", "single", "mixed", "half", NULL};
 static const char *const mem_names[] = {"standard", "pooled", "cached", "minimal_peak", NULL};
-static const char *const par_names[] = {"none", "automatic", "data_parallel", "model_parallel",
-                                        "pipeline_parallel", NULL};
+static const char *const par_names[] = {"none",           "automatic",         "data_parallel",
+                                        "model_parallel", "pipeline_parallel", NULL};
 
 typedef struct strategy_field {
     const char *name;
@@ -63,10 +66,8 @@ typedef struct strategy_count {
 } strategy_count;
 
 static const strategy_count counts[] = {
-    {"interval", offsetof(hd_strategy, interval)},
-    {"steps", offsetof(hd_strategy, steps)},
-    {"workers", offsetof(hd_strategy, workers)},
-    {"fusion", offsetof(hd_strategy, fusion)},
+    {"interval", offsetof(hd_strategy, interval)},   {"steps", offsetof(hd_strategy, steps)},
+    {"workers", offsetof(hd_strategy, workers)},     {"fusion", offsetof(hd_strategy, fusion)},
     {"profiling", offsetof(hd_strategy, profiling)},
 };
 #define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))
@@ -86,7 +87,10 @@ static void names_list(const char *const *names, char *buf, size_t n) {
     size_t len = 0;
     buf[0] = 0;
     for (int i = 0; names[i] && len < n; i++)
-        len += (size_t)snprintf(buf + len, n - len, "%s\"%s\"", !i ? "" : names[i + 1] ? ", " : " or ",
+        len += (size_t)snprintf(buf + len, n - len, "%s\"%s\"",
+                                !i             ? ""
+                                : names[i + 1] ? ", "
+                                               : " or ",
                                 names[i]);
 }
 
@@ -101,13 +105,21 @@ typedef struct strategy_preset {
 } strategy_preset;
 
 static const strategy_preset presets[] = {
-    {"default", {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0}},
-    {"training", {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1}},
-    {"inference", {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0}},
+    {"default",
+     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1,
+      0}},
+    {"training",
+     {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1}},
+    {"inference",
+     {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1,
+      0}},
     {"memory_efficient",
-     {HD_MODE_HYBRID, HD_GRADS_CHECKPOINTED, HD_PREC_MIXED, HD_MEM_MINIMAL_PEAK, HD_PAR_NONE, 10, 0, 0, 0, 0}},
-    {"high_throughput", {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0}},
-    {"debug", {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1}},
+     {HD_MODE_HYBRID, HD_GRADS_CHECKPOINTED, HD_PREC_MIXED, HD_MEM_MINIMAL_PEAK, HD_PAR_NONE, 10, 0,
+      0, 0, 0}},
+    {"high_throughput",
+     {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0}},
+    {"debug",
+     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1}},
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -142,8 +154,7 @@ void hd_strategy_init(hd_vm *vm) {
 static hd_status field_get(hd_vm *vm, hd_value v, const char *name, hd_value *out) {
     if (v.type == HD_V_DICT) {
         hd_value *p = hd_dict_get(v, name);
-        if (!p)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "a strategy needs the field '%s'", name);
+        if (!p) return hd_vm_error(vm, HD_ERR_RUNTIME, "a strategy needs the field '%s'", name);
         *out = hd_value_ref(*p);
         return HD_OK;
     }
@@ -188,7 +199,8 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "strategy gradient \"checkpointed\" needs interval >= 1");
     if (s->gradient == HD_GRADS_ACCUMULATED && s->steps < 1)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy gradient \"accumulated\" needs steps >= 1");
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "strategy gradient \"accumulated\" needs steps >= 1");
     if (s->parallelism >= HD_PAR_DATA && s->workers < 1)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
                            par_names[s->parallelism]);
@@ -268,9 +280,10 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
     if (s->mode != HD_MODE_EAGER)
         note_once(vm, NOTE_LAZY, "mode \"%s\" is not available yet: code runs eagerly",
                   mode_names[s->mode]);
-    if (s->precision != HD_PREC_SINGLE)
+    if (s->precision == HD_PREC_FULL || s->precision == HD_PREC_HALF)
         note_once(vm, NOTE_PREC,
-                  "precision \"%s\" is not available yet: ops run in their tensors' dtypes",
+                  "precision \"%s\" does not cast a model's tensors: ops run in their tensors' "
+                  "dtypes (cast the model with model.to(f64) or model.to(f16))",
                   prec_names[s->precision]);
     if (s->memory == HD_MEM_CACHED)
         note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
@@ -280,15 +293,16 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
                   "parallelism \"%s\" is not available yet: kernels use the VM's threads",
                   "data_parallel");
     if (s->parallelism >= HD_PAR_MODEL)
-        note_once(vm, NOTE_MODEL, "parallelism \"%s\" is not available yet: layers stay where "
-                                  "they are", par_names[s->parallelism]);
+        note_once(vm, NOTE_MODEL,
+                  "parallelism \"%s\" is not available yet: layers stay where "
+                  "they are",
+                  par_names[s->parallelism]);
 }
 
-/* Model and pipeline parallelism need that many cuda devices. */
-static hd_status strategy_devices(hd_vm *vm, const hd_strategy *s) {
-    if (s->parallelism < HD_PAR_MODEL) return HD_OK;
+/* The cuda devices that open, counted up to most (at most 64). */
+static int cuda_devices(hd_vm *vm, int most) {
     int n = 0;
-    for (; n < s->workers && n < 64; n++) {
+    for (; n < most && n < 64; n++) {
         char spec[16];
         const hd_backend *be;
         int dev;
@@ -296,6 +310,13 @@ static hd_status strategy_devices(hd_vm *vm, const hd_strategy *s) {
         if (hd_backend_open_device(&vm->ctx, spec, &be, &dev)) break;
     }
     hd_error_clear(&vm->ctx);
+    return n;
+}
+
+/* Model and pipeline parallelism need that many cuda devices. */
+static hd_status strategy_devices(hd_vm *vm, const hd_strategy *s) {
+    if (s->parallelism < HD_PAR_MODEL) return HD_OK;
+    int n = cuda_devices(vm, s->workers);
     if (n >= s->workers) return HD_OK;
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "strategy parallelism \"%s\" asks for %d devices; this machine has %d cuda "
@@ -316,6 +337,7 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
+    ctx->autocast = s->precision == HD_PREC_MIXED;
     if (!st->profile_env) hd_profile_set(ctx, s->profiling, NULL); /* fails only for memory */
     hd_error_clear(ctx);
     st->cur = *s;
@@ -424,10 +446,14 @@ static HD_TF_FN(tf_strategy_names) {
     for (int i = 0; i < NFIELDS; i++) {
         if (strcmp(fields[i].name, name)) continue;
         hd_value l = hd_list_new(vm, 8);
-        for (int k = 0; l.type == HD_V_LIST && fields[i].values[k]; k++)
-            if (hd_list_push(vm, l, hd_str_from(vm, fields[i].values[k]))) return hd_vm_oom(vm);
+        if (l.type != HD_V_LIST) return hd_vm_oom(vm);
+        for (int k = 0; fields[i].values[k]; k++)
+            if (hd_list_push(vm, l, hd_str_from(vm, fields[i].values[k]))) {
+                hd_value_unref(vm, l);
+                return hd_vm_oom(vm);
+            }
         *out = l;
-        return l.type == HD_V_LIST ? HD_OK : hd_vm_oom(vm);
+        return HD_OK;
     }
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "strategies have no field '%s' (fields: mode, gradient, precision, memory, "
@@ -435,16 +461,25 @@ static HD_TF_FN(tf_strategy_names) {
                        name);
 }
 
+/* A list of n ints into *out. */
+static hd_status ints_list(hd_vm *vm, const int64_t *v, int n, hd_value *out) {
+    hd_value l = hd_list_new(vm, n);
+    if (l.type != HD_V_LIST) return hd_vm_oom(vm);
+    for (int i = 0; i < n; i++)
+        if (hd_list_push(vm, l, hd_int(v[i]))) {
+            hd_value_unref(vm, l);
+            return hd_vm_oom(vm);
+        }
+    *out = l;
+    return HD_OK;
+}
+
 /* _strategy_knobs(): [optimizer steps per update, checkpoint interval],
  * what optim and nn read at every step. */
 static HD_TF_FN(tf_strategy_knobs) {
     HD_TARGS_BIND(a); /* (none) */
-    hd_value l = hd_list_new(vm, 2);
-    if (l.type != HD_V_LIST || hd_list_push(vm, l, hd_int(hd_strategy_accum_steps(vm))) ||
-        hd_list_push(vm, l, hd_int(hd_strategy_checkpoint_interval(vm))))
-        return hd_vm_oom(vm);
-    *out = l;
-    return HD_OK;
+    int64_t v[2] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm)};
+    return ints_list(vm, v, 2, out);
 }
 
 /* _machine(): [cpu threads, cuda devices, MiB of memory available]. */
@@ -458,27 +493,17 @@ static int64_t machine_memory_mb(void) {
     return kb < 0 ? -1 : kb / 1024;
 }
 
-static int machine_cuda_devices(hd_vm *vm) {
-    int n = 0;
-    for (; n < 64; n++) {
-        char spec[16];
-        const hd_backend *be;
-        int dev;
-        snprintf(spec, sizeof spec, "cuda:%d", n);
-        if (hd_backend_open_device(&vm->ctx, spec, &be, &dev)) break;
-    }
-    hd_error_clear(&vm->ctx);
-    return n;
-}
-
 static HD_TF_FN(tf_machine) {
     HD_TARGS_BIND(a); /* (none) */
-    hd_value l = hd_list_new(vm, 3);
-    if (l.type != HD_V_LIST || hd_list_push(vm, l, hd_int(vm->strategy.threads)) ||
-        hd_list_push(vm, l, hd_int(machine_cuda_devices(vm))) ||
-        hd_list_push(vm, l, hd_int(machine_memory_mb())))
-        return hd_vm_oom(vm);
-    *out = l;
+    int64_t v[3] = {vm->strategy.threads, cuda_devices(vm, 64), machine_memory_mb()};
+    return ints_list(vm, v, 3, out);
+}
+
+/* get_num_threads(): the threads kernels run on now (parallelism "none":
+ * 1). */
+static HD_TF_FN(tf_get_num_threads) {
+    HD_TARGS_BIND(a); /* (none) */
+    *out = hd_int(vm->ctx.nthreads);
     return HD_OK;
 }
 
@@ -506,8 +531,10 @@ static HD_TF_FN(tf_profile_report) {
         return HD_ERR_RUNTIME;
     char *t = hd_profile_table(&vm->ctx);
     if (!t) return hd_vm_oom(vm);
-    if (show) hd_vm_write(vm, t, strlen(t));
-    else *out = hd_str_from(vm, t);
+    if (show)
+        hd_vm_write(vm, t, strlen(t));
+    else
+        *out = hd_str_from(vm, t);
     free(t);
     if (!show && out->type != HD_V_STR) return hd_vm_oom(vm);
     if (reset) hd_profile_reset(&vm->ctx);
@@ -558,6 +585,7 @@ static const hd_tfunc rows[] = {
     {"_strategy_knobs", tf_strategy_knobs, "", -1, HD_TF_GLOBAL},
     {"_machine", tf_machine, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"empty_cache", tf_empty_cache, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"get_num_threads", tf_get_num_threads, "", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_strategy = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -335,7 +335,7 @@ static hd_status op_trace(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
 }
 
 static inline hd_status op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
-                              const hd_attrs *attrs, hd_tensor **out) {
+                               const hd_attrs *attrs, hd_tensor **out) {
     static const hd_attrs no_attrs;
     hd_op_plan plan;
     *out = NULL;
@@ -363,8 +363,38 @@ static hd_status op_run_timed(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int n
     return op_run(ctx, op, in, nin, attrs, out);
 }
 
+/* Mixed precision (a strategy's precision "mixed", as torch.autocast): a
+ * matmul or conv2d whose float inputs are all f32 runs on bf16 copies of
+ * them, and its result is cast back to f32, so everything around it (and
+ * the weights) stays f32. The casts are recorded ops: gradients flow
+ * through them, and the rule's products run in bf16 too. */
+static int autocast_wants(hd_op op, hd_tensor *const *in, int nin) {
+    if (op != HD_OP_MATMUL && op != HD_OP_CONV2D) return 0;
+    for (int i = 0; i < nin; i++)
+        if (in[i] && in[i]->dtype != HD_F32) return 0;
+    return 1;
+}
+
+static hd_status autocast_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                              const hd_attrs *attrs, hd_tensor **out) {
+    hd_tensor *low[HD_OP_MAX_IN] = {0}, *y = NULL;
+    hd_status st = HD_OK;
+    ctx->autocast = 0; /* the casts and the op itself run plainly */
+    for (int i = 0; i < nin && !st; i++) st = in[i] ? hd_op_cast(ctx, in[i], HD_BF16, &low[i]) : 0;
+    if (!st) st = hd_op_run(ctx, op, low, nin, attrs, &y);
+    if (!st) st = hd_op_cast(ctx, y, HD_F32, out);
+    ctx->autocast = 1;
+    for (int i = 0; i < nin; i++) hd_tensor_unref(low[i]);
+    hd_tensor_unref(y);
+    return st;
+}
+
 hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
                     hd_tensor **out) {
+    if (__builtin_expect(ctx->autocast, 0) && autocast_wants(op, in, nin)) {
+        *out = NULL;
+        return autocast_run(ctx, op, in, nin, attrs, out);
+    }
     if (__builtin_expect(ctx->prof != NULL, 0))
         return hd_profile_op(ctx, op_run_timed, op, in, nin, attrs, out);
     return op_run(ctx, op, in, nin, attrs, out);

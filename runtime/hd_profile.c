@@ -139,8 +139,8 @@ static double op_flops(hd_op op, hd_tensor *const *in, int nin, const hd_tensor 
     if (op == HD_OP_MATMUL && nin == 2 && in[0]->ndim > 0)
         return 2.0 * (double)out->numel * (double)in[0]->shape[in[0]->ndim - 1];
     if (op == HD_OP_CONV2D && nin >= 2 && in[1]->ndim == 4) /* w: [co, ci/g, kh, kw] */
-        return 2.0 * (double)out->numel * (double)(in[1]->shape[1] * in[1]->shape[2] *
-                                                   in[1]->shape[3]);
+        return 2.0 * (double)out->numel *
+               (double)(in[1]->shape[1] * in[1]->shape[2] * in[1]->shape[3]);
     return 0;
 }
 
@@ -227,8 +227,9 @@ char *hd_profile_table(hd_ctx *ctx) {
         char rate[40];
         prof_rate(r, rate, sizeof rate);
         len += (size_t)snprintf(s + len, cap - len, "%-22s %9llu %11.3f %11.3f %11.2f  %s\n",
-                                hd_profile_row_name(order[i]), (unsigned long long)r->calls, r->total * 1e3,
-                                r->self * 1e3, r->total / (double)r->calls * 1e6, rate);
+                                hd_profile_row_name(order[i]), (unsigned long long)r->calls,
+                                r->total * 1e3, r->self * 1e3, r->total / (double)r->calls * 1e6,
+                                rate);
     }
     if (!n) snprintf(s + len, cap - len, "(nothing recorded: profiling is off)\n");
     return s;
@@ -243,14 +244,18 @@ hd_status hd_profile_write_trace(hd_ctx *ctx, const char *path) {
     fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", f);
     for (size_t i = 0; p && i < p->nevents; i++) {
         const prof_event *e = &p->events[i];
-        const char *cat = e->row == HD_PROF_COMPILE ? "compile" : e->row == HD_PROF_RUN ? "compiled" : "op";
-        fprintf(f, "%s\n{\"name\": \"%s%s%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
-                   "\"dur\": %.3f, \"pid\": 1, \"tid\": 1}",
-                i ? "," : "", hd_profile_row_name(e->row), e->label[0] ? " " : "", e->label, cat, e->ts * 1e6,
-                e->dur * 1e6);
+        const char *cat = e->row == HD_PROF_COMPILE ? "compile"
+                          : e->row == HD_PROF_RUN   ? "compiled"
+                                                    : "op";
+        fprintf(f,
+                "%s\n{\"name\": \"%s%s%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+                "\"dur\": %.3f, \"pid\": 1, \"tid\": 1}",
+                i ? "," : "", hd_profile_row_name(e->row), e->label[0] ? " " : "", e->label, cat,
+                e->ts * 1e6, e->dur * 1e6);
     }
     fputs("\n]}\n", f);
     int bad = ferror(f);
-    if (fclose(f) || bad) return hd_error(ctx, HD_ERR_IO, "profile: cannot write the trace to %s", path);
+    if (fclose(f) || bad)
+        return hd_error(ctx, HD_ERR_IO, "profile: cannot write the trace to %s", path);
     return HD_OK;
 }

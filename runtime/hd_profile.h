@@ -27,8 +27,7 @@ void hd_profile_release(hd_ctx *ctx);
 /* A timed span: begin returns its start; end records it in row (label:
  * a name shown in the trace instead of the row's, copied; NULL: none). */
 double hd_profile_begin(hd_ctx *ctx);
-void hd_profile_end(hd_ctx *ctx, int row, const char *label, double t0, double bytes,
-                    double flops);
+void hd_profile_end(hd_ctx *ctx, int row, const char *label, double t0, double bytes, double flops);
 
 /* One row's figures: 0 when the row recorded nothing. */
 typedef struct hd_profile_stats {

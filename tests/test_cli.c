@@ -87,9 +87,9 @@ static result run(const char *const *args, const char *input, int interrupt_ms) 
 
 /* --strategy NAME, and HODU_PROFILE's Chrome trace. */
 static void test_strategy_and_profile(void) {
-    result r = run((const char *[]){"--strategy", "inference", "-e", "print(is_grad_enabled())",
-                                    NULL},
-                   NULL, 0);
+    result r =
+        run((const char *[]){"--strategy", "inference", "-e", "print(is_grad_enabled())", NULL},
+            NULL, 0);
     EXPECT(r.status == 0 && strcmp(r.out, "false\n") == 0, "--strategy inference", r);
     r = run((const char *[]){"--strategy", "debug", "-e",
                              "import strategy\nprint(strategy.current().memory)", NULL},
@@ -124,10 +124,29 @@ static void test_strategy_and_profile(void) {
     if (strncmp(buf, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", 42) ||
         !strstr(buf, "{\"name\": \"matmul\", \"cat\": \"op\", \"ph\": \"X\", \"ts\": ") ||
         !strstr(buf, "\"name\": \"compile f\", \"cat\": \"compile\"") ||
-        !strstr(buf, "\"name\": \"compiled run f\", \"cat\": \"compiled\"") ||
-        n < 4 || strcmp(buf + n - 4, "\n]}\n")) {
+        !strstr(buf, "\"name\": \"compiled run f\", \"cat\": \"compiled\"") || n < 4 ||
+        strcmp(buf + n - 4, "\n]}\n")) {
         failures++;
         printf("FAIL HODU_PROFILE's trace:\n%s\n", buf);
+    }
+
+    /* a strategy's trace path */
+    char code[512];
+    snprintf(code, sizeof code,
+             "import strategy\nset_strategy(strategy.default().with_profiling(true, path = "
+             "\"%s\"))\nlet a = ones([4]) + 1.0\nprint(a.sum().item())",
+             path);
+    r = run((const char *[]){"-e", code, NULL}, NULL, 0);
+    EXPECT(r.status == 0 && strcmp(r.out, "8.0\n") == 0, "a strategy's trace path", r);
+    f = fopen(path, "r");
+    n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    unlink(path);
+    checks++;
+    if (!strstr(buf, "{\"name\": \"add\", \"cat\": \"op\"")) {
+        failures++;
+        printf("FAIL a strategy's trace:\n%s\n", buf);
     }
 }
 
@@ -164,7 +183,8 @@ int main(int argc, char **argv) {
     EXPECT(r.status == 1 && strstr(r.err, "-e:1:7: error:"), "syntax error", r);
     r = run((const char *[]){"-e", "print(\"before\")\nprint(1 / 0)", NULL}, NULL, 0);
     EXPECT(r.status == 1 && strcmp(r.out, "before\n") == 0 &&
-               strstr(r.err, "-e:2:7: error: division by zero: 1 / 0\n  print(1 / 0)\n        ^~~~~\n"),
+               strstr(r.err,
+                      "-e:2:7: error: division by zero: 1 / 0\n  print(1 / 0)\n        ^~~~~\n"),
            "runtime error", r);
 
     r = run((const char *[]){"-", "x", NULL}, "print(args(), 3)\n", 0);

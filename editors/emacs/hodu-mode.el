@@ -41,7 +41,7 @@
     "layer_norm" "embedding" "save" "load" "read_csv" "param" "detach"
     "backward" "zero_grad" "clear_tape" "is_grad_enabled" "memory_stats"
     "set_strategy" "checkpoint" "empty_cache" "profile_report" "profile_stats"
-    "reset_peak_memory_stats"
+    "reset_peak_memory_stats" "get_num_threads"
     "getattr" "setattr" "hasattr" "randperm" "isatty" "flush"
     "compiled_stats" "input" "output" "load_script" "print" "str" "repr"
     "type" "len" "range" "list" "int" "float" "args" "clock" "enumerate" "zip" "sorted" "reversed" "assert"

@@ -24,7 +24,7 @@ syn keyword hoduBuiltin avg_pool2d dropout layer_norm embedding save load
 syn keyword hoduBuiltin read_csv param detach backward zero_grad clear_tape
 syn keyword hoduBuiltin is_grad_enabled memory_stats getattr setattr hasattr
 syn keyword hoduBuiltin set_strategy checkpoint empty_cache profile_report profile_stats
-syn keyword hoduBuiltin reset_peak_memory_stats
+syn keyword hoduBuiltin reset_peak_memory_stats get_num_threads
 syn keyword hoduBuiltin randperm isatty flush compiled_stats input output
 syn keyword hoduBuiltin load_script print str repr type len range list int
 syn keyword hoduBuiltin float args clock assert require gc enumerate zip sorted reversed
