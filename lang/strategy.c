@@ -183,14 +183,15 @@ static hd_status field_read(hd_vm *vm, hd_value v, const strategy_field *f, hd_s
 static hd_status count_read(hd_vm *vm, hd_value v, const strategy_count *c, hd_strategy *s) {
     hd_value x;
     if (field_get(vm, v, c->name, &x)) return vm->err;
-    int64_t n = x.type == HD_V_BOOL || x.type == HD_V_INT ? x.as.i : -1;
+    int64_t n = x.type == HD_V_BOOL ? x.as.b : x.type == HD_V_INT ? x.as.i : -1;
     if (x.type == HD_V_NONE) n = 0;
-    hd_value_unref(vm, x);
+    hd_status st = HD_OK;
     if (n < 0 || n > 1 << 20)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy %s must be a count from 0, got %s",
-                           c->name, hd_value_type_name(x));
-    *field_at(s, c->off) = (int)n;
-    return HD_OK;
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "strategy %s must be a count from 0, got %s", c->name,
+                         hd_value_type_name(x));
+    hd_value_unref(vm, x);
+    if (!st) *field_at(s, c->off) = (int)n;
+    return st;
 }
 
 /* The counts a field's value needs. */
@@ -338,8 +339,8 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
     ctx->autocast = s->precision == HD_PREC_MIXED;
-    if (!st->profile_env) hd_profile_set(ctx, s->profiling, NULL); /* fails only for memory */
-    hd_error_clear(ctx);
+    /* out of memory starting the profiler: it stays off, nothing else */
+    if (!st->profile_env && hd_profile_set(ctx, s->profiling, NULL)) hd_error_clear(ctx);
     st->cur = *s;
 }
 
@@ -377,8 +378,7 @@ hd_status hd_strategy_enter(hd_vm *vm, const hd_value *arg, void **state) {
     sv->prev = vm->strategy.cur;
     sv->grad_on = hd_grad_is_enabled(&vm->ctx);
     if (hd_strategy_apply(vm, &s) || strategy_trace(vm, *arg, &s)) {
-        strategy_effects(vm, &sv->prev);
-        hd_ctx_free(&vm->ctx, sv, sizeof *sv);
+        hd_strategy_exit(vm, sv);
         return vm->err;
     }
     *state = sv;
