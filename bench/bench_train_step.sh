@@ -8,7 +8,8 @@
 # Page faults per step are counted by `perf stat -e page-faults` over a run
 # of STEPS steps less a run of 0 steps (start-up, imports, warm-up), divided
 # by STEPS: deterministic up to a few faults. Time per step is what the
-# program measures around its loop, over PASSES runs (min and max shown).
+# program measures around its loop, over PASSES interleaved passes (min and
+# max shown, and the ratios to the peers taken within each pass).
 #
 #   bench/bench_train_step.sh [hodu ...]      (default: build/hodu)
 #   STEPS=500 PASSES=5 THREADS=1 bench/bench_train_step.sh old/hodu build/hodu
@@ -27,39 +28,49 @@ faults() { # hodu steps -> page faults of the whole run
 
 echo "machine: $(uname -m), $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
 echo "threads: $threads, $steps steps, $passes passes; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-40s %14s %22s  %s\n" hodu faults/step "us/step (min-max)" "loss"
+printf "%-40s %14s\n" hodu faults/step
 for h in "$@"; do
-    f=""
+    f="-"
     if command -v perf >/dev/null; then
         f0="$(faults "$h" 0)"
         f1="$(faults "$h" "$steps")"
         f="$(awk -v a="$f0" -v b="$f1" -v n="$steps" 'BEGIN { printf "%.2f", (b - a) / n }')"
     fi
-    lo="" hi="" loss=""
-    for _ in $(seq "$passes"); do
-        line="$("$h" "$prog" "$steps" | tail -n 1)"
-        t="$(echo "$line" | awk '{ print $2 }')"
-        loss="$(echo "$line" | awk '{ print $4 }')"
-        lo="$(awk -v a="$t" -v b="$lo" 'BEGIN { print (b == "" || a < b) ? a : b }')"
-        hi="$(awk -v a="$t" -v b="$hi" 'BEGIN { print (b == "" || a > b) ? a : b }')"
-    done
-    printf "%-40s %14s %22s  %s\n" "$h" "${f:--}" "$(printf "%.0f-%.0f" "$lo" "$hi")" "$loss"
+    printf "%-40s %14s\n" "$h" "$f"
 done
+
+# Every pass runs each Hodu binary eagerly, the last one's compiled fn, then
+# the peers, in that order, so that a slow spell of this shared machine
+# touches one pass of each rather than all passes of one; the ratios are
+# taken within a pass.
 last="${*: -1}"
-lo="" hi=""
-for _ in $(seq "$passes"); do
-    t="$("$last" "$prog" "$steps" compiled | tail -n 1 | awk '{ print $2 }')"
-    lo="$(awk -v a="$t" -v b="$lo" 'BEGIN { print (b == "" || a < b) ? a : b }')"
-    hi="$(awk -v a="$t" -v b="$hi" 'BEGIN { print (b == "" || a > b) ? a : b }')"
-done
-printf "%-40s %14s %22s\n" "$last (compiled fn)" - "$(printf "%.0f-%.0f" "$lo" "$hi")"
-if command -v python3 >/dev/null && python3 -c 'import numpy' 2>/dev/null; then
-    cores="0"; [ "$threads" -gt 1 ] && cores="0-$((threads - 1))"
-    for _ in $(seq "$passes"); do
-        taskset -c "$cores" python3 "$here/train/mlp_step_peers.py" "$steps" "$threads"
-    done | awk '{ k = $1 " " $2 " " $3; if (!(k in lo) || $4 < lo[k]) lo[k] = $4;
-                  if (!(k in hi) || $4 > hi[k]) hi[k] = $4; order[k] = NR }
-                END { for (k in lo) printf "%-40s %14s %22s\n", k, "-",
-                      (lo[k] == "-" ? "-" : sprintf("%.0f-%.0f", lo[k], hi[k])) }'
-fi
+peers=0
+cores="0"; [ "$threads" -gt 1 ] && cores="0-$((threads - 1))"
+python3 -c 'import numpy' 2>/dev/null && peers=1
+runs="$(mktemp)"
+trap 'rm -f "$runs"' EXIT
+for pass in $(seq "$passes"); do
+    for h in "$@"; do
+        echo "$pass $h $("$h" "$prog" "$steps" | tail -n 1 | awk '{ print $2, $4 }')"
+    done
+    echo "$pass $last(compiled-fn) $("$last" "$prog" "$steps" compiled | tail -n 1 | awk '{ print $2, $4 }')"
+    if [ "$peers" = 1 ]; then
+        taskset -c "$cores" python3 "$here/train/mlp_step_peers.py" "$steps" "$threads" |
+            awk -v p="$pass" '$4 != "-" { print p, $1 "-" $2 "-" $3, $4 }'
+    fi
+done >"$runs"
+printf "%-40s %22s  %s\n" run "us/step (min-max)" loss
+awk '{ k = $2; if (!(k in lo) || $3 < lo[k]) lo[k] = $3; if (!(k in hi) || $3 > hi[k]) hi[k] = $3
+       loss[k] = $4; if (!(k in ord)) { ord[k] = ++n; name[n] = k } }
+     END { for (i = 1; i <= n; i++) { k = name[i]
+           printf "%-40s %22s  %s\n", k, sprintf("%.0f-%.0f", lo[k], hi[k]), loss[k] } }' "$runs"
+# Ratios within each pass: Hodu eager / PyTorch eager, Hodu compiled fn /
+# JAX jit (below 1: Hodu is faster).
+awk -v e="$last" -v c="$last(compiled-fn)" '
+    $2 == e { he[$1] = $3 } $2 == c { hc[$1] = $3 }
+    $2 ~ /^torch-/ && $2 ~ /eager$/ { pt[$1] = $3 } $2 ~ /^jax-/ { jx[$1] = $3 }
+    END { for (p in he) if (p in pt) { r = he[p] / pt[p]; if (elo == "" || r < elo) elo = r; if (r > ehi) ehi = r }
+          for (p in hc) if (p in jx) { r = hc[p] / jx[p]; if (clo == "" || r < clo) clo = r; if (r > chi) chi = r }
+          if (elo != "") printf "Hodu eager / PyTorch eager, per pass:  %.2f-%.2f\n", elo, ehi
+          if (clo != "") printf "Hodu compiled / JAX jit, per pass:     %.2f-%.2f\n", clo, chi }' "$runs"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
