@@ -724,12 +724,16 @@ static hd_status shape_list(hd_vm *vm, const hd_tensor *t, hd_value *out) {
     return HD_OK;
 }
 
+/* A symbolic tensor (inside compiled code) is where the code runs. */
 static hd_status device_str(hd_vm *vm, const hd_tensor *t, hd_value *out) {
     const hd_storage *s = t->storage;
-    if (!s || strcmp(s->backend->name, "cpu") == 0)
+    const hd_backend *be = s ? s->backend : NULL;
+    int dev = s ? s->device : 0;
+    if (!s) hd_compiled_trace_place(vm, &be, &dev);
+    if (strcmp(be->name, "cpu") == 0)
         *out = hd_str_from(vm, "cpu");
     else
-        *out = hd_str_fmt(vm, "%s:%d", s->backend->name, s->device);
+        *out = hd_str_fmt(vm, "%s:%d", be->name, dev);
     return hd_vm_failed(vm) ? HD_ERR_MEMORY : HD_OK;
 }
 

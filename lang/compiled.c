@@ -1019,6 +1019,26 @@ static hd_status opts_follow(hd_vm *vm, const char *where, cp_opts *o, const hd_
     return HD_OK;
 }
 
+void hd_compiled_trace_place(hd_vm *vm, const hd_backend **be, int *dev) {
+    *be = &hd_cpu_backend;
+    *dev = 0;
+    cp_session *s = vm->compiled ? vm->compiled->session : NULL;
+    if (!s) return;
+    if (s->opts.device_set) { /* checked when the option was read */
+        const hd_backend *b;
+        int d;
+        if (!hd_backend_parse_device(&vm->ctx, s->opts.device, &b, &d)) *be = b, *dev = d;
+        return;
+    }
+    for (int i = 0; i < s->ninputs; i++) {
+        const hd_tensor *t = s->first[i];
+        if (!t || !t->storage || hd_tensor_follows_device(t)) continue;
+        *be = t->storage->backend;
+        *dev = t->storage->device;
+        return;
+    }
+}
+
 static void opts_jit(const cp_opts *o, hd_jit_options *j) {
     hd_jit_options_init(j);
     j->device = o->device;

@@ -66,6 +66,12 @@ hd_status hd_compiled_check_data(hd_vm *vm, const hd_tensor *t, const char *what
  * runs)? */
 int hd_compiled_data_known(hd_vm *vm, const hd_tensor *t);
 
+/* Where the compiled code being traced runs, as far as its trace knows
+ * (what x.device says of a symbolic x): the device its options name, else
+ * that of its first input that is not a number (the graph runs where its
+ * inputs are), else the cpu. The cpu when nothing is traced. */
+void hd_compiled_trace_place(hd_vm *vm, const struct hd_backend **be, int *dev);
+
 /* script("name") { } at frame f (builtins_script.c): a script object, or
  * HD_V_ERR with a located error. */
 hd_value hd_script_eval(hd_vm *vm, hd_frame *f, const hd_ast *n);
