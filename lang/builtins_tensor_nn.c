@@ -164,6 +164,28 @@ static HD_TF_FN(tf_layer_norm) {
     return st;
 }
 
+/* _attention(q, k, v, mask = none, scale =, causal = false): the fused
+ * kernel behind nn.scaled_dot_product_attention (stdlib/nn.hodu), which
+ * checks its arguments and picks it where it runs. */
+static HD_TF_FN(tf_attention) {
+    HD_TARGS_BIND(a); /* q, k, v, mask=, scale=, causal= */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int causal = 0;
+    hd_tensor *in[4] = {NULL, NULL, NULL, NULL};
+    int n = hd_targ_has(&a, 3) ? 4 : 3;
+    if (hd_targ_float(vm, &a, 4, 1.0, &at.scalar[0]) || hd_targ_bool(vm, &a, 5, 0, &causal))
+        return HD_ERR_RUNTIME;
+    at.ints[0] = causal;
+    hd_status st = HD_OK;
+    for (int i = 0; i < n && !st; i++) st = hd_targ_tensor(vm, &a, i, &in[i]);
+    hd_value r;
+    if (!st) st = hd_trun(vm, "attention", HD_OP_ATTENTION, in, n, &at, 0, &r);
+    hd_tunref_all(in, 4);
+    if (!st) *out = r;
+    return st;
+}
+
 /* embedding(idx, weight) = rows of weight: index_select on axis 0. */
 static HD_TF_FN(tf_embedding) {
     HD_TARGS_BIND(a); /* idx, weight */
@@ -185,6 +207,7 @@ static const hd_tfunc rows[] = {
     {"avg_pool2d", tf_pool2d, "x, kernel, stride=, padding=", HD_OP_AVG_POOL2D, HD_TF_GLOBAL},
     {"dropout", tf_dropout, "x, p=, training=", HD_OP_DROPOUT, HD_TF_GLOBAL},
     {"layer_norm", tf_layer_norm, "x, shape, w=, b=, eps=", HD_OP_LAYER_NORM, HD_TF_GLOBAL},
+    {"_attention", tf_attention, "q, k, v, mask=, scale=, causal=", HD_OP_ATTENTION, HD_TF_GLOBAL},
     {"embedding", tf_embedding, "idx, weight", HD_OP_INDEX_SELECT, HD_TF_GLOBAL},
 };
 

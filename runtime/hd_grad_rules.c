@@ -828,6 +828,41 @@ RULE(layer_norm, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     if (n->nin == 3 && need[2]) gin[2] = hd_gx_out(x, g);
 }
 
+/* query i may attend to key j <= i: a bool [L, S] */
+static hd_tensor *causal_allowed(hd_gx *x, int64_t l, int64_t s) {
+    hd_attrs at = no_attrs();
+    at.dtype = HD_I64;
+    at.scalar[1] = (double)l, at.scalar[2] = 1;
+    hd_tensor *rows = reshape(x, hd_gx_run(x, HD_OP_ARANGE, NULL, 0, &at), (int64_t[]){l, 1}, 2);
+    at.scalar[1] = (double)s;
+    hd_tensor *cols = hd_gx_run(x, HD_OP_ARANGE, NULL, 0, &at);
+    return bin(x, HD_OP_GE, rows, cols);
+}
+
+/* The scores' softmax is computed again (the fused forward keeps none):
+ * p = softmax(scale q k^T + mask), then dv = p^T g, ds = softmax_bwd(p,
+ * g v^T), dq = scale ds k, dk = scale ds^T q and dmask = ds. Built from
+ * table ops, so it also differentiates again. */
+RULE(attention, SAVE_X | HD_GRAD_SAVE_IN(1) | HD_GRAD_SAVE_IN(2) | HD_GRAD_SAVE_IN(3)) {
+    hd_tensor *q = IN(0), *k = IN(1), *v = IN(2);
+    hd_tensor *sc = num(x, n->attrs.scalar[0]);
+    hd_tensor *s = mul(x, bin(x, HD_OP_MATMUL, q, transpose(x, k)), sc);
+    if (n->nin == 4) s = add(x, s, IN(3));
+    if (n->attrs.ints[0] && q)
+        s = where(x, causal_allowed(x, q->shape[q->ndim - 2], k->shape[k->ndim - 2]), s,
+                  num(x, -INFINITY));
+    hd_attrs ax = no_attrs();
+    ax.ints[0] = -1;
+    hd_tensor *p = hd_gx_run(x, HD_OP_SOFTMAX, &s, 1, &ax);
+    if (need[2]) gin[2] = hd_gx_out(x, bin(x, HD_OP_MATMUL, transpose(x, p), g));
+    if (!need[0] && !need[1] && !(n->nin == 4 && need[3])) return;
+    hd_tensor *pg[2] = {p, bin(x, HD_OP_MATMUL, g, transpose(x, v))};
+    hd_tensor *ds = hd_gx_run(x, HD_OP_SOFTMAX_BWD, pg, 2, &ax);
+    if (need[0]) gin[0] = hd_gx_out(x, mul(x, bin(x, HD_OP_MATMUL, ds, k), sc));
+    if (need[1]) gin[1] = hd_gx_out(x, mul(x, bin(x, HD_OP_MATMUL, transpose(x, ds), q), sc));
+    if (n->nin == 4 && need[3]) gin[3] = hd_gx_out(x, ds);
+}
+
 /* ---- the table ---- */
 
 static const hd_grad_rule *const hd_grad_rules[HD_OP_COUNT] = {

@@ -686,6 +686,50 @@ SHAPE_FN(layer_norm) {
     return HD_OK;
 }
 
+/* attention (q, k, v[, mask]): q [..., L, E], k [..., S, E], v [..., S, Ev]
+ * with the same leading dims; the additive mask broadcasts to [..., L, S].
+ * The result is [..., L, Ev]. */
+SHAPE_FN(attention) {
+    HD_UNUSED(attrs);
+    char sa[128], sb[128], sc[128];
+    if (nin != 3 && nin != 4)
+        return hd_error(ctx, HD_ERR_RUNTIME, "attention takes q, k, v and optionally a mask");
+    const hd_tensor *q = in[0], *k = in[1], *v = in[2];
+    int nd = q->ndim;
+    int ok = nd >= 2 && k->ndim == nd && v->ndim == nd;
+    for (int d = 0; ok && d < nd - 2; d++)
+        ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+    if (ok) ok = k->shape[nd - 1] == q->shape[nd - 1] && v->shape[nd - 2] == k->shape[nd - 2];
+    if (!ok)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "attention: q %s, k %s and v %s do not agree (want [..., L, E], "
+                        "[..., S, E] and [..., S, Ev] with the same leading dims)",
+                        hd_shape_str(q->shape, q->ndim, sa, sizeof sa),
+                        hd_shape_str(k->shape, k->ndim, sb, sizeof sb),
+                        hd_shape_str(v->shape, v->ndim, sc, sizeof sc));
+    int64_t ss[HD_MAX_DIMS], b[HD_MAX_DIMS];
+    int nb;
+    memcpy(ss, q->shape, (size_t)nd * sizeof *ss);
+    ss[nd - 1] = k->shape[nd - 2];
+    if (nin == 4 && (hd_broadcast_shapes(ctx, ss, nd, in[3]->shape, in[3]->ndim, b, &nb) ||
+                     nb != nd || memcmp(b, ss, (size_t)nd * sizeof *b)))
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "attention: the mask %s does not broadcast to the scores' shape %s",
+                        hd_shape_str(in[3]->shape, in[3]->ndim, sa, sizeof sa),
+                        hd_shape_str(ss, nd, sb, sizeof sb));
+    if (nin == 4 && in[3]->dtype == HD_BOOL)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "attention: the mask must be additive (a float tensor: 0 where a key may "
+                        "be attended to, -inf where not)");
+    hd_dtype dt = float_of(promote_inputs(in, nin));
+    int64_t os[HD_MAX_DIMS];
+    memcpy(os, q->shape, (size_t)nd * sizeof *os);
+    os[nd - 1] = v->shape[nd - 1];
+    plan_set(plan, dt, os, nd);
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}
+
 /* ---- gradients ---- */
 
 /* Backward kernels compute in f64 when a float input is f64, else in f32. */

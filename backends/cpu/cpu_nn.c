@@ -251,6 +251,7 @@ hd_status hd_cpu_nn(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
     case HD_OP_CROSS_ENTROPY: return nn_cross_entropy(ctx, out, in);
     case HD_OP_MSE: return nn_mse(ctx, out, in);
     case HD_OP_CONV2D: return hd_cpu_conv2d(ctx, out, in, nin, attrs);
+    case HD_OP_ATTENTION: return hd_cpu_attention(ctx, out, in, nin, attrs);
     case HD_OP_MAX_POOL2D:
     case HD_OP_AVG_POOL2D: return hd_cpu_pool2d(ctx, op, out, in[0], attrs);
     case HD_OP_DROPOUT:

@@ -37,6 +37,9 @@ void hd_cpu_nn_finish_f64(hd_ctx *ctx, hd_tensor *out, double *buf);
 /* cpu_conv.c */
 hd_status hd_cpu_conv2d(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                         const hd_attrs *attrs);
+/* cpu_attention.c: attention (q, k, v[, mask]); attrs as hd_ops.def says. */
+hd_status hd_cpu_attention(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                           const hd_attrs *attrs);
 hd_status hd_cpu_pool2d(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *in,
                         const hd_attrs *attrs);
 

@@ -5,6 +5,7 @@
 #include "cuda_int.h"
 #include "hd_rng.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -485,6 +486,52 @@ static hd_status ops_mse(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor 
     return st;
 }
 
+/* The causal mask of attention on the device: 0 where query i may attend
+ * to key j (j <= i), -inf elsewhere; [L, S] of dtype dt. */
+static hd_tensor *ops_causal_mask(hd_ctx *ctx, hd_dtype dt, int64_t l, int64_t s, int device) {
+    int64_t shape[2] = {l, s};
+    hd_tensor *h = hd_tensor_new(ctx, dt, shape, 2), *m = NULL;
+    if (!h) return NULL;
+    for (int64_t i = 0; i < l; i++)
+        for (int64_t j = 0; j < s; j++)
+            hd_dtype_store(dt, h->storage->data, i * s + j, j <= i ? 0.0 : -INFINITY);
+    hd_tensor_to_device(ctx, h, &hd_cuda_backend, device, &m);
+    hd_tensor_unref(h);
+    return m;
+}
+
+/* attention: softmax(scale q k^T + mask) v, of the table's ops (the cpu's
+ * fused kernel keeps no scores; here they are a tensor). */
+static hd_status ops_attention(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                               int nin, const hd_attrs *attrs) {
+    hd_tensor *q = in[0], *k = in[1];
+    int nd = k->ndim;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = nd;
+    for (int i = 0; i < nd; i++) at.shape[i] = i;
+    at.shape[nd - 1] = nd - 2, at.shape[nd - 2] = nd - 1;
+    hd_tensor *kt = ops_run(ctx, HD_OP_PERMUTE, k, NULL, &at);
+    hd_tensor *qk = ops_run(ctx, HD_OP_MATMUL, q, kt, NULL),
+              *sc = ops_number(ctx, attrs->scalar[0]);
+    hd_tensor *s = ops_run(ctx, HD_OP_MUL, qk, sc, NULL), *sm = NULL, *cm = NULL, *sc2 = NULL;
+    hd_tensor *cur = s;
+    if (nin == 4) cur = sm = ops_run(ctx, HD_OP_ADD, cur, in[3], NULL);
+    if (attrs->ints[0] && cur) {
+        cm = ops_causal_mask(ctx, cur->dtype, q->shape[nd - 2], k->shape[nd - 2],
+                             out->storage->device);
+        cur = sc2 = ops_run(ctx, HD_OP_ADD, cur, cm, NULL);
+    }
+    memset(&at, 0, sizeof at);
+    at.ints[0] = -1;
+    hd_tensor *p = ops_run(ctx, HD_OP_SOFTMAX, cur, NULL, &at);
+    hd_tensor *y = ops_run(ctx, HD_OP_MATMUL, p, in[2], NULL);
+    hd_status st = y ? ops_into(ctx, d, out, y) : ctx->status;
+    hd_tensor *all[] = {kt, qk, sc, s, sm, cm, sc2, p, y};
+    for (int i = 0; i < 9; i++) hd_tensor_unref(all[i]);
+    return st;
+}
+
 /* Labels of cross_entropy checked on the host, as flat positions
  * r * C + label[r] into the logits, uploaded. */
 static hd_status ops_ce_positions(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
@@ -754,6 +801,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
+    case HD_OP_ATTENTION: return ops_attention(ctx, d, out, in, nin, attrs);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
     case HD_OP_LAYER_NORM:

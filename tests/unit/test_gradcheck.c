@@ -384,6 +384,8 @@ SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->
 SET(axis1, a->ints[0] = 1)
 SET(axis0, a->ints[0] = 0)
 SET(axism1, a->ints[0] = -1)
+SET(att_plain, a->scalar[0] = 0.5)
+SET(att_causal, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(axis1_rev, a->ints[0] = 1; a->ints[1] = 1)
 SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
     a->ints[5] = 2; a->ints[6] = 2)
@@ -651,6 +653,9 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5", "n:5", "n:5"}, .set = ln_1},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5:s", "n:4x5", "n:4x5"}, .set = ln_2},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x6:t"}, .set = ln_1},
+    {.op = HD_OP_ATTENTION, .in = {"n:2x3x4", "n:2x5x4", "n:2x5x2"}, .set = att_plain},
+    {.op = HD_OP_ATTENTION, .in = {"n:4x3:t", "n:6x3", "n:6x2:s"}, .set = att_causal},
+    {.op = HD_OP_ATTENTION, .in = {"n:2x3x4", "n:2x5x4", "n:2x5x2", "n:3x5"}, .set = att_plain},
     /* the backward kernels with a gradient of their own */
     {.op = HD_OP_SOFTMAX_BWD, .in = {"p:3x4", "n:3x4"}, .set = axis1},
     {.op = HD_OP_SOFTMAX_BWD, .in = {"p:4x3:t", "n:4x3"}, .set = axis0},

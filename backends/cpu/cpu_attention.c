@@ -1,0 +1,110 @@
+/* CPU fused attention: softmax(scale q k^T + mask) v without the [L, S]
+ * scores. Each task takes ATT_BLK_Q query rows of one batch and walks the
+ * keys ATT_BLK_K at a time: a gemm for the block's scores, the online
+ * softmax (running maximum and sum per row, earlier output rescaled when
+ * the maximum grows), a gemm adding the block's weighted values. A causal
+ * task stops at its last row's key. Float dtypes, computed in the working
+ * type of cpu_nn.h (half inputs in f32). */
+#include "cpu_blas.h"
+#include "cpu_nn.h"
+#include "hd_vmath.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Query rows per task and keys per block: a block's scores (64 x 256 W)
+ * and the task's output rows stay in L2 beside the keys and values. */
+#define ATT_BLK_Q 64
+#define ATT_BLK_K 256
+
+/* batch: the product of the leading dims; work: multiply-adds in all. */
+typedef struct {
+    int64_t batch, l, s, e, ev, work;
+    int nbatch_dims;
+    int64_t bshape[HD_MAX_DIMS];
+    double scale;
+    int causal;
+} att_geom;
+
+/* The loaded arrays (W), and how the mask (its own contiguous layout) is
+ * read as [..., L, S]: strides of the batch dims (shape bshape), of a row
+ * and of a key (0 where it broadcasts); mask_off: the current batch's first
+ * element. */
+typedef struct {
+    const void *q, *k, *v, *mask;
+    void *out;
+    int64_t mask_ls, mask_ss, mask_off;
+    int nbatch_dims;
+    int64_t bshape[HD_MAX_DIMS], mask_bs[HD_MAX_DIMS];
+} att_job;
+
+static void att_mask_strides(const att_geom *g, const hd_tensor *mask, att_job *j) {
+    int nd = g->nbatch_dims + 2, off = nd - mask->ndim;
+    int64_t st[HD_MAX_DIMS], acc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int md = d - off;
+        int64_t size = md >= 0 ? mask->shape[md] : 1;
+        st[d] = size > 1 ? acc : 0;
+        acc *= size;
+    }
+    j->nbatch_dims = g->nbatch_dims;
+    for (int d = 0; d < g->nbatch_dims; d++) j->mask_bs[d] = st[d], j->bshape[d] = g->bshape[d];
+    j->mask_ls = st[nd - 2];
+    j->mask_ss = st[nd - 1];
+}
+
+/* Where batch b (flat over the leading dims) starts in the mask. */
+static int64_t att_mask_batch(const att_job *j, int64_t b) {
+    int64_t off = 0;
+    for (int d = j->nbatch_dims - 1; d >= 0; d--) {
+        off += (b % j->bshape[d]) * j->mask_bs[d];
+        b /= j->bshape[d];
+    }
+    return off;
+}
+
+#define NN_T      float
+#define NN_S      f32
+#define NN_F64    0
+#define NN_EXP(x) hd_vm_expf(x)
+#include "cpu_attention_tmpl.h"
+#undef NN_T
+#undef NN_S
+#undef NN_F64
+#undef NN_EXP
+
+#define NN_T      double
+#define NN_S      f64
+#define NN_F64    1
+#define NN_EXP(x) exp(x)
+#include "cpu_attention_tmpl.h"
+#undef NN_T
+#undef NN_S
+#undef NN_F64
+#undef NN_EXP
+
+hd_status hd_cpu_attention(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                           const hd_attrs *attrs) {
+    const hd_tensor *q = in[0], *k = in[1], *v = in[2];
+    att_geom g;
+    memset(&g, 0, sizeof g);
+    int nd = q->ndim;
+    g.nbatch_dims = nd - 2;
+    g.batch = 1;
+    for (int d = 0; d < nd - 2; d++) g.batch *= q->shape[d], g.bshape[d] = q->shape[d];
+    g.l = q->shape[nd - 2], g.e = q->shape[nd - 1];
+    g.s = k->shape[nd - 2], g.ev = v->shape[nd - 1];
+    g.scale = attrs->scalar[0];
+    g.causal = attrs->ints[0] != 0;
+    char sq[128], sk[128];
+    double work = (double)g.batch * (double)g.l * (double)g.s * (double)(g.e + g.ev);
+    if (g.e > INT32_MAX || g.ev > INT32_MAX || g.s > INT32_MAX || work > 9e18)
+        return hd_error(ctx, HD_ERR_RUNTIME, "attention: q %s with k %s is too large",
+                        hd_shape_str(q->shape, nd, sq, sizeof sq),
+                        hd_shape_str(k->shape, nd, sk, sizeof sk));
+    g.work = (int64_t)work;
+    if (out->numel == 0) return HD_OK;
+    if (out->dtype == HD_F64) return att_run_f64(ctx, out, in, nin, &g);
+    return att_run_f32(ctx, out, in, nin, &g);
+}
