@@ -18,9 +18,11 @@
 #define ATT_BLK_Q 64
 #define ATT_BLK_K 256
 
-/* batch: the product of the leading dims; work: multiply-adds in all. */
+/* batch: the product of the leading dims; work: multiply-adds in all;
+ * bq, bk: query rows per task and keys per block (the blocks' sizes, or
+ * fewer when L or S is smaller). */
 typedef struct {
-    int64_t batch, l, s, e, ev, work;
+    int64_t batch, l, s, e, ev, work, bq, bk;
     int nbatch_dims;
     int64_t bshape[HD_MAX_DIMS];
     double scale;
@@ -95,6 +97,8 @@ hd_status hd_cpu_attention(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, in
     for (int d = 0; d < nd - 2; d++) g.batch *= q->shape[d], g.bshape[d] = q->shape[d];
     g.l = q->shape[nd - 2], g.e = q->shape[nd - 1];
     g.s = k->shape[nd - 2], g.ev = v->shape[nd - 1];
+    g.bq = HD_MAX(1, HD_MIN(ATT_BLK_Q, g.l));
+    g.bk = HD_MAX(1, HD_MIN(ATT_BLK_K, g.s));
     g.scale = attrs->scalar[0];
     g.causal = attrs->ints[0] != 0;
     char sq[128], sk[128];
@@ -105,6 +109,10 @@ hd_status hd_cpu_attention(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, in
                         hd_shape_str(k->shape, nd, sk, sizeof sk));
     g.work = (int64_t)work;
     if (out->numel == 0) return HD_OK;
+    if (g.s == 0) { /* no keys: the composition's empty product, zeros */
+        memset(hd_tensor_data(out), 0, hd_tensor_nbytes(out));
+        return HD_OK;
+    }
     if (out->dtype == HD_F64) return att_run_f64(ctx, out, in, nin, &g);
     return att_run_f32(ctx, out, in, nin, &g);
 }

@@ -77,20 +77,20 @@ static void NN_FN(att_fold)(const att_geom *g, const att_job *j, NN_T *s, int64_
     NN_FN(att_gemm)(0, nq, g->ev, nk, 1, s, nk, vb, g->ev, 1, acc);
 }
 
-/* Query rows [q0, q0 + nq) of batch b. scratch: nq * (blk_k + ev + 2). */
+/* Query rows [q0, q0 + nq) of batch b. scratch: nq * (bk + ev + 2). */
 static void NN_FN(att_rows)(const att_geom *g, const att_job *j, int64_t b, int64_t q0, int64_t nq,
                             NN_T *scratch) {
     const NN_T *qb = (const NN_T *)j->q + (b * g->l + q0) * g->e;
     const NN_T *kb = (const NN_T *)j->k + b * g->s * g->e;
     const NN_T *vb = (const NN_T *)j->v + b * g->s * g->ev;
-    NN_T *s = scratch, *acc = s + nq * ATT_BLK_K, *m = acc + nq * g->ev, *l = m + nq;
+    NN_T *s = scratch, *acc = s + nq * g->bk, *m = acc + nq * g->ev, *l = m + nq;
     for (int64_t r = 0; r < nq; r++) m[r] = -(NN_T)INFINITY, l[r] = 0;
     for (int64_t i = 0; i < nq * g->ev; i++) acc[i] = 0;
     att_job jb = *j;
     jb.mask_off = j->mask ? att_mask_batch(j, b) : 0;
     int64_t kend = g->causal ? HD_MIN(g->s, q0 + nq) : g->s;
-    for (int64_t k0 = 0; k0 < kend; k0 += ATT_BLK_K) {
-        int64_t nk = HD_MIN(ATT_BLK_K, kend - k0);
+    for (int64_t k0 = 0; k0 < kend; k0 += g->bk) {
+        int64_t nk = HD_MIN(g->bk, kend - k0);
         NN_FN(att_gemm)(1, nq, nk, g->e, (NN_T)g->scale, qb, g->e, kb + k0 * g->e, g->e, 0, s);
         NN_FN(att_fold)(g, &jb, s, nq, nk, q0, k0, m, l, acc, vb + k0 * g->ev);
     }
@@ -110,8 +110,8 @@ static hd_status NN_FN(att_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *i
     const NN_T *buf[4] = {NULL, NULL, NULL, NULL};
     NN_T *y = NULL, *scratch = NULL;
     int nt = ctx->nthreads > 0 ? ctx->nthreads : 1;
-    int64_t nqb = (g->l + ATT_BLK_Q - 1) / ATT_BLK_Q, tasks = g->batch * nqb;
-    size_t per = (size_t)ATT_BLK_Q * (size_t)(ATT_BLK_K + g->ev + 2);
+    int64_t nqb = (g->l + g->bq - 1) / g->bq, tasks = g->batch * nqb;
+    size_t per = (size_t)g->bq * (size_t)(g->bk + g->ev + 2);
     size_t ssz = (size_t)nt * per * sizeof(NN_T);
     hd_status st = HD_OK;
     for (int i = 0; i < nin; i++)
@@ -124,9 +124,9 @@ static hd_status NN_FN(att_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *i
     if (nin == 4) att_mask_strides(g, in[3], &j);
 #pragma omp parallel for num_threads(nt) if (tasks > 1 && g->work >= CPU_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < tasks; t++) {
-        int64_t b = t / nqb, q0 = (t % nqb) * ATT_BLK_Q;
+        int64_t b = t / nqb, q0 = (t % nqb) * g->bq;
         NN_T *mine = scratch + (size_t)omp_get_thread_num() * per;
-        NN_FN(att_rows)(g, &j, b, q0, HD_MIN(ATT_BLK_Q, g->l - q0), mine);
+        NN_FN(att_rows)(g, &j, b, q0, HD_MIN(g->bq, g->l - q0), mine);
     }
     NN_FN(hd_cpu_nn_finish)(ctx, out, y);
     goto done;
