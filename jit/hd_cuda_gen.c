@@ -529,7 +529,7 @@ static void gen_layer_norm(gen_state *G, const hd_ir_node *n) {
                        "    q_ = block_reduce(q_, [](double p, double q) { return p + q; });\n"
                        "    const double eps = ",
                        x, x);
-    gen_double(G, n->attrs.scalar[0]);
+    gen_double(G, hd_layer_norm_eps(&n->attrs));
     hd_cuda_src_printf(&G->body, ";\n    const C mu = (C)mean, rs = (C)(1.0 / sqrt(q_ / "
                                  "(double)LEN + eps));\n");
     gen_row_loop_open(G, "base + k");

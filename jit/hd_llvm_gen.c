@@ -1039,7 +1039,7 @@ static LLVMValueRef row_merge1(hd_llvm_gen *G, LLVMValueRef a, LLVMValueRef b, v
 static void row_lnb(gen_kernel *K, row_gen *R, int64_t count) {
     hd_llvm_gen *G = K->G;
     LLVMValueRef zero = LLVMConstReal(G->t.f64, 0), d = LLVMConstReal(G->t.f64, (double)count);
-    double eps = R->n->attrs.scalar[0] != 0 ? R->n->attrs.scalar[0] : 1e-5;
+    double eps = hd_layer_norm_eps(&R->n->attrs);
     lanes_init(&R->L, G, zero, zero);
     R->pass = 1;
     lanes_pass(K, &R->L, 1, merge_fadd, R);

@@ -151,6 +151,9 @@ static HD_TF_FN(tf_layer_norm) {
             vm, HD_ERR_RUNTIME, "layer_norm: shape %s is not the end of input shape %s",
             hd_shape_str(shape, k, s0, sizeof s0), hd_shape_str(x->shape, x->ndim, s1, sizeof s1));
     }
+    if (!st && !(at.scalar[0] > 0)) /* the op reads 0 as its default, 1e-5 */
+        st = hd_vm_error(vm, HD_ERR_RUNTIME, "layer_norm: eps must be positive, got %g",
+                         at.scalar[0]);
     at.ints[0] = k;
     int n = hd_targ_has(&a, 2) || hd_targ_has(&a, 3) ? 3 : 1;
     if (!st && n == 3)

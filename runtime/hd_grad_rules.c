@@ -839,11 +839,41 @@ static hd_tensor *causal_allowed(hd_gx *x, int64_t l, int64_t s) {
     return bin(x, HD_OP_GE, rows, cols);
 }
 
-/* The scores' softmax is computed again (the fused forward keeps none):
- * p = softmax(scale q k^T + mask), then dv = p^T g, ds = softmax_bwd(p,
- * g v^T), dq = scale ds k, dk = scale ds^T q and dmask = ds. Built from
- * table ops, so it also differentiates again. */
-RULE(attention, SAVE_X | HD_GRAD_SAVE_IN(1) | HD_GRAD_SAVE_IN(2) | HD_GRAD_SAVE_IN(3)) {
+/* attention_bwd's stacked result [..., L + 2 S, E]: rows [start, start +
+ * len), a view. */
+static hd_tensor *rows_of(hd_gx *x, hd_tensor *all, int64_t start, int64_t len) {
+    if (!all) return NULL;
+    hd_attrs at = no_attrs();
+    for (int d = 0; d < all->ndim; d++) at.step[d] = 1, at.len[d] = all->shape[d];
+    at.start[all->ndim - 2] = start, at.len[all->ndim - 2] = len;
+    return hd_gx_run(x, HD_OP_SLICE, &all, 1, &at);
+}
+
+/* The fused backward (attention_bwd: no [L, S] tensor), when the graph
+ * of backward is not kept (it has no gradient of its own), v is as wide
+ * as q (one stacked result) and the mask needs no gradient. Returns 0
+ * where the composition must run. */
+static int attention_fused_bwd(hd_gx *x, const hd_grad_node *n, hd_tensor *g,
+                               const unsigned char *need, hd_tensor **gin) {
+    hd_tensor *q = IN(0), *k = IN(1), *v = IN(2);
+    if (x->ctx->grad_create || !q || !k || !v || !OUT || (n->nin == 4 && need[3])) return 0;
+    int nd = q->ndim;
+    if (v->shape[nd - 1] != q->shape[nd - 1]) return 0;
+    hd_tensor *in[6] = {q, k, v, OUT, g, n->nin == 4 ? IN(3) : NULL};
+    hd_tensor *all = hd_gx_run(x, HD_OP_ATTENTION_BWD, in, n->nin + 2, &n->attrs);
+    int64_t l = q->shape[nd - 2], s = k->shape[nd - 2];
+    if (need[0]) gin[0] = hd_gx_out(x, rows_of(x, all, 0, l));
+    if (need[1]) gin[1] = hd_gx_out(x, rows_of(x, all, l, s));
+    if (need[2]) gin[2] = hd_gx_out(x, rows_of(x, all, l + s, s));
+    return 1;
+}
+
+/* Without the fused backward, the scores' softmax is computed again (the
+ * fused forward keeps none): p = softmax(scale q k^T + mask), then dv =
+ * p^T g, ds = softmax_bwd(p, g v^T), dq = scale ds k, dk = scale ds^T q
+ * and dmask = ds. Built from table ops, so it also differentiates again. */
+RULE(attention, SAVE_X | SAVE_Y | HD_GRAD_SAVE_IN(1) | HD_GRAD_SAVE_IN(2) | HD_GRAD_SAVE_IN(3)) {
+    if (attention_fused_bwd(x, n, g, need, gin)) return;
     hd_tensor *q = IN(0), *k = IN(1), *v = IN(2);
     hd_tensor *sc = num(x, n->attrs.scalar[0]);
     hd_tensor *s = mul(x, bin(x, HD_OP_MATMUL, q, transpose(x, k)), sc);

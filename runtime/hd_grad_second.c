@@ -187,7 +187,7 @@ void hd_grad_layer_norm_create(hd_gx *x, const hd_grad_node *n, hd_tensor *g,
     int nd = n->edges[0].ndim, k = (int)n->attrs.ints[0];
     hd_tensor *d = sub(x, in, ln_mean(x, in, nd, k));
     hd_tensor *var = ln_mean(x, mul(x, d, d), nd, k);
-    hd_tensor *rstd = un(x, HD_OP_RSQRT, add(x, var, hd_gx_num(x, n->attrs.scalar[0])));
+    hd_tensor *rstd = un(x, HD_OP_RSQRT, add(x, var, hd_gx_num(x, hd_layer_norm_eps(&n->attrs))));
     hd_tensor *xhat = mul(x, d, rstd);
     if (need[0]) {
         hd_tensor *gw = n->nin == 3 ? mul(x, g, IN(1)) : g;

@@ -47,6 +47,12 @@ typedef struct hd_attrs {
     uint32_t drop_mask;
 } hd_attrs;
 
+/* layer_norm's (and layer_norm_bwd's) epsilon: scalar[0], 0 meaning the
+ * default 1e-5; every kernel and formula reads it through this. */
+static inline double hd_layer_norm_eps(const hd_attrs *a) {
+    return a->scalar[0] != 0 ? a->scalar[0] : 1e-5;
+}
+
 /* What a shape rule decides: the output's dtype and shape, and the dtype
  * each input is cast to before the kernel runs (-1: left as it is). For a
  * variable-arity op in_dtype[0] applies to every input. */

@@ -915,6 +915,37 @@ SHAPE_FN(layer_norm_bwd) {
     return HD_OK;
 }
 
+/* attention_bwd (q, k, v, y, g[, mask]): attention's inputs, its result y
+ * and y's gradient g, with v as wide as q ([..., L, E] for y and g); the
+ * result stacks dq, dk and dv along the rows: [..., L + 2 S, E]. */
+SHAPE_FN(attention_bwd) {
+    char sa[128], sb[128];
+    if (nin != 5 && nin != 6)
+        return hd_error(ctx, HD_ERR_RUNTIME, "attention_bwd takes q, k, v, y, g and optionally a mask");
+    for (int i = 0; i < nin; i++)
+        if (grad_need_float(ctx, op, in[i])) return ctx->status;
+    hd_tensor *fwd_in[4] = {in[0], in[1], in[2], nin == 6 ? in[5] : NULL};
+    hd_op_plan fwd; /* checks q, k, v and the mask */
+    if (hd_shape_attention(ctx, HD_OP_ATTENTION, fwd_in, nin == 6 ? 4 : 3, attrs, &fwd))
+        return ctx->status;
+    const hd_tensor *q = in[0], *k = in[1], *v = in[2];
+    int nd = q->ndim;
+    if (v->shape[nd - 1] != q->shape[nd - 1])
+        return hd_error(ctx, HD_ERR_RUNTIME, "attention_bwd: v %s is not as wide as q %s",
+                        hd_shape_str(v->shape, nd, sa, sizeof sa),
+                        hd_shape_str(q->shape, nd, sb, sizeof sb));
+    for (int i = 3; i < 5; i++)
+        if (!same_shape(in[i], fwd.shape, fwd.ndim))
+            return grad_shape_mismatch(ctx, op, fwd.shape, fwd.ndim, in[i]->shape, in[i]->ndim);
+    int64_t os[HD_MAX_DIMS];
+    memcpy(os, q->shape, (size_t)nd * sizeof *os);
+    os[nd - 2] = q->shape[nd - 2] + 2 * k->shape[nd - 2];
+    hd_dtype dt = grad_dtype(in, nin);
+    plan_set(plan, dt, os, nd);
+    for (int i = 0; i < nin; i++) plan->in_dtype[i] = dt;
+    return HD_OK;
+}
+
 /* ---- linear algebra ---- */
 
 /* LAPACK counts in int: each matrix dim and each packed result's length. */

@@ -5,6 +5,7 @@
  * fresh contiguous tensor. */
 #include "cpu_blas.h"
 #include "cpu_kernels.h"
+#include "cpu_nn.h"
 #include "hd_rng.h"
 
 #include <limits.h>
@@ -178,6 +179,7 @@ hd_status hd_cpu_grad(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *i
     case HD_OP_CONV2D_BWD_INPUT:
     case HD_OP_CONV2D_BWD_WEIGHT: return GR_CALL(f64, run_conv, ctx, op, out, in, attrs);
     case HD_OP_LAYER_NORM_BWD: return GR_CALL(f64, run_ln, ctx, out, in, nin, attrs);
+    case HD_OP_ATTENTION_BWD: return hd_cpu_attention_bwd(ctx, out, in, nin, attrs);
     default:
         return hd_error(ctx, HD_ERR_RUNTIME, "%s is not a cpu gradient kernel", hd_op_name(op));
     }

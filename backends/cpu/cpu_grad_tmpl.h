@@ -483,7 +483,7 @@ static hd_status GR_FN(run_ln)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in
     int64_t k = attrs->ints[0] ? attrs->ints[0] : 1, d = 1;
     for (int i = in[0]->ndim - (int)k; i < in[0]->ndim; i++) d *= in[0]->shape[i];
     int64_t rows = d ? in[0]->numel / d : 0;
-    double eps = attrs->scalar[0] != 0 ? attrs->scalar[0] : 1e-5;
+    double eps = hd_layer_norm_eps(attrs);
     int own[3] = {0, 0, 0};
     const GR_T *buf[3] = {NULL, NULL, NULL};
     hd_status st = HD_OK;

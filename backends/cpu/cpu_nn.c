@@ -258,7 +258,7 @@ hd_status hd_cpu_nn(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
         return NN_CALL(f64, nn_dropout, ctx, out, in[0], attrs->scalar[0], attrs->ints[0] != 0);
     case HD_OP_LAYER_NORM: {
         int64_t k = attrs->ints[0] ? attrs->ints[0] : 1;
-        double eps = attrs->scalar[0] != 0 ? attrs->scalar[0] : 1e-5;
+        double eps = hd_layer_norm_eps(attrs);
         return NN_CALL(f64, nn_layer_norm, ctx, out, in, nin, k, eps);
     }
     default: return hd_error(ctx, HD_ERR_RUNTIME, "%s is not an nn op", hd_op_name(op));

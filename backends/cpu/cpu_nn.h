@@ -40,6 +40,9 @@ hd_status hd_cpu_conv2d(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int n
 /* cpu_attention.c: attention (q, k, v[, mask]); attrs as hd_ops.def says. */
 hd_status hd_cpu_attention(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                            const hd_attrs *attrs);
+/* attention_bwd (q, k, v, y, g[, mask]): f32 and f64 (cpu_grad.c's dispatch) */
+hd_status hd_cpu_attention_bwd(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                               const hd_attrs *attrs);
 hd_status hd_cpu_pool2d(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *in,
                         const hd_attrs *attrs);
 

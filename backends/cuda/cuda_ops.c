@@ -500,35 +500,83 @@ static hd_tensor *ops_causal_mask(hd_ctx *ctx, hd_dtype dt, int64_t l, int64_t s
     return m;
 }
 
-/* attention: softmax(scale q k^T + mask) v, of the table's ops (the cpu's
- * fused kernel keeps no scores; here they are a tensor). */
-static hd_status ops_attention(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
-                               int nin, const hd_attrs *attrs) {
-    hd_tensor *q = in[0], *k = in[1];
-    int nd = k->ndim;
+/* The last two dims of t swapped (a view). */
+static hd_tensor *ops_transpose(hd_ctx *ctx, hd_tensor *t) {
+    if (!t) return NULL;
     hd_attrs at;
     memset(&at, 0, sizeof at);
+    int nd = t->ndim;
     at.nshape = nd;
     for (int i = 0; i < nd; i++) at.shape[i] = i;
     at.shape[nd - 1] = nd - 2, at.shape[nd - 2] = nd - 1;
-    hd_tensor *kt = ops_run(ctx, HD_OP_PERMUTE, k, NULL, &at);
+    return ops_run(ctx, HD_OP_PERMUTE, t, NULL, &at);
+}
+
+/* attention's weights softmax(scale q k^T + mask) ([..., L, S]; in: q, k
+ * and the mask or NULL), of the table's ops. */
+static hd_tensor *ops_attention_probs(hd_ctx *ctx, hd_tensor *q, hd_tensor *k, hd_tensor *mask,
+                                      const hd_attrs *attrs, int device) {
+    int nd = k->ndim;
+    hd_tensor *kt = ops_transpose(ctx, k);
     hd_tensor *qk = ops_run(ctx, HD_OP_MATMUL, q, kt, NULL),
               *sc = ops_number(ctx, attrs->scalar[0]);
     hd_tensor *s = ops_run(ctx, HD_OP_MUL, qk, sc, NULL), *sm = NULL, *cm = NULL, *sc2 = NULL;
     hd_tensor *cur = s;
-    if (nin == 4) cur = sm = ops_run(ctx, HD_OP_ADD, cur, in[3], NULL);
+    if (mask) cur = sm = ops_run(ctx, HD_OP_ADD, cur, mask, NULL);
     if (attrs->ints[0] && cur) {
-        cm = ops_causal_mask(ctx, cur->dtype, q->shape[nd - 2], k->shape[nd - 2],
-                             out->storage->device);
+        cm = ops_causal_mask(ctx, cur->dtype, q->shape[nd - 2], k->shape[nd - 2], device);
         cur = sc2 = ops_run(ctx, HD_OP_ADD, cur, cm, NULL);
     }
+    hd_attrs at;
     memset(&at, 0, sizeof at);
     at.ints[0] = -1;
     hd_tensor *p = ops_run(ctx, HD_OP_SOFTMAX, cur, NULL, &at);
+    hd_tensor *all[] = {kt, qk, sc, s, sm, cm, sc2};
+    for (int i = 0; i < 7; i++) hd_tensor_unref(all[i]);
+    return p;
+}
+
+/* attention: softmax(scale q k^T + mask) v, of the table's ops (the cpu's
+ * fused kernel keeps no scores; here they are a tensor). */
+static hd_status ops_attention(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                               int nin, const hd_attrs *attrs) {
+    hd_tensor *p = ops_attention_probs(ctx, in[0], in[1], nin == 4 ? in[3] : NULL, attrs,
+                                       out->storage->device);
     hd_tensor *y = ops_run(ctx, HD_OP_MATMUL, p, in[2], NULL);
     hd_status st = y ? ops_into(ctx, d, out, y) : ctx->status;
-    hd_tensor *all[] = {kt, qk, sc, s, sm, cm, sc2, p, y};
-    for (int i = 0; i < 9; i++) hd_tensor_unref(all[i]);
+    hd_tensor_unref(p);
+    hd_tensor_unref(y);
+    return st;
+}
+
+/* attention_bwd (q, k, v, y, g[, mask]) as the gradient rule's
+ * composition: p again, dv = p^T g, ds = softmax_bwd(p, g v^T), dq =
+ * scale ds k, dk = scale ds^T q, stacked along the rows into out. */
+static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
+                                   hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    hd_tensor *q = in[0], *k = in[1], *v = in[2], *g = in[4];
+    hd_tensor *p = ops_attention_probs(ctx, q, k, nin == 6 ? in[5] : NULL, attrs,
+                                       out->storage->device);
+    hd_tensor *pt = ops_transpose(ctx, p), *vt = ops_transpose(ctx, v);
+    hd_tensor *dv = ops_run(ctx, HD_OP_MATMUL, pt, g, NULL);
+    hd_tensor *gv = ops_run(ctx, HD_OP_MATMUL, g, vt, NULL);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = -1;
+    hd_tensor *ds = ops_run(ctx, HD_OP_SOFTMAX_BWD, p, gv, &at);
+    hd_tensor *dst = ops_transpose(ctx, ds), *sc = ops_number(ctx, attrs->scalar[0]);
+    hd_tensor *dq0 = ops_run(ctx, HD_OP_MATMUL, ds, k, NULL);
+    hd_tensor *dk0 = ops_run(ctx, HD_OP_MATMUL, dst, q, NULL);
+    hd_tensor *dq = ops_run(ctx, HD_OP_MUL, dq0, sc, NULL), *dk = ops_run(ctx, HD_OP_MUL, dk0, sc, NULL);
+    hd_tensor *cat = NULL;
+    if (dq && dk && dv) {
+        hd_tensor *parts[3] = {dq, dk, dv};
+        at.ints[0] = -2;
+        hd_op_run(ctx, HD_OP_CONCAT, parts, 3, &at, &cat);
+    }
+    hd_status st = cat ? ops_into(ctx, d, out, cat) : ctx->status;
+    hd_tensor *all[] = {p, pt, vt, dv, gv, ds, dst, sc, dq0, dk0, dq, dk, cat};
+    for (int i = 0; i < 13; i++) hd_tensor_unref(all[i]);
     return st;
 }
 
@@ -748,7 +796,7 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
     ops_lngeo g;
     g.d = hd_shape_numel(x->shape + x->ndim - k, (int)k);
     g.rows = g.d ? x->numel / g.d : 0;
-    g.eps = at->scalar[0] != 0 ? at->scalar[0] : 1e-5;
+    g.eps = hd_layer_norm_eps(at);
     if (op == HD_OP_LAYER_NORM_BWD && at->ints[1] == 1) return ln_dw(ctx, d, out, in, &g);
     return conv_launch(ctx, d, op, out, in, nin, &g, g.rows);
 }
@@ -802,6 +850,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
     case HD_OP_ATTENTION: return ops_attention(ctx, d, out, in, nin, attrs);
+    case HD_OP_ATTENTION_BWD: return ops_attention_bwd(ctx, d, out, in, nin, attrs);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
     case HD_OP_LAYER_NORM:

@@ -429,6 +429,19 @@ static void fill_mod(hd_tensor **in, int nin) {
 }
 
 /* prod over axis 1 of [4, 3]: a row with no zero, one zero, two zeros */
+/* layer_norm rows of small variance (x / 20), where the default epsilon
+ * (scalar[0] = 0 means 1e-5) moves the result by about 1e-3 relative: a
+ * formula that read the 0 itself would be caught */
+static void fill_small_var(hd_tensor **in, int nin) {
+    HD_UNUSED(nin);
+    hd_tensor *t = in[0];
+    for (int64_t i = 0; i < t->numel; i++) {
+        int64_t off = hd_tensor_elem_offset(t, i);
+        hd_dtype_store(t->dtype, t->storage->data, off,
+                       hd_dtype_load(t->dtype, t->storage->data, off) / 20);
+    }
+}
+
 static void fill_prod_zeros(hd_tensor **in, int nin) {
     HD_UNUSED(nin);
     hd_tensor *t = in[0];
@@ -653,9 +666,14 @@ static const gc_case gc_cases[] = {
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5", "n:5", "n:5"}, .set = ln_1},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x4x5:s", "n:4x5", "n:4x5"}, .set = ln_2},
     {.op = HD_OP_LAYER_NORM, .in = {"n:3x6:t"}, .set = ln_1},
+    {.op = HD_OP_LAYER_NORM, .in = {"n:3x6", "n:6", "n:6"}, .set = ln_1, .fill = fill_small_var},
     {.op = HD_OP_ATTENTION, .in = {"n:2x3x4", "n:2x5x4", "n:2x5x2"}, .set = att_plain},
     {.op = HD_OP_ATTENTION, .in = {"n:4x3:t", "n:6x3", "n:6x2:s"}, .set = att_causal},
     {.op = HD_OP_ATTENTION, .in = {"n:2x3x4", "n:2x5x4", "n:2x5x2", "n:3x5"}, .set = att_plain},
+    /* v as wide as q: the fused backward (attention_bwd) */
+    {.op = HD_OP_ATTENTION, .in = {"n:2x3x4", "n:2x5x4", "n:2x5x4"}, .set = att_plain},
+    {.op = HD_OP_ATTENTION, .in = {"n:4x3:t", "n:6x3", "n:6x3:s"}, .set = att_causal},
+    {.op = HD_OP_ATTENTION, .in = {"n:70x2", "n:300x2", "n:300x2"}, .set = att_causal},
     /* the backward kernels with a gradient of their own */
     {.op = HD_OP_SOFTMAX_BWD, .in = {"p:3x4", "n:3x4"}, .set = axis1},
     {.op = HD_OP_SOFTMAX_BWD, .in = {"p:4x3:t", "n:4x3"}, .set = axis0},
