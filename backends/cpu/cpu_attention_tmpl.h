@@ -206,23 +206,50 @@ static void NN_FN(att_bwd_batch)(const att_geom *g, const att_job *j, int64_t b,
         for (int64_t i = 0; i < 2 * ns * e; i++) dk[i] = (NN_T)NAN;
 }
 
+/* The inputs as contiguous W arrays (buf; own[i]: a copy to free; the
+ * mask keeps its broadcast strides), the output's buffer *y and ssz bytes
+ * of *scratch. On an error, what was taken is given back. */
+static hd_status NN_FN(att_open)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                                 const NN_T **buf, int *own, NN_T **y, NN_T **scratch, size_t ssz) {
+    for (int i = 0; i < nin; i++) buf[i] = NULL, own[i] = 0;
+    *scratch = NULL;
+    for (int i = 0; i < nin; i++)
+        if (!(buf[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &own[i]))) goto fail;
+    if (!(*y = NN_FN(hd_cpu_nn_outbuf)(ctx, out))) goto fail;
+    if (!(*scratch = hd_ctx_alloc(ctx, ssz))) {
+        if (*y != (NN_T *)hd_tensor_data(out)) /* hd_cpu_nn_outbuf's own buffer */
+            hd_ctx_free(ctx, *y, (size_t)out->numel * sizeof(NN_T));
+        goto fail;
+    }
+    return HD_OK;
+fail:
+    for (int i = 0; i < nin; i++)
+        if (own[i]) hd_ctx_free(ctx, (void *)buf[i], (size_t)in[i]->numel * sizeof(NN_T));
+    return ctx->status;
+}
+
+/* The result into out (hd_cpu_nn_finish), and what att_open took back. */
+static void NN_FN(att_close)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                             const NN_T **buf, const int *own, NN_T *y, NN_T *scratch, size_t ssz) {
+    NN_FN(hd_cpu_nn_finish)(ctx, out, y);
+    hd_ctx_free(ctx, scratch, ssz);
+    for (int i = 0; i < nin; i++)
+        if (own[i]) hd_ctx_free(ctx, (void *)buf[i], (size_t)in[i]->numel * sizeof(NN_T));
+}
+
 /* attention_bwd: q, k, v, y, g and the mask loaded as for the forward;
  * batches on the context's threads, or (fewer batches than threads) one
  * after another with the threads in each product. */
 static hd_status NN_FN(att_bwd_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                                     const att_geom *g) {
-    int own[6] = {0};
-    const NN_T *buf[6] = {NULL};
+    int own[6];
+    const NN_T *buf[6];
     NN_T *y = NULL, *scratch = NULL;
     int nt = ctx->nthreads > 0 ? ctx->nthreads : 1;
     int outer = g->batch >= nt && g->work >= CPU_PAR_MIN;
     size_t per = (size_t)g->bq * (size_t)(2 * g->bk + 3);
     size_t ssz = (size_t)(outer ? nt : 1) * per * sizeof(NN_T);
-    hd_status st = HD_OK;
-    for (int i = 0; i < nin; i++)
-        if (!(buf[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &own[i]))) goto fail;
-    if (!(y = NN_FN(hd_cpu_nn_outbuf)(ctx, out))) goto fail;
-    if (!(scratch = hd_ctx_alloc(ctx, ssz))) goto fail;
+    if (NN_FN(att_open)(ctx, out, in, nin, buf, own, &y, &scratch, ssz)) return ctx->status;
     memset(y, 0, (size_t)out->numel * sizeof *y);
     att_job j;
     memset(&j, 0, sizeof j);
@@ -236,34 +263,22 @@ static hd_status NN_FN(att_bwd_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *cons
     } else {
         for (int64_t b = 0; b < g->batch; b++) NN_FN(att_bwd_batch)(g, &j, b, scratch, nt);
     }
-    NN_FN(hd_cpu_nn_finish)(ctx, out, y);
-    goto done;
-fail:
-    st = ctx->status;
-done:
-    hd_ctx_free(ctx, scratch, ssz);
-    for (int i = 0; i < nin; i++)
-        if (own[i]) hd_ctx_free(ctx, (void *)buf[i], (size_t)in[i]->numel * sizeof(NN_T));
-    return st;
+    NN_FN(att_close)(ctx, out, in, nin, buf, own, y, scratch, ssz);
+    return HD_OK;
 }
 
-/* Load q, k, v and the mask as contiguous W arrays (the mask keeps its
- * broadcast strides), run every (batch, query block) on the context's
- * threads, each with its own scratch. */
+/* Load q, k, v and the mask (att_open), run every (batch, query block) on
+ * the context's threads, each with its own scratch. */
 static hd_status NN_FN(att_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                                 const att_geom *g) {
-    int own[4] = {0, 0, 0, 0};
-    const NN_T *buf[4] = {NULL, NULL, NULL, NULL};
+    int own[4];
+    const NN_T *buf[4];
     NN_T *y = NULL, *scratch = NULL;
     int nt = ctx->nthreads > 0 ? ctx->nthreads : 1;
     int64_t nqb = (g->l + g->bq - 1) / g->bq, tasks = g->batch * nqb;
     size_t per = (size_t)g->bq * (size_t)(g->bk + g->ev + 2);
     size_t ssz = (size_t)nt * per * sizeof(NN_T);
-    hd_status st = HD_OK;
-    for (int i = 0; i < nin; i++)
-        if (!(buf[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &own[i]))) goto fail;
-    if (!(y = NN_FN(hd_cpu_nn_outbuf)(ctx, out))) goto fail;
-    if (!(scratch = hd_ctx_alloc(ctx, ssz))) goto fail;
+    if (NN_FN(att_open)(ctx, out, in, nin, buf, own, &y, &scratch, ssz)) return ctx->status;
     att_job j;
     memset(&j, 0, sizeof j);
     j.q = buf[0], j.k = buf[1], j.v = buf[2], j.mask = nin == 4 ? buf[3] : NULL, j.out = y;
@@ -274,15 +289,8 @@ static hd_status NN_FN(att_run)(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *i
         NN_T *mine = scratch + (size_t)omp_get_thread_num() * per;
         NN_FN(att_rows)(g, &j, b, q0, HD_MIN(g->bq, g->l - q0), mine);
     }
-    NN_FN(hd_cpu_nn_finish)(ctx, out, y);
-    goto done;
-fail:
-    st = ctx->status;
-done:
-    hd_ctx_free(ctx, scratch, ssz);
-    for (int i = 0; i < nin; i++)
-        if (own[i]) hd_ctx_free(ctx, (void *)buf[i], (size_t)in[i]->numel * sizeof(NN_T));
-    return st;
+    NN_FN(att_close)(ctx, out, in, nin, buf, own, y, scratch, ssz);
+    return HD_OK;
 }
 
 #undef NN_FN
