@@ -27,6 +27,7 @@
 #include "hd_compile.h"
 #include "hd_cuda_gen.h"
 #include "hd_loop.h"
+#include "hd_profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -613,8 +614,12 @@ static hd_status cj_run(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *const *inputs, i
     static const hd_jit_run_ops ops = {cj_bind_input, cj_exec, cj_output, cj_unbind};
     for (int i = 0; i < noutputs; i++) outputs[i] = NULL;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->h.device);
-    if (!d || hd_jit_run(ctx, &ops, e, d, e->h.g, &e->h.stats, inputs, ninputs, outputs, noutputs))
-        return ctx->status;
+    if (!d) return ctx->status;
+    void *timed = ctx->prof ? hd_cuda_prof_begin(ctx, d, e->h.device) : NULL;
+    hd_status st =
+        hd_jit_run(ctx, &ops, e, d, e->h.g, &e->h.stats, inputs, ninputs, outputs, noutputs);
+    hd_cuda_prof_end(ctx, d, timed, HD_PROF_RUN);
+    if (st) return st;
     e->h.stats.launches = e->gexec ? 1 : e->h.stats.kernels;
     e->h.stats.cuda_graph = e->gexec != NULL;
     return HD_OK;

@@ -549,7 +549,8 @@ static hd_status profile_row_dict(hd_vm *vm, const hd_profile_stats *ps, hd_valu
         hd_dict_set(vm, r, "total", hd_float(ps->total)) ||
         hd_dict_set(vm, r, "self", hd_float(ps->self)) ||
         hd_dict_set(vm, r, "bytes", hd_float(ps->bytes)) ||
-        hd_dict_set(vm, r, "flops", hd_float(ps->flops))) {
+        hd_dict_set(vm, r, "flops", hd_float(ps->flops)) ||
+        hd_dict_set(vm, r, "device", hd_float(ps->device))) {
         hd_value_unref(vm, r);
         return hd_vm_oom(vm);
     }

@@ -15,14 +15,22 @@
 
 typedef struct prof_row {
     uint64_t calls;
-    double total, self, bytes, flops;
+    double total, self, bytes, flops, device;
 } prof_row;
 
 typedef struct prof_event {
     double ts, dur; /* seconds from the start */
     int row;
+    int tid; /* 1: the host; 2 + n: device n */
     char label[28];
 } prof_event;
+
+/* A device's mark waiting for its times. */
+typedef struct prof_pending {
+    int row, device;
+    const hd_profile_device *dev;
+    void *mark;
+} prof_pending;
 
 struct hd_profile {
     int on;
@@ -34,12 +42,52 @@ struct hd_profile {
     prof_event *events;
     size_t nevents, cap;
     uint64_t dropped;
+    prof_pending *pending; /* HD_PROF_DEVICE_PENDING of them */
+    int npending;
 };
 
 static double prof_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double hd_profile_clock(void) {
+    return prof_now();
+}
+
+static void prof_event_add(hd_profile *p, int row, int tid, const char *label, double t0,
+                           double dur);
+
+/* Every waiting device mark: its times into its row (and the trace, on the
+ * device's line), then given back. keep = 0 drops them unread. */
+static void prof_device_flush(hd_ctx *ctx, int keep) {
+    hd_profile *p = ctx->prof;
+    if (!p) return;
+    for (int i = 0; i < p->npending; i++) {
+        prof_pending *w = &p->pending[i];
+        double start = 0, dur = 0;
+        if (keep && w->dev->times(ctx, w->mark, &start, &dur) == HD_OK) {
+            p->rows[w->row].device += dur;
+            prof_event_add(p, w->row, 2 + w->device, NULL, start, dur);
+        } else if (keep) {
+            hd_error_clear(ctx);
+        }
+        w->dev->release(ctx, w->mark);
+    }
+    p->npending = 0;
+}
+
+void hd_profile_device_span(hd_ctx *ctx, int row, int device, const hd_profile_device *dev,
+                            void *mark) {
+    hd_profile *p = ctx->prof;
+    if (p && !p->pending) p->pending = malloc(HD_PROF_DEVICE_PENDING * sizeof *p->pending);
+    if (!p || !p->pending || row < 0 || row >= HD_PROF_ROWS) {
+        dev->release(ctx, mark);
+        return;
+    }
+    if (p->npending == HD_PROF_DEVICE_PENDING) prof_device_flush(ctx, 1);
+    p->pending[p->npending++] = (prof_pending){row, device, dev, mark};
 }
 
 hd_status hd_profile_set(hd_ctx *ctx, int on, const char *trace) {
@@ -68,6 +116,7 @@ int hd_profile_on(const hd_ctx *ctx) {
 void hd_profile_reset(hd_ctx *ctx) {
     hd_profile *p = ctx->prof;
     if (!p) return;
+    prof_device_flush(ctx, 0);
     memset(p->rows, 0, sizeof p->rows);
     p->nevents = 0;
     p->dropped = 0;
@@ -81,6 +130,8 @@ void hd_profile_release(hd_ctx *ctx) {
         fprintf(stderr, "hodu: %s\n", ctx->errmsg);
         hd_error_clear(ctx);
     }
+    prof_device_flush(ctx, 0);
+    free(p->pending);
     free(p->trace);
     free(p->events);
     free(p);
@@ -96,7 +147,8 @@ double hd_profile_begin(hd_ctx *ctx) {
     return prof_now();
 }
 
-static void prof_event_add(hd_profile *p, int row, const char *label, double t0, double dur) {
+static void prof_event_add(hd_profile *p, int row, int tid, const char *label, double t0,
+                           double dur) {
     if (!p->trace) return;
     if (p->nevents == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 4096;
@@ -112,6 +164,7 @@ static void prof_event_add(hd_profile *p, int row, const char *label, double t0,
     e->ts = t0 - p->start;
     e->dur = dur;
     e->row = row;
+    e->tid = tid;
     snprintf(e->label, sizeof e->label, "%s", label ? label : "");
     for (char *c = e->label; *c; c++) /* a JSON string as it is */
         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '_';
@@ -130,7 +183,7 @@ void hd_profile_end(hd_ctx *ctx, int row, const char *label, double t0, double b
     r->self += dur > inner ? dur - inner : 0;
     r->bytes += bytes;
     r->flops += flops;
-    prof_event_add(p, row, label, t0, dur);
+    prof_event_add(p, row, 1, label, t0, dur);
 }
 
 /* ---- ops ---- */
@@ -162,8 +215,9 @@ hd_status hd_profile_op(hd_ctx *ctx, hd_profile_op_fn run, hd_op op, hd_tensor *
 
 /* ---- the table ---- */
 
-int hd_profile_row(const hd_ctx *ctx, int row, hd_profile_stats *out) {
+int hd_profile_row(hd_ctx *ctx, int row, hd_profile_stats *out) {
     memset(out, 0, sizeof *out);
+    prof_device_flush(ctx, 1);
     if (!ctx->prof || row < 0 || row >= HD_PROF_ROWS || !ctx->prof->rows[row].calls) return 0;
     const prof_row *r = &ctx->prof->rows[row];
     out->calls = r->calls;
@@ -171,6 +225,7 @@ int hd_profile_row(const hd_ctx *ctx, int row, hd_profile_stats *out) {
     out->self = r->self;
     out->bytes = r->bytes;
     out->flops = r->flops;
+    out->device = r->device;
     return 1;
 }
 
@@ -213,23 +268,32 @@ static void prof_rate(const prof_row *r, char *buf, size_t n) {
     }
 }
 
+/* With any time on a device, the table has a "device ms" column. */
+static int prof_has_device(const hd_profile *p) {
+    for (int r = 0; r < HD_PROF_ROWS; r++)
+        if (p->rows[r].device > 0) return 1;
+    return 0;
+}
+
 char *hd_profile_table(hd_ctx *ctx) {
+    prof_device_flush(ctx, 1);
     hd_profile *p = ctx->prof;
     int order[HD_PROF_ROWS];
-    int n = p ? prof_order(p, order) : 0;
-    size_t cap = 256 + (size_t)n * 120, len = 0;
+    int n = p ? prof_order(p, order) : 0, dev = p && prof_has_device(p);
+    size_t cap = 256 + (size_t)n * 140, len = 0;
     char *s = malloc(cap);
     if (!s) return NULL;
-    len += (size_t)snprintf(s + len, cap - len, "%-22s %9s %11s %11s %11s  %s\n", "op", "calls",
-                            "total ms", "self ms", "mean us", "rate");
+    len += (size_t)snprintf(s + len, cap - len, "%-22s %9s %11s %11s %11s%s  %s\n", "op", "calls",
+                            "total ms", "self ms", "mean us", dev ? "   device ms" : "", "rate");
     for (int i = 0; i < n; i++) {
         const prof_row *r = &p->rows[order[i]];
-        char rate[40];
+        char rate[40], dcol[16] = "";
         prof_rate(r, rate, sizeof rate);
-        len += (size_t)snprintf(s + len, cap - len, "%-22s %9llu %11.3f %11.3f %11.2f  %s\n",
+        if (dev) snprintf(dcol, sizeof dcol, " %11.3f", r->device * 1e3);
+        len += (size_t)snprintf(s + len, cap - len, "%-22s %9llu %11.3f %11.3f %11.2f%s  %s\n",
                                 hd_profile_row_name(order[i]), (unsigned long long)r->calls,
                                 r->total * 1e3, r->self * 1e3, r->total / (double)r->calls * 1e6,
-                                rate);
+                                dcol, rate);
     }
     if (!n) snprintf(s + len, cap - len, "(nothing recorded: profiling is off)\n");
     return s;
@@ -238,20 +302,22 @@ char *hd_profile_table(hd_ctx *ctx) {
 /* ---- the Chrome trace ---- */
 
 hd_status hd_profile_write_trace(hd_ctx *ctx, const char *path) {
+    prof_device_flush(ctx, 1);
     hd_profile *p = ctx->prof;
     FILE *f = fopen(path, "w");
     if (!f) return hd_error(ctx, HD_ERR_IO, "profile: cannot write the trace to %s", path);
     fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", f);
     for (size_t i = 0; p && i < p->nevents; i++) {
         const prof_event *e = &p->events[i];
-        const char *cat = e->row == HD_PROF_COMPILE ? "compile"
-                          : e->row == HD_PROF_RUN   ? "compiled"
-                                                    : "op";
+        const char *cat = e->tid > 1                  ? "device"
+                          : e->row == HD_PROF_COMPILE ? "compile"
+                          : e->row == HD_PROF_RUN     ? "compiled"
+                                                      : "op";
         fprintf(f,
                 "%s\n{\"name\": \"%s%s%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
-                "\"dur\": %.3f, \"pid\": 1, \"tid\": 1}",
+                "\"dur\": %.3f, \"pid\": 1, \"tid\": %d}",
                 i ? "," : "", hd_profile_row_name(e->row), e->label[0] ? " " : "", e->label, cat,
-                e->ts * 1e6, e->dur * 1e6);
+                e->ts * 1e6, e->dur * 1e6, e->tid);
     }
     fputs("\n]}\n", f);
     int bad = ferror(f);

@@ -4,6 +4,8 @@
  * and a Chrome trace (HODU_PROFILE=trace.json, or a strategy's
  * profiling) that Perfetto and chrome://tracing open.
  *
+ * Work on a device is timed there too (hd_profile_device_span).
+ *
  * Off, it is one test of ctx->prof in hd_op_run. */
 #ifndef HD_PROFILE_H
 #define HD_PROFILE_H
@@ -29,12 +31,31 @@ void hd_profile_release(hd_ctx *ctx);
 double hd_profile_begin(hd_ctx *ctx);
 void hd_profile_end(hd_ctx *ctx, int row, const char *label, double t0, double bytes, double flops);
 
-/* One row's figures: 0 when the row recorded nothing. */
+/* Time on a device: a backend records a mark (events of its own) around
+ * an op's work and hands it over; the profiler asks for its times when it
+ * reports (or when HD_PROF_DEVICE_PENDING marks wait), then gives it back.
+ * times: *start on the profiler's clock (hd_profile_clock), *dur in
+ * seconds; an error drops the mark. */
+typedef struct hd_profile_device {
+    hd_status (*times)(hd_ctx *ctx, void *mark, double *start, double *dur);
+    void (*release)(hd_ctx *ctx, void *mark);
+} hd_profile_device;
+#define HD_PROF_DEVICE_PENDING 1024
+/* The mark of row's work on device (taken; released at once when the
+ * profiler cannot keep it). */
+void hd_profile_device_span(hd_ctx *ctx, int row, int device, const hd_profile_device *dev,
+                            void *mark);
+/* The profiler's clock, in seconds (monotonic). */
+double hd_profile_clock(void);
+
+/* One row's figures: 0 when the row recorded nothing. device: seconds the
+ * row's work took on devices that time it (the cuda backend's events). */
 typedef struct hd_profile_stats {
     uint64_t calls;
     double total, self, bytes, flops; /* seconds, seconds, bytes, FLOPs */
+    double device;
 } hd_profile_stats;
-int hd_profile_row(const hd_ctx *ctx, int row, hd_profile_stats *out);
+int hd_profile_row(hd_ctx *ctx, int row, hd_profile_stats *out);
 const char *hd_profile_row_name(int row);
 
 /* The table, sorted by total time, in a malloc'd string (NULL: out of

@@ -36,8 +36,8 @@ static void NN_FN(att_gemm)(int nt, int ta, int tb, int64_t m, int64_t n, int64_
  * past a row's causal limit, att_lim, are left as they come). */
 static void NN_FN(att_scores)(const att_geom *g, const att_job *j, const NN_T *qb, const NN_T *kb,
                               NN_T *s, int64_t nq, int64_t nk, int64_t q0, int64_t k0, int nt) {
-    NN_FN(att_gemm)(nt, 0, 1, nq, nk, g->e, (NN_T)g->scale, qb + q0 * g->e, g->e, kb + k0 * g->e,
-                    g->e, 0, s);
+    const NN_T *qr = qb + q0 * g->e, *kr = kb + k0 * g->e;
+    NN_FN(att_gemm)(nt, 0, 1, nq, nk, g->e, (NN_T)g->scale, qr, g->e, kr, g->e, 0, s);
     if (!j->mask) return;
     for (int64_t r = 0; r < nq; r++) {
         NN_T *sr = s + r * nk;
@@ -161,10 +161,10 @@ static void NN_FN(att_bwd_keys)(const att_geom *g, const att_job *j, const att_b
 #pragma omp simd
         for (int64_t c = 0; c < nk; c++) sr[c] *= pr[c] - d;
     }
-    NN_T sc = (NN_T)g->scale;
-    NN_FN(att_gemm)(nt, 0, 0, nq, e, nk, sc, s, nk, (const NN_T *)w->k + k0 * e, e, 1,
-                    (NN_T *)w->dq + q0 * e);
-    NN_FN(att_gemm)(nt, 1, 0, nk, e, nq, sc, s, nk, (const NN_T *)w->q + q0 * e, e, 1, dk);
+    NN_T sc = (NN_T)g->scale, *dq = (NN_T *)w->dq + q0 * e;
+    const NN_T *kr = (const NN_T *)w->k + k0 * e, *qr = (const NN_T *)w->q + q0 * e;
+    NN_FN(att_gemm)(nt, 0, 0, nq, e, nk, sc, s, nk, kr, e, 1, dq);
+    NN_FN(att_gemm)(nt, 1, 0, nk, e, nq, sc, s, nk, qr, e, 1, dk);
 }
 
 /* The gradients of batch b into its part of the output (zeroed): dq [L,

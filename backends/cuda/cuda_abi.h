@@ -17,6 +17,7 @@
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                                            \
     X(CU_STREAM_NON_BLOCKING, 1)                                                                   \
     X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                                                           \
+    X(CU_EVENT_DEFAULT, 0)                                                                         \
     X(NVRTC_SUCCESS, 0)                                                                            \
     X(CUBLAS_STATUS_SUCCESS, 0)                                                                    \
     X(CUBLAS_OP_N, 0)                                                                              \
@@ -44,6 +45,7 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUevent_st *CUevent;
 
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;

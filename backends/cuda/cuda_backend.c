@@ -238,6 +238,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
     if (d->blas_ws) a->mem_free(d->blas_ws);
+    hd_cuda_prof_release(d);
     if (d->stream) a->stream_destroy(d->stream);
     a->primary_ctx_release(d->dev);
     memset(d, 0, sizeof *d);

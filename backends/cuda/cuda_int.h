@@ -124,6 +124,14 @@ typedef struct hd_cuda_api {
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_exec_destroy)(CUgraphExec);
     CUresult (*graph_destroy)(CUgraph);
+    /* events: the profiler's device times (cuda_prof.c); events_ok is 0
+     * where the driver lacks them, and device work then goes untimed */
+    CUresult (*event_create)(CUevent *, unsigned);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_synchronize)(CUevent);
+    CUresult (*event_elapsed_time)(float *, CUevent, CUevent);
+    CUresult (*event_destroy)(CUevent);
+    int events_ok;
     int driver_ok;
     char driver_error[256]; /* why the driver cannot be used */
     int ndevices;
@@ -219,6 +227,10 @@ typedef struct hd_cuda_dev {
     /* cuBLAS's workspace, set on the handle: the GEMMs a CUDA Graph
      * captures may then pick the algorithms (split-K) that eager ones do */
     CUdeviceptr blas_ws;
+    /* the profiler's reference event, recorded with the stream idle at
+     * host time prof_epoch_host (cuda_prof.c) */
+    CUevent prof_epoch;
+    double prof_epoch_host;
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {
@@ -230,6 +242,14 @@ typedef struct hd_cuda_state {
  * driver is asked to make the context current only when this thread's
  * last one was another (a per-thread note, reset when a device closes). */
 hd_cuda_dev *hd_cuda_dev_get(hd_ctx *ctx, int device);
+
+/* cuda_prof.c: with profiling on, the time of a piece of device work: a
+ * mark begun on d's stream (NULL: not timed: profiling off, a graph being
+ * captured, no events) and ended after the work, which hands it to the
+ * profiler's row. hd_cuda_prof_release: d's reference event. */
+void *hd_cuda_prof_begin(hd_ctx *ctx, hd_cuda_dev *d, int device);
+void hd_cuda_prof_end(hd_ctx *ctx, hd_cuda_dev *d, void *mark, int row);
+void hd_cuda_prof_release(hd_cuda_dev *d);
 /* Which entry point of an op's module for a dtype pair. */
 typedef enum {
     HD_CUDA_K_MAIN,     /* k_<op>_<in>_<out> */

@@ -51,6 +51,20 @@ static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, siz
     return 1;
 }
 
+/* The event calls that time device work for the profiler: optional (a
+ * driver without them runs, its work untimed). cuEventElapsedTime_v2 is
+ * the name CUDA 13's header maps cuEventElapsedTime to. */
+static void loader_events(void *h, hd_cuda_api *a) {
+    *(void **)&a->event_create = dlsym(h, "cuEventCreate");
+    *(void **)&a->event_record = dlsym(h, "cuEventRecord");
+    *(void **)&a->event_synchronize = dlsym(h, "cuEventSynchronize");
+    *(void **)&a->event_destroy = dlsym(h, "cuEventDestroy_v2");
+    void *et = dlsym(h, "cuEventElapsedTime_v2");
+    *(void **)&a->event_elapsed_time = et ? et : dlsym(h, "cuEventElapsedTime");
+    a->events_ok = a->event_create && a->event_record && a->event_synchronize && a->event_destroy &&
+                   a->event_elapsed_time;
+}
+
 #define SYM(field, name)                                                                           \
     { (void **)&a->field, name }
 
@@ -93,6 +107,7 @@ static void loader_driver(hd_cuda_api *a) {
     if (!loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->driver_error,
                         sizeof a->driver_error, env && *env ? env : names[0]))
         return;
+    loader_events(h, a);
     CUresult r = a->init(0);
     if (r != CUDA_SUCCESS) {
         const char *m = NULL;

@@ -555,8 +555,8 @@ static hd_status ops_attention(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_t
 static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
                                    hd_tensor *const *in, int nin, const hd_attrs *attrs) {
     hd_tensor *q = in[0], *k = in[1], *v = in[2], *g = in[4];
-    hd_tensor *p = ops_attention_probs(ctx, q, k, nin == 6 ? in[5] : NULL, attrs,
-                                       out->storage->device);
+    hd_tensor *p =
+        ops_attention_probs(ctx, q, k, nin == 6 ? in[5] : NULL, attrs, out->storage->device);
     hd_tensor *pt = ops_transpose(ctx, p), *vt = ops_transpose(ctx, v);
     hd_tensor *dv = ops_run(ctx, HD_OP_MATMUL, pt, g, NULL);
     hd_tensor *gv = ops_run(ctx, HD_OP_MATMUL, g, vt, NULL);
@@ -567,7 +567,8 @@ static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
     hd_tensor *dst = ops_transpose(ctx, ds), *sc = ops_number(ctx, attrs->scalar[0]);
     hd_tensor *dq0 = ops_run(ctx, HD_OP_MATMUL, ds, k, NULL);
     hd_tensor *dk0 = ops_run(ctx, HD_OP_MATMUL, dst, q, NULL);
-    hd_tensor *dq = ops_run(ctx, HD_OP_MUL, dq0, sc, NULL), *dk = ops_run(ctx, HD_OP_MUL, dk0, sc, NULL);
+    hd_tensor *dq = ops_run(ctx, HD_OP_MUL, dq0, sc, NULL),
+              *dk = ops_run(ctx, HD_OP_MUL, dk0, sc, NULL);
     hd_tensor *cat = NULL;
     if (dq && dk && dv) {
         hd_tensor *parts[3] = {dq, dk, dv};
@@ -880,7 +881,9 @@ hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const
     if (!d) return ctx->status;
     hd_tensor *dev[MAX_IN];
     if (ops_upload(ctx, op, out->storage->device, in, nin, dev)) return ctx->status;
+    void *timed = ctx->prof ? hd_cuda_prof_begin(ctx, d, out->storage->device) : NULL;
     hd_status st = ops_dispatch(ctx, d, op, out, dev, nin, attrs);
+    hd_cuda_prof_end(ctx, d, timed, op);
     for (int i = 0; i < nin; i++) hd_tensor_unref(dev[i]);
     return st;
 }

@@ -46,6 +46,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -98,6 +99,9 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuGraphInstantiateWithFlags)                                                                 \
     X(cuGraphLaunch)                                                                               \
     X(cuGraphExecDestroy)                                                                          \
+    X(cuEventCreate)                                                                               \
+    X(cuEventRecord)                                                                               \
+    X(cuEventElapsedTime_v2)                                                                       \
     X(cublasGemmStridedBatchedEx)                                                                  \
     X(cublasSetWorkspace_v2)
 
@@ -355,6 +359,52 @@ EMU_EXPORT CUresult cuStreamSynchronize(emu_stream *s) {
     EMU_COUNT(cuStreamSynchronize);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
     return s->capturing ? stream_unsupported(s) : CUDA_SUCCESS;
+}
+
+/* Events: work runs when it is launched here, so an event's time is the
+ * host's clock when it is recorded. */
+typedef struct emu_event {
+    int recorded;
+    double t; /* seconds */
+} emu_event;
+
+static double emu_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+EMU_EXPORT CUresult cuEventCreate(emu_event **e, unsigned flags) {
+    EMU_COUNT(cuEventCreate);
+    if (!e || flags) return CUDA_ERROR_INVALID_VALUE;
+    *e = calloc(1, sizeof **e);
+    return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EMU_EXPORT CUresult cuEventRecord(emu_event *e, emu_stream *s) {
+    EMU_COUNT(cuEventRecord);
+    if (!e || !s) return CUDA_ERROR_INVALID_HANDLE;
+    if (s->capturing) return stream_unsupported(s);
+    e->recorded = 1;
+    e->t = emu_clock();
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuEventSynchronize(emu_event *e) {
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EMU_EXPORT CUresult cuEventElapsedTime_v2(float *ms, emu_event *a, emu_event *b) {
+    EMU_COUNT(cuEventElapsedTime_v2);
+    if (!ms || !a || !b || !a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    *ms = (float)((b->t - a->t) * 1e3);
+    return CUDA_SUCCESS;
+}
+
+EMU_EXPORT CUresult cuEventDestroy_v2(emu_event *e) {
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    free(e);
+    return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuGetErrorString(CUresult r, const char **m) {

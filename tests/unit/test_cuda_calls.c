@@ -8,6 +8,7 @@
 #include "hd_test.h"
 #include "hd_backend.h"
 #include "hd_compile.h"
+#include "hd_profile.h"
 #include "hd_trace.h"
 
 #if HODU_HAVE_CUDA
@@ -243,6 +244,55 @@ static void test_compiled(hd_ctx *ctx) {
     for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
 }
 
+#define CALLS_TRACE "test_cuda_calls_trace.json" /* written again when ctx closes */
+
+/* With profiling on, each eager op on the device is timed by two events
+ * recorded on its stream (and the device's reference event once); their
+ * times reach the op's row, the report's "device ms" column and the
+ * trace's device line. Off, no event is made. */
+static void test_profile(hd_ctx *ctx) {
+    const float xv[4] = {1, -2, 3, -4};
+    hd_tensor *x = dev_tensor(ctx, xv, 4, 0), *r = NULL, *xx[2] = {x, x};
+    CHECK(x != NULL);
+    if (!x) return;
+    emu_reset();
+    CHECK(hd_op_run(ctx, HD_OP_ADD, xx, 2, NULL, &r) == HD_OK);
+    hd_tensor_unref(r);
+    CHECK(emu_calls("cuEventCreate") == 0 && emu_calls("cuEventRecord") == 0);
+    CHECK(hd_profile_set(ctx, 1, CALLS_TRACE) == HD_OK); /* events kept for a trace */
+    emu_reset();
+    for (int i = 0; i < 3; i++) {
+        CHECK(hd_op_run(ctx, HD_OP_ADD, xx, 2, NULL, &r) == HD_OK);
+        hd_tensor_unref(r);
+    }
+    CHECK_MSG(emu_calls("cuEventRecord") == 1 + 2 * 3, "%llu events recorded",
+              emu_calls("cuEventRecord"));
+    CHECK(emu_calls("cuLaunchKernel") == 3);
+    hd_profile_stats ps;
+    CHECK(hd_profile_row(ctx, HD_OP_ADD, &ps) && ps.calls == 3 && ps.device > 0);
+    CHECK(emu_calls("cuEventElapsedTime_v2") == 2 * 3);
+    char *table = hd_profile_table(ctx);
+    CHECK(table && strstr(table, "device ms"));
+    free(table);
+    CHECK(hd_profile_write_trace(ctx, CALLS_TRACE) == HD_OK);
+    char buf[8192] = {0};
+    FILE *f = fopen(CALLS_TRACE, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(n > 0 && strstr(buf, "\"cat\": \"device\"") && strstr(buf, "\"tid\": 2"));
+    /* a reset drops waiting marks unread; profiling off makes none */
+    CHECK(hd_op_run(ctx, HD_OP_ADD, xx, 2, NULL, &r) == HD_OK);
+    hd_tensor_unref(r);
+    hd_profile_reset(ctx);
+    CHECK(!hd_profile_row(ctx, HD_OP_ADD, &ps));
+    CHECK(hd_profile_set(ctx, 0, NULL) == HD_OK);
+    emu_reset();
+    CHECK(hd_op_run(ctx, HD_OP_ADD, xx, 2, NULL, &r) == HD_OK);
+    hd_tensor_unref(r);
+    CHECK(emu_calls("cuEventRecord") == 0);
+    hd_tensor_unref(x);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -255,7 +305,9 @@ int main(void) {
     }
     test_eager(&ctx);
     test_compiled(&ctx);
+    test_profile(&ctx);
     hd_ctx_release(&ctx);
+    remove(CALLS_TRACE);
     TEST_END();
 }
 
