@@ -13,14 +13,15 @@
  *    how many there are.
  *  - precision: "mixed" runs matmul and conv2d of f32 tensors in bf16
  *    (runtime/hd_op.c, as torch.autocast), the rest and the weights in
- *    f32.
+ *    f32; "full" and "half" run every op with float inputs in f64 and
+ *    f16 (inputs cast, results in that dtype; tensors keep theirs).
  *  - fusion: off compiles graphs with one kernel per node.
  *  - profiling: the profiler (runtime/hd_profile.h) records every op,
  *    compile and compiled run; profile_report() prints the table, and a
  *    strategy's trace path (or HODU_PROFILE=trace.json) gets the Chrome
  *    trace when the VM closes.
- * The values that change nothing yet (lazy and hybrid modes, precisions
- * "full" and "half", cached memory, data, model and pipeline parallelism)
+ * The values that change nothing yet (lazy and hybrid modes, cached
+ * memory, data, model and pipeline parallelism)
  * print a note the first time they are applied, saying what runs
  * instead. */
 #include "strategy.h"
@@ -263,7 +264,6 @@ fail:
 
 enum {
     NOTE_LAZY = 1,
-    NOTE_PREC = 2,
     NOTE_CACHED = 4,
     NOTE_DATA = 8,
     NOTE_MODEL = 16,
@@ -281,11 +281,6 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
     if (s->mode != HD_MODE_EAGER)
         note_once(vm, NOTE_LAZY, "mode \"%s\" is not available yet: code runs eagerly",
                   mode_names[s->mode]);
-    if (s->precision == HD_PREC_FULL || s->precision == HD_PREC_HALF)
-        note_once(vm, NOTE_PREC,
-                  "precision \"%s\" does not cast a model's tensors: ops run in their tensors' "
-                  "dtypes (cast the model with model.to(f64) or model.to(f16))",
-                  prec_names[s->precision]);
     if (s->memory == HD_MEM_CACHED)
         note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
                   "cached");
@@ -338,7 +333,10 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
-    ctx->autocast = s->precision == HD_PREC_MIXED;
+    ctx->autocast = s->precision == HD_PREC_MIXED  ? HD_AUTOCAST_MIXED
+                    : s->precision == HD_PREC_FULL ? HD_AUTOCAST_FULL
+                    : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
+                                                   : HD_AUTOCAST_OFF;
     /* out of memory starting the profiler: it stays off, nothing else */
     if (!st->profile_env && hd_profile_set(ctx, s->profiling, NULL)) hd_error_clear(ctx);
     st->cur = *s;

@@ -71,6 +71,12 @@ typedef struct hd_stop {
 
 typedef struct hd_profile hd_profile;
 
+/* hd_ctx.autocast: a strategy's precision (hd_op.c). OFF: ops run in
+ * their inputs' dtypes; MIXED: matmul and conv2d of f32 run in bf16 (the
+ * result back in f32); FULL, HALF: every op with float inputs runs in
+ * f64, f16 (its float inputs cast; the result stays in that dtype). */
+enum { HD_AUTOCAST_OFF, HD_AUTOCAST_MIXED, HD_AUTOCAST_FULL, HD_AUTOCAST_HALF };
+
 typedef struct hd_ctx {
     hd_alloc_fn alloc;
     void *alloc_ud;
@@ -96,7 +102,7 @@ typedef struct hd_ctx {
     uint64_t grad_ids;       /* last id given to a gradient context or a backward pass */
     uint64_t grad_seq;       /* records made so far (hd_grad_node.seq) */
     struct hd_profile *prof; /* the profiler (hd_profile.h), or NULL */
-    int autocast;            /* mixed precision: matmul and conv2d of f32 run in bf16 */
+    int autocast;            /* HD_AUTOCAST_*: the precision ops run in (hd_op.c) */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;
     hd_grad_scope *grad_scope;

@@ -363,35 +363,82 @@ static hd_status op_run_timed(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int n
     return op_run(ctx, op, in, nin, attrs, out);
 }
 
-/* Mixed precision (a strategy's precision "mixed", as torch.autocast): a
- * matmul or conv2d whose float inputs are all f32 runs on bf16 copies of
- * them, and its result is cast back to f32, so everything around it (and
- * the weights) stays f32. The casts are recorded ops: gradients flow
- * through them, and the rule's products run in bf16 too. */
-static int autocast_wants(hd_op op, hd_tensor *const *in, int nin) {
-    if (op != HD_OP_MATMUL && op != HD_OP_CONV2D) return 0;
+/* A strategy's precision (hd_ctx.autocast).
+ *  - MIXED (as torch.autocast): a matmul or conv2d whose float inputs are
+ *    all f32 runs on bf16 copies of them, and its result is cast back to
+ *    f32, so everything around it (and the weights) stays f32.
+ *  - FULL, HALF: every op that computes from float inputs runs in f64 or
+ *    f16: its float inputs of another dtype are cast (Hodu numbers stay:
+ *    they never widen) and the result keeps that dtype. Views, casts,
+ *    copies, concatenation, index moves and writes, and creation are left
+ *    alone (they compute nothing, and a view of a cast would not alias);
+ *    so is linear algebra in f16 (LAPACK has none).
+ * The casts are recorded ops: gradients flow through them back to the
+ * tensors' own dtypes. */
+static hd_dtype autocast_dtype(int mode) {
+    return mode == HD_AUTOCAST_FULL ? HD_F64 : mode == HD_AUTOCAST_HALF ? HD_F16 : HD_BF16;
+}
+
+/* in[i] is cast by autocast in this mode */
+static int autocast_casts(int mode, const hd_tensor *t) {
+    if (!t) return 0;
+    if (mode == HD_AUTOCAST_MIXED) return 1; /* all f32: autocast_wants checked */
+    return !t->number && hd_dtype_is_float(t->dtype) && t->dtype != autocast_dtype(mode);
+}
+
+static int autocast_wants(const hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin) {
+    int mode = ctx->autocast;
+    if (mode == HD_AUTOCAST_MIXED) {
+        if (op != HD_OP_MATMUL && op != HD_OP_CONV2D) return 0;
+        for (int i = 0; i < nin; i++)
+            if (in[i] && in[i]->dtype != HD_F32) return 0;
+        return 1;
+    }
+    switch (hd_op_infos[op].kind) {
+    case HD_KIND_VIEW:
+    case HD_KIND_SHAPE:
+    case HD_KIND_CREATE:
+    case HD_KIND_INDEX: return 0;
+    case HD_KIND_LINALG:
+        if (mode == HD_AUTOCAST_HALF) return 0;
+        break;
+    default: break;
+    }
+    if (op == HD_OP_CAST || op == HD_OP_COPY) return 0;
     for (int i = 0; i < nin; i++)
-        if (in[i] && in[i]->dtype != HD_F32) return 0;
-    return 1;
+        if (autocast_casts(mode, in[i])) return 1;
+    return 0;
 }
 
 static hd_status autocast_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                               const hd_attrs *attrs, hd_tensor **out) {
-    hd_tensor *low[HD_OP_MAX_IN] = {0}, *y = NULL;
+    hd_tensor *cin[HD_OP_MAX_IN] = {0}, *y = NULL;
     hd_status st = HD_OK;
-    ctx->autocast = 0; /* the casts and the op itself run plainly */
-    for (int i = 0; i < nin && !st; i++) st = in[i] ? hd_op_cast(ctx, in[i], HD_BF16, &low[i]) : 0;
-    if (!st) st = hd_op_run(ctx, op, low, nin, attrs, &y);
-    if (!st) st = hd_op_cast(ctx, y, HD_F32, out);
-    ctx->autocast = 1;
-    for (int i = 0; i < nin; i++) hd_tensor_unref(low[i]);
+    int mode = ctx->autocast;
+    hd_dtype dt = autocast_dtype(mode);
+    ctx->autocast = HD_AUTOCAST_OFF; /* the casts and the op itself run plainly */
+    for (int i = 0; i < nin && !st; i++) {
+        if (autocast_casts(mode, in[i]))
+            st = hd_op_cast(ctx, in[i], dt, &cin[i]);
+        else
+            cin[i] = in[i] ? hd_tensor_ref(in[i]) : NULL;
+    }
+    if (!st) st = hd_op_run(ctx, op, cin, nin, attrs, &y);
+    if (!st && mode == HD_AUTOCAST_MIXED) {
+        st = hd_op_cast(ctx, y, HD_F32, out);
+    } else if (!st) {
+        *out = y;
+        y = NULL;
+    }
+    ctx->autocast = mode;
+    for (int i = 0; i < nin; i++) hd_tensor_unref(cin[i]);
     hd_tensor_unref(y);
     return st;
 }
 
 hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const hd_attrs *attrs,
                     hd_tensor **out) {
-    if (__builtin_expect(ctx->autocast, 0) && autocast_wants(op, in, nin)) {
+    if (__builtin_expect(ctx->autocast, 0) && autocast_wants(ctx, op, in, nin)) {
         *out = NULL;
         return autocast_run(ctx, op, in, nin, attrs, out);
     }
