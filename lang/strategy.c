@@ -9,8 +9,9 @@
  *    to the C library), "pooled" keeps it; "minimal_peak" is standard
  *    plus checkpointing of Sequential models (segments of sqrt(n)).
  *  - parallelism: "none" runs kernels on one thread, "automatic" on the
- *    VM's threads; model and pipeline parallelism ask for devices and say
- *    how many there are.
+ *    VM's threads, "data_parallel" on `workers` threads (each op's rows,
+ *    so each batch, split among them); model and pipeline parallelism
+ *    ask for devices and say how many there are.
  *  - precision: "mixed" runs matmul and conv2d of f32 tensors in bf16
  *    (runtime/hd_op.c, as torch.autocast), the rest and the weights in
  *    f32; "full" and "half" run every op with float inputs in f64 and
@@ -21,7 +22,7 @@
  *    strategy's trace path (or HODU_PROFILE=trace.json) gets the Chrome
  *    trace when the VM closes.
  * The values that change nothing yet (lazy and hybrid modes, cached
- * memory, data, model and pipeline parallelism)
+ * memory, model and pipeline parallelism)
  * print a note the first time they are applied, saying what runs
  * instead. */
 #include "strategy.h"
@@ -206,6 +207,10 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
     if (s->parallelism >= HD_PAR_DATA && s->workers < 1)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
                            par_names[s->parallelism]);
+    if (s->parallelism == HD_PAR_DATA && s->workers > HD_DATA_WORKERS_MAX)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "strategy parallelism \"data_parallel\" takes at most %d workers, got %d",
+                           HD_DATA_WORKERS_MAX, s->workers);
     return HD_OK;
 }
 
@@ -265,7 +270,6 @@ fail:
 enum {
     NOTE_LAZY = 1,
     NOTE_CACHED = 4,
-    NOTE_DATA = 8,
     NOTE_MODEL = 16,
 };
 
@@ -284,10 +288,6 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
     if (s->memory == HD_MEM_CACHED)
         note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
                   "cached");
-    if (s->parallelism == HD_PAR_DATA)
-        note_once(vm, NOTE_DATA,
-                  "parallelism \"%s\" is not available yet: kernels use the VM's threads",
-                  "data_parallel");
     if (s->parallelism >= HD_PAR_MODEL)
         note_once(vm, NOTE_MODEL,
                   "parallelism \"%s\" is not available yet: layers stay where "
@@ -329,7 +329,9 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
         st->grad_before = hd_grad_set_enabled(ctx, 0);
     else if (s->gradient != HD_GRADS_NONE && st->cur.gradient == HD_GRADS_NONE)
         hd_grad_set_enabled(ctx, st->grad_before);
-    ctx->nthreads = s->parallelism == HD_PAR_NONE ? 1 : st->threads;
+    ctx->nthreads = s->parallelism == HD_PAR_NONE   ? 1
+                    : s->parallelism == HD_PAR_DATA ? s->workers
+                                                    : st->threads;
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);

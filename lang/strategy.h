@@ -14,6 +14,8 @@ enum { HD_GRADS_NONE, HD_GRADS_FULL, HD_GRADS_CHECKPOINTED, HD_GRADS_ACCUMULATED
 enum { HD_PREC_FULL, HD_PREC_SINGLE, HD_PREC_MIXED, HD_PREC_HALF, HD_PREC_COUNT };
 enum { HD_MEM_STANDARD, HD_MEM_POOLED, HD_MEM_CACHED, HD_MEM_MINIMAL_PEAK, HD_MEM_COUNT };
 enum { HD_PAR_NONE, HD_PAR_AUTOMATIC, HD_PAR_DATA, HD_PAR_MODEL, HD_PAR_PIPELINE, HD_PAR_COUNT };
+/* data_parallel's workers are the kernels' threads: at most this many */
+#define HD_DATA_WORKERS_MAX 256
 
 typedef struct hd_strategy {
     int mode, gradient, precision, memory, parallelism;

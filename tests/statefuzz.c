@@ -9,7 +9,9 @@
  * calls the program does what users do eagerly: zero_grad, .grad = none,
  * optimizer steps, eager backward(), writes into parameters, replacing a
  * field or a parameter, changing the batch size, no_grad and grad_context
- * around calls, toggling requires_grad. After every action it prints every
+ * around calls, calls under another strategy (precision "full" or
+ * "mixed", gradients accumulated over two steps), toggling requires_grad.
+ * After every action it prints every
  * tensor the program can reach: parameters, their .grad (none or a
  * tensor), the optimizer's buffers and step count, the fields, the result.
  *
@@ -215,6 +217,10 @@ static const char *const sf_actions[] = {
     "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
     "net.pair = none",
     "zero_grad(net.parameters())",
+    "with_strategy(strategy.default().with_precision(\"full\")) { r = CALL }",
+    "with_strategy(strategy.default().with_precision(\"mixed\")) { r = CALL }",
+    "with_strategy(strategy.default().with_gradient(\"accumulated\", steps = 2)) {\n"
+    "    r = CALL\n    if opt != none { opt.step() }\n}",
 };
 #define SF_NACTIONS (int)(sizeof sf_actions / sizeof sf_actions[0])
 
@@ -256,8 +262,8 @@ static void sf_dump_fn(sf_buf *b) {
 }
 
 static void sf_header(sf_buf *b, uint64_t seed) {
-    sf_put(b, "# statefuzz seed %llu\nimport optim\nmanual_seed(%llu)\n", (unsigned long long)seed,
-           (unsigned long long)(seed % 1000));
+    sf_put(b, "# statefuzz seed %llu\nimport optim\nimport strategy\nmanual_seed(%llu)\n",
+           (unsigned long long)seed, (unsigned long long)(seed % 1000));
     sf_put(b, "class Net {\n"
               "    fn init(self) {\n"
               "        self.w1 = param(randn([3, 4]) * 0.5)\n"
