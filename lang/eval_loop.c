@@ -570,18 +570,25 @@ static hd_value roll_branch_value(const roll_branch *b, int s, hd_value before) 
     return before;
 }
 
-static const char *roll_merge_check(hd_value old, hd_value t, hd_value e) {
+static const char *roll_merge_check(const hd_vm *vm, hd_value old, hd_value t, hd_value e) {
     if (t.type != HD_V_TENSOR || e.type != HD_V_TENSOR)
         return "a variable it assigns is no tensor in one branch";
     const hd_tensor *a = t.as.t, *b = e.as.t;
     if (a->dtype != b->dtype || a->ndim != b->ndim ||
         memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape))
         return "the branches give a variable different dtypes or shapes";
-    if (old.type == HD_V_TENSOR &&
-        (old.as.t->dtype != a->dtype || old.as.t->ndim != a->ndim ||
-         memcmp(old.as.t->shape, a->shape, (size_t)a->ndim * sizeof *a->shape)))
-        return "a variable changes dtype or shape in its body";
-    return NULL;
+    if (old.type != HD_V_TENSOR ||
+        (old.as.t->dtype == a->dtype && old.as.t->ndim == a->ndim &&
+         !memcmp(old.as.t->shape, a->shape, (size_t)a->ndim * sizeof *a->shape)))
+        return NULL;
+    int ac = vm->ctx.autocast;
+    if (old.as.t->dtype != a->dtype && (ac == HD_AUTOCAST_FULL || ac == HD_AUTOCAST_HALF))
+        return ac == HD_AUTOCAST_FULL
+                   ? "a variable changes dtype in its body: precision \"full\" computes in f64; "
+                     "make it f64 before (x = x.double())"
+                   : "a variable changes dtype in its body: precision \"half\" computes in f16; "
+                     "make it f16 before (x = x.half())";
+    return "a variable changes dtype or shape in its body";
 }
 
 /* Merge: the slots either branch wrote, as one cond (n: the if). */
@@ -604,7 +611,7 @@ static int roll_merge(hd_vm *vm, hd_frame *f, const hd_ast *node, hd_tensor *pre
         if (dup) continue;
         hd_value old = f->slots[s], a = roll_branch_value(bt, s, old),
                  b = roll_branch_value(be, s, old);
-        if ((*why = roll_merge_check(old, a, b))) break;
+        if ((*why = roll_merge_check(vm, old, a, b))) break;
         slot[n] = s;
         init[n] = old.type == HD_V_TENSOR ? old.as.t : NULL;
         tv[n] = a.as.t;
@@ -683,11 +690,11 @@ typedef struct roll_while {
     hd_value var_old;
 } roll_while;
 
-static const char *roll_while_check(const roll_while *W) {
+static const char *roll_while_check(const hd_vm *vm, const roll_while *W) {
     for (int i = 0; i < W->first.n; i++) {
         hd_value old = W->first.old[i];
         if (old.type != HD_V_TENSOR) return "a variable it assigns is no tensor before the loop";
-        const char *why = roll_merge_check(old, W->first.now[i], W->first.now[i]);
+        const char *why = roll_merge_check(vm, old, W->first.now[i], W->first.now[i]);
         if (why) return why;
     }
     return NULL;
@@ -717,7 +724,7 @@ static const char *roll_while_mark(roll_while *W) {
 
 /* The variables' values after the second trace: each written one (only
  * those the first wrote), or its marker. */
-static const char *roll_while_now(roll_while *W) {
+static const char *roll_while_now(const hd_vm *vm, roll_while *W) {
     int n = W->first.n, m = W->m;
     for (int k = 0; k < W->second.n; k++) {
         int s = W->second.slot[k], found = 0;
@@ -727,7 +734,7 @@ static const char *roll_while_now(roll_while *W) {
     for (int i = 0; i < n; i++) {
         hd_value mk = hd_tensor_value(W->t[m + i]);
         hd_value v = roll_branch_value(&W->second, W->first.slot[i], mk);
-        const char *why = roll_merge_check(W->first.old[i], v, v);
+        const char *why = roll_merge_check(vm, W->first.old[i], v, v);
         if (why) return why;
         W->t[2 * m + i] = v.as.t;
     }
@@ -797,13 +804,13 @@ static int roll_while_trace(roll_while *W, hd_tensor *pred, const char **why) {
     p[0] = hd_trace_position(&vm->ctx);
     int fl = roll_branch_run(vm, W->f, W->n->body, NULL, NULL, W->local, &W->first, &W->cap1, why);
     hd_trace_cut(&vm->ctx, p[0]);
-    if (fl != HD_FLOW_NORMAL || *why || (*why = roll_while_check(W))) return fl;
+    if (fl != HD_FLOW_NORMAL || *why || (*why = roll_while_check(vm, W))) return fl;
     W->m = W->first.n + W->counter;
     if (!(W->t = hd_ctx_calloc(&vm->ctx, (size_t)(4 * W->m + 1), sizeof *W->t)))
         return hd_error_clear(&vm->ctx), *why = "out of memory", fl;
     if (!(*why = roll_while_mark(W))) {
         fl = roll_while_second(W, p, why);
-        if (fl == HD_FLOW_NORMAL && !*why && !(*why = roll_while_now(W)))
+        if (fl == HD_FLOW_NORMAL && !*why && !(*why = roll_while_now(vm, W)))
             fl = roll_while_bind(W, pred, p);
     }
     if (fl != HD_FLOW_NORMAL || *why) roll_while_restore(W);

@@ -230,6 +230,12 @@ static hd_status grad_outputs(grad_run *R) {
         hd_tensor *g = hd_grad_get(R->x[j]), *sum = NULL;
         if (g ? hd_op_binary(ctx, HD_OP_ADD, R->gx[j], g, &sum) : !(sum = hd_tensor_ref(R->gx[j])))
             st = ctx->status;
+        if (!st && sum->dtype != R->gx[j]->dtype) { /* a precision strategy ran the add wider */
+            hd_tensor *c = NULL;
+            st = hd_op_cast(ctx, sum, R->gx[j]->dtype, &c);
+            hd_tensor_unref(sum);
+            sum = c;
+        }
         char name[32];
         snprintf(name, sizeof name, "gx%d", j);
         if (!st && hd_trace_output(ctx, name, sum)) st = ctx->status;

@@ -9,8 +9,10 @@
  * calls the program does what users do eagerly: zero_grad, .grad = none,
  * optimizer steps, eager backward(), writes into parameters, replacing a
  * field or a parameter, changing the batch size, no_grad and grad_context
- * around calls, calls under another strategy (precision "full" or
- * "mixed", gradients accumulated over two steps), toggling requires_grad.
+ * around calls, calls under another strategy (precision "full" for
+ * functions without loops or branches, whose variables would change dtype
+ * in their first iteration, which compiled code refuses; gradients
+ * accumulated over two steps), toggling requires_grad.
  * After every action it prints every
  * tensor the program can reach: parameters, their .grad (none or a
  * tensor), the optimizer's buffers and step count, the fields, the result.
@@ -217,8 +219,7 @@ static const char *const sf_actions[] = {
     "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
     "net.pair = none",
     "zero_grad(net.parameters())",
-    "with_strategy(strategy.default().with_precision(\"full\")) { r = CALL }",
-    "with_strategy(strategy.default().with_precision(\"mixed\")) { r = CALL }",
+    "with_strategy(strategy.default().with_precision(\"full\")) { r = FLAT }",
     "with_strategy(strategy.default().with_gradient(\"accumulated\", steps = 2)) {\n"
     "    r = CALL\n    if opt != none { opt.step() }\n}",
 };
@@ -297,25 +298,36 @@ static int sf_function(sf_buf *b, int i, int has_opt, const char *loss, int prev
     return k;
 }
 
+/* Whether body k has a loop or a branch (or calls one that may). */
+static int sf_body_rolls(int k) {
+    const char *t = sf_bodies[k];
+    return strstr(t, "for ") || strstr(t, "while ") || strstr(t, "if ") || strstr(t, "CALLEE");
+}
+
 static void sf_program(sf_buf *b, uint64_t seed) {
     sf_state = seed * 0x2545f4914f6cdd1dull + 1;
     sf_header(b, seed);
     int has_opt = !strstr(b->p, "let opt = none");
     const char *loss = sf_losses[sf_pick((int)(sizeof sf_losses / sizeof *sf_losses))];
-    int nf = 2 + sf_pick(3);
-    for (int i = 0; i < nf; i++) sf_function(b, i, has_opt, loss, i ? sf_pick(i) : -1);
+    int nf = 2 + sf_pick(3), flat = -1;
+    for (int i = 0; i < nf; i++)
+        if (!sf_body_rolls(sf_function(b, i, has_opt, loss, i ? sf_pick(i) : -1))) flat = i;
     sf_dump_fn(b);
     int nact = 10 + sf_pick(15);
     for (int a = 0; a < nact; a++) {
         const char *act = sf_actions[sf_pick(SF_NACTIONS)];
-        char call[32], nb[8];
+        if (flat < 0 && strstr(act, "FLAT")) act = "r = CALL";
+        char call[32], flatcall[32], nb[8];
         snprintf(call, sizeof call, "f%d(x, y)", sf_pick(nf));
+        snprintf(flatcall, sizeof flatcall, "f%d(x, y)", flat);
         snprintf(nb, sizeof nb, "%d", 1 + sf_pick(6));
-        sf_buf t = {0};
+        sf_buf t = {0}, u = {0};
         sf_replace(&t, act, "CALL", call);
-        sf_replace(b, t.p, "NB", nb);
+        sf_replace(&u, t.p, "FLAT", flatcall);
+        sf_replace(b, u.p, "NB", nb);
         sf_put(b, "\ndump(%d, r)\n", a);
         free(t.p);
+        free(u.p);
     }
 }
 
