@@ -388,6 +388,7 @@ static int autocast_casts(int mode, const hd_tensor *t) {
 
 static int autocast_wants(const hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin) {
     int mode = ctx->autocast;
+    if (nin > HD_OP_MAX_IN) return 0; /* concat of many: moves data, computes nothing */
     if (mode == HD_AUTOCAST_MIXED) {
         if (op != HD_OP_MATMUL && op != HD_OP_CONV2D) return 0;
         for (int i = 0; i < nin; i++)

@@ -56,7 +56,7 @@ static inline double hd_layer_norm_eps(const hd_attrs *a) {
 /* What a shape rule decides: the output's dtype and shape, and the dtype
  * each input is cast to before the kernel runs (-1: left as it is). For a
  * variable-arity op in_dtype[0] applies to every input. */
-#define HD_OP_MAX_IN 4
+#define HD_OP_MAX_IN 6
 typedef struct hd_op_plan {
     hd_dtype dtype;
     int ndim;
