@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Execution strategies: checkpointing's peak memory and time on a 32-layer
-# MLP (two shapes), and the profiler's cost per eager op.
+# MLP (two shapes), the profiler's cost per eager op, and modes "hybrid"
+# and "lazy" against eager and compiled code.
 # Usage: bench/bench_strategy.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,3 +12,4 @@ echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/hodu" bench/strategy/checkpoint_mlp.hodu 4096 128 128
 "$build/hodu" bench/strategy/checkpoint_mlp.hodu 1024 128 512
 "$build/hodu" bench/strategy/profile_overhead.hodu
+"$build/hodu" bench/strategy/lazy_chain.hodu

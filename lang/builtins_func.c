@@ -121,7 +121,7 @@ static int func_eager_push(hd_vm *vm) {
 }
 
 static void func_eager_pop(hd_vm *vm, int was) {
-    vm->compile_none = was & 1, vm->compile_all = was >> 1 & 1;
+    vm->compile_none = was & 1, vm->compile_all = was >> 1;
 }
 
 /* f(*in), which must return a tensor. */

@@ -1372,7 +1372,7 @@ void hd_compiled_init(hd_vm *vm) {
     const char *log = getenv("HODU_LOG");
     const char *all = getenv("HODU_COMPILE_ALL");
     const char *eager = getenv("HODU_EAGER");
-    vm->compile_all = all && *all && strcmp(all, "0") != 0;
+    vm->compile_all = all && *all && strcmp(all, "0") != 0 ? HD_COMPILE_ALL_ENV : 0;
     vm->compile_none = eager && *eager && strcmp(eager, "0") != 0;
     if (vm->compile_none) vm->compile_all = 0;
     hd_log_check();

@@ -252,10 +252,16 @@ static int arg_with_history(hd_vm *vm, const cp_call *k) {
     return 0;
 }
 
-/* A miss: trace again unless the body was compiled too often. Returns 1
- * when the caller should run eagerly. */
+/* Plain code a lazy strategy traces (not HODU_COMPILE_ALL's test mode). */
+static int lazy_body(const hd_vm *vm, const cp_body *b) {
+    return b->implicit && !(vm->compile_all & HD_COMPILE_ALL_ENV);
+}
+
+/* A miss: trace again unless the body was compiled too often (a plain
+ * function under a lazy strategy: fewer times, since its compiles were not
+ * asked for). Returns 1 when the caller should run eagerly. */
 static int miss_eager(hd_vm *vm, cp_body *b, const char *why) {
-    if (b->traces >= CP_MAX_COMPILES) {
+    if (b->traces >= (lazy_body(vm, b) ? CP_MAX_LAZY_COMPILES : CP_MAX_COMPILES)) {
         if (!b->warned && !b->implicit) {
             fflush(stdout);
             fprintf(stderr,
@@ -304,8 +310,9 @@ static HD_NOINLINE hd_status call_compiled(hd_vm *vm, cp_body *b, cp_call *k, hd
     }
     if (miss_eager(vm, b, why)) return call_eager(vm, b, k, out);
     hd_status st = call_trace(vm, b, k, &fixed, &o, out);
-    if (st && vm->compile_all && !k->c->fn->compiled) {
-        /* the differential mode: what does not compile runs eagerly */
+    if (st && vm->compile_all && !k->c->fn->compiled && vm->err != HD_ERR_MEMORY) {
+        /* plain code: what does not compile runs eagerly (out of memory
+         * stays an error, as for compiled code) */
         log_eager(vm, b, vm->errmsg);
         hd_vm_clear_error(vm);
         b->no_compile = 1;
@@ -336,7 +343,10 @@ hd_status hd_compiled_call(hd_vm *vm, hd_closure *c, hd_value self, int has_self
         b->implicit = !c->fn->compiled;
         b->calls++;
         if (!b->implicit) vm->compiled->calls++;
-        st = b->no_compile ? call_eager(vm, b, &k, out) : call_compiled(vm, b, &k, out);
+        /* a lazy strategy traces a plain function from its second call:
+         * one that runs once does not pay for a compile */
+        int cold = lazy_body(vm, b) && b->calls < 2;
+        st = b->no_compile || cold ? call_eager(vm, b, &k, out) : call_compiled(vm, b, &k, out);
     }
     call_free(vm, &k);
     return st;
@@ -499,7 +509,7 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
     }
     if (st) {
         cp_entry_free(vm, e);
-        if (b->implicit) return block_fallback(vm, b, f, k);
+        if (b->implicit && vm->err != HD_ERR_MEMORY) return block_fallback(vm, b, f, k);
         return block_fail(vm, f, k->node);
     }
     e->hits = 0;
@@ -583,8 +593,17 @@ static int traceable_stmt(const hd_ast *s) {
     }
 }
 
+/* A top-level statement a lazy strategy traces: a loop, under mode
+ * "lazy" (other statements run once: a compile would not pay). */
+static int lazy_stmt(const hd_vm *vm, const hd_ast *s) {
+    if (vm->compile_all & HD_COMPILE_ALL_ENV) return 1;
+    return vm->strategy.cur.mode == HD_MODE_LAZY &&
+           (s->kind == HD_AST_FOR || s->kind == HD_AST_WHILE);
+}
+
 int hd_compiled_statement(hd_vm *vm, hd_frame *f, const hd_ast *s) {
-    if (vm->ctx.trace || !traceable_stmt(s) || !cp_state_of(vm)) return hd_eval_stmt(vm, f, s);
+    if (vm->ctx.trace || !traceable_stmt(s) || !lazy_stmt(vm, s) || !cp_state_of(vm))
+        return hd_eval_stmt(vm, f, s);
     cp_opts o;
     cp_opts_default(vm, &o);
     cp_block k = {s, s, 1};

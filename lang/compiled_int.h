@@ -202,6 +202,7 @@ void cp_value_brief(hd_value v, char *buf, size_t n);
 
 /* Compiles per body before new keys run eagerly, and entries kept. */
 #define CP_MAX_COMPILES 8
+#define CP_MAX_LAZY_COMPILES 3 /* a plain function under a lazy strategy */
 #define CP_MAX_ENTRIES  8
 
 /* ---- entries ---- */

@@ -21,10 +21,13 @@
  *    compile and compiled run; profile_report() prints the table, and a
  *    strategy's trace path (or HODU_PROFILE=trace.json) gets the Chrome
  *    trace when the VM closes.
- * The values that change nothing yet (lazy and hybrid modes, cached
- * memory, model and pipeline parallelism)
- * print a note the first time they are applied, saying what runs
- * instead. */
+ *  - mode: "lazy" and "hybrid" send calls of plain functions with tensor
+ *    arguments through compiled code's caches (traced from their second
+ *    call; what does not trace runs eagerly), and "lazy" top-level loops
+ *    too (compiled_call.c).
+ * The values that change nothing yet (cached memory, model and pipeline
+ * parallelism) print a note the first time they are applied, saying what
+ * runs instead. */
 #include "strategy.h"
 
 #include "builtins_tensor.h"
@@ -208,9 +211,10 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
         return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
                            par_names[s->parallelism]);
     if (s->parallelism == HD_PAR_DATA && s->workers > HD_DATA_WORKERS_MAX)
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "strategy parallelism \"data_parallel\" takes at most %d workers, got %d",
-                           HD_DATA_WORKERS_MAX, s->workers);
+        return hd_vm_error(
+            vm, HD_ERR_RUNTIME,
+            "strategy parallelism \"data_parallel\" takes at most %d workers, got %d",
+            HD_DATA_WORKERS_MAX, s->workers);
     return HD_OK;
 }
 
@@ -268,7 +272,6 @@ fail:
 /* ---- applying ---- */
 
 enum {
-    NOTE_LAZY = 1,
     NOTE_CACHED = 4,
     NOTE_MODEL = 16,
 };
@@ -282,9 +285,6 @@ static void note_once(hd_vm *vm, unsigned bit, const char *fmt, const char *what
 }
 
 static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
-    if (s->mode != HD_MODE_EAGER)
-        note_once(vm, NOTE_LAZY, "mode \"%s\" is not available yet: code runs eagerly",
-                  mode_names[s->mode]);
     if (s->memory == HD_MEM_CACHED)
         note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
                   "cached");
@@ -339,6 +339,9 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
                     : s->precision == HD_PREC_FULL ? HD_AUTOCAST_FULL
                     : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
                                                    : HD_AUTOCAST_OFF;
+    /* (HODU_EAGER=1 runs all compiled code as plain code: lazy too) */
+    int lazy = s->mode != HD_MODE_EAGER && !vm->compile_none ? HD_COMPILE_ALL_LAZY : 0;
+    vm->compile_all = (vm->compile_all & HD_COMPILE_ALL_ENV) | lazy;
     /* out of memory starting the profiler: it stays off, nothing else */
     if (!st->profile_env && hd_profile_set(ctx, s->profiling, NULL)) hd_error_clear(ctx);
     st->cur = *s;
