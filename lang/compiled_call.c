@@ -593,8 +593,9 @@ static int traceable_stmt(const hd_ast *s) {
     }
 }
 
-/* A top-level statement a lazy strategy traces: a loop, under mode
- * "lazy" (other statements run once: a compile would not pay). */
+/* A statement a lazy strategy traces: a loop, under mode "lazy", at the
+ * top level or in a function (other top-level statements run once: a
+ * compile would not pay). */
 static int lazy_stmt(const hd_vm *vm, const hd_ast *s) {
     if (vm->compile_all & HD_COMPILE_ALL_ENV) return 1;
     return vm->strategy.cur.mode == HD_MODE_LAZY &&

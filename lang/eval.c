@@ -1311,7 +1311,11 @@ hd_value hd_eval_expr(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     return ev(vm, f, n);
 }
 
+/* compiled_call.c's way in: a loop runs here, not through the lazy
+ * strategy's hook in ex(). */
 int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt) {
+    if (stmt->kind == HD_AST_FOR) return ex_for(vm, f, stmt);
+    if (stmt->kind == HD_AST_WHILE) return ex_while(vm, f, stmt);
     return ex(vm, f, stmt);
 }
 
@@ -1330,8 +1334,15 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
         return store(vm, f, n, &n->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
     }
-    case HD_AST_FOR: return ex_for(vm, f, n);
-    case HD_AST_WHILE: return ex_while(vm, f, n);
+    case HD_AST_FOR:
+        /* mode "lazy": a loop in a function traced whole (compiled_call.c) */
+        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LAZY) && f->closure)
+            return hd_compiled_statement(vm, f, n);
+        return ex_for(vm, f, n);
+    case HD_AST_WHILE:
+        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LAZY) && f->closure)
+            return hd_compiled_statement(vm, f, n);
+        return ex_while(vm, f, n);
     case HD_AST_RETURN: {
         hd_value v = n->a ? ev(vm, f, n->a) : hd_none();
         if (v.type == HD_V_ERR) return HD_FLOW_ERROR;
