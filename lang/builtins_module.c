@@ -415,6 +415,7 @@ static HD_TF_FN(tf_setattr) {
     const char *name = NULL;
     if (attr_name(vm, &a, &name)) return HD_ERR_RUNTIME;
     hd_value o = a.v[0];
+    if (vm->trace_reads) hd_compiled_note_store(vm, o, name, 0);
     if (o.type == HD_V_OBJECT)
         return hd_dict_set(vm, ((hd_object *)o.as.o)->fields, name, hd_value_ref(a.v[2]));
     if (o.type == HD_V_DICT) return hd_dict_set(vm, o, name, hd_value_ref(a.v[2]));

@@ -301,18 +301,59 @@ static hd_tensor *wb_target(const cp_wb *w, hd_tensor **inputs) {
     return w->input >= 0 ? inputs[w->input] : w->obj;
 }
 
-static hd_status wb_value(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tensor **outs) {
-    hd_value v;
-    hd_status st = tmpl_value(vm, w->tmpl, r, outs, &v);
-    if (st) return st;
-    st = cp_path_set(r, &w->path, v);
-    hd_vunref(vm, v);
-    return st;
+/* Whether a template makes a tensor at every run: a traced one's value (an
+ * output), or a copy of one made inside with data. */
+static int tmpl_has_out(const cp_tmpl *t) {
+    if (t->kind == CP_T_OUT || t->kind == CP_T_FRESH) return 1;
+    for (int i = 0; (t->kind == CP_T_LIST || t->kind == CP_T_DICT) && i < t->n; i++)
+        if (tmpl_has_out(&t->kids[i])) return 1;
+    return 0;
+}
+
+/* The run right after the trace finds the heap as the body left it: the
+ * values it stored from before the call are in place (their paths, taken
+ * before the body ran, may lead elsewhere now), so only stores that make
+ * tensors are made. */
+static int wb_skip(const cp_entry *e, const cp_wb *w) {
+    return !e->ran && w->kind == CP_WB_VALUE && !tmpl_has_out(w->tmpl);
+}
+
+/* A value write-back: the container it stores into and the value. */
+typedef struct wb_store {
+    hd_value at, v;
+} wb_store;
+
+/* The places value write-backs store to, and the values from before the
+ * call they store, are found by paths on the heap as the call found it
+ * (the trace's scan before the body ran): every one is followed before the
+ * first store, so that a store cannot move what a later path finds
+ * (setattr(b, "2", b.items[1]) where b."1" was what b.items[1] is now
+ * stores b.items[1], not the new b."1"). Traced tensors' places (CP_WB_SET)
+ * are paths on the heap as the body left it, followed after the values are
+ * stored. */
+static hd_status wb_resolve(hd_vm *vm, const cp_entry *e, const cp_roots *r, hd_tensor **outs,
+                            wb_store *ws) {
+    for (int i = 0; i < e->nwbs; i++) ws[i].at = ws[i].v = hd_none();
+    for (int i = 0; i < e->nwbs; i++) {
+        const cp_wb *w = &e->wbs[i];
+        if (w->kind != CP_WB_VALUE || wb_skip(e, w)) continue;
+        hd_status st = cp_path_parent(r, &w->path, &ws[i].at);
+        if (!st) st = tmpl_value(vm, w->tmpl, r, outs, &ws[i].v);
+        if (st) return st;
+    }
+    return HD_OK;
+}
+
+static void wb_release(hd_vm *vm, const cp_entry *e, wb_store *ws) {
+    for (int i = 0; i < e->nwbs; i++) {
+        hd_vunref(vm, ws[i].at);
+        hd_vunref(vm, ws[i].v);
+    }
 }
 
 static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tensor **inputs,
-                          hd_tensor **outs) {
-    if (w->kind == CP_WB_VALUE) return wb_value(vm, w, r, outs);
+                          hd_tensor **outs, const wb_store *ws) {
+    if (w->kind == CP_WB_VALUE) return cp_path_store(r, &w->path, ws->at, ws->v);
     hd_tensor *o = outs[w->out], *t;
     switch (w->kind) {
     case CP_WB_VALUE: return HD_OK;
@@ -358,8 +399,21 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
         if (e->views[k].input >= 0 || e->views[k].own)
             st = view_remake(vm, &e->views[k], inputs, &outs[k]);
     if (!st && e->aot) st = cp_aot_attach(vm, e, inputs, outs);
-    for (int i = 0; !st && i < e->nwbs; i++) st = wb_apply(vm, &e->wbs[i], r, inputs, outs);
-    if (!st && ret) st = tmpl_value(vm, &e->ret, r, outs, ret);
+    wb_store wsbuf[16],
+        *ws = e->nwbs <= 16 ? wsbuf : hd_ctx_alloc(ctx, (size_t)e->nwbs * sizeof *ws);
+    if (!ws) st = st ? st : hd_vm_oom(vm);
+    if (!st) st = wb_resolve(vm, e, r, outs, ws);
+    int got = 0;                                                         /* *ret holds a value */
+    if (!st && ret) got = !(st = tmpl_value(vm, &e->ret, r, outs, ret)); /* as found, too */
+    for (int i = 0; !st && i < e->nwbs; i++)
+        if (!wb_skip(e, &e->wbs[i])) st = wb_apply(vm, &e->wbs[i], r, inputs, outs, &ws[i]);
+    e->ran = 1;
+    if (ws) wb_release(vm, e, ws);
+    if (ws && ws != wsbuf) hd_ctx_free(ctx, ws, (size_t)e->nwbs * sizeof *ws);
+    if (st && got) {
+        hd_vunref(vm, *ret);
+        *ret = hd_none();
+    }
     for (int k = 0; k < e->noutputs; k++) hd_tensor_unref(outs[k]);
     hd_ctx_free(ctx, outs, (size_t)(e->noutputs + 1) * sizeof *outs);
     if (!st) e->hits++;
@@ -520,6 +574,60 @@ static void note_module(hd_vm *vm, hd_module *m, const char *name, hd_value v) {
     if (slot && slot->type == HD_V_INT) hd_compiled_note_global(vm, m, (int)slot->as.i, v);
 }
 
+/* An object from before the call read at p, which held it before the
+ * call too (not a value the body stored there first): kept with p. */
+static void session_read(cp_session *s, const cp_path *p, int node, const cp_step *step,
+                         hd_value v) {
+    if (!hd_value_is_obj(v) || v.type == HD_V_TENSOR ||
+        !cp_snapshot_held(&s->snap, node, step->name, step->i, v.as.o))
+        return;
+    if (!CP_GROW(s->vm, s->reads, s->capreads, s->nreads)) {
+        note_oom(s);
+        return;
+    }
+    cp_read *r = &s->reads[s->nreads];
+    r->obj = v.as.o;
+    if (cp_path_copy(s->vm, p, &r->path)) {
+        note_oom(s);
+        return;
+    }
+    s->nreads++;
+}
+
+/* The path of obj from before the call: the place the body last read it
+ * from, else the first place the scan found it; -1 when it is not from
+ * before. */
+static hd_status session_obj_path(cp_session *s, const void *obj, cp_path *out) {
+    for (int i = s->nreads - 1; i >= 0; i--)
+        if (s->reads[i].obj == obj) return cp_path_copy(s->vm, &s->reads[i].path, out);
+    int node = cp_scan_find(&s->pre, obj);
+    if (node < 0) return -1;
+    return cp_scan_path(&s->pre, &s->roots, node, out);
+}
+
+void hd_compiled_note_store(hd_vm *vm, hd_value x, const char *name, int64_t i) {
+    cp_session *s = cp_session_of(vm);
+    if (!s) return;
+    hd_status st = HD_OK;
+    if (x.type == HD_V_MODULE) {
+        hd_value *slot = hd_module_global((hd_module *)x.as.o, name);
+        if (slot) st = cp_snapshot_touch_slot(&s->snap, slot);
+    } else if (x.type == HD_V_OBJECT || x.type == HD_V_DICT || x.type == HD_V_LIST) {
+        int node = cp_scan_find(&s->pre, x.as.o);
+        if (node >= 0) st = cp_snapshot_touch(&s->snap, node, name, i);
+    }
+    if (st) note_oom(s);
+}
+
+void hd_compiled_note_slot(hd_vm *vm, const hd_value *p, const void *cell) {
+    cp_session *s = cp_session_of(vm);
+    if (!s) return;
+    int node = cell ? cp_scan_find(&s->pre, cell) : -1;
+    hd_status st = cell ? (node >= 0 ? cp_snapshot_touch(&s->snap, node, NULL, 0) : HD_OK)
+                        : cp_snapshot_touch_slot(&s->snap, p);
+    if (st) note_oom(s);
+}
+
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v) {
     cp_session *s = cp_session_of(vm);
     if (!s) return;
@@ -543,6 +651,7 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
         note_oom(s);
         return;
     }
+    session_read(s, &p, node, &step, v);
     session_guard(s, &p, v);
 }
 
@@ -641,6 +750,8 @@ void cp_session_free(cp_session *s) {
     cp_free_array(vm, s->state, s->capstate, sizeof *s->state);
     for (int i = 0; i < s->nguards; i++) cp_guard_free(vm, &s->guards[i]);
     cp_free_array(vm, s->guards, s->capguards, sizeof *s->guards);
+    for (int i = 0; i < s->nreads; i++) cp_path_free(vm, &s->reads[i].path);
+    cp_free_array(vm, s->reads, s->capreads, sizeof *s->reads);
     cp_free_array(vm, s->seen, s->capseen, sizeof *s->seen);
     for (int i = 0; i < s->nouts; i++) {
         hd_tensor_unref(s->outs[i]);
@@ -801,14 +912,15 @@ hd_status cp_tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
         /* a container from before the call is returned as itself */
         /* fall through */
     default: {
-        int node = cp_scan_find(&s->pre, hd_value_is_obj(v) ? (const void *)v.as.o : NULL);
-        if (node < 0)
+        hd_status st =
+            session_obj_path(s, hd_value_is_obj(v) ? (const void *)v.as.o : NULL, &t->path);
+        if ((int)st < 0)
             return hd_vm_error(vm, HD_ERR_RUNTIME,
                                "compiled code returns tensors, numbers, strings, none, and lists "
                                "and dicts of them; this returns a %s made inside it",
                                hd_value_type_name(v));
         t->kind = CP_T_PATH;
-        return cp_scan_path(&s->pre, &s->roots, node, &t->path);
+        return st;
     }
     }
 }
@@ -1257,10 +1369,13 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
         if ((st = cp_aot_trace(s, ret ? &e->ret : NULL, sym, nsym, &e->aot))) return st;
         aot = e->aot != NULL;
     }
-    if (s->stateful[0] || (needs && !aot)) {
-        e->eager = s->stateful[0] ? CP_EAGER_STATE : CP_EAGER_GRAD;
+    int idle =
+        s->body->implicit && !(vm->compile_all & HD_COMPILE_ALL_ENV) && !s->ninputs && !s->nouts;
+    if (s->stateful[0] || (needs && !aot) || idle) {
+        e->eager = s->stateful[0] ? CP_EAGER_STATE : idle ? CP_EAGER_IDLE : CP_EAGER_GRAD;
         snprintf(e->eager_why, sizeof e->eager_why, "%s",
                  s->stateful[0]  ? s->stateful
+                 : idle          ? "it does no tensor work"
                  : s->aot_custom ? "its result needs gradients through a custom Function, "
                                    "whose backward runs as plain code (call backward() inside it "
                                    "to compile both)"
@@ -1372,9 +1487,13 @@ void hd_compiled_init(hd_vm *vm) {
     const char *log = getenv("HODU_LOG");
     const char *all = getenv("HODU_COMPILE_ALL");
     const char *eager = getenv("HODU_EAGER");
-    vm->compile_all = all && *all && strcmp(all, "0") != 0 ? HD_COMPILE_ALL_ENV : 0;
+    vm->compile_env = !all || !*all || !strcmp(all, "0") ? 0
+                      : !strcmp(all, "lazy")   ? HD_COMPILE_ALL_CALLS | HD_COMPILE_ALL_LOOPS
+                      : !strcmp(all, "hybrid") ? HD_COMPILE_ALL_CALLS
+                                               : HD_COMPILE_ALL_ENV;
     vm->compile_none = eager && *eager && strcmp(eager, "0") != 0;
-    if (vm->compile_none) vm->compile_all = 0;
+    if (vm->compile_none) vm->compile_env = 0;
+    vm->compile_all = vm->compile_env;
     hd_log_check();
     if (!log || !cp_state_of(vm)) return;
     if (hd_log_on("recompile")) vm->compiled->log = 1;

@@ -40,6 +40,12 @@ void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v);
 void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v);
 /* x.name, x["name"] (objects, dicts, modules) and list[i] (name NULL). */
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v);
+/* Stores made while compiled code is traced: x.name = v or setattr (objects,
+ * dicts, modules), list[i] = v (name NULL), and a variable: its slot p, or
+ * a captured variable's cell (hd_compiled_note_slot). The place is written
+ * back after every run even when the store left its value as it was. */
+void hd_compiled_note_store(hd_vm *vm, hd_value x, const char *name, int64_t i);
+void hd_compiled_note_slot(hd_vm *vm, const hd_value *p, const void *cell);
 /* t.grad read (by the evaluator, or by backward() deciding whether to add
  * to a gradient or set one): whether it exists is state of the program. */
 void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t);

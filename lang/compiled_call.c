@@ -172,6 +172,14 @@ static void note_eager(hd_vm *vm, cp_body *b, const cp_entry *e) {
     log_eager(vm, b, e->eager_why);
 }
 
+/* Plain code under a lazy strategy that does no tensor work runs eagerly
+ * from now on (it is not traced again). */
+static void idle_eager(hd_vm *vm, cp_body *b, cp_entry *e) {
+    log_eager(vm, b, e->eager_why);
+    b->no_compile = 1;
+    cp_entry_free(vm, e);
+}
+
 /* The body on symbolic arguments, then the new entry run for this call
  * (unless its results need gradients: e->eager). */
 static hd_status call_trace_body(cp_session *s, cp_call *k, hd_value *sym, cp_entry *e,
@@ -227,6 +235,7 @@ static hd_status call_trace(hd_vm *vm, cp_body *b, cp_call *k, const hd_jit_key 
         log_eager(vm, b, HISTORY_WHY);
         return call_eager(vm, b, k, out);
     }
+    if (e->eager == CP_EAGER_IDLE) return idle_eager(vm, b, e), call_eager(vm, b, k, out);
     cp_body_add(vm, b, e);
     if (!e->eager) return HD_OK;
     note_eager(vm, b, e);
@@ -513,6 +522,7 @@ static int block_trace(hd_vm *vm, cp_body *b, hd_frame *f, const cp_block *k,
         return block_fail(vm, f, k->node);
     }
     e->hits = 0;
+    if (e->eager == CP_EAGER_IDLE) return idle_eager(vm, b, e), block_eager(vm, b, f, k);
     cp_body_add(vm, b, e);
     if (!e->eager) return HD_FLOW_NORMAL;
     note_eager(vm, b, e);
@@ -598,7 +608,7 @@ static int traceable_stmt(const hd_ast *s) {
  * compile would not pay). */
 static int lazy_stmt(const hd_vm *vm, const hd_ast *s) {
     if (vm->compile_all & HD_COMPILE_ALL_ENV) return 1;
-    return vm->strategy.cur.mode == HD_MODE_LAZY &&
+    return (vm->compile_all & HD_COMPILE_ALL_LOOPS) &&
            (s->kind == HD_AST_FOR || s->kind == HD_AST_WHILE);
 }
 

@@ -77,6 +77,10 @@ int cp_path_get(const cp_roots *r, const cp_path *p, hd_value *out);
 /* Store v (borrowed) at p: a field, a dict key, a list item, a .grad, a
  * captured variable, a slot or a global. */
 hd_status cp_path_set(const cp_roots *r, const cp_path *p, hd_value v);
+/* cp_path_set in two steps: the container p's last step stores into (a new
+ * reference in *x; none for a path of no steps), then the store into it. */
+hd_status cp_path_parent(const cp_roots *r, const cp_path *p, hd_value *x);
+hd_status cp_path_store(const cp_roots *r, const cp_path *p, hd_value x, hd_value v);
 /* p followed by one more step (name copied). */
 hd_status cp_path_extend(hd_vm *vm, const cp_path *p, cp_step_kind kind, int64_t i,
                          const char *name, cp_path *out);
@@ -152,6 +156,16 @@ typedef struct cp_snapshot {
  * the frame's slots, tensors' .grad and the random stream. */
 hd_status cp_snapshot_take(cp_snapshot *sn, hd_vm *vm, const cp_scan *pre, const cp_roots *r);
 void cp_snapshot_restore(cp_snapshot *sn);
+/* Whether the list, dict or object of scan node `node` held obj at index i
+ * (name NULL) or key name when the snapshot was taken. */
+int cp_snapshot_held(const cp_snapshot *sn, int node, const char *name, int64_t i,
+                     const void *obj);
+/* The body stored to a place: the list item i or the dict entry or field
+ * name of scan node `node`'s container (a cell: its value), or a module's
+ * global or the frame's slot at p. Its value is written back after every
+ * run, also when the store left the value that was there. */
+hd_status cp_snapshot_touch(cp_snapshot *sn, int node, const char *name, int64_t i);
+hd_status cp_snapshot_touch_slot(cp_snapshot *sn, const hd_value *p);
 
 /* A place whose value differs from the snapshot (the body stored there). */
 typedef struct cp_change {
@@ -173,7 +187,7 @@ void cp_snapshot_free(cp_snapshot *sn);
 
 typedef enum {
     CP_G_VALUE,    /* a number, bool, none, string or dtype: equal */
-    CP_G_LEN,      /* a list: its length */
+    CP_G_ITEMS,    /* a list or dict: its length and a hash of its items (deep) */
     CP_G_IDENTITY, /* a function or class: the same one */
     CP_G_TYPE,     /* anything else: the same type */
     CP_G_TENSOR,   /* a tensor: requires_grad as it was (shapes go into the signature) */
@@ -184,7 +198,8 @@ typedef struct cp_guard {
     cp_guard_kind kind;
     hd_vtype type;
     hd_value v;   /* VALUE, IDENTITY: held */
-    int64_t len;  /* LEN; TENSOR: requires_grad */
+    int64_t len;  /* ITEMS: the length; TENSOR: requires_grad */
+    uint64_t items; /* ITEMS: the hash */
     cp_path same; /* TENSOR read through a second path: the tensor must still be the
                      one at this (its first) path, as the graph assumes (nsteps -1: none) */
 } cp_guard;
@@ -274,7 +289,10 @@ typedef struct cp_tmpl {
 typedef struct cp_aot cp_aot;
 
 /* Why a key runs eagerly. */
-enum { CP_EAGER_GRAD = 1, CP_EAGER_STATE = 2 };
+/* why a key runs eagerly: its result needs gradients, it changes state a
+ * graph cannot replay, or (plain code under a lazy strategy) it does no
+ * tensor work, so that a graph would only replay its other effects */
+enum { CP_EAGER_GRAD = 1, CP_EAGER_STATE = 2, CP_EAGER_IDLE = 3 };
 
 typedef struct cp_entry {
     int nargs;
@@ -298,6 +316,7 @@ typedef struct cp_entry {
     unsigned char *spent; /* per output: backward() used up its records at the trace */
     cp_aot
         *aot;  /* the result needs gradients: the backward graph (the executable is the forward) */
+    int ran;   /* it has run once (the run right after its trace is the first) */
     int eager; /* this key runs eagerly: CP_EAGER_* */
     char eager_why[200];
     uint64_t hits;
@@ -344,6 +363,11 @@ typedef struct cp_cap {
 } cp_cap;
 
 /* The trace in progress. */
+typedef struct cp_read {
+    const void *obj;
+    cp_path path;
+} cp_read;
+
 typedef struct cp_session {
     hd_vm *vm;
     cp_body *body;
@@ -362,6 +386,11 @@ typedef struct cp_session {
     int nstate, capstate;
     cp_guard *guards;
     int nguards, capguards;
+    /* objects from before the call the body read from a field, dict entry
+     * or list item, with that place's path: a value it stores or returns
+     * is found again there (an object has several paths) */
+    cp_read *reads;
+    int nreads, capreads;
     uint64_t *seen; /* guard path hashes */
     int nseen, capseen;
     int oom;            /* a read could not be recorded */

@@ -251,12 +251,27 @@ static hd_status grad_set(hd_vm *vm, hd_tensor *t, hd_value v) {
 }
 
 hd_status cp_path_set(const cp_roots *r, const cp_path *p, hd_value v) {
+    hd_value x = hd_none();
+    if (p->nsteps && cp_path_parent(r, p, &x)) return r->vm->err;
+    hd_status st = cp_path_store(r, p, x, v);
+    hd_vunref(r->vm, x);
+    return st;
+}
+
+hd_status cp_path_parent(const cp_roots *r, const cp_path *p, hd_value *x) {
+    *x = hd_none();
+    if (!p->nsteps) return HD_OK;
+    if (!path_get_n(r, p, p->nsteps - 1, x))
+        return hd_vm_error(r->vm, HD_ERR_RUNTIME, "cannot store to %s: it no longer exists",
+                           p->text);
+    hd_vref(*x);
+    return HD_OK;
+}
+
+hd_status cp_path_store(const cp_roots *r, const cp_path *p, hd_value x, hd_value v) {
     hd_vm *vm = r->vm;
     if (!p->nsteps) return root_set(r, p, v);
-    hd_value x;
     const cp_step *s = &p->steps[p->nsteps - 1];
-    if (!path_get_n(r, p, p->nsteps - 1, &x))
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "cannot store to %s: it no longer exists", p->text);
     if (s->kind == CP_FIELD && (x.type == HD_V_OBJECT || x.type == HD_V_DICT)) {
         hd_value d = x.type == HD_V_OBJECT ? ((hd_object *)x.as.o)->fields : x;
         hd_vref(v);
@@ -607,9 +622,63 @@ void cp_value_brief(hd_value v, char *buf, size_t n) {
     case HD_V_DTYPE: snprintf(buf, n, "%s", hd_dtype_name(v.as.dt)); break;
     case HD_V_STR: snprintf(buf, n, "\"%.40s\"", hd_as_str(v)->chars); break;
     case HD_V_LIST: snprintf(buf, n, "a list of %lld items", (long long)hd_as_list(v)->len); break;
+    case HD_V_DICT: snprintf(buf, n, "a dict of %lld items", (long long)hd_as_dict(v)->len); break;
     case HD_V_TENSOR: snprintf(buf, n, "a tensor"); break;
     default: snprintf(buf, n, "a %s", hd_value_type_name(v)); break;
     }
+}
+
+static int64_t items_len(hd_value v) {
+    return v.type == HD_V_LIST ? hd_as_list(v)->len : hd_as_dict(v)->len;
+}
+
+/* A hash of what a list or dict holds, for its guard: numbers, strings and
+ * the like by value, tensors by kind only (they are state: read through
+ * their paths), objects by class, functions and classes by identity, lists
+ * and dicts inside by their items. A body that iterates a list, tests `in`
+ * it, prints it or passes it to a builtin reads all of it. Deep or cyclic
+ * containers are hashed down to a budget of items (the same at every
+ * call). */
+static uint64_t items_hash_in(hd_value v, int depth, int *budget) {
+    uint64_t h = mix(0x9e37, (uint64_t)v.type);
+    if (--*budget < 0) return h;
+    switch (v.type) {
+    case HD_V_BOOL: return mix(h, (uint64_t)v.as.b);
+    case HD_V_INT: return mix(h, (uint64_t)v.as.i);
+    case HD_V_FLOAT: {
+        uint64_t bits;
+        double f = v.as.f == 0.0 ? 0.0 : v.as.f; /* -0.0 == 0.0 */
+        memcpy(&bits, &f, sizeof bits);
+        return mix(h, bits);
+    }
+    case HD_V_DTYPE: return mix(h, (uint64_t)v.as.dt);
+    case HD_V_STR: return mix(h, str_hash64(hd_as_str(v)->chars));
+    case HD_V_OBJECT: return mix(h, (uint64_t)(uintptr_t)((hd_object *)v.as.o)->cls);
+    case HD_V_FUNC:
+    case HD_V_CLASS: return mix(h, (uint64_t)(uintptr_t)v.as.o);
+    case HD_V_LIST: {
+        const hd_list *l = hd_as_list(v);
+        h = mix(h, (uint64_t)l->len);
+        for (int64_t i = 0; depth < 16 && i < l->len; i++)
+            h = mix(h, items_hash_in(l->items[i], depth + 1, budget));
+        return h;
+    }
+    case HD_V_DICT: {
+        const hd_dict *d = hd_as_dict(v);
+        h = mix(h, (uint64_t)d->len);
+        for (int64_t i = 0; depth < 16 && i < d->len; i++) {
+            h = mix(h, str_hash64(d->keys[i]->chars));
+            h = mix(h, items_hash_in(d->vals[i], depth + 1, budget));
+        }
+        return h;
+    }
+    default: return h;
+    }
+}
+
+static uint64_t items_hash(hd_value v) {
+    int budget = 1 << 20;
+    return items_hash_in(v, 0, &budget);
 }
 
 hd_status cp_guard_make(hd_vm *vm, cp_path *path, hd_value v, cp_guard *g) {
@@ -630,8 +699,10 @@ hd_status cp_guard_make(hd_vm *vm, cp_path *path, hd_value v, cp_guard *g) {
         hd_vref(g->v = v);
         break;
     case HD_V_LIST:
-        g->kind = CP_G_LEN;
-        g->len = hd_as_list(v)->len;
+    case HD_V_DICT:
+        g->kind = CP_G_ITEMS;
+        g->len = items_len(v);
+        g->items = items_hash(v);
         break;
     case HD_V_FUNC:
     case HD_V_CLASS:
@@ -656,8 +727,14 @@ void cp_guard_free(hd_vm *vm, cp_guard *g) {
 
 static int guard_fail(const cp_guard *g, hd_value now, char *why, size_t n) {
     char a[96], b[96];
-    if (g->kind == CP_G_LEN && now.type == HD_V_LIST)
-        snprintf(a, sizeof a, "a list of %lld items", (long long)g->len);
+    if (g->kind == CP_G_ITEMS && now.type == g->type && items_len(now) == g->len) {
+        snprintf(why, n, "'%s' changed: what the %s holds", g->path.text,
+                 now.type == HD_V_LIST ? "list" : "dict");
+        return 0;
+    }
+    if (g->kind == CP_G_ITEMS)
+        snprintf(a, sizeof a, "a %s of %lld items", g->type == HD_V_LIST ? "list" : "dict",
+                 (long long)g->len);
     else if (g->kind == CP_G_TENSOR && now.type == HD_V_TENSOR)
         snprintf(a, sizeof a, "a tensor%s", g->len ? " that requires grad" : "");
     else if (g->kind == CP_G_VALUE || g->kind == CP_G_IDENTITY)
@@ -682,8 +759,9 @@ int cp_guard_check(const cp_roots *r, const cp_guard *g, char *why, size_t n) {
     case CP_G_VALUE:
         if (!hd_value_equal(now, g->v)) return guard_fail(g, now, why, n);
         break;
-    case CP_G_LEN:
-        if (hd_as_list(now)->len != g->len) return guard_fail(g, now, why, n);
+    case CP_G_ITEMS:
+        if (items_len(now) != g->len || items_hash(now) != g->items)
+            return guard_fail(g, now, why, n);
         break;
     case CP_G_IDENTITY:
         if (now.as.o != g->v.as.o) return guard_fail(g, now, why, n);

@@ -17,8 +17,9 @@ struct cp_snap {
     hd_tensor *t;    /* a tensor whose .grad is kept (held), or NULL */
     hd_tensor *grad; /* held */
     int64_t n;
-    hd_value *vals; /* held */
-    hd_str **keys;  /* dicts: held */
+    hd_value *vals;         /* held */
+    hd_str **keys;          /* dicts: held */
+    unsigned char *touched; /* places the body stored to (n entries), or NULL */
 };
 
 static cp_snap *snap_new(cp_snapshot *sn, cp_snap_kind kind, hd_obj *owner, int64_t n) {
@@ -96,7 +97,7 @@ static hd_status snap_container(cp_snapshot *sn, hd_value v, int node) {
     case HD_V_LIST: st = snap_list(sn, v); break;
     case HD_V_DICT: st = snap_dict(sn, v); break;
     case HD_V_OBJECT: st = snap_dict(sn, ((hd_object *)v.as.o)->fields); break;
-    case HD_V_TENSOR: return snap_grad(sn, v.as.t);
+    case HD_V_TENSOR: st = snap_grad(sn, v.as.t); break;
     default: return HD_OK;
     }
     if (!st) sn->items[sn->n - 1].node = node;
@@ -117,6 +118,67 @@ static hd_status snap_node(cp_snapshot *sn, const cp_scan *pre, int i) {
                                             : NULL;
     if (!key || cp_scan_find(pre, key) != i) return HD_OK;
     return snap_container(sn, v, i);
+}
+
+/* Items are in the order of their scan nodes (-1 first): the first of
+ * node's, or sn->n. */
+static int snap_first(const cp_snapshot *sn, int node) {
+    int lo = 0, hi = sn->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (sn->items[mid].node < node)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int snap_is(hd_value v, const void *obj) {
+    return hd_value_is_obj(v) && v.as.o == obj;
+}
+
+static hd_status touch_at(cp_snapshot *sn, cp_snap *s, int64_t j) {
+    if (j < 0 || j >= s->n) return HD_OK;
+    if (!s->touched && !(s->touched = hd_ctx_calloc(&sn->vm->ctx, (size_t)s->n, 1)))
+        return hd_vm_oom(sn->vm);
+    s->touched[j] = 1;
+    return HD_OK;
+}
+
+hd_status cp_snapshot_touch(cp_snapshot *sn, int node, const char *name, int64_t i) {
+    for (int k = snap_first(sn, node); k < sn->n && sn->items[k].node == node; k++) {
+        cp_snap *s = &sn->items[k];
+        if (s->kind == CP_SNAP_LIST && !s->t && !name) return touch_at(sn, s, i);
+        if (s->kind == CP_SNAP_CELL) return touch_at(sn, s, 0);
+        if (s->kind != CP_SNAP_DICT || !name) continue;
+        for (int64_t j = 0; j < s->n; j++)
+            if (!strcmp(s->keys[j]->chars, name)) return touch_at(sn, s, j);
+    }
+    return HD_OK;
+}
+
+hd_status cp_snapshot_touch_slot(cp_snapshot *sn, const hd_value *p) {
+    for (int k = 0; k < sn->n && sn->items[k].node < 0; k++) {
+        cp_snap *s = &sn->items[k];
+        const hd_value *base = s->kind == CP_SNAP_MODULE  ? ((hd_module *)s->owner)->globals
+                               : s->kind == CP_SNAP_SLOTS ? s->slots
+                                                          : NULL;
+        if (base && p >= base && p < base + s->n) return touch_at(sn, s, p - base);
+    }
+    return HD_OK;
+}
+
+int cp_snapshot_held(const cp_snapshot *sn, int node, const char *name, int64_t i,
+                     const void *obj) {
+    for (int k = snap_first(sn, node); k < sn->n && sn->items[k].node == node; k++) {
+        const cp_snap *s = &sn->items[k];
+        if (s->kind == CP_SNAP_LIST && !s->t && !name) return i < s->n && snap_is(s->vals[i], obj);
+        if (s->kind != CP_SNAP_DICT || !name) continue;
+        for (int64_t j = 0; j < s->n; j++)
+            if (!strcmp(s->keys[j]->chars, name)) return snap_is(s->vals[j], obj);
+    }
+    return 0;
 }
 
 static hd_status snap_module(cp_snapshot *sn, hd_module *m) {
@@ -206,10 +268,17 @@ static int same_value(hd_value a, hd_value b) {
     return hd_value_equal(a, b);
 }
 
+/* Unchanged: the same value, and the body did not store to the place (a
+ * store of the value that was there is replayed too: later calls may not
+ * find it there). */
+static int kept(const cp_snap *s, int64_t i, hd_value now) {
+    return same_value(now, s->vals[i]) && !(s->touched && s->touched[i]);
+}
+
 static hd_status changes_slots(const cp_snap *s, const hd_value *now, int64_t n, cp_change *c,
                                cp_change_fn fn, void *ud) {
     for (int64_t i = 0; i < n && i < s->n; i++) {
-        if (same_value(now[i], s->vals[i])) continue;
+        if (kept(s, i, now[i])) continue;
         c->index = i;
         c->now = now[i];
         hd_status st = fn(ud, c);
@@ -230,7 +299,7 @@ static hd_status changes_dict(const cp_snap *s, cp_change *c, cp_change_fn fn, v
         const char *k = d->keys[i]->chars;
         int64_t j = 0;
         while (j < s->n && strcmp(s->keys[j]->chars, k) != 0) j++;
-        if (j < s->n && same_value(d->vals[i], s->vals[j])) continue;
+        if (j < s->n && kept(s, j, d->vals[i])) continue;
         c->key = k;
         c->now = d->vals[i];
         hd_status st = fn(ud, c);
@@ -281,6 +350,7 @@ void cp_snapshot_free(cp_snapshot *sn) {
             if (s->keys) hd_vunref(vm, hd_obj_value(&s->keys[k]->obj));
         }
         if (s->n) hd_ctx_free(&vm->ctx, s->vals, (size_t)s->n * sizeof *s->vals);
+        if (s->touched) hd_ctx_free(&vm->ctx, s->touched, (size_t)s->n);
         if (s->keys) hd_ctx_free(&vm->ctx, s->keys, (size_t)s->n * sizeof *s->keys);
         if (s->owner) hd_vunref(vm, hd_obj_value(s->owner));
         hd_tensor_unref(s->t);

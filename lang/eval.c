@@ -190,11 +190,12 @@ static int store(hd_vm *vm, hd_frame *f, const hd_ast *n, const hd_ref *r, hd_va
                       n->name ? n->name : "?");
         return 0;
     }
-    if (HD_UNLIKELY(vm->roll_watch)) {
+    if (HD_UNLIKELY(vm->roll_watch != NULL || vm->trace_reads)) {
         const hd_obj *cell = NULL;
         if (r->kind == HD_REF_CELL || r->kind == HD_REF_UPVALUE)
             cell = (const hd_obj *)((const char *)p - offsetof(hd_cell, v));
-        hd_roll_note_store(vm, f, r, cell, *p, v);
+        if (vm->roll_watch) hd_roll_note_store(vm, f, r, cell, *p, v);
+        if (vm->trace_reads) hd_compiled_note_slot(vm, p, cell);
     }
     hd_value old = *p;
     *p = v;
@@ -1275,6 +1276,7 @@ static int ex_assign(hd_vm *vm, hd_frame *f, const hd_ast *n) {
             else
                 return store(vm, f, t, &t->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
             if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_store(vm, f, &t->ref, NULL, *p, v);
+            if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_slot(vm, p, NULL);
             hd_value old = *p;
             *p = v;
             hd_vunref(vm, old);
@@ -1319,6 +1321,13 @@ int hd_eval_stmt(hd_vm *vm, hd_frame *f, const hd_ast *stmt) {
     return ex(vm, f, stmt);
 }
 
+/* Mode "lazy" traces a loop met in a function whole (compiled_call.c); the
+ * top level's go through hd_compiled_statement already, and a
+ * comprehension's loop fills a list no trace can see (vm->comp_list). */
+static int lazy_loop(const hd_vm *vm, const hd_frame *f) {
+    return f->closure && vm->comp_list.type == HD_V_NONE;
+}
+
 static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
     switch (n->kind) {
     case HD_AST_ASSIGN: return ex_assign(vm, f, n);
@@ -1335,12 +1344,11 @@ static int ex(hd_vm *vm, hd_frame *f, const hd_ast *n) {
         return store(vm, f, n, &n->ref, v) ? HD_FLOW_NORMAL : HD_FLOW_ERROR;
     }
     case HD_AST_FOR:
-        /* mode "lazy": a loop in a function traced whole (compiled_call.c) */
-        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LAZY) && f->closure)
+        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LOOPS) && lazy_loop(vm, f))
             return hd_compiled_statement(vm, f, n);
         return ex_for(vm, f, n);
     case HD_AST_WHILE:
-        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LAZY) && f->closure)
+        if (HD_UNLIKELY(vm->compile_all & HD_COMPILE_ALL_LOOPS) && lazy_loop(vm, f))
             return hd_compiled_statement(vm, f, n);
         return ex_while(vm, f, n);
     case HD_AST_RETURN: {

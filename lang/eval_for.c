@@ -3,6 +3,7 @@
  * and the error for an if, while or for on tensor data that traced code
  * cannot compile. Each iteration runs through hd_eval_for_iteration; the
  * hot loop over a range of ints stays in eval.c. */
+#include "compiled.h"
 #include "eval.h"
 #include "builtins_tensor.h"
 #include "tensor_api.h"
@@ -22,6 +23,9 @@ static int for_result(int fl) {
 static int ex_for_list(hd_vm *vm, hd_frame *f, const hd_ast *n, hd_value it) {
     hd_list *l = hd_as_list(it);
     for (int64_t i = 0; i < l->len; i++) {
+        /* a traced body reads each item as l[i] would (its guard, and a
+         * tensor's path: the one it has in this list) */
+        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_member(vm, it, NULL, i, l->items[i]);
         hd_vref(l->items[i]);
         int fl = hd_eval_for_iteration(vm, f, n, l->items[i]);
         if (fl) return for_result(fl);

@@ -159,6 +159,7 @@ hd_status hd_eval_set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v) {
         if (k.type != HD_V_STR)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "dict keys are strings, not %s",
                                hd_value_type_name(k));
+        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_store(vm, x, hd_as_str(k)->chars, 0);
         hd_vref(v);
         return hd_dict_set_str(vm, x, hd_as_str(k), v);
     }
@@ -171,6 +172,7 @@ hd_status hd_eval_set_item(hd_vm *vm, hd_value x, hd_value k, hd_value v) {
         if (eval_seq_index(vm, x, l->len, k.as.i, &j) != HD_OK) return vm->err;
         hd_value old = l->items[j];
         if (HD_UNLIKELY(vm->roll_watch)) hd_roll_note_container(vm, &l->obj, 1, old, v);
+        if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_store(vm, x, NULL, j);
         hd_vref(l->items[j] = v);
         hd_vunref(vm, old);
         return HD_OK;

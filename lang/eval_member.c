@@ -131,6 +131,7 @@ hd_status hd_eval_get_member(hd_vm *vm, hd_value x, const char *name, hd_value *
 }
 
 hd_status hd_eval_set_member(hd_vm *vm, hd_value x, const char *name, hd_value v) {
+    if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_store(vm, x, name, 0);
     switch (x.type) {
     case HD_V_OBJECT: hd_vref(v); return hd_dict_set(vm, ((hd_object *)x.as.o)->fields, name, v);
     case HD_V_DICT: hd_vref(v); return hd_dict_set(vm, x, name, v);

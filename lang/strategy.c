@@ -340,8 +340,10 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
                     : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
                                                    : HD_AUTOCAST_OFF;
     /* (HODU_EAGER=1 runs all compiled code as plain code: lazy too) */
-    int lazy = s->mode != HD_MODE_EAGER && !vm->compile_none ? HD_COMPILE_ALL_LAZY : 0;
-    vm->compile_all = (vm->compile_all & HD_COMPILE_ALL_ENV) | lazy;
+    int lazy = s->mode == HD_MODE_LAZY     ? HD_COMPILE_ALL_CALLS | HD_COMPILE_ALL_LOOPS
+               : s->mode == HD_MODE_HYBRID ? HD_COMPILE_ALL_CALLS
+                                           : 0;
+    vm->compile_all = vm->compile_env | (vm->compile_none ? 0 : lazy);
     /* out of memory starting the profiler: it stays off, nothing else */
     if (!st->profile_env && hd_profile_set(ctx, s->profiling, NULL)) hd_error_clear(ctx);
     st->cur = *s;

@@ -18,13 +18,15 @@
 #define HD_DEFAULT_MAX_DEPTH 1000
 #define HD_ERRTEXT_MAX       16384
 
-/* hd_vm.compile_all: why plain code goes through compiled code's caches.
+/* hd_vm.compile_all: how plain code goes through compiled code's caches.
  * ENV: HODU_COMPILE_ALL=1, every call with tensors and every top-level
- * statement traced at once (the differential tests' mode); LAZY: a
- * strategy's mode "lazy" or "hybrid" (docs/strategy.md): calls traced
- * from their second, and under "lazy" top-level loops too. */
-#define HD_COMPILE_ALL_ENV  1
-#define HD_COMPILE_ALL_LAZY 2
+ * statement traced at once (the differential tests' mode); CALLS: calls
+ * with tensors traced from their second (modes "hybrid" and "lazy",
+ * docs/strategy.md); LOOPS: loops that eager code meets traced whole (mode
+ * "lazy"). HODU_COMPILE_ALL=lazy sets CALLS and LOOPS for the whole run. */
+#define HD_COMPILE_ALL_ENV   1
+#define HD_COMPILE_ALL_CALLS 2
+#define HD_COMPILE_ALL_LOOPS 4
 
 static inline hd_value hd_err_value(void) {
     hd_value v;
@@ -178,6 +180,7 @@ struct hd_vm {
     struct hd_compiled_state *compiled; /* caches, the trace in progress */
     int trace_reads;                    /* a compiled body is traced: reads are noted */
     int compile_all; /* plain code through compiled code's caches: HD_COMPILE_ALL_* bits */
+    int compile_env; /* the bits HODU_COMPILE_ALL sets, which strategies keep */
     int compile_none;                   /* HODU_EAGER=1: compiled code runs eagerly */
     int script_depth;                   /* inside script("name") { } (builtins_script.c) */
     struct hd_roll_watch *roll_watch;   /* innermost traced loop iteration (eval_loop.c) */

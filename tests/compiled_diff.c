@@ -15,6 +15,10 @@
  * (memory_stats(): compiled code keeps caches, so the figures differ). Lines starting with "hodu: "
  * (logs, warnings) are left out of the comparison of standard error.
  *
+ * The COMPILER "lazy" runs the program with HODU_COMPILE_ALL=lazy instead,
+ * as under the strategy mode "lazy" (the default compiler; calls traced
+ * from their second, loops met in eager code traced whole).
+ *
  * A COMPILER of the form device=D runs the program eagerly with HODU_DEVICE=D
  * instead (tensors made without device= go to D), and compares it with the
  * cpu run once D's name is read as "cpu"; programs marked `# device: cpu`
@@ -131,9 +135,10 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
             *slash = 0;
         else
             snprintf(dir, sizeof dir, ".");
+        int lazy = compiler && !strcmp(compiler, "lazy");
         if (compiler && !strncmp(compiler, "device=", 7)) {
             setenv("HODU_DEVICE", compiler + 7, 1);
-        } else if (compiler) {
+        } else if (compiler && !lazy) {
             setenv("HODU_COMPILER", compiler, 1);
             if (explicit_mode && !strcmp(compiler, "cuda")) setenv("HODU_DEVICE", "cuda", 1);
         }
@@ -145,7 +150,7 @@ static int run(const char *hodu, const char *file, const directives *d, int comp
             else
                 setenv("HODU_EAGER", "1", 1);
         } else if (compiled) {
-            setenv("HODU_COMPILE_ALL", "1", 1);
+            setenv("HODU_COMPILE_ALL", lazy ? "lazy" : "1", 1);
         } else {
             unsetenv("HODU_COMPILE_ALL");
         }
