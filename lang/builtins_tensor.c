@@ -537,8 +537,12 @@ static hd_status host_copy_then(hd_vm *vm, const hd_tensor *t, hd_value *out,
 }
 
 hd_status hd_tensor_item(hd_vm *vm, const hd_tensor *t, hd_value *out) {
-    if (t->storage && !hd_tensor_is_cpu(t) && !hd_vm_ctx(vm)->trace)
+    /* (in compiled code: a constant of the trace, such as sum([1, 2]) made
+     * on the device; reading state is refused) */
+    if (t->storage && !hd_tensor_is_cpu(t)) {
+        if (hd_vm_ctx(vm)->trace && hd_compiled_check_data(vm, t, "item()")) return HD_ERR_RUNTIME;
         return host_copy_then(vm, t, out, hd_tensor_item, "item");
+    }
     if (need_host(vm, t, "item")) return HD_ERR_RUNTIME;
     if (t->numel != 1) {
         char s[128];
