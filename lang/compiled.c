@@ -594,15 +594,16 @@ static void session_read(cp_session *s, const cp_path *p, int node, const cp_ste
     s->nreads++;
 }
 
-/* The path of obj from before the call: the place the body last read it
- * from, else the first place the scan found it; -1 when it is not from
- * before. */
-static hd_status session_obj_path(cp_session *s, const void *obj, cp_path *out) {
+/* The path of obj from before the call into *out: the place the body last
+ * read it from, else the first place the scan found it. 0 when obj is not
+ * from before the call; 1 with *st the status of making the path. */
+static int session_obj_path(cp_session *s, const void *obj, cp_path *out, hd_status *st) {
     for (int i = s->nreads - 1; i >= 0; i--)
-        if (s->reads[i].obj == obj) return cp_path_copy(s->vm, &s->reads[i].path, out);
-    int node = cp_scan_find(&s->pre, obj);
-    if (node < 0) return -1;
-    return cp_scan_path(&s->pre, &s->roots, node, out);
+        if (s->reads[i].obj == obj) return *st = cp_path_copy(s->vm, &s->reads[i].path, out), 1;
+    int node = obj ? cp_scan_find(&s->pre, obj) : -1;
+    if (node < 0) return 0;
+    *st = cp_scan_path(&s->pre, &s->roots, node, out);
+    return 1;
 }
 
 void hd_compiled_note_store(hd_vm *vm, hd_value x, const char *name, int64_t i) {
@@ -614,7 +615,7 @@ void hd_compiled_note_store(hd_vm *vm, hd_value x, const char *name, int64_t i) 
         if (slot) st = cp_snapshot_touch_slot(&s->snap, slot);
     } else if (x.type == HD_V_OBJECT || x.type == HD_V_DICT || x.type == HD_V_LIST) {
         int node = cp_scan_find(&s->pre, x.as.o);
-        if (node >= 0) st = cp_snapshot_touch(&s->snap, node, name, i);
+        if (node >= 0) st = cp_snapshot_touch(&s->snap, node, 0, name, i);
     }
     if (st) note_oom(s);
 }
@@ -623,7 +624,7 @@ void hd_compiled_note_slot(hd_vm *vm, const hd_value *p, const void *cell) {
     cp_session *s = cp_session_of(vm);
     if (!s) return;
     int node = cell ? cp_scan_find(&s->pre, cell) : -1;
-    hd_status st = cell ? (node >= 0 ? cp_snapshot_touch(&s->snap, node, NULL, 0) : HD_OK)
+    hd_status st = cell ? (node >= 0 ? cp_snapshot_touch(&s->snap, node, 1, NULL, 0) : HD_OK)
                         : cp_snapshot_touch_slot(&s->snap, p);
     if (st) note_oom(s);
 }
@@ -912,9 +913,8 @@ hd_status cp_tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
         /* a container from before the call is returned as itself */
         /* fall through */
     default: {
-        hd_status st =
-            session_obj_path(s, hd_value_is_obj(v) ? (const void *)v.as.o : NULL, &t->path);
-        if ((int)st < 0)
+        hd_status st = HD_OK;
+        if (!session_obj_path(s, hd_value_is_obj(v) ? (const void *)v.as.o : NULL, &t->path, &st))
             return hd_vm_error(vm, HD_ERR_RUNTIME,
                                "compiled code returns tensors, numbers, strings, none, and lists "
                                "and dicts of them; this returns a %s made inside it",

@@ -161,10 +161,11 @@ void cp_snapshot_restore(cp_snapshot *sn);
 int cp_snapshot_held(const cp_snapshot *sn, int node, const char *name, int64_t i,
                      const void *obj);
 /* The body stored to a place: the list item i or the dict entry or field
- * name of scan node `node`'s container (a cell: its value), or a module's
- * global or the frame's slot at p. Its value is written back after every
- * run, also when the store left the value that was there. */
-hd_status cp_snapshot_touch(cp_snapshot *sn, int node, const char *name, int64_t i);
+ * name of scan node `node`'s container (cell: the captured variable of
+ * node's cell), or a module's global or the frame's slot at p. Its value
+ * is written back after every run, also when the store left the value
+ * that was there. */
+hd_status cp_snapshot_touch(cp_snapshot *sn, int node, int cell, const char *name, int64_t i);
 hd_status cp_snapshot_touch_slot(cp_snapshot *sn, const hd_value *p);
 
 /* A place whose value differs from the snapshot (the body stored there). */
@@ -288,8 +289,7 @@ typedef struct cp_tmpl {
 /* compiled_aot.c: a compiled forward graph with its backward graph */
 typedef struct cp_aot cp_aot;
 
-/* Why a key runs eagerly. */
-/* why a key runs eagerly: its result needs gradients, it changes state a
+/* Why a key runs eagerly: its result needs gradients, it changes state a
  * graph cannot replay, or (plain code under a lazy strategy) it does no
  * tensor work, so that a graph would only replay its other effects */
 enum { CP_EAGER_GRAD = 1, CP_EAGER_STATE = 2, CP_EAGER_IDLE = 3 };

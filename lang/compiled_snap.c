@@ -146,11 +146,12 @@ static hd_status touch_at(cp_snapshot *sn, cp_snap *s, int64_t j) {
     return HD_OK;
 }
 
-hd_status cp_snapshot_touch(cp_snapshot *sn, int node, const char *name, int64_t i) {
+hd_status cp_snapshot_touch(cp_snapshot *sn, int node, int cell, const char *name, int64_t i) {
     for (int k = snap_first(sn, node); k < sn->n && sn->items[k].node == node; k++) {
         cp_snap *s = &sn->items[k];
+        if ((s->kind == CP_SNAP_CELL) != cell) continue; /* a node's cell and its value */
+        if (cell) return touch_at(sn, s, 0);
         if (s->kind == CP_SNAP_LIST && !s->t && !name) return touch_at(sn, s, i);
-        if (s->kind == CP_SNAP_CELL) return touch_at(sn, s, 0);
         if (s->kind != CP_SNAP_DICT || !name) continue;
         for (int64_t j = 0; j < s->n; j++)
             if (!strcmp(s->keys[j]->chars, name)) return touch_at(sn, s, j);
