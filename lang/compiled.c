@@ -629,6 +629,31 @@ void hd_compiled_note_slot(hd_vm *vm, const hd_value *p, const void *cell) {
     if (st) note_oom(s);
 }
 
+/* (numbers and strings in it are in the list's own guard: its hash) */
+static int items_noted(hd_value v) {
+    return v.type == HD_V_TENSOR || v.type == HD_V_LIST || v.type == HD_V_DICT ||
+           v.type == HD_V_OBJECT;
+}
+
+void hd_compiled_note_items(hd_vm *vm, hd_value x, int depth) {
+    if (depth > 8 || !cp_session_of(vm)) return;
+    if (x.type == HD_V_LIST) {
+        const hd_list *l = hd_as_list(x);
+        for (int64_t i = 0; i < l->len; i++) {
+            if (!items_noted(l->items[i])) continue;
+            hd_compiled_note_member(vm, x, NULL, i, l->items[i]);
+            hd_compiled_note_items(vm, l->items[i], depth + 1);
+        }
+    } else if (x.type == HD_V_DICT) {
+        const hd_dict *d = hd_as_dict(x);
+        for (int64_t i = 0; i < d->len; i++) {
+            if (!items_noted(d->vals[i])) continue;
+            hd_compiled_note_member(vm, x, d->keys[i]->chars, 0, d->vals[i]);
+            hd_compiled_note_items(vm, d->vals[i], depth + 1);
+        }
+    }
+}
+
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v) {
     cp_session *s = cp_session_of(vm);
     if (!s) return;

@@ -40,6 +40,10 @@ void hd_compiled_note_global(hd_vm *vm, hd_module *m, int slot, hd_value v);
 void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v);
 /* x.name, x["name"] (objects, dicts, modules) and list[i] (name NULL). */
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v);
+/* A list or dict a builtin is given reads all it holds: each item noted as
+ * x[i] (and the lists and dicts inside, to a depth), so that a tensor in
+ * it is the one at that place at every call. */
+void hd_compiled_note_items(hd_vm *vm, hd_value x, int depth);
 /* Stores made while compiled code is traced: x.name = v or setattr (objects,
  * dicts, modules), list[i] = v (name NULL), and a variable: its slot p, or
  * a captured variable's cell (hd_compiled_note_slot). The place is written

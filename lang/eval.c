@@ -697,6 +697,11 @@ static hd_status call_value(hd_vm *vm, hd_value callee, hd_value self, int has_s
     case HD_V_NATIVE: {
         hd_native *n = (hd_native *)callee.as.o;
         *out = hd_none();
+        if (HD_UNLIKELY(vm->trace_reads)) {
+            if (has_self) hd_compiled_note_items(vm, self, 0);
+            for (int i = 0; i < nargs; i++) hd_compiled_note_items(vm, args[i], 0);
+            for (int i = 0; i < nkw; i++) hd_compiled_note_items(vm, kw[i].value, 0);
+        }
         hd_status st = n->fn(vm, has_self ? self : n->self, args, nargs, kw, nkw, out, n->data);
         if (st != HD_OK && !hd_vm_failed(vm)) hd_vm_from_ctx(vm, st);
         return st;
