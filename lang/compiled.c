@@ -333,7 +333,6 @@ typedef struct wb_store {
  * stored. */
 static hd_status wb_resolve(hd_vm *vm, const cp_entry *e, const cp_roots *r, hd_tensor **outs,
                             wb_store *ws) {
-    for (int i = 0; i < e->nwbs; i++) ws[i].at = ws[i].v = hd_none();
     for (int i = 0; i < e->nwbs; i++) {
         const cp_wb *w = &e->wbs[i];
         if (w->kind != CP_WB_VALUE || wb_skip(e, w)) continue;
@@ -402,12 +401,13 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
     wb_store wsbuf[16],
         *ws = e->nwbs <= 16 ? wsbuf : hd_ctx_alloc(ctx, (size_t)e->nwbs * sizeof *ws);
     if (!ws) st = st ? st : hd_vm_oom(vm);
+    for (int i = 0; ws && i < e->nwbs; i++) ws[i].at = ws[i].v = hd_none();
     if (!st) st = wb_resolve(vm, e, r, outs, ws);
     int got = 0;                                                         /* *ret holds a value */
     if (!st && ret) got = !(st = tmpl_value(vm, &e->ret, r, outs, ret)); /* as found, too */
     for (int i = 0; !st && i < e->nwbs; i++)
         if (!wb_skip(e, &e->wbs[i])) st = wb_apply(vm, &e->wbs[i], r, inputs, outs, &ws[i]);
-    e->ran = 1;
+    if (!st) e->ran = 1;
     if (ws) wb_release(vm, e, ws);
     if (ws && ws != wsbuf) hd_ctx_free(ctx, ws, (size_t)e->nwbs * sizeof *ws);
     if (st && got) {

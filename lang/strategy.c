@@ -23,8 +23,8 @@
  *    trace when the VM closes.
  *  - mode: "lazy" and "hybrid" send calls of plain functions with tensor
  *    arguments through compiled code's caches (traced from their second
- *    call; what does not trace runs eagerly), and "lazy" top-level loops
- *    too (compiled_call.c).
+ *    call; what does not trace runs eagerly), and "lazy" the loops eager
+ *    code meets too (compiled_call.c, eval.c).
  * The values that change nothing yet (cached memory, model and pipeline
  * parallelism) print a note the first time they are applied, saying what
  * runs instead. */
