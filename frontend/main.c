@@ -4,6 +4,7 @@
  * Exit status: 0 success, 1 the program failed (syntax, name or runtime
  * error), 2 usage error (unknown option, missing or unreadable file). */
 #include "fmt_cli.h"
+#include "hd_dist.h"
 #include "repl.h"
 #include "run_script.h"
 #include "vm.h"
@@ -149,6 +150,7 @@ static int hd_run(int mode, const char *what, int argc, char **argv) {
     int rc = hd_report(vm, st);
     fflush(stdout);
     hd_vm_free(vm);
+    hd_dist_finish(rc); /* a failed rank stops the others */
     return rc;
 }
 

@@ -67,7 +67,8 @@ static HD_TF_FN(tf_backward) {
     hd_status st = create ? hd_grad_backward_create(ctx, a.v[0].as.t, g)
                           : hd_grad_backward(ctx, a.v[0].as.t, g, retain);
     hd_tensor_unref(g);
-    return st ? grad_fail(vm) : HD_OK;
+    if (st) return grad_fail(vm);
+    return hd_dist_backward_hooks(vm);
 }
 
 /* zero_grad(list of tensors, or an object: its parameters()). */

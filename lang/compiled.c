@@ -1486,6 +1486,10 @@ int hd_compiled_custom_backward(hd_vm *vm) {
     return 1;
 }
 
+int hd_compiled_tracing(hd_vm *vm) {
+    return cp_session_of(vm) != NULL;
+}
+
 hd_status hd_compiled_effect(hd_vm *vm, const char *what) {
     if (!cp_session_of(vm)) return HD_OK;
     return hd_vm_error(vm, HD_ERR_RUNTIME,

@@ -67,6 +67,8 @@ int hd_compiled_custom_backward(hd_vm *vm);
  * traced: an error (it would run once, at the trace, not at every call).
  * HD_OK otherwise (also inside script blocks, whose reads are constants). */
 hd_status hd_compiled_effect(hd_vm *vm, const char *what);
+/* Whether compiled code is being traced now. */
+int hd_compiled_tracing(hd_vm *vm);
 
 /* Reading t's values (what names the reader: "item()", "a condition"):
  * an error suggesting where(...) when t stands for a value known only when

@@ -707,7 +707,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
     vm->max_depth = HD_DEFAULT_MAX_DEPTH;
     vm->gc_threshold = 100000;
     for (int i = 0; i < HD_V_COUNT; i++) vm->methods[i] = hd_none();
-    vm->builtin_index = vm->modules = hd_none();
+    vm->builtin_index = vm->modules = vm->backward_hooks = hd_none();
     hd_status st = vm_init(vm);
     vm->opts.stdlib_dir = NULL; /* the caller's string: copied by vm_init */
     if (st != HD_OK) {

@@ -1,0 +1,376 @@
+/* Natives under stdlib/dist.hodu and nn.DataParallel: the world of ranks
+ * (runtime/hd_dist.c) and collectives on tensors.
+ *
+ * Each collective returns a new tensor (dist.hodu writes it into the
+ * argument where the operation is in place, with copy_'s rules). The
+ * argument's values are staged in a contiguous host copy, detached from
+ * any gradient record; a device tensor's result goes back to its device.
+ * f16 and bf16 are reduced in f32 and rounded once. Every one is an
+ * effect: refused inside compiled code, as file reads are. */
+#include "builtins_tensor.h"
+#include "compiled.h"
+#include "hd_autograd.h"
+#include "hd_backend.h"
+#include "hd_dist.h"
+#include "vm_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DIST_ERR 512
+
+static hd_status dist_error(hd_vm *vm, const char *msg) {
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "%s", msg);
+}
+
+/* Argument i as a tensor: a contiguous host copy of its values (new,
+ * never sharing the argument's storage), and where it lives. */
+static hd_status dist_stage(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out, hd_place *place) {
+    if (a->v[i].type != HD_V_TENSOR) return hd_targ_type_error(vm, a, i, "a tensor");
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *t = a->v[i].as.t, *d = NULL, *h = NULL, *c = NULL;
+    if (hd_tensor_need_data(vm, t, a->f->name)) return HD_ERR_RUNTIME;
+    *place = hd_place_of(t);
+    d = hd_grad_detach(ctx, t);
+    if (d && !hd_tensor_to_device(ctx, d, &hd_cpu_backend, 0, &h)) c = hd_tensor_contiguous(ctx, h);
+    hd_tensor *r = c ? hd_tensor_new(ctx, t->dtype, t->shape, t->ndim) : NULL;
+    if (r) memcpy(hd_tensor_data(r), hd_tensor_data(c), hd_tensor_nbytes(r));
+    hd_tensor_unref(d), hd_tensor_unref(h), hd_tensor_unref(c);
+    if (!r) return hd_tfail(vm, a->f->name);
+    *out = r;
+    return HD_OK;
+}
+
+/* r (a host tensor, taken) as the result, on place. */
+static hd_status dist_result(hd_vm *vm, const char *fname, hd_tensor *r, hd_place place,
+                             hd_value *out) {
+    if (place.backend && place.backend != &hd_cpu_backend) {
+        hd_tensor *d = NULL;
+        hd_status st = hd_tensor_to_device(hd_vm_ctx(vm), r, place.backend, place.device, &d);
+        hd_tensor_unref(r);
+        if (st) return hd_tfail(vm, fname);
+        r = d;
+    }
+    *out = hd_tensor_value(r);
+    return HD_OK;
+}
+
+/* op: "sum", "mean", "max", "min" or "prod"; *mean set for "mean". */
+static hd_status dist_op(hd_vm *vm, const hd_targs *a, int i, hd_dist_op *op, int *mean) {
+    static const char *const names[] = {"sum", "prod", "max", "min"};
+    const char *s = "sum";
+    if (hd_targ_has(a, i)) {
+        if (a->v[i].type != HD_V_STR) return hd_targ_type_error(vm, a, i, "a str");
+        s = hd_as_str(a->v[i])->chars;
+    }
+    *mean = strcmp(s, "mean") == 0;
+    for (int k = 0; k < 4; k++)
+        if (*mean ? k == 0 : strcmp(s, names[k]) == 0) {
+            *op = (hd_dist_op)k;
+            return HD_OK;
+        }
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s: op must be \"sum\", \"mean\", \"max\", \"min\" or \"prod\", got \"%s\"",
+                       a->f->name, s);
+}
+
+static int dist_half(hd_dtype dt) {
+    return dt == HD_F16 || dt == HD_BF16;
+}
+
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, hd_dtype dt) {
+    for (int64_t i = 0; i < n; i++)
+        f[i] = dt == HD_F16 ? hd_f16_to_f32(h[i]) : hd_bf16_to_f32(h[i]);
+}
+
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, hd_dtype dt) {
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == HD_F16 ? hd_f32_to_f16(f[i]) : hd_f32_to_bf16(f[i]);
+}
+
+static void scale_f(void *p, int64_t n, hd_dtype dt, double by) {
+    if (dt == HD_F64)
+        for (int64_t i = 0; i < n; i++) ((double *)p)[i] /= by;
+    else
+        for (int64_t i = 0; i < n; i++) ((float *)p)[i] /= (float)by;
+}
+
+/* The reduction of count elements at p (in place), through f32 for the
+ * half types; "mean" divides the sum by the world's size. */
+static int dist_reduce_buf(hd_ctx *ctx, void *p, int64_t count, hd_dtype dt, hd_dist_op op,
+                           int mean, char *err, size_t n) {
+    if (!dist_half(dt)) {
+        if (hd_dist_all_reduce(p, count, dt, op, err, n)) return -1;
+        if (mean) scale_f(p, count, dt, hd_dist_size());
+        return 0;
+    }
+    float *f = hd_ctx_alloc(ctx, (size_t)(count ? count : 1) * sizeof(float));
+    if (!f) {
+        snprintf(err, n, "dist.all_reduce: out of memory for %lld elements", (long long)count);
+        return -1;
+    }
+    half_to_f32(p, f, count, dt);
+    int rc = hd_dist_all_reduce(f, count, HD_F32, op, err, n);
+    if (!rc && mean) scale_f(f, count, HD_F32, hd_dist_size());
+    if (!rc) f32_to_half(f, p, count, dt);
+    hd_ctx_free(ctx, f, (size_t)(count ? count : 1) * sizeof(float));
+    return rc;
+}
+
+static hd_status dist_check_mean(hd_vm *vm, const char *fname, hd_dtype dt, int mean) {
+    if (!mean || hd_dtype_infos[dt].cat == HD_CAT_FLOAT) return HD_OK;
+    return hd_vm_error(vm, HD_ERR_RUNTIME,
+                       "%s: op \"mean\" needs a float tensor, got %s (use \"sum\", or .float())",
+                       fname, hd_dtype_name(dt));
+}
+
+/* _dist_all_reduce(t, op = "sum") */
+static HD_TF_FN(tf_all_reduce) {
+    HD_TARGS_BIND(a);
+    hd_dist_op op;
+    int mean;
+    hd_tensor *r = NULL;
+    hd_place place;
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_stage(vm, &a, 0, &r, &place)) return HD_ERR_RUNTIME;
+    char err[DIST_ERR];
+    hd_status st = dist_check_mean(vm, a.f->name, r->dtype, mean);
+    if (!st && dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(r), r->numel, r->dtype, op, mean, err,
+                               sizeof err))
+        st = dist_error(vm, err);
+    if (st) {
+        hd_tensor_unref(r);
+        return st;
+    }
+    return dist_result(vm, a.f->name, r, place, out);
+}
+
+static hd_status dist_rank_arg(hd_vm *vm, const hd_targs *a, int i, int *rank) {
+    int64_t v;
+    if (hd_targ_int(vm, a, i, 0, &v)) return HD_ERR_RUNTIME;
+    if (v < 0 || v >= hd_dist_size())
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: no rank %lld in a world of %d", a->f->name,
+                           (long long)v, hd_dist_size());
+    *rank = (int)v;
+    return HD_OK;
+}
+
+/* _dist_broadcast(t, root = 0) */
+static HD_TF_FN(tf_broadcast) {
+    HD_TARGS_BIND(a);
+    int root = 0;
+    hd_tensor *r = NULL;
+    hd_place place;
+    if (dist_rank_arg(vm, &a, 1, &root) || dist_stage(vm, &a, 0, &r, &place)) return HD_ERR_RUNTIME;
+    char err[DIST_ERR];
+    if (hd_dist_broadcast(hd_tensor_data(r), (int64_t)hd_tensor_nbytes(r), root, err, sizeof err)) {
+        hd_tensor_unref(r);
+        return dist_error(vm, err);
+    }
+    return dist_result(vm, a.f->name, r, place, out);
+}
+
+/* _dist_all_gather(t): [world size, *t.shape] */
+static HD_TF_FN(tf_all_gather) {
+    HD_TARGS_BIND(a);
+    hd_tensor *x = NULL;
+    hd_place place;
+    if (dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
+    if (x->ndim + 1 > HD_MAX_DIMS) {
+        hd_tensor_unref(x);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: a tensor of %d dims gathers into too many dims",
+                           a.f->name, x->ndim);
+    }
+    int64_t shape[HD_MAX_DIMS];
+    shape[0] = hd_dist_size();
+    memcpy(shape + 1, x->shape, (size_t)x->ndim * sizeof(int64_t));
+    hd_tensor *r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim + 1);
+    char err[DIST_ERR];
+    hd_status st = r ? HD_OK : hd_tfail(vm, a.f->name);
+    if (!st && hd_dist_all_gather(hd_tensor_data(x), hd_tensor_data(r),
+                                  (int64_t)hd_tensor_nbytes(x), err, sizeof err))
+        st = dist_error(vm, err);
+    hd_tensor_unref(x);
+    if (st) {
+        hd_tensor_unref(r);
+        return st;
+    }
+    return dist_result(vm, a.f->name, r, place, out);
+}
+
+/* _dist_reduce_scatter(t, op = "sum"): block `rank` of t's first axis (of
+ * world-size blocks), reduced over every rank. */
+static HD_TF_FN(tf_reduce_scatter) {
+    HD_TARGS_BIND(a);
+    hd_dist_op op;
+    int mean, ws = hd_dist_size();
+    hd_tensor *x = NULL, *r = NULL;
+    hd_place place;
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
+    hd_status st = dist_check_mean(vm, a.f->name, x->dtype, mean);
+    if (!st && (x->ndim == 0 || x->shape[0] % ws != 0))
+        st = hd_vm_error(vm, HD_ERR_RUNTIME,
+                         "%s: the first axis (%lld) must split into %d equal blocks, one per rank",
+                         a.f->name, (long long)(x->ndim ? x->shape[0] : 0), ws);
+    int64_t shape[HD_MAX_DIMS];
+    if (!st) {
+        memcpy(shape, x->shape, (size_t)x->ndim * sizeof(int64_t));
+        shape[0] /= ws;
+        r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim);
+        if (!r) st = hd_tfail(vm, a.f->name);
+    }
+    char err[DIST_ERR];
+    /* through all_reduce: one code path for every dtype, half included */
+    if (!st && dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(x), x->numel, x->dtype, op, mean, err,
+                               sizeof err))
+        st = dist_error(vm, err);
+    if (!st)
+        memcpy(hd_tensor_data(r), (char *)hd_tensor_data(x) + hd_dist_rank() * hd_tensor_nbytes(r),
+               hd_tensor_nbytes(r));
+    hd_tensor_unref(x);
+    if (st) {
+        hd_tensor_unref(r);
+        return st;
+    }
+    return dist_result(vm, a.f->name, r, place, out);
+}
+
+static hd_status dist_tag_arg(hd_vm *vm, const hd_targs *a, int i, int *tag) {
+    int64_t v;
+    if (hd_targ_int(vm, a, i, 0, &v)) return HD_ERR_RUNTIME;
+    if (v < 0 || v > 32767)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: tag must be in 0..32767, got %lld", a->f->name,
+                           (long long)v);
+    *tag = (int)v;
+    return HD_OK;
+}
+
+/* _dist_send(t, dst, tag = 0) */
+static HD_TF_FN(tf_send) {
+    HD_TARGS_BIND(a);
+    int tag;
+    int64_t dst;
+    hd_tensor *x = NULL;
+    hd_place place;
+    if (hd_targ_int(vm, &a, 1, 0, &dst) || dist_tag_arg(vm, &a, 2, &tag) ||
+        dist_stage(vm, &a, 0, &x, &place))
+        return HD_ERR_RUNTIME;
+    char err[DIST_ERR];
+    int dst_i = dst < 0 || dst > 1 << 30 ? -1 : (int)dst;
+    int rc =
+        hd_dist_send(hd_tensor_data(x), (int64_t)hd_tensor_nbytes(x), dst_i, tag, err, sizeof err);
+    hd_tensor_unref(x);
+    if (rc) return dist_error(vm, err);
+    *out = hd_none();
+    return HD_OK;
+}
+
+/* _dist_recv(t, src, tag = 0): a tensor like t with src's values */
+static HD_TF_FN(tf_recv) {
+    HD_TARGS_BIND(a);
+    int tag;
+    int64_t src;
+    hd_tensor *r = NULL;
+    hd_place place;
+    if (hd_targ_int(vm, &a, 1, 0, &src) || dist_tag_arg(vm, &a, 2, &tag) ||
+        dist_stage(vm, &a, 0, &r, &place))
+        return HD_ERR_RUNTIME;
+    char err[DIST_ERR];
+    int src_i = src < 0 || src > 1 << 30 ? -1 : (int)src;
+    if (hd_dist_recv(hd_tensor_data(r), (int64_t)hd_tensor_nbytes(r), src_i, tag, err,
+                     sizeof err)) {
+        hd_tensor_unref(r);
+        return dist_error(vm, err);
+    }
+    return dist_result(vm, a.f->name, r, place, out);
+}
+
+/* _dist_init(force = false, timeout = none): whether MPI is open */
+static HD_TF_FN(tf_init) {
+    HD_TARGS_BIND(a);
+    int force;
+    double timeout;
+    if (hd_targ_bool(vm, &a, 0, 0, &force) || hd_targ_float(vm, &a, 1, 0, &timeout))
+        return HD_ERR_RUNTIME;
+    char err[DIST_ERR];
+    if (hd_dist_init(force, timeout, err, sizeof err))
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "dist.init: %s", err);
+    *out = hd_bool(hd_dist_active());
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_rank) {
+    HD_TARGS_BIND(a);
+    *out = hd_int(hd_dist_rank());
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_size) {
+    HD_TARGS_BIND(a);
+    *out = hd_int(hd_dist_size());
+    return HD_OK;
+}
+
+/* _dist_available(): "" when MPI can be opened, else why not */
+static HD_TF_FN(tf_available) {
+    HD_TARGS_BIND(a);
+    char err[DIST_ERR] = "";
+    if (hd_dist_available(err, sizeof err)) err[0] = 0;
+    *out = hd_str_new(vm, err, strlen(err));
+    return out->type == HD_V_STR ? HD_OK : hd_vm_oom(vm);
+}
+
+static HD_TF_FN(tf_barrier) {
+    HD_TARGS_BIND(a);
+    char err[DIST_ERR];
+    if (hd_dist_barrier(err, sizeof err)) return dist_error(vm, err);
+    *out = hd_none();
+    return HD_OK;
+}
+
+/* _on_backward(fn): fn() runs after every successful backward() (how
+ * nn.DataParallel averages gradients) */
+static HD_TF_FN(tf_on_backward) {
+    HD_TARGS_BIND(a);
+    if (vm->backward_hooks.type != HD_V_LIST) {
+        vm->backward_hooks = hd_list_new(vm, 1);
+        if (vm->backward_hooks.type != HD_V_LIST) return hd_vm_oom(vm);
+    }
+    if (hd_list_push(vm, vm->backward_hooks, hd_value_ref(a.v[0]))) return vm->err;
+    *out = hd_none();
+    return HD_OK;
+}
+
+hd_status hd_dist_backward_hooks(hd_vm *vm) {
+    if (vm->backward_hooks.type != HD_V_LIST) return HD_OK;
+    if (hd_dist_size() > 1 && hd_compiled_tracing(vm))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "backward() inside compiled code: nn.DataParallel averages the "
+                           "gradients over the ranks after backward(), which compiled code cannot "
+                           "do yet; compile the forward pass and the loss (a compiled fn that "
+                           "returns the loss), and call backward() and step() outside it");
+    for (int64_t i = 0; i < hd_as_list(vm->backward_hooks)->len; i++) {
+        hd_value fn = hd_value_ref(hd_as_list(vm->backward_hooks)->items[i]), r;
+        hd_status st = hd_vm_call(vm, fn, NULL, 0, NULL, 0, &r);
+        hd_vunref(vm, fn);
+        if (st) return st;
+        hd_vunref(vm, r);
+    }
+    return HD_OK;
+}
+
+static const hd_tfunc rows[] = {
+    {"_dist_init", tf_init, "force=, timeout=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_rank", tf_rank, "", -1, HD_TF_GLOBAL},
+    {"_dist_size", tf_size, "", -1, HD_TF_GLOBAL},
+    {"_dist_available", tf_available, "", -1, HD_TF_GLOBAL},
+    {"_dist_barrier", tf_barrier, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_all_reduce", tf_all_reduce, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_broadcast", tf_broadcast, "t, root=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_all_gather", tf_all_gather, "t", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_reduce_scatter", tf_reduce_scatter, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_send", tf_send, "t, dst, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_recv", tf_recv, "t, src, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_on_backward", tf_on_backward, "fn", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+};
+
+const hd_tfunc_table hd_tfuncs_dist = {rows, (int)(sizeof rows / sizeof rows[0])};

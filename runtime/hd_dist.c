@@ -1,0 +1,346 @@
+/* hd_dist: MPI opened at run time (see hd_dist.h).
+ *
+ * Open MPI's ABI: its handles (communicator, datatypes, ops) are the
+ * addresses of exported objects (mpi.h's OMPI_PREDEFINED_GLOBAL), so they
+ * are found with dlsym as the functions are. libmpi is opened RTLD_GLOBAL:
+ * Open MPI's own plugins resolve its symbols from the global scope.
+ *
+ * Every collective is the nonblocking call and a loop of MPI_Test with a
+ * deadline: a rank that has stopped, or that does not call the same
+ * collective, gives an error on the others instead of a hang. */
+#include "hd_dist.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef void *mpi_h; /* any handle: MPI_Comm, MPI_Datatype, MPI_Op, ... */
+
+typedef struct dist_mpi {
+    int (*init)(int *, char ***);
+    int (*finalize)(void);
+    int (*abort)(mpi_h, int);
+    int (*comm_rank)(mpi_h, int *);
+    int (*comm_size)(mpi_h, int *);
+    int (*set_errhandler)(mpi_h, mpi_h);
+    int (*error_string)(int, char *, int *);
+    int (*ibarrier)(mpi_h, mpi_h *);
+    int (*iallreduce)(const void *, void *, int, mpi_h, mpi_h, mpi_h, mpi_h *);
+    int (*ibcast)(void *, int, mpi_h, int, mpi_h, mpi_h *);
+    int (*iallgather)(const void *, int, mpi_h, void *, int, mpi_h, mpi_h, mpi_h *);
+    int (*ireduce_scatter_block)(const void *, void *, int, mpi_h, mpi_h, mpi_h, mpi_h *);
+    int (*isend)(const void *, int, mpi_h, int, int, mpi_h, mpi_h *);
+    int (*irecv)(void *, int, mpi_h, int, int, mpi_h, mpi_h *);
+    int (*test)(mpi_h *, int *, void *);
+    mpi_h world, errors_return, byte;
+    mpi_h dtype[HD_DTYPE_COUNT]; /* NULL: not reduced by MPI */
+    mpi_h op[HD_DIST_MIN + 1];
+} dist_mpi;
+
+static dist_mpi mpi;
+static void *mpi_lib;
+static int dist_open; /* MPI initialized by hd_dist_init */
+static int dist_done; /* finalized or aborted */
+static double dist_timeout = 300;
+
+/* Element counts per MPI call: MPI counts are ints. */
+#define DIST_CHUNK ((int64_t)1 << 28)
+
+static int env_int(const char *name, int def) {
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : def;
+}
+
+int hd_dist_rank(void) {
+    return env_int("OMPI_COMM_WORLD_RANK", 0);
+}
+
+int hd_dist_size(void) {
+    int n = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    return n > 0 ? n : 1;
+}
+
+int hd_dist_active(void) {
+    return dist_open && !dist_done;
+}
+
+static int dist_fail(char *err, size_t n, const char *fmt, const char *a, const char *b) {
+    snprintf(err, n, fmt, a, b);
+    return -1;
+}
+
+static const char *mpi_lib_name(void) {
+    const char *e = getenv("HODU_MPI_LIB");
+    return e && *e ? e : "libmpi.so.40";
+}
+
+static int mpi_load_lib(char *err, size_t n) {
+    if (mpi_lib) return 0;
+    const char *name = mpi_lib_name();
+    void *h = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+    if (!h && !getenv("HODU_MPI_LIB")) h = dlopen("libmpi.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        const char *why = dlerror();
+        return dist_fail(err, n,
+                         "MPI is missing: %s could not be opened (%s); install Open MPI "
+                         "(Debian: apt-get install openmpi-bin libopenmpi3)",
+                         name, why ? why : "not found");
+    }
+    mpi_lib = h;
+    return 0;
+}
+
+typedef struct {
+    void **slot;
+    const char *name;
+} mpi_sym;
+
+static int mpi_resolve(char *err, size_t n) {
+    const mpi_sym syms[] = {
+        {(void **)&mpi.init, "MPI_Init"},
+        {(void **)&mpi.finalize, "MPI_Finalize"},
+        {(void **)&mpi.abort, "MPI_Abort"},
+        {(void **)&mpi.comm_rank, "MPI_Comm_rank"},
+        {(void **)&mpi.comm_size, "MPI_Comm_size"},
+        {(void **)&mpi.set_errhandler, "MPI_Comm_set_errhandler"},
+        {(void **)&mpi.error_string, "MPI_Error_string"},
+        {(void **)&mpi.ibarrier, "MPI_Ibarrier"},
+        {(void **)&mpi.iallreduce, "MPI_Iallreduce"},
+        {(void **)&mpi.ibcast, "MPI_Ibcast"},
+        {(void **)&mpi.iallgather, "MPI_Iallgather"},
+        {(void **)&mpi.ireduce_scatter_block, "MPI_Ireduce_scatter_block"},
+        {(void **)&mpi.isend, "MPI_Isend"},
+        {(void **)&mpi.irecv, "MPI_Irecv"},
+        {(void **)&mpi.test, "MPI_Test"},
+        {&mpi.world, "ompi_mpi_comm_world"},
+        {&mpi.errors_return, "ompi_mpi_errors_return"},
+        {&mpi.byte, "ompi_mpi_byte"},
+        {&mpi.dtype[HD_F32], "ompi_mpi_float"},
+        {&mpi.dtype[HD_F64], "ompi_mpi_double"},
+        {&mpi.dtype[HD_I8], "ompi_mpi_int8_t"},
+        {&mpi.dtype[HD_U8], "ompi_mpi_uint8_t"},
+        {&mpi.dtype[HD_I32], "ompi_mpi_int32_t"},
+        {&mpi.dtype[HD_I64], "ompi_mpi_int64_t"},
+        {&mpi.dtype[HD_BOOL], "ompi_mpi_uint8_t"},
+        {&mpi.op[HD_DIST_SUM], "ompi_mpi_op_sum"},
+        {&mpi.op[HD_DIST_PROD], "ompi_mpi_op_prod"},
+        {&mpi.op[HD_DIST_MAX], "ompi_mpi_op_max"},
+        {&mpi.op[HD_DIST_MIN], "ompi_mpi_op_min"},
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].slot = dlsym(mpi_lib, syms[i].name);
+        if (!*syms[i].slot)
+            return dist_fail(err, n, "%s has no %s (hodu needs Open MPI 4 or later)",
+                             mpi_lib_name(), syms[i].name);
+    }
+    return 0;
+}
+
+int hd_dist_available(char *err, size_t n) {
+    return mpi_load_lib(err, n) == 0 && mpi_resolve(err, n) == 0;
+}
+
+/* MPI's message for rc, after what. */
+static int mpi_error(int rc, const char *what, char *err, size_t n) {
+    char s[512];
+    int len = 0;
+    if (mpi.error_string(rc, s, &len) != 0 || len <= 0) snprintf(s, sizeof s, "MPI error %d", rc);
+    s[sizeof s - 1] = 0;
+    snprintf(err, n, "%s: %s", what, s);
+    return -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Wait for req: spin first (a collective of small tensors answers in
+ * microseconds), then yield the core, until the deadline. */
+static int mpi_wait(mpi_h req, const char *what, char *err, size_t n) {
+    double t0 = now_s();
+    for (long k = 0;; k++) {
+        int done = 0, rc = mpi.test(&req, &done, NULL);
+        if (rc != 0) return mpi_error(rc, what, err, n);
+        if (done) return 0;
+        if (k < 2000) continue;
+        sched_yield();
+        if ((k & 255) == 0 && now_s() - t0 > dist_timeout) {
+            snprintf(err, n,
+                     "%s: no answer from the other ranks within %g s (rank %d of %d waiting): "
+                     "a rank has stopped, or is not calling the same operation "
+                     "(HODU_DIST_TIMEOUT or dist.init(timeout =) sets the wait)",
+                     what, dist_timeout, hd_dist_rank(), hd_dist_size());
+            return -1;
+        }
+    }
+}
+
+static int mpi_start(int rc, mpi_h req, const char *what, char *err, size_t n) {
+    return rc != 0 ? mpi_error(rc, what, err, n) : mpi_wait(req, what, err, n);
+}
+
+static void dist_exit_hook(void) {
+    if (hd_dist_active()) {
+        dist_done = 1;
+        mpi.finalize();
+    }
+}
+
+int hd_dist_init(int force, double timeout_s, char *err, size_t n) {
+    const char *t = getenv("HODU_DIST_TIMEOUT");
+    if (t && *t && atof(t) > 0) dist_timeout = atof(t);
+    if (timeout_s > 0) dist_timeout = timeout_s;
+    if (dist_open) return 0;
+    int launched = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+    if (!launched && !force) return 0; /* a world of one */
+    if (mpi_load_lib(err, n) || mpi_resolve(err, n)) return -1;
+    int rc = mpi.init(NULL, NULL);
+    if (rc != 0) return mpi_error(rc, "MPI_Init", err, n);
+    dist_open = 1;
+    atexit(dist_exit_hook);
+    mpi.set_errhandler(mpi.world, mpi.errors_return);
+    int r = 0, s = 1;
+    mpi.comm_rank(mpi.world, &r);
+    mpi.comm_size(mpi.world, &s);
+    if (r != hd_dist_rank() || s != hd_dist_size()) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "rank %d of %d", r, s);
+        snprintf(b, sizeof b, "rank %d of %d", hd_dist_rank(), hd_dist_size());
+        return dist_fail(err, n, "MPI says %s, the launcher's environment %s", a, b);
+    }
+    return 0;
+}
+
+static int need_open(const char *what, char *err, size_t n) {
+    if (hd_dist_active()) return 0;
+    snprintf(err, n, "%s: the world of %d ranks is not open: call dist.init() first", what,
+             hd_dist_size());
+    return -1;
+}
+
+int hd_dist_barrier(char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
+    if (need_open("dist.barrier", err, n)) return -1;
+    mpi_h req = NULL;
+    int rc = mpi.ibarrier(mpi.world, &req);
+    return mpi_start(rc, req, "dist.barrier", err, n);
+}
+
+int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
+    if (need_open("dist.all_reduce", err, n)) return -1;
+    mpi_h type = mpi.dtype[dt], mop = mpi.op[op];
+    if (dt == HD_BOOL)
+        mop = mpi.op[op == HD_DIST_SUM || op == HD_DIST_MAX ? HD_DIST_MAX : HD_DIST_MIN];
+    size_t es = (size_t)hd_dtype_size(dt);
+    for (int64_t at = 0; at < count; at += DIST_CHUNK) {
+        int c = (int)(count - at < DIST_CHUNK ? count - at : DIST_CHUNK);
+        mpi_h req = NULL;
+        char *p = (char *)buf + (size_t)at * es;
+        int rc = mpi.iallreduce((void *)1 /* MPI_IN_PLACE */, p, c, type, mop, mpi.world, &req);
+        if (mpi_start(rc, req, "dist.all_reduce", err, n)) return -1;
+    }
+    return 0;
+}
+
+int hd_dist_broadcast(void *buf, int64_t nbytes, int root, char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
+    if (need_open("dist.broadcast", err, n)) return -1;
+    for (int64_t at = 0; at < nbytes; at += DIST_CHUNK) {
+        int c = (int)(nbytes - at < DIST_CHUNK ? nbytes - at : DIST_CHUNK);
+        mpi_h req = NULL;
+        int rc = mpi.ibcast((char *)buf + at, c, mpi.byte, root, mpi.world, &req);
+        if (mpi_start(rc, req, "dist.broadcast", err, n)) return -1;
+    }
+    return 0;
+}
+
+static int too_big(int64_t count, const char *what, char *err, size_t n) {
+    if (count <= INT_MAX) return 0;
+    snprintf(err, n,
+             "%s: %lld elements per rank is more than one call carries (%d); split the "
+             "tensor",
+             what, (long long)count, INT_MAX);
+    return -1;
+}
+
+int hd_dist_all_gather(const void *in, void *out, int64_t nbytes, char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) {
+        memmove(out, in, (size_t)nbytes);
+        return 0;
+    }
+    if (need_open("dist.all_gather", err, n) || too_big(nbytes, "dist.all_gather", err, n))
+        return -1;
+    mpi_h req = NULL;
+    int rc = mpi.iallgather(in, (int)nbytes, mpi.byte, out, (int)nbytes, mpi.byte, mpi.world, &req);
+    return mpi_start(rc, req, "dist.all_gather", err, n);
+}
+
+int hd_dist_reduce_scatter(const void *in, void *out, int64_t count, hd_dtype dt, hd_dist_op op,
+                           char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) {
+        memmove(out, in, (size_t)count * (size_t)hd_dtype_size(dt));
+        return 0;
+    }
+    if (need_open("dist.reduce_scatter", err, n) || too_big(count, "dist.reduce_scatter", err, n))
+        return -1;
+    mpi_h mop = mpi.op[op];
+    if (dt == HD_BOOL)
+        mop = mpi.op[op == HD_DIST_SUM || op == HD_DIST_MAX ? HD_DIST_MAX : HD_DIST_MIN];
+    mpi_h req = NULL;
+    int rc = mpi.ireduce_scatter_block(in, out, (int)count, mpi.dtype[dt], mop, mpi.world, &req);
+    return mpi_start(rc, req, "dist.reduce_scatter", err, n);
+}
+
+/* A peer rank other than this one, inside the world. */
+static int check_peer(int peer, const char *what, char *err, size_t n) {
+    if (peer >= 0 && peer < hd_dist_size() && peer != hd_dist_rank()) return 0;
+    if (peer == hd_dist_rank())
+        snprintf(err, n, "%s: rank %d cannot exchange with itself", what, peer);
+    else
+        snprintf(err, n, "%s: no rank %d in a world of %d", what, peer, hd_dist_size());
+    return -1;
+}
+
+int hd_dist_send(const void *buf, int64_t nbytes, int dst, int tag, char *err, size_t n) {
+    if (check_peer(dst, "dist.send", err, n) || need_open("dist.send", err, n)) return -1;
+    for (int64_t at = 0; at < nbytes || at == 0; at += DIST_CHUNK) {
+        int c = (int)(nbytes - at < DIST_CHUNK ? nbytes - at : DIST_CHUNK);
+        mpi_h req = NULL;
+        int rc = mpi.isend((const char *)buf + at, c, mpi.byte, dst, tag, mpi.world, &req);
+        if (mpi_start(rc, req, "dist.send", err, n)) return -1;
+        if (nbytes == 0) break;
+    }
+    return 0;
+}
+
+int hd_dist_recv(void *buf, int64_t nbytes, int src, int tag, char *err, size_t n) {
+    if (check_peer(src, "dist.recv", err, n) || need_open("dist.recv", err, n)) return -1;
+    for (int64_t at = 0; at < nbytes || at == 0; at += DIST_CHUNK) {
+        int c = (int)(nbytes - at < DIST_CHUNK ? nbytes - at : DIST_CHUNK);
+        mpi_h req = NULL;
+        int rc = mpi.irecv((char *)buf + at, c, mpi.byte, src, tag, mpi.world, &req);
+        if (mpi_start(rc, req, "dist.recv", err, n)) return -1;
+        if (nbytes == 0) break;
+    }
+    return 0;
+}
+
+void hd_dist_finish(int status) {
+    if (!hd_dist_active()) return;
+    dist_done = 1;
+    if (status == 0) {
+        mpi.finalize();
+        return;
+    }
+    fprintf(stderr, "hodu: rank %d of %d stopped with an error; stopping every rank\n",
+            hd_dist_rank(), hd_dist_size());
+    fflush(stderr);
+    mpi.abort(mpi.world, status);
+}

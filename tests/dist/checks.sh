@@ -1,0 +1,113 @@
+#!/bin/sh
+# checks.sh HODU CASE: the dist module on 1 process, and on 2 and 4 ranks
+# under Open MPI's mpirun (on this machine, oversubscribed). Exit 77 (a
+# skip) when a case needs mpirun and it is not installed.
+set -u
+hodu=$1
+case_=$2
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# mpirun as root (CI), more ranks than cores, and no cross-memory attach
+# (not allowed in containers)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+need_mpirun() {
+    command -v mpirun >/dev/null 2>&1 || {
+        echo "mpirun not found: skipped"
+        exit 77
+    }
+}
+
+# run N PROGRAM ARGS...: every rank must print its "ok" line
+run() {
+    n=$1
+    shift
+    timeout 300 mpirun -n "$n" "$hodu" "$@" >"$tmp/out" 2>&1 || {
+        cat "$tmp/out"
+        fail "mpirun -n $n $*"
+    }
+    cat "$tmp/out"
+    got=$(grep -c "of $n: " "$tmp/out")
+    [ "$got" = "$n" ] || fail "$n ranks should each report, $got did"
+}
+
+# expect_error N WANT PROGRAM: the run fails, saying WANT, and stops in time
+expect_error() {
+    n=$1
+    want=$2
+    shift 2
+    start=$(date +%s)
+    if timeout 120 mpirun -n "$n" "$hodu" "$@" >"$tmp/out" 2>&1; then
+        cat "$tmp/out"
+        fail "the run should have failed"
+    fi
+    cat "$tmp/out"
+    [ $(($(date +%s) - start)) -lt 100 ] || fail "the ranks took too long to stop"
+    grep -q "$want" "$tmp/out" || fail "no '$want' in the output"
+}
+
+case $case_ in
+one)
+    # no launcher: a world of one, whatever MPI there is
+    "$hodu" "$here/collectives.hodu" || fail "collectives on one process"
+    "$hodu" "$here/train.hodu" "$tmp/w.safetensors" || fail "train on one process"
+    HODU_MPI_LIB=/nonexistent/libmpi.so "$hodu" -e '
+import dist
+require(dist.init() == false, "a world of one")
+require(not dist.is_available(), "MPI should be missing")
+require("MPI is missing" in dist.why_unavailable(), dist.why_unavailable())
+print(dist.all_reduce(tensor([2.0]), op = "mean"))' || fail "a world of one without MPI"
+    ;;
+collectives)
+    need_mpirun
+    run 2 "$here/collectives.hodu"
+    run 4 "$here/collectives.hodu"
+    ;;
+train)
+    # the same global batch on 1, 2 and 4 ranks gives the same weights
+    need_mpirun
+    "$hodu" "$here/train.hodu" "$tmp/w1.safetensors" || fail "train on one process"
+    run 2 "$here/train.hodu" "$tmp/w2.safetensors"
+    run 4 "$here/train.hodu" "$tmp/w4.safetensors"
+    run 2 "$here/train.hodu" "$tmp/w2c.safetensors" compiled
+    for w in w2 w4 w2c; do
+        "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/$w.safetensors" ||
+            fail "$w against one process"
+    done
+    ;;
+errors)
+    need_mpirun
+    # MPI missing under a launcher: said plainly
+    HODU_MPI_LIB=/nonexistent/libmpi.so expect_error 2 "MPI is missing" -e 'import dist
+dist.init()'
+    # a rank that fails stops every rank; the others were waiting in a collective
+    expect_error 2 "rank 1 of 2 stopped with an error" -e 'import dist
+dist.init()
+if dist.rank() == 1 { require(false, "stopped on purpose") }
+dist.all_reduce(tensor([1.0]))
+print("rank 0 went on")'
+    grep -q "rank 0 went on" "$tmp/out" && fail "rank 0 went on"
+    # ranks that wait for each other in different calls: a timeout, not a hang
+    HODU_DIST_TIMEOUT=2 expect_error 2 "no answer from the other ranks within 2 s" -e 'import dist
+dist.init()
+if dist.rank() == 0 { dist.all_reduce(tensor([1.0])) } else { dist.recv(tensor([1.0]), 0) }'
+    # the averaging after backward() refuses to be traced, with the way out
+    expect_error 2 "compile the forward pass and the loss" -e 'import dist
+import nn
+dist.init()
+let model = nn.DataParallel(nn.Linear(3, 2))
+compiled fn step(x) { model(x).sum().backward() }
+step(randn([4, 3]))'
+    ;;
+*)
+    fail "unknown case $case_"
+    ;;
+esac
+echo "ok"
