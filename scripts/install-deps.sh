@@ -8,8 +8,9 @@ apt-get install -y -qq --no-install-recommends \
     libopenblas-dev re2c bison libedit-dev zlib1g-dev llvm-dev \
     >/dev/null
 # Distributed runs (the dist module, tests/dist): Open MPI's mpirun and
-# library; hodu opens the library at run time, so it needs no -dev package.
-apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi3 >/dev/null
+# library (hodu opens it at run time, so it needs no -dev package), and
+# iproute2 for the two test hosts made of network namespaces.
+apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi3 iproute2 >/dev/null
 # The fuzz targets (scripts/fuzz.sh): clang, its OpenMP, and compiler-rt,
 # whose libFuzzer and sanitizer runtimes Debian ships apart from clang
 # (only recommended by it, so --no-install-recommends leaves them out).

@@ -106,6 +106,62 @@ let model = nn.DataParallel(nn.Linear(3, 2))
 compiled fn step(x) { model(x).sum().backward() }
 step(randn([4, 3]))'
     ;;
+hosts)
+    # two hosts on this machine: network namespaces joined by a veth pair,
+    # each with its own address and host name; mpirun in the first starts
+    # the second's daemon through an rsh agent that enters its namespace,
+    # and the ranks talk over TCP on those addresses only
+    need_mpirun
+    command -v ip >/dev/null 2>&1 && command -v unshare >/dev/null 2>&1 || {
+        echo "ip or unshare not found: skipped"
+        exit 77
+    }
+    a=hodu$$a
+    b=hodu$$b
+    ip netns add $a 2>/dev/null || {
+        echo "cannot make network namespaces here (not root?): skipped"
+        exit 77
+    }
+    trap 'ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"' EXIT
+    ip netns add $b || fail "ip netns add"
+    ip link add v$a type veth peer name v$b || fail "ip link add veth"
+    ip link set v$a netns $a && ip link set v$b netns $b || fail "veth into namespaces"
+    ip -n $a addr add 10.77.0.1/24 dev v$a && ip -n $b addr add 10.77.0.2/24 dev v$b ||
+        fail "addresses"
+    for ns in $a $b; do ip -n $ns link set lo up; done
+    ip -n $a link set v$a up && ip -n $b link set v$b up || fail "links up"
+    cat >"$tmp/agent.sh" <<AGENT
+#!/bin/sh
+# rsh agent: HOST COMMAND... runs COMMAND on that test host
+host=\$1
+shift
+case \$host in
+10.77.0.1) ns=$a ;;
+10.77.0.2) ns=$b ;;
+*) echo "agent: no test host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec \$ns unshare --uts sh -c "hostname test-\$ns; \$*"
+AGENT
+    chmod +x "$tmp/agent.sh"
+    "$hodu" "$here/train.hodu" "$tmp/w1.safetensors" || fail "train on one process"
+    net="--mca plm_rsh_agent $tmp/agent.sh --mca oob_tcp_if_include 10.77.0.0/24"
+    net="$net --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24"
+    # shellcheck disable=SC2086
+    timeout 300 ip netns exec $a unshare --uts sh -c "hostname test-$a; mpirun --host \
+        10.77.0.1,10.77.0.2 -n 2 $net sh -c 'hostname; $hodu $here/train.hodu $tmp/w2.safetensors'" \
+        >"$tmp/out" 2>&1 || {
+        cat "$tmp/out"
+        fail "mpirun across the two test hosts"
+    }
+    cat "$tmp/out"
+    grep -q "test-$a" "$tmp/out" && grep -q "test-$b" "$tmp/out" || fail "a rank on each host"
+    [ "$(grep -c 'of 2: trained' "$tmp/out")" = 2 ] || fail "both ranks trained"
+    "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/w2.safetensors" ||
+        fail "two hosts against one process"
+    bytes=$(ip -n $b -s link show v$b | awk 'f { print $1; exit } /RX:/ { f = 1 }')
+    echo "received on $b's address: $bytes bytes"
+    [ "$bytes" -gt 100000 ] || fail "the ranks' traffic did not cross the test hosts' link"
+    ;;
 *)
     fail "unknown case $case_"
     ;;
