@@ -12,6 +12,7 @@
 #include "hd_autograd.h"
 #include "hd_backend.h"
 #include "hd_dist.h"
+#include "hd_trace.h"
 #include "vm_internal.h"
 
 #include <stdio.h>
@@ -23,19 +24,27 @@ static hd_status dist_error(hd_vm *vm, const char *msg) {
     return hd_vm_error(vm, HD_ERR_RUNTIME, "%s", msg);
 }
 
+/* t's values, contiguous on the host, detached (a new reference; it may
+ * share t's storage: read it only). NULL with the ctx's error. */
+static hd_tensor *dist_host_view(hd_ctx *ctx, hd_tensor *t) {
+    hd_tensor *d = hd_grad_detach(ctx, t), *h = NULL, *c = NULL;
+    if (d && !hd_tensor_to_device(ctx, d, &hd_cpu_backend, 0, &h)) c = hd_tensor_contiguous(ctx, h);
+    hd_tensor_unref(d), hd_tensor_unref(h);
+    return c;
+}
+
 /* Argument i as a tensor: a contiguous host copy of its values (new,
  * never sharing the argument's storage), and where it lives. */
 static hd_status dist_stage(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out, hd_place *place) {
     if (a->v[i].type != HD_V_TENSOR) return hd_targ_type_error(vm, a, i, "a tensor");
     hd_ctx *ctx = hd_vm_ctx(vm);
-    hd_tensor *t = a->v[i].as.t, *d = NULL, *h = NULL, *c = NULL;
+    hd_tensor *t = a->v[i].as.t;
     if (hd_tensor_need_data(vm, t, a->f->name)) return HD_ERR_RUNTIME;
     *place = hd_place_of(t);
-    d = hd_grad_detach(ctx, t);
-    if (d && !hd_tensor_to_device(ctx, d, &hd_cpu_backend, 0, &h)) c = hd_tensor_contiguous(ctx, h);
+    hd_tensor *c = dist_host_view(ctx, t);
     hd_tensor *r = c ? hd_tensor_new(ctx, t->dtype, t->shape, t->ndim) : NULL;
     if (r) memcpy(hd_tensor_data(r), hd_tensor_data(c), hd_tensor_nbytes(r));
-    hd_tensor_unref(d), hd_tensor_unref(h), hd_tensor_unref(c);
+    hd_tensor_unref(c);
     if (!r) return hd_tfail(vm, a->f->name);
     *out = r;
     return HD_OK;
@@ -244,6 +253,57 @@ static hd_status dist_tag_arg(hd_vm *vm, const hd_targs *a, int i, int *tag) {
     return HD_OK;
 }
 
+/* ---- in place, without copies: _dist_all_reduce_ and _dist_broadcast_ ---- */
+
+/* Can t's own storage take the result (a contiguous host tensor that no
+ * gradient record watches, outside compiled code)? */
+static int dist_direct_ok(hd_vm *vm, hd_tensor *t) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    if (hd_trace_active(ctx) || t->number || hd_tensor_is_symbolic(t) || !hd_tensor_is_cpu(t) ||
+        !hd_tensor_is_contiguous(t))
+        return 0;
+    return hd_autograd_wants(ctx, HD_OP_ADD, &t, 1, t->dtype) == 0;
+}
+
+/* _dist_all_reduce_(t, op = "sum"): t itself, reduced in place, or none
+ * when t cannot be written directly (dist.hodu then goes through copy_,
+ * with its rules). */
+static HD_TF_FN(tf_all_reduce_direct) {
+    HD_TARGS_BIND(a);
+    hd_dist_op op;
+    int mean;
+    if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
+    hd_tensor *t = a.v[0].as.t;
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_check_mean(vm, a.f->name, t->dtype, mean))
+        return HD_ERR_RUNTIME;
+    *out = hd_none();
+    if (!dist_direct_ok(vm, t)) return HD_OK;
+    char err[DIST_ERR];
+    if (dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(t), t->numel, t->dtype, op, mean, err,
+                        sizeof err))
+        return dist_error(vm, err);
+    t->storage->version++;
+    *out = hd_value_ref(a.v[0]);
+    return HD_OK;
+}
+
+/* _dist_broadcast_(t, root = 0): as _dist_all_reduce_, for broadcast. */
+static HD_TF_FN(tf_broadcast_direct) {
+    HD_TARGS_BIND(a);
+    int root = 0;
+    if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
+    if (dist_rank_arg(vm, &a, 1, &root)) return HD_ERR_RUNTIME;
+    hd_tensor *t = a.v[0].as.t;
+    *out = hd_none();
+    if (!dist_direct_ok(vm, t)) return HD_OK;
+    char err[DIST_ERR];
+    if (hd_dist_broadcast(hd_tensor_data(t), (int64_t)hd_tensor_nbytes(t), root, err, sizeof err))
+        return dist_error(vm, err);
+    t->storage->version++;
+    *out = hd_value_ref(a.v[0]);
+    return HD_OK;
+}
+
 /* _dist_send(t, dst, tag = 0) */
 static HD_TF_FN(tf_send) {
     HD_TARGS_BIND(a);
@@ -327,6 +387,139 @@ static HD_TF_FN(tf_barrier) {
     return HD_OK;
 }
 
+/* ---- _dist_grad_mean(params, bucket): nn.DataParallel's averaging ---- */
+
+typedef struct grad_bucket {
+    hd_vm *vm;
+    hd_tensor **ps;     /* the parameters */
+    unsigned char *has; /* some rank has a gradient for ps[k] */
+    int n;
+} grad_bucket;
+
+static int same_place(const hd_tensor *a, const hd_tensor *b) {
+    hd_place pa = hd_place_of(a), pb = hd_place_of(b);
+    return a->dtype == b->dtype && pa.backend == pb.backend && pa.device == pb.device;
+}
+
+/* The end of the bucket from i: one dtype and place, at most limit
+ * elements (one parameter at least). */
+static int bucket_end(const grad_bucket *b, int i, int64_t limit) {
+    int64_t count = b->ps[i]->numel;
+    int j = i + 1;
+    while (j < b->n && same_place(b->ps[j], b->ps[i]) && (count += b->ps[j]->numel) <= limit) j++;
+    return j;
+}
+
+/* ps[i..j)'s gradients (zeros where none) packed into buf. */
+static hd_status bucket_pack(grad_bucket *b, int i, int j, char *buf) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    for (int k = i; k < j; k++) {
+        size_t nb = hd_tensor_nbytes(b->ps[k]);
+        hd_tensor *g = hd_grad_get(b->ps[k]), *c = g ? dist_host_view(ctx, g) : NULL;
+        if (g && !c) return hd_tfail(b->vm, "DataParallel");
+        if (c)
+            memcpy(buf, hd_tensor_data(c), nb);
+        else
+            memset(buf, 0, nb);
+        hd_tensor_unref(c);
+        buf += nb;
+    }
+    return HD_OK;
+}
+
+/* A new tensor of p's shape and place holding buf's values. */
+static hd_tensor *grad_from(hd_ctx *ctx, const hd_tensor *p, const char *buf) {
+    hd_tensor *g = hd_tensor_new(ctx, p->dtype, p->shape, p->ndim), *d = NULL;
+    if (!g) return NULL;
+    memcpy(hd_tensor_data(g), buf, hd_tensor_nbytes(g));
+    hd_place pl = hd_place_of(p);
+    if (!pl.backend || pl.backend == &hd_cpu_backend) return g;
+    if (hd_tensor_to_device(ctx, g, pl.backend, pl.device, &d)) d = NULL;
+    hd_tensor_unref(g);
+    return d;
+}
+
+/* Each of ps[i..j) that some rank has a gradient for gets its mean from
+ * buf as a new .grad. */
+static hd_status bucket_unpack(grad_bucket *b, int i, int j, const char *buf) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    for (int k = i; k < j; k++) {
+        if (b->has[k]) {
+            hd_tensor *g = grad_from(ctx, b->ps[k], buf);
+            hd_status st = !g || hd_grad_set(ctx, b->ps[k], g) ? HD_ERR_RUNTIME : HD_OK;
+            hd_tensor_unref(g);
+            if (st) return hd_tfail(b->vm, "DataParallel");
+        }
+        buf += hd_tensor_nbytes(b->ps[k]);
+    }
+    return HD_OK;
+}
+
+static hd_status bucket_reduce(grad_bucket *b, int i, int j) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    int64_t total = 0;
+    for (int k = i; k < j; k++) total += b->ps[k]->numel;
+    hd_dtype dt = b->ps[i]->dtype;
+    hd_tensor *buf = hd_tensor_new(ctx, dt, &total, 1);
+    if (!buf) return hd_tfail(b->vm, "DataParallel");
+    char err[DIST_ERR];
+    hd_status st = bucket_pack(b, i, j, hd_tensor_data(buf));
+    if (!st &&
+        dist_reduce_buf(ctx, hd_tensor_data(buf), total, dt, HD_DIST_SUM, 1, err, sizeof err))
+        st = dist_error(b->vm, err);
+    if (!st) st = bucket_unpack(b, i, j, hd_tensor_data(buf));
+    hd_tensor_unref(buf);
+    return st;
+}
+
+static hd_status grad_mean_run(grad_bucket *b, int64_t limit) {
+    char err[DIST_ERR];
+    for (int k = 0; k < b->n; k++) b->has[k] = hd_grad_get(b->ps[k]) != NULL;
+    if (hd_dist_all_reduce(b->has, b->n, HD_U8, HD_DIST_MAX, err, sizeof err))
+        return dist_error(b->vm, err);
+    for (int i = 0; i < b->n;) {
+        int j = bucket_end(b, i, limit);
+        if (hd_dtype_infos[b->ps[i]->dtype].cat != HD_CAT_FLOAT)
+            return hd_vm_error(b->vm, HD_ERR_RUNTIME,
+                               "DataParallel: parameter %d is %s; gradients are averaged in "
+                               "float dtypes only",
+                               i, hd_dtype_name(b->ps[i]->dtype));
+        hd_status st = bucket_reduce(b, i, j);
+        if (st) return st;
+        i = j;
+    }
+    return HD_OK;
+}
+
+/* _dist_grad_mean(params, bucket): every parameter's .grad becomes its
+ * mean over the ranks (zeros counted for a rank without one; none kept
+ * where no rank has one), in all-reduces of at most bucket elements. */
+static HD_TF_FN(tf_grad_mean) {
+    HD_TARGS_BIND(a);
+    int64_t limit;
+    if (a.v[0].type != HD_V_LIST) return hd_targ_type_error(vm, &a, 0, "a list of tensors");
+    if (hd_targ_int(vm, &a, 1, 1 << 22, &limit)) return HD_ERR_RUNTIME;
+    hd_list *l = hd_as_list(a.v[0]);
+    for (int64_t k = 0; k < l->len; k++)
+        if (l->items[k].type != HD_V_TENSOR)
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: item %lld is a %s, not a tensor", a.f->name,
+                               (long long)k, hd_value_type_name(l->items[k]));
+    if (l->len > INT32_MAX / 2)
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: too many parameters", a.f->name);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    grad_bucket b = {vm, NULL, NULL, (int)l->len};
+    size_t bytes = (size_t)(b.n ? b.n : 1) * (sizeof(hd_tensor *) + 1);
+    b.ps = hd_ctx_alloc(ctx, bytes);
+    if (!b.ps) return hd_vm_oom(vm);
+    b.has = (unsigned char *)(b.ps + b.n);
+    for (int k = 0; k < b.n; k++) b.ps[k] = l->items[k].as.t;
+    hd_status st = grad_mean_run(&b, limit);
+    hd_ctx_free(ctx, b.ps, bytes);
+    if (st) return st;
+    *out = hd_none();
+    return HD_OK;
+}
+
 /* _on_backward(fn): fn() runs after every successful backward() (how
  * nn.DataParallel averages gradients) */
 static HD_TF_FN(tf_on_backward) {
@@ -365,11 +558,14 @@ static const hd_tfunc rows[] = {
     {"_dist_available", tf_available, "", -1, HD_TF_GLOBAL},
     {"_dist_barrier", tf_barrier, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_all_reduce", tf_all_reduce, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_all_reduce_", tf_all_reduce_direct, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_broadcast_", tf_broadcast_direct, "t, root=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_broadcast", tf_broadcast, "t, root=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_all_gather", tf_all_gather, "t", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_reduce_scatter", tf_reduce_scatter, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_send", tf_send, "t, dst, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_recv", tf_recv, "t, src, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_grad_mean", tf_grad_mean, "params, bucket=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_on_backward", tf_on_backward, "fn", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
 };
 

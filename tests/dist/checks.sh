@@ -57,6 +57,7 @@ case $case_ in
 one)
     # no launcher: a world of one, whatever MPI there is
     "$hodu" "$here/collectives.hodu" || fail "collectives on one process"
+    "$hodu" "$here/unused.hodu" || fail "DataParallel on one process"
     "$hodu" "$here/train.hodu" "$tmp/w.safetensors" || fail "train on one process"
     HODU_MPI_LIB=/nonexistent/libmpi.so "$hodu" -e '
 import dist
@@ -69,6 +70,8 @@ collectives)
     need_mpirun
     run 2 "$here/collectives.hodu"
     run 4 "$here/collectives.hodu"
+    run 2 "$here/unused.hodu"
+    run 4 "$here/unused.hodu"
     ;;
 train)
     # the same global batch on 1, 2 and 4 ranks gives the same weights
