@@ -499,6 +499,13 @@ static HD_TF_FN(tf_grad_mean) {
     int64_t limit;
     if (a.v[0].type != HD_V_LIST) return hd_targ_type_error(vm, &a, 0, "a list of tensors");
     if (hd_targ_int(vm, &a, 1, 1 << 22, &limit)) return HD_ERR_RUNTIME;
+    if (hd_compiled_tracing(vm))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "averaging gradients over the ranks (nn.DataParallel after backward(), "
+                           "or an optimizer's step under the data_parallel strategy) cannot be "
+                           "part of compiled code yet: compile the forward pass and the loss (a "
+                           "compiled fn that returns the loss), and call backward() and step() "
+                           "outside it");
     hd_list *l = hd_as_list(a.v[0]);
     for (int64_t k = 0; k < l->len; k++)
         if (l->items[k].type != HD_V_TENSOR)
@@ -535,12 +542,6 @@ static HD_TF_FN(tf_on_backward) {
 
 hd_status hd_dist_backward_hooks(hd_vm *vm) {
     if (vm->backward_hooks.type != HD_V_LIST) return HD_OK;
-    if (hd_dist_size() > 1 && hd_compiled_tracing(vm))
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "backward() inside compiled code: nn.DataParallel averages the "
-                           "gradients over the ranks after backward(), which compiled code cannot "
-                           "do yet; compile the forward pass and the loss (a compiled fn that "
-                           "returns the loss), and call backward() and step() outside it");
     for (int64_t i = 0; i < hd_as_list(vm->backward_hooks)->len; i++) {
         hd_value fn = hd_value_ref(hd_as_list(vm->backward_hooks)->items[i]), r;
         hd_status st = hd_vm_call(vm, fn, NULL, 0, NULL, 0, &r);
@@ -565,7 +566,7 @@ static const hd_tfunc rows[] = {
     {"_dist_reduce_scatter", tf_reduce_scatter, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_send", tf_send, "t, dst, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_recv", tf_recv, "t, src, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
-    {"_dist_grad_mean", tf_grad_mean, "params, bucket=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_grad_mean", tf_grad_mean, "params, bucket=", -1, HD_TF_GLOBAL},
     {"_on_backward", tf_on_backward, "fn", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
 };
 

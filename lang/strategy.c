@@ -34,6 +34,7 @@
 #include "eval.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_dist.h"
 #include "hd_profile.h"
 #include "vm_internal.h"
 
@@ -274,6 +275,7 @@ fail:
 enum {
     NOTE_CACHED = 4,
     NOTE_MODEL = 16,
+    NOTE_RANKS = 32,
 };
 
 static void note_once(hd_vm *vm, unsigned bit, const char *fmt, const char *what) {
@@ -288,6 +290,12 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
     if (s->memory == HD_MEM_CACHED)
         note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
                   "cached");
+    if (s->parallelism == HD_PAR_DATA && hd_dist_size() > 1 && s->workers != hd_dist_size()) {
+        char what[96];
+        snprintf(what, sizeof what, "the %d ranks of this run, not %d workers", hd_dist_size(),
+                 s->workers);
+        note_once(vm, NOTE_RANKS, "parallelism \"data_parallel\" is over %s", what);
+    }
     if (s->parallelism >= HD_PAR_MODEL)
         note_once(vm, NOTE_MODEL,
                   "parallelism \"%s\" is not available yet: layers stay where "
@@ -329,9 +337,12 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
         st->grad_before = hd_grad_set_enabled(ctx, 0);
     else if (s->gradient != HD_GRADS_NONE && st->cur.gradient == HD_GRADS_NONE)
         hd_grad_set_enabled(ctx, st->grad_before);
-    ctx->nthreads = s->parallelism == HD_PAR_NONE   ? 1
-                    : s->parallelism == HD_PAR_DATA ? s->workers
-                                                    : st->threads;
+    /* data_parallel in a world of several ranks: the ranks are the workers,
+     * and each keeps its share of the cores */
+    int ranks = s->parallelism == HD_PAR_DATA && hd_dist_size() > 1;
+    ctx->nthreads = s->parallelism == HD_PAR_NONE             ? 1
+                    : s->parallelism == HD_PAR_DATA && !ranks ? s->workers
+                                                              : st->threads;
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
@@ -479,12 +490,15 @@ static hd_status ints_list(hd_vm *vm, const int64_t *v, int n, hd_value *out) {
     return HD_OK;
 }
 
-/* _strategy_knobs(): [optimizer steps per update, checkpoint interval],
- * what optim and nn read at every step. */
+/* _strategy_knobs(): [optimizer steps per update, checkpoint interval,
+ * 1 when optimizers average gradients over the ranks], what optim and nn
+ * read at every step. */
 static HD_TF_FN(tf_strategy_knobs) {
     HD_TARGS_BIND(a); /* (none) */
-    int64_t v[2] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm)};
-    return ints_list(vm, v, 2, out);
+    const hd_strategy *s = &vm->strategy.cur;
+    int64_t v[3] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm),
+                    s->parallelism == HD_PAR_DATA && hd_dist_size() > 1};
+    return ints_list(vm, v, 3, out);
 }
 
 /* _machine(): [cpu threads, cuda devices, MiB of memory available]. */

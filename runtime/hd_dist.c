@@ -10,7 +10,7 @@
  * the others waiting for ever, so a rank still inside a call after the
  * timeout says so and ends its process, and mpirun then stops the job (a
  * blocked MPI call cannot be cancelled). The nonblocking calls with a
- * polled deadline measured 5-9x slower than the blocking ones on this
+ * polled deadline measured 2-9x slower than the blocking ones on this
  * machine (Open MPI's nonblocking collectives are a separate, untuned
  * implementation). */
 #include "hd_dist.h"

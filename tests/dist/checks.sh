@@ -84,6 +84,16 @@ train)
         "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/$w.safetensors" ||
             fail "$w against one process"
     done
+    # the data_parallel strategy: optimizers (Adam, LBFGS) average by themselves
+    "$hodu" "$here/dp_strategy.hodu" "$tmp/s1" || fail "dp_strategy on one process"
+    run 2 "$here/dp_strategy.hodu" "$tmp/s2"
+    run 4 "$here/dp_strategy.hodu" "$tmp/s4"
+    for w in s2 s4; do
+        for opt in true false; do
+            "$hodu" "$here/compare.hodu" "$tmp/s1$opt.safetensors" "$tmp/$w$opt.safetensors" ||
+                fail "$w ($opt) against one process"
+        done
+    done
     ;;
 errors)
     need_mpirun
