@@ -11,7 +11,7 @@
 
 #include "hd_ir.h"
 
-/* Is op an ordered effect of the run (random draws)? */
+/* Is op an ordered effect of the run (random draws, collectives)? */
 int hd_pass_op_is_random(const hd_ir_node *n);
 /* Elementwise kinds: unary, binary, compare, where. */
 int hd_pass_op_is_elementwise(int op);

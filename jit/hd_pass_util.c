@@ -5,7 +5,7 @@
 #include <string.h>
 
 int hd_pass_op_is_random(const hd_ir_node *n) {
-    return n->op == HD_OP_RAND || n->op == HD_OP_RANDN ||
+    return n->op == HD_OP_RAND || n->op == HD_OP_RANDN || n->op == HD_OP_ALL_REDUCE ||
            (n->op == HD_OP_DROPOUT && n->attrs.ints[0] != 0);
 }
 

@@ -1,12 +1,17 @@
-/* Natives under stdlib/dist.hodu and nn.DataParallel: the world of ranks
- * (runtime/hd_dist.c) and collectives on tensors.
+/* Natives under stdlib/dist.hodu, nn.DataParallel and the optimizers'
+ * data_parallel strategy: the world of ranks (runtime/hd_dist.c) and
+ * collectives on tensors.
  *
- * Each collective returns a new tensor (dist.hodu writes it into the
- * argument where the operation is in place, with copy_'s rules). The
- * argument's values are staged in a contiguous host copy, detached from
- * any gradient record; a device tensor's result goes back to its device.
- * f16 and bf16 are reduced in f32 and rounded once. Every one is an
- * effect: refused inside compiled code, as file reads are. */
+ * all_reduce is an op (HD_OP_ALL_REDUCE), so inside compiled code it is a
+ * node of the graph that runs at every call, and so is the gradients'
+ * averaging (_dist_grad_mean, traced as concat, all_reduce and slices).
+ * The other collectives are effects, refused inside compiled code as file
+ * reads are: their argument's values are staged in a contiguous host copy,
+ * detached from any gradient record, and a device tensor's result goes
+ * back to its device. dist.hodu writes a result into the argument where
+ * the operation is in place, with copy_'s rules, except that a contiguous
+ * cpu tensor no gradient record watches is reduced in its own storage.
+ * f16 and bf16 are reduced in f32 and rounded once. */
 #include "builtins_tensor.h"
 #include "compiled.h"
 #include "hd_autograd.h"
@@ -19,6 +24,25 @@
 #include <string.h>
 
 #define DIST_ERR 512
+
+/* The name a user called: "dist.all_reduce" for _dist_all_reduce and
+ * _dist_all_reduce_ (the row names stay out of messages). */
+static const char *dist_name(const hd_tfunc *f) {
+    static const char *const names[][2] = {
+        {"_dist_all_reduce", "dist.all_reduce"},
+        {"_dist_all_reduce_", "dist.all_reduce"},
+        {"_dist_broadcast", "dist.broadcast"},
+        {"_dist_broadcast_", "dist.broadcast"},
+        {"_dist_all_gather", "dist.all_gather"},
+        {"_dist_reduce_scatter", "dist.reduce_scatter"},
+        {"_dist_send", "dist.send"},
+        {"_dist_recv", "dist.recv"},
+        {"_dist_grad_mean", "DataParallel"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(f->name, names[i][0])) return names[i][1];
+    return f->name;
+}
 
 static hd_status dist_error(hd_vm *vm, const char *msg) {
     return hd_vm_error(vm, HD_ERR_RUNTIME, "%s", msg);
@@ -39,13 +63,13 @@ static hd_status dist_stage(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out
     if (a->v[i].type != HD_V_TENSOR) return hd_targ_type_error(vm, a, i, "a tensor");
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_tensor *t = a->v[i].as.t;
-    if (hd_tensor_need_data(vm, t, a->f->name)) return HD_ERR_RUNTIME;
+    if (hd_tensor_need_data(vm, t, dist_name(a->f))) return HD_ERR_RUNTIME;
     *place = hd_place_of(t);
     hd_tensor *c = dist_host_view(ctx, t);
     hd_tensor *r = c ? hd_tensor_new(ctx, t->dtype, t->shape, t->ndim) : NULL;
     if (r) memcpy(hd_tensor_data(r), hd_tensor_data(c), hd_tensor_nbytes(r));
     hd_tensor_unref(c);
-    if (!r) return hd_tfail(vm, a->f->name);
+    if (!r) return hd_tfail(vm, dist_name(a->f));
     *out = r;
     return HD_OK;
 }
@@ -80,50 +104,7 @@ static hd_status dist_op(hd_vm *vm, const hd_targs *a, int i, hd_dist_op *op, in
         }
     return hd_vm_error(vm, HD_ERR_RUNTIME,
                        "%s: op must be \"sum\", \"mean\", \"max\", \"min\" or \"prod\", got \"%s\"",
-                       a->f->name, s);
-}
-
-static int dist_half(hd_dtype dt) {
-    return dt == HD_F16 || dt == HD_BF16;
-}
-
-static void half_to_f32(const uint16_t *h, float *f, int64_t n, hd_dtype dt) {
-    for (int64_t i = 0; i < n; i++)
-        f[i] = dt == HD_F16 ? hd_f16_to_f32(h[i]) : hd_bf16_to_f32(h[i]);
-}
-
-static void f32_to_half(const float *f, uint16_t *h, int64_t n, hd_dtype dt) {
-    for (int64_t i = 0; i < n; i++)
-        h[i] = dt == HD_F16 ? hd_f32_to_f16(f[i]) : hd_f32_to_bf16(f[i]);
-}
-
-static void scale_f(void *p, int64_t n, hd_dtype dt, double by) {
-    if (dt == HD_F64)
-        for (int64_t i = 0; i < n; i++) ((double *)p)[i] /= by;
-    else
-        for (int64_t i = 0; i < n; i++) ((float *)p)[i] /= (float)by;
-}
-
-/* The reduction of count elements at p (in place), through f32 for the
- * half types; "mean" divides the sum by the world's size. */
-static int dist_reduce_buf(hd_ctx *ctx, void *p, int64_t count, hd_dtype dt, hd_dist_op op,
-                           int mean, char *err, size_t n) {
-    if (!dist_half(dt)) {
-        if (hd_dist_all_reduce(p, count, dt, op, err, n)) return -1;
-        if (mean) scale_f(p, count, dt, hd_dist_size());
-        return 0;
-    }
-    float *f = hd_ctx_alloc(ctx, (size_t)(count ? count : 1) * sizeof(float));
-    if (!f) {
-        snprintf(err, n, "dist.all_reduce: out of memory for %lld elements", (long long)count);
-        return -1;
-    }
-    half_to_f32(p, f, count, dt);
-    int rc = hd_dist_all_reduce(f, count, HD_F32, op, err, n);
-    if (!rc && mean) scale_f(f, count, HD_F32, hd_dist_size());
-    if (!rc) f32_to_half(f, p, count, dt);
-    hd_ctx_free(ctx, f, (size_t)(count ? count : 1) * sizeof(float));
-    return rc;
+                       dist_name(a->f), s);
 }
 
 static hd_status dist_check_mean(hd_vm *vm, const char *fname, hd_dtype dt, int mean) {
@@ -133,31 +114,30 @@ static hd_status dist_check_mean(hd_vm *vm, const char *fname, hd_dtype dt, int 
                        fname, hd_dtype_name(dt));
 }
 
-/* _dist_all_reduce(t, op = "sum") */
+/* _dist_all_reduce(t, op = "sum"): a new tensor, through the op
+ * all_reduce, so that inside compiled code it is a node of the graph that
+ * runs at every call (on cuda tensors, through host memory). */
 static HD_TF_FN(tf_all_reduce) {
     HD_TARGS_BIND(a);
     hd_dist_op op;
     int mean;
-    hd_tensor *r = NULL;
-    hd_place place;
-    if (dist_op(vm, &a, 1, &op, &mean) || dist_stage(vm, &a, 0, &r, &place)) return HD_ERR_RUNTIME;
-    char err[DIST_ERR];
-    hd_status st = dist_check_mean(vm, a.f->name, r->dtype, mean);
-    if (!st && dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(r), r->numel, r->dtype, op, mean, err,
-                               sizeof err))
-        st = dist_error(vm, err);
-    if (st) {
-        hd_tensor_unref(r);
-        return st;
-    }
-    return dist_result(vm, a.f->name, r, place, out);
+    if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
+    hd_tensor *x = a.v[0].as.t, *r = NULL;
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_check_mean(vm, dist_name(a.f), x->dtype, mean))
+        return HD_ERR_RUNTIME;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = op, at.ints[1] = mean;
+    if (hd_trun_t(vm, "dist.all_reduce", HD_OP_ALL_REDUCE, &x, 1, &at, &r)) return HD_ERR_RUNTIME;
+    *out = hd_tensor_value(r);
+    return HD_OK;
 }
 
 static hd_status dist_rank_arg(hd_vm *vm, const hd_targs *a, int i, int *rank) {
     int64_t v;
     if (hd_targ_int(vm, a, i, 0, &v)) return HD_ERR_RUNTIME;
     if (v < 0 || v >= hd_dist_size())
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: no rank %lld in a world of %d", a->f->name,
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: no rank %lld in a world of %d", dist_name(a->f),
                            (long long)v, hd_dist_size());
     *rank = (int)v;
     return HD_OK;
@@ -175,7 +155,7 @@ static HD_TF_FN(tf_broadcast) {
         hd_tensor_unref(r);
         return dist_error(vm, err);
     }
-    return dist_result(vm, a.f->name, r, place, out);
+    return dist_result(vm, dist_name(a.f), r, place, out);
 }
 
 /* _dist_all_gather(t): [world size, *t.shape] */
@@ -187,14 +167,14 @@ static HD_TF_FN(tf_all_gather) {
     if (x->ndim + 1 > HD_MAX_DIMS) {
         hd_tensor_unref(x);
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: a tensor of %d dims gathers into too many dims",
-                           a.f->name, x->ndim);
+                           dist_name(a.f), x->ndim);
     }
     int64_t shape[HD_MAX_DIMS];
     shape[0] = hd_dist_size();
     memcpy(shape + 1, x->shape, (size_t)x->ndim * sizeof(int64_t));
     hd_tensor *r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim + 1);
     char err[DIST_ERR];
-    hd_status st = r ? HD_OK : hd_tfail(vm, a.f->name);
+    hd_status st = r ? HD_OK : hd_tfail(vm, dist_name(a.f));
     if (!st && hd_dist_all_gather(hd_tensor_data(x), hd_tensor_data(r),
                                   (int64_t)hd_tensor_nbytes(x), err, sizeof err))
         st = dist_error(vm, err);
@@ -203,7 +183,7 @@ static HD_TF_FN(tf_all_gather) {
         hd_tensor_unref(r);
         return st;
     }
-    return dist_result(vm, a.f->name, r, place, out);
+    return dist_result(vm, dist_name(a.f), r, place, out);
 }
 
 /* _dist_reduce_scatter(t, op = "sum"): block `rank` of t's first axis (of
@@ -215,22 +195,22 @@ static HD_TF_FN(tf_reduce_scatter) {
     hd_tensor *x = NULL, *r = NULL;
     hd_place place;
     if (dist_op(vm, &a, 1, &op, &mean) || dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
-    hd_status st = dist_check_mean(vm, a.f->name, x->dtype, mean);
+    hd_status st = dist_check_mean(vm, dist_name(a.f), x->dtype, mean);
     if (!st && (x->ndim == 0 || x->shape[0] % ws != 0))
         st = hd_vm_error(vm, HD_ERR_RUNTIME,
                          "%s: the first axis (%lld) must split into %d equal blocks, one per rank",
-                         a.f->name, (long long)(x->ndim ? x->shape[0] : 0), ws);
+                         dist_name(a.f), (long long)(x->ndim ? x->shape[0] : 0), ws);
     int64_t shape[HD_MAX_DIMS];
     if (!st) {
         memcpy(shape, x->shape, (size_t)x->ndim * sizeof(int64_t));
         shape[0] /= ws;
         r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim);
-        if (!r) st = hd_tfail(vm, a.f->name);
+        if (!r) st = hd_tfail(vm, dist_name(a.f));
     }
     char err[DIST_ERR];
     /* through all_reduce: one code path for every dtype, half included */
-    if (!st && dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(x), x->numel, x->dtype, op, mean, err,
-                               sizeof err))
+    if (!st && hd_dist_all_reduce_any(hd_vm_ctx(vm), hd_tensor_data(x), x->numel, x->dtype, op,
+                                      mean, err, sizeof err))
         st = dist_error(vm, err);
     if (!st)
         memcpy(hd_tensor_data(r), (char *)hd_tensor_data(x) + hd_dist_rank() * hd_tensor_nbytes(r),
@@ -240,15 +220,15 @@ static HD_TF_FN(tf_reduce_scatter) {
         hd_tensor_unref(r);
         return st;
     }
-    return dist_result(vm, a.f->name, r, place, out);
+    return dist_result(vm, dist_name(a.f), r, place, out);
 }
 
 static hd_status dist_tag_arg(hd_vm *vm, const hd_targs *a, int i, int *tag) {
     int64_t v;
     if (hd_targ_int(vm, a, i, 0, &v)) return HD_ERR_RUNTIME;
     if (v < 0 || v > 32767)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: tag must be in 0..32767, got %lld", a->f->name,
-                           (long long)v);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: tag must be in 0..32767, got %lld",
+                           dist_name(a->f), (long long)v);
     *tag = (int)v;
     return HD_OK;
 }
@@ -274,13 +254,18 @@ static HD_TF_FN(tf_all_reduce_direct) {
     int mean;
     if (a.v[0].type != HD_V_TENSOR) return hd_targ_type_error(vm, &a, 0, "a tensor");
     hd_tensor *t = a.v[0].as.t;
-    if (dist_op(vm, &a, 1, &op, &mean) || dist_check_mean(vm, a.f->name, t->dtype, mean))
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_check_mean(vm, dist_name(a.f), t->dtype, mean))
         return HD_ERR_RUNTIME;
     *out = hd_none();
+    if (hd_trace_active(hd_vm_ctx(vm)) && hd_tensor_is_symbolic(t))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "dist.all_reduce: inside compiled code it writes into tensors with "
+                           "data (a global, a field, a captured tensor), not into an argument or "
+                           "a value computed inside: write x = dist.all_reduced(x) instead");
     if (!dist_direct_ok(vm, t)) return HD_OK;
     char err[DIST_ERR];
-    if (dist_reduce_buf(hd_vm_ctx(vm), hd_tensor_data(t), t->numel, t->dtype, op, mean, err,
-                        sizeof err))
+    if (hd_dist_all_reduce_any(hd_vm_ctx(vm), hd_tensor_data(t), t->numel, t->dtype, op, mean, err,
+                               sizeof err))
         return dist_error(vm, err);
     t->storage->version++;
     *out = hd_value_ref(a.v[0]);
@@ -341,7 +326,7 @@ static HD_TF_FN(tf_recv) {
         hd_tensor_unref(r);
         return dist_error(vm, err);
     }
-    return dist_result(vm, a.f->name, r, place, out);
+    return dist_result(vm, dist_name(a.f), r, place, out);
 }
 
 /* _dist_init(force = false, timeout = none): whether MPI is open */
@@ -464,12 +449,93 @@ static hd_status bucket_reduce(grad_bucket *b, int i, int j) {
     if (!buf) return hd_tfail(b->vm, "DataParallel");
     char err[DIST_ERR];
     hd_status st = bucket_pack(b, i, j, hd_tensor_data(buf));
-    if (!st &&
-        dist_reduce_buf(ctx, hd_tensor_data(buf), total, dt, HD_DIST_SUM, 1, err, sizeof err))
+    if (!st && hd_dist_all_reduce_any(ctx, hd_tensor_data(buf), total, dt, HD_DIST_SUM, 1, err,
+                                      sizeof err))
         st = dist_error(b->vm, err);
     if (!st) st = bucket_unpack(b, i, j, hd_tensor_data(buf));
     hd_tensor_unref(buf);
     return st;
+}
+
+/* run op all_reduce on x (taken) */
+static hd_tensor *traced_reduce(hd_vm *vm, hd_tensor *x, hd_dist_op op, int mean) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = op, at.ints[1] = mean;
+    hd_tensor *r = NULL;
+    if (x) hd_trun_t(vm, "DataParallel", HD_OP_ALL_REDUCE, &x, 1, &at, &r);
+    hd_tensor_unref(x);
+    return r;
+}
+
+/* ps[i..j)'s gradients, flat, concatenated (traced ops). */
+static hd_tensor *bucket_concat(grad_bucket *b, int i, int j) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    hd_tensor *parts[64],
+        **pp = j - i <= 64 ? parts : hd_ctx_alloc(ctx, (size_t)(j - i) * sizeof *pp);
+    if (!pp) return NULL;
+    int got = 0;
+    for (int k = i; k < j; k++, got++) {
+        int64_t n = b->ps[k]->numel;
+        if (hd_treshape(ctx, hd_grad_get(b->ps[k]), &n, 1, &pp[got])) break;
+    }
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *flat = NULL;
+    if (got == j - i)
+        hd_trun_t(b->vm, "DataParallel", HD_OP_CONCAT, pp, got, &at, &flat);
+    else
+        hd_tfail(b->vm, "DataParallel");
+    hd_tunref_all(pp, got);
+    if (pp != parts) hd_ctx_free(ctx, pp, (size_t)(j - i) * sizeof *pp);
+    return flat;
+}
+
+/* flat's parts as ps[i..j)'s gradients. */
+static hd_status bucket_split(grad_bucket *b, int i, int j, hd_tensor *flat) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    int64_t at = 0;
+    for (int k = i; k < j; k++) {
+        hd_tensor *p = b->ps[k], *part = NULL, *g = NULL;
+        hd_status st = hd_tslice_axis(ctx, flat, 0, at, p->numel, 0, &part);
+        if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, &g);
+        if (!st) st = hd_grad_set(ctx, p, g);
+        hd_tensor_unref(part), hd_tensor_unref(g);
+        if (st) return hd_tfail(b->vm, "DataParallel");
+        at += p->numel;
+    }
+    return HD_OK;
+}
+
+/* Inside compiled code: grad_mean_run's collectives, in the same order and
+ * sizes, as nodes of the graph. Every parameter must have a gradient there
+ * (whether another rank has one cannot decide the graph). */
+static hd_status grad_mean_traced(grad_bucket *b, int64_t limit) {
+    hd_vm *vm = b->vm;
+    for (int k = 0; k < b->n; k++) {
+        if (vm->trace_reads) hd_compiled_note_grad(vm, b->ps[k]);
+        if (!hd_grad_get(b->ps[k]))
+            return hd_vm_error(vm, HD_ERR_RUNTIME,
+                               "DataParallel: parameter %d has no gradient in this compiled "
+                               "step; compiled code averages every parameter's gradient (run "
+                               "the step eagerly where some parameters are unused)",
+                               k);
+    }
+    int64_t n = b->n;
+    hd_tensor *flags = hd_tensor_new(hd_vm_ctx(vm), HD_U8, &n, 1);
+    if (flags) memset(hd_tensor_data(flags), 1, (size_t)n);
+    hd_tensor *any = traced_reduce(vm, flags, HD_DIST_MAX, 0);
+    if (!any) return HD_ERR_RUNTIME;
+    hd_tensor_unref(any);
+    for (int i = 0; i < b->n;) {
+        int j = bucket_end(b, i, limit);
+        hd_tensor *mean = traced_reduce(vm, bucket_concat(b, i, j), HD_DIST_SUM, 1);
+        hd_status st = mean ? bucket_split(b, i, j, mean) : HD_ERR_RUNTIME;
+        hd_tensor_unref(mean);
+        if (st) return st;
+        i = j;
+    }
+    return HD_OK;
 }
 
 static hd_status grad_mean_run(grad_bucket *b, int64_t limit) {
@@ -499,20 +565,13 @@ static HD_TF_FN(tf_grad_mean) {
     int64_t limit;
     if (a.v[0].type != HD_V_LIST) return hd_targ_type_error(vm, &a, 0, "a list of tensors");
     if (hd_targ_int(vm, &a, 1, 1 << 22, &limit)) return HD_ERR_RUNTIME;
-    if (hd_compiled_tracing(vm))
-        return hd_vm_error(vm, HD_ERR_RUNTIME,
-                           "averaging gradients over the ranks (nn.DataParallel after backward(), "
-                           "or an optimizer's step under the data_parallel strategy) cannot be "
-                           "part of compiled code yet: compile the forward pass and the loss (a "
-                           "compiled fn that returns the loss), and call backward() and step() "
-                           "outside it");
     hd_list *l = hd_as_list(a.v[0]);
     for (int64_t k = 0; k < l->len; k++)
         if (l->items[k].type != HD_V_TENSOR)
-            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: item %lld is a %s, not a tensor", a.f->name,
-                               (long long)k, hd_value_type_name(l->items[k]));
+            return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: item %lld is a %s, not a tensor",
+                               dist_name(a.f), (long long)k, hd_value_type_name(l->items[k]));
     if (l->len > INT32_MAX / 2)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: too many parameters", a.f->name);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: too many parameters", dist_name(a.f));
     hd_ctx *ctx = hd_vm_ctx(vm);
     grad_bucket b = {vm, NULL, NULL, (int)l->len};
     size_t bytes = (size_t)(b.n ? b.n : 1) * (sizeof(hd_tensor *) + 1);
@@ -520,7 +579,7 @@ static HD_TF_FN(tf_grad_mean) {
     if (!b.ps) return hd_vm_oom(vm);
     b.has = (unsigned char *)(b.ps + b.n);
     for (int k = 0; k < b.n; k++) b.ps[k] = l->items[k].as.t;
-    hd_status st = grad_mean_run(&b, limit);
+    hd_status st = hd_compiled_tracing(vm) ? grad_mean_traced(&b, limit) : grad_mean_run(&b, limit);
     hd_ctx_free(ctx, b.ps, bytes);
     if (st) return st;
     *out = hd_none();
@@ -558,8 +617,8 @@ static const hd_tfunc rows[] = {
     {"_dist_size", tf_size, "", -1, HD_TF_GLOBAL},
     {"_dist_available", tf_available, "", -1, HD_TF_GLOBAL},
     {"_dist_barrier", tf_barrier, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
-    {"_dist_all_reduce", tf_all_reduce, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
-    {"_dist_all_reduce_", tf_all_reduce_direct, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"_dist_all_reduce", tf_all_reduce, "t, op=", -1, HD_TF_GLOBAL},
+    {"_dist_all_reduce_", tf_all_reduce_direct, "t, op=", -1, HD_TF_GLOBAL},
     {"_dist_broadcast_", tf_broadcast_direct, "t, root=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_broadcast", tf_broadcast, "t, root=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_all_gather", tf_all_gather, "t", -1, HD_TF_GLOBAL | HD_TF_EFFECT},

@@ -14,6 +14,7 @@
  * machine (Open MPI's nonblocking collectives are a separate, untuned
  * implementation). */
 #include "hd_dist.h"
+#include "hd_base.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -261,6 +262,44 @@ int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, cha
         if (watch_end(rc, "dist.all_reduce", err, n)) return -1;
     }
     return 0;
+}
+
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, hd_dtype dt) {
+    for (int64_t i = 0; i < n; i++)
+        f[i] = dt == HD_F16 ? hd_f16_to_f32(h[i]) : hd_bf16_to_f32(h[i]);
+}
+
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, hd_dtype dt) {
+    for (int64_t i = 0; i < n; i++)
+        h[i] = dt == HD_F16 ? hd_f32_to_f16(f[i]) : hd_f32_to_bf16(f[i]);
+}
+
+static void scale_by(void *p, int64_t n, hd_dtype dt, double by) {
+    if (dt == HD_F64)
+        for (int64_t i = 0; i < n; i++) ((double *)p)[i] /= by;
+    else
+        for (int64_t i = 0; i < n; i++) ((float *)p)[i] /= (float)by;
+}
+
+int hd_dist_all_reduce_any(hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt, hd_dist_op op,
+                           int mean, char *err, size_t n) {
+    if (dt != HD_F16 && dt != HD_BF16) {
+        if (hd_dist_all_reduce(buf, count, dt, op, err, n)) return -1;
+        if (mean) scale_by(buf, count, dt, hd_dist_size());
+        return 0;
+    }
+    size_t bytes = (size_t)(count ? count : 1) * sizeof(float);
+    float *f = hd_ctx_alloc(ctx, bytes);
+    if (!f) {
+        snprintf(err, n, "dist.all_reduce: out of memory for %lld elements", (long long)count);
+        return -1;
+    }
+    half_to_f32(buf, f, count, dt);
+    int rc = hd_dist_all_reduce(f, count, HD_F32, op, err, n);
+    if (!rc && mean) scale_by(f, count, HD_F32, hd_dist_size());
+    if (!rc) f32_to_half(f, buf, count, dt);
+    hd_ctx_free(ctx, f, bytes);
+    return rc;
 }
 
 int hd_dist_broadcast(void *buf, int64_t nbytes, int root, char *err, size_t n) {

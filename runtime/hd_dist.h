@@ -42,6 +42,11 @@ int hd_dist_barrier(char *err, size_t n);
  * and bf16 are not taken (the caller reduces them in f32); bool takes
  * max and min. */
 int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, char *err, size_t n);
+/* The same for every dtype (f16 and bf16 through f32, rounded once), and
+ * mean: the sum divided by the world's size (float dtypes). */
+struct hd_ctx;
+int hd_dist_all_reduce_any(struct hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt,
+                           hd_dist_op op, int mean, char *err, size_t n);
 /* root's nbytes copied into every rank's buf. */
 int hd_dist_broadcast(void *buf, int64_t nbytes, int root, char *err, size_t n);
 /* out (size * nbytes) gets every rank's in, in rank order. */

@@ -101,6 +101,18 @@ SHAPE_FN(unary_same) {
     return HD_OK;
 }
 
+SHAPE_FN(all_reduce) {
+    HD_UNUSED(nin);
+    if (attrs->ints[0] < 0 || attrs->ints[0] > 3)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: no reduction %lld", hd_op_name(op),
+                        (long long)attrs->ints[0]);
+    if (attrs->ints[1] && !hd_dtype_is_float(in[0]->dtype))
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: the mean needs a float tensor, got %s",
+                        hd_op_name(op), hd_dtype_name(in[0]->dtype));
+    plan_set(plan, in[0]->dtype, in[0]->shape, in[0]->ndim);
+    return HD_OK;
+}
+
 SHAPE_FN(unary_signed) {
     if (in[0]->dtype == HD_BOOL) return err_dtype(ctx, op, HD_BOOL);
     return hd_shape_unary_same(ctx, op, in, nin, attrs, plan);
@@ -921,7 +933,8 @@ SHAPE_FN(layer_norm_bwd) {
 SHAPE_FN(attention_bwd) {
     char sa[128], sb[128];
     if (nin != 5 && nin != 6)
-        return hd_error(ctx, HD_ERR_RUNTIME, "attention_bwd takes q, k, v, y, g and optionally a mask");
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "attention_bwd takes q, k, v, y, g and optionally a mask");
     for (int i = 0; i < nin; i++)
         if (grad_need_float(ctx, op, in[i])) return ctx->status;
     hd_tensor *fwd_in[4] = {in[0], in[1], in[2], nin == 6 ? in[5] : NULL};

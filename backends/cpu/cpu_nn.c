@@ -2,6 +2,7 @@
  * mse, dropout and layer_norm here; conv2d and the pools in cpu_conv.c. Float dtypes only:
  * f32 and f64 natively, f16 and bf16 through f32 scratch (cpu_nn.h). */
 #include "cpu_nn.h"
+#include "hd_dist.h"
 #include "hd_rng.h"
 
 #include <math.h>
@@ -227,8 +228,26 @@ static hd_status nn_check_inputs(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tenso
     return HD_OK;
 }
 
+/* all_reduce: x's values into out (contiguous), then reduced there over
+ * every rank of the run (runtime/hd_dist.c). */
+static hd_status cpu_all_reduce(hd_ctx *ctx, hd_tensor *out, const hd_tensor *x,
+                                const hd_attrs *attrs) {
+    if (out->storage != x->storage || out->offset != x->offset || !hd_tensor_is_contiguous(x)) {
+        int64_t ostr[HD_MAX_DIMS], s = 1;
+        for (int d = x->ndim - 1; d >= 0; d--) ostr[d] = s, s *= x->shape[d];
+        hd_cpu_copy_strided(1, hd_dtype_size(x->dtype), x->ndim, x->shape, hd_tensor_data(out),
+                            ostr, hd_tensor_data(x), x->strides);
+    }
+    char err[512];
+    if (hd_dist_all_reduce_any(ctx, hd_tensor_data(out), out->numel, out->dtype,
+                               (hd_dist_op)attrs->ints[0], (int)attrs->ints[1], err, sizeof err))
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s", err);
+    return HD_OK;
+}
+
 hd_status hd_cpu_nn(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                     const hd_attrs *attrs) {
+    if (op == HD_OP_ALL_REDUCE) return cpu_all_reduce(ctx, out, in[0], attrs);
     if (!hd_cpu_nn_supports(op, out->dtype))
         return hd_error(ctx, HD_ERR_RUNTIME, "%s is not supported for %s tensors on cpu",
                         hd_op_name(op), hd_dtype_name(out->dtype));
@@ -267,5 +286,6 @@ hd_status hd_cpu_nn(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
 
 int hd_cpu_nn_supports(hd_op op, hd_dtype dt) {
     if ((unsigned)op >= HD_OP_COUNT || hd_op_infos[op].kind != HD_KIND_NN) return 0;
+    if (op == HD_OP_ALL_REDUCE) return 1;
     return dt == HD_F16 || dt == HD_BF16 || dt == HD_F32 || dt == HD_F64;
 }

@@ -802,14 +802,16 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
     return conv_launch(ctx, d, op, out, in, nin, &g, g.rows);
 }
 
-/* ---- linalg: LAPACK on host copies ---- */
+/* ---- on host copies: linalg (LAPACK) and all_reduce (MPI) ---- */
 
 /* The decompositions run on the host: the inputs are copied down, the cpu
  * kernel (LAPACK) computes the result, which is copied back up. Correct on
  * every device, and cheap next to the O(n^3) factorisation for the small
- * matrices these ops see in training code; cuSOLVER is not used yet. */
-static hd_status ops_linalg_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
-                                 int nin, const hd_attrs *attrs) {
+ * matrices these ops see in training code; cuSOLVER is not used yet. An
+ * all-reduce goes the same way (MPI reads host memory; NCCL is not used
+ * yet). */
+static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
+                             const hd_attrs *attrs) {
     hd_tensor *host[2] = {NULL, NULL}, *y = NULL;
     hd_status st =
         nin > 2 ? hd_error(ctx, HD_ERR_RUNTIME, "%s: too many inputs", hd_op_name(op)) : HD_OK;
@@ -851,6 +853,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
     case HD_OP_ATTENTION: return ops_attention(ctx, d, out, in, nin, attrs);
+    case HD_OP_ALL_REDUCE: return ops_on_host(ctx, op, out, in, nin, attrs); /* MPI: host */
     case HD_OP_ATTENTION_BWD: return ops_attention_bwd(ctx, d, out, in, nin, attrs);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);
@@ -868,7 +871,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_KIND_TERNARY:
     case HD_KIND_GRAD:
     case HD_KIND_INDEX: return ops_elementwise(ctx, d, op, out, in, nin, attrs);
-    case HD_KIND_LINALG: return ops_linalg_host(ctx, op, out, in, nin, attrs);
+    case HD_KIND_LINALG: return ops_on_host(ctx, op, out, in, nin, attrs);
     default: return hd_error(ctx, HD_ERR_RUNTIME, "%s has no cuda kernel", hd_op_name(op));
     }
 }

@@ -80,7 +80,10 @@ train)
     run 2 "$here/train.hodu" "$tmp/w2.safetensors"
     run 4 "$here/train.hodu" "$tmp/w4.safetensors"
     run 2 "$here/train.hodu" "$tmp/w2c.safetensors" compiled
-    for w in w2 w4 w2c; do
+    run 2 "$here/train.hodu" "$tmp/w2s.safetensors" step
+    run 4 "$here/train.hodu" "$tmp/w4s.safetensors" step
+    "$hodu" "$here/train.hodu" "$tmp/w1s.safetensors" step || fail "a compiled step on one process"
+    for w in w2 w4 w2c w2s w4s w1s; do
         "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/$w.safetensors" ||
             fail "$w against one process"
     done
@@ -88,8 +91,11 @@ train)
     "$hodu" "$here/dp_strategy.hodu" "$tmp/s1" || fail "dp_strategy on one process"
     run 2 "$here/dp_strategy.hodu" "$tmp/s2"
     run 4 "$here/dp_strategy.hodu" "$tmp/s4"
+    # a compiled step under the strategy: as the eager steps
+    "$hodu" "$here/compare.hodu" "$tmp/s1adam.safetensors" "$tmp/s1adamc.safetensors" ||
+        fail "a compiled step against eager steps"
     for w in s2 s4; do
-        for opt in true false; do
+        for opt in adam lbfgs adamc; do
             "$hodu" "$here/compare.hodu" "$tmp/s1$opt.safetensors" "$tmp/$w$opt.safetensors" ||
                 fail "$w ($opt) against one process"
         done
@@ -111,11 +117,18 @@ print("rank 0 went on")'
     HODU_DIST_TIMEOUT=2 expect_error 2 "no answer from the other ranks within 2 s" -e 'import dist
 dist.init()
 if dist.rank() == 0 { dist.all_reduce(tensor([1.0])) } else { dist.recv(tensor([1.0]), 0) }'
-    # the averaging after backward() refuses to be traced, with the way out
-    expect_error 2 "compile the forward pass and the loss" -e 'import dist
+    # a compiled step where a parameter has no gradient: refused, with the way out
+    expect_error 2 "has no gradient in this compiled step" -e 'import dist
 import nn
 dist.init()
-let model = nn.DataParallel(nn.Linear(3, 2))
+class Two {
+    fn init(self) {
+        self.a = nn.Linear(3, 2)
+        self.b = nn.Linear(3, 2)
+    }
+    fn forward(self, x) { return self.a(x) }
+}
+let model = nn.DataParallel(Two())
 compiled fn step(x) { model(x).sum().backward() }
 step(randn([4, 3]))'
     ;;

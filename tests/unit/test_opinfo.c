@@ -198,6 +198,7 @@ static const struct {
     const char *where;
 } opinfo_elsewhere[] = {
     {HD_OP_POLYGAMMA, "test_special (an order argument)"},
+    {HD_OP_ALL_REDUCE, "tests/dist (1, 2 and 4 ranks, every dtype, against the definition)"},
     {HD_OP_NOT, "test_elementwise (bool only)"},
     {HD_OP_CAST, "test_elementwise (every pair of dtypes)"},
     {HD_OP_WHERE, "test_elementwise (three inputs), test_gradcheck"},
