@@ -1110,6 +1110,10 @@ void cp_opts_default(hd_vm *vm, cp_opts *o) {
     o->no_fuse = !vm->strategy.cur.fusion;
     o->knobs = (hd_strategy_accum_steps(vm) * 4099 + hd_strategy_checkpoint_interval(vm)) * 2 +
                vm->ctx.autocast;
+    /* averaging over the ranks: by the optimizers, or after backward() */
+    int hooks = vm->backward_hooks.type == HD_V_LIST ? (int)hd_as_list(vm->backward_hooks)->len : 0;
+    unsigned k = (unsigned)o->knobs * 16777619u ^ (unsigned)hd_strategy_dist_data(vm) * 2654435761u;
+    o->knobs = (int)(k ^ (unsigned)hooks * 40503u);
 }
 
 /* One tensor's vote for where the code runs: the first device seen, or

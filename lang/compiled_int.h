@@ -158,8 +158,7 @@ hd_status cp_snapshot_take(cp_snapshot *sn, hd_vm *vm, const cp_scan *pre, const
 void cp_snapshot_restore(cp_snapshot *sn);
 /* Whether the list, dict or object of scan node `node` held obj at index i
  * (name NULL) or key name when the snapshot was taken. */
-int cp_snapshot_held(const cp_snapshot *sn, int node, const char *name, int64_t i,
-                     const void *obj);
+int cp_snapshot_held(const cp_snapshot *sn, int node, const char *name, int64_t i, const void *obj);
 /* The body stored to a place: the list item i or the dict entry or field
  * name of scan node `node`'s container (cell: the captured variable of
  * node's cell), or a module's global or the frame's slot at p. Its value
@@ -198,11 +197,11 @@ typedef struct cp_guard {
     cp_path path;
     cp_guard_kind kind;
     hd_vtype type;
-    hd_value v;   /* VALUE, IDENTITY: held */
-    int64_t len;  /* ITEMS: the length; TENSOR: requires_grad */
+    hd_value v;     /* VALUE, IDENTITY: held */
+    int64_t len;    /* ITEMS: the length; TENSOR: requires_grad */
     uint64_t items; /* ITEMS: the hash */
-    cp_path same; /* TENSOR read through a second path: the tensor must still be the
-                     one at this (its first) path, as the graph assumes (nsteps -1: none) */
+    cp_path same;   /* TENSOR read through a second path: the tensor must still be the
+                       one at this (its first) path, as the graph assumes (nsteps -1: none) */
 } cp_guard;
 
 /* A guard for value v found at path (taken). */
@@ -217,9 +216,9 @@ void cp_value_brief(hd_value v, char *buf, size_t n);
 /* ---- compiled code's caches, entries and traces (compiled.c) ---- */
 
 /* Compiles per body before new keys run eagerly, and entries kept. */
-#define CP_MAX_COMPILES 8
+#define CP_MAX_COMPILES      8
 #define CP_MAX_LAZY_COMPILES 3 /* a plain function under a lazy strategy */
-#define CP_MAX_ENTRIES  8
+#define CP_MAX_ENTRIES       8
 
 /* ---- entries ---- */
 
@@ -352,7 +351,8 @@ typedef struct cp_opts {
     int chosen;     /* the compiler was named (an option, HODU_COMPILER) */
     int device_set; /* the device was named (an option, the default device) */
     int no_fuse;    /* the strategy's fusion is off */
-    int knobs;      /* what the strategy lets a trace read (optimizer steps, checkpointing) */
+    int knobs; /* what the strategy lets a trace read (optimizer steps, checkpointing, averaging
+                * over the ranks), and the functions backward() runs after it (a hash) */
 } cp_opts;
 
 /* A captured tensor with data. */

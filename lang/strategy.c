@@ -409,6 +409,10 @@ void hd_strategy_exit(hd_vm *vm, void *state) {
     hd_ctx_free(&vm->ctx, sv, sizeof *sv);
 }
 
+int hd_strategy_dist_data(const hd_vm *vm) {
+    return vm->strategy.cur.parallelism == HD_PAR_DATA && hd_dist_size() > 1;
+}
+
 int hd_strategy_accum_steps(const hd_vm *vm) {
     const hd_strategy *s = &vm->strategy.cur;
     return s->gradient == HD_GRADS_ACCUMULATED ? s->steps : 1;
@@ -495,9 +499,8 @@ static hd_status ints_list(hd_vm *vm, const int64_t *v, int n, hd_value *out) {
  * read at every step. */
 static HD_TF_FN(tf_strategy_knobs) {
     HD_TARGS_BIND(a); /* (none) */
-    const hd_strategy *s = &vm->strategy.cur;
     int64_t v[3] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm),
-                    s->parallelism == HD_PAR_DATA && hd_dist_size() > 1};
+                    hd_strategy_dist_data(vm)};
     return ints_list(vm, v, 3, out);
 }
 

@@ -51,6 +51,9 @@ hd_status hd_strategy_enter(struct hd_vm *vm, const hd_value *arg, void **state)
 void hd_strategy_exit(struct hd_vm *vm, void *state);
 /* Optimizer steps between updates (accumulated), else 1. */
 int hd_strategy_accum_steps(const struct hd_vm *vm);
+/* 1 when optimizers average gradients over the ranks (data_parallel in a
+ * run of several ranks). */
+int hd_strategy_dist_data(const struct hd_vm *vm);
 /* Layers per checkpointed segment: 0 (off), or n; minimal_peak memory
  * with full gradients asks for -1 (the square root of the layer count). */
 int hd_strategy_checkpoint_interval(const struct hd_vm *vm);
