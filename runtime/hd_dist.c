@@ -183,7 +183,8 @@ static void *watch_main(void *arg) {
                 "dist.init(timeout =) sets the wait); stopping every rank\n",
                 hd_dist_rank(), hd_dist_size(), atomic_load(&watch_what), dist_timeout);
         fflush(stderr);
-        _exit(1); /* mpirun stops the other ranks */
+        fflush(stdout); /* what the rank printed before it waited */
+        _exit(1);       /* mpirun stops the other ranks */
     }
     return NULL;
 }
@@ -250,6 +251,11 @@ int hd_dist_barrier(char *err, size_t n) {
 int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, char *err, size_t n) {
     if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
     if (need_open("dist.all_reduce", err, n)) return -1;
+    if ((unsigned)dt >= HD_DTYPE_COUNT || !mpi.dtype[dt] || (unsigned)op > HD_DIST_MIN) {
+        snprintf(err, n, "dist.all_reduce: no MPI reduction for %s (f16 and bf16 go through f32)",
+                 (unsigned)dt < HD_DTYPE_COUNT ? hd_dtype_name(dt) : "this dtype");
+        return -1;
+    }
     mpi_h type = mpi.dtype[dt], mop = mpi.op[op];
     if (dt == HD_BOOL)
         mop = mpi.op[op == HD_DIST_SUM || op == HD_DIST_MAX ? HD_DIST_MAX : HD_DIST_MIN];

@@ -114,9 +114,12 @@ dist.all_reduce(tensor([1.0]))
 print("rank 0 went on")'
     grep -q "rank 0 went on" "$tmp/out" && fail "rank 0 went on"
     # ranks that wait for each other in different calls: a timeout, not a hang
+    # (what a rank printed before it waited is not lost)
     HODU_DIST_TIMEOUT=2 expect_error 2 "no answer from the other ranks within 2 s" -e 'import dist
 dist.init()
+print("rank " + str(dist.rank()) + " printed before the wait", end = "")
 if dist.rank() == 0 { dist.all_reduce(tensor([1.0])) } else { dist.recv(tensor([1.0]), 0) }'
+    grep -q "printed before the wait" "$tmp/out" || fail "the ranks' output was lost"
     # a compiled step where a parameter has no gradient: refused, with the way out
     expect_error 2 "has no gradient in this compiled step" -e 'import dist
 import nn
