@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Execution strategies: checkpointing's peak memory and time on a 32-layer
-# MLP (two shapes), the profiler's cost per eager op, and modes "hybrid"
-# and "lazy" against eager and compiled code.
+# MLP (two shapes), the profiler's cost per eager op, modes "hybrid" and
+# "lazy" against eager and compiled code, and memory "cached" (the memo)
+# against "pooled".
 # Usage: bench/bench_strategy.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,3 +14,5 @@ echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/hodu" bench/strategy/checkpoint_mlp.hodu 1024 128 512
 "$build/hodu" bench/strategy/profile_overhead.hodu
 "$build/hodu" bench/strategy/lazy_chain.hodu
+"$build/hodu" bench/strategy/memo.hodu 128 256
+"$build/hodu" bench/strategy/memo.hodu 64 512

@@ -6,6 +6,7 @@
  * into its calls and its errors into errors at the user's line. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
+#include "hd_memo.h"
 #include "compiled.h"
 #include "eval.h"
 #include "vm_internal.h"
@@ -123,6 +124,12 @@ static hd_status stat_set(hd_vm *vm, hd_value d, const char *k, int64_t v) {
     return hd_dict_set(vm, d, k, hd_int(v));
 }
 
+static uint64_t memo_hits(const hd_ctx *ctx) {
+    uint64_t hits, misses;
+    hd_memo_counts(ctx, &hits, &misses);
+    return hits;
+}
+
 static HD_TF_FN(tf_memory_stats) {
     HD_TARGS_BIND(a); /* (none) */
     hd_ctx *ctx = hd_vm_ctx(vm);
@@ -131,6 +138,8 @@ static HD_TF_FN(tf_memory_stats) {
     if (stat_set(vm, d, "used", (int64_t)ctx->mem_used) ||
         stat_set(vm, d, "peak", (int64_t)ctx->mem_peak) ||
         stat_set(vm, d, "cached", (int64_t)ctx->cache_bytes) ||
+        stat_set(vm, d, "memo", (int64_t)hd_memo_bytes(ctx)) ||
+        stat_set(vm, d, "memo_hits", (int64_t)memo_hits(ctx)) ||
         stat_set(vm, d, "records", (int64_t)hd_grad_record_count(ctx))) {
         hd_value_unref(vm, d);
         return HD_ERR_MEMORY;

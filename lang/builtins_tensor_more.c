@@ -1,8 +1,9 @@
 /* Tensor functions built from the op table's ops, so each has gradients,
  * runs on every device and compiles as its parts do: isnan, isinf,
  * isfinite, nan_to_num, any, all, tril, triu, flip, roll, tile (and
- * x.repeat), norm. Index tensors and masks they need are made on the host
- * from shapes alone (constants of a trace) and moved to x's device. */
+ * x.repeat), norm. Index tensors they need are made on the host from
+ * shapes alone (constants of a trace) and moved to x's device; tril's and
+ * triu's masks are made by ops on x's device. */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 
@@ -189,24 +190,59 @@ hd_status hd_tensor_any_value(hd_vm *vm, hd_tensor *x, hd_value *out) {
 
 /* ---- tril, triu ---- */
 
+/* arange(n) (i64) on the current creation device */
+static hd_status more_arange(hd_vm *vm, int64_t n, hd_tensor **out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.scalar[1] = (double)n;
+    at.scalar[2] = 1;
+    at.dtype = HD_I64;
+    return hd_trun_t(vm, NULL, HD_OP_ARANGE, NULL, 0, &at, out);
+}
+
+/* The [rows, cols] mask of j - i <= k (lower) or j - i >= k, made by ops
+ * on x's device: no host data, so a trace folds it to a constant and
+ * memory "cached" keeps it. */
+static hd_status more_tri_mask(hd_vm *vm, const hd_tensor *x, const int64_t *shape, int64_t k,
+                               int lower, hd_tensor **out) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_place here = hd_place_of(x);
+    hd_place prev = hd_place_push(ctx, here.backend ? here.backend : &hd_cpu_backend, here.device);
+    hd_tensor *rows = NULL, *col = NULL, *cols = NULL, *d = NULL;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2;
+    at.shape[0] = shape[0];
+    at.shape[1] = 1;
+    hd_status st = more_arange(vm, shape[0], &rows);
+    if (!st) st = more_op1(vm, NULL, HD_OP_RESHAPE, rows, &at, &col);
+    if (!st) st = more_arange(vm, shape[1], &cols);
+    if (!st) st = more_op2(vm, NULL, HD_OP_SUB, cols, col, &d);
+    /* an i64 number, so d stays i64; a k past every j - i means the same
+     * clamped, and then converts exactly */
+    k = HD_MAX(-shape[0] - 1, HD_MIN(k, shape[1] + 1));
+    hd_tensor *kn = st ? NULL : hd_tensor_number(ctx, HD_I64, (double)k);
+    if (!st && !kn) st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+    if (!st) st = more_op2(vm, NULL, lower ? HD_OP_LE : HD_OP_GE, d, kn, out);
+    hd_tensor_unref(kn);
+    hd_place_pop(ctx, prev);
+    hd_tensor_unref(rows);
+    hd_tensor_unref(col);
+    hd_tensor_unref(cols);
+    hd_tensor_unref(d);
+    return st;
+}
+
 /* where(mask, x, 0) with the [rows, cols] mask of j - i <= k (tril) or
  * j - i >= k (triu), over x's last two dims */
 static HD_TF_FN(tf_tri) {
     HD_TARGS_BIND(a); /* x, diagonal= */
     int lower = a.f->op == HD_OP_LE;
     int64_t k;
-    hd_tensor *x = NULL, *m = NULL, *dm = NULL, *r = NULL, *zero = NULL;
+    hd_tensor *x = NULL, *dm = NULL, *r = NULL, *zero = NULL;
     if (hd_targ_int(vm, &a, 1, 0, &k) || more_tensor(vm, &a, 0, 2, &x)) return HD_ERR_RUNTIME;
     int64_t shape[2] = {x->shape[x->ndim - 2], x->shape[x->ndim - 1]};
-    if (!(m = hd_tensor_new(hd_vm_ctx(vm), HD_BOOL, shape, 2))) {
-        hd_tensor_unref(x);
-        return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    }
-    unsigned char *p = m->storage->data;
-    for (int64_t i = 0; i < shape[0]; i++)
-        for (int64_t j = 0; j < shape[1]; j++)
-            p[i * shape[1] + j] = lower ? j - i <= k : j - i >= k;
-    hd_status st = more_place(vm, m, x, &dm);
+    hd_status st = more_tri_mask(vm, x, shape, k, lower, &dm);
     if (!st && !(zero = hd_tensor_number(hd_vm_ctx(vm), HD_I64, 0)))
         st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     hd_tensor *in[3] = {dm, x, zero};

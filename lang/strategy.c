@@ -35,6 +35,7 @@
 #include "hd_autograd.h"
 #include "hd_backend.h"
 #include "hd_dist.h"
+#include "hd_memo.h"
 #include "hd_profile.h"
 #include "vm_internal.h"
 
@@ -273,7 +274,6 @@ fail:
 /* ---- applying ---- */
 
 enum {
-    NOTE_CACHED = 4,
     NOTE_MODEL = 16,
     NOTE_RANKS = 32,
 };
@@ -287,9 +287,6 @@ static void note_once(hd_vm *vm, unsigned bit, const char *fmt, const char *what
 }
 
 static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
-    if (s->memory == HD_MEM_CACHED)
-        note_once(vm, NOTE_CACHED, "memory \"%s\" is not available yet: it runs as \"pooled\"",
-                  "cached");
     if (s->parallelism == HD_PAR_DATA && hd_dist_size() > 1 && s->workers != hd_dist_size()) {
         char what[96];
         snprintf(what, sizeof what, "the %d ranks of this run, not %d workers", hd_dist_size(),
@@ -346,6 +343,7 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
+    hd_memo_set(ctx, s->memory == HD_MEM_CACHED);
     ctx->autocast = s->precision == HD_PREC_MIXED  ? HD_AUTOCAST_MIXED
                     : s->precision == HD_PREC_FULL ? HD_AUTOCAST_FULL
                     : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
@@ -532,6 +530,7 @@ static HD_TF_FN(tf_get_num_threads) {
 /* empty_cache(): give the block cache's memory back. */
 static HD_TF_FN(tf_empty_cache) {
     HD_TARGS_BIND(a); /* (none) */
+    hd_memo_clear(&vm->ctx);
     hd_ctx_trim(&vm->ctx);
     return HD_OK;
 }

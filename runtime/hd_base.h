@@ -102,6 +102,7 @@ typedef struct hd_ctx {
     uint64_t grad_ids;       /* last id given to a gradient context or a backward pass */
     uint64_t grad_seq;       /* records made so far (hd_grad_node.seq) */
     struct hd_profile *prof; /* the profiler (hd_profile.h), or NULL */
+    struct hd_memo *memo;    /* memory "cached": results kept (hd_memo.h), or NULL */
     int autocast;            /* HD_AUTOCAST_*: the precision ops run in (hd_op.c) */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;

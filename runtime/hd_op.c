@@ -2,6 +2,7 @@
 #include "hd_op.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
+#include "hd_memo.h"
 #include "hd_profile.h"
 #include "hd_trace.h"
 
@@ -363,6 +364,14 @@ static hd_status op_run_timed(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int n
     return op_run(ctx, op, in, nin, attrs, out);
 }
 
+/* An op computed, timed when the profiler is on. */
+static hd_status op_dispatch(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
+                             const hd_attrs *attrs, hd_tensor **out) {
+    if (__builtin_expect(ctx->prof != NULL, 0))
+        return hd_profile_op(ctx, op_run_timed, op, in, nin, attrs, out);
+    return op_run(ctx, op, in, nin, attrs, out);
+}
+
 /* A strategy's precision (hd_ctx.autocast).
  *  - MIXED (as torch.autocast): a matmul or conv2d whose float inputs are
  *    all f32 runs on bf16 copies of them, and its result is cast back to
@@ -443,9 +452,9 @@ hd_status hd_op_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin, const 
         *out = NULL;
         return autocast_run(ctx, op, in, nin, attrs, out);
     }
-    if (__builtin_expect(ctx->prof != NULL, 0))
-        return hd_profile_op(ctx, op_run_timed, op, in, nin, attrs, out);
-    return op_run(ctx, op, in, nin, attrs, out);
+    if (__builtin_expect(ctx->memo != NULL, 0))
+        return hd_memo_run(ctx, op, in, nin, attrs, out, op_dispatch);
+    return op_dispatch(ctx, op, in, nin, attrs, out);
 }
 
 hd_status hd_op_unary(hd_ctx *ctx, hd_op op, hd_tensor *a, hd_tensor **out) {

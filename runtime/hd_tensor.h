@@ -21,6 +21,8 @@ typedef struct hd_storage {
     size_t nbytes;
     void *data;
     uint64_t version; /* bumped by every in-place write */
+    uint64_t uid;     /* an id unique in the process, 0 until the memo asks (hd_memo.c) */
+    int memo;         /* a result the memo keeps (hd_memo.h) */
     const struct hd_backend *backend;
     hd_ctx *ctx; /* the context whose allocator owns this storage */
 } hd_storage;

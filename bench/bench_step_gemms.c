@@ -1,0 +1,122 @@
+/* How far the training step of bench/train/mlp_step.hodu (MLP
+ * 512-256-128-2, batch 64, SGD) can go on one core: its seven products,
+ * with the shapes and transpositions the step passes to sgemm, timed
+ * through OpenBLAS alone (no Hodu), beside this core's f32 FMA peak (a
+ * loop of independent 8-wide FMAs). The step cannot take less than its
+ * products' time at that peak; bench/bench_train_step.sh times the step.
+ * Best of 9 rounds. Usage: bench_step_gemms (one thread: run it with
+ * OPENBLAS_NUM_THREADS=1). */
+#include "hd_base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#if defined(HODU_HAVE_BLAS) && (defined(__x86_64__) || defined(__i386__))
+#include <cblas.h>
+#include <immintrin.h>
+
+static double step_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds for n rounds of 12 independent 8-wide FMA chains (16 FLOPs
+ * each), best of 9. */
+__attribute__((target("avx2,fma"))) static double step_fma_seconds(long n, float *sink) {
+    double best = 1e9;
+    for (int r = 0; r < 9; r++) {
+        __m256 acc[12], m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+        double t = step_now();
+        for (long k = 0; k < n; k++)
+            for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+        t = step_now() - t;
+        if (t < best) best = t;
+        for (int i = 0; i < 12; i++) {
+            float v[8];
+            _mm256_storeu_ps(v, acc[i]);
+            *sink += v[0];
+        }
+    }
+    return best;
+}
+
+typedef struct step_gemm {
+    int ta, tb, m, n, k;
+    const char *what;
+} step_gemm;
+
+static const step_gemm step_gemms[] = {
+    {0, 1, 64, 256, 512, "layer 1: x @ W1^T"},
+    {0, 1, 64, 128, 256, "layer 2: h1 @ W2^T"},
+    {0, 1, 64, 2, 128, "layer 3: h2 @ W3^T"},
+    {0, 0, 64, 128, 2, "dh2 = dz3 @ W3"},
+    {0, 0, 64, 256, 128, "dh1 = dz2 @ W2"},
+    {1, 0, 128, 256, 64, "dW2 = dz2^T @ h1"},
+    {1, 0, 256, 512, 64, "dW1 = dz1^T @ x"},
+};
+#define STEP_NGEMMS ((int)(sizeof step_gemms / sizeof step_gemms[0]))
+
+static float *step_rand(long n) {
+    float *p = malloc((size_t)n * sizeof *p);
+    for (long i = 0; p && i < n; i++) p[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    return p;
+}
+
+/* Seconds for one product, best of 9 rounds of reps calls. */
+static double step_gemm_seconds(const step_gemm *g) {
+    float *a = step_rand((long)g->m * g->k), *b = step_rand((long)g->k * g->n);
+    float *c = malloc((size_t)g->m * (size_t)g->n * sizeof *c);
+    if (!a || !b || !c) {
+        fprintf(stderr, "bench_step_gemms: out of memory\n");
+        exit(1);
+    }
+    int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+    double flops = 2.0 * g->m * g->n * g->k, best = 1e9;
+    int reps = (int)(2e8 / flops) + 1;
+    for (int r = 0; r < 9; r++) {
+        double t = step_now();
+        for (int i = 0; i < reps; i++)
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                        0.0f, c, g->n);
+        t = (step_now() - t) / reps;
+        if (t < best) best = t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+int main(void) {
+    float sink = 0;
+    long n = 20000000;
+    double peak = 12.0 * 16.0 * (double)n / step_fma_seconds(n, &sink);
+    printf("f32 FMA peak, one core: %.1f GFLOP/s%s\n", peak * 1e-9, sink == 12345 ? " " : "");
+    double total = 0, flops = 0;
+    for (int i = 0; i < STEP_NGEMMS; i++) {
+        const step_gemm *g = &step_gemms[i];
+        double t = step_gemm_seconds(g), f = 2.0 * g->m * g->n * g->k;
+        total += t;
+        flops += f;
+        printf("  %-20s %c%c %4d x %4d x %4d: %8.1f us, %5.1f GFLOP/s (%3.0f%% of peak)\n",
+               g->what, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, t * 1e6,
+               f / t * 1e-9, 100.0 * f / t / peak);
+    }
+    printf("the step's products: %.2f MFLOP, %.1f us through OpenBLAS (%.0f%% of peak); %.1f us "
+           "at the peak\n",
+           flops * 1e-6, total * 1e6, 100.0 * flops / total / peak, flops / peak * 1e6);
+    return 0;
+}
+
+#else
+
+int main(void) {
+    printf("bench_step_gemms: needs OpenBLAS and an x86 CPU\n");
+    return 0;
+}
+
+#endif
