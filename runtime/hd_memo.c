@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define MEMO_IN    HD_OP_MAX_IN
-#define MEMO_HEADS 512  /* hash chains */
+#define MEMO_HEADS 512 /* hash chains */
 #define MEMO_SEEN  256 /* keys seen once, by hash: sets of MEMO_WAYS, newest first */
 #define MEMO_WAYS  4
 
@@ -241,9 +241,9 @@ static int key_equal(const memo_key *a, const memo_key *b) {
 static int entry_intact(const memo_entry *e) {
     const hd_tensor *t = e->out;
     return t->storage && t->storage->uid == e->uid && t->storage->version == e->version &&
-           !t->grad_info &&
-           (int)t->dtype == e->dtype && t->ndim == e->ndim && t->number == e->number &&
-           t->offset == e->offset && !memcmp(t->shape, e->shape, sizeof e->shape) &&
+           !t->grad_info && (int)t->dtype == e->dtype && t->ndim == e->ndim &&
+           t->number == e->number && t->offset == e->offset &&
+           !memcmp(t->shape, e->shape, sizeof e->shape) &&
            !memcmp(t->strides, e->strides, sizeof e->strides);
 }
 
