@@ -871,8 +871,19 @@ static LLVMValueRef gelu_bwd(hd_llvm_gen *G, LLVMValueRef x, LLVMValueRef g) {
     return f64 ? r : LLVMBuildFPTrunc(B, r, VT(f32), "");
 }
 
+/* cpu_grad's tanh_bwd and sigmoid_bwd from the result y: the same
+ * operations in the same order, each rounded (no contraction). */
+static LLVMValueRef act_bwd(hd_llvm_gen *G, hd_op op, LLVMValueRef y, LLVMValueRef g) {
+    LLVMValueRef one = fconst(LLVMTypeOf(y), 1.0);
+    if (op == HD_OP_TANH_BWD)
+        return LLVMBuildFMul(B, g, LLVMBuildFSub(B, one, LLVMBuildFMul(B, y, y, ""), ""), "");
+    return LLVMBuildFMul(B, g, LLVMBuildFMul(B, y, LLVMBuildFSub(B, one, y, ""), ""), "");
+}
+
 LLVMValueRef hd_llvm_emit_node(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRef *args) {
     if (n->op == HD_OP_GELU_BWD) return gelu_bwd(G, args[0], args[1]);
+    if (n->op == HD_OP_TANH_BWD || n->op == HD_OP_SIGMOID_BWD)
+        return act_bwd(G, n->op, args[0], args[1]);
     const hd_ir_graph *g = G->plan->g;
     hd_dtype dt = g->values[n->in[0]].dtype, od = g->values[n->out].dtype;
     int fl = hd_dtype_is_float(dt);

@@ -9,13 +9,14 @@ int hd_pass_op_is_random(const hd_ir_node *n) {
            (n->op == HD_OP_DROPOUT && n->attrs.ints[0] != 0);
 }
 
-/* gelu_bwd, a gradient kernel, is elementwise too: training graphs fuse
- * it with the ops around it. */
+/* gelu_bwd, tanh_bwd and sigmoid_bwd, gradient kernels, are elementwise
+ * too: training graphs fuse them with the ops around them. */
 int hd_pass_op_is_elementwise(int op) {
     if (op < 0 || op >= HD_OP_COUNT) return 0;
     hd_op_kind k = hd_op_infos[op].kind;
     return k == HD_KIND_UNARY || k == HD_KIND_BINARY || k == HD_KIND_COMPARE ||
-           k == HD_KIND_TERNARY || op == HD_OP_GELU_BWD;
+           k == HD_KIND_TERNARY || op == HD_OP_GELU_BWD || op == HD_OP_TANH_BWD ||
+           op == HD_OP_SIGMOID_BWD;
 }
 
 hd_status hd_pass_map_init(hd_pass_map *m, hd_ir_graph *g) {

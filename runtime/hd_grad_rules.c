@@ -190,16 +190,29 @@ RULE(cos, SAVE_X) {
     gin[0] = hd_gx_out(x, neg(x, mul(x, g, un(x, HD_OP_SIN, IN(0)))));
 }
 
+/* tanh_bwd and sigmoid_bwd compute these compositions in one pass with
+ * the same bits, for the dtypes their kernels have (f16 and bf16 round
+ * after each op, so they keep the composition) */
+static int act_bwd_fused(const hd_tensor *y, const hd_tensor *g) {
+    return y && g && y->dtype == g->dtype && (y->dtype == HD_F32 || y->dtype == HD_F64);
+}
+
 RULE(tanh, SAVE_Y) {
     UNUSED_RULE_ARGS();
     hd_tensor *y = OUT;
-    gin[0] = hd_gx_out(x, mul(x, g, sub(x, num(x, 1), mul(x, y, y))));
+    if (act_bwd_fused(y, g))
+        gin[0] = hd_gx_out(x, bin(x, HD_OP_TANH_BWD, y, g));
+    else
+        gin[0] = hd_gx_out(x, mul(x, g, sub(x, num(x, 1), mul(x, y, y))));
 }
 
 RULE(sigmoid, SAVE_Y) {
     UNUSED_RULE_ARGS();
     hd_tensor *y = OUT;
-    gin[0] = hd_gx_out(x, mul(x, g, mul(x, y, sub(x, num(x, 1), y))));
+    if (act_bwd_fused(y, g))
+        gin[0] = hd_gx_out(x, bin(x, HD_OP_SIGMOID_BWD, y, g));
+    else
+        gin[0] = hd_gx_out(x, mul(x, g, mul(x, y, sub(x, num(x, 1), y))));
 }
 
 /* no gradient where the output is 0 (x <= 0), as torch */

@@ -65,6 +65,23 @@ RULE(gelu_bwd, SAVE_X | HD_GRAD_SAVE_IN(1)) {
     }
 }
 
+/* out = g (1 - y^2): d/dg = h (1 - y^2) (the kernel), d/dy = -2 h g y */
+RULE(tanh_bwd, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *y = IN(0);
+    if (need[1]) gin[1] = hd_gx_out(x, bin(x, HD_OP_TANH_BWD, y, g));
+    if (need[0]) gin[0] = hd_gx_out(x, mul(x, mul(x, g, IN(1)), mul(x, y, hd_gx_num(x, -2.0))));
+}
+
+/* out = g y (1 - y): d/dg = h y (1 - y) (the kernel), d/dy = h g (1 - 2 y) */
+RULE(sigmoid_bwd, SAVE_X | HD_GRAD_SAVE_IN(1)) {
+    hd_tensor *y = IN(0);
+    if (need[1]) gin[1] = hd_gx_out(x, bin(x, HD_OP_SIGMOID_BWD, y, g));
+    if (need[0]) {
+        hd_tensor *d = sub(x, hd_gx_num(x, 1.0), mul(x, y, hd_gx_num(x, 2.0)));
+        gin[0] = hd_gx_out(x, mul(x, mul(x, g, IN(1)), d));
+    }
+}
+
 /* out = g0 (softmax(z) - onehot) / N for logits z [N, C] (or [C], N = 1)
  * and a 0-d g0: d/dg0 = sum(h (softmax(z) - onehot)) / N,
  * d/dz = g0 / N softmax_bwd(softmax(z), h) */

@@ -127,17 +127,17 @@ static hd_status grad_index_make(hd_ctx *ctx, const hd_tensor *out, const hd_ten
     return HD_OK;
 }
 
-#define GR_T    float
-#define GR_S    f32
-#define GR_F64  0
+#define GR_T   float
+#define GR_S   f32
+#define GR_F64 0
 #include "cpu_grad_tmpl.h"
 #undef GR_T
 #undef GR_S
 #undef GR_F64
 
-#define GR_T    double
-#define GR_S    f64
-#define GR_F64  1
+#define GR_T   double
+#define GR_S   f64
+#define GR_F64 1
 #include "cpu_grad_tmpl.h"
 #undef GR_T
 #undef GR_S
@@ -168,6 +168,8 @@ hd_status hd_cpu_grad(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *i
     int f64 = out->dtype == HD_F64;
     switch (op) {
     case HD_OP_GELU_BWD:
+    case HD_OP_TANH_BWD:
+    case HD_OP_SIGMOID_BWD:
     case HD_OP_DROPOUT_BWD:
     case HD_OP_SOFTMAX_BWD:
     case HD_OP_LOG_SOFTMAX_BWD: return GR_CALL(f64, run_like, ctx, op, out, in, nin, attrs);

@@ -65,6 +65,27 @@ static void GR_FN(gelu_bwd)(const GR_T *x, const GR_T *g, GR_T *out, int64_t n, 
     }
 }
 
+/* tanh' and sigmoid' from the result y, operation for operation as the
+ * compositions they replace (each product and difference rounded to GR_T),
+ * so the gradients keep their bits with one pass and no temporaries */
+static void GR_FN(tanh_bwd)(const GR_T *y, const GR_T *g, GR_T *out, int64_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) if (n >= CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        GR_T yy = y[i] * y[i];
+        GR_T d = (GR_T)1 - yy;
+        out[i] = g[i] * d;
+    }
+}
+
+static void GR_FN(sigmoid_bwd)(const GR_T *y, const GR_T *g, GR_T *out, int64_t n, int nt) {
+#pragma omp parallel for simd num_threads(nt) if (n >= CPU_PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        GR_T d = (GR_T)1 - y[i];
+        GR_T s = y[i] * d;
+        out[i] = g[i] * s;
+    }
+}
+
 /* Element i was dropped when the i-th uniform of the forward's draw is
  * below p (the dropout kernel's rule: elements 2j and 2j + 1 use block
  * base + j); kept ones scale by 1 / (1 - p). */
@@ -374,6 +395,8 @@ static hd_status GR_FN(run_like)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tenso
         grad_axis ax;
         switch (op) {
         case HD_OP_GELU_BWD: GR_FN(gelu_bwd)(a, b, o, out->numel, nt); break;
+        case HD_OP_TANH_BWD: GR_FN(tanh_bwd)(a, b, o, out->numel, nt); break;
+        case HD_OP_SIGMOID_BWD: GR_FN(sigmoid_bwd)(a, b, o, out->numel, nt); break;
         case HD_OP_DROPOUT_BWD:
             GR_FN(dropout_bwd)
             (a, o, out->numel, attrs->scalar[0], (uint64_t)attrs->ints[1], (uint64_t)attrs->ints[2],

@@ -173,6 +173,10 @@ static const cu_binary cu_binaries[] = {
      "b * ((C)0.5 * h_erfc(-a * (C)0.70710678118654752440) + a * (C)0.39894228040143267794 * "
      "h_exp((C)-0.5 * a * a))",
      NULL, NULL, NULL},
+    /* tanh' and sigmoid' from the result y = a, times g = b (f32/f64; no
+     * contraction: --fmad=false) */
+    {HD_OP_TANH_BWD, "b * ((C)1 - a * a)", NULL, NULL, NULL},
+    {HD_OP_SIGMOID_BWD, "b * (a * ((C)1 - a))", NULL, NULL, NULL},
 };
 
 static const char *pick_expr(const char *f, const char *si, const char *u8, const char *b,

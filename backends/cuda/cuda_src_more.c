@@ -907,6 +907,8 @@ int hd_cuda_op_generated(hd_op op) {
     case HD_OP_DROPOUT:
     case HD_OP_DROPOUT_BWD:
     case HD_OP_GELU_BWD:
+    case HD_OP_TANH_BWD:
+    case HD_OP_SIGMOID_BWD:
     case HD_OP_LAYER_NORM:
     case HD_OP_LAYER_NORM_BWD:
     case HD_OP_ARGSORT:

@@ -236,13 +236,14 @@ static void test_casts_and_where(hd_ctx *ctx) {
     }
 }
 
-/* gelu_bwd (a gradient kernel, elementwise) fused with its neighbours:
- * gelu_bwd(x * 2, g) + x, one generated loop, the eager bits. */
-static hd_status gelu_bwd_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
-    HD_UNUSED(ud);
+/* gelu_bwd, tanh_bwd, sigmoid_bwd (gradient kernels, elementwise) fused
+ * with their neighbours: op(x * 2, g) + x, one generated loop, the eager
+ * bits. */
+static hd_status grad_ew_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    hd_op op = *(const hd_op *)ud;
     hd_tensor *two = hd_tensor_number(ctx, HD_F64, 2.0), *x2 = NULL, *gb = NULL;
     hd_status st = op2(ctx, HD_OP_MUL, in[0], two, &x2);
-    if (!st) st = op2(ctx, HD_OP_GELU_BWD, x2, in[1], &gb);
+    if (!st) st = op2(ctx, op, x2, in[1], &gb);
     if (!st) st = op2(ctx, HD_OP_ADD, gb, in[0], out);
     hd_tensor_unref(two);
     hd_tensor_unref(x2);
@@ -250,19 +251,21 @@ static hd_status gelu_bwd_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **ou
     return st;
 }
 
-static void test_gelu_bwd(hd_ctx *ctx) {
+static void test_grad_ew(hd_ctx *ctx) {
     static const int64_t sizes[] = {0, 1, 17, 257, 70001};
+    static hd_op ops[] = {HD_OP_GELU_BWD, HD_OP_TANH_BWD, HD_OP_SIGMOID_BWD};
     const hd_dtype dts[2] = {HD_F32, HD_F64};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes * 3; i++)
         for (int d = 0; d < 2; d++) {
-            hd_tensor *in[2] = {make(ctx, dts[d], &sizes[i], 1, 3.0),
-                                make(ctx, dts[d], &sizes[i], 1, 0.5)};
+            hd_op *op = &ops[i % 3];
+            const int64_t *n = &sizes[i / 3];
+            hd_tensor *in[2] = {make(ctx, dts[d], n, 1, 3.0), make(ctx, dts[d], n, 1, 0.5)};
             char what[64];
-            snprintf(what, sizeof what, "gelu_bwd %s [%lld]", hd_dtype_name(dts[d]),
-                     (long long)sizes[i]);
+            snprintf(what, sizeof what, "%s %s [%lld]", hd_op_name(*op), hd_dtype_name(dts[d]),
+                     (long long)*n);
             hd_jit_stats st;
-            CHECK_MSG(check_body_tol(ctx, what, gelu_bwd_body, in, 2, 1, NULL, 0, &st), "%s", what);
-            CHECK(st.fallbacks == 0 && (sizes[i] == 0 || st.kernels == 1));
+            CHECK_MSG(check_body_tol(ctx, what, grad_ew_body, in, 2, 1, op, 0, &st), "%s", what);
+            CHECK(st.fallbacks == 0 && (*n == 0 || st.kernels == 1));
             hd_tensor_unref(in[0]);
             hd_tensor_unref(in[1]);
         }
@@ -1437,7 +1440,7 @@ int main(int argc, char **argv) {
     test_binary_ops(&ctx);
     test_casts_and_where(&ctx);
     test_chain(&ctx);
-    test_gelu_bwd(&ctx);
+    test_grad_ew(&ctx);
     test_softmax_bwd(&ctx);
     test_argmax(&ctx);
     test_mse(&ctx);

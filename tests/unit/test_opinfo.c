@@ -235,6 +235,9 @@ static const struct {
     {HD_OP_CUMPROD_BWD, "test_nn (zeros in the line)"},
     {HD_OP_ATTENTION, "tests/golden/attention_fused.hodu (the formula), test_gradcheck"},
     {HD_OP_GELU_BWD, "test_gradcheck (gelu's rule, and its own)"},
+    {HD_OP_TANH_BWD, "test_gradcheck (tanh's rule, and its own), tests/golden/act_bwd.hodu (the "
+                     "composition's bits)"},
+    {HD_OP_SIGMOID_BWD, "test_gradcheck (sigmoid's rule, and its own), tests/golden/act_bwd.hodu"},
     {HD_OP_INDEX_ADD, "test_gradcheck"},
     {HD_OP_CROSS_ENTROPY_BWD, "test_gradcheck"},
     {HD_OP_CONV2D_BWD_INPUT, "test_gradcheck"},
