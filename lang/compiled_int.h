@@ -455,6 +455,17 @@ hd_status cp_session_root_guard(cp_session *s, cp_root_kind kind, int index, hd_
 hd_status cp_session_scan(cp_session *s, const cp_roots *r);
 hd_compiled_state *cp_state_of(hd_vm *vm);
 
+/* compiled.c: an entry's inputs' names and write-backs freed, an input's
+ * dtype, shape and device taken from t */
+void cp_inputs_free(hd_vm *vm, cp_input *in, int n);
+void cp_wbs_free(hd_vm *vm, cp_wb *w, int n);
+void cp_input_set_type(cp_input *in, const hd_tensor *t);
+/* compiled.c: did backward() leave a gradient on t during the trace? */
+int cp_gradded(const cp_session *s, const hd_tensor *t);
+/* compiled_session.c: the path of obj from before the call into *out (0
+ * when obj is not from before the call; 1 with *st the status of making
+ * the path) */
+int cp_session_obj_path(cp_session *s, const void *obj, cp_path *out, hd_status *st);
 /* compiled.c: the output index of a traced tensor (one per value), -1 on error */
 int cp_session_out(cp_session *s, hd_tensor *t, const char *base);
 /* compiled.c: is t a symbolic tensor of the trace in progress? */

@@ -527,7 +527,7 @@ static HD_TF_FN(tf_get_num_threads) {
     return HD_OK;
 }
 
-/* empty_cache(): give the block cache's memory back. */
+/* empty_cache(): give the block cache's memory and the memo's results back. */
 static HD_TF_FN(tf_empty_cache) {
     HD_TARGS_BIND(a); /* (none) */
     hd_memo_clear(&vm->ctx);
