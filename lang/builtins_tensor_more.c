@@ -1,7 +1,7 @@
 /* Tensor functions built from the op table's ops, so each has gradients,
  * runs on every device and compiles as its parts do: isnan, isinf,
- * isfinite, nan_to_num, any, all, tril, triu, flip, roll, tile (and
- * x.repeat), norm. Index tensors they need are made on the host from
+ * isfinite, nan_to_num, isclose, allclose, any, all, tril, triu, flip,
+ * roll, tile (and x.repeat), norm. Index tensors they need are made on the host from
  * shapes alone (constants of a trace) and moved to x's device; tril's and
  * triu's masks are made by ops on x's device. */
 #include "builtins_tensor.h"
@@ -152,6 +152,90 @@ static HD_TF_FN(tf_nan_to_num) {
         return st;
     }
     return more_value(y, out);
+}
+
+/* ---- isclose, allclose ---- */
+
+/* |a - b| <= atol + rtol |b|, or a == b (equal infinities); NaN equals
+ * NaN only with equal_nan. Bools compare equal. */
+static hd_status more_isclose(hd_vm *vm, const char *fn, hd_tensor *x, hd_tensor *y, double rtol,
+                              double atol, int equal_nan, hd_tensor **out) {
+    if (x->dtype == HD_BOOL || y->dtype == HD_BOOL) return more_op2(vm, fn, HD_OP_EQ, x, y, out);
+    hd_tensor *d = NULL, *ad = NULL, *ab = NULL, *rb = NULL, *tol = NULL, *le = NULL, *eq = NULL;
+    hd_tensor *r = NULL, *nx = NULL, *ny = NULL, *fin = NULL, *lf = NULL;
+    hd_status st = more_op2(vm, fn, HD_OP_SUB, x, y, &d);
+    if (!st) st = more_op1(vm, fn, HD_OP_ABS, d, NULL, &ad);
+    if (!st) st = more_op1(vm, fn, HD_OP_ABS, y, NULL, &ab);
+    if (!st) st = more_op_num(vm, fn, HD_OP_MUL, ab, rtol, &rb);
+    if (!st) st = more_op_num(vm, fn, HD_OP_ADD, rb, atol, &tol);
+    if (!st) st = more_op2(vm, fn, HD_OP_LE, ad, tol, &le);
+    /* an infinite difference is close only when equal (inf <= inf) */
+    if (!st) st = more_op_num(vm, fn, HD_OP_LT, ad, INFINITY, &fin);
+    hd_tensor *fin_in[3] = {fin, le, fin};
+    if (!st) st = hd_trun_t(vm, fn, HD_OP_WHERE, fin_in, 3, NULL, &lf); /* fin and le */
+    if (!st) st = more_op2(vm, fn, HD_OP_EQ, x, y, &eq);
+    hd_tensor *in[3] = {eq, eq, lf};
+    if (!st) st = hd_trun_t(vm, fn, HD_OP_WHERE, in, 3, NULL, &r); /* eq or le */
+    if (!st && equal_nan) {
+        hd_tensor *nan_in[3] = {NULL, NULL, r};
+        st = more_op2(vm, fn, HD_OP_NE, x, x, &nx);
+        if (!st) st = more_op2(vm, fn, HD_OP_NE, y, y, &ny);
+        nan_in[0] = nx, nan_in[1] = ny;
+        hd_tensor *w = NULL;
+        if (!st) st = hd_trun_t(vm, fn, HD_OP_WHERE, nan_in, 3, NULL, &w); /* x NaN: y NaN */
+        hd_tensor_unref(r);
+        r = st ? NULL : w;
+    }
+    hd_tensor *tmp[] = {d, ad, ab, rb, tol, le, eq, nx, ny, fin, lf};
+    hd_tunref_all(tmp, (int)(sizeof tmp / sizeof *tmp));
+    if (st) {
+        hd_tensor_unref(r);
+        return st;
+    }
+    *out = r;
+    return HD_OK;
+}
+
+/* isclose(a, b, rtol = 1e-5, atol = 1e-8, equal_nan = false): elementwise,
+ * as torch.isclose; allclose: all of it, a bool */
+static HD_TF_FN(tf_isclose) {
+    HD_TARGS_BIND(a); /* a, b, rtol=, atol=, equal_nan= */
+    double rtol, atol;
+    int equal_nan;
+    if (hd_targ_float(vm, &a, 2, 1e-5, &rtol) || hd_targ_float(vm, &a, 3, 1e-8, &atol) ||
+        hd_targ_bool(vm, &a, 4, 0, &equal_nan))
+        return HD_ERR_RUNTIME;
+    if (!(rtol >= 0) || !(atol >= 0))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "%s: rtol and atol must be at least 0, got rtol = %g, atol = %g",
+                           a.f->name, rtol, atol);
+    if (a.f->op == HD_OP_EQ && hd_vm_ctx(vm)->trace)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "allclose gives a bool, which compiled code knows only when it runs: "
+                           "inside compiled code use all(isclose(a, b)), a tensor");
+    hd_tensor *x = NULL, *y = NULL, *c = NULL, *n = NULL;
+    if (hd_targ_tensor(vm, &a, 0, &x)) return HD_ERR_RUNTIME;
+    if (hd_targ_tensor(vm, &a, 1, &y)) {
+        hd_tensor_unref(x);
+        return HD_ERR_RUNTIME;
+    }
+    hd_status st = more_isclose(vm, a.f->name, x, y, rtol, atol, equal_nan, &c);
+    hd_tensor_unref(x);
+    hd_tensor_unref(y);
+    if (st || a.f->op != HD_OP_EQ) return st ? st : more_value(c, out);
+    /* allclose: every element close (an empty pair is) */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *cnt = NULL;
+    hd_value v = hd_none();
+    st = more_op_num(vm, a.f->name, HD_OP_EQ, c, 0, &n);
+    if (!st) st = more_op1(vm, a.f->name, HD_OP_SUM, n, &at, &cnt);
+    if (!st) st = hd_tensor_item(vm, cnt, &v);
+    hd_tensor_unref(c);
+    hd_tensor_unref(n);
+    hd_tensor_unref(cnt);
+    if (!st) *out = hd_bool(v.type == HD_V_INT && v.as.i == 0);
+    return st;
 }
 
 /* ---- any, all ---- */
@@ -488,6 +572,8 @@ static const hd_tfunc rows[] = {
     {"tile", tf_tile, "x, *reps", -1, HD_TF_BOTH},
     {"repeat", tf_tile, "x, *reps", -1, HD_TF_METHOD},
     {"norm", tf_norm, "x, p=, axis=, keepdim=", -1, HD_TF_BOTH},
+    {"isclose", tf_isclose, "a, b, rtol=, atol=, equal_nan=", -1, HD_TF_BOTH},
+    {"allclose", tf_isclose, "a, b, rtol=, atol=, equal_nan=", HD_OP_EQ, HD_TF_BOTH},
 };
 
 const hd_tfunc_table hd_tfuncs_more = {rows, (int)(sizeof rows / sizeof rows[0])};
