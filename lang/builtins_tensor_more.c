@@ -1,9 +1,9 @@
 /* Tensor functions built from the op table's ops, so each has gradients,
  * runs on every device and compiles as its parts do: isnan, isinf,
  * isfinite, nan_to_num, isclose, allclose, any, all, tril, triu, flip,
- * roll, tile (and x.repeat), norm. Index tensors they need are made on the host from
- * shapes alone (constants of a trace) and moved to x's device; tril's and
- * triu's masks are made by ops on x's device. */
+ * roll, tile (and x.repeat), norm. The index tensors and masks they need
+ * are made by ops (arange and arithmetic) on x's device: constants of a
+ * trace, kept by memory "cached", never copied up from the host. */
 #include "builtins_tensor.h"
 #include "hd_backend.h"
 
@@ -34,37 +34,25 @@ static hd_status more_op1(hd_vm *vm, const char *fn, hd_op op, hd_tensor *a, con
     return hd_trun_t(vm, fn, op, &a, 1, at, out);
 }
 
-/* A host tensor moved to x's device (where x is not on the cpu). */
-static hd_status more_place(hd_vm *vm, hd_tensor *t, const hd_tensor *x, hd_tensor **out) {
-    hd_place p = hd_place_of(x);
-    hd_status st = hd_tensor_to_device(hd_vm_ctx(vm), t, p.backend ? p.backend : &hd_cpu_backend,
-                                       p.device, out)
-                       ? hd_tfail(vm, NULL)
-                       : HD_OK;
-    hd_tensor_unref(t);
-    return st;
-}
-
-/* x gathered along axis by host indices idx[0..n) (index_select: its
- * gradient scatters back). */
-static hd_status more_gather(hd_vm *vm, hd_tensor *x, int axis, const int64_t *idx, int64_t n,
-                             hd_tensor **out) {
-    hd_tensor *h = hd_tensor_new(hd_vm_ctx(vm), HD_I64, &n, 1), *d = NULL;
-    if (!h) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    if (n) memcpy(h->storage->data, idx, (size_t)n * sizeof *idx);
-    if (more_place(vm, h, x, &d)) return HD_ERR_RUNTIME;
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    at.ints[0] = axis;
-    hd_tensor *in[2] = {x, d};
-    hd_status st = hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
-    hd_tensor_unref(d);
-    return st;
-}
-
 static hd_status more_value(hd_tensor *t, hd_value *out) {
     *out = hd_tensor_value(t);
     return HD_OK;
+}
+
+/* arange(start, stop, step) (i64) on the current creation device */
+static hd_status more_arange_from(hd_vm *vm, double start, double stop, double step,
+                                  hd_tensor **out) {
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.scalar[0] = start;
+    at.scalar[1] = stop;
+    at.scalar[2] = step;
+    at.dtype = HD_I64;
+    return hd_trun_t(vm, NULL, HD_OP_ARANGE, NULL, 0, &at, out);
+}
+
+static hd_status more_arange(hd_vm *vm, int64_t n, hd_tensor **out) {
+    return more_arange_from(vm, 0, (double)n, 1, out);
 }
 
 /* The tensor argument i, which must be a tensor of at least min_nd dims. */
@@ -274,16 +262,6 @@ hd_status hd_tensor_any_value(hd_vm *vm, hd_tensor *x, hd_value *out) {
 
 /* ---- tril, triu ---- */
 
-/* arange(n) (i64) on the current creation device */
-static hd_status more_arange(hd_vm *vm, int64_t n, hd_tensor **out) {
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    at.scalar[1] = (double)n;
-    at.scalar[2] = 1;
-    at.dtype = HD_I64;
-    return hd_trun_t(vm, NULL, HD_OP_ARANGE, NULL, 0, &at, out);
-}
-
 /* The [rows, cols] mask of j - i <= k (lower) or j - i >= k, made by ops
  * on x's device: no host data, so a trace folds it to a constant and
  * memory "cached" keeps it. */
@@ -340,17 +318,33 @@ static HD_TF_FN(tf_tri) {
 /* ---- flip, roll ---- */
 
 /* x gathered along ax by idx[j] = n - 1 - j (flip), or (j - shift) mod n
- * (roll: element j moves to j + shift) */
+ * (roll: element j moves to j + shift); idx made by ops on x's device */
 static hd_status more_permute_axis(hd_vm *vm, hd_tensor *x, int ax, int flip, int64_t shift,
                                    hd_tensor **out) {
-    int64_t n = x->shape[ax];
-    size_t bytes = (size_t)(n ? n : 1) * sizeof(int64_t);
-    int64_t *idx = hd_ctx_alloc(hd_vm_ctx(vm), bytes);
-    if (!idx) return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
-    int64_t s = n ? ((shift % n) + n) % n : 0;
-    for (int64_t j = 0; j < n; j++) idx[j] = flip ? n - 1 - j : (j - s + n) % n;
-    hd_status st = more_gather(vm, x, ax, idx, n, out);
-    hd_ctx_free(hd_vm_ctx(vm), idx, bytes);
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    int64_t n = x->shape[ax], s = n ? ((shift % n) + n) % n : 0;
+    hd_place here = hd_place_of(x);
+    hd_place prev = hd_place_push(ctx, here.backend ? here.backend : &hd_cpu_backend, here.device);
+    hd_tensor *span = NULL, *idx = NULL;
+    hd_status st;
+    if (flip) {
+        st = more_arange_from(vm, (double)(n - 1), -1.0, -1.0, &idx);
+    } else { /* n - s, ..., 2n - s - 1, mod n */
+        hd_tensor *nn = NULL;
+        st = more_arange_from(vm, (double)(n - s), (double)(2 * n - s), 1.0, &span);
+        if (!st && !(nn = hd_tensor_number(ctx, HD_I64, (double)(n ? n : 1))))
+            st = hd_vm_from_ctx(vm, HD_ERR_MEMORY);
+        if (!st) st = more_op2(vm, NULL, HD_OP_MOD, span, nn, &idx);
+        hd_tensor_unref(nn);
+    }
+    hd_place_pop(ctx, prev);
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.ints[0] = ax;
+    hd_tensor *in[2] = {x, idx};
+    if (!st) st = hd_trun_t(vm, NULL, HD_OP_INDEX_SELECT, in, 2, &at, out);
+    hd_tensor_unref(span);
+    hd_tensor_unref(idx);
     return st;
 }
 
