@@ -343,7 +343,7 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     int pooled = s->memory == HD_MEM_POOLED || s->memory == HD_MEM_CACHED;
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
-    hd_memo_set(ctx, s->memory == HD_MEM_CACHED);
+    hd_memo_set(ctx, s->memory == HD_MEM_CACHED); /* memory made in hd_strategy_apply */
     ctx->autocast = s->precision == HD_PREC_MIXED  ? HD_AUTOCAST_MIXED
                     : s->precision == HD_PREC_FULL ? HD_AUTOCAST_FULL
                     : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
@@ -360,6 +360,10 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
 
 hd_status hd_strategy_apply(hd_vm *vm, const hd_strategy *s) {
     if (strategy_check(vm, s) || strategy_devices(vm, s)) return vm->err;
+    /* the memo's memory now, so that applying (and leaving a block back to
+     * this strategy) cannot fail later */
+    if (s->memory == HD_MEM_CACHED && hd_memo_set(&vm->ctx, 1))
+        return hd_vm_from_ctx(vm, HD_ERR_MEMORY);
     strategy_notes(vm, s);
     strategy_effects(vm, s);
     return HD_OK;

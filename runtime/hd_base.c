@@ -114,7 +114,7 @@ void hd_ctx_set_cache_limit(hd_ctx *ctx, size_t bytes) {
 }
 
 void hd_ctx_release(hd_ctx *ctx) {
-    hd_memo_set(ctx, 0); /* its results may be on a device */
+    hd_memo_free(ctx); /* its results may be on a device */
     hd_profile_release(ctx);
     if (ctx->device_release) ctx->device_release(ctx);
     ctx->device_release = NULL;

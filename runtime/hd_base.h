@@ -97,13 +97,14 @@ typedef struct hd_ctx {
     hd_cached_block cache[HD_BLOCK_CACHE_SLOTS];
     hd_status status; /* last error */
     char errmsg[HD_ERRMSG_MAX];
-    int grad_disabled;       /* no_grad: ops are not recorded for gradients */
-    int grad_create;         /* a backward(create_graph = true) runs: its rules are recorded */
-    uint64_t grad_ids;       /* last id given to a gradient context or a backward pass */
-    uint64_t grad_seq;       /* records made so far (hd_grad_node.seq) */
-    struct hd_profile *prof; /* the profiler (hd_profile.h), or NULL */
-    struct hd_memo *memo;    /* memory "cached": results kept (hd_memo.h), or NULL */
-    int autocast;            /* HD_AUTOCAST_*: the precision ops run in (hd_op.c) */
+    int grad_disabled;        /* no_grad: ops are not recorded for gradients */
+    int grad_create;          /* a backward(create_graph = true) runs: its rules are recorded */
+    uint64_t grad_ids;        /* last id given to a gradient context or a backward pass */
+    uint64_t grad_seq;        /* records made so far (hd_grad_node.seq) */
+    struct hd_profile *prof;  /* the profiler (hd_profile.h), or NULL */
+    struct hd_memo *memo;     /* memory "cached": results kept (hd_memo.h), or NULL when off */
+    struct hd_memo *memo_mem; /* the memo's memory, kept while off (hd_memo_set) */
+    int autocast;             /* HD_AUTOCAST_*: the precision ops run in (hd_op.c) */
     /* gradient contexts: the outermost (id 0), and the innermost (NULL: the outermost) */
     hd_grad_scope grad_root;
     hd_grad_scope *grad_scope;

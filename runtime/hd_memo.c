@@ -60,22 +60,26 @@ static uint64_t storage_uid(hd_storage *s) {
 
 /* ---- on, off ---- */
 
-void hd_memo_set(hd_ctx *ctx, int on) {
+hd_status hd_memo_set(hd_ctx *ctx, int on) {
     if (!on) {
-        if (!ctx->memo) return;
         hd_memo_clear(ctx);
-        hd_ctx_free(ctx, ctx->memo, sizeof *ctx->memo);
         ctx->memo = NULL;
-        return;
+        return HD_OK;
     }
-    if (ctx->memo) return;
-    hd_memo *m = hd_ctx_calloc(ctx, 1, sizeof *m);
-    if (!m) { /* no memo: every op computes, nothing else changes */
-        hd_error_clear(ctx);
-        return;
+    if (!ctx->memo_mem) {
+        hd_memo *m = hd_ctx_calloc(ctx, 1, sizeof *m);
+        if (!m) return ctx->status;
+        memset(m->heads, 0xff, sizeof m->heads);
+        ctx->memo_mem = m;
     }
-    memset(m->heads, 0xff, sizeof m->heads);
-    ctx->memo = m;
+    ctx->memo = ctx->memo_mem;
+    return HD_OK;
+}
+
+void hd_memo_free(hd_ctx *ctx) {
+    hd_memo_set(ctx, 0);
+    if (ctx->memo_mem) hd_ctx_free(ctx, ctx->memo_mem, sizeof *ctx->memo_mem);
+    ctx->memo_mem = NULL;
 }
 
 static void entry_drop(hd_memo *m, int i) {
@@ -90,7 +94,7 @@ static void entry_drop(hd_memo *m, int i) {
 }
 
 void hd_memo_clear(hd_ctx *ctx) {
-    hd_memo *m = ctx->memo;
+    hd_memo *m = ctx->memo_mem;
     if (!m) return;
     for (int i = 0; i < HD_MEMO_SLOTS; i++)
         if (m->slots[i].out) entry_drop(m, i);

@@ -33,8 +33,12 @@
 typedef hd_status (*hd_memo_compute)(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin,
                                      const hd_attrs *attrs, hd_tensor **out);
 
-/* On or off (off frees what the memo holds). */
-void hd_memo_set(hd_ctx *ctx, int on);
+/* On or off. Off drops the results it holds and keeps its own memory, so
+ * turning it on again cannot fail; the first time on fails when memory
+ * runs out (an error in ctx). */
+hd_status hd_memo_set(hd_ctx *ctx, int on);
+/* Off, and its memory freed (hd_ctx_release). */
+void hd_memo_free(hd_ctx *ctx);
 /* Drop every result the memo holds (empty_cache(), hd_ctx_release). */
 void hd_memo_clear(hd_ctx *ctx);
 /* Bytes of the results the memo holds. */
