@@ -298,7 +298,8 @@ static int memo_room(hd_memo *m, size_t nbytes) {
 }
 
 static void memo_store(hd_memo *m, const memo_key *k, hd_tensor *t) {
-    if (!t->storage || t->storage->refcount > 1 || t->grad_info) return; /* shared: not ours */
+    /* a result the op shares with anything else is not the memo's to keep */
+    if (t->refcount > 1 || !t->storage || t->storage->refcount > 1 || t->grad_info) return;
     int i = memo_room(m, t->storage->nbytes);
     if (i < 0) return;
     memo_entry *e = &m->slots[i];
