@@ -46,7 +46,7 @@
     "compiled_stats" "input" "output" "load_script" "print" "str" "repr"
     "type" "len" "range" "list" "int" "float" "args" "clock" "enumerate" "zip" "sorted" "reversed" "assert"
     "require" "gc"
-    "isnan" "isinf" "isfinite" "nan_to_num" "any" "all" "tril"
+    "isnan" "isinf" "isfinite" "nan_to_num" "isclose" "allclose" "any" "all" "tril"
     "triu" "flip" "roll" "tile" "norm"
     "masked_fill" "take_along_axis" "gather" "log1p" "expm1" "hypot" "Error" "super")
   "Hodu builtin functions.")

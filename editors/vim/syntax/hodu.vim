@@ -28,7 +28,7 @@ syn keyword hoduBuiltin reset_peak_memory_stats get_num_threads
 syn keyword hoduBuiltin randperm isatty flush compiled_stats input output
 syn keyword hoduBuiltin load_script print str repr type len range list int
 syn keyword hoduBuiltin float args clock assert require gc enumerate zip sorted reversed
-syn keyword hoduBuiltin isnan isinf isfinite nan_to_num any all tril triu flip roll tile norm
+syn keyword hoduBuiltin isnan isinf isfinite nan_to_num isclose allclose any all tril triu flip roll tile norm
 syn keyword hoduBuiltin masked_fill take_along_axis gather log1p expm1 hypot Error super
 
 syn match  hoduComment "#.*$" contains=@Spell
