@@ -11,7 +11,9 @@
  *  - parallelism: "none" runs kernels on one thread, "automatic" on the
  *    VM's threads, "data_parallel" on `workers` threads (each op's rows,
  *    so each batch, split among them); model and pipeline parallelism
- *    ask for devices and say how many there are.
+ *    make nn.Sequential place runs of its layers on cuda:0, cuda:1, ...
+ *    and move the activations between them (pipelines in micro-batches);
+ *    with fewer devices than asked for, applying says how many there are.
  *  - precision: "mixed" runs matmul and conv2d of f32 tensors in bf16
  *    (runtime/hd_op.c, as torch.autocast), the rest and the weights in
  *    f32; "full" and "half" run every op with float inputs in f64 and
@@ -25,9 +27,8 @@
  *    arguments through compiled code's caches (traced from their second
  *    call; what does not trace runs eagerly), and "lazy" the loops eager
  *    code meets too (compiled_call.c, eval.c).
- * The values that change nothing yet (cached memory, model and pipeline
- * parallelism) print a note the first time they are applied, saying what
- * runs instead. */
+ * data_parallel over the ranks of an MPI run with another workers count
+ * prints a note the first time it is applied. */
 #include "strategy.h"
 
 #include "builtins_tensor.h"
@@ -70,12 +71,16 @@ static const strategy_field fields[] = {
 typedef struct strategy_count {
     const char *name;
     size_t off;
+    int optional; /* a value without it reads 0 */
 } strategy_count;
 
 static const strategy_count counts[] = {
-    {"interval", offsetof(hd_strategy, interval)},   {"steps", offsetof(hd_strategy, steps)},
-    {"workers", offsetof(hd_strategy, workers)},     {"fusion", offsetof(hd_strategy, fusion)},
-    {"profiling", offsetof(hd_strategy, profiling)},
+    {"interval", offsetof(hd_strategy, interval), 0},
+    {"steps", offsetof(hd_strategy, steps), 0},
+    {"workers", offsetof(hd_strategy, workers), 0},
+    {"fusion", offsetof(hd_strategy, fusion), 0},
+    {"profiling", offsetof(hd_strategy, profiling), 0},
+    {"micro_batches", offsetof(hd_strategy, micro_batches), 1},
 };
 #define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))
 
@@ -113,20 +118,21 @@ typedef struct strategy_preset {
 
 static const strategy_preset presets[] = {
     {"default",
-     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1,
+     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0,
       0}},
     {"training",
-     {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1}},
+     {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1,
+      0}},
     {"inference",
-     {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1,
+     {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0,
       0}},
     {"memory_efficient",
      {HD_MODE_HYBRID, HD_GRADS_CHECKPOINTED, HD_PREC_MIXED, HD_MEM_MINIMAL_PEAK, HD_PAR_NONE, 10, 0,
-      0, 0, 0}},
+      0, 0, 0, 0}},
     {"high_throughput",
-     {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0}},
+     {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0, 0}},
     {"debug",
-     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1}},
+     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1, 0}},
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -187,8 +193,18 @@ static hd_status field_read(hd_vm *vm, hd_value v, const strategy_field *f, hd_s
     return HD_OK;
 }
 
+/* Has the strategy value v the field name? */
+static int field_has(hd_value v, const char *name) {
+    hd_value d = v.type == HD_V_DICT ? v : ((hd_object *)v.as.o)->fields;
+    return hd_dict_get(d, name) != NULL;
+}
+
 static hd_status count_read(hd_vm *vm, hd_value v, const strategy_count *c, hd_strategy *s) {
     hd_value x;
+    if (c->optional && !field_has(v, c->name)) {
+        *field_at(s, c->off) = 0;
+        return HD_OK;
+    }
     if (field_get(vm, v, c->name, &x)) return vm->err;
     int64_t n = x.type == HD_V_BOOL ? x.as.b : x.type == HD_V_INT ? x.as.i : -1;
     if (x.type == HD_V_NONE) n = 0;
@@ -211,6 +227,11 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
                            "strategy gradient \"accumulated\" needs steps >= 1");
     if (s->parallelism >= HD_PAR_DATA && s->workers < 1)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
+                           par_names[s->parallelism]);
+    if (s->micro_batches && s->parallelism != HD_PAR_PIPELINE)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "strategy micro_batches goes with parallelism \"pipeline_parallel\", "
+                           "not \"%s\"",
                            par_names[s->parallelism]);
     if (s->parallelism == HD_PAR_DATA && s->workers > HD_DATA_WORKERS_MAX)
         return hd_vm_error(
@@ -274,7 +295,6 @@ fail:
 /* ---- applying ---- */
 
 enum {
-    NOTE_MODEL = 16,
     NOTE_RANKS = 32,
 };
 
@@ -293,11 +313,6 @@ static void strategy_notes(hd_vm *vm, const hd_strategy *s) {
                  s->workers);
         note_once(vm, NOTE_RANKS, "parallelism \"data_parallel\" is over %s", what);
     }
-    if (s->parallelism >= HD_PAR_MODEL)
-        note_once(vm, NOTE_MODEL,
-                  "parallelism \"%s\" is not available yet: layers stay where "
-                  "they are",
-                  par_names[s->parallelism]);
 }
 
 /* The cuda devices that open, counted up to most (at most 64). */
@@ -497,13 +512,20 @@ static hd_status ints_list(hd_vm *vm, const int64_t *v, int n, hd_value *out) {
 }
 
 /* _strategy_knobs(): [optimizer steps per update, checkpoint interval,
- * 1 when optimizers average gradients over the ranks], what optim and nn
- * read at every step. */
+ * 1 when optimizers average gradients over the ranks, the cuda devices
+ * nn.Sequential splits its layers over (0: none), micro-batches per batch
+ * (1: the batch whole)], what optim and nn read at every step. */
 static HD_TF_FN(tf_strategy_knobs) {
     HD_TARGS_BIND(a); /* (none) */
-    int64_t v[3] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm),
-                    hd_strategy_dist_data(vm)};
-    return ints_list(vm, v, 3, out);
+    const hd_strategy *s = &vm->strategy.cur;
+    int split = s->parallelism == HD_PAR_MODEL || s->parallelism == HD_PAR_PIPELINE;
+    int pipe = s->parallelism == HD_PAR_PIPELINE;
+    int64_t v[5] = {hd_strategy_accum_steps(vm), hd_strategy_checkpoint_interval(vm),
+                    hd_strategy_dist_data(vm), split ? s->workers : 0,
+                    !pipe              ? 1
+                    : s->micro_batches ? s->micro_batches
+                                       : 4 * (int64_t)s->workers};
+    return ints_list(vm, v, 5, out);
 }
 
 /* _machine(): [cpu threads, cuda devices, MiB of memory available]. */

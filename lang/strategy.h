@@ -23,6 +23,7 @@ typedef struct hd_strategy {
     int steps;    /* accumulated: calls per optimizer step */
     int workers;  /* data_parallel workers, model_parallel devices, pipeline stages */
     int fusion, profiling;
+    int micro_batches; /* pipeline_parallel: per batch (0: four per stage) */
 } hd_strategy;
 
 /* What a VM keeps: the strategy in force and what "automatic" and

@@ -25,6 +25,10 @@ typedef struct hd_backend {
      * of the op's input dtype) as a kernel argument for op, so the number
      * is never copied to the device? NULL: never. */
     int (*takes_number)(hd_op op);
+    /* Copy between two devices of this backend, ordered after the work
+     * queued on both. NULL: hd_tensor_to_device goes through the host. */
+    hd_status (*copy_device)(hd_ctx *ctx, int dst_device, void *dst, int src_device,
+                             const void *src, size_t nbytes);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;

@@ -112,6 +112,27 @@ static hd_status host_to_device(hd_ctx *ctx, hd_tensor *h, const hd_backend *be,
     return HD_OK;
 }
 
+/* Between two devices of one backend: a contiguous copy made on t's
+ * device, copied across by the backend. */
+static hd_status device_to_device(hd_ctx *ctx, hd_tensor *t, int device, hd_tensor **out) {
+    const hd_backend *be = t->storage->backend;
+    hd_tensor *c = hd_tensor_contiguous(ctx, t);
+    if (!c) return ctx->status;
+    hd_tensor *d = hd_tensor_new_on(ctx, be, device, c->dtype, c->shape, c->ndim);
+    hd_status st = d ? HD_OK : ctx->status;
+    if (!st && d->numel)
+        st = be->copy_device(ctx, device, d->storage->data, c->storage->device, view_base(c),
+                             hd_tensor_nbytes(c));
+    hd_tensor_unref(c);
+    if (st) {
+        hd_tensor_unref(d);
+        return st;
+    }
+    d->number = t->number;
+    *out = d;
+    return HD_OK;
+}
+
 hd_status hd_tensor_to_device(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, int device,
                               hd_tensor **out) {
     *out = NULL;
@@ -124,6 +145,7 @@ hd_status hd_tensor_to_device(hd_ctx *ctx, hd_tensor *t, const hd_backend *be, i
         return HD_OK;
     }
     if (be->available(ctx, device)) return ctx->status;
+    if (t->storage->backend == be && be->copy_device) return device_to_device(ctx, t, device, out);
     hd_tensor *h = hd_tensor_to_host(ctx, t);
     if (!h) return ctx->status;
     hd_status st = HD_OK;

@@ -97,4 +97,5 @@ const hd_backend hd_cpu_backend = {
     /* .supports_op = */ cpu_supports_op,
     /* .run_op = */ cpu_run_op,
     /* .takes_number = */ NULL,
+    /* .copy_device = */ NULL,
 };

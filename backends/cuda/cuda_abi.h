@@ -18,6 +18,7 @@
     X(CU_STREAM_NON_BLOCKING, 1)                                                                   \
     X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                                                           \
     X(CU_EVENT_DEFAULT, 0)                                                                         \
+    X(CU_EVENT_DISABLE_TIMING, 2)                                                                  \
     X(NVRTC_SUCCESS, 0)                                                                            \
     X(CUBLAS_STATUS_SUCCESS, 0)                                                                    \
     X(CUBLAS_OP_N, 0)                                                                              \

@@ -239,6 +239,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     if (d->blas) a->blas_destroy(d->blas);
     if (d->blas_ws) a->mem_free(d->blas_ws);
     hd_cuda_prof_release(d);
+    if (d->peer_event) a->event_destroy(d->peer_event);
     if (d->stream) a->stream_destroy(d->stream);
     a->primary_ctx_release(d->dev);
     memset(d, 0, sizeof *d);
@@ -267,6 +268,49 @@ static hd_status cuda_from_host(hd_ctx *ctx, int device, void *dst, const void *
                       "copy to the device"))
         return ctx->status;
     return hd_cuda_check(ctx, a->stream_synchronize(d->stream), "copy to the device");
+}
+
+static hd_status copy_via_host(hd_ctx *ctx, int ddev, void *dst, int sdev, const void *src,
+                               size_t n) {
+    void *h = hd_ctx_alloc(ctx, n);
+    if (!h) return ctx->status;
+    hd_status st = cuda_to_host(ctx, sdev, h, src, n);
+    if (!st) st = cuda_from_host(ctx, ddev, dst, h, n);
+    hd_ctx_free(ctx, h, n);
+    return st;
+}
+
+/* The event that marks d's stream for a copy between devices. */
+static hd_status peer_event(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) {
+    if (d->peer_event) return HD_OK;
+    return hd_cuda_check(ctx, a->event_create(&d->peer_event, CU_EVENT_DISABLE_TIMING),
+                         "cuEventCreate");
+}
+
+/* n bytes from device sdev's memory to device ddev's, without the host
+ * waiting: on the source's stream once the destination's stream has
+ * reached this point (dst may be a block its queued work still reads),
+ * and the destination's stream waits for the copy. Where the driver lacks
+ * peer copies or events, through host memory. */
+static hd_status cuda_copy_device(hd_ctx *ctx, int ddev, void *dst, int sdev, const void *src,
+                                  size_t n) {
+    const hd_cuda_api *a = hd_cuda_api_get();
+    if (n == 0) return HD_OK;
+    if (!a->peer_ok) return copy_via_host(ctx, ddev, dst, sdev, src, n);
+    hd_cuda_dev *dd = hd_cuda_dev_get(ctx, ddev);
+    if (!dd || peer_event(ctx, a, dd)) return ctx->status;
+    hd_cuda_dev *sd = hd_cuda_dev_get(ctx, sdev); /* current from here on */
+    if (!sd || peer_event(ctx, a, sd)) return ctx->status;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+    if (hd_cuda_check(ctx, a->event_record(dd->peer_event, dd->stream), "cuEventRecord") ||
+        hd_cuda_check(ctx, a->stream_wait_event(sd->stream, dd->peer_event, 0),
+                      "cuStreamWaitEvent") ||
+        hd_cuda_check(ctx, a->memcpy_peer(d, dd->cu, s, sd->cu, n, sd->stream),
+                      "copy between devices") ||
+        hd_cuda_check(ctx, a->event_record(sd->peer_event, sd->stream), "cuEventRecord"))
+        return ctx->status;
+    return hd_cuda_check(ctx, a->stream_wait_event(dd->stream, sd->peer_event, 0),
+                         "cuStreamWaitEvent");
 }
 
 /* ---- modules: compiled from generated source, cached by its hash ---- */
@@ -418,5 +462,6 @@ const hd_backend hd_cuda_backend = {
     /* .supports_op = */ cuda_supports_op,
     /* .run_op = */ hd_cuda_run_op,
     /* .takes_number = */ hd_cuda_takes_number,
+    /* .copy_device = */ cuda_copy_device,
 };
 #endif

@@ -132,6 +132,11 @@ typedef struct hd_cuda_api {
     CUresult (*event_elapsed_time)(float *, CUevent, CUevent);
     CUresult (*event_destroy)(CUevent);
     int events_ok;
+    /* copies between devices without the host waiting (cuda_backend.c);
+     * peer_ok is 0 where any of these or the events are missing */
+    CUresult (*memcpy_peer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+    CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
+    int peer_ok;
     int driver_ok;
     char driver_error[256]; /* why the driver cannot be used */
     int ndevices;
@@ -231,6 +236,8 @@ typedef struct hd_cuda_dev {
      * host time prof_epoch_host (cuda_prof.c) */
     CUevent prof_epoch;
     double prof_epoch_host;
+    /* marks this device's stream for a copy to or from another device */
+    CUevent peer_event;
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {

@@ -52,7 +52,9 @@ static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, siz
 }
 
 /* The event calls that time device work for the profiler: optional (a
- * driver without them runs, its work untimed). cuEventElapsedTime_v2 is
+ * driver without them runs, its work untimed); with the peer copy and the
+ * stream wait they also order copies between two devices (without them,
+ * such copies go through the host). cuEventElapsedTime_v2 is
  * the name CUDA 13's header maps cuEventElapsedTime to. */
 static void loader_events(void *h, hd_cuda_api *a) {
     *(void **)&a->event_create = dlsym(h, "cuEventCreate");
@@ -63,6 +65,9 @@ static void loader_events(void *h, hd_cuda_api *a) {
     *(void **)&a->event_elapsed_time = et ? et : dlsym(h, "cuEventElapsedTime");
     a->events_ok = a->event_create && a->event_record && a->event_synchronize && a->event_destroy &&
                    a->event_elapsed_time;
+    *(void **)&a->memcpy_peer = dlsym(h, "cuMemcpyPeerAsync");
+    *(void **)&a->stream_wait_event = dlsym(h, "cuStreamWaitEvent");
+    a->peer_ok = a->events_ok && a->memcpy_peer && a->stream_wait_event;
 }
 
 #define SYM(field, name)                                                                           \

@@ -56,5 +56,6 @@ const hd_backend hd_cuda_backend = {
     /* .supports_op = */ stub_supports_op,
     /* .run_op = */ stub_run_op,
     /* .takes_number = */ NULL,
+    /* .copy_device = */ NULL,
 };
 #endif

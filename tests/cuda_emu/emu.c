@@ -24,7 +24,8 @@
  *
  * Only the entry points the backend uses exist; the types are spelled out
  * here (plain integers and pointers at the ABI), so no CUDA header is
- * needed. HODU_EMU_MEM_LIMIT (bytes) caps the device memory, to reach the
+ * needed. HODU_CUDA_EMU_DEVICES (1 to 8) is the number of devices (see
+ * "devices" below). HODU_EMU_MEM_LIMIT (bytes) caps the device memory, to reach the
  * out-of-memory paths; HODU_EMU_KEEP keeps each compiled source (its path
  * goes to stderr); HODU_EMU_CXX and HODU_EMU_OPT choose the compiler and
  * its optimization flag. HODU_EMU_NOLAUNCH=1 makes launches (and the
@@ -102,6 +103,8 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuEventCreate)                                                                               \
     X(cuEventRecord)                                                                               \
     X(cuEventElapsedTime_v2)                                                                       \
+    X(cuMemcpyPeerAsync)                                                                           \
+    X(cuStreamWaitEvent)                                                                           \
     X(cublasGemmStridedBatchedEx)                                                                  \
     X(cublasSetWorkspace_v2)
 
@@ -151,6 +154,7 @@ static int emu_nolaunch(void) {
 
 typedef struct emu_alloc {
     size_t off, n; /* in the file; the list is sorted by off */
+    int dev;       /* the device whose context allocated it */
 } emu_alloc;
 
 static struct {
@@ -228,6 +232,20 @@ static int mem_valid(CUdeviceptr p, size_t n) {
     return i >= 0 && off + n >= off && off + n <= mem_list[i].off + mem_list[i].n;
 }
 
+/* The device of the allocation holding p (its end included: an empty
+ * view may point there), or -1 where p is in none. */
+static int mem_dev(uintptr_t p) {
+    if (!mem_is_device(p)) return -1;
+    size_t off = p - (uintptr_t)arena.dev;
+    long i = mem_find(off);
+    return i >= 0 && off <= mem_list[i].off + mem_list[i].n ? mem_list[i].dev : -1;
+}
+
+/* [p, p + n) inside one allocation of device dev. */
+static int mem_valid_on(CUdeviceptr p, size_t n, int dev) {
+    return mem_valid(p, n) && mem_dev((uintptr_t)p) == dev;
+}
+
 /* A host pointer the caller passed that is really device memory: the
  * call fails (a GPU's driver would not read it as host memory either). */
 static int mem_host_arg_bad(const void *p, const char *what) {
@@ -253,9 +271,43 @@ static int mem_gap(size_t n, size_t *off, size_t *at) {
     return 0;
 }
 
+/* ---- devices: HODU_CUDA_EMU_DEVICES of them (1 to 8, default 1), each
+ * with its primary context. Memory belongs to the device whose context was
+ * current when it was allocated; a kernel, copy or GEMM on one device's
+ * stream that reaches another device's memory fails, as it faults on
+ * GPUs without peer access (cuMemcpyPeerAsync is the way across). */
+
+#define EMU_MAX_DEVICES 8
+enum { CUDA_ERROR_INVALID_CONTEXT = 201 };
+
+static int emu_ndev(void) {
+    static int n = 0;
+    if (!n) {
+        const char *s = getenv("HODU_CUDA_EMU_DEVICES");
+        long v = s && *s ? strtol(s, NULL, 10) : 1;
+        n = v < 1 ? 1 : v > EMU_MAX_DEVICES ? EMU_MAX_DEVICES : (int)v;
+    }
+    return n;
+}
+
+static int ctx_markers[EMU_MAX_DEVICES];
+static _Thread_local int emu_cur = -1; /* the current context's device */
+
+static int emu_dev_ok(int dev) {
+    return dev >= 0 && dev < emu_ndev();
+}
+
+/* The device of a primary context handle, or -1. */
+static int emu_ctx_dev(const void *ctx) {
+    for (int i = 0; i < emu_ndev(); i++)
+        if (ctx == &ctx_markers[i]) return i;
+    return -1;
+}
+
 EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
     EMU_COUNT(cuMemAlloc_v2);
     if (!out || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (emu_cur < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (mem_used + n < n || mem_used + n > mem_limit() || !arena_open())
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (mem_count == mem_cap) {
@@ -268,7 +320,7 @@ EMU_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *out, size_t n) {
     size_t off, at;
     if (n > arena.size || !mem_gap(n, &off, &at)) return CUDA_ERROR_OUT_OF_MEMORY;
     memmove(mem_list + at + 1, mem_list + at, (mem_count - at) * sizeof *mem_list);
-    mem_list[at] = (emu_alloc){off, n};
+    mem_list[at] = (emu_alloc){off, n, emu_cur};
     mem_count++;
     mem_used += n;
     memset(arena.host + off, 0xA5, n); /* device memory starts as garbage, not zeros */
@@ -294,49 +346,53 @@ EMU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 
 typedef struct emu_node emu_node;
 typedef struct emu_stream {
+    int dev; /* the device whose context made it */
     int capturing, invalidated;
     emu_node *head, **tail; /* the graph being captured */
 } emu_stream;
-
-static int ctx_marker;
 
 EMU_EXPORT CUresult cuInit(unsigned flags) {
     return flags ? CUDA_ERROR_INVALID_VALUE : 0;
 }
 EMU_EXPORT CUresult cuDeviceGetCount(int *n) {
-    *n = 1;
+    *n = emu_ndev();
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDeviceGet(int *dev, int i) {
-    if (i != 0) return CUDA_ERROR_INVALID_VALUE;
-    *dev = 0;
+    if (!emu_dev_ok(i)) return CUDA_ERROR_INVALID_VALUE;
+    *dev = i;
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
-    if (dev != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu_dev_ok(dev)) return CUDA_ERROR_INVALID_VALUE;
     *v = attr == ATTR_CC_MAJOR ? 8 : attr == ATTR_CC_MINOR ? 0 : 0;
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDeviceGetName(char *buf, int n, int dev) {
-    if (dev != 0 || n <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu_dev_ok(dev) || n <= 0) return CUDA_ERROR_INVALID_VALUE;
     snprintf(buf, (size_t)n, "Hodu CUDA emulator");
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
-    if (dev != 0) return CUDA_ERROR_INVALID_VALUE;
-    *ctx = &ctx_marker;
+    if (!emu_dev_ok(dev)) return CUDA_ERROR_INVALID_VALUE;
+    *ctx = &ctx_markers[dev];
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
-    return dev ? CUDA_ERROR_INVALID_VALUE : 0;
+    return emu_dev_ok(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 EMU_EXPORT CUresult cuCtxSetCurrent(void *ctx) {
     EMU_COUNT(cuCtxSetCurrent);
-    return ctx == &ctx_marker ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    int dev = emu_ctx_dev(ctx);
+    if (dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    emu_cur = dev;
+    return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuStreamCreate(emu_stream **s, unsigned flags) {
     (void)flags;
+    if (emu_cur < 0) return CUDA_ERROR_INVALID_CONTEXT;
     *s = calloc(1, sizeof **s);
+    if (*s) (*s)->dev = emu_cur;
     return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -353,6 +409,28 @@ EMU_EXPORT CUresult cuStreamDestroy_v2(emu_stream *s) {
 static CUresult stream_unsupported(emu_stream *s) {
     s->invalidated = 1;
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+/* The device a stream's work runs on (the legacy stream: the current
+ * context's). */
+static int stream_dev(const emu_stream *s) {
+    return s ? s->dev : emu_cur;
+}
+
+/* Does every pointer in ptrs[0..n) (0: none) lie in device dev's memory
+ * or outside every allocation? what names the call for the message. */
+static int dev_ptrs_ok(const uintptr_t *ptrs, int n, int dev, const char *what) {
+    for (int i = 0; i < n; i++) {
+        int d = ptrs[i] ? mem_dev(ptrs[i]) : -1;
+        if (d >= 0 && d != dev) {
+            fprintf(stderr,
+                    "cuda emulator: %s: argument %d (%p) is memory of device %d, the work runs "
+                    "on device %d\n",
+                    what, i, (void *)ptrs[i], d, dev);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 EMU_EXPORT CUresult cuStreamSynchronize(emu_stream *s) {
@@ -376,7 +454,7 @@ static double emu_clock(void) {
 
 EMU_EXPORT CUresult cuEventCreate(emu_event **e, unsigned flags) {
     EMU_COUNT(cuEventCreate);
-    if (!e || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!e || (flags & ~2u)) return CUDA_ERROR_INVALID_VALUE; /* 2: DISABLE_TIMING */
     *e = calloc(1, sizeof **e);
     return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -507,7 +585,8 @@ EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, e
 EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                          emu_stream *s) {
     EMU_COUNT(cuMemcpyDtoDAsync_v2);
-    if (!mem_valid(dst, n) || !mem_valid(src, n)) return CUDA_ERROR_INVALID_VALUE;
+    if (!mem_valid_on(dst, n, stream_dev(s)) || !mem_valid_on(src, n, stream_dev(s)))
+        return CUDA_ERROR_INVALID_VALUE;
     emu_node *c = node_new(NODE_COPY);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dst = dst;
@@ -518,13 +597,40 @@ EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_
 
 EMU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, emu_stream *s) {
     EMU_COUNT(cuMemsetD8Async);
-    if (!mem_valid(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+    if (!mem_valid_on(dst, n, stream_dev(s))) return CUDA_ERROR_INVALID_VALUE;
     emu_node *c = node_new(NODE_SET);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dst = dst;
     c->value = v;
     c->n = n;
     return stream_submit(s, c);
+}
+
+/* Across devices: stream-ordered on s (which may be either device's); the
+ * contexts say whose memory each pointer must be. */
+EMU_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src,
+                                      void *src_ctx, size_t n, emu_stream *s) {
+    EMU_COUNT(cuMemcpyPeerAsync);
+    int dd = emu_ctx_dev(dst_ctx), sd = emu_ctx_dev(src_ctx);
+    if (dd < 0 || sd < 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!mem_valid_on(dst, n, dd) || !mem_valid_on(src, n, sd)) return CUDA_ERROR_INVALID_VALUE;
+    if (s && s->capturing) return stream_unsupported(s);
+    emu_node *c = node_new(NODE_COPY);
+    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dst = dst;
+    c->src = src;
+    c->n = n;
+    return stream_submit(s, c);
+}
+
+/* Work runs when it is submitted, so a stream waiting on an event that
+ * was recorded has nothing to wait for; one never recorded is an error
+ * here (the driver would let the wait pass: Hodu never does it). */
+EMU_EXPORT CUresult cuStreamWaitEvent(emu_stream *s, emu_event *e, unsigned flags) {
+    EMU_COUNT(cuStreamWaitEvent);
+    if (!e || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (s && s->capturing) return stream_unsupported(s);
+    return e->recorded ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 /* ---- modules: shared objects made by the fake NVRTC ---- */
@@ -549,12 +655,14 @@ struct emu_fn {
     size_t sizes[EMU_MAX_PARAMS];
     unsigned char is_ptr[EMU_MAX_PARAMS]; /* a pointer: translated to the host view */
     char name[128];
+    int dev; /* its module's device */
     emu_fn *next;
 };
 
 typedef struct emu_module {
     void *so;
     emu_fn *fns;
+    int dev; /* loaded in that device's context */
 } emu_module;
 
 /* Write n bytes to a new temporary file; its path in path. */
@@ -598,6 +706,7 @@ EMU_EXPORT CUresult cuModuleLoadData(emu_module **out, const void *img) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     m->so = so;
+    m->dev = emu_cur;
     *out = m;
     return CUDA_SUCCESS;
 }
@@ -632,6 +741,7 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     f->sync = sync ? *sync : 1;
     f->nparams = sig(f->sizes, f->is_ptr, EMU_MAX_PARAMS);
     snprintf(f->name, sizeof f->name, "%s", name);
+    f->dev = m->dev;
     if (f->nparams < 0) {
         fprintf(stderr, "cuda emulator: %s: more than %d parameters\n", name, EMU_MAX_PARAMS);
         free(f);
@@ -836,6 +946,19 @@ EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned
     if (!gx || !gy || !gz || !threads || threads > 1024 || gx > 0x7fffffffu || gy > 65535 ||
         gz > 65535 || shmem > 48 * 1024 || extra || (f->nparams && !params))
         return CUDA_ERROR_INVALID_VALUE;
+    if (f->dev != stream_dev(s) || emu_cur != stream_dev(s)) {
+        fprintf(stderr,
+                "cuda emulator: %s: a kernel of device %d launched on a stream of device %d "
+                "(current: device %d)\n",
+                f->name, f->dev, stream_dev(s), emu_cur);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    uintptr_t ptrs[EMU_MAX_PARAMS];
+    for (int i = 0; i < f->nparams; i++) {
+        ptrs[i] = 0;
+        if (f->is_ptr[i]) memcpy(&ptrs[i], params[i], sizeof ptrs[i]);
+    }
+    if (!dev_ptrs_ok(ptrs, f->nparams, f->dev, f->name)) return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (emu_nolaunch() && !(s && s->capturing)) return CUDA_SUCCESS;
     emu_node *n = node_new(NODE_KERNEL);
     size_t total = 0;
@@ -965,6 +1088,9 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
         !gemm_operand_ok(B, bt, tb ? n : k, tb ? k : n, ldb, sb, batch) ||
         !gemm_operand_ok(C, ct, m, n, ldc, sc, batch))
         return BLAS_INVALID_VALUE;
+    uintptr_t ops[3] = {(uintptr_t)A, (uintptr_t)B, (uintptr_t)C};
+    if (!dev_ptrs_ok(ops, 3, stream_dev(h->stream), "cublasGemmStridedBatchedEx"))
+        return 14; /* CUBLAS_STATUS_INTERNAL_ERROR */
     emu_node *node = node_new(NODE_GEMM);
     if (!node) return 3;
     emu_gemm *g = &node->gemm;

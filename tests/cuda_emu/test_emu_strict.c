@@ -3,8 +3,10 @@
  * given a host pointer fails its launch, and a copy given device memory
  * as its host side fails; while copies, memsets, kernels (pointer
  * parameters at any offset into an allocation), captured graphs and GEMMs
- * see the same bytes. Runs on the emulator library alone (its path in
- * argv[1]), no Hodu. */
+ * see the same bytes. Made with two devices, memory belongs to the device
+ * whose context allocated it: work on one device's stream that reaches
+ * the other's memory is refused, a peer copy goes across. Runs on the
+ * emulator library alone (its path in argv[1]), no Hodu. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -208,13 +210,68 @@ static void check_reuse(void) {
     CHECK(cuMemFree_v2(b) == 0);
 }
 
+static void *ctx_of(int dev) {
+    FN(CUresult, cuDevicePrimaryCtxRetain, void **, int);
+    void *c = NULL;
+    CHECK(cuDevicePrimaryCtxRetain(&c, dev) == 0 && c);
+    return c;
+}
+
+/* Two devices: each allocation is its context's; a copy, memset or
+ * kernel (fn, loaded in device 0's context) on one device's stream that
+ * reaches the other's memory fails, a peer copy does not. */
+static void check_devices(void *fn) {
+    FN(CUresult, cuLaunchKernel, void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+       unsigned, void *, void **, void **);
+    FN(CUresult, cuMemAlloc_v2, CUdeviceptr *, size_t);
+    FN(CUresult, cuMemFree_v2, CUdeviceptr);
+    FN(CUresult, cuCtxSetCurrent, void *);
+    FN(CUresult, cuStreamCreate, void **, unsigned);
+    FN(CUresult, cuStreamDestroy_v2, void *);
+    FN(CUresult, cuDeviceGetCount, int *);
+    FN(CUresult, cuMemcpyDtoDAsync_v2, CUdeviceptr, CUdeviceptr, size_t, void *);
+    FN(CUresult, cuMemsetD8Async, CUdeviceptr, unsigned char, size_t, void *);
+    FN(CUresult, cuMemcpyPeerAsync, CUdeviceptr, void *, CUdeviceptr, void *, size_t, void *);
+    FN(CUresult, cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *, size_t, void *);
+    FN(CUresult, cuMemcpyDtoHAsync_v2, void *, CUdeviceptr, size_t, void *);
+    int n = 0;
+    CHECK(cuDeviceGetCount(&n) == 0 && n == 2);
+    void *c0 = ctx_of(0), *c1 = ctx_of(1), *s0 = NULL, *s1 = NULL;
+    CUdeviceptr a = 0, b = 0;
+    CHECK(cuCtxSetCurrent(c0) == 0 && cuMemAlloc_v2(&a, 64) == 0 && cuStreamCreate(&s0, 1) == 0);
+    CHECK(cuCtxSetCurrent(c1) == 0 && cuMemAlloc_v2(&b, 64) == 0 && cuStreamCreate(&s1, 1) == 0);
+    char v[64], w[64];
+    for (int i = 0; i < 64; i++) v[i] = (char)i;
+    CHECK(cuMemcpyHtoDAsync_v2(a, v, 64, s0) == 0);
+    CHECK(cuMemcpyDtoDAsync_v2(b, a, 64, s1) != 0); /* a is device 0's */
+    CHECK(cuMemsetD8Async(a, 0, 64, s1) != 0);
+    CHECK(cuMemcpyPeerAsync(b, c1, a, c0, 64, s0) == 0);
+    CHECK(cuMemcpyPeerAsync(b, c0, a, c0, 64, s0) != 0); /* b is not device 0's */
+    CHECK(cuMemcpyDtoHAsync_v2(w, b, 64, s1) == 0 && memcmp(v, w, 64) == 0);
+    long long k = 3;
+    void *args[] = {&b, &a, &k};
+    CHECK(!fn || cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s1, args, NULL) == 400); /* ctx 1 */
+    CHECK(cuCtxSetCurrent(c0) == 0);
+    CHECK(!fn || cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, args, NULL) == 700); /* b */
+    void *ok[] = {&a, &a, &k};
+    CHECK(!fn || cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, s0, ok, NULL) == 0);
+    CHECK(cuStreamDestroy_v2(s0) == 0 && cuStreamDestroy_v2(s1) == 0);
+    CHECK(cuMemFree_v2(a) == 0 && cuMemFree_v2(b) == 0);
+    CHECK(cuCtxSetCurrent(c0) == 0);
+}
+
 int main(int argc, char **argv) {
+    setenv("HODU_CUDA_EMU_DEVICES", "2", 1);
     if (argc != 2 || !(emu = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL))) {
         fprintf(stderr, "usage: test_emu_strict LIBHODU_CUDA_EMU (%s)\n", dlerror());
         return 1;
     }
     FN(CUresult, cuMemAlloc_v2, CUdeviceptr *, size_t);
-    CUdeviceptr p = 0, q = 0;
+    FN(CUresult, cuCtxSetCurrent, void *);
+    CUdeviceptr p = 0;
+    CHECK(cuMemAlloc_v2(&p, 64) != 0); /* no current context */
+    CHECK(cuCtxSetCurrent(ctx_of(0)) == 0);
+    CUdeviceptr q = 0;
     CHECK(cuMemAlloc_v2(&p, 1 << 20) == 0 && cuMemAlloc_v2(&q, 1 << 20) == 0);
     check_host_access(p);
     check_copies(p, q);
@@ -227,6 +284,7 @@ int main(int argc, char **argv) {
         check_graph(fn, p, q);
     }
     check_gemm(p, q);
+    check_devices(fn);
     if (mod) cuModuleUnload(mod);
     CHECK(cuMemFree_v2(p) == 0 && cuMemFree_v2(q) == 0);
     check_reuse();

@@ -293,7 +293,40 @@ static void test_profile(hd_ctx *ctx) {
     hd_tensor_unref(x);
 }
 
+/* Between two devices (the emulator made with two): one peer copy on the
+ * source's stream, ordered by one event each way, and no copy through the
+ * host, no synchronization; the values arrive, on the other device. */
+static void test_peer(hd_ctx *ctx) {
+    const float xv[6] = {1, 2, 3, 4, 5, 6};
+    hd_tensor *x = dev_tensor(ctx, xv, 2, 3), *y = NULL, *z = NULL;
+    CHECK(x != NULL && hd_cuda_backend.available(ctx, 1) == HD_OK);
+    if (!x) return;
+    CHECK(hd_tensor_to_device(ctx, x, &hd_cuda_backend, 1, &y) == HD_OK); /* warm */
+    hd_tensor_unref(y);
+    emu_reset();
+    CHECK(hd_tensor_to_device(ctx, x, &hd_cuda_backend, 1, &y) == HD_OK);
+    CHECK(emu_calls("cuMemcpyPeerAsync") == 1 && emu_calls("cuStreamWaitEvent") == 2);
+    CHECK_MSG(other_calls() == emu_calls("cuCtxSetCurrent"), "%llu other driver calls",
+              other_calls() - emu_calls("cuCtxSetCurrent"));
+    CHECK(emu_calls("cuCtxSetCurrent") <= 2); /* to the destination and back */
+    CHECK(y && y->storage->device == 1 && y->numel == 6);
+    /* a transposed view goes across as its contiguous copy, and back */
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 2, at.shape[0] = 1, at.shape[1] = 0;
+    hd_tensor *xt = NULL;
+    CHECK(y && hd_op_run(ctx, HD_OP_PERMUTE, &y, 1, &at, &xt) == HD_OK);
+    CHECK(xt && hd_tensor_to_device(ctx, xt, &hd_cuda_backend, 0, &z) == HD_OK);
+    CHECK(z && z->storage->device == 0 && z->shape[0] == 3);
+    CHECK(z && host_at(ctx, z, 1) == 4 && host_at(ctx, z, 2) == 2 && host_at(ctx, z, 5) == 6);
+    hd_tensor_unref(xt);
+    hd_tensor_unref(z);
+    hd_tensor_unref(y);
+    hd_tensor_unref(x);
+}
+
 int main(void) {
+    setenv("HODU_CUDA_EMU_DEVICES", "2", 1); /* read when the driver is opened */
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     int dev = hd_cuda_backend.available(&ctx, 0) == HD_OK;
@@ -306,6 +339,7 @@ int main(void) {
     test_eager(&ctx);
     test_compiled(&ctx);
     test_profile(&ctx);
+    test_peer(&ctx);
     hd_ctx_release(&ctx);
     remove(CALLS_TRACE);
     TEST_END();
