@@ -16,7 +16,8 @@ trap 'rm -rf "$tmp"' EXIT
 export HODU_CACHE_DIR=${HODU_CACHE_DIR:-$tmp/cache}
 emu=$build/tests/libhodu_cuda_emu.so
 if [ "${HODU_BENCH_GPU:-0}" = 0 ] && [ -e "$emu" ]; then
-    export HODU_CUDA_DRIVER=$emu HODU_CUDA_NVRTC=$emu HODU_CUDA_BLAS=$emu HODU_EMU_NOLAUNCH=1
+    export HODU_CUDA_DRIVER=$emu HODU_CUDA_NVRTC=$emu HODU_CUDA_BLAS=$emu HODU_CUDA_SOLVER=$emu
+    export HODU_EMU_NOLAUNCH=1
     echo "== the CUDA emulator, launches doing nothing"
 fi
 "$build/bench/bench_cuda_host" "$calls"

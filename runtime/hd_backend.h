@@ -32,6 +32,11 @@ typedef struct hd_backend {
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;
+/* The error of a linalg op (hd_ops.def) whose factorisation of matrix
+ * index (of batch) returned LAPACK's info (the cpu's and cuda's words):
+ * singular, not positive-definite, no convergence; info <= 0: an internal
+ * error. */
+hd_status hd_linalg_fail(hd_ctx *ctx, hd_op op, int64_t batch, int64_t index, int info);
 /* backends/cuda: NVRTC kernels, cuBLAS, driver loaded at run time. In a
  * build without the CUDA headers every call says so. */
 extern const hd_backend hd_cuda_backend;

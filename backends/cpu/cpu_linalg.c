@@ -48,38 +48,34 @@ static void la_release(la_job *j) {
 }
 
 /* "the matrix", or "matrix 3 of the batch" */
-static const char *la_which(const la_job *j, char *buf, size_t n) {
-    if (j->batch > 1)
-        snprintf(buf, n, "matrix %lld of the batch", (long long)j->index);
+static const char *la_which(int64_t batch, int64_t index, char *buf, size_t n) {
+    if (batch > 1)
+        snprintf(buf, n, "matrix %lld of the batch", (long long)index);
     else
         snprintf(buf, n, "the matrix");
     return buf;
 }
 
-static hd_status la_singular(la_job *j, int info) {
+hd_status hd_linalg_fail(hd_ctx *ctx, hd_op op, int64_t batch, int64_t index, int info) {
     char w[64];
-    return hd_error(j->ctx, HD_ERR_RUNTIME,
-                    "%s: %s is singular: pivot %d of its LU factorisation is zero",
-                    hd_op_name(j->op), la_which(j, w, sizeof w), info);
+    la_which(batch, index, w, sizeof w);
+    const char *name = hd_op_name(op);
+    if (info <= 0 || op == HD_OP_LINALG_QR)
+        return hd_error(ctx, HD_ERR_RUNTIME, "internal error: %s: LAPACK returned info %d", name,
+                        info);
+    if (op == HD_OP_LINALG_CHOLESKY)
+        return hd_error(ctx, HD_ERR_RUNTIME,
+                        "%s: %s is not positive-definite: its leading minor of order %d is not "
+                        "positive",
+                        name, w, info);
+    if (op == HD_OP_LINALG_SVD || op == HD_OP_LINALG_EIGH)
+        return hd_error(ctx, HD_ERR_RUNTIME, "%s: LAPACK did not converge on %s", name, w);
+    return hd_error(ctx, HD_ERR_RUNTIME,
+                    "%s: %s is singular: pivot %d of its LU factorisation is zero", name, w, info);
 }
 
-static hd_status la_not_pd(la_job *j, int info) {
-    char w[64];
-    return hd_error(j->ctx, HD_ERR_RUNTIME,
-                    "%s: %s is not positive-definite: its leading minor of order %d is not "
-                    "positive",
-                    hd_op_name(j->op), la_which(j, w, sizeof w), info);
-}
-
-static hd_status la_no_converge(la_job *j) {
-    char w[64];
-    return hd_error(j->ctx, HD_ERR_RUNTIME, "%s: LAPACK did not converge on %s", hd_op_name(j->op),
-                    la_which(j, w, sizeof w));
-}
-
-static hd_status la_info(la_job *j, int info) {
-    return hd_error(j->ctx, HD_ERR_RUNTIME, "internal error: %s: LAPACK returned info %d",
-                    hd_op_name(j->op), info);
+static hd_status la_fail(la_job *j, int info) {
+    return hd_linalg_fail(j->ctx, j->op, j->batch, j->index, info);
 }
 
 #define LA_T float

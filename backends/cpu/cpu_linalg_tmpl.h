@@ -59,12 +59,12 @@ static hd_status LA_FN(la_inv)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a, L
     LA_T q = 0, *work = NULL;
     if (!ipiv) return j->ctx->status;
     L->getrf(&n, &n, a, &n, ipiv, &info);
-    if (info > 0) return la_singular(j, info);
+    if (info > 0) return la_fail(j, info);
     L->getri(&n, a, &n, ipiv, &q, &lwork, &info);
     lwork = LA_FN(la_lwork)(q, n);
     if (!(work = LA_FN(la_scratch)(j, lwork))) return j->ctx->status;
     L->getri(&n, a, &n, ipiv, work, &lwork, &info);
-    if (info) return la_info(j, info);
+    if (info) return la_fail(j, info);
     memcpy(y, a, (size_t)n * (size_t)n * sizeof *y);
     return HD_OK;
 }
@@ -75,7 +75,7 @@ static hd_status LA_FN(la_det)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a, L
     int n = (int)j->n, info = 0, *ipiv = la_alloc(j, (size_t)HD_MAX(n, 1) * sizeof(int));
     if (!ipiv) return j->ctx->status;
     if (n) L->getrf(&n, &n, a, &n, ipiv, &info);
-    if (info < 0) return la_info(j, info);
+    if (info < 0) return la_fail(j, info);
     double prod = 1.0, logabs = 0.0;
     int odd = 0, zero = 0; /* row swaps and negative pivots; a zero pivot */
     for (int i = 0; i < n; i++) {
@@ -103,10 +103,10 @@ static hd_status LA_FN(la_solve)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a,
     LA_T *bc = LA_FN(la_scratch)(j, (int64_t)n * k);
     if (!ipiv || !bc) return j->ctx->status;
     L->getrf(&n, &n, a, &n, ipiv, &info);
-    if (info > 0) return la_singular(j, info);
+    if (info > 0) return la_fail(j, info);
     LA_FN(la_to_cols)(b, bc, n, k);
     L->getrs("T", &n, &k, a, &n, ipiv, bc, &n, &info, 1);
-    if (info) return la_info(j, info);
+    if (info) return la_fail(j, info);
     LA_FN(la_from_cols)(bc, n, y, n, k);
     return HD_OK;
 }
@@ -116,8 +116,8 @@ static hd_status LA_FN(la_solve)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a,
 static hd_status LA_FN(la_cholesky)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a, LA_T *y) {
     int n = (int)j->n, info = 0;
     L->potrf("U", &n, a, &n, &info, 1);
-    if (info > 0) return la_not_pd(j, info);
-    if (info) return la_info(j, info);
+    if (info > 0) return la_fail(j, info);
+    if (info) return la_fail(j, info);
     for (int64_t r = 0; r < n; r++)
         for (int64_t c = 0; c < n; c++) y[r * n + c] = c > r ? (LA_T)0 : a[r * n + c];
     return HD_OK;
@@ -133,8 +133,8 @@ static hd_status LA_FN(la_eigh)(la_job *j, const LA_FN(la_lapack) * L, LA_T *a, 
     int *iwork = la_alloc(j, (size_t)liwork * sizeof(int));
     if (!work || !iwork) return j->ctx->status;
     L->syevd("V", "U", &n, a, &n, y, work, &lwork, iwork, &liwork, &info, 1, 1);
-    if (info > 0) return la_no_converge(j);
-    if (info) return la_info(j, info);
+    if (info > 0) return la_fail(j, info);
+    if (info) return la_fail(j, info);
     LA_FN(la_from_cols)(a, n, y + n, n, n);
     /* la_from_cols wrote V[i][j] = a[i + j n]: the j-th column is vector j */
     return HD_OK;
@@ -157,13 +157,13 @@ static hd_status LA_FN(la_qr)(la_job *j, const LA_FN(la_lapack) * L, const LA_T 
     LA_T *work = LA_FN(la_scratch)(j, lwork);
     if (!work) return j->ctx->status;
     L->geqrf(&m, &n, c, &m, tau, work, &lwork, &info);
-    if (info) return la_info(j, info);
+    if (info) return la_fail(j, info);
     LA_T *r = y + (int64_t)m * qc;
     for (int64_t i = 0; i < qc; i++)
         for (int64_t jj = 0; jj < n; jj++)
             r[i * n + jj] = jj >= i && i < k ? c[i + jj * m] : (LA_T)0;
     L->orgqr(&m, &qc, &k, c, &m, tau, work, &lwork, &info);
-    if (info) return la_info(j, info);
+    if (info) return la_fail(j, info);
     LA_FN(la_from_cols)(c, m, y, m, qc);
     return HD_OK;
 }
@@ -192,8 +192,8 @@ static hd_status LA_FN(la_svd)(la_job *j, const LA_FN(la_lapack) * L, const LA_T
     LA_T *work = LA_FN(la_scratch)(j, lwork);
     if (!work) return j->ctx->status;
     L->gesdd(jobz, &m, &n, c, &m, S, u, &m, vt, &ldvt, work, &lwork, iwork, &info, 1);
-    if (info > 0) return la_no_converge(j);
-    if (info) return la_info(j, info);
+    if (info > 0) return la_fail(j, info);
+    if (info) return la_fail(j, info);
     LA_FN(la_from_cols)(u, m, U, m, cu);
     LA_FN(la_from_cols)(vt, ldvt, Vh, rv, n);
     return HD_OK;

@@ -9,7 +9,7 @@
 #define HD_CUDA_ABI_H
 
 /* (name, value) of each constant the backend uses: cuda.h, nvrtc.h,
- * library_types.h, cublas_api.h. */
+ * library_types.h, cublas_api.h, cusolver_common.h. */
 #define HD_CUDA_ABI_VALUES(X)                                                                      \
     X(CUDA_SUCCESS, 0)                                                                             \
     X(CUDA_ERROR_OUT_OF_MEMORY, 2)                                                                 \
@@ -28,7 +28,11 @@
     X(CUDA_R_16BF, 14)                                                                             \
     X(CUBLAS_COMPUTE_32F, 68)                                                                      \
     X(CUBLAS_COMPUTE_64F, 70)                                                                      \
-    X(CUBLAS_GEMM_DEFAULT, -1)
+    X(CUBLAS_GEMM_DEFAULT, -1)                                                                     \
+    X(CUBLAS_OP_T, 1)                                                                              \
+    X(CUBLAS_FILL_MODE_UPPER, 1)                                                                   \
+    X(CUSOLVER_STATUS_SUCCESS, 0)                                                                  \
+    X(CUSOLVER_EIG_MODE_VECTOR, 1)
 
 #ifndef HD_CUDA_ABI_VALUES_ONLY
 #define HD_CUDA_ABI_ENUM(name, value) name = (value),
@@ -57,6 +61,10 @@ typedef int cublasOperation_t;
 typedef int cudaDataType;
 typedef int cublasComputeType_t;
 typedef int cublasGemmAlgo_t;
+typedef int cublasFillMode_t;
+typedef struct cusolverDnContext *cusolverDnHandle_t;
+typedef int cusolverStatus_t;
+typedef int cusolverEigMode_t;
 #endif
 
 #endif

@@ -237,6 +237,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     alloc_release_cached(a, d, ctx);
     if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
+    if (d->solver) a->sol_destroy(d->solver);
     if (d->blas_ws) a->mem_free(d->blas_ws);
     hd_cuda_prof_release(d);
     if (d->peer_event) a->event_destroy(d->peer_event);

@@ -93,6 +93,33 @@ hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt);
 
 /* ---- the libraries, opened once per process (cuda_loader.c) ---- */
 
+/* The cuSOLVER dense routines of one working type: the S or the D
+ * functions, whose prototypes differ only in float * / double * (here
+ * void *, the same at the ABI). _bs: the workspace query. */
+typedef struct hd_cuda_solver_fns {
+    cusolverStatus_t (*getrf_bs)(cusolverDnHandle_t, int, int, void *, int, int *);
+    cusolverStatus_t (*getrf)(cusolverDnHandle_t, int, int, void *, int, void *, int *, int *);
+    cusolverStatus_t (*getrs)(cusolverDnHandle_t, cublasOperation_t, int, int, const void *, int,
+                              const int *, void *, int, int *);
+    cusolverStatus_t (*potrf_bs)(cusolverDnHandle_t, cublasFillMode_t, int, void *, int, int *);
+    cusolverStatus_t (*potrf)(cusolverDnHandle_t, cublasFillMode_t, int, void *, int, void *, int,
+                              int *);
+    cusolverStatus_t (*geqrf_bs)(cusolverDnHandle_t, int, int, void *, int, int *);
+    cusolverStatus_t (*geqrf)(cusolverDnHandle_t, int, int, void *, int, void *, void *, int,
+                              int *);
+    cusolverStatus_t (*orgqr_bs)(cusolverDnHandle_t, int, int, int, const void *, int, const void *,
+                                 int *);
+    cusolverStatus_t (*orgqr)(cusolverDnHandle_t, int, int, int, void *, int, const void *, void *,
+                              int, int *);
+    cusolverStatus_t (*gesvd_bs)(cusolverDnHandle_t, int, int, int *);
+    cusolverStatus_t (*gesvd)(cusolverDnHandle_t, signed char, signed char, int, int, void *, int,
+                              void *, void *, int, void *, int, void *, int, void *, int *);
+    cusolverStatus_t (*syevd_bs)(cusolverDnHandle_t, cusolverEigMode_t, cublasFillMode_t, int,
+                                 const void *, int, const void *, int *);
+    cusolverStatus_t (*syevd)(cusolverDnHandle_t, cusolverEigMode_t, cublasFillMode_t, int, void *,
+                              int, void *, void *, int, int *);
+} hd_cuda_solver_fns;
+
 typedef struct hd_cuda_api {
     /* driver */
     CUresult (*init)(unsigned);
@@ -166,6 +193,13 @@ typedef struct hd_cuda_api {
                                         cublasComputeType_t, cublasGemmAlgo_t);
     int blas_ok;
     char blas_error[256];
+    /* cuSOLVER (optional: without it linalg runs on the host) */
+    cusolverStatus_t (*sol_create)(cusolverDnHandle_t *);
+    cusolverStatus_t (*sol_destroy)(cusolverDnHandle_t);
+    cusolverStatus_t (*sol_set_stream)(cusolverDnHandle_t, CUstream);
+    hd_cuda_solver_fns sol[2]; /* f32 (S), f64 (D) */
+    int sol_ok;
+    char sol_error[256];
 } hd_cuda_api;
 
 /* The process's libraries: opened on the first call (thread-safe), kept
@@ -238,6 +272,8 @@ typedef struct hd_cuda_dev {
     double prof_epoch_host;
     /* marks this device's stream for a copy to or from another device */
     CUevent peer_event;
+    cusolverDnHandle_t solver; /* made at the first linalg op (cuda_solver.c) */
+    int solver_failed;         /* cusolverDnCreate failed: linalg on the host */
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {
@@ -294,6 +330,13 @@ void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes)
 hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                          const hd_attrs *attrs);
 hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *a, hd_tensor *b);
+/* Can d run linalg through cuSOLVER (the library opened and d's handle
+ * made, on the first call)? If not, the ops run on the host. */
+int hd_cuda_solver_ready(hd_ctx *ctx, hd_cuda_dev *d);
+/* The linalg ops through cuSOLVER (cuda_solver.c), once
+ * hd_cuda_solver_ready; inputs contiguous, in out's dtype. */
+hd_status hd_cuda_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                         hd_tensor *const *in, int nin, const hd_attrs *attrs);
 #endif
 
 #endif

@@ -1,8 +1,8 @@
 /* The CUDA libraries, opened at run time (dlopen) so that one build runs on
  * machines with and without a GPU. Opened once per process, on the first
  * call, under pthread_once; the handles stay open until exit (the driver
- * is process-wide anyway). HODU_CUDA_DRIVER, HODU_CUDA_NVRTC and
- * HODU_CUDA_BLAS name other libraries to open instead (tests use a missing
+ * is process-wide anyway). HODU_CUDA_DRIVER, HODU_CUDA_NVRTC,
+ * HODU_CUDA_BLAS and HODU_CUDA_SOLVER name other libraries to open instead (tests use a missing
  * driver to exercise the no-GPU paths, and tests/cuda_emu's emulated
  * device to run the CUDA code on machines without a GPU). */
 #if HODU_HAVE_CUDA
@@ -174,14 +174,51 @@ static void loader_blas(hd_cuda_api *a) {
     *(void **)&a->blas_set_workspace = dlsym(h, "cublasSetWorkspace_v2");
 }
 
-/* cuBLAS is opened only with a driver: it needs one to load at all. */
+#define SOL(t, field, name)                                                                        \
+    { (void **)&a->sol[t].field, name }
+#define SOL_BOTH(field, suffix)                                                                    \
+    SOL(0, field, "cusolverDnS" suffix), SOL(1, field, "cusolverDnD" suffix)
+
+static void loader_solver(hd_cuda_api *a) {
+    const char *names[] = {"libcusolver.so.12", "libcusolver.so.11", "libcusolver.so",
+                           "/usr/local/cuda/lib64/libcusolver.so", NULL};
+    void *h =
+        loader_open("HODU_CUDA_SOLVER", names, a->sol_error, sizeof a->sol_error, " (cuSOLVER)");
+    if (!h) return;
+    const loader_sym syms[] = {
+        SYM(sol_create, "cusolverDnCreate"),
+        SYM(sol_destroy, "cusolverDnDestroy"),
+        SYM(sol_set_stream, "cusolverDnSetStream"),
+        SOL_BOTH(getrf_bs, "getrf_bufferSize"),
+        SOL_BOTH(getrf, "getrf"),
+        SOL_BOTH(getrs, "getrs"),
+        SOL_BOTH(potrf_bs, "potrf_bufferSize"),
+        SOL_BOTH(potrf, "potrf"),
+        SOL_BOTH(geqrf_bs, "geqrf_bufferSize"),
+        SOL_BOTH(geqrf, "geqrf"),
+        SOL_BOTH(orgqr_bs, "orgqr_bufferSize"),
+        SOL_BOTH(orgqr, "orgqr"),
+        SOL_BOTH(gesvd_bs, "gesvd_bufferSize"),
+        SOL_BOTH(gesvd, "gesvd"),
+        SOL_BOTH(syevd_bs, "syevd_bufferSize"),
+        SOL_BOTH(syevd, "syevd"),
+    };
+    a->sol_ok = loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->sol_error,
+                               sizeof a->sol_error, "libcusolver");
+}
+
+/* cuBLAS and cuSOLVER are opened only with a driver: they need one to
+ * load at all. */
 static void loader_all(void) {
     loader_driver(&cuda_api);
     loader_nvrtc(&cuda_api);
-    if (cuda_api.driver_ok)
+    if (cuda_api.driver_ok) {
         loader_blas(&cuda_api);
-    else
+        loader_solver(&cuda_api);
+    } else {
         snprintf(cuda_api.blas_error, sizeof cuda_api.blas_error, "no CUDA driver");
+        snprintf(cuda_api.sol_error, sizeof cuda_api.sol_error, "no CUDA driver");
+    }
 }
 
 const hd_cuda_api *hd_cuda_api_get(void) {

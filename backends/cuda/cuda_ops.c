@@ -804,12 +804,10 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
 
 /* ---- on host copies: linalg (LAPACK) and all_reduce (MPI) ---- */
 
-/* The decompositions run on the host: the inputs are copied down, the cpu
- * kernel (LAPACK) computes the result, which is copied back up. Correct on
- * every device, and cheap next to the O(n^3) factorisation for the small
- * matrices these ops see in training code; cuSOLVER is not used yet. An
- * all-reduce goes the same way (MPI reads host memory; NCCL is not used
- * yet). */
+/* On the host: the inputs are copied down, the cpu kernel computes the
+ * result, which is copied back up. The decompositions go this way where
+ * cuSOLVER did not open (or a matrix is empty); an all-reduce always (MPI
+ * reads host memory; NCCL is not used yet). */
 static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                              const hd_attrs *attrs) {
     hd_tensor *host[2] = {NULL, NULL}, *y = NULL;
@@ -828,6 +826,23 @@ static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *c
     }
     for (int i = 0; i < nin; i++) hd_tensor_unref(host[i]);
     hd_tensor_unref(y);
+    return st;
+}
+
+/* The decompositions through cuSOLVER (cuda_solver.c) on contiguous
+ * inputs; without the library (or a handle), or for empty matrices, on
+ * the host. */
+static hd_status ops_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                            hd_tensor *const *in, int nin, const hd_attrs *attrs) {
+    int empty = out->numel == 0 || nin > 2;
+    for (int i = 0; i < nin && !empty; i++) empty = in[i]->numel == 0;
+    if (empty || !hd_cuda_solver_ready(ctx, d)) return ops_on_host(ctx, op, out, in, nin, attrs);
+    hd_tensor *c[2] = {NULL, NULL};
+    hd_status st = HD_OK;
+    for (int i = 0; i < nin && !st; i++)
+        if (!(c[i] = hd_tensor_contiguous(ctx, in[i]))) st = ctx->status;
+    if (!st) st = hd_cuda_linalg(ctx, d, op, out, c, nin, attrs);
+    for (int i = 0; i < nin; i++) hd_tensor_unref(c[i]);
     return st;
 }
 
@@ -871,7 +886,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_KIND_TERNARY:
     case HD_KIND_GRAD:
     case HD_KIND_INDEX: return ops_elementwise(ctx, d, op, out, in, nin, attrs);
-    case HD_KIND_LINALG: return ops_on_host(ctx, op, out, in, nin, attrs);
+    case HD_KIND_LINALG: return ops_linalg(ctx, d, op, out, in, nin, attrs);
     default: return hd_error(ctx, HD_ERR_RUNTIME, "%s has no cuda kernel", hd_op_name(op));
     }
 }

@@ -7,6 +7,7 @@
 #if HD_CUDA_HEADERS
 #include <cublas_api.h>
 #include <cuda.h>
+#include <cusolverDn.h>
 #include <nvrtc.h>
 
 #define HD_CUDA_ABI_VALUES_ONLY
@@ -28,6 +29,10 @@ int main(void) {
         sizeof(cudaDataType) == sizeof(int) && sizeof(cublasComputeType_t) == sizeof(int), "enum");
     _Static_assert(sizeof(cublasOperation_t) == sizeof(int) &&
                        sizeof(cublasGemmAlgo_t) == sizeof(int),
+                   "enum");
+    _Static_assert(sizeof(cusolverStatus_t) == sizeof(int) &&
+                       sizeof(cublasFillMode_t) == sizeof(int) &&
+                       sizeof(cusolverEigMode_t) == sizeof(int),
                    "enum");
     TEST_END();
 }

@@ -325,6 +325,42 @@ static void test_peer(hd_ctx *ctx) {
     hd_tensor_unref(x);
 }
 
+/* linalg through cuSOLVER: inv of two 3x3 matrices is two getrf and two
+ * getrs calls; the only copies to the host are the info words (one read
+ * for the batch, one for getrs'), nothing goes up. The values are the
+ * inverses; a singular matrix is the cpu's error, naming it. */
+static void test_linalg(hd_ctx *ctx) {
+    const float av[18] = {2, 0, 0, 0, 4, 0, 0, 0, 8, 1, 2, 0, 0, 1, 0, 0, 0, 1};
+    int64_t shape[3] = {2, 3, 3};
+    hd_tensor *h = hd_tensor_from_data(ctx, HD_F32, shape, 3, av), *a = NULL, *r = NULL;
+    CHECK(h && hd_tensor_to_device(ctx, h, &hd_cuda_backend, 0, &a) == HD_OK);
+    hd_tensor_unref(h);
+    if (!a) return;
+    CHECK(hd_op_run(ctx, HD_OP_LINALG_INV, &a, 1, NULL, &r) == HD_OK); /* warm */
+    hd_tensor_unref(r);
+    emu_reset();
+    CHECK(hd_op_run(ctx, HD_OP_LINALG_INV, &a, 1, NULL, &r) == HD_OK);
+    CHECK_MSG(emu_calls("cusolverDn") == 4, "%llu cuSOLVER calls", emu_calls("cusolverDn"));
+    CHECK(emu_calls("cuMemcpyDtoHAsync_v2") == 2 && emu_calls("cuMemcpyHtoDAsync_v2") == 0);
+    /* inv(diag(2, 4, 8)); inv([[1, 2, 0], [0, 1, 0], [0, 0, 1]]) has -2 at [0][1] */
+    CHECK(r && host_at(ctx, r, 0) == 0.5f && host_at(ctx, r, 4) == 0.25f);
+    CHECK(r && host_at(ctx, r, 8) == 0.125f && host_at(ctx, r, 10) == -2.0f);
+    CHECK(r && host_at(ctx, r, 9) == 1.0f && host_at(ctx, r, 3) == 0.0f);
+    hd_tensor_unref(r);
+    r = NULL;
+    const float sv[18] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 2, 3, 2, 4, 6, 1, 1, 1};
+    h = hd_tensor_from_data(ctx, HD_F32, shape, 3, sv);
+    hd_tensor *s = NULL;
+    CHECK(h && hd_tensor_to_device(ctx, h, &hd_cuda_backend, 0, &s) == HD_OK);
+    CHECK(s && hd_op_run(ctx, HD_OP_LINALG_INV, &s, 1, NULL, &r) != HD_OK);
+    CHECK_MSG(strstr(ctx->errmsg, "linalg.inv: matrix 1 of the batch is singular"), "%s",
+              ctx->errmsg);
+    hd_error_clear(ctx);
+    hd_tensor_unref(h);
+    hd_tensor_unref(s);
+    hd_tensor_unref(a);
+}
+
 int main(void) {
     setenv("HODU_CUDA_EMU_DEVICES", "2", 1); /* read when the driver is opened */
     hd_ctx ctx;
@@ -340,6 +376,7 @@ int main(void) {
     test_compiled(&ctx);
     test_profile(&ctx);
     test_peer(&ctx);
+    test_linalg(&ctx);
     hd_ctx_release(&ctx);
     remove(CALLS_TRACE);
     TEST_END();
