@@ -486,9 +486,21 @@ static hd_status import_path(hd_vm *vm, hd_frame *f, const hd_ast *node, char *p
     return HD_OK;
 }
 
+/* A file that imports the standard module it is named after finds
+ * itself first: say so. */
+static hd_status import_circular(hd_vm *vm, const hd_module *m) {
+    char std[4096];
+    snprintf(std, sizeof std, "%s/%s.hodu", vm->stdlib_dir, m->name);
+    if (!m->stdlib && m->path && is_file(std))
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "circular import of module %s: %s is named like the standard module "
+                           "%s, and `import %s` finds it first (rename the file)",
+                           m->name, m->path, m->name, m->name);
+    return hd_vm_error(vm, HD_ERR_RUNTIME, "circular import of module %s", m->name);
+}
+
 static hd_status import_cached(hd_vm *vm, hd_module *m, hd_value *out) {
-    if (m->state == HD_MOD_LOADING)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "circular import of module %s", m->name);
+    if (m->state == HD_MOD_LOADING) return import_circular(vm, m);
     if (m->state == HD_MOD_FAILED)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "module %s failed to load", m->name);
     hd_vref(*out = hd_obj_value(&m->obj));

@@ -1262,25 +1262,38 @@ static int sol_geqrf_bs(int dbl, emu_solver *h, int m, int n, void *A, int lda, 
     return sol_getrf_bs(dbl, h, m, n, A, lda, lw);
 }
 
-static int sol_geqrf(int dbl, emu_solver *h, int m, int n, void *A, int lda, void *tau, void *W,
-                     int lw, int *info) {
+/* geqrf (gen 0: the reflectors of A's QR) or orgqr (gen 1: Q's first n
+ * columns from k of them), with LAPACK's own workspace. */
+static int sol_householder(int dbl, int gen, emu_solver *h, int m, int n, int k, void *A, int lda,
+                           const void *tau, void *W, int lw, int *info) {
+    const char *name = gen ? "orgqr" : "geqrf";
     if (!sol_ready(h)) return SOL_INTERNAL;
-    if (m < 1 || n < 1 || lda < m || lw < sol_ws(m, n)) return SOL_INVALID;
+    if (m < 1 || n < 1 || lda < m || lw < sol_ws(m, n) || (gen && (n > m || k < 0 || k > n)))
+        return SOL_INVALID;
     size_t es = sol_es(dbl);
-    int k = m < n ? m : n, lwork = -1;
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "geqrf A");
-    void *t = sol_mem(h, tau, (long long)k * (long long)es, "geqrf tau");
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, "geqrf workspace");
-    int *i = sol_mem(h, info, 4, "geqrf info");
+    int lwork = -1;
+    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, name);
+    void *t = sol_mem(h, tau, (long long)k * (long long)es, name);
+    void *w = sol_mem(h, W, (long long)lw * (long long)es, name);
+    int *i = sol_mem(h, info, 4, name);
     if (!a || !t || !w || !i) return SOL_INVALID;
-    sol_geqrf_fn f = (sol_geqrf_fn)sol_lapack(dbl, "geqrf");
+    void *f = sol_lapack(dbl, name), *work = NULL;
     double q[1];
-    f(&m, &n, a, &lda, t, q, &lwork, i);
-    void *work = sol_work(dbl, sol_first(dbl, q), &lwork);
-    if (!work) return SOL_ALLOC;
-    f(&m, &n, a, &lda, t, work, &lwork, i);
+    for (int pass = 0; pass < 2; pass++) { /* the query, then the call */
+        void *wk = pass ? work : (void *)q;
+        if (gen)
+            ((sol_orgqr_fn)f)(&m, &n, &k, a, &lda, t, wk, &lwork, i);
+        else
+            ((sol_geqrf_fn)f)(&m, &n, a, &lda, (void *)t, wk, &lwork, i);
+        if (!pass && !(work = sol_work(dbl, sol_first(dbl, q), &lwork))) return SOL_ALLOC;
+    }
     free(work);
     return SOL_OK;
+}
+
+static int sol_geqrf(int dbl, emu_solver *h, int m, int n, void *A, int lda, void *tau, void *W,
+                     int lw, int *info) {
+    return sol_householder(dbl, 0, h, m, n, m < n ? m : n, A, lda, tau, W, lw, info);
 }
 
 static int sol_orgqr_bs(int dbl, emu_solver *h, int m, int n, int k, const void *A, int lda,
@@ -1293,24 +1306,7 @@ static int sol_orgqr_bs(int dbl, emu_solver *h, int m, int n, int k, const void 
 
 static int sol_orgqr(int dbl, emu_solver *h, int m, int n, int k, void *A, int lda, const void *tau,
                      void *W, int lw, int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (m < 1 || n < 1 || n > m || k < 0 || k > n || lda < m || lw < sol_ws(m, n))
-        return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    int lwork = -1;
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "orgqr A");
-    void *t = sol_mem(h, tau, (long long)k * (long long)es, "orgqr tau");
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, "orgqr workspace");
-    int *i = sol_mem(h, info, 4, "orgqr info");
-    if (!a || !t || !w || !i) return SOL_INVALID;
-    sol_orgqr_fn f = (sol_orgqr_fn)sol_lapack(dbl, "orgqr");
-    double q[1];
-    f(&m, &n, &k, a, &lda, t, q, &lwork, i);
-    void *work = sol_work(dbl, sol_first(dbl, q), &lwork);
-    if (!work) return SOL_ALLOC;
-    f(&m, &n, &k, a, &lda, t, work, &lwork, i);
-    free(work);
-    return SOL_OK;
+    return sol_householder(dbl, 1, h, m, n, k, A, lda, tau, W, lw, info);
 }
 
 static int sol_gesvd_bs(int dbl, emu_solver *h, int m, int n, int *lw) {
