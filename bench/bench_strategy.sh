@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Execution strategies: checkpointing's peak memory and time on a 32-layer
-# MLP (two shapes), the profiler's cost per eager op, modes "hybrid" and
+# MLP (three shapes), the profiler's cost per eager op, modes "hybrid" and
 # "lazy" against eager and compiled code, and memory "cached" (the memo)
 # against "pooled".
 # Usage: bench/bench_strategy.sh [BUILD_DIR]
@@ -12,6 +12,7 @@ echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/hodu" bench/strategy/checkpoint_mlp.hodu 4096 128 128
 "$build/hodu" bench/strategy/checkpoint_mlp.hodu 1024 128 512
+"$build/hodu" bench/strategy/checkpoint_mlp.hodu 4096 128 512
 "$build/hodu" bench/strategy/profile_overhead.hodu
 "$build/hodu" bench/strategy/lazy_chain.hodu
 "$build/hodu" bench/strategy/memo.hodu 128 256
