@@ -675,6 +675,28 @@ static int default_compiler(hd_ctx *ctx, char *buf, size_t n) {
     return named;
 }
 
+/* What the strategy lets a trace read (the knobs optim and nn read, the
+ * precision) and the functions backward() runs after it, hashed one word
+ * at a time: small values never collide, so two settings never share
+ * compiled code (before, one int mixed them: a checkpoint interval of 1
+ * and precision "full" with none gave the same key). */
+static uint64_t opts_knobs(hd_vm *vm) {
+    const hd_strategy *s = &vm->strategy.cur;
+    int split = s->parallelism == HD_PAR_MODEL || s->parallelism == HD_PAR_PIPELINE;
+    int64_t hooks =
+        vm->backward_hooks.type == HD_V_LIST ? (int64_t)hd_as_list(vm->backward_hooks)->len : 0;
+    int64_t v[] = {hd_strategy_accum_steps(vm),
+                   hd_strategy_checkpoint_interval(vm),
+                   vm->ctx.autocast,
+                   hd_strategy_dist_data(vm),
+                   hooks,
+                   split ? s->workers : 0,
+                   s->parallelism == HD_PAR_PIPELINE ? s->micro_batches : 0};
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) h = (h ^ (uint64_t)v[i]) * 0x100000001b3ull;
+    return h;
+}
+
 void cp_opts_default(hd_vm *vm, cp_opts *o) {
     hd_compiled_state *cs = cp_state_of(vm);
     memset(o, 0, sizeof *o);
@@ -694,12 +716,7 @@ void cp_opts_default(hd_vm *vm, cp_opts *o) {
     if (o->device_set && !o->chosen) snprintf(o->compiler, sizeof o->compiler, "cuda");
     o->opt_level = 1;
     o->no_fuse = !vm->strategy.cur.fusion;
-    o->knobs = (hd_strategy_accum_steps(vm) * 4099 + hd_strategy_checkpoint_interval(vm)) * 2 +
-               vm->ctx.autocast;
-    /* averaging over the ranks: by the optimizers, or after backward() */
-    int hooks = vm->backward_hooks.type == HD_V_LIST ? (int)hd_as_list(vm->backward_hooks)->len : 0;
-    unsigned k = (unsigned)o->knobs * 16777619u ^ (unsigned)hd_strategy_dist_data(vm) * 2654435761u;
-    o->knobs = (int)(k ^ (unsigned)hooks * 40503u);
+    o->knobs = opts_knobs(vm);
 }
 
 /* One tensor's vote for where the code runs: the first device seen, or
@@ -782,7 +799,7 @@ void cp_key_fixed(const cp_body *b, const cp_opts *o, hd_jit_key *k) {
     k->compiler = hd_jit_string_hash(o->compiler);
     /* a trace reads the strategy's knobs (optim, nn): another value is
      * another graph */
-    k->options = hd_jit_options_hash(&j) ^ ((uint64_t)(uint32_t)o->knobs * 0x9e3779b97f4a7c15ull);
+    k->options = hd_jit_options_hash(&j) ^ o->knobs;
 }
 
 static uint64_t guards_hash(const cp_guard *g, int n) {

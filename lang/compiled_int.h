@@ -351,8 +351,9 @@ typedef struct cp_opts {
     int chosen;     /* the compiler was named (an option, HODU_COMPILER) */
     int device_set; /* the device was named (an option, the default device) */
     int no_fuse;    /* the strategy's fusion is off */
-    int knobs; /* what the strategy lets a trace read (optimizer steps, checkpointing, averaging
-                * over the ranks), and the functions backward() runs after it (a hash) */
+    uint64_t knobs; /* what the strategy lets a trace read (optimizer steps, checkpointing,
+                     * precision, averaging over the ranks, layers over devices), and the
+                     * functions backward() runs after it (a hash) */
 } cp_opts;
 
 /* A captured tensor with data. */
