@@ -81,6 +81,7 @@ static const strategy_count counts[] = {
     {"fusion", offsetof(hd_strategy, fusion), 0},
     {"profiling", offsetof(hd_strategy, profiling), 0},
     {"micro_batches", offsetof(hd_strategy, micro_batches), 1},
+    {"mixed_f16", offsetof(hd_strategy, mixed_f16), 1},
 };
 #define NCOUNTS ((int)(sizeof counts / sizeof counts[0]))
 
@@ -119,20 +120,22 @@ typedef struct strategy_preset {
 static const strategy_preset presets[] = {
     {"default",
      {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0,
-      0}},
+      0, 0}},
     {"training",
      {HD_MODE_LAZY, HD_GRADS_FULL, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 1,
-      0}},
+      0, 0}},
     {"inference",
      {HD_MODE_EAGER, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_CACHED, HD_PAR_AUTOMATIC, 0, 0, 0, 1, 0,
-      0}},
+      0, 0}},
     {"memory_efficient",
      {HD_MODE_HYBRID, HD_GRADS_CHECKPOINTED, HD_PREC_MIXED, HD_MEM_MINIMAL_PEAK, HD_PAR_NONE, 10, 0,
-      0, 0, 0, 0}},
+      0, 0, 0, 0, 0}},
     {"high_throughput",
-     {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0, 0}},
+     {HD_MODE_LAZY, HD_GRADS_NONE, HD_PREC_SINGLE, HD_MEM_POOLED, HD_PAR_DATA, 0, 0, 4, 1, 0, 0,
+      0}},
     {"debug",
-     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1, 0}},
+     {HD_MODE_EAGER, HD_GRADS_FULL, HD_PREC_FULL, HD_MEM_STANDARD, HD_PAR_NONE, 0, 0, 0, 0, 1, 0,
+      0}},
 };
 #define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
 
@@ -228,6 +231,10 @@ static hd_status strategy_check(hd_vm *vm, const hd_strategy *s) {
     if (s->parallelism >= HD_PAR_DATA && s->workers < 1)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "strategy parallelism \"%s\" needs a count >= 1",
                            par_names[s->parallelism]);
+    if (s->mixed_f16 && s->precision != HD_PREC_MIXED)
+        return hd_vm_error(vm, HD_ERR_RUNTIME,
+                           "strategy mixed_f16 goes with precision \"mixed\", not \"%s\"",
+                           prec_names[s->precision]);
     if (s->micro_batches && s->parallelism != HD_PAR_PIPELINE)
         return hd_vm_error(vm, HD_ERR_RUNTIME,
                            "strategy micro_batches goes with parallelism \"pipeline_parallel\", "
@@ -283,7 +290,8 @@ static hd_value strategy_to_dict(hd_vm *vm, const hd_strategy *s) {
     for (int i = 0; i < NCOUNTS; i++) {
         int n = *field_at(&c, counts[i].off);
         int flag = counts[i].off == offsetof(hd_strategy, fusion) ||
-                   counts[i].off == offsetof(hd_strategy, profiling);
+                   counts[i].off == offsetof(hd_strategy, profiling) ||
+                   counts[i].off == offsetof(hd_strategy, mixed_f16);
         if (hd_dict_set(vm, d, counts[i].name, flag ? hd_bool(n) : hd_int(n))) goto fail;
     }
     return d;
@@ -340,6 +348,16 @@ static hd_status strategy_devices(hd_vm *vm, const hd_strategy *s) {
                        par_names[s->parallelism], s->workers, n, n == 1 ? "" : "s");
 }
 
+/* s's precision as the ops' autocast mode (runtime/hd_op.c). */
+static int strategy_autocast(const hd_strategy *s) {
+    switch (s->precision) {
+    case HD_PREC_MIXED: return s->mixed_f16 ? HD_AUTOCAST_MIXED_F16 : HD_AUTOCAST_MIXED;
+    case HD_PREC_FULL: return HD_AUTOCAST_FULL;
+    case HD_PREC_HALF: return HD_AUTOCAST_HALF;
+    default: return HD_AUTOCAST_OFF;
+    }
+}
+
 /* Carry out s's fields (no checks, no notes): recording, threads, the
  * block cache. */
 static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
@@ -359,10 +377,7 @@ static void strategy_effects(hd_vm *vm, const hd_strategy *s) {
     hd_ctx_set_cache_limit(ctx, pooled ? st->cache : 0);
     if (!pooled) hd_ctx_trim(ctx);
     hd_memo_set(ctx, s->memory == HD_MEM_CACHED); /* memory made in hd_strategy_apply */
-    ctx->autocast = s->precision == HD_PREC_MIXED  ? HD_AUTOCAST_MIXED
-                    : s->precision == HD_PREC_FULL ? HD_AUTOCAST_FULL
-                    : s->precision == HD_PREC_HALF ? HD_AUTOCAST_HALF
-                                                   : HD_AUTOCAST_OFF;
+    ctx->autocast = strategy_autocast(s);
     /* (HODU_EAGER=1 runs all compiled code as plain code: lazy too) */
     int lazy = s->mode == HD_MODE_LAZY     ? HD_COMPILE_ALL_CALLS | HD_COMPILE_ALL_LOOPS
                : s->mode == HD_MODE_HYBRID ? HD_COMPILE_ALL_CALLS

@@ -24,6 +24,7 @@ typedef struct hd_strategy {
     int workers;  /* data_parallel workers, model_parallel devices, pipeline stages */
     int fusion, profiling;
     int micro_batches; /* pipeline_parallel: per batch (0: four per stage) */
+    int mixed_f16;     /* precision "mixed" in f16 rather than bf16 */
 } hd_strategy;
 
 /* What a VM keeps: the strategy in force and what "automatic" and

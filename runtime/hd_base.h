@@ -72,10 +72,17 @@ typedef struct hd_stop {
 typedef struct hd_profile hd_profile;
 
 /* hd_ctx.autocast: a strategy's precision (hd_op.c). OFF: ops run in
- * their inputs' dtypes; MIXED: matmul and conv2d of f32 run in bf16 (the
- * result back in f32); FULL, HALF: every op with float inputs runs in
- * f64, f16 (its float inputs cast; the result stays in that dtype). */
-enum { HD_AUTOCAST_OFF, HD_AUTOCAST_MIXED, HD_AUTOCAST_FULL, HD_AUTOCAST_HALF };
+ * their inputs' dtypes; MIXED, MIXED_F16: matmul and conv2d of f32 run in
+ * bf16 or f16 (the result back in f32); FULL, HALF: every op with float
+ * inputs runs in f64, f16 (its float inputs cast; the result stays in
+ * that dtype). */
+enum {
+    HD_AUTOCAST_OFF,
+    HD_AUTOCAST_MIXED,
+    HD_AUTOCAST_FULL,
+    HD_AUTOCAST_HALF,
+    HD_AUTOCAST_MIXED_F16
+};
 
 typedef struct hd_ctx {
     hd_alloc_fn alloc;

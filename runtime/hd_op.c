@@ -373,9 +373,10 @@ static hd_status op_dispatch(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int ni
 }
 
 /* A strategy's precision (hd_ctx.autocast).
- *  - MIXED (as torch.autocast): a matmul or conv2d whose float inputs are
- *    all f32 runs on bf16 copies of them, and its result is cast back to
- *    f32, so everything around it (and the weights) stays f32.
+ *  - MIXED, MIXED_F16 (as torch.autocast): a matmul or conv2d whose float
+ *    inputs are all f32 runs on bf16 (f16) copies of them, and its result
+ *    is cast back to f32, so everything around it (and the weights) stays
+ *    f32. f16's range needs loss scaling (optim.GradScaler).
  *  - FULL, HALF: every op that computes from float inputs runs in f64 or
  *    f16: its float inputs of another dtype are cast (Hodu numbers stay:
  *    they never widen) and the result keeps that dtype. Views, casts,
@@ -385,20 +386,26 @@ static hd_status op_dispatch(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int ni
  * The casts are recorded ops: gradients flow through them back to the
  * tensors' own dtypes. */
 static hd_dtype autocast_dtype(int mode) {
-    return mode == HD_AUTOCAST_FULL ? HD_F64 : mode == HD_AUTOCAST_HALF ? HD_F16 : HD_BF16;
+    return mode == HD_AUTOCAST_FULL                                    ? HD_F64
+           : mode == HD_AUTOCAST_HALF || mode == HD_AUTOCAST_MIXED_F16 ? HD_F16
+                                                                       : HD_BF16;
+}
+
+static int autocast_mixed(int mode) {
+    return mode == HD_AUTOCAST_MIXED || mode == HD_AUTOCAST_MIXED_F16;
 }
 
 /* in[i] is cast by autocast in this mode */
 static int autocast_casts(int mode, const hd_tensor *t) {
     if (!t) return 0;
-    if (mode == HD_AUTOCAST_MIXED) return 1; /* all f32: autocast_wants checked */
+    if (autocast_mixed(mode)) return 1; /* all f32: autocast_wants checked */
     return !t->number && hd_dtype_is_float(t->dtype) && t->dtype != autocast_dtype(mode);
 }
 
 static int autocast_wants(const hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin) {
     int mode = ctx->autocast;
     if (nin > HD_OP_MAX_IN) return 0; /* concat of many: moves data, computes nothing */
-    if (mode == HD_AUTOCAST_MIXED) {
+    if (autocast_mixed(mode)) {
         if (op != HD_OP_MATMUL && op != HD_OP_CONV2D) return 0;
         for (int i = 0; i < nin; i++)
             if (in[i] && in[i]->dtype != HD_F32) return 0;
@@ -434,7 +441,7 @@ static hd_status autocast_run(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int n
             cin[i] = in[i] ? hd_tensor_ref(in[i]) : NULL;
     }
     if (!st) st = hd_op_run(ctx, op, cin, nin, attrs, &y);
-    if (!st && mode == HD_AUTOCAST_MIXED) {
+    if (!st && autocast_mixed(mode)) {
         st = hd_op_cast(ctx, y, HD_F32, out);
     } else if (!st) {
         *out = y;
