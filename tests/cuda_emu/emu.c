@@ -585,17 +585,22 @@ EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, e
     return CUDA_SUCCESS;
 }
 
-EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
-                                         emu_stream *s) {
-    EMU_COUNT(cuMemcpyDtoDAsync_v2);
-    if (!mem_valid_on(dst, n, stream_dev(s)) || !mem_valid_on(src, n, stream_dev(s)))
-        return CUDA_ERROR_INVALID_VALUE;
+/* A device-to-device copy, run or captured on s (both sides checked). */
+static CUresult copy_submit(emu_stream *s, CUdeviceptr dst, CUdeviceptr src, size_t n) {
     emu_node *c = node_new(NODE_COPY);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dst = dst;
     c->src = src;
     c->n = n;
     return stream_submit(s, c);
+}
+
+EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                         emu_stream *s) {
+    EMU_COUNT(cuMemcpyDtoDAsync_v2);
+    if (!mem_valid_on(dst, n, stream_dev(s)) || !mem_valid_on(src, n, stream_dev(s)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return copy_submit(s, dst, src, n);
 }
 
 EMU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, emu_stream *s) {
@@ -618,12 +623,7 @@ EMU_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdevicept
     if (dd < 0 || sd < 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (!mem_valid_on(dst, n, dd) || !mem_valid_on(src, n, sd)) return CUDA_ERROR_INVALID_VALUE;
     if (s && s->capturing) return stream_unsupported(s);
-    emu_node *c = node_new(NODE_COPY);
-    if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
-    c->dst = dst;
-    c->src = src;
-    c->n = n;
-    return stream_submit(s, c);
+    return copy_submit(s, dst, src, n);
 }
 
 /* Work runs when it is submitted, so a stream waiting on an event that
