@@ -9,7 +9,7 @@
  *   second, read-write mapping of the same pages (see "memory" below).
  *   Copies and kernels run synchronously, in stream order. Copies are
  *   checked against the allocations they touch.
- * - "NVRTC" compiles the generated CUDA C as host C++ (emu_device.h is
+ * - "NVRTC" (emu_nvrtc.c) compiles the generated CUDA C as host C++ (emu_device.h is
  *   force-included) into a shared object: that is the module image.
  * - A launch runs the grid block by block; a block's threads are fibers
  *   (ucontext) that switch at __syncthreads. A barrier that some threads of
@@ -19,10 +19,10 @@
  *   that cuGraphLaunch replays with the arguments captured by value.
  *   Synchronizing a capturing stream, or a copy from or to host memory in
  *   one, invalidates the capture, as the driver does.
- * - cuBLAS: cublasGemmStridedBatchedEx, column-major, from its documented
- *   definition (sums in double).
- * - cuSOLVER: the dense routines the backend calls, through OpenBLAS's
- *   LAPACK (their documented definitions), arguments checked.
+ * - cuBLAS (emu_blas.c): cublasGemmStridedBatchedEx, column-major, from
+ *   its documented definition (sums in double).
+ * - cuSOLVER (emu_solver.c): the dense routines the backend calls, through
+ *   OpenBLAS's LAPACK (their documented definitions), arguments checked.
  *
  * Only the entry points the backend uses exist; the types are spelled out
  * here (plain integers and pointers at the ABI), so no CUDA header is
@@ -35,88 +35,24 @@
  * op. hodu_emu_calls(name) counts the calls of each driver entry point
  * (hodu_emu_calls_reset zeroes them), for tests that count driver calls. */
 #define _GNU_SOURCE
-#include "hd_dtype.h"
+#include "emu_int.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#define EMU_EXPORT __attribute__((visibility("default")))
-
-extern char **environ;
-
-/* ---- the ABI's types and values (cuda.h, nvrtc.h, cublas_api.h) ---- */
-
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_INVALID_VALUE = 1,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_INVALID_IMAGE = 200,
-    CUDA_ERROR_INVALID_HANDLE = 400,
-    CUDA_ERROR_NOT_FOUND = 500,
-    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
-    CUDA_ERROR_LAUNCH_FAILED = 719,
-    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
-    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
-};
-enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
-enum {
-    NVRTC_SUCCESS = 0,
-    NVRTC_ERROR_OUT_OF_MEMORY = 1,
-    NVRTC_ERROR_INVALID_OPTION = 5,
-    NVRTC_ERROR_COMPILATION = 6
-};
-enum { BLAS_SUCCESS = 0, BLAS_INVALID_VALUE = 7, BLAS_NOT_SUPPORTED = 15 };
-enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
-
-/* ---- call counts per entry point, for tests (hodu_emu_calls) ---- */
-
-#define EMU_COUNTED(X)                                                                             \
-    X(cuMemAlloc_v2)                                                                               \
-    X(cuMemFree_v2)                                                                                \
-    X(cuCtxSetCurrent)                                                                             \
-    X(cuStreamSynchronize)                                                                         \
-    X(cuMemcpyHtoDAsync_v2)                                                                        \
-    X(cuMemcpyDtoHAsync_v2)                                                                        \
-    X(cuMemcpyDtoDAsync_v2)                                                                        \
-    X(cuMemsetD8Async)                                                                             \
-    X(cuModuleLoadData)                                                                            \
-    X(cuModuleGetFunction)                                                                         \
-    X(cuLaunchKernel)                                                                              \
-    X(cuStreamBeginCapture_v2)                                                                     \
-    X(cuStreamEndCapture)                                                                          \
-    X(cuGraphInstantiateWithFlags)                                                                 \
-    X(cuGraphLaunch)                                                                               \
-    X(cuGraphExecDestroy)                                                                          \
-    X(cuEventCreate)                                                                               \
-    X(cuEventRecord)                                                                               \
-    X(cuEventElapsedTime_v2)                                                                       \
-    X(cuMemcpyPeerAsync)                                                                           \
-    X(cuStreamWaitEvent)                                                                           \
-    X(cusolverDn)                                                                                  \
-    X(cublasGemmStridedBatchedEx)                                                                  \
-    X(cublasSetWorkspace_v2)
-
-#define EMU_COUNT_ENUM(name) EMU_N_##name,
-enum { EMU_COUNTED(EMU_COUNT_ENUM) EMU_N_COUNT };
 #define EMU_COUNT_NAME(name) #name,
 static const char *const emu_count_names[EMU_N_COUNT] = {EMU_COUNTED(EMU_COUNT_NAME)};
-static unsigned long long emu_counts[EMU_N_COUNT];
-#define EMU_COUNT(name) (emu_counts[EMU_N_##name]++)
+unsigned long long emu_counts[EMU_N_COUNT];
 
 /* Calls of the entry point `name` (as exported, e.g. "cuLaunchKernel")
  * since the last reset; NULL: all of them. */
@@ -151,7 +87,7 @@ static int emu_nolaunch(void) {
  * SEGV with the host code's stack). The host view, read-write, is the
  * emulator's own: copies, memsets, kernels and GEMMs reach the same pages
  * there. Both views have the same size, so a device address translates by
- * one subtraction and one addition (mem_host), whatever allocation or
+ * one subtraction and one addition (emu_mem_host), whatever allocation or
  * offset it points at. Allocations are page-aligned offsets into the file,
  * first fit; freeing punches the pages out of the file. */
 
@@ -210,7 +146,7 @@ static int mem_is_device(uintptr_t p) {
 }
 
 /* The host view's address of device address p (p must be one). */
-static void *mem_host(CUdeviceptr p) {
+void *emu_mem_host(CUdeviceptr p) {
     return arena.host + ((uintptr_t)p - (uintptr_t)arena.dev);
 }
 
@@ -228,7 +164,7 @@ static long mem_find(size_t off) {
 }
 
 /* Does [p, p + n) lie inside one allocation? */
-static int mem_valid(CUdeviceptr p, size_t n) {
+int emu_mem_valid(CUdeviceptr p, size_t n) {
     if (!mem_is_device((uintptr_t)p)) return 0;
     size_t off = (uintptr_t)p - (uintptr_t)arena.dev;
     long i = mem_find(off);
@@ -245,13 +181,13 @@ static int mem_dev(uintptr_t p) {
 }
 
 /* [p, p + n) inside one allocation of device dev. */
-static int mem_valid_on(CUdeviceptr p, size_t n, int dev) {
-    return mem_valid(p, n) && mem_dev((uintptr_t)p) == dev;
+int emu_mem_valid_on(CUdeviceptr p, size_t n, int dev) {
+    return emu_mem_valid(p, n) && mem_dev((uintptr_t)p) == dev;
 }
 
 /* A host pointer the caller passed that is really device memory: the
  * call fails (a GPU's driver would not read it as host memory either). */
-static int mem_host_arg_bad(const void *p, const char *what) {
+int emu_mem_host_arg_bad(const void *p, const char *what) {
     if (!mem_is_device((uintptr_t)p)) return 0;
     fprintf(stderr, "cuda emulator: %s: host pointer %p is device memory\n", what, p);
     return 1;
@@ -345,15 +281,6 @@ EMU_EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     return CUDA_SUCCESS;
 }
 
-/* ---- device, context, streams ---- */
-
-typedef struct emu_node emu_node;
-typedef struct emu_stream {
-    int dev; /* the device whose context made it */
-    int capturing, invalidated;
-    emu_node *head, **tail; /* the graph being captured */
-} emu_stream;
-
 EMU_EXPORT CUresult cuInit(unsigned flags) {
     return flags ? CUDA_ERROR_INVALID_VALUE : 0;
 }
@@ -416,13 +343,13 @@ static CUresult stream_unsupported(emu_stream *s) {
 
 /* The device a stream's work runs on (the legacy stream: the current
  * context's). */
-static int stream_dev(const emu_stream *s) {
+int emu_stream_dev(const emu_stream *s) {
     return s ? s->dev : emu_cur;
 }
 
 /* Does every pointer in ptrs[0..n) (0: none) lie in device dev's memory
  * or outside every allocation? what names the call for the message. */
-static int dev_ptrs_ok(const uintptr_t *ptrs, int n, int dev, const char *what) {
+int emu_dev_ptrs_ok(const uintptr_t *ptrs, int n, int dev, const char *what) {
     for (int i = 0; i < n; i++) {
         int d = ptrs[i] ? mem_dev(ptrs[i]) : -1;
         if (d >= 0 && d != dev) {
@@ -509,33 +436,6 @@ EMU_EXPORT CUresult cuGetErrorString(CUresult r, const char **m) {
     return CUDA_SUCCESS;
 }
 
-/* ---- graph nodes: what a capturing stream records ---- */
-
-enum { NODE_KERNEL, NODE_COPY, NODE_SET, NODE_GEMM };
-
-typedef struct emu_fn emu_fn;
-typedef struct emu_gemm {
-    int ta, tb, m, n, k, type, compute;
-    double alpha, beta;
-    const void *a, *b;
-    void *c;
-    int lda, ldb, ldc, batch;
-    long long sa, sb, sc;
-} emu_gemm;
-
-struct emu_node {
-    int kind;
-    emu_fn *fn; /* kernel */
-    unsigned grid[3], block[3];
-    void **args;          /* kernel: pointers into blob */
-    char *blob;           /* kernel: the arguments' values */
-    CUdeviceptr dst, src; /* copy, set */
-    size_t n;
-    unsigned char value;
-    emu_gemm gemm;
-    emu_node *next;
-};
-
 static void graph_nodes_free(emu_node *n) {
     while (n) {
         emu_node *next = n->next;
@@ -549,7 +449,7 @@ static void graph_nodes_free(emu_node *n) {
 static CUresult node_run(emu_node *n);
 
 /* Run now, or append to the capture. The node is owned either way. */
-static CUresult stream_submit(emu_stream *s, emu_node *n) {
+CUresult emu_stream_submit(emu_stream *s, emu_node *n) {
     if (!s || !s->capturing) {
         CUresult r = node_run(n);
         graph_nodes_free(n);
@@ -560,7 +460,7 @@ static CUresult stream_submit(emu_stream *s, emu_node *n) {
     return CUDA_SUCCESS;
 }
 
-static emu_node *node_new(int kind) {
+emu_node *emu_node_new(int kind) {
     emu_node *n = calloc(1, sizeof *n);
     if (n) n->kind = kind;
     return n;
@@ -570,48 +470,49 @@ EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_
                                          emu_stream *s) {
     EMU_COUNT(cuMemcpyHtoDAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
-    if (!mem_valid(dst, n) || mem_host_arg_bad(src, "cuMemcpyHtoD"))
+    if (!emu_mem_valid(dst, n) || emu_mem_host_arg_bad(src, "cuMemcpyHtoD"))
         return CUDA_ERROR_INVALID_VALUE;
-    memcpy(mem_host(dst), src, n);
+    memcpy(emu_mem_host(dst), src, n);
     return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, emu_stream *s) {
     EMU_COUNT(cuMemcpyDtoHAsync_v2);
     if (s && s->capturing) return stream_unsupported(s);
-    if (!mem_valid(src, n) || mem_host_arg_bad(dst, "cuMemcpyDtoH"))
+    if (!emu_mem_valid(src, n) || emu_mem_host_arg_bad(dst, "cuMemcpyDtoH"))
         return CUDA_ERROR_INVALID_VALUE;
-    memcpy(dst, mem_host(src), n);
+    memcpy(dst, emu_mem_host(src), n);
     return CUDA_SUCCESS;
 }
 
 /* A device-to-device copy, run or captured on s (both sides checked). */
 static CUresult copy_submit(emu_stream *s, CUdeviceptr dst, CUdeviceptr src, size_t n) {
-    emu_node *c = node_new(NODE_COPY);
+    emu_node *c = emu_node_new(NODE_COPY);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dst = dst;
     c->src = src;
     c->n = n;
-    return stream_submit(s, c);
+    return emu_stream_submit(s, c);
 }
 
 EMU_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n,
                                          emu_stream *s) {
     EMU_COUNT(cuMemcpyDtoDAsync_v2);
-    if (!mem_valid_on(dst, n, stream_dev(s)) || !mem_valid_on(src, n, stream_dev(s)))
+    if (!emu_mem_valid_on(dst, n, emu_stream_dev(s)) ||
+        !emu_mem_valid_on(src, n, emu_stream_dev(s)))
         return CUDA_ERROR_INVALID_VALUE;
     return copy_submit(s, dst, src, n);
 }
 
 EMU_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, emu_stream *s) {
     EMU_COUNT(cuMemsetD8Async);
-    if (!mem_valid_on(dst, n, stream_dev(s))) return CUDA_ERROR_INVALID_VALUE;
-    emu_node *c = node_new(NODE_SET);
+    if (!emu_mem_valid_on(dst, n, emu_stream_dev(s))) return CUDA_ERROR_INVALID_VALUE;
+    emu_node *c = emu_node_new(NODE_SET);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dst = dst;
     c->value = v;
     c->n = n;
-    return stream_submit(s, c);
+    return emu_stream_submit(s, c);
 }
 
 /* Across devices: stream-ordered on s (which may be either device's); the
@@ -621,7 +522,8 @@ EMU_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdevicept
     EMU_COUNT(cuMemcpyPeerAsync);
     int dd = emu_ctx_dev(dst_ctx), sd = emu_ctx_dev(src_ctx);
     if (dd < 0 || sd < 0) return CUDA_ERROR_INVALID_CONTEXT;
-    if (!mem_valid_on(dst, n, dd) || !mem_valid_on(src, n, sd)) return CUDA_ERROR_INVALID_VALUE;
+    if (!emu_mem_valid_on(dst, n, dd) || !emu_mem_valid_on(src, n, sd))
+        return CUDA_ERROR_INVALID_VALUE;
     if (s && s->capturing) return stream_unsupported(s);
     return copy_submit(s, dst, src, n);
 }
@@ -637,8 +539,6 @@ EMU_EXPORT CUresult cuStreamWaitEvent(emu_stream *s, emu_event *e, unsigned flag
 }
 
 /* ---- modules: shared objects made by the fake NVRTC ---- */
-
-#define IMAGE_MAGIC "HDEMUSO1"
 
 typedef struct emu_dim3 {
     unsigned x, y, z;
@@ -669,7 +569,7 @@ typedef struct emu_module {
 } emu_module;
 
 /* Write n bytes to a new temporary file; its path in path. */
-static int temp_write(char *path, size_t cap, const char *suffix, const void *p, size_t n) {
+int emu_temp_write(char *path, size_t cap, const char *suffix, const void *p, size_t n) {
     const char *dir = getenv("TMPDIR");
     snprintf(path, cap, "%s/hodu-emu-XXXXXX%s", dir && *dir ? dir : "/tmp", suffix);
     int fd = mkstemps(path, (int)strlen(suffix));
@@ -696,7 +596,8 @@ EMU_EXPORT CUresult cuModuleLoadData(emu_module **out, const void *img) {
     uint64_t n;
     memcpy(&n, c + 8, 8);
     char path[4096];
-    if (!temp_write(path, sizeof path, ".so", c + 16, (size_t)n)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!emu_temp_write(path, sizeof path, ".so", c + 16, (size_t)n))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     unlink(path);
     if (!so) {
@@ -905,7 +806,7 @@ static int kernel_args(const emu_node *n, void **args, uintptr_t *vals) {
                     i, (void *)vals[i]);
             return 0;
         }
-        if (vals[i]) vals[i] = (uintptr_t)mem_host(vals[i]);
+        if (vals[i]) vals[i] = (uintptr_t)emu_mem_host(vals[i]);
         args[i] = &vals[i];
     }
     return 1;
@@ -949,11 +850,11 @@ EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned
     if (!gx || !gy || !gz || !threads || threads > 1024 || gx > 0x7fffffffu || gy > 65535 ||
         gz > 65535 || shmem > 48 * 1024 || extra || (f->nparams && !params))
         return CUDA_ERROR_INVALID_VALUE;
-    if (f->dev != stream_dev(s) || emu_cur != stream_dev(s)) {
+    if (f->dev != emu_stream_dev(s) || emu_cur != emu_stream_dev(s)) {
         fprintf(stderr,
                 "cuda emulator: %s: a kernel of device %d launched on a stream of device %d "
                 "(current: device %d)\n",
-                f->name, f->dev, stream_dev(s), emu_cur);
+                f->name, f->dev, emu_stream_dev(s), emu_cur);
         return CUDA_ERROR_INVALID_HANDLE;
     }
     uintptr_t ptrs[EMU_MAX_PARAMS];
@@ -961,9 +862,9 @@ EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned
         ptrs[i] = 0;
         if (f->is_ptr[i]) memcpy(&ptrs[i], params[i], sizeof ptrs[i]);
     }
-    if (!dev_ptrs_ok(ptrs, f->nparams, f->dev, f->name)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (!emu_dev_ptrs_ok(ptrs, f->nparams, f->dev, f->name)) return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (emu_nolaunch() && !(s && s->capturing)) return CUDA_SUCCESS;
-    emu_node *n = node_new(NODE_KERNEL);
+    emu_node *n = emu_node_new(NODE_KERNEL);
     size_t total = 0;
     for (int i = 0; i < f->nparams; i++) total += (f->sizes[i] + 15) & ~(size_t)15;
     if (n) {
@@ -983,462 +884,17 @@ EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned
     n->fn = f;
     n->grid[0] = gx, n->grid[1] = gy, n->grid[2] = gz;
     n->block[0] = bx, n->block[1] = by, n->block[2] = bz;
-    return stream_submit(s, n);
+    return emu_stream_submit(s, n);
 }
-
-/* ---- cuBLAS ---- */
-
-static double gemm_load(const void *p, int type, long long i) {
-    switch (type) {
-    case DT_R_32F: return ((const float *)p)[i];
-    case DT_R_64F: return ((const double *)p)[i];
-    case DT_R_16F: return hd_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return hd_bf16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
-
-static void gemm_store(void *p, int type, long long i, double v) {
-    switch (type) {
-    case DT_R_32F: ((float *)p)[i] = (float)v; break;
-    case DT_R_64F: ((double *)p)[i] = v; break;
-    case DT_R_16F: ((uint16_t *)p)[i] = hd_f32_to_f16((float)v); break;
-    default: ((uint16_t *)p)[i] = hd_f32_to_bf16((float)v); break;
-    }
-}
-
-/* C = alpha op(A) op(B) + beta C, column-major, per batch. */
-static void gemm_run(const emu_gemm *g) {
-    const char *a = mem_host((uintptr_t)g->a), *b = mem_host((uintptr_t)g->b);
-    void *c = mem_host((uintptr_t)g->c);
-    for (int q = 0; q < g->batch; q++) {
-        long long oa = q * g->sa, ob = q * g->sb, oc = q * g->sc;
-        for (int j = 0; j < g->n; j++)
-            for (int i = 0; i < g->m; i++) {
-                double s = 0;
-                for (int l = 0; l < g->k; l++) {
-                    double x = gemm_load(
-                        a, g->type,
-                        oa + (g->ta ? l + (long long)i * g->lda : i + (long long)l * g->lda));
-                    double y = gemm_load(
-                        b, g->type,
-                        ob + (g->tb ? j + (long long)l * g->ldb : l + (long long)j * g->ldb));
-                    s += x * y;
-                }
-                long long ci = oc + i + (long long)j * g->ldc;
-                double old = g->beta != 0 ? g->beta * gemm_load(c, g->type, ci) : 0;
-                gemm_store(c, g->type, ci, g->alpha * s + old);
-            }
-    }
-}
-
-typedef struct emu_blas {
-    emu_stream *stream;
-    CUdeviceptr ws; /* the workspace set, checked to be device memory */
-    size_t ws_size;
-} emu_blas;
-
-EMU_EXPORT int cublasCreate_v2(emu_blas **h) {
-    *h = calloc(1, sizeof **h);
-    return *h ? BLAS_SUCCESS : 3 /* CUBLAS_STATUS_ALLOC_FAILED */;
-}
-EMU_EXPORT int cublasDestroy_v2(emu_blas *h) {
-    free(h);
-    return BLAS_SUCCESS;
-}
-EMU_EXPORT int cublasSetStream_v2(emu_blas *h, emu_stream *s) {
-    h->stream = s;
-    return BLAS_SUCCESS;
-}
-EMU_EXPORT int cublasSetWorkspace_v2(emu_blas *h, void *ws, size_t n) {
-    EMU_COUNT(cublasSetWorkspace_v2);
-    if (!h || (n && !mem_valid((CUdeviceptr)(uintptr_t)ws, n))) return BLAS_INVALID_VALUE;
-    h->ws = (CUdeviceptr)(uintptr_t)ws;
-    h->ws_size = n;
-    return BLAS_SUCCESS;
-}
-
-static size_t type_size(int t) {
-    return t == DT_R_64F ? 8 : t == DT_R_32F ? 4 : 2;
-}
-
-/* Is an operand of rows x cols (leading dimension ld) per batch inside
- * device memory? */
-static int gemm_operand_ok(const void *p, int type, int rows, int cols, int ld, long long stride,
-                           int batch) {
-    if (ld < rows || ld < 1) return 0;
-    size_t last = (size_t)((long long)(batch - 1) * stride + (long long)(cols - 1) * ld + rows);
-    return mem_valid((CUdeviceptr)(uintptr_t)p, last * type_size(type));
-}
-
-EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, int n, int k,
-                                          const void *alpha, const void *A, int at, int lda,
-                                          long long sa, const void *B, int bt, int ldb,
-                                          long long sb, const void *beta, void *C, int ct, int ldc,
-                                          long long sc, int batch, int compute, int algo) {
-    EMU_COUNT(cublasGemmStridedBatchedEx);
-    (void)algo;
-    if (!h) return 1;
-    if (at != bt || at != ct || m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1)
-        return BLAS_INVALID_VALUE;
-    if (at != DT_R_32F && at != DT_R_64F && at != DT_R_16F && at != DT_R_16BF)
-        return BLAS_NOT_SUPPORTED;
-    if ((compute == 70) != (at == DT_R_64F)) return BLAS_NOT_SUPPORTED; /* 64F with f64 only */
-    if (mem_host_arg_bad(alpha, "cublasGemmStridedBatchedEx alpha") ||
-        mem_host_arg_bad(beta, "cublasGemmStridedBatchedEx beta"))
-        return BLAS_INVALID_VALUE; /* the handle's pointer mode is host */
-    if (!m || !n || !batch) return BLAS_SUCCESS;
-    if (!gemm_operand_ok(A, at, ta ? k : m, ta ? m : k, lda, sa, batch) ||
-        !gemm_operand_ok(B, bt, tb ? n : k, tb ? k : n, ldb, sb, batch) ||
-        !gemm_operand_ok(C, ct, m, n, ldc, sc, batch))
-        return BLAS_INVALID_VALUE;
-    uintptr_t ops[3] = {(uintptr_t)A, (uintptr_t)B, (uintptr_t)C};
-    if (!dev_ptrs_ok(ops, 3, stream_dev(h->stream), "cublasGemmStridedBatchedEx"))
-        return 14; /* CUBLAS_STATUS_INTERNAL_ERROR */
-    emu_node *node = node_new(NODE_GEMM);
-    if (!node) return 3;
-    emu_gemm *g = &node->gemm;
-    *g = (emu_gemm){ta, tb, m, n, k, at, compute, 0, 0, A, B, C, lda, ldb, ldc, batch, sa, sb, sc};
-    g->alpha = at == DT_R_64F ? *(const double *)alpha : *(const float *)alpha;
-    g->beta = at == DT_R_64F ? *(const double *)beta : *(const float *)beta;
-    return stream_submit(h->stream, node) == CUDA_SUCCESS ? BLAS_SUCCESS : 13;
-}
-
-/* ---- cuSOLVER ----
- *
- * The dense routines the backend calls (cuda_solver.c), through the
- * LAPACK that OpenBLAS ships: cuSOLVER documents them as LAPACK's, on
- * column-major matrices. Every matrix, pivot array, info word and
- * workspace must lie in the handle's stream's device memory, and a
- * workspace must be at least the size its _bufferSize query answered;
- * gesvd refuses m < n, as cuSOLVER's does. The work runs at once (not in a
- * capture: Hodu never calls cuSOLVER while capturing). */
-
-enum { SOL_OK = 0, SOL_NOT_INIT = 1, SOL_ALLOC = 2, SOL_INVALID = 3, SOL_INTERNAL = 7 };
-
-typedef struct emu_solver {
-    emu_stream *stream;
-} emu_solver;
-
-/* LAPACK's s<name>_ or d<name>_ from OpenBLAS (NULL without it). */
-static void *sol_lapack(int dbl, const char *name) {
-    static void *lib;
-    static int tried;
-    if (!tried) {
-        tried = 1;
-        lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-        if (!lib) lib = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
-    }
-    char full[32];
-    snprintf(full, sizeof full, "%c%s_", dbl ? 'd' : 's', name);
-    return lib ? dlsym(lib, full) : NULL;
-}
-
-EMU_EXPORT int cusolverDnCreate(emu_solver **h) {
-    if (!h) return SOL_INVALID;
-    if (!sol_lapack(0, "getrf")) return SOL_NOT_INIT; /* no LAPACK: no solver */
-    *h = calloc(1, sizeof **h);
-    return *h ? SOL_OK : SOL_ALLOC;
-}
-EMU_EXPORT int cusolverDnDestroy(emu_solver *h) {
-    free(h);
-    return SOL_OK;
-}
-EMU_EXPORT int cusolverDnSetStream(emu_solver *h, emu_stream *s) {
-    if (!h) return SOL_NOT_INIT;
-    h->stream = s;
-    return SOL_OK;
-}
-
-/* The host view of n bytes at p, which must be memory of the handle's
- * stream's device; NULL (and a message) if not. */
-static void *sol_mem(emu_solver *h, const void *p, long long n, const char *what) {
-    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
-    if (n < 1) n = 1;
-    if (!mem_valid_on(d, (size_t)n, stream_dev(h->stream))) {
-        fprintf(stderr, "cuda emulator: cuSOLVER %s: %p (%lld bytes) is not memory of device %d\n",
-                what, p, n, stream_dev(h->stream));
-        return NULL;
-    }
-    return mem_host(d);
-}
-
-/* A call that may run: a handle, a stream not capturing. */
-static int sol_ready(emu_solver *h) {
-    EMU_COUNT(cusolverDn);
-    return h && !(h->stream && h->stream->capturing);
-}
-
-static size_t sol_es(int dbl) {
-    return dbl ? 8 : 4;
-}
-
-/* Workspace sizes the queries answer (the emulator's LAPACK calls make
- * their own): enough to catch a workspace the backend sized wrongly. */
-static int sol_ws(int m, int n) {
-    return (m > n ? m : n) + 1;
-}
-
-/* LAPACK's own workspace query and call (lwork = -1 first). */
-static void *sol_work(int dbl, double q, int *lwork) {
-    *lwork = q < 1 ? 1 : (int)q;
-    return malloc((size_t)*lwork * sol_es(dbl));
-}
-
-static double sol_first(int dbl, const void *w) {
-    return dbl ? *(const double *)w : *(const float *)w;
-}
-
-typedef void (*sol_getrf_fn)(const int *, const int *, void *, const int *, int *, int *);
-typedef void (*sol_getrs_fn)(const char *, const int *, const int *, const void *, const int *,
-                             const int *, void *, const int *, int *, size_t);
-typedef void (*sol_potrf_fn)(const char *, const int *, void *, const int *, int *, size_t);
-typedef void (*sol_geqrf_fn)(const int *, const int *, void *, const int *, void *, void *,
-                             const int *, int *);
-typedef void (*sol_orgqr_fn)(const int *, const int *, const int *, void *, const int *,
-                             const void *, void *, const int *, int *);
-typedef void (*sol_gesvd_fn)(const char *, const char *, const int *, const int *, void *,
-                             const int *, void *, void *, const int *, void *, const int *, void *,
-                             const int *, int *, size_t, size_t);
-typedef void (*sol_syevd_fn)(const char *, const char *, const int *, void *, const int *, void *,
-                             void *, const int *, int *, const int *, int *, size_t, size_t);
-
-static int sol_getrf_bs(int dbl, emu_solver *h, int m, int n, void *A, int lda, int *lw) {
-    (void)dbl, (void)A, (void)lda;
-    if (!h || !lw || m < 0 || n < 0) return SOL_INVALID;
-    *lw = sol_ws(m, n);
-    return SOL_OK;
-}
-
-static int sol_getrf(int dbl, emu_solver *h, int m, int n, void *A, int lda, void *W, int *ipiv,
-                     int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (m < 1 || n < 1 || lda < m) return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "getrf A");
-    void *w = sol_mem(h, W, (long long)sol_ws(m, n) * (long long)es, "getrf workspace");
-    int *p = sol_mem(h, ipiv, (long long)(m < n ? m : n) * 4, "getrf ipiv");
-    int *i = sol_mem(h, info, 4, "getrf info");
-    if (!a || !w || !p || !i) return SOL_INVALID;
-    ((sol_getrf_fn)sol_lapack(dbl, "getrf"))(&m, &n, a, &lda, p, i);
-    return SOL_OK;
-}
-
-static int sol_getrs(int dbl, emu_solver *h, int trans, int n, int nrhs, const void *A, int lda,
-                     const int *ipiv, void *B, int ldb, int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (n < 1 || nrhs < 0 || lda < n || ldb < n || trans < 0 || trans > 1) return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "getrs A");
-    int *p = sol_mem(h, ipiv, (long long)n * 4, "getrs ipiv");
-    void *b = sol_mem(h, B, (long long)ldb * nrhs * (long long)es, "getrs B");
-    int *i = sol_mem(h, info, 4, "getrs info");
-    if (!a || !p || !b || !i) return SOL_INVALID;
-    ((sol_getrs_fn)sol_lapack(dbl, "getrs"))(trans ? "T" : "N", &n, &nrhs, a, &lda, p, b, &ldb, i,
-                                             1);
-    return SOL_OK;
-}
-
-static int sol_potrf_bs(int dbl, emu_solver *h, int uplo, int n, void *A, int lda, int *lw) {
-    (void)dbl, (void)uplo, (void)A, (void)lda;
-    if (!h || !lw || n < 0) return SOL_INVALID;
-    *lw = sol_ws(n, n);
-    return SOL_OK;
-}
-
-static int sol_potrf(int dbl, emu_solver *h, int uplo, int n, void *A, int lda, void *W, int lw,
-                     int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (n < 1 || lda < n || lw < sol_ws(n, n) || uplo < 0 || uplo > 1) return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "potrf A");
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, "potrf workspace");
-    int *i = sol_mem(h, info, 4, "potrf info");
-    if (!a || !w || !i) return SOL_INVALID;
-    ((sol_potrf_fn)sol_lapack(dbl, "potrf"))(uplo ? "U" : "L", &n, a, &lda, i, 1);
-    return SOL_OK;
-}
-
-static int sol_geqrf_bs(int dbl, emu_solver *h, int m, int n, void *A, int lda, int *lw) {
-    return sol_getrf_bs(dbl, h, m, n, A, lda, lw);
-}
-
-/* geqrf (gen 0: the reflectors of A's QR) or orgqr (gen 1: Q's first n
- * columns from k of them), with LAPACK's own workspace. */
-static int sol_householder(int dbl, int gen, emu_solver *h, int m, int n, int k, void *A, int lda,
-                           const void *tau, void *W, int lw, int *info) {
-    const char *name = gen ? "orgqr" : "geqrf";
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (m < 1 || n < 1 || lda < m || lw < sol_ws(m, n) || (gen && (n > m || k < 0 || k > n)))
-        return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    int lwork = -1;
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, name);
-    void *t = sol_mem(h, tau, (long long)k * (long long)es, name);
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, name);
-    int *i = sol_mem(h, info, 4, name);
-    if (!a || !t || !w || !i) return SOL_INVALID;
-    void *f = sol_lapack(dbl, name), *work = NULL;
-    double q[1];
-    for (int pass = 0; pass < 2; pass++) { /* the query, then the call */
-        void *wk = pass ? work : (void *)q;
-        if (gen)
-            ((sol_orgqr_fn)f)(&m, &n, &k, a, &lda, t, wk, &lwork, i);
-        else
-            ((sol_geqrf_fn)f)(&m, &n, a, &lda, (void *)t, wk, &lwork, i);
-        if (!pass && !(work = sol_work(dbl, sol_first(dbl, q), &lwork))) return SOL_ALLOC;
-    }
-    free(work);
-    return SOL_OK;
-}
-
-static int sol_geqrf(int dbl, emu_solver *h, int m, int n, void *A, int lda, void *tau, void *W,
-                     int lw, int *info) {
-    return sol_householder(dbl, 0, h, m, n, m < n ? m : n, A, lda, tau, W, lw, info);
-}
-
-static int sol_orgqr_bs(int dbl, emu_solver *h, int m, int n, int k, const void *A, int lda,
-                        const void *tau, int *lw) {
-    (void)dbl, (void)k, (void)A, (void)lda, (void)tau;
-    if (!h || !lw || m < 0 || n < 0) return SOL_INVALID;
-    *lw = sol_ws(m, n);
-    return SOL_OK;
-}
-
-static int sol_orgqr(int dbl, emu_solver *h, int m, int n, int k, void *A, int lda, const void *tau,
-                     void *W, int lw, int *info) {
-    return sol_householder(dbl, 1, h, m, n, k, A, lda, tau, W, lw, info);
-}
-
-static int sol_gesvd_bs(int dbl, emu_solver *h, int m, int n, int *lw) {
-    (void)dbl;
-    if (!h || !lw || m < 0 || n < 0) return SOL_INVALID;
-    *lw = sol_ws(m, n);
-    return SOL_OK;
-}
-
-static int sol_gesvd(int dbl, emu_solver *h, signed char ju, signed char jv, int m, int n, void *A,
-                     int lda, void *S, void *U, int ldu, void *VT, int ldvt, void *W, int lw,
-                     void *rwork, int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    int k = n, lwork = -1;
-    if (m < n || n < 1 || lda < m || ldu < m || lw < sol_ws(m, n) || (ju != 'A' && ju != 'S') ||
-        (jv != 'A' && jv != 'S') || ldvt < (jv == 'A' ? n : k))
-        return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    char jobu[2] = {(char)ju, 0}, jobvt[2] = {(char)jv, 0};
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "gesvd A");
-    void *s = sol_mem(h, S, (long long)k * (long long)es, "gesvd S");
-    void *u = sol_mem(h, U, (long long)ldu * (ju == 'A' ? m : k) * (long long)es, "gesvd U");
-    void *vt = sol_mem(h, VT, (long long)ldvt * n * (long long)es, "gesvd VT");
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, "gesvd workspace");
-    void *rw = sol_mem(h, rwork, (long long)(k - 1) * (long long)es, "gesvd rwork");
-    int *i = sol_mem(h, info, 4, "gesvd info");
-    if (!a || !s || !u || !vt || !w || !rw || !i) return SOL_INVALID;
-    sol_gesvd_fn f = (sol_gesvd_fn)sol_lapack(dbl, "gesvd");
-    double q[1];
-    f(jobu, jobvt, &m, &n, a, &lda, s, u, &ldu, vt, &ldvt, q, &lwork, i, 1, 1);
-    void *work = sol_work(dbl, sol_first(dbl, q), &lwork);
-    if (!work) return SOL_ALLOC;
-    f(jobu, jobvt, &m, &n, a, &lda, s, u, &ldu, vt, &ldvt, work, &lwork, i, 1, 1);
-    free(work);
-    return SOL_OK;
-}
-
-static int sol_syevd_bs(int dbl, emu_solver *h, int jobz, int uplo, int n, const void *A, int lda,
-                        const void *W, int *lw) {
-    (void)dbl, (void)jobz, (void)uplo, (void)A, (void)lda, (void)W;
-    if (!h || !lw || n < 0) return SOL_INVALID;
-    *lw = sol_ws(2 * n, n);
-    return SOL_OK;
-}
-
-static int sol_syevd(int dbl, emu_solver *h, int jobz, int uplo, int n, void *A, int lda, void *Wv,
-                     void *W, int lw, int *info) {
-    if (!sol_ready(h)) return SOL_INTERNAL;
-    if (n < 1 || lda < n || lw < sol_ws(2 * n, n) || jobz < 0 || jobz > 1 || uplo < 0 || uplo > 1)
-        return SOL_INVALID;
-    size_t es = sol_es(dbl);
-    int lwork = -1, liwork = -1, iq = 0;
-    void *a = sol_mem(h, A, (long long)lda * n * (long long)es, "syevd A");
-    void *wv = sol_mem(h, Wv, (long long)n * (long long)es, "syevd W");
-    void *w = sol_mem(h, W, (long long)lw * (long long)es, "syevd workspace");
-    int *i = sol_mem(h, info, 4, "syevd info");
-    if (!a || !wv || !w || !i) return SOL_INVALID;
-    sol_syevd_fn f = (sol_syevd_fn)sol_lapack(dbl, "syevd");
-    const char *jz = jobz ? "V" : "N", *ul = uplo ? "U" : "L";
-    double q[1];
-    f(jz, ul, &n, a, &lda, wv, q, &lwork, &iq, &liwork, i, 1, 1);
-    void *work = sol_work(dbl, sol_first(dbl, q), &lwork);
-    liwork = iq < 1 ? 1 : iq;
-    int *iwork = malloc((size_t)liwork * sizeof *iwork);
-    if (work && iwork) f(jz, ul, &n, a, &lda, wv, work, &lwork, iwork, &liwork, i, 1, 1);
-    free(work);
-    free(iwork);
-    return work && iwork ? SOL_OK : SOL_ALLOC;
-}
-
-/* cusolverDnS<name> and cusolverDnD<name>: float * and double * are the
- * same at the ABI, so both take void *. */
-#define SOL_PAIR(name, params, ...)                                                                \
-    EMU_EXPORT int cusolverDnS##name params {                                                      \
-        return sol_##name(0, __VA_ARGS__);                                                         \
-    }                                                                                              \
-    EMU_EXPORT int cusolverDnD##name params {                                                      \
-        return sol_##name(1, __VA_ARGS__);                                                         \
-    }
-#define sol_getrf_bufferSize sol_getrf_bs
-#define sol_potrf_bufferSize sol_potrf_bs
-#define sol_geqrf_bufferSize sol_geqrf_bs
-#define sol_orgqr_bufferSize sol_orgqr_bs
-#define sol_gesvd_bufferSize sol_gesvd_bs
-#define sol_syevd_bufferSize sol_syevd_bs
-
-SOL_PAIR(getrf_bufferSize, (emu_solver * h, int m, int n, void *A, int lda, int *lw), h, m, n, A,
-         lda, lw)
-SOL_PAIR(getrf, (emu_solver * h, int m, int n, void *A, int lda, void *W, int *ipiv, int *info), h,
-         m, n, A, lda, W, ipiv, info)
-SOL_PAIR(getrs,
-         (emu_solver * h, int t, int n, int nrhs, const void *A, int lda, const int *ipiv, void *B,
-          int ldb, int *info),
-         h, t, n, nrhs, A, lda, ipiv, B, ldb, info)
-SOL_PAIR(potrf_bufferSize, (emu_solver * h, int uplo, int n, void *A, int lda, int *lw), h, uplo, n,
-         A, lda, lw)
-SOL_PAIR(potrf, (emu_solver * h, int uplo, int n, void *A, int lda, void *W, int lw, int *info), h,
-         uplo, n, A, lda, W, lw, info)
-SOL_PAIR(geqrf_bufferSize, (emu_solver * h, int m, int n, void *A, int lda, int *lw), h, m, n, A,
-         lda, lw)
-SOL_PAIR(geqrf,
-         (emu_solver * h, int m, int n, void *A, int lda, void *tau, void *W, int lw, int *info), h,
-         m, n, A, lda, tau, W, lw, info)
-SOL_PAIR(orgqr_bufferSize,
-         (emu_solver * h, int m, int n, int k, const void *A, int lda, const void *tau, int *lw), h,
-         m, n, k, A, lda, tau, lw)
-SOL_PAIR(orgqr,
-         (emu_solver * h, int m, int n, int k, void *A, int lda, const void *tau, void *W, int lw,
-          int *info),
-         h, m, n, k, A, lda, tau, W, lw, info)
-SOL_PAIR(gesvd_bufferSize, (emu_solver * h, int m, int n, int *lw), h, m, n, lw)
-SOL_PAIR(gesvd,
-         (emu_solver * h, signed char ju, signed char jv, int m, int n, void *A, int lda, void *S,
-          void *U, int ldu, void *VT, int ldvt, void *W, int lw, void *rwork, int *info),
-         h, ju, jv, m, n, A, lda, S, U, ldu, VT, ldvt, W, lw, rwork, info)
-SOL_PAIR(syevd_bufferSize,
-         (emu_solver * h, int jobz, int uplo, int n, const void *A, int lda, const void *W,
-          int *lw),
-         h, jobz, uplo, n, A, lda, W, lw)
-SOL_PAIR(syevd,
-         (emu_solver * h, int jobz, int uplo, int n, void *A, int lda, void *Wv, void *W, int lw,
-          int *info),
-         h, jobz, uplo, n, A, lda, Wv, W, lw, info)
 
 /* ---- graphs ---- */
 
 static CUresult node_run(emu_node *n) {
     switch (n->kind) {
     case NODE_KERNEL: return kernel_run(n);
-    case NODE_COPY: memmove(mem_host(n->dst), mem_host(n->src), n->n); return CUDA_SUCCESS;
-    case NODE_SET: memset(mem_host(n->dst), n->value, n->n); return CUDA_SUCCESS;
-    default: gemm_run(&n->gemm); return CUDA_SUCCESS;
+    case NODE_COPY: memmove(emu_mem_host(n->dst), emu_mem_host(n->src), n->n); return CUDA_SUCCESS;
+    case NODE_SET: memset(emu_mem_host(n->dst), n->value, n->n); return CUDA_SUCCESS;
+    default: emu_gemm_run(&n->gemm); return CUDA_SUCCESS;
     }
 }
 
@@ -1486,7 +942,7 @@ EMU_EXPORT CUresult cuGraphInstantiateWithFlags(emu_graph **exec, emu_graph *g,
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     emu_node **tail = &e->head;
     for (emu_node *n = g->head; n; n = n->next) {
-        emu_node *c = node_new(n->kind);
+        emu_node *c = emu_node_new(n->kind);
         if (!c) goto oom;
         *c = *n;
         c->next = NULL;
@@ -1537,177 +993,8 @@ EMU_EXPORT CUresult cuGraphDestroy(emu_graph *g) {
     return graph_free(g);
 }
 
-/* ---- NVRTC: CUDA C as host C++ ---- */
-
-typedef struct emu_prog {
-    char *src;
-    char *log;
-    char *image;
-    size_t image_n;
-} emu_prog;
-
-EMU_EXPORT const char *nvrtcGetErrorString(int r) {
-    return r == NVRTC_SUCCESS                ? "NVRTC_SUCCESS"
-           : r == NVRTC_ERROR_COMPILATION    ? "NVRTC_ERROR_COMPILATION"
-           : r == NVRTC_ERROR_OUT_OF_MEMORY  ? "NVRTC_ERROR_OUT_OF_MEMORY"
-           : r == NVRTC_ERROR_INVALID_OPTION ? "NVRTC_ERROR_INVALID_OPTION"
-                                             : "NVRTC_ERROR";
-}
-
-static char *file_read(const char *path, size_t *n);
-
-/* Not a real NVRTC: the version keys the disk cache, so it is 99 and a
- * hash of what shapes the images (the device header, this format). */
-EMU_EXPORT int nvrtcVersion(int *major, int *minor) {
-    static int hash = -1;
-    if (hash < 0) {
-        size_t n = 0;
-        char *h = file_read(HD_EMU_HEADER, &n);
-        uint32_t x = 2166136261u ^ 3u; /* 3: the entry points' format */
-        for (size_t i = 0; h && i < n; i++) x = (x ^ (unsigned char)h[i]) * 16777619u;
-        free(h);
-        hash = (int)(x & 0x7fffffff);
-    }
-    *major = 99;
-    *minor = hash;
-    return NVRTC_SUCCESS;
-}
-
-EMU_EXPORT int nvrtcCreateProgram(emu_prog **out, const char *src, const char *name, int nh,
-                                  const char *const *h, const char *const *hn) {
-    (void)name, (void)h, (void)hn;
-    if (nh != 0) return 3; /* no headers: the generated code uses none */
-    emu_prog *p = calloc(1, sizeof *p);
-    if (!p || !(p->src = strdup(src))) {
-        free(p);
-        return NVRTC_ERROR_OUT_OF_MEMORY;
-    }
-    *out = p;
-    return NVRTC_SUCCESS;
-}
-
-EMU_EXPORT int nvrtcDestroyProgram(emu_prog **p) {
-    if (!p || !*p) return 4;
-    free((*p)->src);
-    free((*p)->log);
-    free((*p)->image);
-    free(*p);
-    *p = NULL;
-    return NVRTC_SUCCESS;
-}
-
-static int mem_has(const char *p, size_t n, const char *what) {
-    size_t w = strlen(what);
-    for (size_t i = 0; i + w <= n; i++)
-        if (!memcmp(p + i, what, w)) return 1;
-    return 0;
-}
-
-/* The names that reach a barrier: __syncthreads and every __device__
- * function whose text mentions one of them (found until none is added;
- * a name that only looks like one costs speed, not results). */
-typedef struct sync_names {
-    char name[64][64];
-    int n;
-} sync_names;
-
-static int sync_mentions(const sync_names *sn, const char *p, size_t n) {
-    for (int i = 0; i < sn->n; i++)
-        if (mem_has(p, n, sn->name[i])) return 1;
-    return 0;
-}
-
-/* The function name after a __device__ at p (the identifier before the
- * first '('), in out. */
-static int sync_def_name(const char *p, char *out, size_t cap) {
-    const char *paren = strchr(p, '(');
-    if (!paren) return 0;
-    const char *e = paren;
-    while (e > p && e[-1] == ' ') e--;
-    const char *b = e;
-    while (b > p && (b[-1] == '_' || (b[-1] >= 'a' && b[-1] <= 'z') ||
-                     (b[-1] >= 'A' && b[-1] <= 'Z') || (b[-1] >= '0' && b[-1] <= '9')))
-        b--;
-    if (b == e || (size_t)(e - b) >= cap) return 0;
-    memcpy(out, b, (size_t)(e - b));
-    out[e - b] = 0;
-    return 1;
-}
-
-/* The text from p to the next definition. */
-static size_t sync_def_len(const char *p) {
-    const char *d = strstr(p + 1, "__device__"), *g = strstr(p + 1, "__global__");
-    const char *e = !d ? g : !g ? d : d < g ? d : g;
-    return e ? (size_t)(e - p) : strlen(p);
-}
-
-static void sync_collect(const char *src, sync_names *sn) {
-    snprintf(sn->name[0], sizeof sn->name[0], "__syncthreads");
-    sn->n = 1;
-    for (int added = 1; added && sn->n < 64;) {
-        added = 0;
-        for (const char *p = strstr(src, "__device__"); p && sn->n < 64;
-             p = strstr(p + 1, "__device__")) {
-            char name[64];
-            size_t len = sync_def_len(p);
-            if (!sync_def_name(p, name, sizeof name) || !sync_mentions(sn, p, len)) continue;
-            int known = 0;
-            for (int i = 0; i < sn->n; i++) known |= !strcmp(sn->name[i], name);
-            if (known) continue;
-            snprintf(sn->name[sn->n++], sizeof sn->name[0], "%s", name);
-            added = 1;
-        }
-    }
-}
-
-/* The source with the entry points of every kernel appended. */
-static char *prog_source(const char *src) {
-    size_t n = strlen(src), cap = n * 2 + 4096, len = 0;
-    char *out = malloc(cap);
-    if (!out) return NULL;
-    memcpy(out, src, n);
-    len = n;
-    sync_names sn;
-    sync_collect(src, &sn);
-    for (const char *p = strstr(src, "__global__"); p; p = strstr(p + 1, "__global__")) {
-        const char *q = p + 10;
-        while (*q == ' ') q++;
-        if (!strncmp(q, "void", 4)) q += 4;
-        while (*q == ' ') q++;
-        if (!strncmp(q, "__launch_bounds__", 17)) {
-            q = strchr(q, ')');
-            if (!q) break;
-            q++;
-            while (*q == ' ') q++;
-        }
-        size_t k = 0;
-        while (q[k] == '_' || (q[k] >= 'a' && q[k] <= 'z') || (q[k] >= 'A' && q[k] <= 'Z') ||
-               (q[k] >= '0' && q[k] <= '9'))
-            k++;
-        if (!k) continue;
-        int sync = sync_mentions(&sn, q, sync_def_len(q));
-        if (len + 5 * k + 400 > cap) {
-            cap = cap * 2 + 5 * k + 400;
-            char *m = realloc(out, cap);
-            if (!m) {
-                free(out);
-                return NULL;
-            }
-            out = m;
-        }
-        len +=
-            (size_t)snprintf(out + len, cap - len,
-                             "\nextern \"C\" int %.*s__emu_sig(size_t *s, unsigned char *p, "
-                             "int cap) { return hd_emu_sig(%.*s, s, p, cap); }\n"
-                             "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n"
-                             "extern \"C\" const int %.*s__emu_sync = %d;\n",
-                             (int)k, q, (int)k, q, (int)k, q, (int)k, q, (int)k, q, sync);
-    }
-    out[len] = 0;
-    return out;
-}
-
-static char *file_read(const char *path, size_t *n) {
+/* The whole file at path, NUL-terminated, its size in *n; NULL if unreadable. */
+char *emu_file_read(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -1722,107 +1009,4 @@ static char *file_read(const char *path, size_t *n) {
     if (p) p[sz] = 0;
     *n = p ? (size_t)sz : 0;
     return p;
-}
-
-/* cxx -o so src, its messages into log; the exit status. */
-static int prog_cxx(const char *src, const char *so, const char *log) {
-    const char *cxx = getenv("HODU_EMU_CXX");
-    const char *opt = getenv("HODU_EMU_OPT");
-    char *argv[] = {(char *)(cxx && *cxx ? cxx : HD_EMU_CXX),
-                    "-std=c++17",
-                    (char *)(opt && *opt ? opt : "-O1"),
-                    "-fPIC",
-                    "-ffp-contract=off", /* as NVRTC's --fmad=false */
-                    "-shared",
-                    "-w",
-                    "-I",
-                    HD_EMU_INCLUDE,
-                    "-include",
-                    HD_EMU_HEADER,
-                    "-x",
-                    "c++",
-                    (char *)src,
-                    "-o",
-                    (char *)so,
-                    NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (r) return -1;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/* Modules are compiled as host C++ with -ffp-contract=off: the model of
- * NVRTC's --fmad=false only, so a compile without it is refused (on a GPU
- * contracted FMAs would round otherwise than the emulator does). */
-static int prog_fmad_off(int nopt, const char *const *opts) {
-    for (int i = 0; i < nopt; i++)
-        if (opts[i] && !strcmp(opts[i], "--fmad=false")) return 1;
-    return 0;
-}
-
-EMU_EXPORT int nvrtcCompileProgram(emu_prog *p, int nopt, const char *const *opts) {
-    if (!prog_fmad_off(nopt, opts)) {
-        free(p->log);
-        p->log = strdup("cuda emulator: compile with --fmad=false (the only rounding it models)");
-        return NVRTC_ERROR_INVALID_OPTION;
-    }
-    char *text = prog_source(p->src);
-    char src[4096], so[4200], log[4200];
-    if (!text || !temp_write(src, sizeof src, ".cu", text, strlen(text))) {
-        free(text);
-        return NVRTC_ERROR_OUT_OF_MEMORY;
-    }
-    free(text);
-    snprintf(so, sizeof so, "%s.so", src);
-    snprintf(log, sizeof log, "%s.log", src);
-    int r = prog_cxx(src, so, log);
-    size_t n = 0;
-    free(p->log);
-    p->log = file_read(log, &n);
-    char *img = r == 0 ? file_read(so, &n) : NULL;
-    if (getenv("HODU_EMU_KEEP")) /* debugging: keep the source */
-        fprintf(stderr, "cuda emulator: %s\n", src);
-    else
-        unlink(src);
-    unlink(so);
-    unlink(log);
-    if (!img) return NVRTC_ERROR_COMPILATION;
-    p->image = malloc(n + 16);
-    if (!p->image) {
-        free(img);
-        return NVRTC_ERROR_OUT_OF_MEMORY;
-    }
-    uint64_t n64 = n;
-    memcpy(p->image, IMAGE_MAGIC, 8);
-    memcpy(p->image + 8, &n64, 8);
-    memcpy(p->image + 16, img, n);
-    p->image_n = n + 16;
-    free(img);
-    return NVRTC_SUCCESS;
-}
-
-EMU_EXPORT int nvrtcGetProgramLogSize(emu_prog *p, size_t *n) {
-    *n = (p->log ? strlen(p->log) : 0) + 1;
-    return NVRTC_SUCCESS;
-}
-EMU_EXPORT int nvrtcGetProgramLog(emu_prog *p, char *out) {
-    strcpy(out, p->log ? p->log : "");
-    return NVRTC_SUCCESS;
-}
-EMU_EXPORT int nvrtcGetCUBINSize(emu_prog *p, size_t *n) {
-    *n = p->image_n;
-    return NVRTC_SUCCESS;
-}
-EMU_EXPORT int nvrtcGetCUBIN(emu_prog *p, char *out) {
-    if (!p->image) return 4;
-    memcpy(out, p->image, p->image_n);
-    return NVRTC_SUCCESS;
 }
