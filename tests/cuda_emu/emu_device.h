@@ -1,5 +1,5 @@
 /* What a CUDA C module needs to compile as host C++ for the emulator
- * (tests/cuda_emu/emu.c): the fake NVRTC compiles every generated module
+ * (tests/cuda_emu/emu_nvrtc.c): the fake NVRTC compiles every generated module
  * with the host's C++ compiler and this header force-included, then adds
  * two entry points per kernel (emu_sig, emu_run below).
  *
