@@ -1014,7 +1014,7 @@ static void row_params(gen_kernel *K, row_gen *R, int64_t count, int after) {
     } else if (ln) {
         LLVMValueRef v =
             LLVMBuildFAdd(B, LLVMBuildFDiv(B, s, LLVMConstReal(f64, (double)count), ""),
-                          LLVMConstReal(f64, R->n->attrs.scalar[0]), "");
+                          LLVMConstReal(f64, hd_layer_norm_eps(&R->n->attrs)), "");
         LLVMValueRef rs =
             LLVMBuildFDiv(B, LLVMConstReal(f64, 1.0), hd_llvm_intrinsic(G, "llvm.sqrt", v), "");
         R->p1 = hd_llvm_convert(G, R->p1, HD_F64, R->dt == HD_F64 ? HD_F64 : HD_F32);

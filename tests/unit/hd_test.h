@@ -9,7 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int hd_test_pass, hd_test_fail;
+/* The counts. A test made of several files defines HD_TEST_PART in each
+ * file but the one with main, and they all count in that one's. */
+#ifdef HD_TEST_PART
+extern int hd_test_pass, hd_test_fail;
+#else
+int hd_test_pass, hd_test_fail;
+#endif
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \

@@ -4,18 +4,10 @@
  * The table is checked against the op table: a differentiable op without a
  * case here fails the test. */
 #include "hd_test.h"
+#include "hd_test_spec.h"
 #include "hd_autograd.h"
 
-/* ---- input specs ----
- * "gen:shape[:view]"
- *   gen    n  uniform in [-2, 2]         p  uniform in [0.5, 2]
- *          a  |v| in [0.3, 2], random sign (away from kinks at 0)
- *          f  k + [0.2, 0.4], k in [-3, 3] (away from integers)
- *          iK integers in [0, K) (i64)    b  bools
- *          kV a Hodu number V (constant)
- *   shape  "2x3", "s" for 0-d
- *   view   t: a transposed view (last two dims); s: a stepped view (every
- *          other element of the last dim, offset 1) */
+/* ---- cases: inputs as hd_test_spec.h describes them ---- */
 
 typedef struct {
     hd_op op;
@@ -29,73 +21,6 @@ typedef struct {
      * singular and eigenvectors are defined up to sign), or NULL */
     hd_tensor *(*post)(hd_ctx *, const hd_tensor *x, hd_tensor *y);
 } gc_case;
-
-static uint64_t gc_rng = 0x9e3779b97f4a7c15ULL;
-
-static double gc_uniform(void) {
-    gc_rng = gc_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(gc_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static double gc_value(const char *gen) {
-    double u = gc_uniform();
-    switch (gen[0]) {
-    case 'p': return 0.5 + 1.5 * u;
-    case 'a': return (gc_uniform() < 0.5 ? -1 : 1) * (0.3 + 1.7 * u);
-    case 'f': return floor(gc_uniform() * 7) - 3 + 0.2 + 0.2 * u;
-    case 'i': return floor(u * atof(gen + 1));
-    case 'b': return u < 0.5;
-    default: return -2 + 4 * u;
-    }
-}
-
-static int parse_shape(const char *s, int64_t *shape) {
-    if (s[0] == 's') return 0;
-    int nd = 0;
-    while (*s && *s != ':') {
-        shape[nd++] = strtoll(s, (char **)&s, 10);
-        if (*s == 'x') s++;
-    }
-    return nd;
-}
-
-/* A leaf tensor for spec (a view of a larger base for ':t' and ':s'). */
-static hd_tensor *make_input(hd_ctx *ctx, const char *spec) {
-    char gen[16];
-    const char *colon = strchr(spec, ':');
-    size_t gl = colon ? (size_t)(colon - spec) : strlen(spec);
-    memcpy(gen, spec, gl);
-    gen[gl] = 0;
-    if (gen[0] == 'k') return hd_tensor_number(ctx, HD_F64, atof(gen + 1));
-    int64_t shape[HD_MAX_DIMS];
-    int nd = parse_shape(colon + 1, shape);
-    const char *view = strchr(colon + 1, ':');
-    hd_dtype dt = gen[0] == 'i' ? HD_I64 : gen[0] == 'b' ? HD_BOOL : HD_F64;
-    int64_t bshape[HD_MAX_DIMS], strides[HD_MAX_DIMS], offset = 0;
-    memcpy(bshape, shape, sizeof bshape);
-    char v = view ? view[1] : 0;
-    if (v == 't') {
-        bshape[nd - 1] = shape[nd - 2];
-        bshape[nd - 2] = shape[nd - 1];
-    } else if (v == 's') {
-        bshape[nd - 1] = 2 * shape[nd - 1] + 1;
-    }
-    hd_tensor *base = hd_tensor_new(ctx, dt, bshape, nd);
-    for (int64_t i = 0; i < base->numel; i++)
-        hd_dtype_store(dt, base->storage->data, i, gc_value(gen));
-    if (!v) return base;
-    memcpy(strides, base->strides, sizeof strides);
-    if (v == 't') {
-        strides[nd - 1] = base->strides[nd - 2];
-        strides[nd - 2] = base->strides[nd - 1];
-    } else {
-        strides[nd - 1] = 2;
-        offset = 1;
-    }
-    hd_tensor *t = hd_tensor_view(ctx, base, shape, strides, nd, offset);
-    hd_tensor_unref(base);
-    return t;
-}
 
 /* ---- the check ---- */
 
@@ -163,7 +88,7 @@ static int gc_analytic(hd_ctx *ctx, const gc_case *c, hd_tensor **in, int nin, h
     }
     *r = hd_tensor_new(ctx, y->dtype, y->shape, y->ndim);
     for (int64_t i = 0; i < y->numel; i++)
-        hd_dtype_store(y->dtype, (*r)->storage->data, i, -1 + 2 * gc_uniform());
+        hd_dtype_store(y->dtype, (*r)->storage->data, i, -1 + 2 * spec_uniform());
     hd_status st = hd_grad_backward(ctx, y, *r, 0);
     CHECK_MSG(st == HD_OK, "%s backward: %s", hd_op_name(c->op), hd_error_message(ctx));
     hd_tensor_unref(y);
@@ -217,7 +142,7 @@ static void gc_run(hd_ctx *ctx, const gc_case *c, int ci) {
     hd_tensor *in[4] = {NULL, NULL, NULL, NULL};
     int nin = 0;
     while (nin < 4 && c->in[nin]) {
-        in[nin] = make_input(ctx, c->in[nin]);
+        in[nin] = spec_input(ctx, c->in[nin], HD_F64);
         nin++;
     }
     if (c->fill) c->fill(in, nin);
@@ -281,14 +206,14 @@ static int gc_gradgrad(hd_ctx *ctx, const gc_case *c, int ci) {
     if (gc_skipped(ctx, c)) return 1;
     hd_tensor *in[4] = {NULL, NULL, NULL, NULL}, *v[4] = {NULL, NULL, NULL, NULL};
     int nin = 0, supported = 0;
-    while (nin < 4 && c->in[nin]) in[nin] = make_input(ctx, c->in[nin]), nin++;
+    while (nin < 4 && c->in[nin]) in[nin] = spec_input(ctx, c->in[nin], HD_F64), nin++;
     if (c->fill) c->fill(in, nin);
     for (int i = 0; i < nin; i++)
         if (is_diff(c, in[i], i)) {
             CHECK(hd_grad_set_requires(ctx, in[i], 1) == HD_OK);
             v[i] = hd_tensor_new(ctx, HD_F64, in[i]->shape, in[i]->ndim);
             for (int64_t e = 0; e < v[i]->numel; e++)
-                hd_dtype_store(HD_F64, v[i]->storage->data, e, -1 + 2 * gc_uniform());
+                hd_dtype_store(HD_F64, v[i]->storage->data, e, -1 + 2 * spec_uniform());
         }
     hd_attrs at;
     memset(&at, 0, sizeof at);
@@ -298,7 +223,7 @@ static int gc_gradgrad(hd_ctx *ctx, const gc_case *c, int ci) {
     if (gc_forward(ctx, c, in, nin, &at, &y)) goto done;
     r = hd_tensor_new(ctx, y->dtype, y->shape, y->ndim);
     for (int64_t i = 0; i < y->numel; i++)
-        hd_dtype_store(y->dtype, r->storage->data, i, -1 + 2 * gc_uniform());
+        hd_dtype_store(y->dtype, r->storage->data, i, -1 + 2 * spec_uniform());
     hd_status st = hd_grad_backward_create(ctx, y, r);
     hd_tensor_unref(y);
     if (st) {
@@ -423,7 +348,7 @@ static void fill_mod(hd_tensor **in, int nin) {
     hd_tensor *a = in[0], *b = in[1];
     for (int64_t i = 0; i < a->numel; i++) {
         double bv = hd_tensor_get(b, b->numel == a->numel ? i : i % b->numel);
-        double q = floor(gc_uniform() * 5) - 2 + 0.2 + 0.6 * gc_uniform();
+        double q = floor(spec_uniform() * 5) - 2 + 0.2 + 0.6 * spec_uniform();
         hd_dtype_store(a->dtype, a->storage->data, hd_tensor_elem_offset(a, i), bv * q);
     }
 }

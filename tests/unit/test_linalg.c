@@ -8,109 +8,13 @@
 #include "hd_test.h"
 #include "hd_backend.h"
 #include "hd_op.h"
-
-#define NMAX 8
+#include "hd_test_linalg.h"
 
 static uint64_t rng = 0x2545f4914f6cdd1dULL;
 
 static double uni(void) { /* [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (double)(rng >> 11) / (double)(1ULL << 52) - 1.0;
-}
-
-/* ---- references, row-major f64 ---- */
-
-/* det by elimination with partial pivoting; a is destroyed */
-static double ref_det(double *a, int n) {
-    double det = 1;
-    for (int c = 0; c < n; c++) {
-        int p = c;
-        for (int r = c + 1; r < n; r++)
-            if (fabs(a[r * n + c]) > fabs(a[p * n + c])) p = r;
-        if (p != c) {
-            for (int j = 0; j < n; j++) {
-                double t = a[c * n + j];
-                a[c * n + j] = a[p * n + j], a[p * n + j] = t;
-            }
-            det = -det;
-        }
-        det *= a[c * n + c];
-        if (a[c * n + c] == 0) return 0;
-        for (int r = c + 1; r < n; r++) {
-            double f = a[r * n + c] / a[c * n + c];
-            for (int j = c; j < n; j++) a[r * n + j] -= f * a[c * n + j];
-        }
-    }
-    return det;
-}
-
-/* X = A^-1 B (n x k) by Gauss-Jordan on [A | B] */
-static void ref_solve(const double *a0, const double *b0, double *x, int n, int k) {
-    double m[NMAX][2 * NMAX];
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < n; j++) m[i][j] = a0[i * n + j];
-        for (int j = 0; j < k; j++) m[i][n + j] = b0[i * k + j];
-    }
-    for (int c = 0; c < n; c++) {
-        int p = c;
-        for (int r = c + 1; r < n; r++)
-            if (fabs(m[r][c]) > fabs(m[p][c])) p = r;
-        for (int j = 0; j < n + k; j++) {
-            double t = m[c][j];
-            m[c][j] = m[p][j], m[p][j] = t;
-        }
-        for (int r = 0; r < n; r++) {
-            if (r == c) continue;
-            double f = m[r][c] / m[c][c];
-            for (int j = 0; j < n + k; j++) m[r][j] -= f * m[c][j];
-        }
-    }
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < k; j++) x[i * k + j] = m[i][n + j] / m[i][i];
-}
-
-static void ref_cholesky(const double *a, double *l, int n) {
-    memset(l, 0, sizeof(double) * (size_t)(n * n));
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j <= i; j++) {
-            double s = a[i * n + j];
-            for (int p = 0; p < j; p++) s -= l[i * n + p] * l[j * n + p];
-            l[i * n + j] = i == j ? sqrt(s) : s / l[j * n + j];
-        }
-}
-
-static int cmp_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* the eigenvalues of symmetric a, ascending, by cyclic Jacobi rotations */
-static void ref_eigvals(const double *a0, double *w, int n) {
-    double a[NMAX * NMAX];
-    memcpy(a, a0, sizeof(double) * (size_t)(n * n));
-    for (int sweep = 0; sweep < 100; sweep++) {
-        double off = 0;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) off += a[p * n + q] * a[p * n + q];
-        if (off < 1e-30) break;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                if (a[p * n + q] == 0) continue;
-                double th = (a[q * n + q] - a[p * n + p]) / (2 * a[p * n + q]);
-                double t = (th >= 0 ? 1 : -1) / (fabs(th) + sqrt(th * th + 1));
-                double c = 1 / sqrt(t * t + 1), s = t * c;
-                for (int k = 0; k < n; k++) { /* columns p, q */
-                    double kp = a[k * n + p], kq = a[k * n + q];
-                    a[k * n + p] = c * kp - s * kq, a[k * n + q] = s * kp + c * kq;
-                }
-                for (int k = 0; k < n; k++) { /* rows p, q */
-                    double pk = a[p * n + k], qk = a[q * n + k];
-                    a[p * n + k] = c * pk - s * qk, a[q * n + k] = s * pk + c * qk;
-                }
-            }
-    }
-    for (int i = 0; i < n; i++) w[i] = a[i * n + i];
-    qsort(w, (size_t)n, sizeof *w, cmp_double);
 }
 
 /* ---- tensors ---- */
@@ -138,7 +42,7 @@ static double tol_of(hd_dtype dt) {
 /* a random n x n matrix with its diagonal raised (well conditioned), or
  * an spd one (b b^T + n I) */
 static void random_matrix(double *a, int n, int spd) {
-    double b[NMAX * NMAX];
+    double b[LA_NMAX * LA_NMAX];
     for (int i = 0; i < n * n; i++) b[i] = uni();
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
@@ -151,7 +55,8 @@ static void random_matrix(double *a, int n, int spd) {
 /* ---- forward checks ---- */
 
 static void check_lu(hd_ctx *ctx, hd_dtype dt, int n) {
-    double a[NMAX * NMAX], w[NMAX * NMAX], b[NMAX * 2], x[NMAX * 2], id[NMAX * NMAX];
+    double a[LA_NMAX * LA_NMAX], w[LA_NMAX * LA_NMAX], b[LA_NMAX * 2], x[LA_NMAX * 2],
+        id[LA_NMAX * LA_NMAX];
     random_matrix(a, n, 0);
     for (int i = 0; i < 2 * n; i++) b[i] = uni();
     for (int i = 0; i < n * n; i++) id[i] = i % (n + 1) == 0;
@@ -180,7 +85,7 @@ static void check_lu(hd_ctx *ctx, hd_dtype dt, int n) {
 }
 
 static void check_symmetric(hd_ctx *ctx, hd_dtype dt, int n) {
-    double a[NMAX * NMAX], l[NMAX * NMAX], w[NMAX];
+    double a[LA_NMAX * LA_NMAX], l[LA_NMAX * LA_NMAX], w[LA_NMAX];
     random_matrix(a, n, 1);
     int64_t sa[2] = {n, n};
     hd_tensor *ta = make(ctx, dt, a, sa, 2), *y;
@@ -219,7 +124,7 @@ static double col_dot(hd_tensor *y, int64_t p, int64_t ld, int r, int j, int k) 
 /* Q [m, q] with orthonormal columns, R [q, n] upper triangular (rows past
  * min(m, n) zero), QR = A; q = min(m, n), or m for the complete form */
 static void check_qr(hd_ctx *ctx, hd_dtype dt, int m, int n, int complete) {
-    double a[NMAX * NMAX];
+    double a[LA_NMAX * LA_NMAX];
     int k = m < n ? m : n, q = complete ? m : k;
     for (int i = 0; i < m * n; i++) a[i] = uni();
     int64_t sa[2] = {m, n};
@@ -245,7 +150,7 @@ static void check_qr(hd_ctx *ctx, hd_dtype dt, int m, int n, int complete) {
 }
 
 static void check_svd(hd_ctx *ctx, hd_dtype dt, int m, int n, int full) {
-    double a[NMAX * NMAX], g[NMAX * NMAX], w[NMAX];
+    double a[LA_NMAX * LA_NMAX], g[LA_NMAX * LA_NMAX], w[LA_NMAX];
     int k = m < n ? m : n, cu = full ? m : k, rv = full ? n : k;
     for (int i = 0; i < m * n; i++) a[i] = uni();
     int64_t sa[2] = {m, n};
@@ -375,7 +280,7 @@ int main(void) {
     hd_tensor_unref(p), hd_tensor_unref(q);
     hd_dtype dts[2] = {HD_F32, HD_F64};
     for (int d = 0; d < 2; d++) {
-        for (int n = 1; n <= NMAX; n += 3) {
+        for (int n = 1; n <= LA_NMAX; n += 3) {
             check_lu(&ctx, dts[d], n);
             check_symmetric(&ctx, dts[d], n);
             check_qr(&ctx, dts[d], n, n, 0);
