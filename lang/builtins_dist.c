@@ -8,7 +8,9 @@
  * The other collectives are effects, refused inside compiled code as file
  * reads are: their argument's values are staged in a contiguous host copy,
  * detached from any gradient record, and a device tensor's result goes
- * back to its device. dist.hodu writes a result into the argument where
+ * back to its device, except where the device's backend runs the
+ * collective itself (cuda: NCCL; send and recv always go through MPI,
+ * whose tags NCCL does not have). dist.hodu writes a result into the argument where
  * the operation is in place, with copy_'s rules, except that a contiguous
  * cpu tensor no gradient record watches is reduced in its own storage.
  * f16 and bf16 are reduced in f32 and rounded once. */
@@ -57,13 +59,18 @@ static hd_tensor *dist_host_view(hd_ctx *ctx, hd_tensor *t) {
     return c;
 }
 
+/* Argument i is a tensor with data. */
+static hd_status dist_tensor_arg(hd_vm *vm, const hd_targs *a, int i) {
+    if (a->v[i].type != HD_V_TENSOR) return hd_targ_type_error(vm, a, i, "a tensor");
+    return hd_tensor_need_data(vm, a->v[i].as.t, dist_name(a->f)) ? HD_ERR_RUNTIME : HD_OK;
+}
+
 /* Argument i as a tensor: a contiguous host copy of its values (new,
  * never sharing the argument's storage), and where it lives. */
 static hd_status dist_stage(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out, hd_place *place) {
-    if (a->v[i].type != HD_V_TENSOR) return hd_targ_type_error(vm, a, i, "a tensor");
+    if (dist_tensor_arg(vm, a, i)) return HD_ERR_RUNTIME;
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_tensor *t = a->v[i].as.t;
-    if (hd_tensor_need_data(vm, t, dist_name(a->f))) return HD_ERR_RUNTIME;
     *place = hd_place_of(t);
     hd_tensor *c = dist_host_view(ctx, t);
     hd_tensor *r = c ? hd_tensor_new(ctx, t->dtype, t->shape, t->ndim) : NULL;
@@ -71,6 +78,30 @@ static hd_status dist_stage(hd_vm *vm, const hd_targs *a, int i, hd_tensor **out
     hd_tensor_unref(c);
     if (!r) return hd_tfail(vm, dist_name(a->f));
     *out = r;
+    return HD_OK;
+}
+
+/* The collective c on argument i's device without host copies, where its
+ * backend can (cuda: NCCL): c->in is the argument's values (contiguous,
+ * detached), c->out a new tensor of shape there, which becomes *out; *done
+ * 0 where the backend declines (the caller stages through host memory). */
+static hd_status dist_on_device(hd_vm *vm, const hd_targs *a, int i, hd_coll *c,
+                                const int64_t *shape, int nd, hd_value *out, int *done) {
+    hd_ctx *ctx = hd_vm_ctx(vm);
+    hd_tensor *t = a->v[i].as.t;
+    *done = 0;
+    if (t->number || !t->storage || !t->storage->backend->collective) return HD_OK;
+    const hd_backend *be = t->storage->backend;
+    hd_tensor *det = hd_grad_detach(ctx, t);
+    c->in = det ? hd_tensor_contiguous(ctx, det) : NULL;
+    c->out = c->in ? hd_tensor_new_on(ctx, be, t->storage->device, t->dtype, shape, nd) : NULL;
+    hd_status st = c->out ? be->collective(ctx, c, done) : ctx->status;
+    hd_tensor_unref(det), hd_tensor_unref(c->in);
+    if (st || !*done) {
+        hd_tensor_unref(c->out);
+        return st ? hd_tfail(vm, dist_name(a->f)) : HD_OK;
+    }
+    *out = hd_tensor_value(c->out);
     return HD_OK;
 }
 
@@ -116,7 +147,7 @@ static hd_status dist_check_mean(hd_vm *vm, const char *fname, hd_dtype dt, int 
 
 /* _dist_all_reduce(t, op = "sum"): a new tensor, through the op
  * all_reduce, so that inside compiled code it is a node of the graph that
- * runs at every call (on cuda tensors, through host memory). */
+ * runs at every call (on cuda tensors, through NCCL where it is). */
 static HD_TF_FN(tf_all_reduce) {
     HD_TARGS_BIND(a);
     hd_dist_op op;
@@ -146,10 +177,15 @@ static hd_status dist_rank_arg(hd_vm *vm, const hd_targs *a, int i, int *rank) {
 /* _dist_broadcast(t, root = 0) */
 static HD_TF_FN(tf_broadcast) {
     HD_TARGS_BIND(a);
-    int root = 0;
+    int root = 0, done;
     hd_tensor *r = NULL;
     hd_place place;
-    if (dist_rank_arg(vm, &a, 1, &root) || dist_stage(vm, &a, 0, &r, &place)) return HD_ERR_RUNTIME;
+    if (dist_rank_arg(vm, &a, 1, &root) || dist_tensor_arg(vm, &a, 0)) return HD_ERR_RUNTIME;
+    hd_tensor *t = a.v[0].as.t;
+    hd_coll c = {HD_COLL_BROADCAST, NULL, NULL, 0, 0, root};
+    if (dist_on_device(vm, &a, 0, &c, t->shape, t->ndim, out, &done)) return HD_ERR_RUNTIME;
+    if (done) return HD_OK;
+    if (dist_stage(vm, &a, 0, &r, &place)) return HD_ERR_RUNTIME;
     char err[DIST_ERR];
     if (hd_dist_broadcast(hd_tensor_data(r), (int64_t)hd_tensor_nbytes(r), root, err, sizeof err)) {
         hd_tensor_unref(r);
@@ -163,15 +199,19 @@ static HD_TF_FN(tf_all_gather) {
     HD_TARGS_BIND(a);
     hd_tensor *x = NULL;
     hd_place place;
-    if (dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
-    if (x->ndim + 1 > HD_MAX_DIMS) {
-        hd_tensor_unref(x);
+    int done;
+    if (dist_tensor_arg(vm, &a, 0)) return HD_ERR_RUNTIME;
+    hd_tensor *t = a.v[0].as.t;
+    if (t->ndim + 1 > HD_MAX_DIMS)
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: a tensor of %d dims gathers into too many dims",
-                           dist_name(a.f), x->ndim);
-    }
+                           dist_name(a.f), t->ndim);
     int64_t shape[HD_MAX_DIMS];
     shape[0] = hd_dist_size();
-    memcpy(shape + 1, x->shape, (size_t)x->ndim * sizeof(int64_t));
+    memcpy(shape + 1, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    hd_coll c = {HD_COLL_ALL_GATHER, NULL, NULL, 0, 0, 0};
+    if (dist_on_device(vm, &a, 0, &c, shape, t->ndim + 1, out, &done)) return HD_ERR_RUNTIME;
+    if (done) return HD_OK;
+    if (dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
     hd_tensor *r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim + 1);
     char err[DIST_ERR];
     hd_status st = r ? HD_OK : hd_tfail(vm, dist_name(a.f));
@@ -191,22 +231,27 @@ static HD_TF_FN(tf_all_gather) {
 static HD_TF_FN(tf_reduce_scatter) {
     HD_TARGS_BIND(a);
     hd_dist_op op;
-    int mean, ws = hd_dist_size();
+    int mean, ws = hd_dist_size(), done;
     hd_tensor *x = NULL, *r = NULL;
     hd_place place;
-    if (dist_op(vm, &a, 1, &op, &mean) || dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
-    hd_status st = dist_check_mean(vm, dist_name(a.f), x->dtype, mean);
-    if (!st && (x->ndim == 0 || x->shape[0] % ws != 0))
-        st = hd_vm_error(vm, HD_ERR_RUNTIME,
-                         "%s: the first axis (%lld) must split into %d equal blocks, one per rank",
-                         dist_name(a.f), (long long)(x->ndim ? x->shape[0] : 0), ws);
+    if (dist_op(vm, &a, 1, &op, &mean) || dist_tensor_arg(vm, &a, 0)) return HD_ERR_RUNTIME;
+    hd_tensor *t = a.v[0].as.t;
+    if (dist_check_mean(vm, dist_name(a.f), t->dtype, mean)) return HD_ERR_RUNTIME;
+    if (t->ndim == 0 || t->shape[0] % ws != 0)
+        return hd_vm_error(
+            vm, HD_ERR_RUNTIME,
+            "%s: the first axis (%lld) must split into %d equal blocks, one per rank",
+            dist_name(a.f), (long long)(t->ndim ? t->shape[0] : 0), ws);
     int64_t shape[HD_MAX_DIMS];
-    if (!st) {
-        memcpy(shape, x->shape, (size_t)x->ndim * sizeof(int64_t));
-        shape[0] /= ws;
-        r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim);
-        if (!r) st = hd_tfail(vm, dist_name(a.f));
-    }
+    memcpy(shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+    shape[0] /= ws;
+    hd_coll c = {HD_COLL_REDUCE_SCATTER, NULL, NULL, (int)op, mean, 0};
+    if (dist_on_device(vm, &a, 0, &c, shape, t->ndim, out, &done)) return HD_ERR_RUNTIME;
+    if (done) return HD_OK;
+    if (dist_stage(vm, &a, 0, &x, &place)) return HD_ERR_RUNTIME;
+    hd_status st = HD_OK;
+    r = hd_tensor_new(hd_vm_ctx(vm), x->dtype, shape, x->ndim);
+    if (!r) st = hd_tfail(vm, dist_name(a.f));
     char err[DIST_ERR];
     /* through all_reduce: one code path for every dtype, half included */
     if (!st && hd_dist_all_reduce_any(hd_vm_ctx(vm), hd_tensor_data(x), x->numel, x->dtype, op,
@@ -440,8 +485,78 @@ static hd_status bucket_unpack(grad_bucket *b, int i, int j, const char *buf) {
     return HD_OK;
 }
 
+/* flat's parts as ps[i..j)'s gradients (only: those whose flag is set;
+ * NULL: all). */
+static hd_status bucket_split(grad_bucket *b, int i, int j, hd_tensor *flat,
+                              const unsigned char *only) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    int64_t at = 0;
+    for (int k = i; k < j; k++) {
+        hd_tensor *p = b->ps[k], *part = NULL, *g = NULL;
+        if (only && !only[k]) {
+            at += p->numel;
+            continue;
+        }
+        hd_status st = hd_tslice_axis(ctx, flat, 0, at, p->numel, 0, &part);
+        if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, &g);
+        if (!st) st = hd_grad_set(ctx, p, g);
+        hd_tensor_unref(part), hd_tensor_unref(g);
+        if (st) return hd_tfail(b->vm, "DataParallel");
+        at += p->numel;
+    }
+    return HD_OK;
+}
+
+/* ps[k]'s gradient, detached and flat, or zeros where it has none, on
+ * (be, dev); NULL with the error. */
+static hd_tensor *bucket_flat_grad(hd_ctx *ctx, hd_tensor *p, const hd_backend *be, int dev) {
+    hd_tensor *g = hd_grad_get(p), *d = g ? hd_grad_detach(ctx, g) : NULL, *r = NULL;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.nshape = 1, at.shape[0] = p->numel, at.dtype = p->dtype;
+    if (d) {
+        hd_op_run(ctx, HD_OP_RESHAPE, &d, 1, &at, &r);
+    } else if (!g) {
+        hd_place was = hd_place_push(ctx, be, dev);
+        hd_op_run(ctx, HD_OP_FULL, NULL, 0, &at, &r);
+        hd_place_pop(ctx, was);
+    }
+    hd_tensor_unref(d);
+    return r;
+}
+
+/* bucket_reduce on the parameters' device without host copies, where its
+ * backend runs collectives (cuda: NCCL): the gradients concatenated
+ * there, averaged in place, and each parameter's slice of the result its
+ * new .grad; *done 0 where the backend declines. */
+static hd_status bucket_reduce_device(grad_bucket *b, int i, int j, int *done) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    const hd_backend *be = b->ps[i]->storage ? b->ps[i]->storage->backend : NULL;
+    *done = 0;
+    if (!be || !be->collective) return HD_OK;
+    int dev = b->ps[i]->storage->device, got = 0;
+    hd_tensor *parts[64],
+        **pp = j - i <= 64 ? parts : hd_ctx_alloc(ctx, (size_t)(j - i) * sizeof *pp);
+    hd_tensor *flat = NULL;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    while (pp && got < j - i && (pp[got] = bucket_flat_grad(ctx, b->ps[i + got], be, dev))) got++;
+    hd_status st =
+        got == j - i ? hd_op_run(ctx, HD_OP_CONCAT, pp, got, &at, &flat) : HD_ERR_RUNTIME;
+    hd_tunref_all(pp, got);
+    if (pp != parts) hd_ctx_free(ctx, pp, (size_t)(j - i) * sizeof *pp);
+    hd_coll c = {HD_COLL_ALL_REDUCE, flat, flat, HD_DIST_SUM, 1, 0};
+    if (!st) st = be->collective(ctx, &c, done);
+    if (!st && *done) st = bucket_split(b, i, j, flat, b->has);
+    hd_tensor_unref(flat);
+    return st ? hd_tfail(b->vm, "DataParallel") : HD_OK;
+}
+
 static hd_status bucket_reduce(grad_bucket *b, int i, int j) {
     hd_ctx *ctx = hd_vm_ctx(b->vm);
+    int done;
+    if (bucket_reduce_device(b, i, j, &done)) return HD_ERR_RUNTIME;
+    if (done) return HD_OK;
     int64_t total = 0;
     for (int k = i; k < j; k++) total += b->ps[k]->numel;
     hd_dtype dt = b->ps[i]->dtype;
@@ -491,22 +606,6 @@ static hd_tensor *bucket_concat(grad_bucket *b, int i, int j) {
     return flat;
 }
 
-/* flat's parts as ps[i..j)'s gradients. */
-static hd_status bucket_split(grad_bucket *b, int i, int j, hd_tensor *flat) {
-    hd_ctx *ctx = hd_vm_ctx(b->vm);
-    int64_t at = 0;
-    for (int k = i; k < j; k++) {
-        hd_tensor *p = b->ps[k], *part = NULL, *g = NULL;
-        hd_status st = hd_tslice_axis(ctx, flat, 0, at, p->numel, 0, &part);
-        if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, &g);
-        if (!st) st = hd_grad_set(ctx, p, g);
-        hd_tensor_unref(part), hd_tensor_unref(g);
-        if (st) return hd_tfail(b->vm, "DataParallel");
-        at += p->numel;
-    }
-    return HD_OK;
-}
-
 /* Inside compiled code: grad_mean_run's collectives, in the same order and
  * sizes, as nodes of the graph. Every parameter must have a gradient there
  * (whether another rank has one cannot decide the graph). */
@@ -530,7 +629,7 @@ static hd_status grad_mean_traced(grad_bucket *b, int64_t limit) {
     for (int i = 0; i < b->n;) {
         int j = bucket_end(b, i, limit);
         hd_tensor *mean = traced_reduce(vm, bucket_concat(b, i, j), HD_DIST_SUM, 1);
-        hd_status st = mean ? bucket_split(b, i, j, mean) : HD_ERR_RUNTIME;
+        hd_status st = mean ? bucket_split(b, i, j, mean, NULL) : HD_ERR_RUNTIME;
         hd_tensor_unref(mean);
         if (st) return st;
         i = j;

@@ -5,6 +5,25 @@
 
 #include "hd_op.h"
 
+/* A collective over the ranks of a distributed run (runtime/hd_dist.h) on
+ * one device's memory: in and out contiguous, on the same device. out has
+ * in's size (all_reduce; broadcast: root's in, copied into every rank's
+ * out), the world's size times it (all_gather: in rank order), or one
+ * rank's block of in's (reduce_scatter). */
+typedef enum {
+    HD_COLL_ALL_REDUCE,
+    HD_COLL_BROADCAST,
+    HD_COLL_ALL_GATHER,
+    HD_COLL_REDUCE_SCATTER
+} hd_coll_kind;
+typedef struct hd_coll {
+    hd_coll_kind kind;
+    hd_tensor *in, *out;
+    int op;   /* hd_dist_op: reductions */
+    int mean; /* all_reduce, reduce_scatter: the sum divided by the world's size */
+    int root; /* broadcast */
+} hd_coll;
+
 typedef struct hd_backend {
     const char *name; /* "cpu", "cuda" */
     /* Is the device usable in this process? Fills ctx's error if not. */
@@ -29,6 +48,10 @@ typedef struct hd_backend {
      * queued on both. NULL: hd_tensor_to_device goes through the host. */
     hd_status (*copy_device)(hd_ctx *ctx, int dst_device, void *dst, int src_device,
                              const void *src, size_t nbytes);
+    /* Run c on the device without host copies (cuda: NCCL), setting *done;
+     * HD_OK with *done 0: not here (no library, a world of one), and the
+     * caller stages the values through host memory. NULL: never. */
+    hd_status (*collective)(hd_ctx *ctx, const hd_coll *c, int *done);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;

@@ -200,6 +200,14 @@ static int watch_end(int rc, const char *what, char *err, size_t n) {
     return rc != 0 ? mpi_error(rc, what, err, n) : 0;
 }
 
+void hd_dist_watch_begin(const char *what) {
+    watch_begin(what);
+}
+
+void hd_dist_watch_end(void) {
+    atomic_store(&watch_since, 0.0);
+}
+
 static void dist_exit_hook(void) {
     if (hd_dist_active()) {
         dist_done = 1;

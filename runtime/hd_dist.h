@@ -45,8 +45,8 @@ int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, cha
 /* The same for every dtype (f16 and bf16 through f32, rounded once), and
  * mean: the sum divided by the world's size (float dtypes). */
 struct hd_ctx;
-int hd_dist_all_reduce_any(struct hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt,
-                           hd_dist_op op, int mean, char *err, size_t n);
+int hd_dist_all_reduce_any(struct hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt, hd_dist_op op,
+                           int mean, char *err, size_t n);
 /* root's nbytes copied into every rank's buf. */
 int hd_dist_broadcast(void *buf, int64_t nbytes, int root, char *err, size_t n);
 /* out (size * nbytes) gets every rank's in, in rank order. */
@@ -55,6 +55,11 @@ int hd_dist_all_gather(const void *in, void *out, int64_t nbytes, char *err, siz
  * op over every rank. */
 int hd_dist_reduce_scatter(const void *in, void *out, int64_t count, hd_dtype dt, hd_dist_op op,
                            char *err, size_t n);
+/* Watch a blocking call made elsewhere (a device collective's wait) as
+ * the collectives here are: still inside it after the timeout, the rank
+ * says so (naming what) and ends its process. */
+void hd_dist_watch_begin(const char *what);
+void hd_dist_watch_end(void);
 int hd_dist_send(const void *buf, int64_t nbytes, int dst, int tag, char *err, size_t n);
 int hd_dist_recv(void *buf, int64_t nbytes, int src, int tag, char *err, size_t n);
 

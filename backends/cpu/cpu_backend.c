@@ -98,4 +98,5 @@ const hd_backend hd_cpu_backend = {
     /* .run_op = */ cpu_run_op,
     /* .takes_number = */ NULL,
     /* .copy_device = */ NULL,
+    /* .collective = */ NULL,
 };

@@ -9,7 +9,8 @@
 #define HD_CUDA_ABI_H
 
 /* (name, value) of each constant the backend uses: cuda.h, nvrtc.h,
- * library_types.h, cublas_api.h, cusolver_common.h. */
+ * library_types.h, cublas_api.h, cusolver_common.h; NCCL's in
+ * HD_CUDA_ABI_NCCL (nccl.h, which some toolkits lack). */
 #define HD_CUDA_ABI_VALUES(X)                                                                      \
     X(CUDA_SUCCESS, 0)                                                                             \
     X(CUDA_ERROR_OUT_OF_MEMORY, 2)                                                                 \
@@ -34,9 +35,24 @@
     X(CUSOLVER_STATUS_SUCCESS, 0)                                                                  \
     X(CUSOLVER_EIG_MODE_VECTOR, 1)
 
+#define HD_CUDA_ABI_NCCL(X)                                                                        \
+    X(ncclSuccess, 0)                                                                              \
+    X(ncclInProgress, 7)                                                                           \
+    X(ncclInt8, 0)                                                                                 \
+    X(ncclUint8, 1)                                                                                \
+    X(ncclInt32, 2)                                                                                \
+    X(ncclInt64, 4)                                                                                \
+    X(ncclFloat32, 7)                                                                              \
+    X(ncclFloat64, 8)                                                                              \
+    X(ncclSum, 0)                                                                                  \
+    X(ncclProd, 1)                                                                                 \
+    X(ncclMax, 2)                                                                                  \
+    X(ncclMin, 3)                                                                                  \
+    X(NCCL_UNIQUE_ID_BYTES, 128)
+
 #ifndef HD_CUDA_ABI_VALUES_ONLY
 #define HD_CUDA_ABI_ENUM(name, value) name = (value),
-enum { HD_CUDA_ABI_VALUES(HD_CUDA_ABI_ENUM) };
+enum { HD_CUDA_ABI_VALUES(HD_CUDA_ABI_ENUM) HD_CUDA_ABI_NCCL(HD_CUDA_ABI_ENUM) };
 #undef HD_CUDA_ABI_ENUM
 
 typedef int CUresult;
@@ -65,6 +81,14 @@ typedef int cublasFillMode_t;
 typedef struct cusolverDnContext *cusolverDnHandle_t;
 typedef int cusolverStatus_t;
 typedef int cusolverEigMode_t;
+
+typedef int ncclResult_t;
+typedef int ncclDataType_t;
+typedef int ncclRedOp_t;
+typedef struct ncclComm *ncclComm_t;
+typedef struct {
+    char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
 #endif
 
 #endif

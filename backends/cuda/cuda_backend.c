@@ -238,6 +238,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
     if (d->solver) a->sol_destroy(d->solver);
+    hd_cuda_nccl_release(a, d);
     if (d->blas_ws) a->mem_free(d->blas_ws);
     hd_cuda_prof_release(d);
     if (d->peer_event) a->event_destroy(d->peer_event);
@@ -464,5 +465,6 @@ const hd_backend hd_cuda_backend = {
     /* .run_op = */ hd_cuda_run_op,
     /* .takes_number = */ hd_cuda_takes_number,
     /* .copy_device = */ cuda_copy_device,
+    /* .collective = */ hd_cuda_collective,
 };
 #endif

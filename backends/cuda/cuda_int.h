@@ -200,6 +200,21 @@ typedef struct hd_cuda_api {
     hd_cuda_solver_fns sol[2]; /* f32 (S), f64 (D) */
     int sol_ok;
     char sol_error[256];
+    /* NCCL (optional: collectives stage through host memory without it) */
+    ncclResult_t (*nccl_get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*nccl_comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*nccl_comm_destroy)(ncclComm_t);
+    ncclResult_t (*nccl_all_reduce)(CUdeviceptr, CUdeviceptr, size_t, ncclDataType_t, ncclRedOp_t,
+                                    ncclComm_t, CUstream);
+    ncclResult_t (*nccl_broadcast)(CUdeviceptr, CUdeviceptr, size_t, ncclDataType_t, int,
+                                   ncclComm_t, CUstream);
+    ncclResult_t (*nccl_all_gather)(CUdeviceptr, CUdeviceptr, size_t, ncclDataType_t, ncclComm_t,
+                                    CUstream);
+    ncclResult_t (*nccl_reduce_scatter)(CUdeviceptr, CUdeviceptr, size_t, ncclDataType_t,
+                                        ncclRedOp_t, ncclComm_t, CUstream);
+    const char *(*nccl_error_string)(ncclResult_t);
+    int nccl_ok;
+    char nccl_error[256];
 } hd_cuda_api;
 
 /* The process's libraries: opened on the first call (thread-safe), kept
@@ -274,6 +289,8 @@ typedef struct hd_cuda_dev {
     CUevent peer_event;
     cusolverDnHandle_t solver; /* made at the first linalg op (cuda_solver.c) */
     int solver_failed;         /* cusolverDnCreate failed: linalg on the host */
+    ncclComm_t nccl;           /* made at the first collective (cuda_nccl.c) */
+    int nccl_failed;           /* ncclCommInitRank failed: collectives on the host */
 } hd_cuda_dev;
 
 typedef struct hd_cuda_state {
@@ -337,6 +354,10 @@ int hd_cuda_solver_ready(hd_ctx *ctx, hd_cuda_dev *d);
  * hd_cuda_solver_ready; inputs contiguous, in out's dtype. */
 hd_status hd_cuda_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                          hd_tensor *const *in, int nin, const hd_attrs *attrs);
+/* The backend's collective slot (cuda_nccl.c): through NCCL, or *done 0;
+ * hd_cuda_nccl_release: d's communicator. */
+hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done);
+void hd_cuda_nccl_release(const hd_cuda_api *a, hd_cuda_dev *d);
 #endif
 
 #endif

@@ -2,11 +2,12 @@
  * machines with and without a GPU. Opened once per process, on the first
  * call, under pthread_once; the handles stay open until exit (the driver
  * is process-wide anyway). HODU_CUDA_DRIVER, HODU_CUDA_NVRTC,
- * HODU_CUDA_BLAS and HODU_CUDA_SOLVER name other libraries to open instead (tests use a missing
- * driver to exercise the no-GPU paths, and tests/cuda_emu's emulated
- * device to run the CUDA code on machines without a GPU). */
+ * HODU_CUDA_BLAS, HODU_CUDA_SOLVER and HODU_CUDA_NCCL name other libraries to open instead (tests
+ * use a missing driver to exercise the no-GPU paths, and tests/cuda_emu's emulated device to run
+ * the CUDA code on machines without a GPU). */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
+#include "hd_dist.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -207,14 +208,31 @@ static void loader_solver(hd_cuda_api *a) {
                                sizeof a->sol_error, "libcusolver");
 }
 
-/* cuBLAS and cuSOLVER are opened only with a driver: they need one to
- * load at all. */
+static void loader_nccl(hd_cuda_api *a) {
+    const char *names[] = {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib/libnccl.so.2",
+                           "/usr/local/cuda/lib64/libnccl.so.2", NULL};
+    void *h = loader_open("HODU_CUDA_NCCL", names, a->nccl_error, sizeof a->nccl_error, " (NCCL)");
+    if (!h) return;
+    const loader_sym syms[] = {
+        SYM(nccl_get_unique_id, "ncclGetUniqueId"),    SYM(nccl_comm_init_rank, "ncclCommInitRank"),
+        SYM(nccl_comm_destroy, "ncclCommDestroy"),     SYM(nccl_all_reduce, "ncclAllReduce"),
+        SYM(nccl_broadcast, "ncclBroadcast"),          SYM(nccl_all_gather, "ncclAllGather"),
+        SYM(nccl_reduce_scatter, "ncclReduceScatter"), SYM(nccl_error_string, "ncclGetErrorString"),
+    };
+    a->nccl_ok = loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->nccl_error,
+                                sizeof a->nccl_error, "libnccl");
+}
+
+/* cuBLAS, cuSOLVER and NCCL are opened only with a driver: they need one
+ * to load at all. NCCL is opened only in a distributed run (it is large
+ * and used by nothing else). */
 static void loader_all(void) {
     loader_driver(&cuda_api);
     loader_nvrtc(&cuda_api);
     if (cuda_api.driver_ok) {
         loader_blas(&cuda_api);
         loader_solver(&cuda_api);
+        if (hd_dist_size() > 1) loader_nccl(&cuda_api);
     } else {
         snprintf(cuda_api.blas_error, sizeof cuda_api.blas_error, "no CUDA driver");
         snprintf(cuda_api.sol_error, sizeof cuda_api.sol_error, "no CUDA driver");

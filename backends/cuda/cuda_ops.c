@@ -806,8 +806,8 @@ static hd_status ops_layer_norm(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor
 
 /* On the host: the inputs are copied down, the cpu kernel computes the
  * result, which is copied back up. The decompositions go this way where
- * cuSOLVER did not open (or a matrix is empty); an all-reduce always (MPI
- * reads host memory; NCCL is not used yet). */
+ * cuSOLVER did not open (or a matrix is empty); an all-reduce where NCCL
+ * is not used (MPI reads host memory). */
 static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                              const hd_attrs *attrs) {
     hd_tensor *host[2] = {NULL, NULL}, *y = NULL;
@@ -827,6 +827,20 @@ static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *c
     for (int i = 0; i < nin; i++) hd_tensor_unref(host[i]);
     hd_tensor_unref(y);
     return st;
+}
+
+/* all_reduce through NCCL (cuda_nccl.c), else on the host (MPI) */
+static hd_status ops_all_reduce(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
+                                const hd_attrs *attrs) {
+    hd_tensor *c =
+        hd_tensor_is_contiguous(in[0]) ? hd_tensor_ref(in[0]) : hd_tensor_contiguous(ctx, in[0]);
+    if (!c) return ctx->status;
+    hd_coll coll = {HD_COLL_ALL_REDUCE, c, out, (int)attrs->ints[0], (int)attrs->ints[1], 0};
+    int done = 0;
+    hd_status st = hd_cuda_collective(ctx, &coll, &done);
+    hd_tensor_unref(c);
+    if (st || done) return st;
+    return ops_on_host(ctx, HD_OP_ALL_REDUCE, out, in, nin, attrs);
 }
 
 /* The decompositions through cuSOLVER (cuda_solver.c) on contiguous
@@ -868,7 +882,7 @@ static hd_status ops_dispatch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
     case HD_OP_DROPOUT_BWD: return ops_dropout(ctx, d, op, out, in, attrs);
     case HD_OP_MSE: return ops_mse(ctx, d, out, in);
     case HD_OP_ATTENTION: return ops_attention(ctx, d, out, in, nin, attrs);
-    case HD_OP_ALL_REDUCE: return ops_on_host(ctx, op, out, in, nin, attrs); /* MPI: host */
+    case HD_OP_ALL_REDUCE: return ops_all_reduce(ctx, out, in, nin, attrs);
     case HD_OP_ATTENTION_BWD: return ops_attention_bwd(ctx, d, out, in, nin, attrs);
     case HD_OP_CROSS_ENTROPY: return ops_cross_entropy(ctx, d, out, in);
     case HD_OP_CROSS_ENTROPY_BWD: return ops_cross_entropy_bwd(ctx, d, out, in);

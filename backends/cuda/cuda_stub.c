@@ -57,5 +57,6 @@ const hd_backend hd_cuda_backend = {
     /* .run_op = */ stub_run_op,
     /* .takes_number = */ NULL,
     /* .copy_device = */ NULL,
+    /* .collective = */ NULL,
 };
 #endif

@@ -23,6 +23,8 @@
  *   its documented definition (sums in double).
  * - cuSOLVER (emu_solver.c): the dense routines the backend calls, through
  *   OpenBLAS's LAPACK (their documented definitions), arguments checked.
+ * - NCCL (emu_nccl.c): the collectives the backend calls, between the
+ *   processes of an mpirun job, through Open MPI on the host view.
  *
  * Only the entry points the backend uses exist; the types are spelled out
  * here (plain integers and pointers at the ABI), so no CUDA header is
@@ -65,6 +67,20 @@ EMU_EXPORT unsigned long long hodu_emu_calls(const char *name) {
 
 EMU_EXPORT void hodu_emu_calls_reset(void) {
     memset(emu_counts, 0, sizeof emu_counts);
+}
+
+/* HODU_EMU_CALLS_AT_EXIT=1: the counts that are not 0, on stderr at exit
+ * (for tests that run hodu as a program). */
+static void emu_calls_report(void) {
+    fprintf(stderr, "cuda emulator calls:");
+    for (int i = 0; i < EMU_N_COUNT; i++)
+        if (emu_counts[i]) fprintf(stderr, " %s=%llu", emu_count_names[i], emu_counts[i]);
+    fputc('\n', stderr);
+}
+
+__attribute__((constructor)) static void emu_calls_at_exit(void) {
+    const char *s = getenv("HODU_EMU_CALLS_AT_EXIT");
+    if (s && *s == '1') atexit(emu_calls_report);
 }
 
 /* HODU_EMU_NOLAUNCH: launches are checked, counted and then dropped. */
@@ -231,6 +247,10 @@ static int emu_ndev(void) {
 
 static int ctx_markers[EMU_MAX_DEVICES];
 static _Thread_local int emu_cur = -1; /* the current context's device */
+
+int emu_current_dev(void) {
+    return emu_cur;
+}
 
 static int emu_dev_ok(int dev) {
     return dev >= 0 && dev < emu_ndev();

@@ -1,6 +1,7 @@
 /* The emulated CUDA device's internals, shared by its parts: emu.c (the
  * driver: memory, devices, streams, modules, launches, graphs),
- * emu_blas.c (cuBLAS), emu_solver.c (cuSOLVER) and emu_nvrtc.c (NVRTC).
+ * emu_blas.c (cuBLAS), emu_solver.c (cuSOLVER), emu_nvrtc.c (NVRTC) and
+ * emu_nccl.c (NCCL).
  * Not installed; nothing here is exported from the library. */
 #ifndef HD_EMU_INT_H
 #define HD_EMU_INT_H
@@ -62,7 +63,12 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuStreamWaitEvent)                                                                           \
     X(cusolverDn)                                                                                  \
     X(cublasGemmStridedBatchedEx)                                                                  \
-    X(cublasSetWorkspace_v2)
+    X(cublasSetWorkspace_v2)                                                                       \
+    X(ncclCommInitRank)                                                                            \
+    X(ncclAllReduce)                                                                               \
+    X(ncclBroadcast)                                                                               \
+    X(ncclAllGather)                                                                               \
+    X(ncclReduceScatter)
 
 #define EMU_COUNT_ENUM(name) EMU_N_##name,
 enum { EMU_COUNTED(EMU_COUNT_ENUM) EMU_N_COUNT };
@@ -113,7 +119,8 @@ int emu_mem_valid(CUdeviceptr p, size_t n);
 int emu_mem_valid_on(CUdeviceptr p, size_t n, int dev);
 int emu_mem_host_arg_bad(const void *p, const char *what);
 
-/* streams (emu.c) */
+/* devices and streams (emu.c): the current context's device (-1: none) */
+int emu_current_dev(void);
 int emu_stream_dev(const emu_stream *s);
 int emu_dev_ptrs_ok(const uintptr_t *ptrs, int n, int dev, const char *what);
 emu_node *emu_node_new(int kind);

@@ -101,6 +101,37 @@ train)
         done
     done
     ;;
+cuda)
+    # cuda tensors on the emulated device (its NCCL runs over MPI): every
+    # collective through NCCL against its definition on 2 and 4 ranks, and
+    # data-parallel training, eager and compiled, as on one process
+    need_mpirun
+    [ -n "${HODU_CUDA_NCCL:-}" ] || {
+        echo "no emulated cuda device: skipped"
+        exit 77
+    }
+    export HODU_DEVICE=cuda HODU_EMU_CALLS_AT_EXIT=1
+    run 2 "$here/collectives.hodu"
+    for c in ncclCommInitRank ncclAllReduce ncclBroadcast ncclAllGather ncclReduceScatter; do
+        [ "$(grep -c " $c=" "$tmp/out")" = 2 ] || fail "$c not called on each rank"
+    done
+    run 4 "$here/collectives.hodu"
+    # without NCCL the values go through host memory and MPI, as before
+    (
+        export HODU_CUDA_NCCL=/nonexistent/libnccl.so.2
+        run 2 "$here/collectives.hodu"
+    ) || exit 1
+    grep -q " nccl" "$tmp/out" && fail "NCCL called where it could not be opened"
+    run 2 "$here/unused.hodu"
+    "$hodu" "$here/train.hodu" "$tmp/w1.safetensors" || fail "train on one process"
+    run 2 "$here/train.hodu" "$tmp/w2.safetensors"
+    grep -q " ncclAllReduce=" "$tmp/out" || fail "DataParallel's gradients not through NCCL"
+    run 2 "$here/train.hodu" "$tmp/w2s.safetensors" step
+    for w in w2 w2s; do
+        "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/$w.safetensors" ||
+            fail "$w against one process"
+    done
+    ;;
 errors)
     need_mpirun
     # MPI missing under a launcher: said plainly

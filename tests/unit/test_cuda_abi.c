@@ -9,6 +9,10 @@
 #include <cuda.h>
 #include <cusolverDn.h>
 #include <nvrtc.h>
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define HD_HAVE_NCCL_H 1
+#endif
 
 #define HD_CUDA_ABI_VALUES_ONLY
 #include "cuda_abi.h"
@@ -19,6 +23,15 @@
 
 int main(void) {
     HD_CUDA_ABI_VALUES(ABI_CHECK)
+#if HD_HAVE_NCCL_H
+    HD_CUDA_ABI_NCCL(ABI_CHECK)
+    _Static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES, "ncclUniqueId");
+    _Static_assert(sizeof(ncclResult_t) == sizeof(int) && sizeof(ncclDataType_t) == sizeof(int) &&
+                       sizeof(ncclRedOp_t) == sizeof(int),
+                   "enum");
+#else
+    printf("no nccl.h: NCCL's values not checked\n");
+#endif
     _Static_assert(sizeof(CUdeviceptr) == sizeof(unsigned long long), "CUdeviceptr");
     _Static_assert(sizeof(CUresult) == sizeof(int) && sizeof(CUdevice) == sizeof(int), "ints");
     _Static_assert(sizeof(CUdevice_attribute) == sizeof(int), "enum");
