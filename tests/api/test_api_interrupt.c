@@ -99,8 +99,10 @@ static const long_prog long_progs[] = {
     {"let a = ones([1]).expand([10**11])\nlet s = a.dot(a)", 50},
     {"let a = ones([1, 1], dtype = i32).expand([2, 10**11])\nlet s = a @ a.T", 50},
     {"let a = ones([1], dtype = i64).expand([10**11])\nlet s = a.dot(a)", 50},
-    /* BLAS products of 4096 x 1024 x 4096: two pieces of 2048 columns */
-    {"let a = ones([4096, 1024])\nlet b = ones([1024, 4096])\n"
+    /* BLAS products of 2048 x 1024 x 4096: two pieces of 2048 columns
+     * (2^32 multiply-adds each, 150-300 ms on one core of an AVX2 machine;
+     * pieces of 4096 rows took 300-760 ms there, past the bound) */
+    {"let a = ones([2048, 1024])\nlet b = ones([1024, 4096])\n"
      "for i in 0..1000 { let c = a @ b }",
      500},
     /* compiled code: LLVM compiling the graph (tens of ms, longer on a busy
