@@ -13,7 +13,8 @@
  *   collective.
  * - The work is queued on the device's stream, so it is ordered after the
  *   kernels that made its input and before those that read its result;
- *   then the host waits for it under dist's watch, as for MPI's calls: a
+ *   then the host waits for it, the call and the wait under dist's watch
+ *   as MPI's calls are (NCCL may block in the call itself): a
  *   rank that has stopped, or that calls another collective, stops every
  *   rank after the timeout instead of leaving them waiting for ever.
  * - Results equal the host path's: f16 and bf16 are reduced in f32 and
@@ -54,12 +55,9 @@ static hd_status nccl_comm(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d, co
     return nccl_check(ctx, a, r, what);
 }
 
-/* Wait for the collective queued on d's stream, under dist's watch. */
+/* Wait for the collective queued on d's stream. */
 static hd_status nccl_wait(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d, const char *what) {
-    hd_dist_watch_begin(what);
-    CUresult r = a->stream_synchronize(d->stream);
-    hd_dist_watch_end();
-    return hd_cuda_check(ctx, r, what);
+    return hd_cuda_check(ctx, a->stream_synchronize(d->stream), what);
 }
 
 static ncclDataType_t nccl_type(hd_dtype dt) {
@@ -164,9 +162,13 @@ hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done) {
     if (nccl_comm(ctx, a, d, what)) return ctx->status;
     *done = 1;
     if (c->in->numel == 0) return HD_OK;
-    if (c->kind == HD_COLL_ALL_REDUCE || c->kind == HD_COLL_REDUCE_SCATTER)
-        return nccl_reduce(ctx, a, d, c, what);
-    return nccl_move(ctx, a, d, c, what);
+    /* watched from the call (NCCL may block in it) to the end of the wait */
+    hd_dist_watch_begin(what);
+    hd_status st = c->kind == HD_COLL_ALL_REDUCE || c->kind == HD_COLL_REDUCE_SCATTER
+                       ? nccl_reduce(ctx, a, d, c, what)
+                       : nccl_move(ctx, a, d, c, what);
+    hd_dist_watch_end();
+    return st;
 }
 
 void hd_cuda_nccl_release(const hd_cuda_api *a, hd_cuda_dev *d) {

@@ -131,6 +131,21 @@ cuda)
         "$hodu" "$here/compare.hodu" "$tmp/w1.safetensors" "$tmp/$w.safetensors" ||
             fail "$w against one process"
     done
+    # a rank that fails, or waits in another call, while the others wait in
+    # a device collective: every rank stops, none hangs
+    expect_error 2 "rank 1 of 2 stopped with an error" -e 'import dist
+dist.init()
+let t = ones([4], device = "cuda")
+dist.all_reduce(t)
+if dist.rank() == 1 { require(false, "stopped on purpose") }
+dist.all_reduce(t)
+print("rank 0 went on")'
+    grep -q "rank 0 went on" "$tmp/out" && fail "rank 0 went on"
+    HODU_DIST_TIMEOUT=2 expect_error 2 "rank 0 of 2: dist.all_reduce: no answer from the other ranks within 2 s" -e 'import dist
+dist.init()
+let t = ones([4], device = "cuda")
+dist.all_reduce(t)
+if dist.rank() == 0 { dist.all_reduce(t) } else { while true { } }'
     ;;
 errors)
     need_mpirun
