@@ -16,6 +16,7 @@
 #ifndef HD_TEST_SPEC_H
 #define HD_TEST_SPEC_H
 
+#include "hd_op.h"
 #include "hd_tensor.h"
 
 #include <math.h>
@@ -107,5 +108,38 @@ static hd_tensor *spec_input(hd_ctx *ctx, const char *spec, hd_dtype fdt) {
     hd_tensor_unref(base);
     return t;
 }
+
+/* ---- attrs: the arguments the tables run ops with ---- */
+
+#define SET(name, ...)                                                                             \
+    static inline void name(hd_attrs *a) {                                                         \
+        __VA_ARGS__;                                                                               \
+    }
+
+SET(to_f32, a->dtype = HD_F32)
+SET(to_f64, a->dtype = HD_F64)
+SET(perm_201, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 0; a->shape[2] = 1)
+SET(perm_10, a->nshape = 2; a->shape[0] = 1; a->shape[1] = 0)
+SET(exp_2x3x4, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4)
+/* x[1:4:2, :, 2] of a [5, 3, 4] */
+SET(slice_a, a->start[0] = 1; a->step[0] = 2; a->len[0] = 2; a->start[1] = 0; a->step[1] = 1;
+    a->len[1] = 3; a->start[2] = 2; a->step[2] = 1; a->len[2] = 1; a->drop_mask = 4)
+/* x[:, 1:3] of a [4, 5] */
+SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->len[1] = 2)
+SET(axis1, a->ints[0] = 1)
+SET(axis0, a->ints[0] = 0)
+SET(att_plain, a->scalar[0] = 0.5)
+SET(att_causal, a->scalar[0] = 0.3; a->ints[0] = 1)
+SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
+    a->ints[5] = 2; a->ints[6] = 2)
+SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
+SET(conv_dw, a->ints[0] = 1; a->ints[1] = 1; a->ints[2] = 2; a->ints[3] = 1; a->ints[4] = 2;
+    a->ints[5] = 1; a->ints[6] = 3)
+SET(conv_s2, a->ints[0] = 2; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 1)
+SET(pool_2, a->ints[0] = 2; a->ints[1] = 2)
+SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; a->ints[4] = 1;
+    a->ints[5] = 1)
+SET(ln_1, a->ints[0] = 1)
+SET(ln_2, a->ints[0] = 2; a->scalar[0] = 1e-3)
 
 #endif

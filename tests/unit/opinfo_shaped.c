@@ -40,12 +40,8 @@ typedef struct shaped_row {
     double rtol;         /* f32 against the reference (0: 1e-5) */
 } shaped_row;
 
-/* ---- attrs ---- */
+/* ---- attrs (more in hd_test_spec.h) ---- */
 
-#define SET(name, body)                                                                            \
-    static void name(hd_attrs *a) {                                                                \
-        body;                                                                                      \
-    }
 SET(full_2x3, a->scalar[0] = 2.5; a->nshape = 2; a->shape[0] = 2; a->shape[1] = 3)
 SET(full_0d, a->scalar[0] = 3)
 SET(full_0x3, a->scalar[0] = 1; a->nshape = 2; a->shape[1] = 3)
@@ -59,42 +55,17 @@ SET(eye_3x4, a->nshape = 2; a->shape[0] = 3; a->shape[1] = 4)
 SET(eye_4x2, a->nshape = 2; a->shape[0] = 4; a->shape[1] = 2)
 SET(eye_0x2, a->nshape = 2; a->shape[1] = 2)
 SET(none, (void)a)
-SET(axis0, a->ints[0] = 0)
-SET(axis1, a->ints[0] = 1)
 SET(axis0_desc, a->ints[0] = 0; a->ints[1] = 1)
 SET(classes_4, a->ints[0] = 4)
 SET(classes_3, a->ints[0] = 3)
-SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
-    a->ints[5] = 2; a->ints[6] = 2)
-SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
-SET(conv_dw, a->ints[0] = 1; a->ints[1] = 1; a->ints[2] = 2; a->ints[3] = 1; a->ints[4] = 2;
-    a->ints[5] = 1; a->ints[6] = 3)
-SET(conv_s2, a->ints[0] = 2; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 1)
-SET(pool_2, a->ints[0] = 2; a->ints[1] = 2)
-SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; a->ints[4] = 1;
-    a->ints[5] = 1)
 SET(pool_2x3s1, a->ints[0] = 2; a->ints[1] = 3; a->ints[2] = 1; a->ints[3] = 1)
-SET(ln_1, a->ints[0] = 1)
-SET(ln_2, a->ints[0] = 2; a->scalar[0] = 1e-3)
-SET(att_plain, a->scalar[0] = 0.5)
-SET(att_causal, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(complete, a->ints[0] = 1)
-SET(to_f64, a->dtype = HD_F64)
-SET(to_f32, a->dtype = HD_F32)
 SET(to_i64, a->dtype = HD_I64)
 SET(to_bool, a->dtype = HD_BOOL)
 SET(sh_2x6, a->nshape = 2; a->shape[0] = 2; a->shape[1] = 6)
 SET(sh_m1, a->nshape = 1; a->shape[0] = -1)
 SET(sh_0d, a->nshape = 0)
-SET(perm_201, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 0; a->shape[2] = 1)
-SET(perm_10, a->nshape = 2; a->shape[0] = 1; a->shape[1] = 0)
-SET(exp_2x3x4, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4)
 SET(exp_m1, a->nshape = 3; a->shape[0] = 2; a->shape[1] = -1; a->shape[2] = 0)
-/* x[1:4:2, :, 2] of a [5, 3, 4] */
-SET(slice_a, a->start[0] = 1; a->step[0] = 2; a->len[0] = 2; a->start[1] = 0; a->step[1] = 1;
-    a->len[1] = 3; a->start[2] = 2; a->step[2] = 1; a->len[2] = 1; a->drop_mask = 4)
-/* x[:, 1:3] of a [4, 5]; x[1::3] of a [5] */
-SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->len[1] = 2)
 SET(slice_3, a->start[0] = 1; a->step[0] = 3; a->len[0] = 2)
 
 /* ---- references: creation, selection, sorting ---- */

@@ -280,11 +280,6 @@ done:
 
 /* ---- attributes ---- */
 
-#define SET(name, ...)                                                                             \
-    static void name(hd_attrs *a) {                                                                \
-        __VA_ARGS__;                                                                               \
-    }
-
 SET(ax0, a->naxes = 1; a->axes[0] = 0)
 SET(ax1k, a->naxes = 1; a->axes[0] = 1; a->keepdim = 1)
 SET(ax_m1, a->naxes = 1; a->axes[0] = -1)
@@ -293,34 +288,11 @@ SET(var_c1, a->ints[0] = 1)
 SET(var_c0_ax1, a->ints[0] = 0; a->naxes = 1; a->axes[0] = 1)
 SET(clamp_both, a->scalar[0] = -0.5; a->scalar[1] = 0.7)
 SET(clamp_lo, a->scalar[0] = -0.5; a->scalar[1] = NAN)
-SET(to_f32, a->dtype = HD_F32)
-SET(to_f64, a->dtype = HD_F64)
 SET(sh_3x4, a->nshape = 2; a->shape[0] = 3; a->shape[1] = 4)
 SET(sh_m1x2, a->nshape = 2; a->shape[0] = -1; a->shape[1] = 2)
-SET(perm_201, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 0; a->shape[2] = 1)
-SET(perm_10, a->nshape = 2; a->shape[0] = 1; a->shape[1] = 0)
-SET(exp_2x3x4, a->nshape = 3; a->shape[0] = 2; a->shape[1] = 3; a->shape[2] = 4)
 SET(exp_m1, a->nshape = 3; a->shape[0] = 2; a->shape[1] = -1; a->shape[2] = 4)
-/* x[1:4:2, :, 2] of a [5, 3, 4] */
-SET(slice_a, a->start[0] = 1; a->step[0] = 2; a->len[0] = 2; a->start[1] = 0; a->step[1] = 1;
-    a->len[1] = 3; a->start[2] = 2; a->step[2] = 1; a->len[2] = 1; a->drop_mask = 4)
-/* x[:, 1:3] of a [4, 5] */
-SET(slice_b, a->step[0] = 1; a->len[0] = 4; a->start[1] = 1; a->step[1] = 1; a->len[1] = 2)
-SET(axis1, a->ints[0] = 1)
-SET(axis0, a->ints[0] = 0)
 SET(axism1, a->ints[0] = -1)
-SET(att_plain, a->scalar[0] = 0.5)
-SET(att_causal, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(axis1_rev, a->ints[0] = 1; a->ints[1] = 1)
-SET(conv_a, a->ints[0] = 1; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 0; a->ints[4] = 1;
-    a->ints[5] = 2; a->ints[6] = 2)
-SET(conv_1, a->ints[0] = 1; a->ints[1] = 1)
-SET(conv_dw, a->ints[0] = 1; a->ints[1] = 1; a->ints[2] = 2; a->ints[3] = 1; a->ints[4] = 2;
-    a->ints[5] = 1; a->ints[6] = 3)
-SET(conv_s2, a->ints[0] = 2; a->ints[1] = 2; a->ints[2] = 1; a->ints[3] = 1)
-SET(pool_2, a->ints[0] = 2; a->ints[1] = 2)
-SET(pool_3s2p1, a->ints[0] = 3; a->ints[1] = 3; a->ints[2] = 2; a->ints[3] = 2; a->ints[4] = 1;
-    a->ints[5] = 1)
 SET(drop_train, a->scalar[0] = 0.3; a->ints[0] = 1)
 SET(drop_eval, a->scalar[0] = 0.3; a->ints[0] = 0)
 /* a backward kernel's attrs.shape: the forward input's or weight's */
@@ -336,8 +308,6 @@ SET(pool_2_in, pool_2(a); shape4(a, 2, 3, 4, 6))
 SET(pool_3s2p1_in, pool_3s2p1(a); shape4(a, 1, 2, 5, 5))
 SET(drop_bwd, a->scalar[0] = 0.3; a->ints[1] = 12345; a->ints[2] = 7)
 SET(index_add_5x3, a->ints[0] = 0; a->nshape = 2; a->shape[0] = 5; a->shape[1] = 3)
-SET(ln_1, a->ints[0] = 1)
-SET(ln_2, a->ints[0] = 2; a->scalar[0] = 1e-3)
 
 /* ---- value adjustments ---- */
 
