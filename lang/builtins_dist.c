@@ -10,9 +10,10 @@
  * detached from any gradient record, and a device tensor's result goes
  * back to its device, except where the device's backend runs the
  * collective itself (cuda: NCCL; send and recv always go through MPI,
- * whose tags NCCL does not have). dist.hodu writes a result into the argument where
- * the operation is in place, with copy_'s rules, except that a contiguous
- * cpu tensor no gradient record watches is reduced in its own storage.
+ * whose tags NCCL does not have). dist.hodu writes a result into the
+ * argument where the operation is in place, with copy_'s rules, except
+ * that a contiguous cpu tensor no gradient record watches is reduced in
+ * its own storage.
  * f16 and bf16 are reduced in f32 and rounded once. */
 #include "builtins_tensor.h"
 #include "compiled.h"

@@ -832,8 +832,7 @@ static hd_status ops_on_host(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *c
 /* all_reduce through NCCL (cuda_nccl.c), else on the host (MPI) */
 static hd_status ops_all_reduce(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in, int nin,
                                 const hd_attrs *attrs) {
-    hd_tensor *c =
-        hd_tensor_is_contiguous(in[0]) ? hd_tensor_ref(in[0]) : hd_tensor_contiguous(ctx, in[0]);
+    hd_tensor *c = hd_tensor_contiguous(ctx, in[0]);
     if (!c) return ctx->status;
     hd_coll coll = {HD_COLL_ALL_REDUCE, c, out, (int)attrs->ints[0], (int)attrs->ints[1], 0};
     int done = 0;
