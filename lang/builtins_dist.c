@@ -401,6 +401,18 @@ static HD_TF_FN(tf_size) {
     return HD_OK;
 }
 
+static HD_TF_FN(tf_local_rank) {
+    HD_TARGS_BIND(a);
+    *out = hd_int(hd_dist_local_rank());
+    return HD_OK;
+}
+
+static HD_TF_FN(tf_local_size) {
+    HD_TARGS_BIND(a);
+    *out = hd_int(hd_dist_local_size());
+    return HD_OK;
+}
+
 /* _dist_available(): "" when MPI can be opened, else why not */
 static HD_TF_FN(tf_available) {
     HD_TARGS_BIND(a);
@@ -715,6 +727,8 @@ static const hd_tfunc rows[] = {
     {"_dist_init", tf_init, "force=, timeout=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_rank", tf_rank, "", -1, HD_TF_GLOBAL},
     {"_dist_size", tf_size, "", -1, HD_TF_GLOBAL},
+    {"_dist_local_rank", tf_local_rank, "", -1, HD_TF_GLOBAL},
+    {"_dist_local_size", tf_local_size, "", -1, HD_TF_GLOBAL},
     {"_dist_available", tf_available, "", -1, HD_TF_GLOBAL},
     {"_dist_barrier", tf_barrier, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_all_reduce", tf_all_reduce, "t, op=", -1, HD_TF_GLOBAL},

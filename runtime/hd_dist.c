@@ -71,6 +71,19 @@ int hd_dist_size(void) {
     return n > 0 ? n : 1;
 }
 
+int hd_dist_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+}
+
+int hd_dist_local_rank(void) {
+    return env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+}
+
+int hd_dist_local_size(void) {
+    int n = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    return n > 0 ? n : 1;
+}
+
 int hd_dist_active(void) {
     return dist_open && !dist_done;
 }
@@ -220,8 +233,7 @@ int hd_dist_init(int force, double timeout_s, char *err, size_t n) {
     if (t && *t && atof(t) > 0) dist_timeout = atof(t);
     if (timeout_s > 0) dist_timeout = timeout_s;
     if (dist_open) return 0;
-    int launched = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
-    if (!launched && !force) return 0; /* a world of one */
+    if (!hd_dist_launched() && !force) return 0; /* a world of one */
     if (mpi_load_lib(err, n) || mpi_resolve(err, n)) return -1;
     int rc = mpi.init(NULL, NULL);
     if (rc != 0) return mpi_error(rc, "MPI_Init", err, n);

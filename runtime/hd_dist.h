@@ -26,6 +26,12 @@ typedef enum { HD_DIST_SUM, HD_DIST_PROD, HD_DIST_MAX, HD_DIST_MIN } hd_dist_op;
 /* The launcher's world: OMPI_COMM_WORLD_RANK / _SIZE (0 and 1 without). */
 int hd_dist_rank(void);
 int hd_dist_size(void);
+/* Whether a launcher (mpirun) started this process, even as a world of 1. */
+int hd_dist_launched(void);
+/* This process's place among the ranks on its machine (one GPU each):
+ * OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE (0 and 1 without). */
+int hd_dist_local_rank(void);
+int hd_dist_local_size(void);
 /* Whether MPI is open (hd_dist_init found a launcher, or was forced). */
 int hd_dist_active(void);
 /* Whether the MPI library can be opened here (HODU_MPI_LIB names it). */

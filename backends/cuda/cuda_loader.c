@@ -224,15 +224,15 @@ static void loader_nccl(hd_cuda_api *a) {
 }
 
 /* cuBLAS, cuSOLVER and NCCL are opened only with a driver: they need one
- * to load at all. NCCL is opened only in a distributed run (it is large
- * and used by nothing else). */
+ * to load at all. NCCL is opened only in a process mpirun started (it is
+ * large and used by nothing else). */
 static void loader_all(void) {
     loader_driver(&cuda_api);
     loader_nvrtc(&cuda_api);
     if (cuda_api.driver_ok) {
         loader_blas(&cuda_api);
         loader_solver(&cuda_api);
-        if (hd_dist_size() > 1) loader_nccl(&cuda_api);
+        if (hd_dist_launched()) loader_nccl(&cuda_api);
     } else {
         snprintf(cuda_api.blas_error, sizeof cuda_api.blas_error, "no CUDA driver");
         snprintf(cuda_api.sol_error, sizeof cuda_api.sol_error, "no CUDA driver");

@@ -6,6 +6,9 @@
  * CUDA Graph is being captured, the slot declines and the caller stages
  * the values through host memory and MPI, as before.
  *
+ * Each rank needs a GPU of its own (NCCL refuses two ranks on one):
+ * cuda:<dist.local_rank()>.
+ *
  * - One communicator per device and process, made at the first collective
  *   on that device: rank 0 asks NCCL for a unique id, MPI broadcasts it
  *   (hd_dist_broadcast), every rank joins with ncclCommInitRank. Every
@@ -27,10 +30,10 @@
 
 #include <string.h>
 
-/* Can collectives on device d go through NCCL (the library open, a world
- * of more than one, no capture)? */
+/* Can collectives on device d go through NCCL (the library open, MPI
+ * open, no capture)? A world of one started by mpirun uses it too. */
 static int nccl_usable(const hd_cuda_api *a, const hd_cuda_dev *d) {
-    return a->nccl_ok && hd_dist_active() && hd_dist_size() > 1 && !d->pool && !d->nccl_failed;
+    return a->nccl_ok && hd_dist_active() && !d->pool && !d->nccl_failed;
 }
 
 static hd_status nccl_check(hd_ctx *ctx, const hd_cuda_api *a, ncclResult_t r, const char *what) {
@@ -51,8 +54,12 @@ static hd_status nccl_comm(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d, co
     hd_dist_watch_begin(what);
     ncclResult_t r = a->nccl_comm_init_rank(&d->nccl, hd_dist_size(), id, hd_dist_rank());
     hd_dist_watch_end();
-    if (r != ncclSuccess) d->nccl = NULL, d->nccl_failed = 1;
-    return nccl_check(ctx, a, r, what);
+    if (r == ncclSuccess) return HD_OK;
+    d->nccl = NULL, d->nccl_failed = 1;
+    return hd_error(ctx, HD_ERR_RUNTIME,
+                    "%s: NCCL could not join the ranks: %s (each rank needs a GPU of its own: "
+                    "put rank r's tensors on \"cuda:\" + str(dist.local_rank()))",
+                    what, a->nccl_error_string(r));
 }
 
 /* Wait for the collective queued on d's stream. */
