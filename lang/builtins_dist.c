@@ -520,22 +520,40 @@ static hd_status bucket_split(grad_bucket *b, int i, int j, hd_tensor *flat,
     return HD_OK;
 }
 
-/* ps[k]'s gradient, detached and flat, or zeros where it has none, on
- * (be, dev); NULL with the error. */
-static hd_tensor *bucket_flat_grad(hd_ctx *ctx, hd_tensor *p, const hd_backend *be, int dev) {
-    hd_tensor *g = hd_grad_get(p), *d = g ? hd_grad_detach(ctx, g) : NULL, *r = NULL;
+/* ps[k]'s gradient, flat (a traced op), or zeros of its size on its
+ * device where it has none. */
+static hd_tensor *bucket_flat(grad_bucket *b, int k) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    hd_tensor *p = b->ps[k], *g = hd_grad_get(p), *r = NULL;
+    int64_t n = p->numel;
+    if (g) return hd_treshape(ctx, g, &n, 1, &r) ? NULL : r;
     hd_attrs at;
     memset(&at, 0, sizeof at);
-    at.nshape = 1, at.shape[0] = p->numel, at.dtype = p->dtype;
-    if (d) {
-        hd_op_run(ctx, HD_OP_RESHAPE, &d, 1, &at, &r);
-    } else if (!g) {
-        hd_place was = hd_place_push(ctx, be, dev);
-        hd_op_run(ctx, HD_OP_FULL, NULL, 0, &at, &r);
-        hd_place_pop(ctx, was);
-    }
-    hd_tensor_unref(d);
+    at.nshape = 1, at.shape[0] = n, at.dtype = p->dtype;
+    hd_place pl = hd_place_of(p), was = hd_place_push(ctx, pl.backend, pl.device);
+    hd_op_run(ctx, HD_OP_FULL, NULL, 0, &at, &r);
+    hd_place_pop(ctx, was);
     return r;
+}
+
+/* ps[i..j)'s gradients, flat, concatenated (traced ops). */
+static hd_tensor *bucket_concat(grad_bucket *b, int i, int j) {
+    hd_ctx *ctx = hd_vm_ctx(b->vm);
+    hd_tensor *parts[64],
+        **pp = j - i <= 64 ? parts : hd_ctx_alloc(ctx, (size_t)(j - i) * sizeof *pp);
+    if (!pp) return NULL;
+    int got = 0;
+    while (got < j - i && (pp[got] = bucket_flat(b, i + got))) got++;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    hd_tensor *flat = NULL;
+    if (got == j - i)
+        hd_trun_t(b->vm, "DataParallel", HD_OP_CONCAT, pp, got, &at, &flat);
+    else
+        hd_tfail(b->vm, "DataParallel");
+    hd_tunref_all(pp, got);
+    if (pp != parts) hd_ctx_free(ctx, pp, (size_t)(j - i) * sizeof *pp);
+    return flat;
 }
 
 /* bucket_reduce on the parameters' device without host copies, where its
@@ -547,19 +565,11 @@ static hd_status bucket_reduce_device(grad_bucket *b, int i, int j, int *done) {
     const hd_backend *be = b->ps[i]->storage ? b->ps[i]->storage->backend : NULL;
     *done = 0;
     if (!be || !be->collective) return HD_OK;
-    int dev = b->ps[i]->storage->device, got = 0;
-    hd_tensor *parts[64],
-        **pp = j - i <= 64 ? parts : hd_ctx_alloc(ctx, (size_t)(j - i) * sizeof *pp);
-    hd_tensor *flat = NULL;
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    while (pp && got < j - i && (pp[got] = bucket_flat_grad(ctx, b->ps[i + got], be, dev))) got++;
-    hd_status st =
-        got == j - i ? hd_op_run(ctx, HD_OP_CONCAT, pp, got, &at, &flat) : HD_ERR_RUNTIME;
-    hd_tunref_all(pp, got);
-    if (pp != parts) hd_ctx_free(ctx, pp, (size_t)(j - i) * sizeof *pp);
+    hd_tensor *cat = bucket_concat(b, i, j), *flat = cat ? hd_grad_detach(ctx, cat) : NULL;
+    hd_tensor_unref(cat);
+    if (!flat) return HD_ERR_RUNTIME;
     hd_coll c = {HD_COLL_ALL_REDUCE, flat, flat, HD_DIST_SUM, 1, 0};
-    if (!st) st = be->collective(ctx, &c, done);
+    hd_status st = be->collective(ctx, &c, done);
     if (!st && *done) st = bucket_split(b, i, j, flat, b->has);
     hd_tensor_unref(flat);
     return st ? hd_tfail(b->vm, "DataParallel") : HD_OK;
@@ -594,29 +604,6 @@ static hd_tensor *traced_reduce(hd_vm *vm, hd_tensor *x, hd_dist_op op, int mean
     if (x) hd_trun_t(vm, "DataParallel", HD_OP_ALL_REDUCE, &x, 1, &at, &r);
     hd_tensor_unref(x);
     return r;
-}
-
-/* ps[i..j)'s gradients, flat, concatenated (traced ops). */
-static hd_tensor *bucket_concat(grad_bucket *b, int i, int j) {
-    hd_ctx *ctx = hd_vm_ctx(b->vm);
-    hd_tensor *parts[64],
-        **pp = j - i <= 64 ? parts : hd_ctx_alloc(ctx, (size_t)(j - i) * sizeof *pp);
-    if (!pp) return NULL;
-    int got = 0;
-    for (int k = i; k < j; k++, got++) {
-        int64_t n = b->ps[k]->numel;
-        if (hd_treshape(ctx, hd_grad_get(b->ps[k]), &n, 1, &pp[got])) break;
-    }
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    hd_tensor *flat = NULL;
-    if (got == j - i)
-        hd_trun_t(b->vm, "DataParallel", HD_OP_CONCAT, pp, got, &at, &flat);
-    else
-        hd_tfail(b->vm, "DataParallel");
-    hd_tunref_all(pp, got);
-    if (pp != parts) hd_ctx_free(ctx, pp, (size_t)(j - i) * sizeof *pp);
-    return flat;
 }
 
 /* Inside compiled code: grad_mean_run's collectives, in the same order and
