@@ -58,6 +58,7 @@ one)
     # no launcher: a world of one, whatever MPI there is
     "$hodu" "$here/collectives.hodu" || fail "collectives on one process"
     "$hodu" "$here/unused.hodu" || fail "DataParallel on one process"
+    "$hodu" "$here/state.hodu" || fail "DataParallel's state on one process"
     "$hodu" "$here/train.hodu" "$tmp/w.safetensors" || fail "train on one process"
     HODU_MPI_LIB=/nonexistent/libmpi.so "$hodu" -e '
 import dist
@@ -72,6 +73,8 @@ collectives)
     run 4 "$here/collectives.hodu"
     run 2 "$here/unused.hodu"
     run 4 "$here/unused.hodu"
+    run 2 "$here/state.hodu"
+    run 4 "$here/state.hodu"
     ;;
 train)
     # the same global batch on 1, 2 and 4 ranks gives the same weights
@@ -125,6 +128,8 @@ cuda)
     ) || exit 1
     grep -q " nccl" "$tmp/out" && fail "NCCL called where it could not be opened"
     run 2 "$here/unused.hodu"
+    run 2 "$here/state.hodu"
+    grep -q " ncclAllReduce=" "$tmp/out" || fail "DataParallel's state run without NCCL"
     "$hodu" "$here/train.hodu" "$tmp/w1.safetensors" || fail "train on one process"
     run 2 "$here/train.hodu" "$tmp/w2.safetensors"
     grep -q " ncclAllReduce=" "$tmp/out" || fail "DataParallel's gradients not through NCCL"
