@@ -41,6 +41,7 @@ static const char *dist_name(const hd_tfunc *f) {
         {"_dist_send", "dist.send"},
         {"_dist_recv", "dist.recv"},
         {"_dist_grad_mean", "DataParallel"},
+        {"_dist_overlap", "DataParallel"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(f->name, names[i][0])) return names[i][1];
@@ -656,32 +657,66 @@ static hd_status grad_mean_run(grad_bucket *b, int64_t limit) {
     return HD_OK;
 }
 
-/* _dist_grad_mean(params, bucket): every parameter's .grad becomes its
- * mean over the ranks (zeros counted for a rank without one; none kept
- * where no rank has one), in all-reduces of at most bucket elements. */
-static HD_TF_FN(tf_grad_mean) {
-    HD_TARGS_BIND(a);
-    int64_t limit;
-    if (a.v[0].type != HD_V_LIST) return hd_targ_type_error(vm, &a, 0, "a list of tensors");
-    if (hd_targ_int(vm, &a, 1, 1 << 22, &limit)) return HD_ERR_RUNTIME;
-    hd_list *l = hd_as_list(a.v[0]);
+/* Argument 0 as the list's tensors (*ps allocated, *n of them). */
+static hd_status dist_param_list(hd_vm *vm, const hd_targs *a, hd_tensor ***ps, int *n) {
+    if (a->v[0].type != HD_V_LIST) return hd_targ_type_error(vm, a, 0, "a list of tensors");
+    hd_list *l = hd_as_list(a->v[0]);
     for (int64_t k = 0; k < l->len; k++)
         if (l->items[k].type != HD_V_TENSOR)
             return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: item %lld is a %s, not a tensor",
-                               dist_name(a.f), (long long)k, hd_value_type_name(l->items[k]));
+                               dist_name(a->f), (long long)k, hd_value_type_name(l->items[k]));
     if (l->len > INT32_MAX / 2)
-        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: too many parameters", dist_name(a.f));
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    grad_bucket b = {vm, NULL, NULL, (int)l->len};
-    size_t bytes = (size_t)(b.n ? b.n : 1) * (sizeof(hd_tensor *) + 1);
-    b.ps = hd_ctx_alloc(ctx, bytes);
-    if (!b.ps) return hd_vm_oom(vm);
+        return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: too many parameters", dist_name(a->f));
+    *n = (int)l->len;
+    *ps = hd_ctx_alloc(hd_vm_ctx(vm), (size_t)(*n ? *n : 1) * (sizeof(hd_tensor *) + 1));
+    if (!*ps) return hd_vm_oom(vm);
+    for (int k = 0; k < *n; k++) (*ps)[k] = l->items[k].as.t;
+    return HD_OK;
+}
+
+static void dist_param_list_free(hd_vm *vm, hd_tensor **ps, int n) {
+    hd_ctx_free(hd_vm_ctx(vm), ps, (size_t)(n ? n : 1) * (sizeof(hd_tensor *) + 1));
+}
+
+/* _dist_grad_mean(params, bucket, group = -1): every parameter's .grad
+ * becomes its mean over the ranks (zeros counted for a rank without one;
+ * none kept where no rank has one), in all-reduces of at most bucket
+ * elements; nothing where group (_dist_overlap's) averaged them during
+ * the backward() just run. */
+static HD_TF_FN(tf_grad_mean) {
+    HD_TARGS_BIND(a);
+    int64_t limit, group;
+    if (hd_targ_int(vm, &a, 1, 1 << 22, &limit) || hd_targ_int(vm, &a, 2, -1, &group))
+        return HD_ERR_RUNTIME;
+    grad_bucket b = {vm, NULL, NULL, 0};
+    if (dist_param_list(vm, &a, &b.ps, &b.n)) return HD_ERR_RUNTIME;
     b.has = (unsigned char *)(b.ps + b.n);
-    for (int k = 0; k < b.n; k++) b.ps[k] = l->items[k].as.t;
-    hd_status st = hd_compiled_tracing(vm) ? grad_mean_traced(&b, limit) : grad_mean_run(&b, limit);
-    hd_ctx_free(ctx, b.ps, bytes);
+    hd_status st = HD_OK;
+    if (hd_compiled_tracing(vm))
+        st = grad_mean_traced(&b, limit);
+    else if (group < 0 || !hd_dist_dp_covered(vm, (int)group, b.ps, b.n))
+        st = grad_mean_run(&b, limit);
+    dist_param_list_free(vm, b.ps, b.n);
     if (st) return st;
     *out = hd_none();
+    return HD_OK;
+}
+
+/* _dist_overlap(params, bucket): the gradients of params averaged during
+ * backward() from now on, as each bucket's are complete; the group's id
+ * for _dist_grad_mean, or -1 where that cannot be done (see
+ * builtins_dist_dp.c). */
+static HD_TF_FN(tf_overlap) {
+    HD_TARGS_BIND(a);
+    int64_t limit;
+    hd_tensor **ps;
+    int n;
+    if (hd_targ_int(vm, &a, 1, 1 << 22, &limit) || dist_param_list(vm, &a, &ps, &n))
+        return HD_ERR_RUNTIME;
+    int id = hd_dist_dp_register(vm, ps, n, limit);
+    dist_param_list_free(vm, ps, n);
+    if (id == -2) return hd_vm_oom(vm);
+    *out = hd_int(id);
     return HD_OK;
 }
 
@@ -726,7 +761,8 @@ static const hd_tfunc rows[] = {
     {"_dist_reduce_scatter", tf_reduce_scatter, "t, op=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_send", tf_send, "t, dst, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_dist_recv", tf_recv, "t, src, tag=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
-    {"_dist_grad_mean", tf_grad_mean, "params, bucket=", -1, HD_TF_GLOBAL},
+    {"_dist_grad_mean", tf_grad_mean, "params, bucket=, group=", -1, HD_TF_GLOBAL},
+    {"_dist_overlap", tf_overlap, "params, bucket=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_on_backward", tf_on_backward, "fn", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
 };
 

@@ -41,6 +41,14 @@ extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, h
 /* builtins_dist.c: run the functions _on_backward registered (after a
  * successful backward()). */
 hd_status hd_dist_backward_hooks(hd_vm *vm);
+/* builtins_dist_dp.c: DataParallel's averaging during backward(). A
+ * group of the parameters ps[0..n) in buckets of at most limit elements:
+ * its id, -1 where it cannot be done so (the plain path after backward()
+ * then), -2 out of memory. covered: the last backward() averaged exactly
+ * these. free: at the VM's end. */
+int hd_dist_dp_register(hd_vm *vm, hd_tensor *const *ps, int n, int64_t limit);
+int hd_dist_dp_covered(hd_vm *vm, int id, hd_tensor *const *ps, int n);
+void hd_dist_dp_free(hd_vm *vm);
 
 /* builtins_grad.c: the no_grad / grad_context hooks, and the members
  * requires_grad, is_leaf and grad (get and set). */

@@ -3,6 +3,7 @@
 #ifdef __linux__
 #define _GNU_SOURCE /* dladdr */
 #endif
+#include "builtins_tensor.h"
 #include "compiled.h"
 #include "eval.h"
 #include "hd_autograd.h"
@@ -732,6 +733,7 @@ hd_vm *hd_vm_new(const hd_vm_options *opts) {
 void hd_vm_free(hd_vm *vm) {
     if (!vm) return;
     hd_compiled_free(vm); /* its caches hold values */
+    hd_dist_dp_free(vm);
     /* Everything at once, cycles included: clear every object (tensors
      * are released, objects only lose counts), then free them all. */
     vm->sweeping = 1;

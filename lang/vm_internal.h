@@ -149,6 +149,7 @@ struct hd_vm {
     hd_module *main;
     hd_value modules; /* dict: canonical path -> module */
     hd_value backward_hooks; /* list of what _on_backward registered, or none */
+    struct hd_dp *dp;        /* DataParallel groups averaged during backward() */
     hd_chunk *chunks;
     char *stdlib_dir;
 

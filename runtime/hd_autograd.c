@@ -15,6 +15,8 @@ typedef struct hd_grad_info {
     hd_tensor *grad;    /* accumulated gradient (leaves), or NULL */
     hd_tensor *pending; /* backward: this pass's gradient, added to grad at the end */
     uint64_t epoch;     /* backward pass that last touched pending */
+    uint64_t use_epoch; /* backward pass that counted uses (a watched pass) */
+    int64_t uses;       /* records of that pass still to pass a gradient on */
 } hd_grad_info;
 
 static const char hd_grad_freed_msg[] =
@@ -610,6 +612,7 @@ typedef struct {
     hd_tensor *const *only;
     hd_tensor **got;
     int n_only;
+    const hd_grad_watcher *watch; /* told of each leaf's complete gradient */
 } hd_grad_pass;
 
 /* Which of the tensors asked for t is (a leaf), or whose record n is; -1:
@@ -889,6 +892,31 @@ static hd_status node_backward(hd_grad_pass *p, hd_grad_node *n) {
     return st;
 }
 
+/* A watched pass: one more record of it passes a gradient to leaf. */
+static void leaf_count_use(hd_grad_pass *p, hd_tensor *leaf) {
+    hd_grad_info *gi = leaf->grad_info;
+    if (gi->use_epoch != p->epoch) {
+        gi->use_epoch = p->epoch;
+        gi->uses = 0;
+    }
+    gi->uses++;
+}
+
+/* A watched pass: n has passed its gradients on; a leaf that no other
+ * record feeds has its whole gradient now. */
+static hd_status leaves_done(hd_grad_pass *p, const hd_grad_node *n) {
+    for (int i = 0; i < n->nin; i++) {
+        hd_tensor *leaf = n->edges[i].leaf;
+        hd_grad_info *gi = leaf ? leaf->grad_info : NULL;
+        if (!gi || gi->use_epoch != p->epoch || --gi->uses > 0) continue;
+        if (gi->epoch == p->epoch && gi->pending) {
+            hd_status st = p->watch->ready(p->ctx, p->watch->ud, leaf, gi->pending);
+            if (st) return st;
+        }
+    }
+    return HD_OK;
+}
+
 /* Every record reachable from root, each pinned once, with the number of
  * its users among them in pending. */
 static hd_status collect(hd_grad_pass *p, hd_grad_node *root) {
@@ -901,6 +929,7 @@ static hd_status collect(hd_grad_pass *p, hd_grad_node *root) {
         if (!n->live) return hd_error(p->ctx, HD_ERR_RUNTIME, "%s", hd_grad_freed_msg);
         for (int i = 0; i < n->nin; i++) {
             hd_grad_node *m = n->edges[i].node;
+            if (p->watch && n->edges[i].leaf) leaf_count_use(p, n->edges[i].leaf);
             if (!m) continue;
             if (m->epoch != p->epoch) {
                 if (vec_push(p->ctx, &p->nodes, m)) return p->ctx->status;
@@ -925,6 +954,7 @@ static hd_status propagate(hd_grad_pass *p, hd_grad_node *root) {
             st = accumulate(p->ctx, &p->got[k], hd_tensor_ref(n->grad));
         else if (n->grad)
             st = node_backward(p, n);
+        if (!st && p->watch) st = leaves_done(p, n);
         hd_tensor_unref(n->grad);
         n->grad = NULL;
         if (!p->retain) { /* saved tensors are not needed again: free them early */
@@ -1048,6 +1078,14 @@ static hd_status make_seed(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, hd_ten
     return HD_OK;
 }
 
+/* A watched pass's end, before commit: the watcher may replace the
+ * gradients (hd_grad_pass_set); told of a failure too. */
+static hd_status pass_finish(hd_grad_pass *p, hd_status st) {
+    if (!p->watch) return st;
+    hd_status fin = p->watch->finish(p->ctx, p->watch->ud, st != HD_OK);
+    return st ? st : fin;
+}
+
 static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed) {
     hd_grad_info *gi = loss->grad_info;
     if (!gi->node && p->only) return leaf_accumulate(p, loss, hd_tensor_ref(seed));
@@ -1056,14 +1094,48 @@ static hd_status backward_run(hd_grad_pass *p, hd_tensor *loss, hd_tensor *seed)
         hd_tensor_ref(loss);
         gi->epoch = p->epoch;
         gi->pending = hd_tensor_ref(seed);
-        return commit(p);
+        hd_status st = p->watch ? p->watch->ready(p->ctx, p->watch->ud, loss, seed) : HD_OK;
+        st = pass_finish(p, st);
+        return st ? st : commit(p);
     }
     hd_status st = collect(p, gi->node);
     if (!st) {
         gi->node->grad = hd_tensor_ref(seed);
         st = propagate(p, gi->node);
     }
+    st = pass_finish(p, st);
     return st || p->only ? st : commit(p);
+}
+
+void hd_grad_set_watcher(hd_ctx *ctx, const hd_grad_watcher *w) {
+    ctx->grad_watcher = w;
+}
+
+hd_tensor *hd_grad_pass_get(hd_ctx *ctx, hd_tensor *leaf) {
+    const hd_grad_pass *p = ctx->grad_pass;
+    const hd_grad_info *gi = leaf->grad_info;
+    return p && gi && gi->epoch == p->epoch ? gi->pending : NULL;
+}
+
+hd_status hd_grad_pass_set(hd_ctx *ctx, hd_tensor *leaf, hd_tensor *g) {
+    hd_grad_pass *p = ctx->grad_pass;
+    hd_grad_info *gi = leaf->grad_info ? leaf->grad_info : info_get(ctx, leaf);
+    if (!p || !gi) {
+        hd_tensor_unref(g);
+        return p ? ctx->status : hd_error(ctx, HD_ERR_RUNTIME, "no backward pass is running");
+    }
+    if (gi->epoch != p->epoch) {
+        if (vec_push(ctx, &p->leaves, leaf)) {
+            hd_tensor_unref(g);
+            return ctx->status;
+        }
+        hd_tensor_ref(leaf);
+        gi->epoch = p->epoch;
+        gi->pending = NULL;
+    }
+    hd_tensor_unref(gi->pending);
+    gi->pending = g;
+    return HD_OK;
 }
 
 static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, int retain_graph,
@@ -1096,7 +1168,11 @@ static hd_status backward_pass(hd_ctx *ctx, hd_tensor *loss, hd_tensor *grad, in
         p.epoch = ++ctx->grad_ids;
         p.retain = retain_graph || create;
         p.create = create && on;
+        if (!only && !create && !ctx->trace) p.watch = ctx->grad_watcher;
+        void *outer = ctx->grad_pass;
+        ctx->grad_pass = &p;
         st = backward_run(&p, loss, seed);
+        ctx->grad_pass = outer;
         pass_end(&p);
     }
     hd_tensor_unref(seed);

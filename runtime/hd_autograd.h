@@ -129,6 +129,24 @@ size_t hd_grad_watch_live(const hd_ctx *ctx, uint32_t gen);
  * earlier one (0 is never given). */
 uint32_t hd_grad_watch_next(hd_ctx *ctx);
 
+/* Watching backward() (data-parallel averaging as the gradients are
+ * made): ready is told each leaf's gradient of the pass (g, borrowed) as
+ * soon as every record that feeds the leaf has run, while the rest of the
+ * pass goes on; finish runs after the last record (failed: the pass
+ * failed), before the gradients are added to .grad, and may replace them
+ * with hd_grad_pass_set. Not for grad(), create_graph or compiled code's
+ * trace. w must outlive its use; NULL: none. */
+typedef struct hd_grad_watcher {
+    hd_status (*ready)(hd_ctx *ctx, void *ud, hd_tensor *leaf, hd_tensor *g);
+    hd_status (*finish)(hd_ctx *ctx, void *ud, int failed);
+    void *ud;
+} hd_grad_watcher;
+void hd_grad_set_watcher(hd_ctx *ctx, const hd_grad_watcher *w);
+/* In a watcher's finish: leaf's gradient of the running pass (borrowed;
+ * NULL: none), and its replacement (g taken; NULL: none). */
+hd_tensor *hd_grad_pass_get(hd_ctx *ctx, hd_tensor *leaf);
+hd_status hd_grad_pass_set(hd_ctx *ctx, hd_tensor *leaf, hd_tensor *g);
+
 /* Live records in the current context (statistics, tests). */
 size_t hd_grad_record_count(const hd_ctx *ctx);
 /* Pop every gradient context and free every record: for a VM's teardown. */

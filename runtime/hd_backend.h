@@ -49,7 +49,8 @@ typedef struct hd_backend {
     hd_status (*copy_device)(hd_ctx *ctx, int dst_device, void *dst, int src_device,
                              const void *src, size_t nbytes);
     /* Run c on the device without host copies (cuda: NCCL), setting *done;
-     * HD_OK with *done 0: not here (no library, a world of one), and the
+     * HD_OK with *done 0: not here (no library, or a process mpirun did not
+     * start), and the
      * caller stages the values through host memory. NULL: never. */
     hd_status (*collective)(hd_ctx *ctx, const hd_coll *c, int *done);
 } hd_backend;

@@ -128,6 +128,10 @@ typedef struct hd_ctx {
     uint32_t grad_watch_seq; /* the last generation given (hd_grad_watch_next) */
     void (*grad_write)(struct hd_ctx *ctx, void *ud, struct hd_tensor *t);
     void *grad_write_ud;
+    /* told of each leaf's gradient as backward() completes it
+     * (hd_grad_set_watcher), and the backward pass running (NULL: none) */
+    const struct hd_grad_watcher *grad_watcher;
+    void *grad_pass;
     /* where ops without tensor inputs (creation) put their result: NULL is
      * the cpu (hd_op_place_push in hd_op.h) */
     const struct hd_backend *place_backend;

@@ -12,7 +12,9 @@
  * blocked MPI call cannot be cancelled). The nonblocking calls with a
  * polled deadline measured 2-9x slower than the blocking ones on this
  * machine (Open MPI's nonblocking collectives are a separate, untuned
- * implementation). */
+ * implementation), so work that runs beside the caller (DataParallel's
+ * buckets during backward()) goes to a thread of ours that makes the
+ * blocking calls. */
 #include "hd_dist.h"
 #include "hd_base.h"
 
@@ -30,6 +32,7 @@ typedef void *mpi_h; /* any handle: MPI_Comm, MPI_Datatype, MPI_Op, ... */
 
 typedef struct dist_mpi {
     int (*init)(int *, char ***);
+    int (*init_thread)(int *, char ***, int, int *);
     int (*finalize)(void);
     int (*abort)(mpi_h, int);
     int (*comm_rank)(mpi_h, int *);
@@ -50,9 +53,13 @@ typedef struct dist_mpi {
 
 static dist_mpi mpi;
 static void *mpi_lib;
-static int dist_open; /* MPI initialized by hd_dist_init */
-static int dist_done; /* finalized or aborted */
+static int dist_open;       /* MPI initialized by hd_dist_init */
+static int dist_done;       /* finalized or aborted */
+static int dist_serialized; /* MPI may be called from any one thread at a time */
 static double dist_timeout = 300;
+
+/* mpi.h's thread levels (the same in every MPI). */
+#define MPI_THREAD_SERIALIZED 2
 
 /* Element counts per MPI call: MPI counts are ints. */
 #define DIST_CHUNK ((int64_t)1 << 28)
@@ -122,6 +129,7 @@ typedef struct {
 static int mpi_resolve(char *err, size_t n) {
     const mpi_sym syms[] = {
         {(void **)&mpi.init, "MPI_Init"},
+        {(void **)&mpi.init_thread, "MPI_Init_thread"},
         {(void **)&mpi.finalize, "MPI_Finalize"},
         {(void **)&mpi.abort, "MPI_Abort"},
         {(void **)&mpi.comm_rank, "MPI_Comm_rank"},
@@ -223,6 +231,8 @@ void hd_dist_watch_end(void) {
 
 static void dist_exit_hook(void) {
     if (hd_dist_active()) {
+        char err[256];
+        hd_dist_wait(err, sizeof err);
         dist_done = 1;
         mpi.finalize();
     }
@@ -235,8 +245,13 @@ int hd_dist_init(int force, double timeout_s, char *err, size_t n) {
     if (dist_open) return 0;
     if (!hd_dist_launched() && !force) return 0; /* a world of one */
     if (mpi_load_lib(err, n) || mpi_resolve(err, n)) return -1;
-    int rc = mpi.init(NULL, NULL);
-    if (rc != 0) return mpi_error(rc, "MPI_Init", err, n);
+    /* a rank waiting in a collective yields its core (DataParallel's
+     * communication thread waits beside the rank's computing one) */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    int provided = 0;
+    int rc = mpi.init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != 0) return mpi_error(rc, "MPI_Init_thread", err, n);
+    dist_serialized = provided >= MPI_THREAD_SERIALIZED;
     dist_open = 1;
     atexit(dist_exit_hook);
     pthread_t watcher;
@@ -254,8 +269,10 @@ int hd_dist_init(int force, double timeout_s, char *err, size_t n) {
     return 0;
 }
 
+/* MPI is open, and the communication thread idle (its error, if one
+ * failed unawaited). */
 static int need_open(const char *what, char *err, size_t n) {
-    if (hd_dist_active()) return 0;
+    if (hd_dist_active()) return hd_dist_wait(err, n);
     snprintf(err, n, "%s: the world of %d ranks is not open: call dist.init() first", what,
              hd_dist_size());
     return -1;
@@ -268,14 +285,9 @@ int hd_dist_barrier(char *err, size_t n) {
     return watch_end(mpi.barrier(mpi.world), "dist.barrier", err, n);
 }
 
-int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, char *err, size_t n) {
-    if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
-    if (need_open("dist.all_reduce", err, n)) return -1;
-    if ((unsigned)dt >= HD_DTYPE_COUNT || !mpi.dtype[dt] || (unsigned)op > HD_DIST_MIN) {
-        snprintf(err, n, "dist.all_reduce: no MPI reduction for %s (f16 and bf16 go through f32)",
-                 (unsigned)dt < HD_DTYPE_COUNT ? hd_dtype_name(dt) : "this dtype");
-        return -1;
-    }
+/* The all-reduce itself, watched as what (MPI open, dt and op checked). */
+static int all_reduce_run(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, const char *what,
+                          char *err, size_t n) {
     mpi_h type = mpi.dtype[dt], mop = mpi.op[op];
     if (dt == HD_BOOL)
         mop = mpi.op[op == HD_DIST_SUM || op == HD_DIST_MAX ? HD_DIST_MAX : HD_DIST_MIN];
@@ -283,11 +295,24 @@ int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, cha
     for (int64_t at = 0; at < count; at += DIST_CHUNK) {
         int c = (int)(count - at < DIST_CHUNK ? count - at : DIST_CHUNK);
         char *p = (char *)buf + (size_t)at * es;
-        watch_begin("dist.all_reduce");
+        watch_begin(what);
         int rc = mpi.allreduce((void *)1 /* MPI_IN_PLACE */, p, c, type, mop, mpi.world);
-        if (watch_end(rc, "dist.all_reduce", err, n)) return -1;
+        if (watch_end(rc, what, err, n)) return -1;
     }
     return 0;
+}
+
+static int reducible(hd_dtype dt, hd_dist_op op, char *err, size_t n) {
+    if ((unsigned)dt < HD_DTYPE_COUNT && mpi.dtype[dt] && (unsigned)op <= HD_DIST_MIN) return 0;
+    snprintf(err, n, "dist.all_reduce: no MPI reduction for %s (f16 and bf16 go through f32)",
+             (unsigned)dt < HD_DTYPE_COUNT ? hd_dtype_name(dt) : "this dtype");
+    return -1;
+}
+
+int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, char *err, size_t n) {
+    if (hd_dist_size() == 1 && !hd_dist_active()) return 0;
+    if (need_open("dist.all_reduce", err, n) || reducible(dt, op, err, n)) return -1;
+    return all_reduce_run(buf, count, dt, op, "dist.all_reduce", err, n);
 }
 
 static void half_to_f32(const uint16_t *h, float *f, int64_t n, hd_dtype dt) {
@@ -305,6 +330,113 @@ static void scale_by(void *p, int64_t n, hd_dtype dt, double by) {
         for (int64_t i = 0; i < n; i++) ((double *)p)[i] /= by;
     else
         for (int64_t i = 0; i < n; i++) ((float *)p)[i] /= (float)by;
+}
+
+/* ---- the communication thread ----
+ *
+ * hd_dist_all_reduce_start queues an all-reduce; one thread runs the
+ * queue in order with MPI's blocking calls (under the watch), so the
+ * caller goes on computing (nn.DataParallel reduces a bucket while
+ * backward() makes the next). MPI is called from one thread at a time
+ * (MPI_THREAD_SERIALIZED): every other call here first waits for the
+ * queue to empty (drain). */
+
+typedef struct dist_job {
+    void *buf;
+    int64_t count;
+    hd_dtype dt;
+    hd_dist_op op;
+    int mean;
+} dist_job;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, idle;
+    dist_job *jobs;
+    int cap, head, tail; /* jobs[head..tail) wait or run */
+    int up;              /* the thread is running */
+    int failed;
+    char err[256];
+} q = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .work = PTHREAD_COND_INITIALIZER,
+       .idle = PTHREAD_COND_INITIALIZER};
+
+static int job_run(const dist_job *j, char *err, size_t n) {
+    if (all_reduce_run(j->buf, j->count, j->dt, j->op, "DataParallel's all_reduce", err, n))
+        return -1;
+    if (j->mean) scale_by(j->buf, j->count, j->dt, hd_dist_size());
+    return 0;
+}
+
+static void *comm_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&q.mu);
+    for (;;) {
+        while (q.head == q.tail) pthread_cond_wait(&q.work, &q.mu);
+        dist_job j = q.jobs[q.head];
+        int skip = q.failed; /* after a failure: the rest are skipped */
+        pthread_mutex_unlock(&q.mu);
+        char err[sizeof q.err];
+        int rc = skip ? 0 : job_run(&j, err, sizeof err);
+        pthread_mutex_lock(&q.mu);
+        if (rc && !q.failed) {
+            q.failed = 1;
+            memcpy(q.err, err, sizeof err);
+        }
+        if (++q.head == q.tail) {
+            q.head = q.tail = 0;
+            pthread_cond_broadcast(&q.idle);
+        }
+    }
+    return NULL;
+}
+
+int hd_dist_async_ok(void) {
+    return hd_dist_active() && dist_serialized;
+}
+
+int hd_dist_all_reduce_start(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, int mean,
+                             char *err, size_t n) {
+    if (!hd_dist_async_ok()) {
+        snprintf(err, n, "DataParallel: MPI is not open for calls from a second thread");
+        return -1;
+    }
+    if (reducible(dt, op, err, n)) return -1;
+    if (mean && dt != HD_F32 && dt != HD_F64) {
+        snprintf(err, n, "dist.all_reduce: mean of %s", hd_dtype_name(dt));
+        return -1;
+    }
+    pthread_mutex_lock(&q.mu);
+    int ok = 1;
+    if (!q.up) {
+        pthread_t t;
+        ok = q.up = pthread_create(&t, NULL, comm_main, NULL) == 0;
+        if (ok) pthread_detach(t);
+    }
+    if (ok && q.tail == q.cap) {
+        int cap = q.cap ? 2 * q.cap : 16;
+        dist_job *jobs = realloc(q.jobs, (size_t)cap * sizeof *jobs);
+        ok = jobs != NULL;
+        if (ok) q.jobs = jobs, q.cap = cap;
+    }
+    if (ok) {
+        q.jobs[q.tail++] = (dist_job){buf, count, dt, op, mean};
+        pthread_cond_signal(&q.work);
+    }
+    pthread_mutex_unlock(&q.mu);
+    if (!ok) snprintf(err, n, "DataParallel: no thread or memory for the communication queue");
+    return ok ? 0 : -1;
+}
+
+int hd_dist_wait(char *err, size_t n) {
+    if (!q.up) return 0;
+    pthread_mutex_lock(&q.mu);
+    while (q.head != q.tail) pthread_cond_wait(&q.idle, &q.mu);
+    int failed = q.failed;
+    if (failed) snprintf(err, n, "%s", q.err);
+    q.failed = 0;
+    pthread_mutex_unlock(&q.mu);
+    return failed ? -1 : 0;
 }
 
 int hd_dist_all_reduce_any(hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt, hd_dist_op op,
@@ -413,11 +545,14 @@ int hd_dist_recv(void *buf, int64_t nbytes, int src, int tag, char *err, size_t 
 
 void hd_dist_finish(int status) {
     if (!hd_dist_active()) return;
-    dist_done = 1;
     if (status == 0) {
+        char err[256];
+        hd_dist_wait(err, sizeof err);
+        dist_done = 1;
         mpi.finalize();
         return;
     }
+    dist_done = 1;
     fprintf(stderr, "hodu: rank %d of %d stopped with an error; stopping every rank\n",
             hd_dist_rank(), hd_dist_size());
     fflush(stderr);

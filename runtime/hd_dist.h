@@ -53,6 +53,17 @@ int hd_dist_all_reduce(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, cha
 struct hd_ctx;
 int hd_dist_all_reduce_any(struct hd_ctx *ctx, void *buf, int64_t count, hd_dtype dt, hd_dist_op op,
                            int mean, char *err, size_t n);
+/* Started now, finished by the communication thread (one, in the order
+ * started) while the caller goes on: buf (which must stay alive and
+ * untouched until hd_dist_wait) replaced by op over every rank's buf, and
+ * divided by the world's size with mean (f32 and f64). Every other call
+ * here waits for what was started first. hd_dist_async_ok: MPI is open
+ * and allows it (calls from a second thread). */
+int hd_dist_async_ok(void);
+int hd_dist_all_reduce_start(void *buf, int64_t count, hd_dtype dt, hd_dist_op op, int mean,
+                             char *err, size_t n);
+/* Every started all-reduce finished; -1 with the first one's error. */
+int hd_dist_wait(char *err, size_t n);
 /* root's nbytes copied into every rank's buf. */
 int hd_dist_broadcast(void *buf, int64_t nbytes, int root, char *err, size_t n);
 /* out (size * nbytes) gets every rank's in, in rank order. */

@@ -73,8 +73,13 @@ collectives)
     run 4 "$here/collectives.hodu"
     run 2 "$here/unused.hodu"
     run 4 "$here/unused.hodu"
-    run 2 "$here/state.hodu"
+    HODU_LOG=dist run 2 "$here/state.hodu"
+    # the last layer's bucket is reduced while backward() goes on
+    grep -q "rank 1: DataParallel: bucket 0 of 2 (3 parameters, 26 elements) started during" \
+        "$tmp/out" || fail "no bucket started during backward()"
     run 4 "$here/state.hodu"
+    run 2 "$here/state.hodu" plain
+    run 4 "$here/state.hodu" plain
     ;;
 train)
     # the same global batch on 1, 2 and 4 ranks gives the same weights
@@ -173,6 +178,20 @@ dist.init()
 print("rank " + str(dist.rank()) + " printed before the wait", end = "")
 if dist.rank() == 0 { dist.all_reduce(tensor([1.0])) } else { dist.recv(tensor([1.0]), 0) }'
     grep -q "printed before the wait" "$tmp/out" || fail "the ranks' output was lost"
+    # DataParallel's buckets in flight on the communication thread while a
+    # rank fails, or while it never calls backward(): every rank stops
+    dp='import dist
+import nn
+dist.init()
+let model = nn.DataParallel(nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2)), bucket_mb = 0.001)
+let loss = model(randn([8, 64])).sum()'
+    expect_error 2 "rank 1 of 2 stopped with an error" -e "$dp
+if dist.rank() == 1 { require(false, \"stopped on purpose\") }
+loss.backward()
+print(\"rank 0 went on\")"
+    grep -q "rank 0 went on" "$tmp/out" && fail "rank 0 went on"
+    HODU_DIST_TIMEOUT=2 expect_error 2 "rank 0 of 2: DataParallel's all_reduce: no answer from the other ranks within 2 s" -e "$dp
+if dist.rank() == 0 { loss.backward() } else { while true { } }"
     # a compiled step where a parameter has no gradient: refused, with the way out
     expect_error 2 "has no gradient in this compiled step" -e 'import dist
 import nn
@@ -200,38 +219,18 @@ hosts)
     }
     a=hodu$$a
     b=hodu$$b
-    ip netns add $a 2>/dev/null || {
+    . "$here/netns.sh"
+    trap 'netns_down; rm -rf "$tmp"' EXIT
+    netns_up
+    case $? in
+    1)
         echo "cannot make network namespaces here (not root?): skipped"
         exit 77
-    }
-    trap 'ip netns del $a 2>/dev/null; ip netns del $b 2>/dev/null; rm -rf "$tmp"' EXIT
-    ip netns add $b || fail "ip netns add"
-    ip link add v$a type veth peer name v$b || fail "ip link add veth"
-    ip link set v$a netns $a && ip link set v$b netns $b || fail "veth into namespaces"
-    ip -n $a addr add 10.77.0.1/24 dev v$a && ip -n $b addr add 10.77.0.2/24 dev v$b ||
-        fail "addresses"
-    for ns in $a $b; do ip -n $ns link set lo up; done
-    ip -n $a link set v$a up && ip -n $b link set v$b up || fail "links up"
-    cat >"$tmp/agent.sh" <<AGENT
-#!/bin/sh
-# rsh agent: HOST COMMAND... runs COMMAND on that test host
-host=\$1
-shift
-case \$host in
-10.77.0.1) ns=$a ;;
-10.77.0.2) ns=$b ;;
-*) echo "agent: no test host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec \$ns unshare --uts sh -c "hostname test-\$ns; \$*"
-AGENT
-    chmod +x "$tmp/agent.sh"
+        ;;
+    2) fail "the test hosts' namespaces, link or addresses" ;;
+    esac
     "$hodu" "$here/train.hodu" "$tmp/w1.safetensors" || fail "train on one process"
-    net="--mca plm_rsh_agent $tmp/agent.sh --mca oob_tcp_if_include 10.77.0.0/24"
-    net="$net --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24"
-    # shellcheck disable=SC2086
-    timeout 300 ip netns exec $a unshare --uts sh -c "hostname test-$a; mpirun --host \
-        10.77.0.1,10.77.0.2 -n 2 $net sh -c 'hostname; $hodu $here/train.hodu $tmp/w2.safetensors'" \
-        >"$tmp/out" 2>&1 || {
+    netns_mpirun 2 "hostname; $hodu $here/train.hodu $tmp/w2.safetensors" >"$tmp/out" 2>&1 || {
         cat "$tmp/out"
         fail "mpirun across the two test hosts"
     }

@@ -163,6 +163,93 @@ static void test_partial(hd_ctx *ctx) {
     unref_all((hd_tensor *[]){g[0], s, c, w, v}, 5);
 }
 
+/* ---- the backward watcher (hd_grad_set_watcher) ---- */
+
+typedef struct watch_log {
+    hd_tensor *leaf[8];
+    double first[8]; /* the gradient's first value when ready was told */
+    int nready, nfinish, failed, fail_finish;
+    hd_tensor *set_leaf[2], *set_to[2]; /* what finish replaces */
+    double got_w1;                      /* hd_grad_pass_get in finish */
+    hd_tensor *w1;
+} watch_log;
+
+static hd_status watch_ready(hd_ctx *ctx, void *ud, hd_tensor *leaf, hd_tensor *g) {
+    (void)ctx;
+    watch_log *w = ud;
+    if (w->nready < 8) {
+        w->leaf[w->nready] = leaf;
+        w->first[w->nready] = hd_tensor_get(g, 0);
+    }
+    w->nready++;
+    return HD_OK;
+}
+
+static hd_status watch_finish(hd_ctx *ctx, void *ud, int failed) {
+    watch_log *w = ud;
+    w->nfinish++;
+    w->failed = failed;
+    hd_tensor *g = w->w1 ? hd_grad_pass_get(ctx, w->w1) : NULL;
+    w->got_w1 = g ? hd_tensor_get(g, 0) : -1;
+    for (int k = 0; k < 2; k++)
+        if (w->set_leaf[k])
+            CHECK(hd_grad_pass_set(ctx, w->set_leaf[k], hd_tensor_ref(w->set_to[k])) == HD_OK);
+    if (w->fail_finish) return hd_error(ctx, HD_ERR_RUNTIME, "finish failed on purpose");
+    return HD_OK;
+}
+
+/* Each leaf is told once, as soon as its gradient is whole (w2, fed by
+ * two records, after both and before w1); finish sees the pass's
+ * gradients and may replace them, also for a leaf the pass did not reach;
+ * grad() and create_graph are not watched; a failing finish keeps .grad. */
+static void test_watcher(hd_ctx *ctx) {
+    watch_log log;
+    memset(&log, 0, sizeof log);
+    hd_grad_watcher gw = {watch_ready, watch_finish, &log};
+    hd_tensor *w1 = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, 2}));
+    hd_tensor *w2 = param(ctx, vec(ctx, HD_F64, 2, (double[]){3, 5}));
+    hd_tensor *w3 = param(ctx, vec(ctx, HD_F64, 2, (double[]){0, 0}));
+    log.w1 = w1;
+    hd_grad_set_watcher(ctx, &gw);
+    /* l = sum(2 w1 * w2 + w2): dl/dw2 = 2 w1 + 1, dl/dw1 = 2 w2 */
+    hd_tensor *a = scale(ctx, w1, 2), *b = op2(ctx, HD_OP_MUL, a, w2),
+              *c = op2(ctx, HD_OP_ADD, b, w2);
+    hd_tensor *l = sum(ctx, c);
+    unref_all((hd_tensor *[]){a, b, c}, 3);
+    CHECK(hd_grad_backward(ctx, l, NULL, 1) == HD_OK);
+    CHECK(log.nready == 2 && log.nfinish == 1 && !log.failed);
+    CHECK(log.leaf[0] == w2 && log.first[0] == 3 && log.leaf[1] == w1 && log.first[1] == 6);
+    CHECK(log.got_w1 == 6);
+    CHECK(grad_is(w1, 2, (double[]){6, 10}) && grad_is(w2, 2, (double[]){3, 5}));
+    CHECK(hd_grad_get(w3) == NULL);
+    /* finish replaces w1's gradient and gives w3 one */
+    log.set_leaf[0] = w1, log.set_to[0] = vec(ctx, HD_F64, 2, (double[]){10, 10});
+    log.set_leaf[1] = w3, log.set_to[1] = vec(ctx, HD_F64, 2, (double[]){7, 7});
+    CHECK(hd_grad_backward(ctx, l, NULL, 1) == HD_OK && log.nready == 4 && log.nfinish == 2);
+    CHECK(grad_is(w1, 2, (double[]){16, 20}) && grad_is(w2, 2, (double[]){6, 10}));
+    CHECK(grad_is(w3, 2, (double[]){7, 7}));
+    /* a failing finish: the error, and no .grad changed */
+    log.fail_finish = 1;
+    CHECK(hd_grad_backward(ctx, l, NULL, 1) == HD_ERR_RUNTIME && msg_has(ctx, "on purpose"));
+    CHECK(log.nfinish == 3 && grad_is(w1, 2, (double[]){16, 20}) &&
+          grad_is(w3, 2, (double[]){7, 7}));
+    log.fail_finish = 0;
+    unref_all(log.set_to, 2);
+    log.set_leaf[0] = log.set_leaf[1] = NULL;
+    /* grad() and create_graph: not watched */
+    hd_tensor *g[1];
+    CHECK(hd_grad_partial(ctx, l, &w1, 1, g, 0) == HD_OK && tensor_is(g[0], 2, (double[]){6, 10}));
+    hd_tensor_unref(g[0]);
+    CHECK(hd_grad_backward_create(ctx, l, NULL) == HD_OK);
+    CHECK(log.nready == 6 && log.nfinish == 3);
+    /* a leaf as the loss: told, then finish */
+    hd_tensor *s = param(ctx, vec(ctx, HD_F64, 1, (double[]){4}));
+    CHECK(backward(ctx, s) == HD_OK && log.nready == 7 && log.leaf[6] == s && log.nfinish == 4);
+    hd_grad_set_watcher(ctx, NULL);
+    CHECK(backward(ctx, l) == HD_OK && log.nfinish == 4);
+    unref_all((hd_tensor *[]){w1, w2, w3, l, s}, 5);
+}
+
 /* diamond graphs: a value used twice */
 static void test_shared(hd_ctx *ctx) {
     hd_tensor *w = param(ctx, vec(ctx, HD_F64, 2, (double[]){1, -2}));
@@ -731,6 +818,7 @@ int main(void) {
     test_grad_arg(&ctx);
     test_partial(&ctx);
     test_shared(&ctx);
+    test_watcher(&ctx);
     test_views(&ctx);
     test_no_grad_detach(&ctx);
     test_contexts(&ctx);
