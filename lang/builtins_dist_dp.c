@@ -1,7 +1,9 @@
 /* nn.DataParallel's averaging overlapped with backward().
  *
  * A group is one DataParallel's parameters, cut into buckets in reverse
- * order (the order backward() completes them: the last layer first). The
+ * order (the order backward() usually completes them: the last layer
+ * first), and after the first pass in the order rank 0's backward() did
+ * complete them. The
  * autograd runtime tells the VM's watcher each leaf's gradient as soon as
  * it is complete (hd_grad_set_watcher); when the next bucket in order has
  * all its gradients, they are packed into the bucket's host buffer and
@@ -36,8 +38,12 @@ typedef struct dp_bucket {
 } dp_bucket;
 
 typedef struct hd_dp_group {
-    hd_tensor **ps;  /* the parameters (references), last first */
-    int n, nb, next; /* next: the first bucket not started this pass */
+    hd_tensor **ps;    /* the parameters (references): last first, then as made */
+    hd_tensor **given; /* the same, in the order given */
+    int *seen, nseen;  /* the order of this pass's gradients, until ordered */
+    int ordered;       /* ps is in the order rank 0's backward() made them */
+    int nready;        /* gradients made this pass */
+    int n, nb, next;   /* next: the first bucket not started this pass */
     int64_t limit;
     dp_bucket *b;
     int *bucket_of;     /* ps[k]'s bucket */
@@ -69,10 +75,24 @@ static int group_find(const hd_dp_group *g, const hd_tensor *t) {
     }
 }
 
+/* The index from parameter to place in ps; 0 where one is listed twice. */
+static int group_index(hd_dp_group *g) {
+    memset(g->keys, 0, (size_t)g->cap * sizeof *g->keys);
+    for (int k = 0; k < g->n; k++) {
+        size_t s = slot_of(g, g->ps[k]);
+        while (g->keys[s] && g->keys[s] != g->ps[k]) s = (s + 1) & (size_t)(g->cap - 1);
+        if (g->keys[s]) return 0;
+        g->keys[s] = g->ps[k], g->vals[s] = k;
+    }
+    return 1;
+}
+
 static void group_free(hd_ctx *ctx, hd_dp_group *g) {
     for (int k = 0; g->ps && k < g->n; k++) hd_tensor_unref(g->ps[k]);
     for (int k = 0; k < g->nb; k++) hd_tensor_unref(g->b[k].buf);
     hd_ctx_free(ctx, g->ps, (size_t)g->n * sizeof *g->ps);
+    hd_ctx_free(ctx, g->given, (size_t)g->n * sizeof *g->given);
+    hd_ctx_free(ctx, g->seen, (size_t)g->n * sizeof *g->seen);
     hd_ctx_free(ctx, g->b, (size_t)g->n * sizeof *g->b);
     hd_ctx_free(ctx, g->bucket_of, (size_t)g->n * sizeof *g->bucket_of);
     hd_ctx_free(ctx, g->has, (size_t)g->n);
@@ -86,7 +106,7 @@ static hd_dtype wire_dtype(hd_dtype dt) {
 }
 
 static void group_reset(hd_dp_group *g) {
-    g->next = 0;
+    g->next = g->nready = 0;
     memset(g->has, 0, (size_t)g->n);
     for (int k = 0; k < g->nb; k++) {
         g->b[k].left = g->b[k].j - g->b[k].i;
@@ -135,15 +155,15 @@ static hd_dp_group *group_new(hd_ctx *ctx, hd_tensor *const *ps, int n, int64_t 
     g->has = hd_ctx_calloc(ctx, (size_t)n, 1);
     g->keys = hd_ctx_calloc(ctx, (size_t)g->cap, sizeof *g->keys);
     g->vals = hd_ctx_calloc(ctx, (size_t)g->cap, sizeof *g->vals);
+    g->given = hd_ctx_calloc(ctx, (size_t)n, sizeof *g->given);
+    g->seen = hd_ctx_calloc(ctx, (size_t)n, sizeof *g->seen);
     g->n = n, g->limit = limit;
-    int ok = g->ps && g->b && g->bucket_of && g->has && g->keys && g->vals;
+    int ok = g->ps && g->b && g->bucket_of && g->has && g->keys && g->vals && g->given && g->seen;
     for (int k = 0; ok && k < n; k++) {
         g->ps[k] = hd_tensor_ref(ps[n - 1 - k]);
-        size_t s = slot_of(g, g->ps[k]);
-        while (g->keys[s] && g->keys[s] != g->ps[k]) s = (s + 1) & (size_t)(g->cap - 1);
-        ok = !g->keys[s]; /* a parameter listed twice: the plain path */
-        g->keys[s] = g->ps[k], g->vals[s] = k;
+        g->given[k] = ps[k];
     }
+    ok = ok && group_index(g); /* a parameter listed twice: the plain path */
     if (ok && group_buckets(ctx, g)) ok = 0;
     if (!ok) {
         group_free(ctx, g); /* hd_tensor_unref takes the NULLs not reached */
@@ -188,11 +208,14 @@ static hd_status bucket_start(hd_ctx *ctx, hd_dp_group *g, dp_bucket *b) {
 }
 
 static void bucket_log(const hd_dp_group *g, const dp_bucket *b, int after) {
+    char when[96] = "after backward()";
+    if (!after)
+        snprintf(when, sizeof when, "during backward(), %d of %d gradients still to come",
+                 g->n - g->nready, g->n);
     fprintf(stderr,
             "hodu: rank %d: DataParallel: bucket %d of %d (%d parameters, %lld elements) "
-            "started %s backward()\n",
-            hd_dist_rank(), (int)(b - g->b), g->nb, b->j - b->i, (long long)b->buf->numel,
-            after ? "after" : "during");
+            "started %s\n",
+            hd_dist_rank(), (int)(b - g->b), g->nb, b->j - b->i, (long long)b->buf->numel, when);
 }
 
 /* Start the buckets, in order, whose gradients are complete (all: the
@@ -214,6 +237,8 @@ static hd_status dp_ready(hd_ctx *ctx, void *ud, hd_tensor *leaf, hd_tensor *gra
         int k = group_find(g, leaf);
         if (k < 0 || g->has[k]) continue;
         g->has[k] = 1;
+        g->nready++;
+        if (!g->ordered) g->seen[g->nseen++] = k;
         g->b[g->bucket_of[k]].left--;
         hd_status st = group_advance(ctx, g, 0);
         if (st) return st;
@@ -245,6 +270,69 @@ static hd_status group_unpack(hd_ctx *ctx, hd_dp_group *g) {
     return HD_OK;
 }
 
+/* ps in order (a permutation of its places), and buckets made again;
+ * as before where that fails. */
+static hd_status group_permute(hd_ctx *ctx, hd_dp_group *g, const int32_t *order) {
+    size_t nbytes = (size_t)g->n * sizeof *g->ps;
+    hd_tensor **old = hd_ctx_alloc(ctx, nbytes);
+    dp_bucket *b = hd_ctx_calloc(ctx, (size_t)g->n, sizeof *b), *old_b = g->b;
+    int old_nb = g->nb;
+    if (!old || !b) {
+        hd_ctx_free(ctx, old, nbytes), hd_ctx_free(ctx, b, (size_t)g->n * sizeof *b);
+        return ctx->status;
+    }
+    memcpy(old, g->ps, nbytes);
+    for (int k = 0; k < g->n; k++) g->ps[k] = old[order[k]];
+    g->b = b, g->nb = 0;
+    hd_status st = group_buckets(ctx, g);
+    dp_bucket *drop = st ? b : old_b;
+    int ndrop = st ? g->nb : old_nb;
+    if (st) { /* back as it was */
+        memcpy(g->ps, old, nbytes);
+        g->b = old_b, g->nb = old_nb;
+        for (int k = 0; k < g->nb; k++)
+            for (int i = g->b[k].i; i < g->b[k].j; i++) g->bucket_of[i] = k;
+    }
+    group_index(g);
+    for (int k = 0; k < ndrop; k++) hd_tensor_unref(drop[k].buf);
+    hd_ctx_free(ctx, drop, (size_t)g->n * sizeof *drop);
+    hd_ctx_free(ctx, old, nbytes);
+    return st;
+}
+
+/* After the first pass in which rank 0 made gradients for the group:
+ * every rank puts the parameters in the order rank 0's backward() made
+ * them (those it did not make after, as they were), so that each bucket
+ * is complete as early as it can be, whatever order parameters() gives
+ * (PyTorch's DistributedDataParallel rebuilds its buckets so). */
+static hd_status group_reorder(hd_ctx *ctx, hd_dp_group *g) {
+    char err[512];
+    size_t bytes = (size_t)(g->n + 1) * sizeof(int32_t);
+    int32_t *order = hd_ctx_alloc(ctx, bytes);
+    if (!order) return ctx->status;
+    unsigned char *placed = g->has; /* scratch: the pass is over */
+    memset(placed, 0, (size_t)g->n);
+    int m = 0;
+    for (int s = 0; s < g->nseen; s++) placed[order[1 + m++] = g->seen[s]] = 1;
+    for (int k = 0; k < g->n; k++)
+        if (!placed[k]) order[1 + m++] = k;
+    order[0] = g->nseen;
+    g->nseen = 0;
+    hd_status st = HD_OK;
+    if (hd_dist_broadcast(order, (int64_t)bytes, 0, err, sizeof err))
+        st = hd_error(ctx, HD_ERR_RUNTIME, "%s", err);
+    else if (order[0] > 0)
+        st = group_permute(ctx, g, order + 1);
+    if (!st && order[0] > 0) {
+        g->ordered = 1;
+        if (g->log)
+            fprintf(stderr, "hodu: rank %d: DataParallel: buckets in the order of backward()\n",
+                    hd_dist_rank());
+    }
+    hd_ctx_free(ctx, order, bytes);
+    return st;
+}
+
 static hd_status group_finish(hd_ctx *ctx, hd_dp_group *g) {
     char err[512];
     hd_status st = group_advance(ctx, g, 1);
@@ -261,6 +349,7 @@ static hd_status group_finish(hd_ctx *ctx, hd_dp_group *g) {
         hd_grad_set_enabled(ctx, was);
     }
     if (!st) g->done_pass = ctx->grad_ids;
+    if (!st && !g->ordered) st = group_reorder(ctx, g);
     return st;
 }
 
@@ -297,7 +386,7 @@ int hd_dist_dp_covered(hd_vm *vm, int id, hd_tensor *const *ps, int n) {
     for (int k = 0; g && k < id; k++) g = g->next_group;
     if (!g || g->done_pass != hd_vm_ctx(vm)->grad_ids || g->n != n) return 0;
     for (int k = 0; k < n; k++)
-        if (g->ps[n - 1 - k] != ps[k]) return 0;
+        if (g->given[k] != ps[k]) return 0;
     return 1;
 }
 

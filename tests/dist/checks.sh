@@ -59,6 +59,7 @@ one)
     "$hodu" "$here/collectives.hodu" || fail "collectives on one process"
     "$hodu" "$here/unused.hodu" || fail "DataParallel on one process"
     "$hodu" "$here/state.hodu" || fail "DataParallel's state on one process"
+    "$hodu" "$here/order.hodu" || fail "DataParallel's order on one process"
     "$hodu" "$here/train.hodu" "$tmp/w.safetensors" || fail "train on one process"
     HODU_MPI_LIB=/nonexistent/libmpi.so "$hodu" -e '
 import dist
@@ -75,11 +76,22 @@ collectives)
     run 4 "$here/unused.hodu"
     HODU_LOG=dist run 2 "$here/state.hodu"
     # the last layer's bucket is reduced while backward() goes on
-    grep -q "rank 1: DataParallel: bucket 0 of 2 (3 parameters, 26 elements) started during" \
+    grep -q "rank 1: DataParallel: bucket 0 of 2 (3 parameters, 26 elements) started during backward(), 1 of 4 gradients still to come" \
         "$tmp/out" || fail "no bucket started during backward()"
     run 4 "$here/state.hodu"
     run 2 "$here/state.hodu" plain
     run 4 "$here/state.hodu" plain
+    # parameters() against backward()'s order: the buckets follow backward()
+    HODU_LOG=dist run 2 "$here/order.hodu"
+    # before: bucket 0 (the first layer's) waits for the last gradient
+    grep -q "rank 1: DataParallel: bucket 0 of 4 (2 parameters, 40 elements) started during backward(), 0 of 6" \
+        "$tmp/out" || fail "the first backward() should start bucket 0 with its last gradient"
+    grep -q "rank 1: DataParallel: buckets in the order of backward()" "$tmp/out" ||
+        fail "the buckets were not made again"
+    # after: the last layer's, with three gradients still to come
+    [ "$(grep -c "rank 1: DataParallel: bucket 0 of 3 (3 parameters, 26 elements) started during backward(), 3 of 6" "$tmp/out")" = 2 ] ||
+        fail "the later backward() calls should start bucket 0 before the rest"
+    run 4 "$here/order.hodu"
     ;;
 train)
     # the same global batch on 1, 2 and 4 ranks gives the same weights
