@@ -60,6 +60,7 @@ one)
     "$hodu" "$here/unused.hodu" || fail "DataParallel on one process"
     "$hodu" "$here/state.hodu" || fail "DataParallel's state on one process"
     "$hodu" "$here/order.hodu" || fail "DataParallel's order on one process"
+    "$hodu" "$here/dtypes.hodu" || fail "DataParallel's dtypes on one process"
     "$hodu" "$here/train.hodu" "$tmp/w.safetensors" || fail "train on one process"
     HODU_MPI_LIB=/nonexistent/libmpi.so "$hodu" -e '
 import dist
@@ -92,6 +93,11 @@ collectives)
     [ "$(grep -c "rank 1: DataParallel: bucket 0 of 3 (3 parameters, 26 elements) started during backward(), 3 of 6" "$tmp/out")" = 2 ] ||
         fail "the later backward() calls should start bucket 0 before the rest"
     run 4 "$here/order.hodu"
+    # every float dtype, during backward() and after it
+    for n in 2 4; do
+        run $n "$here/dtypes.hodu"
+        run $n "$here/dtypes.hodu" plain
+    done
     ;;
 train)
     # the same global batch on 1, 2 and 4 ranks gives the same weights
