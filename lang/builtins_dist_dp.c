@@ -174,21 +174,30 @@ static hd_dp_group *group_new(hd_ctx *ctx, hd_tensor *const *ps, int n, int64_t 
     return g;
 }
 
-/* Bucket k's gradients of this pass (zeros where none) into its buffer. */
+/* p's part of bucket b's buffer, from element at, in p's shape. */
+static hd_status bucket_part(hd_ctx *ctx, const dp_bucket *b, int64_t at, const hd_tensor *p,
+                             hd_tensor **view) {
+    hd_tensor *part = NULL;
+    hd_status st = hd_tslice_axis(ctx, b->buf, 0, at, p->numel, 0, &part);
+    if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, view);
+    hd_tensor_unref(part);
+    return st;
+}
+
+/* Bucket b's gradients of this pass (zeros where none) into its buffer. */
 static hd_status bucket_pack(hd_ctx *ctx, hd_dp_group *g, dp_bucket *b) {
-    float *f = hd_tensor_data(b->buf);
+    char *data = hd_tensor_data(b->buf);
+    size_t es = (size_t)hd_dtype_size(b->buf->dtype);
     int64_t at = 0;
     hd_status st = HD_OK;
     for (int k = b->i; k < b->j && !st; k++) {
-        hd_tensor *p = g->ps[k], *pend = hd_grad_pass_get(ctx, p), *part = NULL, *view = NULL;
+        hd_tensor *p = g->ps[k], *pend = hd_grad_pass_get(ctx, p), *view = NULL;
         if (!pend) {
-            memset((char *)f + at * hd_dtype_size(b->buf->dtype), 0,
-                   (size_t)p->numel * (size_t)hd_dtype_size(b->buf->dtype));
+            memset(data + (size_t)at * es, 0, (size_t)p->numel * es);
         } else {
-            st = hd_tslice_axis(ctx, b->buf, 0, at, p->numel, 0, &part);
-            if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, &view);
+            st = bucket_part(ctx, b, at, p, &view);
             if (!st) st = hd_tensor_copy_into(ctx, view, pend);
-            hd_tensor_unref(part), hd_tensor_unref(view);
+            hd_tensor_unref(view);
         }
         at += p->numel;
     }
@@ -253,16 +262,15 @@ static hd_status group_unpack(hd_ctx *ctx, hd_dp_group *g) {
         dp_bucket *b = &g->b[bk];
         int64_t at = 0;
         for (int k = b->i; k < b->j; k++) {
-            hd_tensor *p = g->ps[k], *part = NULL, *view = NULL, *mean = NULL;
+            hd_tensor *p = g->ps[k], *view = NULL, *mean = NULL;
             hd_status st = HD_OK;
             if (g->has[k]) {
-                st = hd_tslice_axis(ctx, b->buf, 0, at, p->numel, 0, &part);
-                if (!st) st = hd_treshape(ctx, part, p->shape, p->ndim, &view);
+                st = bucket_part(ctx, b, at, p, &view);
                 mean = st ? NULL : hd_tensor_new(ctx, p->dtype, p->shape, p->ndim);
                 st = st ? st : !mean ? ctx->status : hd_tensor_copy_into(ctx, mean, view);
                 if (!st) st = hd_grad_pass_set(ctx, p, hd_tensor_ref(mean));
             }
-            hd_tensor_unref(part), hd_tensor_unref(view), hd_tensor_unref(mean);
+            hd_tensor_unref(view), hd_tensor_unref(mean);
             if (st) return st;
             at += p->numel;
         }
