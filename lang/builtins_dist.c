@@ -445,13 +445,15 @@ static int same_place(const hd_tensor *a, const hd_tensor *b) {
     return a->dtype == b->dtype && pa.backend == pb.backend && pa.device == pb.device;
 }
 
-/* The end of the bucket from i: one dtype and place, at most limit
- * elements (one parameter at least). */
-static int bucket_end(const grad_bucket *b, int i, int64_t limit) {
-    int64_t count = b->ps[i]->numel;
+int hd_dist_bucket_end(hd_tensor *const *ps, int n, int i, int64_t limit) {
+    int64_t count = ps[i]->numel;
     int j = i + 1;
-    while (j < b->n && same_place(b->ps[j], b->ps[i]) && (count += b->ps[j]->numel) <= limit) j++;
+    while (j < n && same_place(ps[j], ps[i]) && (count += ps[j]->numel) <= limit) j++;
     return j;
+}
+
+static int bucket_end(const grad_bucket *b, int i, int64_t limit) {
+    return hd_dist_bucket_end(b->ps, b->n, i, limit);
 }
 
 /* ps[i..j)'s gradients (zeros where none) packed into buf. */

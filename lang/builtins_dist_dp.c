@@ -113,18 +113,16 @@ static void group_reset(hd_dp_group *g) {
     }
 }
 
-/* Buckets of one dtype, at most limit elements (one parameter at least),
- * each with its buffer. */
+/* The buckets (the rule of the averaging after backward()), each with
+ * its buffer. */
 static hd_status group_buckets(hd_ctx *ctx, hd_dp_group *g) {
     for (int i = 0; i < g->n;) {
-        hd_dtype dt = g->ps[i]->dtype;
-        int64_t count = g->ps[i]->numel;
-        int j = i + 1;
-        while (j < g->n && g->ps[j]->dtype == dt && count + g->ps[j]->numel <= g->limit)
-            count += g->ps[j++]->numel;
+        int j = hd_dist_bucket_end(g->ps, g->n, i, g->limit);
+        int64_t count = 0;
+        for (int k = i; k < j; k++) count += g->ps[k]->numel;
         dp_bucket *b = &g->b[g->nb++];
         b->i = i, b->j = j;
-        b->buf = hd_tensor_new(ctx, wire_dtype(dt), &count, 1);
+        b->buf = hd_tensor_new(ctx, wire_dtype(g->ps[i]->dtype), &count, 1);
         if (!b->buf) return ctx->status;
         for (int k = i; k < j; k++) g->bucket_of[k] = g->nb - 1;
         i = j;

@@ -41,6 +41,10 @@ extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, h
 /* builtins_dist.c: run the functions _on_backward registered (after a
  * successful backward()). */
 hd_status hd_dist_backward_hooks(hd_vm *vm);
+/* DataParallel's buckets: the end of the bucket of ps[0..n) that starts
+ * at i: one dtype and place, at most limit elements (one parameter at
+ * least). */
+int hd_dist_bucket_end(hd_tensor *const *ps, int n, int i, int64_t limit);
 /* builtins_dist_dp.c: DataParallel's averaging during backward(). A
  * group of the parameters ps[0..n) in buckets of at most limit elements:
  * its id, -1 where it cannot be done so (the plain path after backward()
