@@ -262,6 +262,7 @@ static const struct {
     {"llvm-opt", "llvm: every function after optimisation"},
     {"cache", "llvm: the disk cache's hits, misses, writes and damaged entries"},
     {"cuda", "cuda: kernel cache hits and misses, sources NVRTC rejects, graphs not captured"},
+    {"blas", "OpenBLAS: the kernels it uses on this CPU, and when Hodu chose others"},
     {"dist", "nn.DataParallel: each bucket's all-reduce, started during backward() or after it"},
     {"all", "every category above"},
     {"help", "this table"},

@@ -32,6 +32,12 @@ void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *m
 /* The name of the kernels OpenBLAS chose for this CPU ("Cooperlake",
  * "Haswell", ...; OPENBLAS_CORETYPE forces one), "none" without BLAS. */
 const char *cpu_blas_core(void);
+/* The best of OpenBLAS's x86 kernel sets ("Cooperlake", "SkylakeX", "Zen",
+ * "Haswell", "Sandybridge") that this CPU and its OS can run, by the
+ * instructions the CPU has rather than its model; NULL where none (or not
+ * x86). When OpenBLAS falls back to "Prescott" on a CPU it does not know,
+ * cpu_blas_ready() opens it again with this set. */
+const char *cpu_blas_core_for_cpu(void);
 
 /* Multiply-adds of one piece of a long gemm: stop is looked at between two
  * (about 2^28: tens of milliseconds on one core). */

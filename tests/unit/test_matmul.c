@@ -532,6 +532,18 @@ static void test_cast_inputs(hd_ctx *ctx) {
     hd_tensor_unref(bf);
 }
 
+/* OpenBLAS falls back to its SSE3 (Prescott) kernels on a CPU it does not
+ * know; where the CPU runs a better set and the user chose none, the
+ * kernels in use must not be the fallback (an Intel Xeon of model 207
+ * multiplied 5x slower). Run the products above first: BLAS is open. */
+static void test_blas_core(void) {
+    if (!cpu_blas_ready() || getenv("OPENBLAS_CORETYPE")) return;
+    const char *want = cpu_blas_core_for_cpu(), *core = cpu_blas_core();
+    printf("OpenBLAS kernels: %s (the CPU runs %s)\n", core, want ? want : "none better");
+    CHECK_MSG(!want || strcmp(core, "Prescott") != 0,
+              "OpenBLAS runs its Prescott kernels on a CPU that runs its %s ones", want);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -542,6 +554,7 @@ int main(void) {
     test_errors(&ctx);
     test_alloc_failures();
     test_cast_inputs(&ctx);
+    test_blas_core();
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
