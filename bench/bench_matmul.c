@@ -10,7 +10,20 @@
 #include <time.h>
 
 #ifdef HODU_HAVE_BLAS
+#include "cpu_blas.h"
+
 #include <cblas.h>
+
+/* cblas_sgemm of the OpenBLAS Hodu opened (with the kernels it chose:
+ * docs/runtime.md), not a second one linked here. */
+static __typeof__(cblas_sgemm) *bench_sgemm;
+static void (*bench_blas_threads)(int);
+
+static int bench_blas_open(void) {
+    *(void **)&bench_sgemm = cpu_blas_symbol("cblas_sgemm");
+    *(void **)&bench_blas_threads = cpu_blas_symbol("openblas_set_num_threads");
+    return bench_sgemm && bench_blas_threads;
+}
 #endif
 
 static double bench_now(void) {
@@ -68,12 +81,12 @@ static int bench_size(hd_ctx *ctx, int n) {
 #ifdef HODU_HAVE_BLAS
         /* OpenBLAS's own threads for the direct call; Hodu keeps it on
          * one (docs/runtime.md) and splits the product itself */
-        openblas_set_num_threads(ctx->nthreads);
+        bench_blas_threads(ctx->nthreads);
         double t0 = bench_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, hd_tensor_data(a), n,
+        bench_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, hd_tensor_data(a), n,
                     hd_tensor_data(b), n, 0.0f, hd_tensor_data(c), n);
         double tb = bench_now() - t0;
-        openblas_set_num_threads(1);
+        bench_blas_threads(1);
         if (r >= 0 && tb < best_b) best_b = tb;
 #endif
     }
@@ -94,7 +107,16 @@ int main(int argc, char **argv) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     static const int defaults[] = {256, 1024, 2048};
+#ifdef HODU_HAVE_BLAS
+    if (!bench_blas_open()) {
+        fprintf(stderr, "bench_matmul: no OpenBLAS: %s\n", cpu_blas_why());
+        return 1;
+    }
+    printf("f32 matmul, %d threads, best of several runs; OpenBLAS's %s kernels\n", ctx.nthreads,
+           cpu_blas_core());
+#else
     printf("f32 matmul, %d threads, best of several runs\n", ctx.nthreads);
+#endif
     printf("    n  hodu GF/s sgemm GF/s  hodu/sgemm\n");
     int err = 0;
     if (argc > 1)

@@ -1,11 +1,13 @@
 /* How far the training step of bench/train/mlp_step.hodu (MLP
  * 512-256-128-2, batch 64, SGD) can go on one core: its seven products,
  * with the shapes and transpositions the step passes to sgemm, timed
- * through OpenBLAS alone (no Hodu), beside this core's f32 FMA peak (a
- * loop of independent 8-wide FMAs). The step cannot take less than its
- * products' time at that peak; bench/bench_train_step.sh times the step.
- * Best of 9 rounds. Usage: bench_step_gemms (one thread: run it with
- * OPENBLAS_NUM_THREADS=1). */
+ * through OpenBLAS alone (the library Hodu opened, with the kernels it
+ * chose; nothing else of Hodu), beside this core's f32 FMA peak (a loop of
+ * independent FMAs, 16 wide with AVX-512, else 8). The step cannot take
+ * less than its products' time at that peak; bench/bench_train_step.sh
+ * times the step. Best of 9 rounds. Usage: bench_step_gemms (OpenBLAS on
+ * one thread, as Hodu keeps it). */
+#include "cpu_blas.h"
 #include "hd_base.h"
 
 #include <stdio.h>
@@ -21,6 +23,8 @@ static double step_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+static __typeof__(cblas_sgemm) *step_sgemm;
 
 /* Seconds for n rounds of 12 independent 8-wide FMA chains (16 FLOPs
  * each; twelve in registers cover the FMA latency of two pipes), best of
@@ -43,6 +47,34 @@ __attribute__((target("avx2,fma"))) static double step_fma_seconds(long n, float
         STEP_FMA12(STEP_SUM)
     }
     return best;
+}
+
+/* The same with 16-wide chains (32 FLOPs each). */
+__attribute__((target("avx512f"))) static double step_fma512_seconds(long n, float *sink) {
+    double best = 1e9;
+    for (int r = 0; r < 9; r++) {
+        __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define STEP_DECL512(i) __m512 a##i = _mm512_set1_ps((float)(i));
+        STEP_FMA12(STEP_DECL512)
+        double t = step_now();
+        for (long k = 0; k < n; k++) {
+#define STEP_FMA512(i) a##i = _mm512_fmadd_ps(a##i, m, c);
+            STEP_FMA12(STEP_FMA512)
+        }
+        t = step_now() - t;
+        if (t < best) best = t;
+#define STEP_SUM512(i) *sink += _mm512_reduce_add_ps(a##i);
+        STEP_FMA12(STEP_SUM512)
+    }
+    return best;
+}
+
+/* FLOP/s of one core at its widest FMA. */
+static double step_peak(float *sink) {
+    long n = 20000000;
+    if (__builtin_cpu_supports("avx512f"))
+        return 12.0 * 32.0 * (double)n / step_fma512_seconds(n, sink);
+    return 12.0 * 16.0 * (double)n / step_fma_seconds(n, sink);
 }
 
 typedef struct step_gemm {
@@ -81,7 +113,7 @@ static double step_gemm_seconds(const step_gemm *g) {
     for (int r = 0; r < 9; r++) {
         double t = step_now();
         for (int i = 0; i < reps; i++)
-            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+            step_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                         g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
                         0.0f, c, g->n);
         t = (step_now() - t) / reps;
@@ -95,9 +127,15 @@ static double step_gemm_seconds(const step_gemm *g) {
 
 int main(void) {
     float sink = 0;
-    long n = 20000000;
-    double peak = 12.0 * 16.0 * (double)n / step_fma_seconds(n, &sink);
-    printf("f32 FMA peak, one core: %.1f GFLOP/s%s\n", peak * 1e-9, sink == 12345 ? " " : "");
+    *(void **)&step_sgemm = cpu_blas_symbol("cblas_sgemm");
+    if (!step_sgemm) {
+        fprintf(stderr, "bench_step_gemms: no OpenBLAS: %s\n", cpu_blas_why());
+        return 1;
+    }
+    double peak = step_peak(&sink);
+    printf("f32 FMA peak, one core (%s): %.1f GFLOP/s%s; OpenBLAS's %s kernels\n",
+           __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2", peak * 1e-9,
+           sink == 12345 ? " " : "", cpu_blas_core());
     double total = 0, flops = 0;
     for (int i = 0; i < STEP_NGEMMS; i++) {
         const step_gemm *g = &step_gemms[i];
