@@ -26,48 +26,45 @@ static double step_now(void) {
 
 static __typeof__(cblas_sgemm) *step_sgemm;
 
-/* Seconds for n rounds of 12 independent 8-wide FMA chains (16 FLOPs
- * each; twelve in registers cover the FMA latency of two pipes), best of
- * 9. */
+/* Seconds for n rounds of 12 independent FMA chains of the vector type
+ * STEP_V (twelve in registers cover the FMA latency of two pipes), best of
+ * 9; STEP_SET1, STEP_FMADD and STEP_FIRST are its intrinsics. */
 #define STEP_FMA12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-__attribute__((target("avx2,fma"))) static double step_fma_seconds(long n, float *sink) {
-    double best = 1e9;
-    for (int r = 0; r < 9; r++) {
-        __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-#define STEP_DECL(i) __m256 a##i = _mm256_set1_ps((float)(i));
-        STEP_FMA12(STEP_DECL)
-        double t = step_now();
-        for (long k = 0; k < n; k++) {
-#define STEP_FMA(i) a##i = _mm256_fmadd_ps(a##i, m, c);
-            STEP_FMA12(STEP_FMA)
-        }
-        t = step_now() - t;
-        if (t < best) best = t;
-#define STEP_SUM(i) *sink += _mm256_cvtss_f32(a##i);
-        STEP_FMA12(STEP_SUM)
+#define STEP_DECL(i)  STEP_V a##i = STEP_SET1((float)(i));
+#define STEP_FMA(i)   a##i = STEP_FMADD(a##i, m, c);
+#define STEP_SUM(i)   *sink += STEP_FIRST(a##i);
+#define STEP_FMA_SECONDS(NAME, TARGET)                                                             \
+    __attribute__((target(TARGET))) static double NAME(long n, float *sink) {                      \
+        double best = 1e9;                                                                         \
+        for (int r = 0; r < 9; r++) {                                                              \
+            STEP_V m = STEP_SET1(0.999999f), c = STEP_SET1(1e-7f);                                 \
+            STEP_FMA12(STEP_DECL)                                                                  \
+            double t = step_now();                                                                 \
+            for (long k = 0; k < n; k++) {                                                         \
+                STEP_FMA12(STEP_FMA)                                                               \
+            }                                                                                      \
+            t = step_now() - t;                                                                    \
+            if (t < best) best = t;                                                                \
+            STEP_FMA12(STEP_SUM)                                                                   \
+        }                                                                                          \
+        return best;                                                                               \
     }
-    return best;
-}
-
-/* The same with 16-wide chains (32 FLOPs each). */
-__attribute__((target("avx512f"))) static double step_fma512_seconds(long n, float *sink) {
-    double best = 1e9;
-    for (int r = 0; r < 9; r++) {
-        __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-#define STEP_DECL512(i) __m512 a##i = _mm512_set1_ps((float)(i));
-        STEP_FMA12(STEP_DECL512)
-        double t = step_now();
-        for (long k = 0; k < n; k++) {
-#define STEP_FMA512(i) a##i = _mm512_fmadd_ps(a##i, m, c);
-            STEP_FMA12(STEP_FMA512)
-        }
-        t = step_now() - t;
-        if (t < best) best = t;
-#define STEP_SUM512(i) *sink += _mm512_reduce_add_ps(a##i);
-        STEP_FMA12(STEP_SUM512)
-    }
-    return best;
-}
+/* 8 wide (16 FLOPs a chain) */
+#define STEP_V     __m256
+#define STEP_SET1  _mm256_set1_ps
+#define STEP_FMADD _mm256_fmadd_ps
+#define STEP_FIRST _mm256_cvtss_f32
+STEP_FMA_SECONDS(step_fma_seconds, "avx2,fma")
+#undef STEP_V
+#undef STEP_SET1
+#undef STEP_FMADD
+#undef STEP_FIRST
+/* 16 wide (32 FLOPs a chain) */
+#define STEP_V     __m512
+#define STEP_SET1  _mm512_set1_ps
+#define STEP_FMADD _mm512_fmadd_ps
+#define STEP_FIRST _mm512_reduce_add_ps
+STEP_FMA_SECONDS(step_fma512_seconds, "avx512f")
 
 /* FLOP/s of one core at its widest FMA. */
 static double step_peak(float *sink) {
@@ -83,12 +80,9 @@ typedef struct step_gemm {
 } step_gemm;
 
 static const step_gemm step_gemms[] = {
-    {0, 1, 64, 256, 512, "layer 1: x @ W1^T"},
-    {0, 1, 64, 128, 256, "layer 2: h1 @ W2^T"},
-    {0, 1, 64, 2, 128, "layer 3: h2 @ W3^T"},
-    {0, 0, 64, 128, 2, "dh2 = dz3 @ W3"},
-    {0, 0, 64, 256, 128, "dh1 = dz2 @ W2"},
-    {1, 0, 128, 256, 64, "dW2 = dz2^T @ h1"},
+    {0, 1, 64, 256, 512, "layer 1: x @ W1^T"}, {0, 1, 64, 128, 256, "layer 2: h1 @ W2^T"},
+    {0, 1, 64, 2, 128, "layer 3: h2 @ W3^T"},  {0, 0, 64, 128, 2, "dh2 = dz3 @ W3"},
+    {0, 0, 64, 256, 128, "dh1 = dz2 @ W2"},    {1, 0, 128, 256, 64, "dW2 = dz2^T @ h1"},
     {1, 0, 256, 512, 64, "dW1 = dz1^T @ x"},
 };
 #define STEP_NGEMMS ((int)(sizeof step_gemms / sizeof step_gemms[0]))
@@ -114,8 +108,8 @@ static double step_gemm_seconds(const step_gemm *g) {
         double t = step_now();
         for (int i = 0; i < reps; i++)
             step_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                        g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
-                        0.0f, c, g->n);
+                       g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
+                       0.0f, c, g->n);
         t = (step_now() - t) / reps;
         if (t < best) best = t;
     }
@@ -142,9 +136,9 @@ int main(void) {
         double t = step_gemm_seconds(g), f = 2.0 * g->m * g->n * g->k;
         total += t;
         flops += f;
-        printf("  %-20s %c%c %4d x %4d x %4d: %8.1f us, %5.1f GFLOP/s (%3.0f%% of peak)\n",
-               g->what, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, t * 1e6,
-               f / t * 1e-9, 100.0 * f / t / peak);
+        printf("  %-20s %c%c %4d x %4d x %4d: %8.1f us, %5.1f GFLOP/s (%3.0f%% of peak)\n", g->what,
+               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, t * 1e6, f / t * 1e-9,
+               100.0 * f / t / peak);
     }
     printf("the step's products: %.2f MFLOP, %.1f us through OpenBLAS (%.0f%% of peak); %.1f us "
            "at the peak\n",

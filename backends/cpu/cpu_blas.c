@@ -86,12 +86,12 @@ static void *blas_open(void) {
  * (a library still held elsewhere in the process stays as it was). */
 static void *blas_open_best(void) {
     void *h = blas_open();
-    char *(*core)(void) = h ? (char *(*)(void))dlsym(h, "openblas_get_corename") : NULL;
+    char *(*core)(void) = NULL;
+    if (h) *(void **)&core = dlsym(h, "openblas_get_corename");
     const char *want = cpu_blas_core_for_cpu();
-    if (!core || getenv("OPENBLAS_CORETYPE") || !want || strcmp(core(), "Prescott") != 0)
-        return h;
-    int log = hd_log_on("blas");
-    if (log) fprintf(stderr, "hodu: OpenBLAS chose its Prescott kernels; opened again with %s\n", want);
+    if (!core || getenv("OPENBLAS_CORETYPE") || !want || strcmp(core(), "Prescott") != 0) return h;
+    if (hd_log_on("blas"))
+        fprintf(stderr, "hodu: OpenBLAS chose its Prescott kernels; opened again with %s\n", want);
     dlclose(h);
     setenv("OPENBLAS_CORETYPE", want, 1);
     h = blas_open();
