@@ -35,6 +35,7 @@
 #include "hd_vmath.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define EW_BLOCK 256 /* elements per stack block for strided and f16/bf16 inputs */
@@ -135,9 +136,13 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
 /* for i in [0, n): BODY, split so that the first loop's trip count is a
  * multiple of 8: GCC's -O2 vectorizer (cost model "very cheap") only takes
  * loops it can vectorize without a scalar epilogue. */
+/* The main loop takes a multiple of EW_LOOP_MASK + 1 elements: the lanes
+ * GCC's -O2 vectoriser is to fill with no remainder (8, or 16 where the
+ * loops are compiled for AVX-512). */
+#define EW_LOOP_MASK 7
 #define EW_LOOP(i, n, ...)                                                                         \
     do {                                                                                           \
-        int64_t n8_ = (n) & ~(int64_t)7, i;                                                        \
+        int64_t n8_ = (n) & ~(int64_t)EW_LOOP_MASK, i;                                             \
         for (i = 0; i < n8_; i++) __VA_ARGS__;                                                     \
         for (; i < (n); i++) __VA_ARGS__;                                                          \
     } while (0)
@@ -570,40 +575,68 @@ EW_DTYPES(EW_WHERE_FN)
 #define EW_WHERE_ENTRY(s, T) k_where_##s,
 static const ew_where_fn where_table[HD_DTYPE_COUNT] = {EW_DTYPES(EW_WHERE_ENTRY)};
 
-/* ---- the vector math's loops where the build's target has no FMA ---- */
+/* ---- the vector math's loops for the CPU at hand ---- */
 
 /* hd_vmath.h's fused multiply-adds are fmaf: one instruction where the
  * build targets FMA (the -march=native default), a libm call each
- * elsewhere (HODU_NATIVE=OFF), the same bits. There the f32 vector math
- * loops are compiled a second time for AVX2 + FMA, and the CPU picks. */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__FMA__)
+ * elsewhere (HODU_NATIVE=OFF), the same bits. And the build leaves AVX-512
+ * out (valgrind cannot run it), so these loops run 8 lanes wide where the
+ * CPU has 16. So the f32 vector math loops are compiled twice more, for
+ * AVX2 + FMA and for AVX-512 (16 lanes: their main loops take multiples of
+ * 16, as GCC's -O2 vectoriser wants no remainder), and the CPU picks at
+ * the first call. Every lane computes the same operations in the same
+ * order, so the bits do not change with the choice (test_vmath); under
+ * valgrind, whose CPU has no AVX-512, the AVX2 loops run. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define EW_VM_DISPATCH 1
 #define EW_FMA_TARGET  __attribute__((target("avx2,fma")))
-EW_UN_A(k_exp_f32_fma, float, float, hd_vm_expf(x), EW_FMA_TARGET)
-EW_UN_A(k_log_f32_fma, float, float, hd_vm_logf(x), EW_FMA_TARGET)
-EW_UN_A(k_tanh_f32_fma, float, float, hd_vm_tanhf(x), EW_FMA_TARGET)
-EW_UN_A(k_sigmoid_f32_fma, float, float, hd_vm_sigmoidf(x), EW_FMA_TARGET)
-EW_UN_A(k_silu_f32_fma, float, float, hd_vm_siluf(x), EW_FMA_TARGET)
-EW_UN_A(k_softplus_f32_fma, float, float, hd_vm_softplusf(x), EW_FMA_TARGET)
-EW_UN_A(k_gelu_f32_fma, float, float, hd_vm_geluf(x), EW_FMA_TARGET)
-EW_SINCOS_F32(k_sin_f32_fma, 0, EW_FMA_TARGET)
-EW_SINCOS_F32(k_cos_f32_fma, 1, EW_FMA_TARGET)
-EW_BIN_A(k_pow_f32_fma, float, float, hd_vm_powf, EW_FMA_TARGET)
+#define EW_512_TARGET  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define EW_VM_LOOPS(sfx, ATTR)                                                                     \
+    EW_UN_A(k_exp_f32##sfx, float, float, hd_vm_expf(x), ATTR)                                     \
+    EW_UN_A(k_log_f32##sfx, float, float, hd_vm_logf(x), ATTR)                                     \
+    EW_UN_A(k_tanh_f32##sfx, float, float, hd_vm_tanhf(x), ATTR)                                   \
+    EW_UN_A(k_sigmoid_f32##sfx, float, float, hd_vm_sigmoidf(x), ATTR)                             \
+    EW_UN_A(k_silu_f32##sfx, float, float, hd_vm_siluf(x), ATTR)                                   \
+    EW_UN_A(k_softplus_f32##sfx, float, float, hd_vm_softplusf(x), ATTR)                           \
+    EW_UN_A(k_gelu_f32##sfx, float, float, hd_vm_geluf(x), ATTR)                                   \
+    EW_SINCOS_F32(k_sin_f32##sfx, 0, ATTR)                                                         \
+    EW_SINCOS_F32(k_cos_f32##sfx, 1, ATTR)                                                         \
+    EW_BIN_A(k_pow_f32##sfx, float, float, hd_vm_powf, ATTR)
+EW_VM_LOOPS(_fma, EW_FMA_TARGET)
+#undef EW_LOOP_MASK
+#define EW_LOOP_MASK 15
+EW_VM_LOOPS(_512, EW_512_TARGET)
+#undef EW_LOOP_MASK
+#define EW_LOOP_MASK 7
 
-static int ew_vm_fma(void) {
-    static int have = -1; /* a benign race: every thread stores the same */
-    if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return have;
+/* The loops the CPU runs, capped by HODU_VMATH ("base", "avx2"; the
+ * tests run both on every machine): 2 AVX-512, 1 AVX2 and FMA, 0 the
+ * build's own. */
+static int ew_vm_level_of_cpu(void) {
+    const char *cap = getenv("HODU_VMATH");
+    int max = cap && !strcmp(cap, "base") ? 0 : cap && !strcmp(cap, "avx2") ? 1 : 2;
+    if (max >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return 2;
+    return max >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int ew_vm_level(void) {
+    static int level = -1; /* a benign race: every thread stores the same */
+    if (level < 0) level = ew_vm_level_of_cpu();
+    return level;
 }
 
 #define EW_VM_PICK_UN(k)                                                                           \
     static void k##_pick(void *restrict o, const void *restrict a, int64_t n, const ew_par *p) {   \
-        (ew_vm_fma() ? k##_fma : k)(o, a, n, p);                                                   \
+        int l = ew_vm_level();                                                                     \
+        (l == 2 ? k##_512 : l == 1 ? k##_fma : k)(o, a, n, p);                                     \
     }
 #define EW_VM_PICK_BIN1(k, f)                                                                      \
     static void k##_pick##f(void *restrict o, const void *restrict a, const void *restrict b,      \
                             int64_t n) {                                                           \
-        (ew_vm_fma() ? k##_fma##f : k##f)(o, a, b, n);                                             \
+        int l = ew_vm_level();                                                                     \
+        (l == 2 ? k##_512##f : l == 1 ? k##_fma##f : k##f)(o, a, b, n);                            \
     }
 EW_VM_PICK_UN(k_exp_f32)
 EW_VM_PICK_UN(k_log_f32)
