@@ -134,11 +134,9 @@ static inline int64_t ew_bound(double v, int is_lo, int64_t tmin, int64_t tmax) 
 /* ---- loop templates ---- */
 
 /* for i in [0, n): BODY, split so that the first loop's trip count is a
- * multiple of 8: GCC's -O2 vectorizer (cost model "very cheap") only takes
- * loops it can vectorize without a scalar epilogue. */
-/* The main loop takes a multiple of EW_LOOP_MASK + 1 elements: the lanes
- * GCC's -O2 vectoriser is to fill with no remainder (8, or 16 where the
- * loops are compiled for AVX-512). */
+ * multiple of EW_LOOP_MASK + 1, the lanes to fill (8, or 16 where the
+ * loops are compiled for AVX-512): GCC's -O2 vectorizer (cost model "very
+ * cheap") only takes loops it can vectorize without a scalar epilogue. */
 #define EW_LOOP_MASK 7
 #define EW_LOOP(i, n, ...)                                                                         \
     do {                                                                                           \
