@@ -3,6 +3,16 @@
 
 #include <string.h>
 
+int hd_cpu_avx512(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+#else
+    return 0;
+#endif
+}
+
 static hd_status cpu_available(hd_ctx *ctx, int device) {
     if (device != 0) return hd_error(ctx, HD_ERR_RUNTIME, "there is only one cpu device (cpu:0)");
     return HD_OK;

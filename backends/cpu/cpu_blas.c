@@ -1,6 +1,7 @@
 /* cpu_blas: OpenBLAS on one thread, gemm split over OpenMP threads
  * (cpu_blas.h). */
 #include "cpu_blas.h"
+#include "cpu_kernels.h"
 
 #include "../../runtime/hd_base.h"
 
@@ -23,8 +24,7 @@ int64_t cpu_blas_part(int64_t len, int t, int nt) {
 const char *cpu_blas_core_for_cpu(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
+    if (hd_cpu_avx512()) {
         unsigned a = 0, b, c, d;
         /* leaf 7, subleaf 1, eax bit 5: AVX512_BF16 (clang 14's
          * __builtin_cpu_supports does not know the name) */

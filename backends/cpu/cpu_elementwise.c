@@ -613,9 +613,7 @@ EW_VM_LOOPS(_512, EW_512_TARGET)
 static int ew_vm_level_of_cpu(void) {
     const char *cap = getenv("HODU_VMATH");
     int max = cap && !strcmp(cap, "base") ? 0 : cap && !strcmp(cap, "avx2") ? 1 : 2;
-    if (max >= 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-        return 2;
+    if (max >= 2 && hd_cpu_avx512()) return 2;
     return max >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 

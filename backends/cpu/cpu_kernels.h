@@ -36,4 +36,9 @@ hd_status hd_cpu_sort(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *i
 void hd_cpu_copy_strided(int nthreads, int es, int ndim, const int64_t *shape, void *dst,
                          const int64_t *dstride, const void *src, const int64_t *sstride);
 
+/* This CPU and its OS run AVX-512 F, VL, BW and DQ (the set the eager
+ * vector math's wide loops and OpenBLAS's SkylakeX kernels need); 0 where
+ * not x86. In cpu_backend.c. */
+int hd_cpu_avx512(void);
+
 #endif
