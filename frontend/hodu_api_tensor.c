@@ -117,9 +117,13 @@ void *hodu_tensor_data(hodu_tensor *handle) {
     }
     if (hd_tensor_is_contiguous(x)) {
         if (t->copy) drop_copy(t);
+        x->storage->host = 1; /* the host may write through the pointer */
         return hd_tensor_data(x);
     }
-    if (t->copy && t->copy_version == x->storage->version) return hd_tensor_data(t->copy);
+    /* the copy is current while the storage's version is unchanged, unless
+     * host code may have written the storage itself */
+    if (t->copy && t->copy_version == x->storage->version && !hd_storage_host_writable(x->storage))
+        return hd_tensor_data(t->copy);
     return refresh_copy(t);
 }
 

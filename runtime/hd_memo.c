@@ -198,8 +198,8 @@ static int call_make(hd_ctx *ctx, memo_call *c) {
     for (int i = 0; i < c->nin; i++) {
         hd_tensor *t = c->in[i];
         if (!t) continue;
-        /* symbolic, or host memory its owner may write without a trace */
-        if (!t->storage || t->storage->borrowed) return 0;
+        /* symbolic, or memory host code may write without a trace */
+        if (!t->storage || hd_storage_host_writable(t->storage)) return 0;
         if (!ctx->grad_disabled && hd_grad_requires(ctx, t)) return 0;
         tensors += !t->number;
         kept += !t->number && t->storage->memo;
@@ -241,12 +241,13 @@ static int key_equal(const memo_key *a, const memo_key *b) {
 
 /* ---- lookup, store ---- */
 
-/* The entry's result is as it was made, and nobody else holds it. */
+/* The entry's result is as it was made, and nobody else holds it (nor
+ * was handed its memory: host code may have written it). */
 static int entry_intact(const memo_entry *e) {
     const hd_tensor *t = e->out;
     return t->storage && t->storage->uid == e->uid && t->storage->version == e->version &&
-           !t->grad_info && (int)t->dtype == e->dtype && t->ndim == e->ndim &&
-           t->number == e->number && t->offset == e->offset &&
+           !hd_storage_host_writable(t->storage) && !t->grad_info && (int)t->dtype == e->dtype &&
+           t->ndim == e->ndim && t->number == e->number && t->offset == e->offset &&
            !memcmp(t->shape, e->shape, sizeof e->shape) &&
            !memcmp(t->strides, e->strides, sizeof e->strides);
 }

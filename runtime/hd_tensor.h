@@ -17,7 +17,11 @@ struct hd_backend;
 typedef struct hd_storage {
     int refcount;
     int borrowed; /* host memory owned by someone else: never freed here */
-    int device;   /* device index within the backend */
+    /* host code holds a pointer to data and may write it at any time
+     * without bumping version (borrowed memory, hodu_tensor_data): caches
+     * keyed by version must not trust it (hd_storage_host_writable) */
+    int host;
+    int device; /* device index within the backend */
     size_t nbytes;
     void *data;
     uint64_t version; /* bumped by every in-place write */
@@ -26,6 +30,12 @@ typedef struct hd_storage {
     const struct hd_backend *backend;
     hd_ctx *ctx; /* the context whose allocator owns this storage */
 } hd_storage;
+
+/* Whether host code may have written s's memory since any version was
+ * read (see hd_storage.host). */
+static inline int hd_storage_host_writable(const hd_storage *s) {
+    return s->borrowed || s->host;
+}
 
 typedef struct hd_tensor {
     int refcount;
