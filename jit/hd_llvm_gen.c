@@ -1271,6 +1271,21 @@ static void rows_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValue
         loops(K, 0, K->nkept, lo, hi, row_row, &R);
 }
 
+/* Operand j's pointer: its parameter, or that of an earlier operand at the
+ * same address (an epilogue written over the product it reads,
+ * hd_plan.c's epilogue_in_place), so that noalias holds and the code
+ * sees one array read and written at the same index. */
+static LLVMValueRef op_param(gen_kernel *K, LLVMValueRef fn, int j) {
+    const hd_plan *p = K->G->plan;
+    const hd_plan_val *a = &p->vals[K->ops[j].value];
+    for (int i = 0; i < j; i++) {
+        const hd_plan_val *b = &p->vals[K->ops[i].value];
+        if (a->slot == b->slot && a->byte_off == b->byte_off && K->ops[i].dt == K->ops[j].dt)
+            return K->ops[i].ptr;
+    }
+    return LLVMGetParam(fn, (unsigned)j);
+}
+
 /* hd_k<i>_body(p0..pn, begin, end): the loop nest. */
 static LLVMValueRef kernel_body(gen_kernel *K) {
     hd_llvm_gen *G = K->G;
@@ -1287,7 +1302,7 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
     add_attr(G, fn, LLVMAttributeFunctionIndex, "nounwind");
     for (int j = 0; j < n; j++) add_attr(G, fn, (unsigned)j + 1, "noalias");
     LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
-    for (int j = 0; j < n; j++) K->ops[j].ptr = LLVMGetParam(fn, (unsigned)j);
+    for (int j = 0; j < n; j++) K->ops[j].ptr = op_param(K, fn, j);
     LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
     if (K->k->kind == HD_PLAN_K_ELEMENTWISE)
         loops(K, 0, K->nlev, lo, hi, ew_body, NULL);

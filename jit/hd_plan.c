@@ -572,6 +572,32 @@ static void plan_last_use(plan_state *s, int *last, int *defstep) {
     }
 }
 
+/* The value of gemm step sp's epilogue that may take the product's memory
+ * (-1: none): the epilogue's last node's output, when it is an arena value
+ * of the product's dtype and size, the product is read by nothing else,
+ * and the epilogue reads the product itself (no view of it). The last node
+ * is stored after everything else of an element was computed, and reads
+ * the product at the element it writes (same shape, no broadcast), so the
+ * generated code loads each product element before it overwrites it;
+ * hd_llvm_gen.c gives both the same pointer. */
+static int epilogue_in_place(const plan_state *s, const hd_plan_step *sp, int st, const int *last) {
+    const hd_ir_graph *g = s->g;
+    const hd_plan *p = s->p;
+    if (s->no_reuse || sp->kernel >= 0 || !sp->gemm || sp->epilogue < 0) return -1;
+    const hd_plan_kernel *k = &p->kernels[sp->epilogue];
+    int pr = g->nodes[sp->node].out, v = g->nodes[k->nodes[k->nnodes - 1]].out;
+    const hd_ir_value *a = &g->values[pr], *b = &g->values[v];
+    if (p->vals[pr].root != pr || last[pr] != st || !needs_arena(s, pr) || !needs_arena(s, v) ||
+        a->dtype != b->dtype || val_bytes(a) != val_bytes(b))
+        return -1;
+    for (int i = 0; i < k->nnodes; i++) {
+        const hd_ir_node *n = &g->nodes[k->nodes[i]];
+        for (int j = 0; j < n->nin; j++)
+            if (p->vals[n->in[j]].root == pr && n->in[j] != pr) return -1;
+    }
+    return v;
+}
+
 static hd_status plan_arena(plan_state *s) {
     hd_ir_graph *g = s->g;
     hd_plan *p = s->p;
@@ -587,8 +613,16 @@ static hd_status plan_arena(plan_state *s) {
     plan_last_use(s, last, defstep);
     int64_t top = 0;
     for (int st = 0; st < p->nsteps; st++) {
+        int pr = -1, into = epilogue_in_place(s, &p->steps[st], st, last);
+        if (into >= 0) pr = g->nodes[p->steps[st].node].out;
         for (int v = 0; v < g->nvalues; v++) {
             if (defstep[v] != st || !needs_arena(s, v)) continue;
+            if (v == into && p->vals[pr].arena_off >= 0) { /* the product's block, passed on */
+                p->vals[v].arena_off = p->vals[pr].arena_off;
+                for (int i = 0; i < nlive; i++)
+                    if (live[i].root == pr) live[i].root = v;
+                continue;
+            }
             int64_t size =
                 ((int64_t)val_bytes(&g->values[v]) + PLAN_ALIGN - 1) & ~(int64_t)(PLAN_ALIGN - 1);
             if (size == 0) size = PLAN_ALIGN;

@@ -863,6 +863,63 @@ static void test_mlp(hd_ctx *ctx) {
     for (int i = 0; i < 4; i++) hd_tensor_unref(p[i]);
 }
 
+/* A gemm's epilogue written over the product it reads (hd_plan.c,
+ * epilogue_in_place): mode 0 is mlp_body; mode 1 reads the product
+ * through a view too, (p + p^T) @ w2, where it may not; mode 2 stores a
+ * value before the last one, t = relu(p + b) and u = t * 2, with
+ * u @ w2 and t @ w3 the outputs. */
+static const hd_attrs gemm_perm = {.nshape = 2, .shape = {1, 0}};
+
+typedef struct inplace_case {
+    int mode;
+    hd_tensor **p; /* mlp_params */
+} inplace_case;
+
+static hd_status inplace_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const inplace_case *c = ud;
+    if (c->mode == 0) return mlp_body(ctx, in, out, c->p);
+    hd_tensor *h = NULL, *v = NULL, *t = NULL, *u = NULL, *two = hd_tensor_scalar(ctx, HD_F32, 2);
+    hd_status st = two ? op2(ctx, HD_OP_MATMUL, in[0], c->p[0], &h) : ctx->status;
+    if (c->mode == 1) {
+        if (!st) st = op1(ctx, HD_OP_PERMUTE, h, &gemm_perm, &v);
+        if (!st) st = op2(ctx, HD_OP_ADD, h, v, &t);
+        if (!st) st = op2(ctx, HD_OP_MATMUL, t, c->p[2], &out[0]);
+    } else {
+        if (!st) st = op2(ctx, HD_OP_ADD, h, c->p[1], &v);
+        if (!st) st = op1(ctx, HD_OP_RELU, v, NULL, &t);
+        if (!st) st = op2(ctx, HD_OP_MUL, t, two, &u);
+        if (!st) st = op2(ctx, HD_OP_MATMUL, u, c->p[2], &out[0]);
+        if (!st) st = op2(ctx, HD_OP_MATMUL, t, c->p[2], &out[1]);
+    }
+    hd_tensor *ts[] = {h, v, t, u, two};
+    for (int i = 0; i < 5; i++) hd_tensor_unref(ts[i]);
+    return st;
+}
+
+static void test_gemm_in_place(hd_ctx *ctx) {
+    hd_tensor *p[4];
+    mlp_params(ctx, p, 33, 33);
+    int64_t sx[2] = {37, 33};
+    hd_tensor *x = make(ctx, HD_F32, sx, 2, 1.0);
+    hd_jit_stats st;
+    /* 37 x 33 f32 (4884 bytes, 4928 in the arena) for the product and
+     * relu(p + b1) both, then 37 x 3 (444, 448) for the second product */
+    inplace_case c = {0, p};
+    CHECK(check_body_tol(ctx, "in place", inplace_body, &x, 1, 2, &c, 0, &st));
+    CHECK_MSG(st.planned_bytes == 4928 + 448, "%zu bytes", st.planned_bytes);
+    c.mode = 1; /* p^T is read: p + p^T (33 x 33) gets a buffer of its own */
+    int64_t sq[2] = {33, 33};
+    hd_tensor *xq = make(ctx, HD_F32, sq, 2, 1.0);
+    CHECK(check_body_tol(ctx, "in place, a view read", inplace_body, &xq, 1, 1, &c, 0, &st));
+    CHECK_MSG(st.planned_bytes == 2 * 4416, "%zu bytes", st.planned_bytes);
+    hd_tensor_unref(xq);
+    c.mode = 2;
+    CHECK(check_body_tol(ctx, "in place, two stored", inplace_body, &x, 1, 2, &c, 0, &st));
+    CHECK_MSG(st.planned_bytes == 2 * 4928, "%zu bytes", st.planned_bytes);
+    hd_tensor_unref(x);
+    for (int i = 0; i < 4; i++) hd_tensor_unref(p[i]);
+}
+
 /* ---- matmul through hd_llvm_rt_gemm ---- */
 
 /* a @ b (+ bias, relu: the epilogue), a and b inputs (a constant b would
@@ -877,8 +934,6 @@ typedef struct gemm_case {
     int flags;
     hd_tensor *bias;
 } gemm_case;
-
-static const hd_attrs gemm_perm = {.nshape = 2, .shape = {1, 0}};
 
 static hd_status gemm_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
     const gemm_case *c = ud;
@@ -1453,6 +1508,7 @@ int main(int argc, char **argv) {
     test_vertical_reductions(&ctx);
     test_rows(&ctx);
     test_mlp(&ctx);
+    test_gemm_in_place(&ctx);
     test_gemm_shapes(&ctx);
     test_gemm_cases(&ctx);
     test_fallbacks(&ctx);
