@@ -303,8 +303,13 @@ typedef void (*gen_body_fn)(gen_kernel *K, void *ud);
  * for a kernel of at least GEN_NT_MIN elements with one output, streamed
  * (non-temporal) stores, after a scalar head that aligns the output to 64
  * bytes: the output is not read into the cache first, so the loop moves 12
- * bytes an element, not 16, for a chain of two inputs. */
-#define GEN_NT_MIN ((int64_t)1 << 21)
+ * bytes an element, not 16, for a chain of two inputs. Such a loop also
+ * prefetches its inputs GEN_PF_BYTES ahead: with the arithmetic of three
+ * transcendentals between its loads, the core alone kept too few lines in
+ * flight (1 thread: 84-86% of memcpy's rate without, 93-97% with;
+ * bench/RESULTS.md). */
+#define GEN_NT_MIN   ((int64_t)1 << 21)
+#define GEN_PF_BYTES 4096
 
 static int ew_all_f32(const gen_kernel *K) {
     const hd_ir_graph *g = K->G->plan->g;
@@ -366,6 +371,28 @@ static LLVMValueRef ew_head_end(gen_kernel *K, int s, LLVMValueRef lo, LLVMValue
     return LLVMBuildSelect(B, odd, hi, end, "");
 }
 
+/* Prefetch (for reading, into every cache level) what each contiguous
+ * input of level l holds GEN_PF_BYTES ahead of the current element. A
+ * prefetch past the end of memory does not fault. */
+static void ew_prefetch(gen_kernel *K, int l) {
+    hd_llvm_gen *G = K->G;
+    const char *name = "llvm.prefetch";
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMTypeRef pt = G->t.ptr8;
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(G->mod, id, &pt, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(G->t.c, id, &pt, 1);
+    for (int j = 0; j < K->nops; j++) {
+        if (K->ops[j].store || K->ops[j].st[l] != 1) continue;
+        LLVMValueRef ahead = c64(G, GEN_PF_BYTES);
+        LLVMValueRef p = LLVMBuildBitCast(B, K->ops[j].ptr, pt, "");
+        LLVMValueRef args[4] = {LLVMBuildInBoundsGEP2(B, G->t.i8, p, &ahead, 1, ""),
+                                LLVMConstInt(G->t.i32, 0, 0),  /* read */
+                                LLVMConstInt(G->t.i32, 3, 0),  /* keep in every level */
+                                LLVMConstInt(G->t.i32, 1, 0)}; /* data */
+        LLVMBuildCall2(B, ft, f, args, 4, "");
+    }
+}
+
 static void ew_sfence(hd_llvm_gen *G) {
     const char *name = "llvm.x86.sse.sfence";
     unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
@@ -391,6 +418,7 @@ static void ew_vector_level(gen_kernel *K, int l, LLVMValueRef lo, LLVMValueRef 
     gen_loop L;
     LLVMValueRef b = loop_begin(G, &L, c64(G, 0), nb);
     ptrs_step(K, l, LLVMBuildAdd(B, vlo, LLVMBuildShl(B, b, c64(G, shift), ""), ""), saved);
+    if (s >= 0) ew_prefetch(K, l);
     regs_clear(K);
     K->vlev = l;
     G->vw = G->ew_lanes;
