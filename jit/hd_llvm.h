@@ -152,6 +152,13 @@ int32_t hd_llvm_rt_node(void *rt, int32_t node);
 int32_t hd_llvm_rt_gemm(void *rt, int32_t node, hd_llvm_kernel_fn epi, void **slots,
                         int64_t epi_range);
 void hd_llvm_rt_parallel(void *rt, hd_llvm_kernel_fn fn, void **slots, int64_t n, int64_t align);
+/* A reduction to one element over n elements, in parts on the context's
+ * threads: part(slots, lo, hi, acc) accumulates [lo, hi) into the 8 bytes
+ * at acc, fin(slots, accs, nparts) merges the parts in order and stores
+ * the result (hd_llvm_gen.c, "split across threads"). */
+typedef void (*hd_llvm_part_fn)(void **slots, int64_t lo, int64_t hi, void *acc);
+typedef void (*hd_llvm_fin_fn)(void **slots, void *accs, int64_t nparts);
+void hd_llvm_rt_reduce(void *rt, hd_llvm_part_fn part, hd_llvm_fin_fn fin, void **slots, int64_t n);
 int64_t hd_llvm_rt_ipow(int64_t a, int64_t b, int32_t dtype);
 
 /* Name and address of every external function generated code may call. */

@@ -524,6 +524,8 @@ static void lanes_inner(gen_kernel *K, void *ud) {
     loop_end(G, &lp, 0);
 }
 
+static void lanes_merge(hd_llvm_gen *G, gen_lanes *L, int which, gen_merge_fn merge, void *ud);
+
 /* One pass over a row's reduced dims. Scalar rows: the vector lanes of
  * accumulator `which` (1 or 2), where used, then the tail's scalar, merge
  * into the scalar accumulator. */
@@ -537,6 +539,12 @@ static void lanes_pass(gen_kernel *K, gen_lanes *L, int which, gen_merge_fn merg
     loops(K, K->nkept, K->nlev - 1, NULL, NULL, lanes_inner, ud);
     lanes_use(L, LANES_SCALAR);
     if (K->lev[K->nlev - 1] < 2 * GEN_LANES) return;
+    lanes_merge(G, L, which, merge, ud);
+}
+
+/* The vector lanes of accumulator `which` merged in order, then with the
+ * scalar accumulator (the tail's), into the scalar accumulator. */
+static void lanes_merge(hd_llvm_gen *G, gen_lanes *L, int which, gen_merge_fn merge, void *ud) {
     LLVMTypeRef ty = which == 1 ? L->ty1 : L->ty2;
     LLVMValueRef acc = which == 1 ? L->acc1 : L->acc2, vacc = which == 1 ? L->vacc1 : L->vacc2;
     LLVMValueRef vv = LLVMBuildLoad2(B, LLVMVectorType(ty, GEN_LANES), vacc, "");
@@ -1249,6 +1257,16 @@ static void arg_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueR
 
 /* A reduction's rows [lo, hi) of its outermost loop: in row order, or in
  * tiles of columns (vertical); argmax and argmin one element at a time. */
+/* The generator's state for the kernel's reduction (its last node). */
+static void red_setup(gen_kernel *K, red_gen *R) {
+    const hd_ir_graph *g = K->G->plan->g;
+    const hd_ir_node *last = &g->nodes[K->k->nodes[K->k->nnodes - 1]];
+    memset(R, 0, sizeof *R);
+    R->n = last;
+    R->dt = g->values[last->in[0]].dtype;
+    R->od = g->values[last->out].dtype;
+}
+
 static void reduce_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMValueRef hi) {
     hd_llvm_gen *G = K->G;
     const hd_ir_graph *g = G->plan->g;
@@ -1258,10 +1276,7 @@ static void reduce_body(gen_kernel *K, LLVMValueRef fn, LLVMValueRef lo, LLVMVal
         return;
     }
     red_gen R;
-    memset(&R, 0, sizeof R);
-    R.n = last;
-    R.dt = g->values[last->in[0]].dtype;
-    R.od = g->values[last->out].dtype;
+    red_setup(K, &R);
     R.lo = lo;
     R.hi = hi;
     LLVMValueRef i1, i2;
@@ -1342,10 +1357,25 @@ static LLVMValueRef kernel_body(gen_kernel *K) {
     return fn;
 }
 
+/* The operands' pointers from the slot table into args[0..nops). */
+static void entry_ptrs(gen_kernel *K, LLVMValueRef slots, LLVMValueRef *args) {
+    hd_llvm_gen *G = K->G;
+    const hd_plan *p = G->plan;
+    for (int j = 0; j < K->nops; j++) {
+        const hd_plan_val *pv = &p->vals[K->ops[j].value];
+        LLVMValueRef idx = c64(G, pv->slot);
+        LLVMValueRef sp = LLVMBuildInBoundsGEP2(B, G->t.ptr8, slots, &idx, 1, "");
+        LLVMValueRef base = LLVMBuildLoad2(B, G->t.ptr8, sp, "");
+        LLVMValueRef off = c64(G, pv->byte_off);
+        base = LLVMBuildInBoundsGEP2(B, G->t.i8, base, &off, 1, "");
+        args[j] =
+            LLVMBuildBitCast(B, base, LLVMPointerType(hd_llvm_mem_type(G, K->ops[j].dt), 0), "");
+    }
+}
+
 /* hd_k<i>(slots, begin, end): base pointers from the slot table. */
 static LLVMValueRef kernel_entry(gen_kernel *K, LLVMValueRef body) {
     hd_llvm_gen *G = K->G;
-    const hd_plan *p = G->plan;
     LLVMTypeRef params[3] = {G->t.pptr8, G->t.i64, G->t.i64};
     char name[32];
     snprintf(name, sizeof name, "hd_k%d", K->index);
@@ -1355,16 +1385,7 @@ static LLVMValueRef kernel_entry(gen_kernel *K, LLVMValueRef body) {
     LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
     int n = K->nops;
     LLVMValueRef args[n + 2];
-    for (int j = 0; j < n; j++) {
-        const hd_plan_val *pv = &p->vals[K->ops[j].value];
-        LLVMValueRef idx = c64(G, pv->slot);
-        LLVMValueRef sp = LLVMBuildInBoundsGEP2(B, G->t.ptr8, LLVMGetParam(fn, 0), &idx, 1, "");
-        LLVMValueRef base = LLVMBuildLoad2(B, G->t.ptr8, sp, "");
-        LLVMValueRef off = c64(G, pv->byte_off);
-        base = LLVMBuildInBoundsGEP2(B, G->t.i8, base, &off, 1, "");
-        args[j] =
-            LLVMBuildBitCast(B, base, LLVMPointerType(hd_llvm_mem_type(G, K->ops[j].dt), 0), "");
-    }
+    entry_ptrs(K, LLVMGetParam(fn, 0), args);
     args[n] = LLVMGetParam(fn, 1);
     args[n + 1] = LLVMGetParam(fn, 2);
     LLVMBuildCall2(B, LLVMGlobalGetValueType(body), body, args, (unsigned)n + 2, "");
@@ -1372,9 +1393,163 @@ static LLVMValueRef kernel_entry(gen_kernel *K, LLVMValueRef body) {
     return fn;
 }
 
+/* ---- a reduction to one element, split across threads ---- */
+
+/* A reduction to one element over one loop of at least GEN_SPLIT_MIN
+ * elements, of an op done in one pass (sum, mean, prod, max, min, mse),
+ * runs in parts: hd_k<i>_part(slots, lo, hi, acc) accumulates elements
+ * [lo, hi) as red_row does a whole row (vector lanes, the scalar tail,
+ * the lanes merged in order, then with the tail) into *acc;
+ * hd_llvm_rt_reduce runs the parts on the context's threads, and
+ * hd_k<i>_fin(slots, accs, nparts) merges their accumulators in order and
+ * stores the result. One part gives red_row's bits; more give another
+ * association of the same sum, as the eager kernel's split does
+ * (cpu_reduce.c). */
+#define GEN_SPLIT_MIN ((int64_t)1 << 18)
+
+static int red_split_ok(const gen_kernel *K) {
+    if (K->k->kind != HD_PLAN_K_REDUCE || K->nlev != K->nkept + 1) return 0;
+    for (int l = 0; l < K->nkept; l++)
+        if (K->lev[l] != 1) return 0;
+    if (K->lev[K->nkept] < GEN_SPLIT_MIN) return 0;
+    int op = K->G->plan->g->nodes[K->k->nodes[K->k->nnodes - 1]].op;
+    return op == HD_OP_SUM || op == HD_OP_MEAN || op == HD_OP_PROD || op == HD_OP_MAX ||
+           op == HD_OP_MIN || op == HD_OP_MSE;
+}
+
+/* A body function hd_k<i>_<suffix>(p0..pn, extra...), positioned at its
+ * entry with the operands' pointers set. */
+static LLVMValueRef split_body_fn(gen_kernel *K, const char *suffix, LLVMTypeRef *extra,
+                                  int nextra) {
+    hd_llvm_gen *G = K->G;
+    int n = K->nops;
+    LLVMTypeRef params[n + nextra];
+    for (int j = 0; j < n; j++) params[j] = LLVMPointerType(hd_llvm_mem_type(G, K->ops[j].dt), 0);
+    for (int e = 0; e < nextra; e++) params[n + e] = extra[e];
+    char name[48];
+    snprintf(name, sizeof name, "hd_k%d_%s", K->index, suffix);
+    LLVMValueRef fn =
+        LLVMAddFunction(G->mod, name, LLVMFunctionType(G->t.vd, params, (unsigned)(n + nextra), 0));
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    add_attr(G, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    add_attr(G, fn, LLVMAttributeFunctionIndex, "nounwind");
+    for (int j = 0; j < n; j++) add_attr(G, fn, (unsigned)j + 1, "noalias");
+    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
+    for (int j = 0; j < n; j++) K->ops[j].ptr = op_param(K, fn, j);
+    return fn;
+}
+
+/* One step of R's pass at index i of the reduced loop: vw lanes or one. */
+static void split_step(gen_kernel *K, red_gen *R, LLVMValueRef i, int vw) {
+    hd_llvm_gen *G = K->G;
+    LLVMValueRef saved[K->nops + 1];
+    ptrs_step(K, K->nlev - 1, i, saved);
+    regs_clear(K);
+    G->vw = vw;
+    K->vlev = K->nlev - 1;
+    lanes_use(&R->L, vw ? LANES_ROW : LANES_SCALAR);
+    red_step(K, R);
+    G->vw = 0;
+    ptrs_restore(K, saved);
+}
+
+/* hd_k<i>_pbody(p0..pn, lo, hi, acc): pass 1 over elements [lo, hi). */
+static LLVMValueRef split_part_body(gen_kernel *K) {
+    hd_llvm_gen *G = K->G;
+    LLVMTypeRef extra[3] = {G->t.i64, G->t.i64, G->t.ptr8};
+    LLVMValueRef fn = split_body_fn(K, "pbody", extra, 3);
+    int n = K->nops;
+    LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
+    red_gen R;
+    LLVMValueRef i1, i2;
+    red_setup(K, &R);
+    red_init(K, &R, &i1, &i2);
+    lanes_alloca(G, fn, &R.L, red_step, &R.acc1, &R.acc2, 0);
+    lanes_init(&R.L, G, i1, i2);
+    R.pass = 1;
+    LLVMValueRef nb = LLVMBuildSDiv(B, LLVMBuildSub(B, hi, lo, ""), c64(G, GEN_LANES), "");
+    LLVMValueRef vend = LLVMBuildNSWAdd(B, lo, LLVMBuildNSWMul(B, nb, c64(G, GEN_LANES), ""), "");
+    gen_loop lp;
+    LLVMValueRef b = loop_begin(G, &lp, c64(G, 0), nb);
+    split_step(K, &R, LLVMBuildNSWAdd(B, lo, LLVMBuildNSWMul(B, b, c64(G, GEN_LANES), ""), ""),
+               GEN_LANES);
+    loop_end(G, &lp, 0);
+    split_step(K, &R, loop_begin(G, &lp, vend, hi), 0);
+    loop_end(G, &lp, 0);
+    lanes_use(&R.L, LANES_SCALAR);
+    lanes_merge(G, &R.L, 1, red_merge1, &R);
+    LLVMValueRef acc =
+        LLVMBuildBitCast(B, LLVMGetParam(fn, (unsigned)n + 2), LLVMPointerType(R.L.ty1, 0), "");
+    LLVMBuildStore(B, LLVMBuildLoad2(B, R.L.ty1, R.L.acc1, ""), acc);
+    LLVMBuildRetVoid(B);
+    return fn;
+}
+
+/* hd_k<i>_fbody(p0..pn, accs, nparts): the parts' accumulators (8 bytes
+ * apart) merged in order, the result stored. */
+static LLVMValueRef split_fin_body(gen_kernel *K) {
+    hd_llvm_gen *G = K->G;
+    LLVMTypeRef extra[2] = {G->t.ptr8, G->t.i64};
+    LLVMValueRef fn = split_body_fn(K, "fbody", extra, 2);
+    int n = K->nops;
+    LLVMValueRef accs = LLVMGetParam(fn, (unsigned)n);
+    red_gen R;
+    LLVMValueRef i1, i2;
+    red_setup(K, &R);
+    red_init(K, &R, &i1, &i2);
+    R.acc1 = entry_alloca(G, fn, R.L.ty1);
+    R.acc2 = entry_alloca(G, fn, R.L.ty2);
+    LLVMBuildStore(B, i2, R.acc2);
+    LLVMTypeRef pt = LLVMPointerType(R.L.ty1, 0);
+    LLVMBuildStore(B, LLVMBuildLoad2(B, R.L.ty1, LLVMBuildBitCast(B, accs, pt, ""), ""), R.acc1);
+    gen_loop lp;
+    LLVMValueRef t = loop_begin(G, &lp, c64(G, 1), LLVMGetParam(fn, (unsigned)n + 1));
+    LLVMValueRef off = LLVMBuildNSWMul(B, t, c64(G, 8), "");
+    LLVMValueRef q =
+        LLVMBuildBitCast(B, LLVMBuildInBoundsGEP2(B, G->t.i8, accs, &off, 1, ""), pt, "");
+    LLVMValueRef a = LLVMBuildLoad2(B, R.L.ty1, R.acc1, "");
+    LLVMBuildStore(B, red_merge1(G, a, LLVMBuildLoad2(B, R.L.ty1, q, ""), &R), R.acc1);
+    loop_end(G, &lp, 0);
+    int s = op_find(K, R.n->out, 1);
+    hd_llvm_store(G, R.od, K->ops[s].ptr, red_result(K, &R, red_count(K)));
+    LLVMBuildRetVoid(B);
+    return fn;
+}
+
+/* hd_k<i>_<suffix>(slots, extra...): the body with the slots' pointers. */
+static LLVMValueRef split_entry(gen_kernel *K, LLVMValueRef body, const char *suffix,
+                                LLVMTypeRef *extra, int nextra) {
+    hd_llvm_gen *G = K->G;
+    int n = K->nops;
+    LLVMTypeRef params[1 + nextra];
+    params[0] = G->t.pptr8;
+    for (int e = 0; e < nextra; e++) params[1 + e] = extra[e];
+    char name[48];
+    snprintf(name, sizeof name, "hd_k%d_%s", K->index, suffix);
+    LLVMValueRef fn =
+        LLVMAddFunction(G->mod, name, LLVMFunctionType(G->t.vd, params, (unsigned)(1 + nextra), 0));
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    add_attr(G, fn, LLVMAttributeFunctionIndex, "nounwind");
+    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
+    LLVMValueRef args[n + nextra];
+    entry_ptrs(K, LLVMGetParam(fn, 0), args);
+    for (int e = 0; e < nextra; e++) args[n + e] = LLVMGetParam(fn, (unsigned)(1 + e));
+    LLVMBuildCall2(B, LLVMGlobalGetValueType(body), body, args, (unsigned)(n + nextra), "");
+    LLVMBuildRetVoid(B);
+    return fn;
+}
+
+/* split[0], split[1]: K's part and fin functions. */
+static void split_fns(gen_kernel *K, LLVMValueRef *split) {
+    hd_llvm_gen *G = K->G;
+    LLVMTypeRef pe[3] = {G->t.i64, G->t.i64, G->t.ptr8}, fe[2] = {G->t.ptr8, G->t.i64};
+    split[0] = split_entry(K, split_part_body(K), "part", pe, 3);
+    split[1] = split_entry(K, split_fin_body(K), "fin", fe, 2);
+}
+
 /* Generate kernel ki; *range receives its outermost loop's length. */
 static hd_status gen_kernel_fn(hd_llvm_gen *G, int ki, LLVMValueRef *reg, LLVMValueRef *fn,
-                               int64_t *range, int *nlev) {
+                               LLVMValueRef *split, int64_t *range, int *nlev) {
     gen_kernel K;
     memset(&K, 0, sizeof K);
     K.G = G;
@@ -1395,7 +1570,12 @@ static hd_status gen_kernel_fn(hd_llvm_gen *G, int ki, LLVMValueRef *reg, LLVMVa
         body = kernel_body(&K);
     }
     *fn = kernel_entry(&K, body);
-    *range = K.lev[0];
+    if (red_split_ok(&K)) {
+        split_fns(&K, split);
+        *range = K.lev[K.nkept]; /* the elements to split */
+    } else {
+        *range = K.lev[0];
+    }
     *nlev = K.nlev;
     hd_ctx_free(G->ctx, K.ops, (size_t)K.cap * sizeof *K.ops);
     return HD_OK;
@@ -1423,6 +1603,17 @@ static void main_kernel_call(hd_llvm_gen *G, LLVMValueRef mainfn, LLVMValueRef k
     }
     LLVMValueRef args[3] = {slots, c64(G, 0), c64(G, range)};
     LLVMBuildCall2(B, LLVMGlobalGetValueType(kfn), kfn, args, 3, "");
+}
+
+/* hd_llvm_rt_reduce(rt, part, fin, slots, n): a split reduction. */
+static void main_split_call(hd_llvm_gen *G, LLVMValueRef mainfn, LLVMValueRef *split, int64_t n) {
+    LLVMTypeRef ps[5] = {G->t.ptr8, LLVMPointerType(LLVMGlobalGetValueType(split[0]), 0),
+                         LLVMPointerType(LLVMGlobalGetValueType(split[1]), 0), G->t.pptr8,
+                         G->t.i64};
+    LLVMValueRef f = declare(G, "hd_llvm_rt_reduce", G->t.vd, ps, 5);
+    LLVMValueRef args[5] = {LLVMGetParam(mainfn, 1), split[0], split[1], LLVMGetParam(mainfn, 0),
+                            c64(G, n)};
+    LLVMBuildCall2(B, LLVMGlobalGetValueType(f), f, args, 5, "");
 }
 
 /* Return status st from main at once when it is nonzero. */
@@ -1476,13 +1667,15 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
     types_init(G);
     size_t nk = (size_t)p->nkernels + 1, nv = (size_t)g->nvalues + 1;
     LLVMValueRef *kfn = hd_ctx_calloc(G->ctx, nk, sizeof *kfn);
+    LLVMValueRef *split = hd_ctx_calloc(G->ctx, 2 * nk, sizeof *split);
     LLVMValueRef *reg = hd_ctx_calloc(G->ctx, nv, sizeof *reg);
     int64_t *range = hd_ctx_calloc(G->ctx, nk, sizeof *range);
     int *nlev = hd_ctx_calloc(G->ctx, nk, sizeof *nlev);
-    hd_status st = kfn && reg && range && nlev ? HD_OK : G->ctx->status;
+    hd_status st = kfn && split && reg && range && nlev ? HD_OK : G->ctx->status;
     for (int s = 0; s < p->nsteps && !st; s++) {
         int ki = p->steps[s].kernel >= 0 ? p->steps[s].kernel : p->steps[s].epilogue;
-        if (ki >= 0) st = gen_kernel_fn(G, ki, reg, &kfn[ki], &range[ki], &nlev[ki]);
+        if (ki >= 0)
+            st = gen_kernel_fn(G, ki, reg, &kfn[ki], &split[2 * ki], &range[ki], &nlev[ki]);
     }
     if (!st) {
         LLVMTypeRef ps[2] = {G->t.pptr8, G->t.ptr8};
@@ -1493,7 +1686,9 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
         for (int s = 0; s < p->nsteps; s++) {
             const hd_plan_step *sp = &p->steps[s];
             int ki = sp->kernel, epi = sp->epilogue;
-            if (ki >= 0)
+            if (ki >= 0 && split[2 * ki])
+                main_split_call(G, mainfn, &split[2 * ki], range[ki]);
+            else if (ki >= 0)
                 main_kernel_call(G, mainfn, kfn[ki], range[ki], nlev[ki], p->kernels[ki].numel);
             else if (sp->gemm)
                 main_gemm_call(G, mainfn, sp->node, epi >= 0 ? kfn[epi] : NULL,
@@ -1504,6 +1699,7 @@ hd_status hd_llvm_gen_module(hd_llvm_gen *G) {
         LLVMBuildRet(B, LLVMConstInt(G->t.i32, 0, 0));
     }
     hd_ctx_free(G->ctx, kfn, kfn ? nk * sizeof *kfn : 0);
+    hd_ctx_free(G->ctx, split, split ? 2 * nk * sizeof *split : 0);
     hd_ctx_free(G->ctx, reg, reg ? nv * sizeof *reg : 0);
     hd_ctx_free(G->ctx, range, range ? nk * sizeof *range : 0);
     hd_ctx_free(G->ctx, nlev, nlev ? nk * sizeof *nlev : 0);

@@ -52,6 +52,28 @@ void hd_llvm_rt_parallel(void *p, hd_llvm_kernel_fn fn, void **slots, int64_t n,
     }
 }
 
+/* At most this many parts, of at least RT_PART_MIN elements each. */
+#define RT_PARTS    64
+#define RT_PART_MIN ((int64_t)1 << 16)
+
+void hd_llvm_rt_reduce(void *p, hd_llvm_part_fn part, hd_llvm_fin_fn fin, void **slots, int64_t n) {
+    hd_llvm_rt *rt = p;
+    uint64_t accs[RT_PARTS];
+    int64_t most = n / RT_PART_MIN;
+    int nt = rt->ctx->nthreads;
+    if (nt > RT_PARTS) nt = RT_PARTS;
+    if (nt > most) nt = most < 1 ? 1 : (int)most;
+    if (nt <= 1) {
+        part(slots, 0, n, accs);
+        fin(slots, accs, 1);
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++)
+        part(slots, rt_part(n, t, nt, 16), rt_part(n, t + 1, nt, 16), &accs[t]);
+    fin(slots, accs, nt);
+}
+
 /* Integer pow as the eager kernels compute it: by squaring, wrapping (the
  * caller truncates to the dtype, which gives the same bits as squaring in
  * the narrow type); a negative exponent gives 0 but for bases 1 and -1. */
@@ -73,6 +95,7 @@ static const hd_llvm_symbol rt_symbols[] = {
     SYM(hd_llvm_rt_node),
     SYM(hd_llvm_rt_gemm),
     SYM(hd_llvm_rt_parallel),
+    SYM(hd_llvm_rt_reduce),
     SYM(hd_llvm_rt_ipow),
     SYM(expf),
     SYM(fmaf), /* llvm.fma where the host has no FMA instructions */

@@ -738,6 +738,56 @@ static void test_reductions(hd_ctx *ctx) {
         }
 }
 
+/* op(x, y) for mse, else red_body's op(exp(x) * 0.5 - x) over all of x */
+static hd_status split_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    const red_case *c = ud;
+    if (c->op == HD_OP_MSE) return hd_op_run(ctx, HD_OP_MSE, in, 2, NULL, out);
+    return red_body(ctx, in, out, ud);
+}
+
+/* Reductions to one element of 2^18 + 37 elements and more run in parts
+ * on the context's threads (hd_llvm_gen.c): on 1, 2, 3 and 5 threads (parts
+ * of uneven lengths), against eager; prod of values near 1; NaN in the
+ * last part of a max and in the first part of a min sticks. */
+static void test_split_reductions(hd_ctx *ctx) {
+    static const hd_op ops[] = {HD_OP_SUM, HD_OP_MEAN, HD_OP_MAX, HD_OP_MIN, HD_OP_PROD, HD_OP_MSE};
+    static const int threads[] = {1, 2, 3, 5};
+    int64_t n = ((int64_t)1 << 18) + 37;
+    hd_tensor *x = make(ctx, HD_F32, &n, 1, 0.3), *y = make(ctx, HD_F32, &n, 1, 0.2);
+    hd_tensor *near1 = hd_tensor_new(ctx, HD_F32, &n, 1);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)near1->storage->data)[i] = 1.0f + (float)((i % 7) - 3) * 1e-6f;
+    int saved = ctx->nthreads;
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        ctx->nthreads = threads[t];
+        for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+            red_case c = {ops[o], 0, 0, 0, ops[o] != HD_OP_PROD && ops[o] != HD_OP_MSE, {0}};
+            hd_tensor *in[2] = {ops[o] == HD_OP_PROD ? near1 : x, y};
+            char what[64];
+            snprintf(what, sizeof what, "split %s, %d threads", hd_op_name(ops[o]), threads[t]);
+            CHECK_MSG(check_body_tol(ctx, what, split_body, in, ops[o] == HD_OP_MSE ? 2 : 1, 1, &c,
+                                     2e-6, NULL),
+                      "%s", what);
+        }
+        float *xd = x->storage->data;
+        for (int k = 0; k < 2; k++) { /* NaN in the last part (max), the first (min) */
+            int64_t at = k ? 5 : n - 3;
+            float was = xd[at];
+            xd[at] = NAN;
+            red_case c = {k ? HD_OP_MIN : HD_OP_MAX, 0, 0, 0, 0, {0}};
+            char what[64];
+            snprintf(what, sizeof what, "split %s with NaN, %d threads", k ? "min" : "max",
+                     threads[t]);
+            CHECK_MSG(check_body_tol(ctx, what, split_body, &x, 1, 1, &c, 0, NULL), "%s", what);
+            xd[at] = was;
+        }
+    }
+    ctx->nthreads = saved;
+    hd_tensor_unref(x);
+    hd_tensor_unref(y);
+    hd_tensor_unref(near1);
+}
+
 typedef struct nn_case {
     hd_op op;
     int64_t axis;
@@ -1509,6 +1559,7 @@ int main(int argc, char **argv) {
     test_rows(&ctx);
     test_mlp(&ctx);
     test_gemm_in_place(&ctx);
+    test_split_reductions(&ctx);
     test_gemm_shapes(&ctx);
     test_gemm_cases(&ctx);
     test_fallbacks(&ctx);
