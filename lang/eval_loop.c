@@ -475,15 +475,18 @@ int hd_eval_for_traced(hd_vm *vm, hd_frame *f, const hd_ast *n, int64_t a, int64
                  " other than as an index (x[i])");
         return roll_rest(&L, 0);
     }
+    int fl;
     if (L.nslots > 0 && !(L.local = hd_ctx_calloc(&vm->ctx, (size_t)L.nslots, 1))) {
         hd_error_clear(&vm->ctx); /* unrolled, as without loop nodes */
-        return roll_rest(&L, 0);
+        fl = roll_rest(&L, 0);
+        roll_counter_end(&L);
+        return fl;
     }
     if (L.local) {
         hd_compiled_decl_walk(n->body, L.local, L.nslots, 0);
         if (n->ref.index >= 0 && n->ref.index < L.nslots) L.local[n->ref.index] = 1;
     }
-    int fl = roll_run(&L);
+    fl = roll_run(&L);
     if (L.local) hd_ctx_free(&vm->ctx, L.local, (size_t)L.nslots);
     roll_counter_end(&L);
     return fl;
