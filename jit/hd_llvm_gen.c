@@ -306,7 +306,7 @@ typedef void (*gen_body_fn)(gen_kernel *K, void *ud);
  * bytes an element, not 16, for a chain of two inputs. Such a loop also
  * prefetches its inputs GEN_PF_BYTES ahead: with the arithmetic of three
  * transcendentals between its loads, the core alone kept too few lines in
- * flight (1 thread: 84-86% of memcpy's rate without, 93-97% with;
+ * flight (1 thread: 74-86% of memcpy's rate without, 89-97% with;
  * bench/RESULTS.md). */
 #define GEN_NT_MIN   ((int64_t)1 << 21)
 #define GEN_PF_BYTES 4096
