@@ -461,8 +461,9 @@ static void ew_body(gen_kernel *K, void *ud) {
 
 /* ---- accumulating passes in vector lanes ---- */
 
-#define GEN_LANES 8  /* lanes of one row's accumulators */
-#define GEN_VROWS 32 /* rows done at once by a vector of rows */
+#define GEN_LANES  8    /* lanes of one row's accumulators */
+#define GEN_PF_ROW 4096 /* rows at least this long prefetch (ew_prefetch) */
+#define GEN_VROWS  32   /* rows done at once by a vector of rows */
 
 /* A pass that accumulates (a reduction, softmax's max and sum) over a row
  * of at least 2 * GEN_LANES elements runs its innermost reduced loop as
@@ -506,6 +507,7 @@ static void lanes_inner(gen_kernel *K, void *ud) {
     if (nb) {
         LLVMValueRef b = loop_begin(G, &lp, c64(G, 0), c64(G, nb));
         ptrs_step(K, l, LLVMBuildNSWMul(B, b, c64(G, GEN_LANES), ""), saved);
+        if (n >= GEN_PF_ROW) ew_prefetch(K, l);
         regs_clear(K);
         G->vw = GEN_LANES;
         K->vlev = l;
@@ -1444,6 +1446,7 @@ static void split_step(gen_kernel *K, red_gen *R, LLVMValueRef i, int vw) {
     hd_llvm_gen *G = K->G;
     LLVMValueRef saved[K->nops + 1];
     ptrs_step(K, K->nlev - 1, i, saved);
+    if (vw) ew_prefetch(K, K->nlev - 1);
     regs_clear(K);
     G->vw = vw;
     K->vlev = K->nlev - 1;
