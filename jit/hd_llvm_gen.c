@@ -1331,23 +1331,33 @@ static LLVMValueRef op_param(gen_kernel *K, LLVMValueRef fn, int j) {
     return LLVMGetParam(fn, (unsigned)j);
 }
 
-/* hd_k<i>_body(p0..pn, begin, end): the loop nest. */
-static LLVMValueRef kernel_body(gen_kernel *K) {
+/* A body function hd_k<i>_<suffix>(p0..pn, extra...): the operands as
+ * noalias pointers (op_param), alwaysinline; the builder at its entry. */
+static LLVMValueRef body_fn(gen_kernel *K, const char *suffix, LLVMTypeRef *extra, int nextra) {
     hd_llvm_gen *G = K->G;
     int n = K->nops;
-    LLVMTypeRef params[n + 2];
+    LLVMTypeRef params[n + nextra];
     for (int j = 0; j < n; j++) params[j] = LLVMPointerType(hd_llvm_mem_type(G, K->ops[j].dt), 0);
-    params[n] = params[n + 1] = G->t.i64;
+    for (int e = 0; e < nextra; e++) params[n + e] = extra[e];
     char name[48];
-    snprintf(name, sizeof name, "hd_k%d_body", K->index);
+    snprintf(name, sizeof name, "hd_k%d_%s", K->index, suffix);
     LLVMValueRef fn =
-        LLVMAddFunction(G->mod, name, LLVMFunctionType(G->t.vd, params, (unsigned)n + 2, 0));
+        LLVMAddFunction(G->mod, name, LLVMFunctionType(G->t.vd, params, (unsigned)(n + nextra), 0));
     LLVMSetLinkage(fn, LLVMInternalLinkage);
     add_attr(G, fn, LLVMAttributeFunctionIndex, "alwaysinline");
     add_attr(G, fn, LLVMAttributeFunctionIndex, "nounwind");
     for (int j = 0; j < n; j++) add_attr(G, fn, (unsigned)j + 1, "noalias");
     LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
     for (int j = 0; j < n; j++) K->ops[j].ptr = op_param(K, fn, j);
+    return fn;
+}
+
+/* hd_k<i>_body(p0..pn, begin, end): the loop nest. */
+static LLVMValueRef kernel_body(gen_kernel *K) {
+    hd_llvm_gen *G = K->G;
+    int n = K->nops;
+    LLVMTypeRef extra[2] = {G->t.i64, G->t.i64};
+    LLVMValueRef fn = body_fn(K, "body", extra, 2);
     LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
     if (K->k->kind == HD_PLAN_K_ELEMENTWISE)
         loops(K, 0, K->nlev, lo, hi, ew_body, NULL);
@@ -1419,28 +1429,6 @@ static int red_split_ok(const gen_kernel *K) {
            op == HD_OP_MIN || op == HD_OP_MSE;
 }
 
-/* A body function hd_k<i>_<suffix>(p0..pn, extra...), positioned at its
- * entry with the operands' pointers set. */
-static LLVMValueRef split_body_fn(gen_kernel *K, const char *suffix, LLVMTypeRef *extra,
-                                  int nextra) {
-    hd_llvm_gen *G = K->G;
-    int n = K->nops;
-    LLVMTypeRef params[n + nextra];
-    for (int j = 0; j < n; j++) params[j] = LLVMPointerType(hd_llvm_mem_type(G, K->ops[j].dt), 0);
-    for (int e = 0; e < nextra; e++) params[n + e] = extra[e];
-    char name[48];
-    snprintf(name, sizeof name, "hd_k%d_%s", K->index, suffix);
-    LLVMValueRef fn =
-        LLVMAddFunction(G->mod, name, LLVMFunctionType(G->t.vd, params, (unsigned)(n + nextra), 0));
-    LLVMSetLinkage(fn, LLVMInternalLinkage);
-    add_attr(G, fn, LLVMAttributeFunctionIndex, "alwaysinline");
-    add_attr(G, fn, LLVMAttributeFunctionIndex, "nounwind");
-    for (int j = 0; j < n; j++) add_attr(G, fn, (unsigned)j + 1, "noalias");
-    LLVMPositionBuilderAtEnd(B, LLVMAppendBasicBlockInContext(G->t.c, fn, "entry"));
-    for (int j = 0; j < n; j++) K->ops[j].ptr = op_param(K, fn, j);
-    return fn;
-}
-
 /* One step of R's pass at index i of the reduced loop: vw lanes or one. */
 static void split_step(gen_kernel *K, red_gen *R, LLVMValueRef i, int vw) {
     hd_llvm_gen *G = K->G;
@@ -1460,7 +1448,7 @@ static void split_step(gen_kernel *K, red_gen *R, LLVMValueRef i, int vw) {
 static LLVMValueRef split_part_body(gen_kernel *K) {
     hd_llvm_gen *G = K->G;
     LLVMTypeRef extra[3] = {G->t.i64, G->t.i64, G->t.ptr8};
-    LLVMValueRef fn = split_body_fn(K, "pbody", extra, 3);
+    LLVMValueRef fn = body_fn(K, "pbody", extra, 3);
     int n = K->nops;
     LLVMValueRef lo = LLVMGetParam(fn, (unsigned)n), hi = LLVMGetParam(fn, (unsigned)n + 1);
     red_gen R;
@@ -1493,7 +1481,7 @@ static LLVMValueRef split_part_body(gen_kernel *K) {
 static LLVMValueRef split_fin_body(gen_kernel *K) {
     hd_llvm_gen *G = K->G;
     LLVMTypeRef extra[2] = {G->t.ptr8, G->t.i64};
-    LLVMValueRef fn = split_body_fn(K, "fbody", extra, 2);
+    LLVMValueRef fn = body_fn(K, "fbody", extra, 2);
     int n = K->nops;
     LLVMValueRef accs = LLVMGetParam(fn, (unsigned)n);
     red_gen R;
