@@ -391,6 +391,7 @@ static HD_TF_FN(tf_getattr) {
     if (hd_eval_get_member(vm, a.v[0], name, out) == HD_OK) return HD_OK;
     if (a.v[2].type == HD_V_COUNT || !attr_missing(vm)) return vm->err;
     hd_vm_clear_error(vm);
+    if (vm->trace_reads) hd_compiled_note_absent(vm, a.v[0], name);
     *out = hd_value_ref(a.v[2]);
     return HD_OK;
 }
@@ -402,10 +403,12 @@ static HD_TF_FN(tf_hasattr) {
     if (attr_name(vm, &a, &name)) return HD_ERR_RUNTIME;
     int has = hd_eval_get_member(vm, a.v[0], name, &v) == HD_OK;
     if (!has && !attr_missing(vm)) return vm->err;
-    if (has)
+    if (has) {
         hd_value_unref(vm, v);
-    else
+    } else {
         hd_vm_clear_error(vm);
+        if (vm->trace_reads) hd_compiled_note_absent(vm, a.v[0], name);
+    }
     *out = hd_bool(has);
     return HD_OK;
 }

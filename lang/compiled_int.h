@@ -191,6 +191,8 @@ typedef enum {
     CP_G_IDENTITY, /* a function or class: the same one */
     CP_G_TYPE,     /* anything else: the same type */
     CP_G_TENSOR,   /* a tensor: requires_grad as it was (shapes go into the signature) */
+    CP_G_ABSENT,   /* a field or key the body found missing (getattr's default, hasattr):
+                    * still missing */
 } cp_guard_kind;
 
 typedef struct cp_guard {

@@ -750,6 +750,11 @@ static int guard_fail(const cp_guard *g, hd_value now, char *why, size_t n) {
 
 int cp_guard_check(const cp_roots *r, const cp_guard *g, char *why, size_t n) {
     hd_value now;
+    if (g->kind == CP_G_ABSENT) {
+        if (!cp_path_get(r, &g->path, &now)) return 1;
+        snprintf(why, n, "'%s' was missing and now exists", g->path.text);
+        return 0;
+    }
     if (!cp_path_get(r, &g->path, &now)) {
         snprintf(why, n, "'%s' is gone", g->path.text);
         return 0;
@@ -779,7 +784,8 @@ int cp_guard_check(const cp_roots *r, const cp_guard *g, char *why, size_t n) {
             }
         }
         break;
-    case CP_G_TYPE: break;
+    case CP_G_TYPE:
+    case CP_G_ABSENT: break; /* (checked first) */
     }
     return 1;
 }

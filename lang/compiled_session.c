@@ -273,6 +273,30 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
     session_guard(s, &p, v);
 }
 
+void hd_compiled_note_absent(hd_vm *vm, hd_value x, const char *name) {
+    cp_session *s = cp_session_of(vm);
+    if (!s || (x.type != HD_V_OBJECT && x.type != HD_V_DICT)) return;
+    int node = cp_scan_find(&s->pre, x.as.o); /* else made inside: says nothing of before */
+    if (node < 0) return;
+    cp_step step = {CP_FIELD, 0, (char *)name};
+    if (session_seen(s, cp_hash_step(s->pre.nodes[node].hash, &step))) return;
+    cp_path base, p;
+    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
+        note_oom(s);
+        return;
+    }
+    hd_status st = cp_path_extend(vm, &base, CP_FIELD, 0, name, &p);
+    cp_path_free(vm, &base);
+    if (st || !CP_GROW(vm, s->guards, s->capguards, s->nguards)) {
+        if (!st) cp_path_free(vm, &p);
+        note_oom(s);
+        return;
+    }
+    cp_guard *g = &s->guards[s->nguards++];
+    cp_guard_make(vm, &p, hd_none(), g);
+    g->kind = CP_G_ABSENT;
+}
+
 hd_status hd_compiled_grad_input(hd_vm *vm, const hd_tensor *g) {
     if (!g || !hd_grad_has_history(g)) return HD_OK;
     return hd_vm_error(vm, HD_ERR_RUNTIME,
