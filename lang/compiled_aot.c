@@ -320,14 +320,26 @@ static unsigned char *split_tracked(const aot_split *sp, const cp_aot *a) {
     return tr;
 }
 
+/* The value whose memory v is a view of (v itself if it is not a view):
+ * a saved view of an input changes when the input is written in place. */
+static int split_view_root(const hd_ir_graph *g, int v) {
+    for (;;) {
+        const hd_ir_value *val = &g->values[v];
+        if (val->kind != HD_IR_VALUE_NODE) return v;
+        const hd_ir_node *n = &g->nodes[val->index];
+        if (n->op < 0 || hd_op_infos[n->op].kind != HD_KIND_VIEW || n->nin < 1) return v;
+        v = n->in[0];
+    }
+}
+
 /* The op of a node in body (or in a loop inside it) whose gradient rule
- * keeps body input k, or NULL. */
+ * keeps body input k (or a view of it), or NULL. */
 static const char *split_body_saves(const hd_ir_graph *body, int k) {
     int bv = body->inputs[k].value;
     for (int i = 0; i < body->nnodes; i++) {
         const hd_ir_node *n = &body->nodes[i];
         for (int j = 0; j < n->nin; j++) {
-            if (n->in[j] != bv) continue;
+            if (split_view_root(body, n->in[j]) != bv) continue; /* bv or a view of it */
             if (n->op == HD_IR_LOOP) {
                 const char *op = split_body_saves(n->loop->body, j);
                 if (op) return op;
@@ -346,18 +358,6 @@ static const char *split_node_saves(const hd_ir_node *n, int k) {
     if (n->op < 0) return NULL;
     const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
     return rule && (k >= 31 || (rule->save & (1u << k))) ? hd_op_name((hd_op)n->op) : NULL;
-}
-
-/* The value whose memory v is a view of (v itself if it is not a view):
- * a saved view of an input changes when the input is written in place. */
-static int split_view_root(const hd_ir_graph *g, int v) {
-    for (;;) {
-        const hd_ir_value *val = &g->values[v];
-        if (val->kind != HD_IR_VALUE_NODE) return v;
-        const hd_ir_node *n = &g->nodes[val->index];
-        if (n->op < 0 || hd_op_infos[n->op].kind != HD_KIND_VIEW || n->nin < 1) return v;
-        v = n->in[0];
-    }
 }
 
 /* Inputs of the graph that a recorded forward op's gradient rule keeps
