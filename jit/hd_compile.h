@@ -53,6 +53,7 @@ typedef struct hd_jit_stats {
     int launches;   /* cuda: host launches per run besides copies: 1 once a run is one CUDA
                      * Graph, else the kernels */
     int cuda_graph; /* cuda: runs replay one captured CUDA Graph */
+    int donated;    /* llvm: outputs computed into the input they replace (hd_ir_output.into) */
 } hd_jit_stats;
 
 typedef struct hd_jit_exec hd_jit_exec;

@@ -26,6 +26,9 @@ struct hd_jit_exec {
     hd_tensor **roots;   /* per slot: the tensor whose data the slot points at */
     hd_tensor **vals;    /* per value */
     hd_tensor **own_in;  /* per input: a buffer for inputs that cannot be bound */
+    hd_tensor **in;      /* per input: this run's tensor (borrowed) */
+    char *direct;        /* per input: its slot is the tensor's own memory this run */
+    char *donee;         /* per input: a donated output is computed into its slot */
     hd_tensor **results; /* per slot: this run's fresh output */
     hd_tensor ***node_in;
     hd_tensor **node_in_flat;
@@ -63,6 +66,8 @@ static void llvm_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->slots, (size_t)(ns + 1) * sizeof *e->slots);
     hd_ctx_free(ctx, e->results, (size_t)(ns + 1) * sizeof *e->results);
     hd_ctx_free(ctx, e->own_in, (size_t)(ni + 1) * sizeof *e->own_in);
+    hd_ctx_free(ctx, e->in, (size_t)(ni + 1) * sizeof *e->in);
+    hd_ctx_free(ctx, e->direct, (size_t)(ni + 1) * 2); /* donee is its second half */
     hd_ctx_free(ctx, e->node_in, (size_t)(nn + 1) * sizeof *e->node_in);
     hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
     hd_ir_graph_free(e->h.g);
@@ -220,7 +225,8 @@ static hd_status llvm_codegen(hd_jit_exec *e) {
 static hd_status llvm_plan(hd_jit_exec *e, const hd_jit_options *opt) {
     return hd_plan_build(e->h.g,
                          (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) |
-                             (opt->no_fuse ? HD_PLAN_NO_FUSE : 0) | LLVM_PLAN_FLAGS,
+                             (opt->no_fuse ? HD_PLAN_NO_FUSE : 0) | LLVM_PLAN_FLAGS |
+                             HD_PLAN_DONATE,
                          &e->plan);
 }
 
@@ -230,7 +236,8 @@ static size_t llvm_naive_bytes(const hd_jit_exec *e) {
     size_t n = 0;
     for (int v = 0; v < g->nvalues; v++)
         if (g->values[v].kind == HD_IR_VALUE_NODE && e->plan.vals[v].root == v &&
-            !e->plan.vals[v].fresh && (e->plan.vals[v].kernel < 0 || e->plan.vals[v].stored))
+            !e->plan.vals[v].fresh && e->plan.vals[v].into < 0 &&
+            (e->plan.vals[v].kernel < 0 || e->plan.vals[v].stored))
             n += (size_t)hd_shape_numel(g->values[v].shape, g->values[v].ndim) *
                  (size_t)hd_dtype_size(g->values[v].dtype);
     return n;
@@ -247,8 +254,14 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->results = hd_ctx_calloc(ctx, ns, sizeof *e->results);
     e->own_in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->own_in);
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
-    if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in)
+    e->in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->in);
+    e->direct = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, 2);
+    if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in ||
+        !e->in || !e->direct)
         return ctx->status;
+    e->donee = e->direct + g->ninputs + 1;
+    for (int v = 0; v < g->nvalues; v++)
+        if (e->plan.vals[v].into >= 0) e->donee[e->plan.vals[v].into] = 1;
     if (llvm_roots(e) || hd_plan_views(ctx, &e->plan, e->roots, e->vals) || llvm_node_inputs(e))
         return ctx->status;
     llvm_log_fallbacks(e);
@@ -256,6 +269,7 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->h.stats.kernels = e->plan.nsteps;
     e->h.stats.planned_bytes = e->plan.arena_bytes;
     e->h.stats.fallbacks = e->plan.nfallback;
+    e->h.stats.donated = e->plan.ndonated;
     e->h.stats.naive_bytes = llvm_naive_bytes(e);
     return llvm_codegen(e);
 }
@@ -274,18 +288,10 @@ static void llvm_set_slot(hd_jit_exec *e, int s, void *data) {
     e->roots[s]->storage->data = data;
 }
 
-/* Point input i's slot at the caller's tensor, or copy it into the
- * executable's own buffer when it is strided. */
-static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
-    HD_UNUSED(ud);
+/* Copy input i into the executable's own buffer and point its slot there. */
+static hd_status llvm_bind_copy(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor *t) {
     int s = e->plan.slot_in0 + i, here = hd_tensor_is_cpu(t);
-    if (!here && !hd_tensor_follows_device(t))
-        return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
-                        e->h.g->inputs[i].name, t->storage->backend->name, t->storage->device);
-    if (here && hd_tensor_is_contiguous(t)) {
-        llvm_set_slot(e, s, hd_tensor_data(t));
-        return HD_OK;
-    }
+    e->direct[i] = 0;
     if (!e->own_in[i] && !(e->own_in[i] = hd_tensor_new(e->h.ctx, t->dtype, t->shape, t->ndim)))
         return ctx->status;
     /* a number on a device: a host copy first (the code reads host memory) */
@@ -297,6 +303,47 @@ static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, h
     hd_tensor_unref(h);
     if (st) return st;
     llvm_set_slot(e, s, e->own_in[i]->storage->data);
+    return HD_OK;
+}
+
+/* Point input i's slot at the caller's tensor, or copy it into the
+ * executable's own buffer when it is strided. */
+static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tensor *t) {
+    HD_UNUSED(ud);
+    int here = hd_tensor_is_cpu(t);
+    e->in[i] = t;
+    if (!here && !hd_tensor_follows_device(t))
+        return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on cpu:0",
+                        e->h.g->inputs[i].name, t->storage->backend->name, t->storage->device);
+    if (here && hd_tensor_is_contiguous(t)) {
+        llvm_set_slot(e, e->plan.slot_in0 + i, hd_tensor_data(t));
+        e->direct[i] = 1;
+        return HD_OK;
+    }
+    return llvm_bind_copy(e, ctx, i, t);
+}
+
+/* Does input j share its storage with another input or a constant? */
+static int llvm_input_shared(const hd_jit_exec *e, int j) {
+    const hd_plan *p = &e->plan;
+    const hd_storage *sj = e->in[j]->storage;
+    for (int i = 0; i < e->h.g->ninputs; i++)
+        if (i != j && e->in[i] && e->in[i]->storage == sj) return 1;
+    for (int s = p->slot_const0; s < p->slot_out0; s++)
+        if (e->roots[s]->storage == sj) return 1;
+    return 0;
+}
+
+/* A donated output overwrites its input's memory, so that input must be
+ * the only one on its storage this run: another input (a view of it, the
+ * same tensor given twice) or a constant made of it would read what the
+ * run wrote. Such an input runs on the executable's own copy, and the
+ * output is copied out of it. */
+static hd_status llvm_bind_donees(hd_jit_exec *e, hd_ctx *ctx) {
+    for (int j = 0; j < e->h.g->ninputs; j++)
+        if (e->donee[j] && e->direct[j] && llvm_input_shared(e, j) &&
+            llvm_bind_copy(e, ctx, j, e->in[j]))
+            return ctx->status;
     return HD_OK;
 }
 
@@ -321,6 +368,10 @@ static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_te
         *out = hd_tensor_ref(e->results[pv->slot]);
         return HD_OK;
     }
+    if (pv->into >= 0 && e->direct[pv->into]) { /* written into the caller's tensor */
+        *out = hd_tensor_ref(e->in[pv->into]);
+        return HD_OK;
+    }
     hd_tensor *src = e->vals[v];
     hd_tensor *t = hd_tensor_new(e->h.ctx, src->dtype, src->shape, src->ndim);
     if (!t) return e->h.ctx->status;
@@ -335,6 +386,10 @@ static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_te
 
 static void llvm_unbind(hd_jit_exec *e) {
     const hd_plan *p = &e->plan;
+    for (int i = 0; i < e->h.g->ninputs; i++) {
+        e->in[i] = NULL;
+        e->direct[i] = 0;
+    }
     for (int s = p->slot_in0; s < p->slot_const0; s++) llvm_set_slot(e, s, NULL);
     for (int s = p->slot_out0; s < p->nslots; s++) {
         llvm_set_slot(e, s, NULL);
@@ -345,6 +400,7 @@ static void llvm_unbind(hd_jit_exec *e) {
 
 static hd_status llvm_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     HD_UNUSED(ud);
+    if (e->plan.ndonated && llvm_bind_donees(e, ctx)) return ctx->status;
     if (llvm_bind_outputs(e)) return ctx->status;
     e->rt.ctx = ctx;
     if (e->main) return (hd_status)e->main(e->slots, &e->rt);

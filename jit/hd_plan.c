@@ -184,6 +184,7 @@ static void plan_values(plan_state *s) {
         pv->slot = -1;
         pv->root = v;
         pv->arena_off = -1;
+        pv->into = -1;
         s->def[v] = -1;
         hd_contiguous_strides(g->values[v].shape, g->values[v].ndim, pv->strides);
     }
@@ -514,7 +515,7 @@ typedef struct plan_block {
 static int needs_arena(const plan_state *s, int v) {
     const hd_plan_val *pv = &s->p->vals[v];
     int d = s->def[v];
-    if (d < 0 || pv->root != v || pv->fresh) return 0;
+    if (d < 0 || pv->root != v || pv->fresh || pv->into >= 0) return 0;
     return pv->kernel >= 0 ? pv->stored : 1;
 }
 
@@ -598,19 +599,75 @@ static int epilogue_in_place(const plan_state *s, const hd_plan_step *sp, int st
     return v;
 }
 
-static hd_status plan_arena(plan_state *s) {
+/* ---- donated outputs ---- */
+
+/* The step that runs kernel ki (as a kernel or as a gemm's epilogue), -1. */
+static int kernel_step(const hd_plan *p, int ki) {
+    for (int st = 0; st < p->nsteps; st++)
+        if (p->steps[st].kernel == ki || (p->steps[st].kernel < 0 && p->steps[st].epilogue == ki))
+            return st;
+    return -1;
+}
+
+/* Does node n read a value whose memory is root r's (r itself, or, unless
+ * only_views, a view of it)? */
+static int node_reads_root(const plan_state *s, const hd_ir_node *n, int r, int only_views) {
+    for (int j = 0; j < n->nin; j++)
+        if (s->p->vals[n->in[j]].root == r && (!only_views || n->in[j] != r)) return 1;
+    return 0;
+}
+
+/* May output o's value be computed straight into the memory of the input
+ * it replaces (hd_ir_output.into)? Only where no one can tell: the value
+ * is the last node of an elementwise kernel of the input's dtype and shape
+ * (so each element is loaded before the element is stored, at its own
+ * index: hd_llvm_gen.c gives the input and the value one pointer); nothing
+ * reads the input after that step, nor a view of it in that step (nor the
+ * gemm whose epilogue the kernel is, which other threads may still be
+ * running); no graph output is the input or the value twice; and every
+ * later step is generated code, which cannot fail, so a run that fails
+ * leaves the input as it found it. */
+static int donate_ok(const plan_state *s, int o, const int *last) {
+    const hd_ir_graph *g = s->g;
+    const hd_plan *p = s->p;
+    int j = g->outputs[o].into, v = g->outputs[o].value;
+    if (j < 0 || j >= g->ninputs) return 0;
+    int iv = g->inputs[j].value, d = s->def[v];
+    for (int k = 0; k < g->noutputs; k++)
+        if (k != o && (g->outputs[k].value == v || g->outputs[k].into == j)) return 0;
+    const hd_ir_value *a = &g->values[v], *b = &g->values[iv];
+    if (d < 0 || p->vals[v].root != v || p->kernel_of[d] < 0 || a->dtype != b->dtype ||
+        !same_shape(a, b->shape, b->ndim) || val_bytes(a) == 0)
+        return 0;
+    int ki = p->kernel_of[d], st = kernel_step(p, ki);
+    const hd_plan_kernel *k = &p->kernels[ki];
+    if (k->kind != HD_PLAN_K_ELEMENTWISE || k->nodes[k->nnodes - 1] != d || st < 0 || last[iv] > st)
+        return 0;
+    if (p->steps[st].kernel < 0 && node_reads_root(s, &g->nodes[p->steps[st].node], iv, 0))
+        return 0;
+    for (int i = 0; i < k->nnodes; i++)
+        if (node_reads_root(s, &g->nodes[k->nodes[i]], iv, 1)) return 0;
+    for (int t = st + 1; t < p->nsteps; t++)
+        if (p->steps[t].kernel < 0) return 0;
+    return 1;
+}
+
+static void plan_donate(plan_state *s, const int *last) {
+    hd_plan *p = s->p;
+    for (int o = 0; o < s->g->noutputs; o++)
+        if (donate_ok(s, o, last)) {
+            p->vals[s->g->outputs[o].value].into = s->g->outputs[o].into;
+            p->ndonated++;
+        }
+}
+
+static hd_status plan_arena(plan_state *s, const int *last, const int *defstep) {
     hd_ir_graph *g = s->g;
     hd_plan *p = s->p;
     size_t nv = (size_t)g->nvalues + 1;
-    int *last = hd_ctx_alloc(g->ctx, 2 * nv * sizeof(int));
     plan_block *live = hd_ctx_alloc(g->ctx, nv * sizeof *live);
-    if (!last || !live) {
-        hd_ctx_free(g->ctx, last, last ? 2 * nv * sizeof(int) : 0);
-        hd_ctx_free(g->ctx, live, live ? nv * sizeof *live : 0);
-        return g->ctx->status;
-    }
-    int *defstep = last + nv, nlive = 0;
-    plan_last_use(s, last, defstep);
+    if (!live) return g->ctx->status;
+    int nlive = 0;
     int64_t top = 0;
     for (int st = 0; st < p->nsteps; st++) {
         int pr = -1, into = epilogue_in_place(s, &p->steps[st], st, last);
@@ -635,7 +692,6 @@ static hd_status plan_arena(plan_state *s) {
                 arena_release(live, &nlive, v);
     }
     p->arena_bytes = (size_t)top;
-    hd_ctx_free(g->ctx, last, 2 * nv * sizeof(int));
     hd_ctx_free(g->ctx, live, nv * sizeof *live);
     return HD_OK;
 }
@@ -649,7 +705,8 @@ static hd_status plan_slots(plan_state *s) {
     for (int v = 0; v < g->nvalues; v++) {
         hd_plan_val *pv = &p->vals[v];
         int d = s->def[v];
-        pv->fresh = s->is_output[v] && d >= 0 && pv->root == v && (pv->kernel < 0 || pv->stored);
+        pv->fresh = s->is_output[v] && d >= 0 && pv->root == v && (pv->kernel < 0 || pv->stored) &&
+                    pv->into < 0;
         nfresh += pv->fresh;
     }
     p->slot_in0 = 1;
@@ -664,6 +721,8 @@ static hd_status plan_slots(plan_state *s) {
         p->slot_value[p->slot_in0 + i] = v;
         p->vals[v].slot = p->slot_in0 + i;
     }
+    for (int v = 0; v < g->nvalues; v++)
+        if (p->vals[v].into >= 0) p->vals[v].slot = p->slot_in0 + p->vals[v].into; /* offset 0 */
     for (int i = 0; i < g->nconsts; i++) {
         int v = g->consts[i].value;
         const hd_tensor *t = g->consts[i].t;
@@ -739,7 +798,16 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     for (int i = 0; i < s.npieces; i++)
         if (s.pieces[i].nnodes && plan_piece_kernels(&s, &s.pieces[i])) return g->ctx->status;
     plan_stored(&s);
-    if (plan_steps(&s) || plan_slots(&s) || plan_arena(&s)) return g->ctx->status;
+    if (plan_steps(&s)) return g->ctx->status;
+    size_t nv = (size_t)g->nvalues + 1;
+    int *last = hd_ctx_alloc(g->ctx, 2 * nv * sizeof(int)); /* and defstep */
+    if (!last) return g->ctx->status;
+    plan_last_use(&s, last, last + nv);
+    if (flags & HD_PLAN_DONATE) plan_donate(&s, last);
+    hd_status st = plan_slots(&s);
+    if (!st) st = plan_arena(&s, last, last + nv);
+    hd_ctx_free(g->ctx, last, 2 * nv * sizeof(int));
+    if (st) return st;
     plan_places(&s);
     return HD_OK;
 }

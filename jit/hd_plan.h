@@ -51,6 +51,7 @@ typedef struct hd_plan_val {
     char stored;                  /* its kernel writes it to memory */
     char imm;                     /* a one-element constant embedded in the code */
     char fresh;                   /* a graph output given fresh memory at every run */
+    int into;                     /* a donated output: the input whose memory it takes, -1 */
     int64_t arena_off;            /* arena values: offset in the arena, else -1 */
 } hd_plan_val;
 
@@ -68,6 +69,7 @@ typedef struct hd_plan {
     size_t arena_bytes;
     int nfallback;  /* runtime nodes other than matmul and callbacks */
     int nepilogues; /* kernels run as a gemm's epilogue */
+    int ndonated;   /* outputs written over the input they replace */
 } hd_plan;
 
 /* hd_plan_build's flags. */
@@ -78,7 +80,10 @@ enum {
                            * not: softmax_bwd, log_softmax_bwd and layer_norm_bwd's
                            * dx rows, argmax and argmin, mse (a reduction of two
                            * same-shape inputs) */
-    HD_PLAN_NO_FUSE = 8   /* one kernel per node (a strategy's fusion off) */
+    HD_PLAN_NO_FUSE = 8,  /* one kernel per node (a strategy's fusion off) */
+    HD_PLAN_DONATE = 16   /* outputs may take the memory of the input they replace
+                           * (hd_ir_output.into; the executor binds it, see
+                           * plan_donate) */
 };
 
 /* Reductions over more elements than this run as runtime steps (the eager

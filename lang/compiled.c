@@ -360,12 +360,31 @@ static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tenso
     case CP_WB_SET: return cp_path_set(r, &w->path, hd_tensor_value(o));
     case CP_WB_COPY:
         t = wb_target(w, inputs);
+        if (t && t == o) { /* the code wrote it in place (a donated output) */
+            if (t->storage) t->storage->version++;
+            return HD_OK;
+        }
         if (t && hd_tensor_copy_into(&vm->ctx, t, o)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
         return HD_OK;
     case CP_WB_GRAD:
         t = wb_target(w, inputs);
         if (t && hd_grad_set(&vm->ctx, t, o)) return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
         return HD_OK;
+    }
+    return HD_OK;
+}
+
+/* The writes a run may make straight into its inputs (donated outputs)
+ * are checked as the copies after it would be (hd_tensor_copy_into's
+ * in-place write), before the run, so that a refused write changes
+ * nothing. */
+static hd_status wb_donees_check(hd_vm *vm, const cp_entry *e, hd_tensor **inputs) {
+    const hd_ir_graph *g = e->jc->graph ? e->jc->graph(e->exec) : NULL;
+    for (int k = 0; g && k < g->noutputs; k++) {
+        int j = g->outputs[k].into;
+        if (j >= 0 && j < e->ninputs &&
+            hd_autograd_wants(&vm->ctx, HD_OP_ASSIGN, &inputs[j], 1, inputs[j]->dtype) < 0)
+            return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
     }
     return HD_OK;
 }
@@ -388,6 +407,7 @@ static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd
 hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
                        hd_value *ret) {
     hd_ctx *ctx = &vm->ctx;
+    if (wb_donees_check(vm, e, inputs)) return vm->err;
     hd_tensor **outs = hd_ctx_calloc(ctx, (size_t)(e->noutputs + 1), sizeof *outs);
     if (!outs) return hd_vm_oom(vm);
     hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
@@ -968,6 +988,40 @@ static hd_status entry_compile(hd_vm *vm, cp_body *b, const cp_opts *o, const hd
     return hd_compiled_set_last_ir(vm, e->jc->graph(e->exec));
 }
 
+static int tmpl_uses_out(const cp_tmpl *t, int k) {
+    if (t->kind == CP_T_OUT) return t->out == k;
+    for (int i = 0; (t->kind == CP_T_LIST || t->kind == CP_T_DICT) && i < t->n; i++)
+        if (tmpl_uses_out(&t->kids[i], k)) return 1;
+    return 0;
+}
+
+/* Is output k read by anything but write-back i (the result, another
+ * write-back, a view made of it, a used-up record)? */
+static int out_shared(const cp_session *s, const cp_entry *e, int k, int i) {
+    if (tmpl_uses_out(&e->ret, k) || e->views[k].input >= 0 || e->views[k].own ||
+        (e->spent && e->spent[k]))
+        return 1;
+    for (int j = 0; j < s->nwbs; j++)
+        if (j != i && (s->wbs[j].out == k || (s->wbs[j].tmpl && tmpl_uses_out(s->wbs[j].tmpl, k))))
+            return 1;
+    return 0;
+}
+
+/* An output that only replaces an input's contents (a tensor written whole
+ * in place, as an optimizer step writes a parameter) may be computed into
+ * that input's memory: the graph says which input (hd_ir_output.into) and
+ * the compiler decides (the llvm compiler's donated outputs). The result
+ * is the same tensor with the same contents; wb_apply then copies
+ * nothing. */
+static void entry_donate(const cp_session *s, const cp_entry *e, hd_ir_graph *g) {
+    for (int i = 0; i < s->nwbs; i++) {
+        const cp_wb *w = &s->wbs[i];
+        if (w->kind == CP_WB_COPY && w->input >= 0 && w->input < g->ninputs && w->out >= 0 &&
+            w->out < g->noutputs && !out_shared(s, e, w->out, i))
+            g->outputs[w->out].into = w->input;
+    }
+}
+
 static hd_status entry_inputs_session(cp_session *s, cp_entry *e) {
     hd_vm *vm = s->vm;
     e->inputs = hd_ctx_calloc(&vm->ctx, (size_t)(s->ninputs + 1), sizeof *e->inputs);
@@ -1030,6 +1084,7 @@ hd_status cp_session_finish(cp_session *s, const hd_value *ret, hd_value *sym, i
     if (!st) st = entry_inputs(s, g, e, *first);
     if (!st) st = entry_outputs(vm, g, e);
     if (!st) st = entry_spent(s, e);
+    if (!st && !aot) entry_donate(s, e, g);
     if (!st) {
         hd_jit_signature sig;
         hd_jit_signature_make(&sig, *first, g->ninputs);

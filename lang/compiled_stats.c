@@ -10,30 +10,33 @@ static hd_status stat_put(hd_vm *vm, hd_value d, const char *k, uint64_t v) {
     return hd_dict_set(vm, d, k, hd_int((int64_t)v));
 }
 
-/* Kernel launches per run of the entry used last (entries are kept most
- * recent first; 0: none compiled). */
-static uint64_t stats_kernels(const cp_body *b) {
+/* The jit statistics of the entry used last (entries are kept most recent
+ * first; zeros: none compiled). */
+static hd_jit_stats stats_last(const cp_body *b) {
+    hd_jit_stats st;
+    memset(&st, 0, sizeof st);
     for (int i = 0; i < b->nentries; i++) {
         const cp_entry *e = b->entries[i];
         if (!e || !e->exec || !e->jc->stats) continue;
-        hd_jit_stats st;
-        memset(&st, 0, sizeof st);
         e->jc->stats(e->exec, &st);
-        return (uint64_t)st.kernels;
+        break;
     }
-    return 0;
+    return st;
 }
 
 static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
     const hd_compiled_state *cs = vm->compiled;
     uint64_t z = 0;
-    if (b)
+    if (b) {
+        hd_jit_stats st = stats_last(b);
         return stat_put(vm, d, "calls", b->calls) || stat_put(vm, d, "hits", b->hits) ||
                stat_put(vm, d, "compiles", (uint64_t)b->traces) ||
                stat_put(vm, d, "entries", (uint64_t)b->nentries) ||
                stat_put(vm, d, "eager_calls", b->eager_calls) ||
-               stat_put(vm, d, "kernels", stats_kernels(b)) ||
+               stat_put(vm, d, "kernels", (uint64_t)st.kernels) ||
+               stat_put(vm, d, "donated", (uint64_t)st.donated) ||
                hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
+    }
     return stat_put(vm, d, "calls", cs ? cs->calls : z) ||
            stat_put(vm, d, "hits", cs ? cs->hits : z) ||
            stat_put(vm, d, "compiles", cs ? cs->traces : z) ||

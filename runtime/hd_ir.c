@@ -354,6 +354,7 @@ hd_status hd_ir_add_output(hd_ir_graph *g, const char *name, int value) {
     if (!nm) return g->ctx->status;
     g->outputs[g->noutputs].name = nm;
     g->outputs[g->noutputs].value = value;
+    g->outputs[g->noutputs].into = -1;
     g->noutputs++;
     return HD_OK;
 }
@@ -592,6 +593,9 @@ static hd_status ir_verify_names(hd_ir_graph *g, const int *defined_at) {
         if (v < 0 || v >= g->nvalues || defined_at[v] >= g->nnodes)
             return hd_error(g->ctx, HD_ERR_RUNTIME, "output '%s' is not defined",
                             g->outputs[i].name);
+        if (g->outputs[i].into < -1 || g->outputs[i].into >= g->ninputs)
+            return hd_error(g->ctx, HD_ERR_RUNTIME, "output '%s' replaces input %d of %d",
+                            g->outputs[i].name, g->outputs[i].into, g->ninputs);
     }
     return HD_OK;
 }
@@ -1100,6 +1104,7 @@ uint64_t hd_ir_graph_hash(const hd_ir_graph *g) {
     for (int i = 0; i < g->noutputs; i++) {
         hd_ir_hash_str(&s, g->outputs[i].name);
         hd_ir_hash_u64(&s, (uint64_t)g->outputs[i].value);
+        hd_ir_hash_u64(&s, (uint64_t)(int64_t)g->outputs[i].into);
     }
     return hd_ir_hash_final(&s);
 }

@@ -123,6 +123,11 @@ typedef struct hd_ir_const {
 typedef struct hd_ir_output {
     const char *name;
     int value;
+    /* the input this output's value replaces in place once the run is
+     * over (the caller copies it there), -1: none. A compiler may write the
+     * value straight into that input's memory (the llvm compiler's
+     * donated outputs, docs/llvm.md); set after tracing, by the caller */
+    int into;
 } hd_ir_output;
 
 /* A fusion group: nodes one generated kernel computes (hd_pass_fuse). */
