@@ -256,8 +256,8 @@ static hd_status llvm_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
     e->in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->in);
     e->direct = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, 2);
-    if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in ||
-        !e->in || !e->direct)
+    if (!e->vals || !e->roots || !e->slots || !e->results || !e->own_in || !e->node_in || !e->in ||
+        !e->direct)
         return ctx->status;
     e->donee = e->direct + g->ninputs + 1;
     for (int v = 0; v < g->nvalues; v++)
