@@ -246,6 +246,17 @@ void hd_compiled_note_items(hd_vm *vm, hd_value x, int depth) {
     }
 }
 
+/* The path of scan node `node` with one more step; 0, or -1 with the
+ * session out of memory. */
+static int session_step_path(cp_session *s, int node, cp_step_kind kind, int64_t i,
+                             const char *name, cp_path *out) {
+    cp_path base;
+    if (cp_scan_path(&s->pre, &s->roots, node, &base)) return -note_oom(s);
+    hd_status st = cp_path_extend(s->vm, &base, kind, i, name, out);
+    cp_path_free(s->vm, &base);
+    return st ? -note_oom(s) : 0;
+}
+
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v) {
     cp_session *s = cp_session_of(vm);
     if (!s) return;
@@ -258,17 +269,8 @@ void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i,
     if (node < 0) return;
     cp_step step = {name ? CP_FIELD : CP_INDEX, i, (char *)name};
     if (session_seen(s, cp_hash_step(s->pre.nodes[node].hash, &step))) return;
-    cp_path base, p;
-    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
-        note_oom(s);
-        return;
-    }
-    hd_status st = cp_path_extend(vm, &base, step.kind, i, name, &p);
-    cp_path_free(vm, &base);
-    if (st) {
-        note_oom(s);
-        return;
-    }
+    cp_path p;
+    if (session_step_path(s, node, step.kind, i, name, &p)) return;
     session_read(s, &p, node, &step, v);
     session_guard(s, &p, v);
 }
@@ -280,15 +282,10 @@ void hd_compiled_note_absent(hd_vm *vm, hd_value x, const char *name) {
     if (node < 0) return;
     cp_step step = {CP_FIELD, 0, (char *)name};
     if (session_seen(s, cp_hash_step(s->pre.nodes[node].hash, &step))) return;
-    cp_path base, p;
-    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
-        note_oom(s);
-        return;
-    }
-    hd_status st = cp_path_extend(vm, &base, CP_FIELD, 0, name, &p);
-    cp_path_free(vm, &base);
-    if (st || !CP_GROW(vm, s->guards, s->capguards, s->nguards)) {
-        if (!st) cp_path_free(vm, &p);
+    cp_path p;
+    if (session_step_path(s, node, CP_FIELD, 0, name, &p)) return;
+    if (!CP_GROW(vm, s->guards, s->capguards, s->nguards)) {
+        cp_path_free(vm, &p);
         note_oom(s);
         return;
     }
@@ -318,17 +315,8 @@ void hd_compiled_note_grad(hd_vm *vm, const hd_tensor *t) {
     hd_value was = before >= 0 ? s->pre.nodes[before].v : hd_none();
     const hd_tensor *now = hd_grad_get(t);
     if (now != (was.type == HD_V_TENSOR ? was.as.t : NULL) || session_seen(s, h)) return;
-    cp_path base, p;
-    if (cp_scan_path(&s->pre, &s->roots, node, &base)) {
-        note_oom(s);
-        return;
-    }
-    hd_status st = cp_path_extend(vm, &base, CP_GRAD, 0, NULL, &p);
-    cp_path_free(vm, &base);
-    if (st) {
-        note_oom(s);
-        return;
-    }
+    cp_path p;
+    if (session_step_path(s, node, CP_GRAD, 0, NULL, &p)) return;
     session_guard(s, &p, was);
 }
 
