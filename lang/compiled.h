@@ -41,7 +41,8 @@ void hd_compiled_note_cell(hd_vm *vm, const hd_cell *c, hd_value v);
 /* x.name, x["name"] (objects, dicts, modules) and list[i] (name NULL). */
 void hd_compiled_note_member(hd_vm *vm, hd_value x, const char *name, int64_t i, hd_value v);
 /* x.name looked up and found missing, the lookup's default taken
- * (getattr(x, name, d), hasattr): later calls must find it missing too. */
+ * (getattr(x, name, d), hasattr, a class's method called on an object):
+ * later calls must find it missing too. */
 void hd_compiled_note_absent(hd_vm *vm, hd_value x, const char *name);
 /* A list or dict a builtin is given reads all it holds: each item noted as
  * x[i] (and the lists and dicts inside, to a depth), so that a tensor in

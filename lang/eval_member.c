@@ -30,8 +30,11 @@ hd_status hd_eval_find_method(hd_vm *vm, hd_value x, const char *name, hd_value 
             break;
         }
         if ((p = hd_dict_get(o->cls->methods, name)) ||
-            (p = hd_vm_find_method(vm, HD_V_OBJECT, name)))
+            (p = hd_vm_find_method(vm, HD_V_OBJECT, name))) {
+            /* a field of that name set later would be called instead */
+            if (HD_UNLIKELY(vm->trace_reads)) hd_compiled_note_absent(vm, x, name);
             *pass_self = 1;
+        }
         break;
     }
     case HD_V_DICT:
