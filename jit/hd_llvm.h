@@ -5,7 +5,9 @@
  *          hd_plan.h)       runtime runs, the step order, which values are
  *                           stored, the slot table and the arena offsets;
  *   gen   (hd_llvm_gen.c,   one LLVM module: a function per kernel and the
- *          hd_llvm_ops.c)   graph's main function calling them in order;
+ *          hd_llvm_ops.c,   graph's main function calling them in order;
+ *          hd_llvm_reduce.c) the bodies of the kernels that reduce in
+ *                           hd_llvm_reduce.c;
  *   jit   (hd_llvm_jit.c)   O2 through the new pass manager, machine code for
  *                           the host CPU, linked by ORC's LLJIT;
  *   cache (hd_llvm_cache.c) object files on disk, keyed by the module;
@@ -155,7 +157,7 @@ void hd_llvm_rt_parallel(void *rt, hd_llvm_kernel_fn fn, void **slots, int64_t n
 /* A reduction to one element over n elements, in parts on the context's
  * threads: part(slots, lo, hi, acc) accumulates [lo, hi) into the 8 bytes
  * at acc, fin(slots, accs, nparts) merges the parts in order and stores
- * the result (hd_llvm_gen.c, "split across threads"). */
+ * the result (hd_llvm_reduce.c, "split across threads"). */
 typedef void (*hd_llvm_part_fn)(void **slots, int64_t lo, int64_t hi, void *acc);
 typedef void (*hd_llvm_fin_fn)(void **slots, void *accs, int64_t nparts);
 void hd_llvm_rt_reduce(void *rt, hd_llvm_part_fn part, hd_llvm_fin_fn fin, void **slots, int64_t n);
