@@ -226,7 +226,7 @@ static const struct {
     {HD_OP_DROPOUT_BWD, "test_gradcheck"},
     {HD_OP_SOFTMAX_BWD, "test_gradcheck"},
     {HD_OP_LOG_SOFTMAX_BWD, "test_gradcheck"},
-    {HD_OP_LAYER_NORM_BWD, "test_gradcheck (layer_norm's rule), test_llvm"},
+    {HD_OP_LAYER_NORM_BWD, "test_gradcheck (layer_norm's rule), test_llvm_reduce"},
     {HD_OP_ATTENTION_BWD, "test_gradcheck (attention's rule, v as wide as q), "
                           "tests/golden/attention_fused.hodu"},
 };
