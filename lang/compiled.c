@@ -497,12 +497,14 @@ static hd_status tmpl_kids(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
 }
 
 /* The node of a tensor from before the call that its path still leads to
- * after the body ran (the body did not store another there), or -1. */
+ * after the body ran (the body did not store another there), -1, or -2
+ * with the VM's error (out of memory making the path). */
 static int tmpl_state_tensor(cp_session *s, hd_tensor *t) {
     int node = t->storage ? cp_scan_find(&s->pre, t) : -1;
     cp_path p;
     hd_value now;
-    if (node < 0 || cp_scan_path(&s->pre, &s->roots, node, &p)) return -1;
+    if (node < 0) return -1;
+    if (cp_scan_path(&s->pre, &s->roots, node, &p)) return -2;
     int same = cp_path_get(&s->roots, &p, &now) && now.type == HD_V_TENSOR && now.as.t == t;
     cp_path_free(s->vm, &p);
     return same ? node : -1;
@@ -524,6 +526,7 @@ hd_status cp_tmpl_build(cp_session *s, hd_value v, cp_tmpl *t, int depth) {
             t->kind = CP_T_PATH;
             return cp_scan_path(&s->pre, &s->roots, node, &t->path);
         }
+        if (node == -2) return vm->err ? vm->err : hd_vm_oom(vm);
         t->kind = CP_T_OUT;
         t->out = out_add(s, v.as.t, "return");
         return t->out < 0 ? vm->err : HD_OK;

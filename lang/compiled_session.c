@@ -131,7 +131,11 @@ static void session_guard(cp_session *s, cp_path *p, hd_value v) {
     int arg = g->path.root == CP_ROOT_ARG && !g->path.nsteps; /* its own input */
     int node = v.type == HD_V_TENSOR && !arg ? cp_scan_find(&s->pre, v.as.t) : -1;
     cp_path first;
-    if (node < 0 || cp_scan_path(&s->pre, &s->roots, node, &first)) return;
+    if (node < 0) return;
+    if (cp_scan_path(&s->pre, &s->roots, node, &first)) {
+        note_oom(s);
+        return;
+    }
     if (strcmp(first.text, g->path.text) != 0)
         g->same = first;
     else
