@@ -14,7 +14,9 @@
  * programs also run as the body of a loop node of 1..7 trips, x carried
  * (every third a while loop of 0..7 iterations on a carried count;
  * HODU_RANDGRAPH_LOOPS=n of them, 300 by default), against eager
- * iterations, through each compiler. */
+ * iterations, through each compiler. The llvm graphs also run with every
+ * output of an input's type marked to replace that input, which the llvm
+ * compiler may compute in place (docs/llvm.md, "Donated outputs"). */
 #include "hd_backend.h"
 #include "hd_compile.h"
 #include "hd_script.h"
@@ -349,6 +351,7 @@ static int close_to_scale(const hd_tensor *want, const hd_tensor *got, double rt
 
 typedef struct result {
     int ok, skipped;
+    int donated; /* outputs the llvm compiler computed into their inputs */
 } result;
 
 static void report(hd_ctx *ctx, uint64_t seed, const hd_jit_compiler *c, const hd_ir_graph *g,
@@ -426,6 +429,89 @@ static int run_compiled(hd_ctx *ctx, uint64_t seed, const hd_jit_compiler *c, hd
     hd_error_clear(ctx);
     return ok;
 }
+
+#if HODU_HAVE_LLVM
+/* Donated outputs (docs/llvm.md): each output of an input's dtype and
+ * shape is marked to replace one such input (hd_ir_output.into), and the
+ * llvm compiler may compute it into that input's memory. Run twice on
+ * copies of the inputs, then as the language does, copy every output the
+ * run did not write in place into its input: the outputs are eager's, the
+ * marked inputs hold their outputs, every other input is as it was. */
+static int bits_equal(const hd_tensor *a, const hd_tensor *b) {
+    if (a->numel != b->numel || a->dtype != b->dtype) return 0;
+    for (int64_t i = 0; i < a->numel; i++) {
+        double x = hd_tensor_get(a, i), y = hd_tensor_get(b, i);
+        if (!(x == y || (x != x && y != y))) return 0;
+    }
+    return 1;
+}
+
+static int donate_mark(hd_ir_graph *d, uint64_t seed) {
+    int marked = 0, taken[8] = {0};
+    for (int o = 0; o < d->noutputs; o++) {
+        const hd_ir_value *v = &d->values[d->outputs[o].value];
+        for (int k = 0; k < d->ninputs && k < 8; k++) {
+            int j = (int)((k + seed + (uint64_t)o) % (uint64_t)d->ninputs);
+            const hd_ir_value *x = &d->values[d->inputs[j].value];
+            if (taken[j] || x->dtype != v->dtype || x->ndim != v->ndim ||
+                memcmp(x->shape, v->shape, (size_t)v->ndim * sizeof *v->shape))
+                continue;
+            d->outputs[o].into = j;
+            taken[j] = 1;
+            marked++;
+            break;
+        }
+    }
+    return marked;
+}
+
+static int donate_run(hd_ctx *ctx, hd_jit_exec *e, const hd_ir_graph *d, hd_tensor *const *in,
+                      int nin, hd_tensor *const *want, int nout) {
+    hd_tensor *mine[4] = {0}, *got[4] = {0};
+    int ok = 1;
+    for (int i = 0; ok && i < nin; i++)
+        ok = (mine[i] = hd_tensor_new(ctx, in[i]->dtype, in[i]->shape, in[i]->ndim)) &&
+             hd_tensor_copy_into(ctx, mine[i], in[i]) == HD_OK;
+    ok = ok && hd_jit_llvm.run(ctx, e, mine, nin, got, nout) == HD_OK;
+    for (int o = 0; ok && o < nout; o++) {
+        double rtol = want[o]->dtype == HD_F64 ? 1e-12 : 1e-5;
+        int j = d->outputs[o].into;
+        ok = close_enough(want[o], got[o], rtol) &&
+             (j < 0 || got[o] == mine[j] || hd_tensor_copy_into(ctx, mine[j], got[o]) == HD_OK);
+        if (!ok) hd_error(ctx, HD_ERR_RUNTIME, "donated: output %d differs", o);
+    }
+    for (int i = 0; ok && i < nin; i++) {
+        int o = 0;
+        while (o < nout && d->outputs[o].into != i) o++;
+        ok = o < nout ? bits_equal(mine[i], got[o]) : bits_equal(mine[i], in[i]);
+        if (!ok) hd_error(ctx, HD_ERR_RUNTIME, "donated: input %d holds other values", i);
+    }
+    for (int i = 0; i < 4; i++) {
+        hd_tensor_unref(mine[i]);
+        hd_tensor_unref(got[i]);
+    }
+    return ok;
+}
+
+static int run_donated(hd_ctx *ctx, uint64_t seed, const hd_ir_graph *g, hd_tensor *const *in,
+                       int nin, hd_tensor *const *want, int nout, result *r) {
+    hd_ir_graph *d = hd_ir_graph_clone(g);
+    if (!d || !donate_mark(d, seed)) {
+        hd_ir_graph_free(d);
+        return d != NULL;
+    }
+    hd_jit_exec *e = NULL;
+    hd_jit_stats st;
+    int ok = hd_jit_llvm.compile(ctx, d, NULL, &e) == HD_OK;
+    if (ok) hd_jit_llvm.stats(e, &st), r->donated += st.donated;
+    for (int run = 0; ok && run < 2; run++) ok = donate_run(ctx, e, d, in, nin, want, nout);
+    if (!ok) report(ctx, seed, &hd_jit_llvm, d, e);
+    if (e) hd_jit_llvm.free(ctx, e);
+    hd_ir_graph_free(d);
+    hd_error_clear(ctx);
+    return ok;
+}
+#endif
 
 /* The cuda compiler on the first cuda_graphs seeds (HODU_RANDGRAPH_CUDA=n;
  * 0 unless set: it needs a device, real or emulated): inputs moved to the
@@ -673,6 +759,9 @@ static void one_graph(hd_ctx *ctx, uint64_t seed, result *r) {
     for (int c = 0; ok && c < NCOMPILERS; c++)
         if (c == 0 || seed <= llvm_graphs)
             ok = run_compiled(ctx, seed, compilers[c], g, in, nin, want, nout);
+#if HODU_HAVE_LLVM
+    if (ok && seed <= llvm_graphs) ok = run_donated(ctx, seed, g, in, nin, want, nout, r);
+#endif
     if (ok && seed <= cuda_graphs) ok = run_cuda(ctx, seed, g, in, nin, want, nout, 1);
     const char *dir = getenv("HODU_RANDGRAPH_SAVE"); /* seeds for the script fuzzer */
     if (ok && dir && seed <= 60) {
@@ -695,7 +784,7 @@ int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     ctx.nthreads = 1;
-    result r = {0, 0};
+    result r = {0, 0, 0};
     const char *one = getenv("HODU_RANDGRAPH_SEED"), *count = getenv("HODU_RANDGRAPH_N");
     uint64_t n = count ? strtoull(count, NULL, 10) : NGRAPHS;
     const char *nl = getenv("HODU_RANDGRAPH_LLVM");
@@ -709,7 +798,7 @@ int main(void) {
         one_graph(&ctx, strtoull(one, NULL, 10), &r);
         one_loop(&ctx, strtoull(one, NULL, 10), &r);
     } else {
-        result lr = {0, 0};
+        result lr = {0, 0, 0};
         for (uint64_t seed = 1; seed <= loop_graphs; seed++) one_loop(&ctx, seed, &lr);
         printf("%d loop graphs agree, %d programs refused eagerly\n", lr.ok, lr.skipped);
         CHECK(lr.ok + lr.skipped == (int)loop_graphs && lr.skipped < (int)loop_graphs / 20 + 1);
@@ -717,6 +806,10 @@ int main(void) {
         printf("%d graphs agree (interp; llvm on the first %d too), %d programs refused eagerly\n",
                r.ok, NCOMPILERS > 1 ? (int)(llvm_graphs < n ? llvm_graphs : n) : 0, r.skipped);
         CHECK(r.ok + r.skipped == (int)n && r.skipped < (int)n / 20 + 1);
+#if HODU_HAVE_LLVM
+        printf("%d outputs donated by llvm (outputs marked to replace an input)\n", r.donated);
+        CHECK(r.donated > 0 || llvm_graphs < 100);
+#endif
     }
     hd_ctx_release(&ctx); /* the device's state, when cuda ran */
     CHECK(ctx.mem_used == 0);
