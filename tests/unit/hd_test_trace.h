@@ -49,4 +49,21 @@ static inline hd_ir_graph *trace_body(hd_ctx *ctx, const char *name, body_fn bod
     return g;
 }
 
+/* relu(x @ w1 + b1) @ w2 + b2 and its sum (w1, b1, w2, b2 in ud): the MLP
+ * of the compiler tests */
+static inline hd_status mlp2_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    hd_tensor **p = ud, *h = NULL, *h2 = NULL, *h3 = NULL, *o = NULL;
+    hd_status st = op2(ctx, HD_OP_MATMUL, in[0], p[0], &h);
+    if (!st) st = op2(ctx, HD_OP_ADD, h, p[1], &h2);
+    if (!st) st = op1(ctx, HD_OP_RELU, h2, NULL, &h3);
+    if (!st) st = op2(ctx, HD_OP_MATMUL, h3, p[2], &o);
+    if (!st) st = op2(ctx, HD_OP_ADD, o, p[3], &out[0]);
+    if (!st) st = op1(ctx, HD_OP_SUM, out[0], NULL, &out[1]);
+    hd_tensor_unref(h);
+    hd_tensor_unref(h2);
+    hd_tensor_unref(h3);
+    hd_tensor_unref(o);
+    return st;
+}
+
 #endif

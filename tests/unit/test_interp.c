@@ -30,22 +30,6 @@ static int same_values(const hd_tensor *a, const hd_tensor *b, double tol) {
     return 1;
 }
 
-/* relu(x @ w1 + b1) @ w2 + b2, and its sum */
-static hd_status mlp_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
-    hd_tensor **p = ud, *h = NULL, *h2 = NULL, *h3 = NULL, *o = NULL;
-    hd_status st = op2(ctx, HD_OP_MATMUL, in[0], p[0], &h);
-    if (!st) st = op2(ctx, HD_OP_ADD, h, p[1], &h2);
-    if (!st) st = op1(ctx, HD_OP_RELU, h2, NULL, &h3);
-    if (!st) st = op2(ctx, HD_OP_MATMUL, h3, p[2], &o);
-    if (!st) st = op2(ctx, HD_OP_ADD, o, p[3], &out[0]);
-    if (!st) st = op1(ctx, HD_OP_SUM, out[0], NULL, &out[1]);
-    hd_tensor_unref(h);
-    hd_tensor_unref(h2);
-    hd_tensor_unref(h3);
-    hd_tensor_unref(o);
-    return st;
-}
-
 /* Eager vs compiled by c on the same inputs; returns 1 if all outputs
  * agree (to tol, relative; 0: equal). */
 static int check_with(hd_ctx *ctx, const hd_jit_compiler *c, body_fn body, hd_tensor *const *in,
@@ -77,7 +61,7 @@ static int check_body(hd_ctx *ctx, body_fn body, hd_tensor *const *in, int nin, 
     int ok = check_with(ctx, &hd_jit_interp, body, in, nin, nout, ud, opt, stats, 0);
 #if HODU_HAVE_LLVM
     ok = check_with(ctx, &hd_jit_llvm, body, in, nin, nout, ud, opt, NULL,
-                    body == mlp_body ? 1e-6 : 0) &&
+                    body == mlp2_body ? 1e-6 : 0) &&
          ok;
 #endif
     return ok;
@@ -97,7 +81,7 @@ static void test_mlp(hd_ctx *ctx) {
     int64_t sx[2] = {3, 6};
     hd_tensor *x = seq(ctx, HD_F32, sx, 2, 1.0);
     hd_jit_stats st;
-    CHECK(check_body(ctx, mlp_body, &x, 1, 2, p, NULL, &st));
+    CHECK(check_body(ctx, mlp2_body, &x, 1, 2, p, NULL, &st));
     CHECK(st.kernels == 6 && st.consts == 4 && st.runs == 1);
     CHECK(st.planned_bytes < st.naive_bytes);
     CHECK(st.inplace >= 1); /* relu over the bias add */
@@ -105,7 +89,7 @@ static void test_mlp(hd_ctx *ctx) {
     hd_jit_options_init(&o);
     o.opt_level = 0;
     o.no_inplace = o.no_reuse = 1;
-    CHECK(check_body(ctx, mlp_body, &x, 1, 2, p, &o, &st));
+    CHECK(check_body(ctx, mlp2_body, &x, 1, 2, p, &o, &st));
     CHECK(st.inplace == 0 && st.planned_bytes == st.naive_bytes);
     /* a strided (transposed) input is copied into the executable's buffer */
     hd_tensor *xt = NULL, *xtt = NULL;
@@ -117,7 +101,7 @@ static void test_mlp(hd_ctx *ctx) {
     int64_t sxt[2] = {6, 3};
     hd_tensor *base = seq(ctx, HD_F32, sxt, 2, 1.0);
     CHECK(op1(ctx, HD_OP_PERMUTE, base, &at, &xt) == HD_OK && !hd_tensor_is_contiguous(xt));
-    CHECK(check_body(ctx, mlp_body, &xt, 1, 2, p, NULL, NULL));
+    CHECK(check_body(ctx, mlp2_body, &xt, 1, 2, p, NULL, NULL));
     hd_tensor_unref(xtt);
     hd_tensor_unref(xt);
     hd_tensor_unref(base);
@@ -130,14 +114,14 @@ static void test_fresh_outputs_and_errors(hd_ctx *ctx) {
     mlp_params(ctx, p);
     int64_t sx[2] = {3, 6}, bad[2] = {3, 5};
     hd_tensor *x = seq(ctx, HD_F32, sx, 2, 1.0), *x2 = seq(ctx, HD_F32, sx, 2, -0.5);
-    hd_ir_graph *g = trace_body(ctx, "body", mlp_body, &x, 1, 2, p);
+    hd_ir_graph *g = trace_body(ctx, "body", mlp2_body, &x, 1, 2, p);
     hd_jit_exec *e = NULL;
     CHECK(g && hd_jit_interp.compile(ctx, g, NULL, &e) == HD_OK);
     hd_tensor *o1[2] = {0}, *o2[2] = {0}, *want[2] = {0};
     CHECK(hd_jit_interp.run(ctx, e, &x, 1, o1, 2) == HD_OK);
     CHECK(hd_jit_interp.run(ctx, e, &x2, 1, o2, 2) == HD_OK);
     CHECK(o1[0] != o2[0] && o1[0]->storage != o2[0]->storage);
-    CHECK(mlp_body(ctx, &x, want, p) == HD_OK);
+    CHECK(mlp2_body(ctx, &x, want, p) == HD_OK);
     CHECK(same_values(want[0], o1[0], 0) &&
           same_values(want[1], o1[1], 0)); /* kept by the caller */
     hd_tensor *wrong = seq(ctx, HD_F32, bad, 2, 1.0), *none[2] = {0};
@@ -348,7 +332,7 @@ static void test_alloc_failures(hd_ctx *ctx) {
     mlp_params(ctx, p);
     int64_t sx[2] = {3, 6};
     hd_tensor *x = seq(ctx, HD_F32, sx, 2, 1.0);
-    hd_ir_graph *g = trace_body(ctx, "body", mlp_body, &x, 1, 2, p);
+    hd_ir_graph *g = trace_body(ctx, "body", mlp2_body, &x, 1, 2, p);
     int ok_at = -1;
     for (long k = 0; k < 400 && ok_at < 0; k++) {
         size_t before = ctx->mem_used;

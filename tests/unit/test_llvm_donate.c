@@ -10,17 +10,13 @@
 #include "hd_compile.h"
 #include "hd_test.h"
 #include "hd_test_trace.h"
+#include "hd_test_llvm.h"
 
 #if !HODU_HAVE_LLVM
 
-int main(void) {
-    printf("this build has no LLVM: nothing to test\n");
-    TEST_END();
-}
+HD_TEST_LLVM_MISSING_MAIN()
 
 #else
-
-static const hd_jit_compiler *LL = &hd_jit_llvm;
 
 enum {
     D_SUB,       /* y0 = x0 - 0.5 x1: donated */

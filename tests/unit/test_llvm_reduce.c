@@ -13,14 +13,7 @@
 
 #if !HODU_HAVE_LLVM
 
-int main(void) {
-    hd_ctx ctx;
-    hd_ctx_init(&ctx, NULL, NULL);
-    const hd_jit_compiler *c = NULL;
-    CHECK(hd_jit_compiler_find(&ctx, "llvm", &c) == HD_ERR_RUNTIME && !c);
-    printf("this build has no LLVM: only the lookup is tested\n");
-    TEST_END();
-}
+HD_TEST_LLVM_MISSING_MAIN()
 
 #else
 
