@@ -709,13 +709,23 @@ static hd_status grad_to_input(hd_ctx *ctx, hd_tensor **g, const hd_grad_edge *e
     return t ? HD_OK : ctx->status;
 }
 
+/* a + b as the gradients' own sum, outside a strategy's precision (which
+ * would make an f32 .grad f64 under precision "full"): in their dtype. */
+static hd_tensor *grad_sum(hd_ctx *ctx, hd_tensor *a, hd_tensor *b) {
+    int mode = ctx->autocast;
+    ctx->autocast = HD_AUTOCAST_OFF;
+    hd_tensor *s = run2(ctx, HD_OP_ADD, a, b);
+    ctx->autocast = mode;
+    return s;
+}
+
 /* *acc += g (consumes g). */
 static hd_status accumulate(hd_ctx *ctx, hd_tensor **acc, hd_tensor *g) {
     if (!*acc) {
         *acc = g;
         return HD_OK;
     }
-    hd_tensor *s = run2(ctx, HD_OP_ADD, *acc, g);
+    hd_tensor *s = grad_sum(ctx, *acc, g);
     hd_tensor_unref(g);
     if (!s) return ctx->status;
     hd_tensor_unref(*acc);
@@ -995,7 +1005,7 @@ static hd_status commit(hd_grad_pass *p) {
         if (!gi->pending) continue;
         if (ctx->trace) hd_trace_note_grad(ctx, p->leaves.p[i]);
         next[i] =
-            gi->grad ? run2(ctx, HD_OP_ADD, gi->grad, gi->pending) : grad_own(ctx, gi->pending);
+            gi->grad ? grad_sum(ctx, gi->grad, gi->pending) : grad_own(ctx, gi->pending);
         if (!next[i]) st = ctx->status;
     }
     for (size_t i = 0; i < n; i++) {
