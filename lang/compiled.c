@@ -403,6 +403,26 @@ static hd_status view_remake(hd_vm *vm, const cp_view *v, hd_tensor **inputs, hd
     return HD_OK;
 }
 
+/* Outputs that came back as one tensor but stand for tensors that are
+ * distinct eagerly (a clone of a value, which the passes remove, and the
+ * value itself: a momentum buffer made as g.clone() and the .grad g) get a
+ * copy each, or a write into one would change the other. (One eager
+ * tensor stored in two places is one output.) */
+static hd_status outs_split(hd_vm *vm, const cp_entry *e, hd_tensor **outs) {
+    int n = e->aot ? cp_aot_nfwd(e->aot) : e->noutputs; /* not the saved values */
+    for (int k = 1; k < n && k < e->noutputs; k++)
+        for (int j = 0; j < k; j++) {
+            if (!outs[k] || outs[k] != outs[j]) continue;
+            hd_tensor *c = NULL;
+            if (hd_op_run(&vm->ctx, HD_OP_COPY, &outs[j], 1, NULL, &c))
+                return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+            hd_tensor_unref(outs[k]);
+            outs[k] = c;
+            break;
+        }
+    return HD_OK;
+}
+
 /* Run e on inputs; write back; *ret (may be NULL) gets the returned value. */
 hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **inputs,
                        hd_value *ret) {
@@ -412,6 +432,7 @@ hd_status cp_entry_run(hd_vm *vm, cp_entry *e, const cp_roots *r, hd_tensor **in
     if (!outs) return hd_vm_oom(vm);
     hd_status st = e->jc->run(ctx, e->exec, inputs, e->ninputs, outs, e->noutputs);
     if (st) st = hd_vm_from_ctx(vm, st);
+    if (!st) st = outs_split(vm, e, outs);
     for (int k = 0; !st && e->spent && k < e->noutputs; k++)
         if (e->spent[k] && hd_autograd_mark_spent(ctx, outs[k]))
             st = hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
