@@ -400,7 +400,7 @@ int main(int argc, char **argv) {
     if (calls < 1) calls = 1000;
     if (threads < 1) threads = 1;
     setenv("HODU_CACHE_DIR", "off", 1);
-    printf("openblas kernels: %s\n", cpu_blas_core());
+    printf("openblas kernels: %s, gemm: %s\n", cpu_blas_core(), cpu_blas_gemm_name());
     const char *only = getenv("BENCH_ONLY"); /* mlp, chain or compile */
     if (!only || !strcmp(only, "mlp")) bench_mlp(calls, threads);
     if (!only || !strcmp(only, "chain")) bench_chain();

@@ -112,8 +112,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_matmul: no OpenBLAS: %s\n", cpu_blas_why());
         return 1;
     }
-    printf("f32 matmul, %d threads, best of several runs; OpenBLAS's %s kernels\n", ctx.nthreads,
-           cpu_blas_core());
+    printf("f32 matmul, %d threads, best of several runs; OpenBLAS's %s kernels, gemm %s\n",
+           ctx.nthreads, cpu_blas_core(), cpu_blas_gemm_name());
 #else
     printf("f32 matmul, %d threads, best of several runs\n", ctx.nthreads);
 #endif

@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
     if (iters < 1) iters = 100;
     if (rounds < 1) rounds = 5;
     setenv("HODU_CACHE_DIR", "off", 1);
-    printf("openblas kernels: %s\n", cpu_blas_core());
+    printf("openblas kernels: %s, gemm: %s\n", cpu_blas_core(), cpu_blas_gemm_name());
     static const int64_t sizes[3][4] = {
         {32, 256, 512, 256}, {64, 512, 1024, 512}, {128, 768, 2048, 1024}};
     const char *only = getenv("BENCH_SIZE"); /* 0, 1 or 2 */

@@ -5,8 +5,10 @@
  * chose; nothing else of Hodu), beside this core's f32 FMA peak (a loop of
  * independent FMAs, 16 wide with AVX-512, else 8). The step cannot take
  * less than its products' time at that peak; bench/bench_train_step.sh
- * times the step. Best of 9 rounds. Usage: bench_step_gemms (OpenBLAS on
- * one thread, as Hodu keeps it). */
+ * times the step. Each product is also timed as Hodu runs it
+ * (cpu_blas_gemm on one thread: oneDNN's sgemm for the larger ones where
+ * it is installed, docs/runtime.md "Which gemm"). Best of 9 rounds.
+ * Usage: bench_step_gemms (one thread, as Hodu keeps its libraries). */
 #include "cpu_blas.h"
 #include "hd_base.h"
 
@@ -93,8 +95,9 @@ static float *step_rand(long n) {
     return p;
 }
 
-/* Seconds for one product, best of 9 rounds of reps calls. */
-static double step_gemm_seconds(const step_gemm *g) {
+/* Seconds for one product, best of 9 rounds of reps calls: through
+ * OpenBLAS's cblas_sgemm, or (hodu) as Hodu runs it on one thread. */
+static double step_gemm_seconds(const step_gemm *g, int hodu) {
     float *a = step_rand((long)g->m * g->k), *b = step_rand((long)g->k * g->n);
     float *c = malloc((size_t)g->m * (size_t)g->n * sizeof *c);
     if (!a || !b || !c) {
@@ -106,7 +109,10 @@ static double step_gemm_seconds(const step_gemm *g) {
     int reps = (int)(2e8 / flops) + 1;
     for (int r = 0; r < 9; r++) {
         double t = step_now();
-        for (int i = 0; i < reps; i++)
+        for (int i = 0; i < reps && hodu; i++)
+            cpu_blas_gemm(1, 0, g->ta, g->tb, g->m, g->n, g->k, 1.0, a, lda, b, ldb, 0.0, c, g->n,
+                          NULL);
+        for (int i = 0; i < reps && !hodu; i++)
             step_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
                        g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
                        0.0f, c, g->n);
@@ -130,19 +136,22 @@ int main(void) {
     printf("f32 FMA peak, one core (%s): %.1f GFLOP/s%s; OpenBLAS's %s kernels\n",
            __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2", peak * 1e-9,
            sink == 12345 ? " " : "", cpu_blas_core());
-    double total = 0, flops = 0;
+    double total = 0, total_hodu = 0, flops = 0;
+    printf("  %-20s %-19s  %-30s  %s (%s)\n", "product", "shape", "OpenBLAS", "as Hodu runs it",
+           cpu_blas_gemm_name());
     for (int i = 0; i < STEP_NGEMMS; i++) {
         const step_gemm *g = &step_gemms[i];
-        double t = step_gemm_seconds(g), f = 2.0 * g->m * g->n * g->k;
-        total += t;
-        flops += f;
-        printf("  %-20s %c%c %4d x %4d x %4d: %8.1f us, %5.1f GFLOP/s (%3.0f%% of peak)\n", g->what,
-               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, t * 1e6, f / t * 1e-9,
-               100.0 * f / t / peak);
+        double t = step_gemm_seconds(g, 0), th = step_gemm_seconds(g, 1);
+        double f = 2.0 * g->m * g->n * g->k;
+        total += t, total_hodu += th, flops += f;
+        printf("  %-20s %c%c %4d x %4d x %4d: %8.1f us (%3.0f%% of peak)  %8.1f us (%3.0f%%)\n",
+               g->what, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, g->k, t * 1e6,
+               100.0 * f / t / peak, th * 1e6, 100.0 * f / th / peak);
     }
-    printf("the step's products: %.2f MFLOP, %.1f us through OpenBLAS (%.0f%% of peak); %.1f us "
-           "at the peak\n",
-           flops * 1e-6, total * 1e6, 100.0 * flops / total / peak, flops / peak * 1e6);
+    printf("the step's products: %.2f MFLOP, %.1f us through OpenBLAS (%.0f%% of peak), %.1f us "
+           "as Hodu runs them (%.0f%%); %.1f us at the peak\n",
+           flops * 1e-6, total * 1e6, 100.0 * flops / total / peak, total_hodu * 1e6,
+           100.0 * flops / total_hodu / peak, flops / peak * 1e6);
     return 0;
 }
 

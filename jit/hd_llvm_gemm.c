@@ -134,6 +134,7 @@ static int gemm_blas_init(const gemm_job *j, gemm_blas *bl) {
                        .ldb = ldb,
                        .c = j->c,
                        .ldc = j->n};
+    cpu_blas_choose(&g);
     bl->args = g;
     return 1;
 }

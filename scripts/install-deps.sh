@@ -15,3 +15,9 @@ apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi3 iproute2 
 # whose libFuzzer and sanitizer runtimes Debian ships apart from clang
 # (only recommended by it, so --no-install-recommends leaves them out).
 apt-get install -y -qq --no-install-recommends clang libomp-dev libclang-rt-dev >/dev/null
+# oneDNN, whose sgemm runs the larger f32 products where it is installed
+# (docs/runtime.md, "Which gemm"; hodu opens it at run time, so no -dev
+# package): Debian 12 ships it as libdnnl2, later releases as libdnnl3.
+dnnl=libdnnl2
+if apt-cache show libdnnl3 >/dev/null 2>&1; then dnnl=libdnnl3; fi
+apt-get install -y -qq --no-install-recommends "$dnnl" >/dev/null

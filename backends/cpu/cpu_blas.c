@@ -64,6 +64,10 @@ static struct {
     void *handle;
     int ready;
     char why[256];
+    /* oneDNN's dnnl_sgemm (row-major; 2.x and 3.x alike), NULL when it is
+     * not here or not wanted */
+    int (*onednn_sgemm)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                        const float *, int64_t, float, float *, int64_t);
 } blas;
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -99,6 +103,37 @@ static void *blas_open_best(void) {
     return h ? h : blas_open();
 }
 
+/* oneDNN, opened beside OpenBLAS when the process may use it: its sgemm
+ * runs the f32 products of CPU_BLAS_ONEDNN_MIN multiply-adds and more
+ * (docs/runtime.md, "Which gemm"). Not where HODU_GEMM=openblas, nor in a
+ * process that runs LLVM's OpenMP (the fuzz targets, built with clang):
+ * libdnnl brings GCC's, and two OpenMP runtimes in one process share
+ * nothing. */
+static void blas_open_onednn(void) {
+    const char *want = getenv("HODU_GEMM");
+    if (want && *want && strcmp(want, "onednn") != 0) {
+        if (strcmp(want, "openblas") != 0)
+            fprintf(stderr,
+                    "hodu: HODU_GEMM=%s is not a gemm here (onednn, openblas); OpenBLAS "
+                    "runs every product\n",
+                    want);
+        return;
+    }
+    if (dlsym(RTLD_DEFAULT, "__kmpc_fork_call")) {
+        if (hd_log_on("blas")) fprintf(stderr, "hodu: oneDNN not used: LLVM's OpenMP runs here\n");
+        return;
+    }
+    static const char *const names[] = {"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) *(void **)&blas.onednn_sgemm = dlsym(h, "dnnl_sgemm");
+    if (hd_log_on("blas"))
+        fprintf(stderr, "hodu: oneDNN %s\n",
+                blas.onednn_sgemm ? "opened: its sgemm runs the larger f32 products"
+                                  : "not found: OpenBLAS runs every product");
+}
+
 static void blas_init_once(void) {
     const char *off = getenv("HODU_NO_BLAS");
     if (off && *off && strcmp(off, "0") != 0) {
@@ -127,6 +162,7 @@ static void blas_init_once(void) {
     if (blas.set_threads) blas.set_threads(1);
     if (hd_log_on("blas") && blas.corename)
         fprintf(stderr, "hodu: OpenBLAS opened, its %s kernels\n", blas.corename());
+    blas_open_onednn();
     blas.ready = 1;
 }
 
@@ -176,8 +212,41 @@ int cpu_blas_matvec(const cpu_blas_args *g) {
     return 1;
 }
 
+void cpu_blas_choose(cpu_blas_args *g) {
+    double mnk = (double)g->m * (double)g->n * (double)g->k;
+    g->onednn = !g->f64 && blas.onednn_sgemm && g->beta == 0 && mnk >= CPU_BLAS_ONEDNN_MIN &&
+                g->m >= 16 && g->n >= 16;
+}
+
+const char *cpu_blas_gemm_name(void) {
+    return !cpu_blas_ready() ? "none" : blas.onednn_sgemm ? "onednn" : "openblas";
+}
+
+/* oneDNN's sgemm on this thread alone, k in slices of CPU_BLAS_ONEDNN_K:
+ * its own blocking of k depends on m and n (k = 2048 summed in another
+ * order for 128 rows than for 16), so a block of a split product would
+ * not give the whole product's bits; slices of 512 it sums in one pass
+ * whatever the shape. 0 when it fails (out of memory for its packing):
+ * OpenBLAS then runs the product. */
+static int blas_onednn1(const cpu_blas_args *g) {
+    int outer = !omp_in_parallel(), saved = outer ? omp_get_max_threads() : 1;
+    if (saved > 1) omp_set_num_threads(1); /* else it runs a team of its own */
+    int ok = 1;
+    for (int64_t k0 = 0; k0 < g->k && ok; k0 += CPU_BLAS_ONEDNN_K) {
+        int64_t kk = HD_MIN(CPU_BLAS_ONEDNN_K, g->k - k0);
+        const float *a = (const float *)g->a + k0 * (g->ta ? g->lda : 1);
+        const float *b = (const float *)g->b + k0 * (g->tb ? 1 : g->ldb);
+        float beta = k0 ? 1.0f : (float)g->beta;
+        ok = blas.onednn_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->m, g->n, kk,
+                               (float)g->alpha, a, g->lda, b, g->ldb, beta, g->c, g->ldc) == 0;
+    }
+    if (saved > 1) omp_set_num_threads(saved);
+    return ok;
+}
+
 /* One single-threaded gemm. */
 static void blas_gemm1(const cpu_blas_args *g) {
+    if (g->onednn && blas_onednn1(g)) return;
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
     if (g->f64)
@@ -228,7 +297,8 @@ static void blas_gemm_par(int nt, const cpu_blas_args *g) {
 void cpu_blas_gemm(int nt, int f64, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
                    const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
                    int64_t ldc, const hd_stop *stop) {
-    cpu_blas_args g = {f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    cpu_blas_args g = {f64, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0};
+    cpu_blas_choose(&g);
     double mnk = (double)m * (double)n * (double)k;
     if (!stop || mnk <= 2 * CPU_BLAS_PIECE) {
         blas_gemm_par(nt, &g);
@@ -266,6 +336,14 @@ const char *cpu_blas_core(void) {
 int cpu_blas_matvec(const cpu_blas_args *g) {
     HD_UNUSED(g);
     return 0;
+}
+
+void cpu_blas_choose(cpu_blas_args *g) {
+    g->onednn = 0;
+}
+
+const char *cpu_blas_gemm_name(void) {
+    return "none";
 }
 
 void cpu_blas_gemv(int f64, int trans, int64_t rows, int64_t cols, const void *mat, int64_t ldm,

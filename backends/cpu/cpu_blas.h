@@ -1,8 +1,9 @@
-/* cpu_blas: how Hodu calls OpenBLAS (the cpu kernels and the llvm
- * compiler's gemm steps). OpenBLAS always runs on one thread: a large
- * product is split by Hodu over the context's OpenMP threads, one
- * single-threaded gemm per block of columns (or rows), so OpenBLAS's own
- * pthreads never spin beside OpenMP's (docs/runtime.md, "Threads"). */
+/* cpu_blas: how Hodu calls OpenBLAS, and oneDNN's sgemm where it is
+ * installed (the cpu kernels and the llvm compiler's gemm steps). Both
+ * always run on one thread: a large product is split by Hodu over the
+ * context's OpenMP threads, one single-threaded gemm per block of columns
+ * (or rows), so OpenBLAS's own pthreads never spin beside OpenMP's
+ * (docs/runtime.md, "Threads" and "Which gemm"). */
 #ifndef HD_CPU_BLAS_H
 #define HD_CPU_BLAS_H
 
@@ -60,7 +61,26 @@ typedef struct cpu_blas_args {
     double beta;
     void *c;
     int64_t ldc;
+    int onednn; /* oneDNN's sgemm runs it (cpu_blas_choose) */
 } cpu_blas_args;
+
+/* f32 products of at least this many multiply-adds (and 16 rows and 16
+ * columns) run on oneDNN's sgemm where it is here: 0.80-0.95x OpenBLAS's
+ * time from there up on AVX-512, slower below (its calls cost about 1 us
+ * more). */
+#define CPU_BLAS_ONEDNN_MIN ((double)(1 << 19))
+/* k per oneDNN call (cpu_blas.c: why slices) */
+#define CPU_BLAS_ONEDNN_K 512
+
+/* Sets g->onednn for the whole product g, before any split: every block
+ * of it then runs on the same library, so the bits do not depend on the
+ * threads. Needs cpu_blas_ready(). */
+void cpu_blas_choose(cpu_blas_args *g);
+
+/* "onednn" when oneDNN's sgemm runs the larger f32 products, "openblas"
+ * when OpenBLAS runs them all, "none" without BLAS. HODU_GEMM=openblas
+ * leaves oneDNN out. */
+const char *cpu_blas_gemm_name(void);
 
 /* A product with one row or one column (m or n is 1; alpha 1, beta 0, C
  * contiguous) as the matrix-vector product it is: 1 when done, 0 for a

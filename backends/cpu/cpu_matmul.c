@@ -258,7 +258,7 @@ static void mm_blas_one(const mm_job *j, int nt, enum CBLAS_TRANSPOSE ta, int ld
                         char *pc) {
     int m = (int)j->m, n = (int)j->n, k = (int)j->k, f64 = j->dt == HD_F64;
     cpu_blas_args g = {
-        f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n};
+        f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0, pc, n, 0};
     if (cpu_blas_matvec(&g)) return;
     cpu_blas_gemm(nt, f64, ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0, pa, lda, pb, ldb, 0.0,
                   pc, n, j->stop);

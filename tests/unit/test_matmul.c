@@ -7,7 +7,10 @@
 #include "hd_op.h"
 #include "cpu_blas.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const hd_dtype mm_dtypes[] = {HD_F32, HD_F64, HD_F16, HD_BF16, HD_I32, HD_I64, HD_I8, HD_U8};
 enum { NDT = sizeof mm_dtypes / sizeof mm_dtypes[0] };
@@ -544,6 +547,82 @@ static void test_blas_core(void) {
               "OpenBLAS runs its Prescott kernels on a CPU that runs its %s ones", want);
 }
 
+/* ---- which gemm: oneDNN's sgemm where it is here, else OpenBLAS ---- */
+
+/* A product's bits must not depend on how it is split over threads: each
+ * block of a split product runs its own gemm, and oneDNN sums k in
+ * another order for 128 rows than for 16 when k is large (cpu_blas.c
+ * gives it k in slices of 512). Rows of 1040 x 1024 split over 16
+ * threads are blocks of 64 and 80; columns of 128 x 2048, of 128. Every
+ * thread count against one thread, bit for bit, and sampled elements
+ * against a double loop. */
+typedef struct gemm_shape {
+    int ta, tb;
+    int64_t m, n, k;
+} gemm_shape;
+
+static float gemm_value(uint64_t i, uint64_t salt) {
+    uint64_t h = (i + salt) * 0x9e3779b97f4a7c15ull;
+    return (float)((h >> 40) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static int gemm_sampled_ok(const gemm_shape *s, const float *a, const float *b, const float *c) {
+    int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    for (int t = 0; t < 64; t++) {
+        int64_t i = (t * 7919) % s->m, j = (t * 104729) % s->n;
+        double want = 0, mag = 0;
+        for (int64_t l = 0; l < s->k; l++) {
+            double x = s->ta ? a[l * lda + i] : a[i * lda + l];
+            double y = s->tb ? b[j * ldb + l] : b[l * ldb + j];
+            want += x * y, mag += fabs(x * y);
+        }
+        if (fabs(c[i * s->n + j] - want) > 1e-5 * mag + 1e-6) return 0;
+    }
+    return 1;
+}
+
+static int gemm_threads_same(const gemm_shape *s) {
+    size_t na = (size_t)(s->m * s->k), nb = (size_t)(s->k * s->n), nc = (size_t)(s->m * s->n);
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+    float *c1 = malloc(nc * sizeof *c1), *cn = malloc(nc * sizeof *cn);
+    int ok = a && b && c1 && cn;
+    for (size_t i = 0; ok && i < na; i++) a[i] = gemm_value(i, 1);
+    for (size_t i = 0; ok && i < nb; i++) b[i] = gemm_value(i, 2);
+    int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    if (ok) {
+        cpu_blas_gemm(1, 0, s->ta, s->tb, s->m, s->n, s->k, 1.0, a, lda, b, ldb, 0.0, c1, s->n,
+                      NULL);
+        ok = gemm_sampled_ok(s, a, b, c1);
+    }
+    static const int nts[] = {2, 3, 16};
+    for (int t = 0; ok && t < 3; t++) {
+        cpu_blas_gemm(nts[t], 0, s->ta, s->tb, s->m, s->n, s->k, 1.0, a, lda, b, ldb, 0.0, cn, s->n,
+                      NULL);
+        ok = memcmp(c1, cn, nc * sizeof *c1) == 0;
+        if (!ok)
+            printf("%lld x %lld x %lld (%c%c): %d threads give other bits than 1\n",
+                   (long long)s->m, (long long)s->n, (long long)s->k, s->ta ? 'T' : 'N',
+                   s->tb ? 'T' : 'N', nts[t]);
+    }
+    free(a), free(b), free(c1), free(cn);
+    return ok;
+}
+
+static void test_gemm_choice(void) {
+    if (!cpu_blas_ready()) return;
+    const char *name = cpu_blas_gemm_name(), *want = getenv("HODU_GEMM");
+    printf("gemm: %s\n", name);
+    if (want && strcmp(want, "openblas") == 0) CHECK(strcmp(name, "openblas") == 0);
+    static const gemm_shape shapes[] = {
+        {0, 0, 1040, 1024, 2048}, {0, 0, 128, 2048, 2048}, {1, 1, 1040, 1024, 1300},
+        {0, 1, 4096, 256, 512},   {1, 0, 256, 512, 64},    {0, 0, 64, 48, 170},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        bad += !gemm_threads_same(&shapes[i]);
+    CHECK_MSG(bad == 0, "%d gemm shapes differ between thread counts or from the reference", bad);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
@@ -555,6 +634,7 @@ int main(void) {
     test_alloc_failures();
     test_cast_inputs(&ctx);
     test_blas_core();
+    test_gemm_choice();
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
