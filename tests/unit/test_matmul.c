@@ -555,7 +555,7 @@ static void test_blas_core(void) {
  * gives it k in slices of 512). Rows of 1040 x 1024 split over 16
  * threads are blocks of 64 and 80; columns of 128 x 2048, of 128. Every
  * thread count against one thread, bit for bit, and sampled elements
- * against a double loop. */
+ * against a double loop, C filled with NaN first. */
 typedef struct gemm_shape {
     int ta, tb;
     int64_t m, n, k;
@@ -576,8 +576,10 @@ static int gemm_sampled_ok(const gemm_shape *s, const float *a, const float *b, 
             double y = s->tb ? b[j * ldb + l] : b[l * ldb + j];
             want += x * y, mag += fabs(x * y);
         }
-        if (fabs(c[i * s->n + j] - want) > 1e-5 * mag + 1e-6) return 0;
+        if (!(fabs(c[i * s->n + j] - want) <= 1e-5 * mag + 1e-6)) return 0;
     }
+    for (int64_t i = 0; i < s->m * s->n; i++)
+        if (isnan(c[i])) return 0;
     return 1;
 }
 
@@ -589,6 +591,8 @@ static int gemm_threads_same(const gemm_shape *s) {
     for (size_t i = 0; ok && i < na; i++) a[i] = gemm_value(i, 1);
     for (size_t i = 0; ok && i < nb; i++) b[i] = gemm_value(i, 2);
     int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    /* C starts as NaN: beta 0 must not read it (out-of-use memory) */
+    for (size_t i = 0; ok && i < nc; i++) c1[i] = NAN;
     if (ok) {
         cpu_blas_gemm(1, 0, s->ta, s->tb, s->m, s->n, s->k, 1.0, a, lda, b, ldb, 0.0, c1, s->n,
                       NULL);
@@ -596,6 +600,7 @@ static int gemm_threads_same(const gemm_shape *s) {
     }
     static const int nts[] = {2, 3, 16};
     for (int t = 0; ok && t < 3; t++) {
+        for (size_t i = 0; i < nc; i++) cn[i] = NAN;
         cpu_blas_gemm(nts[t], 0, s->ta, s->tb, s->m, s->n, s->k, 1.0, a, lda, b, ldb, 0.0, cn, s->n,
                       NULL);
         ok = memcmp(c1, cn, nc * sizeof *c1) == 0;
