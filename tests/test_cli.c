@@ -150,6 +150,21 @@ static void test_strategy_and_profile(void) {
     }
 }
 
+/* HODU_GEMM: which library runs the larger f32 products; a value it does
+ * not know is named, and the program still runs (on OpenBLAS). */
+static void test_gemm_env(void) {
+    const char *code = "let a = ones([128, 128])\nprint((a @ a).sum().item())";
+    static const char *const values[] = {"openblas", "onednn", "", "bogus"};
+    for (int i = 0; i < 4; i++) {
+        setenv("HODU_GEMM", values[i], 1);
+        result r = run((const char *[]){"-e", code, NULL}, NULL, 0);
+        int warned = strstr(r.err, "HODU_GEMM=bogus is not a gemm here (onednn, openblas)") != 0;
+        EXPECT(r.status == 0 && strcmp(r.out, "2097152.0\n") == 0 && warned == (i == 3), values[i],
+               r);
+    }
+    unsetenv("HODU_GEMM");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_cli HODU\n");
@@ -233,6 +248,7 @@ int main(int argc, char **argv) {
     }
 
     test_strategy_and_profile();
+    test_gemm_env();
 
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;

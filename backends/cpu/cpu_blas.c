@@ -128,7 +128,10 @@ static void blas_open_onednn(void) {
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (h) *(void **)&blas.onednn_sgemm = dlsym(h, "dnnl_sgemm");
-    if (hd_log_on("blas"))
+    if (!blas.onednn_sgemm && want && *want)
+        fprintf(stderr, "hodu: HODU_GEMM=onednn, but oneDNN could not be opened (libdnnl.so.3 "
+                        "or .2); OpenBLAS runs every product\n");
+    else if (hd_log_on("blas"))
         fprintf(stderr, "hodu: oneDNN %s\n",
                 blas.onednn_sgemm ? "opened: its sgemm runs the larger f32 products"
                                   : "not found: OpenBLAS runs every product");
