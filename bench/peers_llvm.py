@@ -1,5 +1,5 @@
 """Peers for bench_llvm, measured the same way: the d2l MLP (512-256-128-2,
-relu, batch 1, 1000 calls), the chain tanh(a*2+b)*sigmoid(b)-exp(-a) on 16M
+relu, batch 1, 1000 calls; JAX also at batch 64 and 4096), the chain tanh(a*2+b)*sigmoid(b)-exp(-a) on 16M
 f32 (GB/s of bytes read and written), and the time to compile the MLP, in
 NumPy, PyTorch (eager, torch.compile) and JAX (jit), for those that are
 installed. Run by bench/bench_llvm.sh in the same session."""
@@ -133,6 +133,17 @@ def jax_peers(ws, bs, x, a, b):
     tc = time.perf_counter() - t0
     print(f"jax {jax.__version__} jit mlp: first call (compile) {tc * 1e3:.0f} ms, "
           f"then {calls(lambda: jm(jx).block_until_ready()):.2f} us/call")
+
+    # the same MLP at bench_llvm's larger batches (its calls: 125 and 5 per
+    # 1000), on XLA's threads: compare with bench_llvm's 2-thread rows
+    for batch, n in ((64, max(1, CALLS // 8)), (4096, max(1, CALLS // 200))):
+        xb = jnp.asarray(np.random.default_rng(1).standard_normal((batch, 512)).astype(np.float32))
+        jm(xb).block_until_ready()
+
+        def run():
+            for _ in range(n):
+                jm(xb).block_until_ready()
+        print(f"jax jit mlp batch {batch} (XLA's threads): {best(run, 7) / n * 1e6:.2f} us/call")
 
     @jax.jit
     def chain(a, b):
