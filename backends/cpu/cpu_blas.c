@@ -128,6 +128,7 @@ static void blas_open_onednn(void) {
     for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
         h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (h) *(void **)&blas.onednn_sgemm = dlsym(h, "dnnl_sgemm");
+    if (h && !blas.onednn_sgemm) dlclose(h); /* else held for the process's life, as OpenBLAS */
     if (!blas.onednn_sgemm && want && *want)
         fprintf(stderr, "hodu: HODU_GEMM=onednn, but oneDNN could not be opened (libdnnl.so.3 "
                         "or .2); OpenBLAS runs every product\n");
