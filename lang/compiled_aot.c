@@ -332,6 +332,20 @@ static int split_view_root(const hd_ir_graph *g, int v) {
     }
 }
 
+/* Does node n of g cast its input k before its kernel (a mixed-dtype
+ * op)? Eager autograd then keeps the cast, a tensor of its own, and an
+ * in-place write into the input does not reach it. */
+static int split_casts_input(const hd_ir_graph *g, const hd_ir_node *n, int k) {
+    hd_op_plan plan;
+    if (n->op < 0 || hd_op_infos[n->op].kind == HD_KIND_VIEW) return 0;
+    if (hd_ir_plan((hd_ir_graph *)g, (hd_op)n->op, n->in, n->nin, &n->attrs, &plan)) {
+        hd_error_clear(g->ctx);
+        return 0; /* checked as before */
+    }
+    int want = n->op == HD_OP_CONCAT ? plan.in_dtype[0] : k < HD_OP_MAX_IN ? plan.in_dtype[k] : -1;
+    return want >= 0 && (hd_dtype)want != g->values[n->in[k]].dtype;
+}
+
 /* The op of a node in body (or in a loop inside it) whose gradient rule
  * keeps body input k (or a view of it), or NULL. */
 static const char *split_body_saves(const hd_ir_graph *body, int k) {
@@ -346,18 +360,21 @@ static const char *split_body_saves(const hd_ir_graph *body, int k) {
                 continue;
             }
             const hd_grad_rule *rule = n->op >= 0 ? hd_grad_rule_of((hd_op)n->op) : NULL;
-            if (rule && (j >= 31 || (rule->save & (1u << j)))) return hd_op_name((hd_op)n->op);
+            if (rule && (j >= 31 || (rule->save & (1u << j))) && !split_casts_input(body, n, j))
+                return hd_op_name((hd_op)n->op);
         }
     }
     return NULL;
 }
 
-/* The op whose gradient rule keeps input k of node n, or NULL. */
-static const char *split_node_saves(const hd_ir_node *n, int k) {
+/* The op whose gradient rule keeps input k of node n of g itself (not a
+ * cast of it), or NULL. */
+static const char *split_node_saves(const hd_ir_graph *g, const hd_ir_node *n, int k) {
     if (n->op == HD_IR_LOOP) return split_body_saves(n->loop->body, k);
     if (n->op < 0) return NULL;
     const hd_grad_rule *rule = hd_grad_rule_of((hd_op)n->op);
-    return rule && (k >= 31 || (rule->save & (1u << k))) ? hd_op_name((hd_op)n->op) : NULL;
+    int saves = rule && (k >= 31 || (rule->save & (1u << k)));
+    return saves && !split_casts_input(g, n, k) ? hd_op_name((hd_op)n->op) : NULL;
 }
 
 /* Inputs of the graph that a recorded forward op's gradient rule keeps
@@ -382,7 +399,7 @@ static hd_status split_checks(aot_split *sp, cp_aot *a) {
         if (n->out < 0 || sp->dep[n->out] || !tr[n->out]) continue;
         for (int k = 0; k < n->nin; k++) {
             const hd_ir_value *v = &g->values[split_view_root(g, n->in[k])];
-            const char *op = v->kind == HD_IR_VALUE_INPUT ? split_node_saves(n, k) : NULL;
+            const char *op = v->kind == HD_IR_VALUE_INPUT ? split_node_saves(g, n, k) : NULL;
             if (!op) continue;
             int dup = 0;
             for (int c = 0; c < a->ncheck && !dup; c++)
