@@ -109,13 +109,15 @@ static double step_gemm_seconds(const step_gemm *g, int hodu) {
     int reps = (int)(2e8 / flops) + 1;
     for (int r = 0; r < 9; r++) {
         double t = step_now();
-        for (int i = 0; i < reps && hodu; i++)
-            cpu_blas_gemm(1, 0, g->ta, g->tb, g->m, g->n, g->k, 1.0, a, lda, b, ldb, 0.0, c, g->n,
-                          NULL);
-        for (int i = 0; i < reps && !hodu; i++)
-            step_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                       g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b, ldb,
-                       0.0f, c, g->n);
+        if (hodu)
+            for (int i = 0; i < reps; i++)
+                cpu_blas_gemm(1, 0, g->ta, g->tb, g->m, g->n, g->k, 1.0, a, lda, b, ldb, 0.0, c,
+                              g->n, NULL);
+        else
+            for (int i = 0; i < reps; i++)
+                step_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                           g->tb ? CblasTrans : CblasNoTrans, g->m, g->n, g->k, 1.0f, a, lda, b,
+                           ldb, 0.0f, c, g->n);
         t = (step_now() - t) / reps;
         if (t < best) best = t;
     }

@@ -561,11 +561,6 @@ typedef struct gemm_shape {
     int64_t m, n, k;
 } gemm_shape;
 
-static float gemm_value(uint64_t i, uint64_t salt) {
-    uint64_t h = (i + salt) * 0x9e3779b97f4a7c15ull;
-    return (float)((h >> 40) & 0xffff) / 65536.0f - 0.5f;
-}
-
 static int gemm_sampled_ok(const gemm_shape *s, const float *a, const float *b, const float *c) {
     int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
     for (int t = 0; t < 64; t++) {
@@ -588,8 +583,8 @@ static int gemm_threads_same(const gemm_shape *s) {
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
     float *c1 = malloc(nc * sizeof *c1), *cn = malloc(nc * sizeof *cn);
     int ok = a && b && c1 && cn;
-    for (size_t i = 0; ok && i < na; i++) a[i] = gemm_value(i, 1);
-    for (size_t i = 0; ok && i < nb; i++) b[i] = gemm_value(i, 2);
+    for (size_t i = 0; ok && i < na; i++) a[i] = (float)(rng_next() >> 40) / 16777216.0f - 0.5f;
+    for (size_t i = 0; ok && i < nb; i++) b[i] = (float)(rng_next() >> 40) / 16777216.0f - 0.5f;
     int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
     /* C starts as NaN: beta 0 must not read it (out-of-use memory) */
     for (size_t i = 0; ok && i < nc; i++) c1[i] = NAN;
