@@ -9,7 +9,10 @@
 # of STEPS steps less a run of 0 steps (start-up, imports, warm-up), divided
 # by STEPS: deterministic up to a few faults. Time per step is what the
 # program measures around its loop, over PASSES interleaved passes (min and
-# max shown, and the ratios to the peers taken within each pass).
+# max shown, and the ratios to the peers taken within each pass): the mean
+# over all STEPS steps, and the mean of the fastest of the 5 rounds the
+# steps are timed in (each program times its steps so, the peers too), which
+# a slow spell of this shared machine during part of a run touches less.
 #
 #   bench/bench_train_step.sh [hodu ...]      (default: build/hodu)
 #   STEPS=500 PASSES=5 THREADS=1 bench/bench_train_step.sh old/hodu build/hodu
@@ -51,26 +54,33 @@ runs="$(mktemp)"
 trap 'rm -f "$runs"' EXIT
 for pass in $(seq "$passes"); do
     for h in "$@"; do
-        echo "$pass $h $("$h" "$prog" "$steps" | tail -n 1 | awk '{ print $2, $4 }')"
+        echo "$pass $h $("$h" "$prog" "$steps" | tail -n 1 | awk '{ print $2, $6, $4 }')"
     done
-    echo "$pass $last(compiled-fn) $("$last" "$prog" "$steps" compiled | tail -n 1 | awk '{ print $2, $4 }')"
+    echo "$pass $last(compiled-fn) $("$last" "$prog" "$steps" compiled | tail -n 1 | awk '{ print $2, $6, $4 }')"
     if [ "$peers" = 1 ]; then
         taskset -c "$cores" python3 "$here/train/mlp_step_peers.py" "$steps" "$threads" |
-            awk -v p="$pass" '$4 != "-" { print p, $1 "-" $2 "-" $3, $4 }'
+            awk -v p="$pass" '$4 != "-" { print p, $1 "-" $2 "-" $3, $4, $5 }'
     fi
 done >"$runs"
-printf "%-40s %22s  %s\n" run "us/step (min-max)" loss
-awk '{ k = $2; if (!(k in lo) || $3 < lo[k]) lo[k] = $3; if (!(k in hi) || $3 > hi[k]) hi[k] = $3
-       loss[k] = $4; if (!(k in ord)) { ord[k] = ++n; name[n] = k } }
+printf "%-40s %14s %14s  %s\n" run "us/step" "fastest round" loss
+awk '{ k = $2; if (!(k in ord)) { ord[k] = ++n; name[n] = k; lo[k] = hi[k] = $3; blo[k] = bhi[k] = $4 }
+       if ($3 < lo[k]) lo[k] = $3; if ($3 > hi[k]) hi[k] = $3
+       if ($4 < blo[k]) blo[k] = $4; if ($4 > bhi[k]) bhi[k] = $4; loss[k] = $5 }
      END { for (i = 1; i <= n; i++) { k = name[i]
-           printf "%-40s %22s  %s\n", k, sprintf("%.0f-%.0f", lo[k], hi[k]), loss[k] } }' "$runs"
+           printf "%-40s %14s %14s  %s\n", k, sprintf("%.0f-%.0f", lo[k], hi[k]),
+                  sprintf("%.0f-%.0f", blo[k], bhi[k]), loss[k] } }' "$runs"
 # Ratios within each pass: Hodu eager / PyTorch eager, Hodu compiled fn /
-# JAX jit (below 1: Hodu is faster).
-awk -v e="$last" -v c="$last(compiled-fn)" '
-    $2 == e { he[$1] = $3 } $2 == c { hc[$1] = $3 }
-    $2 ~ /^torch-/ && $2 ~ /eager$/ { pt[$1] = $3 } $2 ~ /^jax-/ { jx[$1] = $3 }
-    END { for (p in he) if (p in pt) { r = he[p] / pt[p]; if (elo == "" || r < elo) elo = r; if (r > ehi) ehi = r }
-          for (p in hc) if (p in jx) { r = hc[p] / jx[p]; if (clo == "" || r < clo) clo = r; if (r > chi) chi = r }
-          if (elo != "") printf "Hodu eager / PyTorch eager, per pass:  %.2f-%.2f\n", elo, ehi
-          if (clo != "") printf "Hodu compiled / JAX jit, per pass:     %.2f-%.2f\n", clo, chi }' "$runs"
+# JAX jit (below 1: Hodu is faster), of the whole runs and of the fastest
+# rounds.
+ratios() { # field label
+    awk -v f="$1" -v l="$2" -v e="$last" -v c="$last(compiled-fn)" '
+        $2 == e { he[$1] = $f } $2 == c { hc[$1] = $f }
+        $2 ~ /^torch-/ && $2 ~ /eager$/ { pt[$1] = $f } $2 ~ /^jax-/ { jx[$1] = $f }
+        END { for (p in he) if (p in pt) { r = he[p] / pt[p]; if (elo == "" || r < elo) elo = r; if (r > ehi) ehi = r }
+              for (p in hc) if (p in jx) { r = hc[p] / jx[p]; if (clo == "" || r < clo) clo = r; if (r > chi) chi = r }
+              if (elo != "") printf "Hodu eager / PyTorch eager, per pass, %-16s %.2f-%.2f\n", l ":", elo, ehi
+              if (clo != "") printf "Hodu compiled / JAX jit, per pass, %-16s    %.2f-%.2f\n", l ":", clo, chi }' "$runs"
+}
+ratios 3 "whole runs"
+ratios 4 "fastest rounds"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
