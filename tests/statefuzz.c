@@ -20,7 +20,11 @@
  * The program runs with compiled_diff --explicit: once with HODU_EAGER=1
  * (the reference: compiled code run as plain code) and once per compiler;
  * outputs, errors and exit statuses must agree (numbers within 1e-5
- * relative). A failing program is kept in the output folder.
+ * relative). With it goes the same program with every tensor made in f64
+ * (compiled_diff --f64): a standard output whose numbers differ only as
+ * far as f32's own rounding reaches (compiled no further from the f64
+ * values than 3 times eager) is printed but not counted. A failing program
+ * is kept in the output folder.
  *
  * usage: statefuzz HODU COMPILED_DIFF [-n COUNT] [-s FIRST_SEED] [-o DIR]
  *                  [-p SEED] [COMPILER...]
@@ -331,10 +335,27 @@ static void sf_program(sf_buf *b, uint64_t seed) {
     }
 }
 
+/* The program with its tensors made in f64: `, dtype = f64` added to every
+ * randn([...]) and ones([...]) (the only constructors the programs use;
+ * the rest follows their dtype). */
+static void sf_to_f64(sf_buf *out, const char *text) {
+    for (const char *p = text; *p;) {
+        const char *q = strstr(p, "randn(["), *o = strstr(p, "ones([");
+        if (!q || (o && o < q)) q = o;
+        const char *end = q ? strstr(q, "])") : NULL;
+        if (!end) {
+            sf_put(out, "%s", p);
+            return;
+        }
+        sf_put(out, "%.*s, dtype = f64)", (int)(end + 1 - p), p);
+        p = end + 2;
+    }
+}
+
 /* ---- running ---- */
 
-static int sf_run_diff(const char *diff, const char *hodu, const char *file, char **compilers,
-                       int ncomp) {
+static int sf_run_diff(const char *diff, const char *hodu, const char *file, const char *file64,
+                       char **compilers, int ncomp) {
     pid_t pid = fork();
     if (pid < 0) return 2;
     if (pid == 0) {
@@ -342,6 +363,8 @@ static int sf_run_diff(const char *diff, const char *hodu, const char *file, cha
         int a = 0;
         argv[a++] = (char *)diff;
         argv[a++] = "--explicit";
+        argv[a++] = "--f64";
+        argv[a++] = (char *)file64;
         argv[a++] = (char *)hodu;
         argv[a++] = (char *)file;
         for (int i = 0; i < ncomp && a < 39; i++) argv[a++] = compilers[i];
@@ -397,18 +420,21 @@ int main(int argc, char **argv) {
     }
     const char *secs = getenv("HODU_STATEFUZZ_SECONDS");
     double until = secs && *secs ? sf_now() + atof(secs) : 0;
-    char path[4096];
+    char path[4096], path64[4096];
     snprintf(path, sizeof path, "%s/statefuzz_%d.hodu", dir, (int)getpid());
+    snprintf(path64, sizeof path64, "%s/statefuzz_%d_f64.hodu", dir, (int)getpid());
     long ran = 0, failed = 0;
     for (uint64_t seed = first;; seed++) {
         if (until ? sf_now() >= until : ran >= count) break;
-        sf_buf b = {0};
+        sf_buf b = {0}, b64 = {0};
         sf_program(&b, seed);
-        if (sf_write(path, &b)) {
+        sf_to_f64(&b64, b.p);
+        if (sf_write(path, &b) || sf_write(path64, &b64)) {
             fprintf(stderr, "statefuzz: cannot write %s\n", path);
             return 2;
         }
-        int rc = sf_run_diff(diff, hodu, path, compilers, ncomp);
+        free(b64.p);
+        int rc = sf_run_diff(diff, hodu, path, path64, compilers, ncomp);
         ran++;
         if (rc) {
             char keep[4096];
@@ -422,6 +448,7 @@ int main(int argc, char **argv) {
         free(b.p);
     }
     unlink(path);
+    unlink(path64);
     printf("statefuzz: %ld programs, %ld differ\n", ran, failed);
     return failed ? 1 : 0;
 }
