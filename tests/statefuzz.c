@@ -433,11 +433,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "statefuzz: cannot write %s\n", path);
             return 2;
         }
-        free(b64.p);
         int rc = sf_run_diff(diff, hodu, path, path64, compilers, ncomp);
         ran++;
-        if (rc) {
+        if (rc) { /* kept with its f64 twin, for compiled_diff --f64 */
             char keep[4096];
+            snprintf(keep, sizeof keep, "%s/statefuzz_fail_%llu_f64.hodu", dir,
+                     (unsigned long long)seed);
+            sf_write(keep, &b64);
             snprintf(keep, sizeof keep, "%s/statefuzz_fail_%llu.hodu", dir,
                      (unsigned long long)seed);
             sf_write(keep, &b);
@@ -446,6 +448,7 @@ int main(int argc, char **argv) {
             failed++;
         }
         free(b.p);
+        free(b64.p);
     }
     unlink(path);
     unlink(path64);
