@@ -1,8 +1,9 @@
 """Peers for bench_llvm, measured the same way: the d2l MLP (512-256-128-2,
 relu, batch 1, 1000 calls; JAX also at batch 64 and 4096), the chain
-tanh(a*2+b)*sigmoid(b)-exp(-a) on 16M f32 (GB/s of bytes read and written), and the time to compile the MLP, in
-NumPy, PyTorch (eager, torch.compile) and JAX (jit), for those that are
-installed. Run by bench/bench_llvm.sh in the same session."""
+tanh(a*2+b)*sigmoid(b)-exp(-a) on 16M f32 (GB/s of bytes read and
+written), and the time to compile the MLP, in NumPy, PyTorch (eager,
+torch.compile) and JAX (jit), for those that are installed. Run by
+bench/bench_llvm.sh in the same session."""
 import os
 import sys
 import time

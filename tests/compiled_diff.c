@@ -228,6 +228,11 @@ static size_t number_len(const char *s, int *real) {
  * the device 10x too). */
 static double diff_rtol = 1e-5;
 
+/* x and y agree: within diff_rtol relative or 1e-6 absolute. */
+static int numbers_near(double x, double y) {
+    return fabs(x - y) <= diff_rtol * fmax(fabs(x), fabs(y)) || fabs(x - y) <= 1e-6;
+}
+
 /* a and b are the same output (see the top of the file), up to the end of
  * the line when line is set. */
 static int same_text(const char *a, const char *b, int line) {
@@ -235,8 +240,7 @@ static int same_text(const char *a, const char *b, int line) {
         int ra, rb;
         size_t na = number_len(a, &ra), nb = number_len(b, &rb);
         if (na && nb && (ra || rb)) {
-            double x = strtod(a, NULL), y = strtod(b, NULL);
-            if (fabs(x - y) > diff_rtol * fmax(fabs(x), fabs(y)) && fabs(x - y) > 1e-6) return 0;
+            if (!numbers_near(strtod(a, NULL), strtod(b, NULL))) return 0;
             a += na;
             b += nb;
         } else if (na && nb) {
@@ -280,8 +284,7 @@ static int rounding_only(const char *e, const char *c, const char *r) {
         size_t ne = number_len(e, &re), nc = number_len(c, &rc), nr = number_len(r, &rr);
         if (ne && nc && nr && (re || rc || rr)) {
             double x = strtod(e, NULL), y = strtod(c, NULL), t = strtod(r, NULL);
-            int near = fabs(x - y) <= diff_rtol * fmax(fabs(x), fabs(y)) || fabs(x - y) <= 1e-6;
-            if (!near && !(fabs(y - t) <= 3 * fabs(x - t) + 1e-6)) return 0;
+            if (!numbers_near(x, y) && !(fabs(y - t) <= 3 * fabs(x - t) + 1e-6)) return 0;
             e += ne, c += nc, r += nr;
         } else if (ne && nc && nr) {
             if (ne != nc || ne != nr || memcmp(e, c, ne) || memcmp(e, r, ne)) return 0;

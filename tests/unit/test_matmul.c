@@ -24,6 +24,11 @@ static uint64_t rng_next(void) {
     return rng_state;
 }
 
+/* A float in [-0.5, 0.5) with 24 random bits. */
+static float rng_half(void) {
+    return (float)(rng_next() >> 40) / 16777216.0f - 0.5f;
+}
+
 static void fill(hd_tensor *t) {
     void *p = t->storage->data;
     for (int64_t i = 0; i < t->numel; i++) {
@@ -583,8 +588,8 @@ static int gemm_threads_same(const gemm_shape *s) {
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
     float *c1 = malloc(nc * sizeof *c1), *cn = malloc(nc * sizeof *cn);
     int ok = a && b && c1 && cn;
-    for (size_t i = 0; ok && i < na; i++) a[i] = (float)(rng_next() >> 40) / 16777216.0f - 0.5f;
-    for (size_t i = 0; ok && i < nb; i++) b[i] = (float)(rng_next() >> 40) / 16777216.0f - 0.5f;
+    for (size_t i = 0; ok && i < na; i++) a[i] = rng_half();
+    for (size_t i = 0; ok && i < nb; i++) b[i] = rng_half();
     int64_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
     /* C starts as NaN: beta 0 must not read it (out-of-use memory) */
     for (size_t i = 0; ok && i < nc; i++) c1[i] = NAN;
