@@ -7,6 +7,9 @@ apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config ca-certificates \
     libopenblas-dev re2c bison libedit-dev zlib1g-dev llvm-dev \
     >/dev/null
+# Python runs the check of bench/cuda/results.py (the GPU benchmark's
+# results section); the benchmarks' peers need it too.
+apt-get install -y -qq --no-install-recommends python3 >/dev/null
 # Distributed runs (the dist module, tests/dist): Open MPI's mpirun and
 # library (hodu opens it at run time, so it needs no -dev package), and
 # iproute2 for the two test hosts made of network namespaces.

@@ -69,6 +69,8 @@ def torch_small():
         print(f"torch small s + t, 1 element: {per_call(lambda: s + t, sync):.2f} us")
         print(f"torch small relu(b), 256: {per_call(lambda: torch.relu(b), sync):.2f} us")
         print(f"torch small x @ w, 1x512x256: {per_call(lambda: xs @ ws, sync):.2f} us")
+        wl = torch.randn(256, 512, device="cuda")
+        print(f"torch small x @ w.T, 1x512x256: {per_call(lambda: xs @ wl.T, sync):.2f} us")
         w1 = torch.randn(512, 256, device="cuda") * 0.05
         b1 = torch.zeros(256, device="cuda")
         w2 = torch.randn(256, 128, device="cuda") * 0.05
@@ -111,6 +113,10 @@ def jax_peers():
 
 
 if __name__ == "__main__":
-    torch_small()
-    torch_peers()
-    jax_peers()
+    # a peer that fails (a missing compiler for torch.compile, say) is
+    # reported, and the others still run
+    for part in (torch_small, torch_peers, jax_peers):
+        try:
+            part()
+        except Exception as e:  # noqa: BLE001
+            print(f"!! failed: {part.__name__}: {e!r}", flush=True)

@@ -4,6 +4,7 @@
 // random normals, as in bench.hodu and peers_cuda.py: on zeros the GPU draws
 // less power, holds higher clocks and reports more TFLOP/s than real data gets.
 #include <cstdio>
+#include <cstdlib>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -28,52 +29,69 @@ __global__ void fill(void *p, size_t n, int bf) {
     }
 }
 
+// Stop at the first failed call: without a GPU every timing would read 0
+// and print infinities.
+#define CHECK(call)                                                                            \
+    do {                                                                                       \
+        cudaError_t err_ = (call);                                                             \
+        if (err_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "ref: %s: %s\n", #call, cudaGetErrorString(err_));                  \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
 static float time_ms(cudaEvent_t a, cudaEvent_t b) {
     float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
+    CHECK(cudaEventElapsedTime(&ms, a, b));
     return ms;
 }
 
 int main() {
     cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
     size_t n = (size_t)256 << 20;
     float *a, *b;
-    cudaMalloc(&a, n * 4);
-    cudaMalloc(&b, n * 4);
-    cudaMemset(a, 0, n * 4);
+    CHECK(cudaMalloc(&a, n * 4));
+    CHECK(cudaMalloc(&b, n * 4));
+    CHECK(cudaMemset(a, 0, n * 4));
     cudaMemcpy(b, a, n * 4, cudaMemcpyDeviceToDevice);
     cudaEventRecord(e0);
     for (int i = 0; i < 10; i++) cudaMemcpy(b, a, n * 4, cudaMemcpyDeviceToDevice);
     cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
+    CHECK(cudaEventSynchronize(e1));
     double s = time_ms(e0, e1) / 10 / 1e3;
     printf("d2d copy 256M f32: %.1f GB/s (read + write)\n", 2.0 * n * 4 / s / 1e9);
     cudaFree(a);
     cudaFree(b);
     cublasHandle_t h;
-    cublasCreate(&h);
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "ref: cublasCreate failed\n");
+        return 1;
+    }
     for (int bf = 0; bf < 2; bf++)
         for (int m : {4096, 8192}) {
             size_t es = bf ? 2 : 4;
             void *x, *y, *z;
-            cudaMalloc(&x, (size_t)m * m * es);
-            cudaMalloc(&y, (size_t)m * m * es);
-            cudaMalloc(&z, (size_t)m * m * es);
+            CHECK(cudaMalloc(&x, (size_t)m * m * es));
+            CHECK(cudaMalloc(&y, (size_t)m * m * es));
+            CHECK(cudaMalloc(&z, (size_t)m * m * es));
             fill<<<4096, 256>>>(x, (size_t)m * m, bf);
             fill<<<4096, 256>>>(y, (size_t)m * m, bf);
             float one = 1, zero = 0;
             cudaDataType t = bf ? CUDA_R_16BF : CUDA_R_32F;
             auto run = [&] {
-                cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, y, t, m, x, t, m, &zero,
+                return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, y, t, m, x, t, m, &zero,
                              z, t, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
             };
-            run();
+            if (run() != CUBLAS_STATUS_SUCCESS) {
+                fprintf(stderr, "ref: cublasGemmEx failed\n");
+                return 1;
+            }
             cudaEventRecord(e0);
             for (int i = 0; i < 10; i++) run();
             cudaEventRecord(e1);
-            cudaEventSynchronize(e1);
+            CHECK(cudaEventSynchronize(e1));
             double sec = time_ms(e0, e1) / 10 / 1e3;
             printf("cuBLAS %s %d: %.1f TFLOP/s\n", bf ? "bf16" : "f32", m,
                    2.0 * m * m * (double)m / sec / 1e12);
