@@ -186,6 +186,11 @@ typedef struct hd_cuda_api {
     cublasStatus_t (*blas_set_stream)(cublasHandle_t, CUstream);
     /* optional (cuBLAS 11.4 and later); NULL where the library lacks it */
     cublasStatus_t (*blas_set_workspace)(cublasHandle_t, void *, size_t);
+    /* optional: one product (else the strided-batched call with one) */
+    cublasStatus_t (*blas_gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                const void *, const void *, cudaDataType, int, const void *,
+                                cudaDataType, int, const void *, void *, cudaDataType, int,
+                                cublasComputeType_t, cublasGemmAlgo_t);
     cublasStatus_t (*blas_gemm_strided)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
                                         int, int, const void *, const void *, cudaDataType, int,
                                         long long, const void *, cudaDataType, int, long long,

@@ -173,6 +173,7 @@ static void loader_blas(hd_cuda_api *a) {
     a->blas_ok = loader_resolve(h, syms, (int)(sizeof syms / sizeof syms[0]), a->blas_error,
                                 sizeof a->blas_error, "libcublas");
     *(void **)&a->blas_set_workspace = dlsym(h, "cublasSetWorkspace_v2");
+    *(void **)&a->blas_gemm = dlsym(h, "cublasGemmEx");
 }
 
 #define SOL(t, field, name)                                                                        \

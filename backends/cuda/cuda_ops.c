@@ -102,6 +102,20 @@ static void ew_geo(ops_ewgeo *g, hd_op op, const hd_tensor *out, hd_tensor *cons
 }
 
 /* op's kernel for dtypes (idt, out's) over out and in. */
+/* Threads for an elementwise kernel: one per element, or, where its
+ * vector path runs (contiguous float operands, cuda_src.c), one per 16
+ * bytes of input: a grid for n elements would leave 3 threads in 4 (f32)
+ * with nothing to do. Every loop of the kernel strides over the grid, so
+ * where the path does not run after all (misaligned pointers) these
+ * threads still cover every element. */
+static int64_t ew_threads(hd_op op, hd_dtype idt, const hd_tensor *out, const ops_ewgeo *g) {
+    if (g->nd != 0 || op == HD_OP_WHERE || !hd_dtype_is_float(idt) ||
+        !hd_dtype_is_float(out->dtype))
+        return out->numel;
+    int64_t w = 16 / hd_dtype_size(idt);
+    return (out->numel + w - 1) / w;
+}
+
 static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, hd_tensor *out,
                            hd_tensor *const *in, int nin, double s0, double s1) {
     CUfunction f;
@@ -119,7 +133,7 @@ static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, 
         memcpy(&s0, hd_tensor_data(in[i]), (size_t)hd_dtype_size(in[i]->dtype));
     }
     void *args[] = {&g, &o, &p[0], &p[1], &p[2], &s0, &s1};
-    return hd_cuda_launch(ctx, d, f, out->numel, args);
+    return hd_cuda_launch(ctx, d, f, ew_threads(op, idt, out, &g), args);
 }
 
 static hd_status ops_elementwise(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,

@@ -19,8 +19,8 @@
  *   that cuGraphLaunch replays with the arguments captured by value.
  *   Synchronizing a capturing stream, or a copy from or to host memory in
  *   one, invalidates the capture, as the driver does.
- * - cuBLAS (emu_blas.c): cublasGemmStridedBatchedEx, column-major, from
- *   its documented definition (sums in double).
+ * - cuBLAS (emu_blas.c): cublasGemmEx and cublasGemmStridedBatchedEx,
+ *   column-major, from their documented definitions (sums in double).
  * - cuSOLVER (emu_solver.c): the dense routines the backend calls, through
  *   OpenBLAS's LAPACK (their documented definitions), arguments checked.
  * - NCCL (emu_nccl.c): the collectives the backend calls, between the

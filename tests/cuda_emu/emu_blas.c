@@ -1,5 +1,5 @@
-/* The emulated cuBLAS: cublasGemmStridedBatchedEx, column-major, from its
- * documented definition (sums in double). */
+/* The emulated cuBLAS: cublasGemmEx and cublasGemmStridedBatchedEx,
+ * column-major, from their documented definitions (sums in double). */
 #define _GNU_SOURCE
 #include "emu_int.h"
 #include "hd_dtype.h"
@@ -88,21 +88,19 @@ static int gemm_operand_ok(const void *p, int type, int rows, int cols, int ld, 
     return emu_mem_valid((CUdeviceptr)(uintptr_t)p, last * type_size(type));
 }
 
-EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, int n, int k,
-                                          const void *alpha, const void *A, int at, int lda,
-                                          long long sa, const void *B, int bt, int ldb,
-                                          long long sb, const void *beta, void *C, int ct, int ldc,
-                                          long long sc, int batch, int compute, int algo) {
-    EMU_COUNT(cublasGemmStridedBatchedEx);
-    (void)algo;
+/* Both entry points: checked as cuBLAS documents them, then a node on
+ * the handle's stream. */
+static int gemm_submit(emu_blas *h, const char *what, int ta, int tb, int m, int n, int k,
+                       const void *alpha, const void *A, int at, int lda, long long sa,
+                       const void *B, int bt, int ldb, long long sb, const void *beta, void *C,
+                       int ct, int ldc, long long sc, int batch, int compute) {
     if (!h) return 1;
     if (at != bt || at != ct || m < 0 || n < 0 || k < 0 || batch < 0 || ta > 1 || tb > 1)
         return BLAS_INVALID_VALUE;
     if (at != DT_R_32F && at != DT_R_64F && at != DT_R_16F && at != DT_R_16BF)
         return BLAS_NOT_SUPPORTED;
     if ((compute == 70) != (at == DT_R_64F)) return BLAS_NOT_SUPPORTED; /* 64F with f64 only */
-    if (emu_mem_host_arg_bad(alpha, "cublasGemmStridedBatchedEx alpha") ||
-        emu_mem_host_arg_bad(beta, "cublasGemmStridedBatchedEx beta"))
+    if (emu_mem_host_arg_bad(alpha, what) || emu_mem_host_arg_bad(beta, what))
         return BLAS_INVALID_VALUE; /* the handle's pointer mode is host */
     if (!m || !n || !batch) return BLAS_SUCCESS;
     if (!gemm_operand_ok(A, at, ta ? k : m, ta ? m : k, lda, sa, batch) ||
@@ -110,7 +108,7 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
         !gemm_operand_ok(C, ct, m, n, ldc, sc, batch))
         return BLAS_INVALID_VALUE;
     uintptr_t ops[3] = {(uintptr_t)A, (uintptr_t)B, (uintptr_t)C};
-    if (!emu_dev_ptrs_ok(ops, 3, emu_stream_dev(h->stream), "cublasGemmStridedBatchedEx"))
+    if (!emu_dev_ptrs_ok(ops, 3, emu_stream_dev(h->stream), what))
         return 14; /* CUBLAS_STATUS_INTERNAL_ERROR */
     emu_node *node = emu_node_new(NODE_GEMM);
     if (!node) return 3;
@@ -119,4 +117,24 @@ EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, in
     g->alpha = at == DT_R_64F ? *(const double *)alpha : *(const float *)alpha;
     g->beta = at == DT_R_64F ? *(const double *)beta : *(const float *)beta;
     return emu_stream_submit(h->stream, node) == CUDA_SUCCESS ? BLAS_SUCCESS : 13;
+}
+
+EMU_EXPORT int cublasGemmStridedBatchedEx(emu_blas *h, int ta, int tb, int m, int n, int k,
+                                          const void *alpha, const void *A, int at, int lda,
+                                          long long sa, const void *B, int bt, int ldb,
+                                          long long sb, const void *beta, void *C, int ct, int ldc,
+                                          long long sc, int batch, int compute, int algo) {
+    EMU_COUNT(cublasGemmStridedBatchedEx);
+    (void)algo;
+    return gemm_submit(h, "cublasGemmStridedBatchedEx", ta, tb, m, n, k, alpha, A, at, lda, sa, B,
+                       bt, ldb, sb, beta, C, ct, ldc, sc, batch, compute);
+}
+
+EMU_EXPORT int cublasGemmEx(emu_blas *h, int ta, int tb, int m, int n, int k, const void *alpha,
+                            const void *A, int at, int lda, const void *B, int bt, int ldb,
+                            const void *beta, void *C, int ct, int ldc, int compute, int algo) {
+    EMU_COUNT(cublasGemmEx);
+    (void)algo;
+    return gemm_submit(h, "cublasGemmEx", ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0,
+                       beta, C, ct, ldc, 0, 1, compute);
 }

@@ -63,6 +63,7 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuStreamWaitEvent)                                                                           \
     X(cusolverDn)                                                                                  \
     X(cublasGemmStridedBatchedEx)                                                                  \
+    X(cublasGemmEx)                                                                                \
     X(cublasSetWorkspace_v2)                                                                       \
     X(ncclCommInitRank)                                                                            \
     X(ncclAllReduce)                                                                               \

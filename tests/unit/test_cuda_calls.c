@@ -109,9 +109,72 @@ static void test_eager(hd_ctx *ctx) {
     }
     CHECK_MSG(emu_calls("cublasSetWorkspace_v2") == 1, "%llu workspaces",
               emu_calls("cublasSetWorkspace_v2"));
-    CHECK(emu_calls("cublasGemmStridedBatchedEx") == 2);
+    CHECK(emu_calls("cublasGemmEx") == 2 && emu_calls("cublasGemmStridedBatchedEx") == 0);
     hd_tensor *all[] = {x, y, a, b};
     for (int i = 0; i < 4; i++) hd_tensor_unref(all[i]);
+}
+
+/* One product of the device tensors a and b (views), warm: cuBLAS reads
+ * them where they are (no copy kernel, nothing else) or, for `copies`
+ * operands cuBLAS cannot read, a copy kernel each. Its values against a
+ * loop over the views' elements on the host. */
+static void check_product(hd_ctx *ctx, hd_tensor *a, hd_tensor *b, int copies, const char *what) {
+    hd_tensor *ab[2] = {a, b}, *r = NULL;
+    for (int i = 0; i < 2; i++) {
+        CHECK(hd_op_run(ctx, HD_OP_MATMUL, ab, 2, NULL, &r) == HD_OK);
+        hd_tensor_unref(r);
+        r = NULL;
+    }
+    emu_reset();
+    CHECK_MSG(hd_op_run(ctx, HD_OP_MATMUL, ab, 2, NULL, &r) == HD_OK, "%s", what);
+    unsigned long long gemms = emu_calls("cublasGemmEx") + emu_calls("cublasGemmStridedBatchedEx");
+    CHECK_MSG(gemms == 1 && emu_calls("cuLaunchKernel") == (unsigned long long)copies &&
+                  other_calls() == 0,
+              "%s: %llu GEMMs, %llu launches, %llu other calls", what, gemms,
+              emu_calls("cuLaunchKernel"), other_calls());
+    hd_tensor *ha = hd_tensor_to_host(ctx, a), *hb = hd_tensor_to_host(ctx, b);
+    hd_tensor *hr = r ? hd_tensor_to_host(ctx, r) : NULL;
+    CHECK(ha && hb && hr);
+    int64_t m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1], n = b->shape[b->ndim - 1];
+    int64_t batch = hr ? hr->numel / (m * n) : 0;
+    for (int64_t q = 0; hr && q < batch; q++) /* a batched, b one matrix */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double want = 0;
+                for (int64_t l = 0; l < k; l++)
+                    want += hd_tensor_get(ha, (q * m + i) * k + l) * hd_tensor_get(hb, l * n + j);
+                CHECK_MSG(hd_tensor_get(hr, (q * m + i) * n + j) == (float)want,
+                          "%s: [%lld, %lld, %lld]", what, (long long)q, (long long)i, (long long)j);
+            }
+    hd_tensor *all[] = {ha, hb, hr, r};
+    for (int i = 0; i < 4; i++) hd_tensor_unref(all[i]);
+}
+
+/* nn.Linear's x @ weight.T, its gradients' transposes, slices and
+ * batches one stride apart reach cuBLAS with no copy; columns two apart
+ * are copied. */
+static void test_products(hd_ctx *ctx) {
+    float v[48];
+    for (int i = 0; i < 48; i++) v[i] = (float)((i * 7) % 11) - 5.0f;
+    hd_tensor *x = dev_tensor(ctx, v, 4, 6), *w = dev_tensor(ctx, v + 24, 4, 6);
+    hd_tensor *p = dev_tensor(ctx, v, 2, 24);
+    CHECK(x && w && p);
+    if (!x || !w || !p) return;
+    hd_tensor *wt = hd_tensor_view(ctx, w, (int64_t[]){6, 4}, (int64_t[]){1, 6}, 2, 0);
+    hd_tensor *xs = hd_tensor_view(ctx, x, (int64_t[]){4, 3}, (int64_t[]){6, 1}, 2, 2);
+    hd_tensor *ws = hd_tensor_view(ctx, w, (int64_t[]){3, 4}, (int64_t[]){1, 6}, 2, 1);
+    hd_tensor *xe = hd_tensor_view(ctx, x, (int64_t[]){4, 3}, (int64_t[]){6, 2}, 2, 0);
+    /* p as [2, 6, 4] per batch transposed: [2, 4, 6] with strides [24, 1, 4] */
+    hd_tensor *pt = hd_tensor_view(ctx, p, (int64_t[]){2, 4, 6}, (int64_t[]){24, 1, 4}, 3, 0);
+    CHECK(wt && xs && ws && xe && pt);
+    if (wt && xs && ws && xe && pt) {
+        check_product(ctx, x, wt, 0, "x @ w.T");
+        check_product(ctx, xs, ws, 0, "x[:, 2:5] @ w.T[1:4]");
+        check_product(ctx, pt, wt, 0, "batched transposes @ w.T");
+        check_product(ctx, xe, ws, 1, "x[:, ::2] @ w.T[1:4]");
+    }
+    hd_tensor *all[] = {x, w, p, wt, xs, ws, xe, pt};
+    for (int i = 0; i < 8; i++) hd_tensor_unref(all[i]);
 }
 
 /* y = relu(x @ w + b) * 2 with x, w, b inputs of the graph. */
@@ -373,6 +436,7 @@ int main(void) {
         return 77;
     }
     test_eager(&ctx);
+    test_products(&ctx);
     test_compiled(&ctx);
     test_profile(&ctx);
     test_peer(&ctx);

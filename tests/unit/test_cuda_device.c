@@ -149,6 +149,21 @@ static const char *const cases[] = {
     "layer_norm(x, [5])",
     "layer_norm(x.reshape([2, 2, 5]), [2, 5], w = y.reshape([2, 2, 5])[0], b = y[1:3] - 1)",
     "layer_norm(x.to(bf16), [5])",
+    /* products whose operands cuBLAS reads where they are (transposed,
+     * sliced, batched at one stride, 1-D with a stride) and ones copied
+     * first (columns two apart, batches not one stride apart) */
+    "x @ y.T",
+    "x.T @ y",
+    "x[:, 1:4] @ y[1:4, :]",
+    "x.T[1:3] @ y",
+    "x.T[0] @ y",
+    "x @ y[1]",
+    "x[:, ::2] @ y[0:3]",
+    "stack([x, y]) @ y.T",
+    "stack([x, y]).transpose(1, 2) @ x",
+    "stack([x, y]).reshape([2, 1, 4, 5]) @ stack([y.T, x.T, y.T])",
+    "x.to(bf16) @ y.to(bf16).T",
+    "x.to(f64).T @ y.to(f64)",
 };
 
 /* Gradients of a loss on each device. */
@@ -159,6 +174,8 @@ static const char *const grads[] = {
     "sum(log_softmax(x) * y)",
     "cross_entropy(x, i)",
     "mse(x @ y.T, x @ x.T)",
+    "sum((x.T @ y) ** 2)",
+    "sum((stack([x, y]).transpose(1, 2) @ y) * 2)",
     "sum(gelu(x))",
     "sum(x[i])",
     "sum(relu(x) ** 2)",
