@@ -101,7 +101,6 @@ static void ew_geo(ops_ewgeo *g, hd_op op, const hd_tensor *out, hd_tensor *cons
     ew_geo_collapse(g, used);
 }
 
-/* op's kernel for dtypes (idt, out's) over out and in. */
 /* Threads for an elementwise kernel: one per element, or, where its
  * vector path runs (contiguous float operands, cuda_src.c), one per 16
  * bytes of input: a grid for n elements would leave 3 threads in 4 (f32)
@@ -116,6 +115,7 @@ static int64_t ew_threads(hd_op op, hd_dtype idt, const hd_tensor *out, const op
     return (out->numel + w - 1) / w;
 }
 
+/* op's kernel for dtypes (idt, out's) over out and in. */
 static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, hd_tensor *out,
                            hd_tensor *const *in, int nin, double s0, double s1) {
     CUfunction f;
