@@ -95,9 +95,23 @@ def verdict(ok):
     return "met" if ok else "**NOT met**"
 
 
+def parse_shim(text):
+    """The counts and mean times of the driver shim's last line, by name."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("cudashim:")]
+    found = {}
+    for word in lines[-1].split()[1:] if lines else []:
+        name, _, val = word.partition("=")
+        try:
+            found[name] = float(val)
+        except ValueError:
+            pass
+    return found
+
+
 class Section:
-    def __init__(self, f):
+    def __init__(self, f, shim=None):
         self.f = f
+        self.shim = shim or {}
         self.lines = []
         self.verdicts = []
 
@@ -147,6 +161,16 @@ def small_table(s):
           f"us/op, `relu` {fmt(r, 2)}, a broadcasting `mul` {fmt(m, 2)}; the compiled MLP "
           f"16-16-16-2 call {fmt(c, 2)} us.")
     s.out()
+    if s.shim:
+        launch, graph = (s.shim.get(f"{n}_mean_ns") for n in ("cuLaunchKernel", "cuGraphLaunch"))
+        s.out("The same program through a shim that counts and times the driver's calls: "
+              f"`cuLaunchKernel` {fmt(launch / 1e3 if launch else None, 2, ' us')} on average, "
+              f"`cuGraphLaunch` {fmt(graph / 1e3 if graph else None, 2, ' us')}; every count:")
+        s.out()
+        s.out("```")
+        s.out(" ".join(f"{k}={v:g}" for k, v in s.shim.items() if not k.endswith("_ns")))
+        s.out("```")
+        s.out()
 
 
 def bandwidth_table(s):
@@ -229,7 +253,7 @@ def tests_paragraph(s, text):
 
 
 def section(log, tests=None, commit=None, command=None, date=None):
-    s = Section(parse(log))
+    s = Section(parse(log), parse_shim(log))
     gpu = s.get("gpu")
     name = gpu[0] if gpu else "an unnamed GPU"
     date = date or datetime.date.today().isoformat()

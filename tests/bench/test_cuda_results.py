@@ -68,6 +68,8 @@ def check_fixture(res, fixtures):
                  "| `s + t`, 1 element | 3.94 us | 6.95 us | 1.76x |",
                  "| `x @ w.T`, 1x512x256 (nn.Linear's layout) | 7.31 us | 14.50 us | 1.98x | | |",
                  "Targets: 7 of 12 met.",
+                 "`cuLaunchKernel` 3.30 us on average, `cuGraphLaunch` 8.50 us",
+                 "cuInit=1 cuLaunchKernel=30006 cuGraphLaunch=9999\n",
                  "Parts of the run that failed (their figures are missing): "
                  "`failed: jax_peers: RuntimeError('no GPU left')`.",
                  "Not measured (no figure in the log): compiled MLP 4096x4096"):
