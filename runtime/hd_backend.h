@@ -40,10 +40,11 @@ typedef struct hd_backend {
      * dtype). Inputs have been cast to the dtypes the rule asked for. */
     hd_status (*run_op)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                         const hd_attrs *attrs);
-    /* Does run_op read a 0-d host tensor made from a Hodu number (already
-     * of the op's input dtype) as a kernel argument for op, so the number
-     * is never copied to the device? NULL: never. */
-    int (*takes_number)(hd_op op);
+    /* Does run_op read input i of op, when it is a 0-d host tensor (a Hodu
+     * number or a cpu scalar, already of the op's input dtype), as a
+     * kernel argument, so the value is never copied to the device? NULL:
+     * never. */
+    int (*takes_number)(hd_op op, int i);
     /* Copy between two devices of this backend, ordered after the work
      * queued on both. NULL: hd_tensor_to_device goes through the host. */
     hd_status (*copy_device)(hd_ctx *ctx, int dst_device, void *dst, int src_device,

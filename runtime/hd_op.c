@@ -164,11 +164,13 @@ static const hd_backend *inputs_backend(hd_ctx *ctx, hd_op op, hd_tensor *const 
     return be;
 }
 
-/* A 0-d host number that be's kernel for op takes as an argument: it
- * stays where it is (cast there), never copied to the device. */
-static int op_number_stays(hd_op op, const hd_tensor *t, const hd_backend *be) {
-    return t->number && t->ndim == 0 && t->storage->backend == &hd_cpu_backend &&
-           be->takes_number && be->takes_number(op);
+/* A 0-d host tensor (a Hodu number, or a cpu scalar such as an
+ * optimizer's bias correction) that be's kernel for op takes as an
+ * argument: it stays where it is (cast there), never copied to the device
+ * (a copy from the host and a wait for it at every use). */
+static int op_number_stays(hd_op op, int i, const hd_tensor *t, const hd_backend *be) {
+    return t->ndim == 0 && t->storage->backend == &hd_cpu_backend && be->takes_number &&
+           be->takes_number(op, i);
 }
 
 /* Inputs that live elsewhere than (be, device), followers only, copied
@@ -177,7 +179,8 @@ static hd_status inputs_to_place(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin,
                                  const hd_backend *be, int device) {
     for (int i = 0; i < nin; i++) {
         const hd_storage *s = in[i]->storage;
-        if ((s->backend == be && s->device == device) || op_number_stays(op, in[i], be)) continue;
+        if ((s->backend == be && s->device == device) || op_number_stays(op, i, in[i], be))
+            continue;
         hd_tensor *m = NULL;
         if (hd_tensor_to_device(ctx, in[i], be, device, &m)) return ctx->status;
         hd_tensor_unref(in[i]);

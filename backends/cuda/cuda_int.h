@@ -50,10 +50,11 @@ const hd_cuda_dtype *hd_cuda_dtype_info(hd_dtype dt);
  * range; unary: x, clamp's bounds s0 s1; binary: a, b). NULL: none. The
  * local typedefs come from hd_cuda_src_types. */
 const char *hd_cuda_ew_expr(hd_op op, hd_dtype dt);
-/* Binary ops: an operand that is a 0-d host number is passed to the kernel
- * as its value's bytes (the pointer NULL), never copied to the device
+/* Binary ops (either operand) and where (its values, not its condition):
+ * an operand that is a 0-d host tensor is passed to the kernel as its
+ * value's bytes (the pointer NULL), never copied to the device
  * (hd_backend.takes_number). */
-int hd_cuda_takes_number(hd_op op);
+int hd_cuda_takes_number(hd_op op, int i);
 void hd_cuda_src_types(hd_cuda_src *s, hd_dtype dt);
 
 /* Which module an op's kernels live in; -1: no CUDA kernel for the op. */

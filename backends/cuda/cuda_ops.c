@@ -17,10 +17,10 @@ static void *ops_ptr(const hd_tensor *t) {
     return (char *)t->storage->data + t->offset * hd_dtype_size(t->dtype);
 }
 
-/* A 0-d host number a binary kernel reads as an argument. */
-static int ops_host_number(hd_op op, const hd_tensor *t) {
-    return t->storage->backend != &hd_cuda_backend && t->number && t->ndim == 0 &&
-           hd_cuda_takes_number(op);
+/* Input i, a 0-d host tensor (a number, a cpu scalar) that op's kernel
+ * reads as an argument. */
+static int ops_host_number(hd_op op, int i, const hd_tensor *t) {
+    return t->storage->backend != &hd_cuda_backend && t->ndim == 0 && hd_cuda_takes_number(op, i);
 }
 
 /* Inputs that live on the host (Hodu numbers mixed with device tensors)
@@ -30,7 +30,7 @@ static hd_status ops_upload(hd_ctx *ctx, hd_op op, int device, hd_tensor *const 
                             hd_tensor **dev) {
     for (int i = 0; i < nin; i++) {
         dev[i] = NULL;
-        if (in[i]->storage->backend == &hd_cuda_backend || ops_host_number(op, in[i])) {
+        if (in[i]->storage->backend == &hd_cuda_backend || ops_host_number(op, i, in[i])) {
             dev[i] = hd_tensor_ref(in[i]);
             continue;
         }
@@ -88,7 +88,7 @@ static void ew_geo(ops_ewgeo *g, hd_op op, const hd_tensor *out, hd_tensor *cons
     int contiguous = hd_tensor_is_contiguous(out), used[3] = {0, 0, 0};
     int64_t *ss[3] = {g->s0, g->s1, g->s2};
     for (int i = 0; i < nin; i++) {
-        if (ops_host_number(op, in[i])) continue; /* an argument: no strides */
+        if (ops_host_number(op, i, in[i])) continue; /* an argument: no strides */
         used[i] = 1;
         hd_broadcast_strides(in[i], out->shape, out->ndim, ss[i]);
         contiguous = contiguous && in[i]->ndim == out->ndim && hd_tensor_is_contiguous(in[i]) &&
@@ -124,13 +124,15 @@ static hd_status ew_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype idt, 
     ew_geo(&g, op, out, in, nin);
     void *o = ops_ptr(out), *p[3] = {NULL, NULL, NULL};
     for (int i = 0; i < nin; i++) {
-        if (!ops_host_number(op, in[i])) {
+        if (!ops_host_number(op, i, in[i])) {
             p[i] = ops_ptr(in[i]);
             continue;
         }
-        /* the number's bytes in s0, its pointer NULL (cuda_src.c) */
-        memset(&s0, 0, sizeof s0);
-        memcpy(&s0, hd_tensor_data(in[i]), (size_t)hd_dtype_size(in[i]->dtype));
+        /* the number's bytes in s0 (where's second value: s1), its
+         * pointer NULL (cuda_src.c) */
+        double *slot = op == HD_OP_WHERE && i == 2 ? &s1 : &s0;
+        memset(slot, 0, sizeof *slot);
+        memcpy(slot, hd_tensor_data(in[i]), (size_t)hd_dtype_size(in[i]->dtype));
     }
     void *args[] = {&g, &o, &p[0], &p[1], &p[2], &s0, &s1};
     return hd_cuda_launch(ctx, d, f, ew_threads(op, idt, out, &g), args);
@@ -399,6 +401,33 @@ static hd_status ops_host_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, i
     return HD_OK;
 }
 
+/* op's kernel (cuda_src_more.c) over x contiguous as [pre, X, post]
+ * (index_select, index_add; NULL for one_hot, with X its classes) and
+ * idx, J checked i64 indices in device memory: negative ones count from
+ * the end (the kernel wraps them), none is out of range. */
+static hd_status index_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
+                              const hd_tensor *x, const void *idx, int64_t J, int64_t X,
+                              int64_t post) {
+    const hd_cuda_api *a = hd_cuda_api_get();
+    if (op != HD_OP_INDEX_SELECT && /* scatter into zeros */
+        hd_cuda_check(
+            ctx,
+            a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0, hd_tensor_nbytes(out), d->stream),
+            "cuMemsetD8Async"))
+        return ctx->status;
+    CUfunction f;
+    hd_dtype dt = x ? x->dtype : HD_I64;
+    if (hd_cuda_kernel(ctx, d, op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, HD_CUDA_K_MAIN, &f))
+        return ctx->status;
+    int64_t n = op == HD_OP_INDEX_SELECT ? out->numel : op == HD_OP_INDEX_ADD ? x->numel : J;
+    void *o = ops_ptr(out), *px = x ? ops_ptr(x) : NULL, *pi = (void *)idx;
+    void *args[] = {&n, &o, &px, &pi, op == HD_OP_ONE_HOT ? &X : &J, &X, &post};
+    return hd_cuda_launch(ctx, d, f, n, args);
+}
+
+/* The indices are checked on the host (one copy back, so errors are the
+ * cpu's and come at once); i64 indices already contiguous on the device
+ * are then read where they are, others go up checked. */
 static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                            hd_tensor *const *in, const hd_attrs *attrs) {
     const hd_tensor *x = op == HD_OP_ONE_HOT ? NULL : in[0];
@@ -406,35 +435,18 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
     const int64_t *shape = op == HD_OP_INDEX_ADD ? out->shape : x ? x->shape : NULL;
     int nd = op == HD_OP_INDEX_ADD ? out->ndim : x ? x->ndim : 0, axis = 0;
     if (x && hd_norm_axis(ctx, attrs->ints[0], nd, &axis)) return ctx->status;
-    int64_t size = x ? shape[axis] : attrs->ints[0], pre = 1, post = 1;
-    for (int i = 0; x && i < nd; i++) {
-        if (i < axis) pre *= shape[i];
-        if (i > axis) post *= shape[i];
-    }
+    int64_t size = x ? shape[axis] : attrs->ints[0], post = 1;
+    for (int i = axis + 1; x && i < nd; i++) post *= shape[i];
     hd_tensor *hi = NULL, *di = NULL, *xc = NULL;
     if (ops_host_indices(ctx, op, idx, axis, size, &hi)) return ctx->status;
-    hd_status st = hd_tensor_to_device(ctx, hi, &hd_cuda_backend, out->storage->device, &di);
+    hd_status st = HD_OK;
+    if (idx->storage->backend == &hd_cuda_backend && idx->dtype == HD_I64 &&
+        hd_tensor_is_contiguous(idx))
+        di = hd_tensor_ref((hd_tensor *)idx);
+    else
+        st = hd_tensor_to_device(ctx, hi, &hd_cuda_backend, out->storage->device, &di);
     if (!st && x && !(xc = hd_tensor_contiguous(ctx, (hd_tensor *)x))) st = ctx->status;
-    const hd_cuda_api *a = hd_cuda_api_get();
-    if (!st && op != HD_OP_INDEX_SELECT) /* scatter into zeros */
-        st = hd_cuda_check(
-            ctx,
-            a->memset_d8((CUdeviceptr)(uintptr_t)ops_ptr(out), 0, hd_tensor_nbytes(out), d->stream),
-            "cuMemsetD8Async");
-    CUfunction f;
-    hd_dtype dt = x ? x->dtype : HD_I64;
-    if (!st)
-        st = hd_cuda_kernel(ctx, d, op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, HD_CUDA_K_MAIN, &f);
-    if (!st) {
-        int64_t J = idx->numel, n = op == HD_OP_INDEX_SELECT ? out->numel
-                                    : op == HD_OP_INDEX_ADD  ? xc->numel
-                                                             : J;
-        int64_t cls = attrs->ints[0];
-        void *o = ops_ptr(out), *px = xc ? ops_ptr(xc) : NULL, *pi = ops_ptr(di);
-        void *args[] = {&n, &o, &px, &pi, op == HD_OP_ONE_HOT ? &cls : &J, &size, &post};
-        HD_UNUSED(pre);
-        st = hd_cuda_launch(ctx, d, f, n, args);
-    }
+    if (!st) st = index_launch(ctx, d, op, out, xc, ops_ptr(di), idx->numel, size, post);
     hd_tensor_unref(hi);
     hd_tensor_unref(di);
     hd_tensor_unref(xc);
@@ -641,9 +653,15 @@ static hd_status ops_cross_entropy(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
     memset(&at, 0, sizeof at);
     at.nshape = 1;
     at.shape[0] = -1;
-    hd_tensor *flat = ops_run(ctx, HD_OP_RESHAPE, ls, NULL, &at);
-    memset(&at, 0, sizeof at);
-    hd_tensor *pick = ops_run(ctx, HD_OP_INDEX_SELECT, flat, pos, &at);
+    hd_tensor *flat = ops_run(ctx, HD_OP_RESHAPE, ls, NULL, &at), *pick = NULL;
+    if (flat &&
+        (pick = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, x->dtype, pos->shape,
+                                 1)) &&
+        index_launch(ctx, d, HD_OP_INDEX_SELECT, pick, flat, ops_ptr(pos), pos->numel, flat->numel,
+                     1)) {
+        hd_tensor_unref(pick);
+        pick = NULL;
+    }
     hd_tensor *m = ops_run(ctx, HD_OP_MEAN, pick, NULL, NULL);
     hd_tensor *neg = ops_run(ctx, HD_OP_NEG, m, NULL, NULL);
     hd_status st = neg ? ops_into(ctx, d, out, neg) : ctx->status;

@@ -199,9 +199,10 @@ const char *hd_cuda_ew_expr(hd_op op, hd_dtype dt) {
     return NULL;
 }
 
-int hd_cuda_takes_number(hd_op op) {
+int hd_cuda_takes_number(hd_op op, int i) {
+    if (op == HD_OP_WHERE) return i == 1 || i == 2; /* s0, s1 */
     for (size_t k = 0; k < sizeof cu_binaries / sizeof cu_binaries[0]; k++)
-        if (cu_binaries[k].op == op) return 1;
+        if (cu_binaries[k].op == op) return i == 0 || i == 1;
     return 0;
 }
 
@@ -343,15 +344,18 @@ static void src_binary_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt, hd_dtype ou
     src_ew_kernel(s, op, &k);
 }
 
-/* where(c, a, b): c already bool; kernels by the value dtype. */
+/* where(c, a, b): c already bool; kernels by the value dtype. A value
+ * that is a host number comes as its bytes: a in s0, b in s1. */
 static void src_where_kernel(hd_cuda_src *s, hd_dtype dt) {
+    const char *st = cu_dtypes[dt].store;
     src_ew_head(s, HD_OP_WHERE, dt, dt, dt);
     hd_cuda_src_printf(s,
                        "  const u8 *c = (const u8 *)a_;\n"
                        "  const %s *x = (const %s *)b_, *y = (const %s *)c_;\n"
+                       "  const %s sx = bits_as<%s>(s0), sy = bits_as<%s>(s1);\n"
                        "  EW_LOOP { i64 io, i0, i1, i2; ew_off(g, i, io, i0, i1, i2);\n"
-                       "    o[io] = c[i0] ? x[i1] : y[i2]; }\n}\n",
-                       cu_dtypes[dt].store, cu_dtypes[dt].store, cu_dtypes[dt].store);
+                       "    o[io] = c[i0] ? (x ? x[i1] : sx) : (y ? y[i2] : sy); }\n}\n",
+                       st, st, st, st, st, st);
 }
 
 /* ---- modules ---- */

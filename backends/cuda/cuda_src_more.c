@@ -465,7 +465,8 @@ static int mod_create(hd_cuda_src *s, hd_op op) {
 }
 
 /* ---- indexing: x contiguous as [pre, X, post], indices already checked
- * and made non-negative on the host ---- */
+ * on the host; negative ones (index_select, index_add) count from the end
+ * of X ---- */
 
 #define INDEX_PARAMS "(i64 n, void *o_, const void *x_, const i64 *idx, i64 J, i64 X, i64 post)"
 
@@ -484,11 +485,13 @@ static void index_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     switch (op) {
     case HD_OP_INDEX_SELECT:
         hd_cuda_src_printf(s, "    i64 p = i %% post, t = i / post, j = t %% J, q = t / J;\n"
-                              "    o[i] = x[(q * X + idx[j]) * post + p];\n");
+                              "    i64 k = idx[j] < 0 ? idx[j] + X : idx[j];\n"
+                              "    o[i] = x[(q * X + k) * post + p];\n");
         break;
     case HD_OP_INDEX_ADD: /* i over src, laid out as [pre, J, post] */
         hd_cuda_src_printf(s, "    i64 p = i %% post, t = i / post, j = t %% J, q = t / J;\n"
-                              "    atomicAdd(&o[(q * X + idx[j]) * post + p], x[i]);\n");
+                              "    i64 k = idx[j] < 0 ? idx[j] + X : idx[j];\n"
+                              "    atomicAdd(&o[(q * X + k) * post + p], x[i]);\n");
         break;
     default: /* one_hot: J is the number of classes */
         hd_cuda_src_printf(s, "    o[i * J + idx[i]] = 1;\n");

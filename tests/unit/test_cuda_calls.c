@@ -177,6 +177,80 @@ static void test_products(hd_ctx *ctx) {
     for (int i = 0; i < 8; i++) hd_tensor_unref(all[i]);
 }
 
+/* Calls of one warm op other than launches, by name. */
+static unsigned long long calls_of(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin,
+                                   const hd_attrs *at, const char *name, int *launches) {
+    hd_tensor *r = NULL;
+    for (int i = 0; i < 2; i++) {
+        CHECK(hd_op_run(ctx, op, in, nin, at, &r) == HD_OK);
+        hd_tensor_unref(r);
+        r = NULL;
+    }
+    emu_reset();
+    CHECK(hd_op_run(ctx, op, in, nin, at, &r) == HD_OK);
+    hd_tensor_unref(r);
+    *launches = (int)emu_calls("cuLaunchKernel");
+    return emu_calls(name);
+}
+
+/* Host scalars that are not Hodu numbers (0-d cpu tensors: an optimizer's
+ * bias correction) and where's values are kernel arguments too: one
+ * launch, nothing copied, no wait. Index ops wait once, for the check of
+ * their indices, and copy nothing up when the indices are on the device. */
+static void test_host_scalars(hd_ctx *ctx) {
+    const float xv[4] = {1, -2, 3, -4};
+    hd_tensor *x = dev_tensor(ctx, xv, 4, 0), *r = NULL;
+    double sv = 0.5;
+    hd_tensor *s = hd_tensor_from_data(ctx, HD_F64, NULL, 0, &sv);
+    hd_tensor *zero = hd_tensor_number(ctx, HD_F32, 0.0);
+    CHECK(x && s && zero && !s->number);
+    if (!x || !s || !zero) return;
+    hd_tensor *xs[2] = {x, s}, *sx[2] = {s, x};
+    check_eager(ctx, HD_OP_MUL, xs, 2);
+    check_eager(ctx, HD_OP_SUB, sx, 2);
+    CHECK(hd_op_run(ctx, HD_OP_SUB, sx, 2, NULL, &r) == HD_OK);
+    CHECK(r && host_at(ctx, r, 1) == 2.5f && host_at(ctx, r, 3) == 4.5f);
+    hd_tensor_unref(r);
+    hd_tensor *gt[2] = {x, zero}, *c = NULL;
+    CHECK(hd_op_run(ctx, HD_OP_GT, gt, 2, NULL, &c) == HD_OK);
+    hd_tensor *w1[3] = {c, x, zero}, *w2[3] = {c, s, zero};
+    check_eager(ctx, HD_OP_WHERE, w1, 3); /* relu's gradient: where(y > 0, g, 0) */
+    check_eager(ctx, HD_OP_WHERE, w2, 3);
+    CHECK(hd_op_run(ctx, HD_OP_WHERE, w2, 3, NULL, &r) == HD_OK);
+    CHECK(r && host_at(ctx, r, 0) == 0.5f && host_at(ctx, r, 1) == 0.0f);
+    hd_tensor_unref(r);
+    /* index_select with i64 indices on the device: its check's copy back
+     * and wait, one launch, nothing copied up */
+    const int64_t iv[3] = {3, -1, 0};
+    int64_t n3 = 3;
+    hd_tensor *ih = hd_tensor_from_data(ctx, HD_I64, &n3, 1, iv), *id = NULL;
+    CHECK(ih && hd_tensor_to_device(ctx, ih, &hd_cuda_backend, 0, &id) == HD_OK);
+    hd_tensor *xi[2] = {x, id};
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    int launches = 0;
+    CHECK(calls_of(ctx, HD_OP_INDEX_SELECT, xi, 2, &at, "cuMemcpyHtoDAsync_v2", &launches) == 0);
+    CHECK(launches == 1 && emu_calls("cuStreamSynchronize") == 1 &&
+          emu_calls("cuMemcpyDtoHAsync_v2") == 1);
+    CHECK(hd_op_run(ctx, HD_OP_INDEX_SELECT, xi, 2, &at, &r) == HD_OK);
+    CHECK(r && host_at(ctx, r, 0) == -4.0f && host_at(ctx, r, 1) == -4.0f &&
+          host_at(ctx, r, 2) == 1.0f);
+    /* cross_entropy: the labels back for their check and the positions
+     * up, one wait each; the pick reads the positions with no check again */
+    const float lv[8] = {0.5f, -1, 2, 0, 1, 1, -3, 0.25f};
+    const int64_t labv[2] = {3, 0};
+    int64_t n2 = 2;
+    hd_tensor *logits = dev_tensor(ctx, lv, 2, 4),
+              *lh = hd_tensor_from_data(ctx, HD_I64, &n2, 1, labv);
+    hd_tensor *ld = NULL;
+    CHECK(logits && lh && hd_tensor_to_device(ctx, lh, &hd_cuda_backend, 0, &ld) == HD_OK);
+    hd_tensor *ce[2] = {logits, ld};
+    CHECK(calls_of(ctx, HD_OP_CROSS_ENTROPY, ce, 2, NULL, "cuStreamSynchronize", &launches) == 2);
+    CHECK(emu_calls("cuMemcpyHtoDAsync_v2") == 1 && emu_calls("cuMemcpyDtoHAsync_v2") == 1);
+    hd_tensor *all[] = {x, s, zero, c, ih, id, r, logits, lh, ld};
+    for (int i = 0; i < 10; i++) hd_tensor_unref(all[i]);
+}
+
 /* y = relu(x @ w + b) * 2 with x, w, b inputs of the graph. */
 static hd_ir_graph *trace_layer(hd_ctx *ctx, hd_tensor *const *args) {
     static const char *const names[] = {"x", "w", "b"};
@@ -437,6 +511,7 @@ int main(void) {
     }
     test_eager(&ctx);
     test_products(&ctx);
+    test_host_scalars(&ctx);
     test_compiled(&ctx);
     test_profile(&ctx);
     test_peer(&ctx);
