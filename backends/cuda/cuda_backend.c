@@ -398,6 +398,7 @@ static void kernel_entry_name(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvari
     }
     hd_cuda_kernel_name(op, in, out, buf, n);
     if (v == HD_CUDA_K_FIN) strncat(buf, "_fin", n - strlen(buf) - 1);
+    if (v == HD_CUDA_K_PICK) strncat(buf, "_pick", n - strlen(buf) - 1);
 }
 
 /* A miss: generate op's module, load it, look the entry point up. */

@@ -322,6 +322,7 @@ typedef enum {
     HD_CUDA_K_FIN,      /* k_<op>_<in>_<out>_fin: a split reduction's second pass */
     HD_CUDA_K_LN_STATS, /* k_layer_norm_stats_<out> */
     HD_CUDA_K_LN_DW,    /* k_layer_norm_dw_<out> */
+    HD_CUDA_K_PICK,     /* k_index_select_<in>_<out>_pick: row r's element idx[r] */
 } hd_cuda_kvariant;
 
 /* The eager kernel of op for dtypes (in, out) and variant: one look-up in

@@ -405,9 +405,9 @@ static hd_status ops_host_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, i
  * (index_select, index_add; NULL for one_hot, with X its classes) and
  * idx, J checked i64 indices in device memory: negative ones count from
  * the end (the kernel wraps them), none is out of range. */
-static hd_status index_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
-                              const hd_tensor *x, const void *idx, int64_t J, int64_t X,
-                              int64_t post) {
+static hd_status index_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_cuda_kvariant v,
+                              hd_tensor *out, const hd_tensor *x, const void *idx, int64_t J,
+                              int64_t X, int64_t post) {
     const hd_cuda_api *a = hd_cuda_api_get();
     if (op != HD_OP_INDEX_SELECT && /* scatter into zeros */
         hd_cuda_check(
@@ -417,7 +417,7 @@ static hd_status index_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *
         return ctx->status;
     CUfunction f;
     hd_dtype dt = x ? x->dtype : HD_I64;
-    if (hd_cuda_kernel(ctx, d, op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, HD_CUDA_K_MAIN, &f))
+    if (hd_cuda_kernel(ctx, d, op, dt, op == HD_OP_ONE_HOT ? HD_I64 : dt, v, &f))
         return ctx->status;
     int64_t n = op == HD_OP_INDEX_SELECT ? out->numel : op == HD_OP_INDEX_ADD ? x->numel : J;
     void *o = ops_ptr(out), *px = x ? ops_ptr(x) : NULL, *pi = (void *)idx;
@@ -446,7 +446,8 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
     else
         st = hd_tensor_to_device(ctx, hi, &hd_cuda_backend, out->storage->device, &di);
     if (!st && x && !(xc = hd_tensor_contiguous(ctx, (hd_tensor *)x))) st = ctx->status;
-    if (!st) st = index_launch(ctx, d, op, out, xc, ops_ptr(di), idx->numel, size, post);
+    if (!st)
+        st = index_launch(ctx, d, op, HD_CUDA_K_MAIN, out, xc, ops_ptr(di), idx->numel, size, post);
     hd_tensor_unref(hi);
     hd_tensor_unref(di);
     hd_tensor_unref(xc);
@@ -607,57 +608,50 @@ static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
     return st;
 }
 
-/* Labels of cross_entropy checked on the host, as flat positions
- * r * C + label[r] into the logits, uploaded. */
-static hd_status ops_ce_positions(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
-                                  hd_tensor **out) {
+/* Labels of cross_entropy checked on the host (one copy back, so errors
+ * come at once), as the pick kernel reads them: i64 and contiguous on the
+ * device (the labels themselves where they are so, else the checked copy
+ * sent up). */
+static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
+                               hd_tensor **out) {
     if (labels->dtype != HD_I64)
         return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: labels must be i64, got %s",
                         hd_dtype_name(labels->dtype));
     int64_t c = x->shape[x->ndim - 1], rows = x->ndim == 2 ? x->shape[0] : 1;
-    hd_tensor *h = hd_tensor_to_host(ctx, labels), *pos = NULL;
-    if (!h) return ctx->status;
-    hd_tensor *hc = hd_tensor_contiguous(ctx, h);
+    hd_tensor *h = hd_tensor_to_host(ctx, labels);
+    hd_tensor *hc = h ? hd_tensor_contiguous(ctx, h) : NULL;
     hd_tensor_unref(h);
     if (!hc) return ctx->status;
-    int64_t *p = hd_tensor_data(hc);
+    const int64_t *p = hd_tensor_data(hc);
     hd_status st = HD_OK;
-    for (int64_t r = 0; r < rows && !st; r++) {
+    for (int64_t r = 0; r < rows && !st; r++)
         if (p[r] < 0 || p[r] >= c)
             st = hd_error(ctx, HD_ERR_RUNTIME,
                           "cross_entropy: label %lld (sample %lld) is out of range for %lld "
                           "classes",
                           (long long)p[r], (long long)r, (long long)c);
-        else
-            p[r] += r * c;
-    }
-    if (!st) {
-        hd_tensor *flat = hd_tensor_view(ctx, hc, &rows, &(int64_t){1}, 1, hc->offset);
-        st = flat ? hd_tensor_to_device(ctx, flat, &hd_cuda_backend, device, &pos) : ctx->status;
-        hd_tensor_unref(flat);
-    }
+    if (!st && labels->storage->backend == &hd_cuda_backend && hd_tensor_is_contiguous(labels))
+        *out = hd_tensor_ref(labels);
+    else if (!st)
+        st = hd_tensor_to_device(ctx, hc, &hd_cuda_backend, device, out);
     hd_tensor_unref(hc);
-    *out = pos;
     return st;
 }
 
 /* cross_entropy: -mean(log_softmax(x)[r, label[r]]). */
 static hd_status ops_cross_entropy(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
                                    hd_tensor *const *in) {
-    hd_tensor *x = in[0], *pos = NULL;
-    if (ops_ce_positions(ctx, x, in[1], out->storage->device, &pos)) return ctx->status;
+    hd_tensor *x = in[0], *lab = NULL;
+    if (ops_ce_labels(ctx, x, in[1], out->storage->device, &lab)) return ctx->status;
+    int64_t c = x->shape[x->ndim - 1], rows = x->ndim == 2 ? x->shape[0] : 1;
     hd_attrs at;
     memset(&at, 0, sizeof at);
     at.ints[0] = -1;
-    hd_tensor *ls = ops_run(ctx, HD_OP_LOG_SOFTMAX, x, NULL, &at);
-    memset(&at, 0, sizeof at);
-    at.nshape = 1;
-    at.shape[0] = -1;
-    hd_tensor *flat = ops_run(ctx, HD_OP_RESHAPE, ls, NULL, &at), *pick = NULL;
-    if (flat &&
-        (pick = hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, x->dtype, pos->shape,
-                                 1)) &&
-        index_launch(ctx, d, HD_OP_INDEX_SELECT, pick, flat, ops_ptr(pos), pos->numel, flat->numel,
+    hd_tensor *ls = ops_run(ctx, HD_OP_LOG_SOFTMAX, x, NULL, &at), *pick = NULL;
+    if (ls &&
+        (pick =
+             hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, x->dtype, &rows, 1)) &&
+        index_launch(ctx, d, HD_OP_INDEX_SELECT, HD_CUDA_K_PICK, pick, ls, ops_ptr(lab), rows, c,
                      1)) {
         hd_tensor_unref(pick);
         pick = NULL;
@@ -665,8 +659,8 @@ static hd_status ops_cross_entropy(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
     hd_tensor *m = ops_run(ctx, HD_OP_MEAN, pick, NULL, NULL);
     hd_tensor *neg = ops_run(ctx, HD_OP_NEG, m, NULL, NULL);
     hd_status st = neg ? ops_into(ctx, d, out, neg) : ctx->status;
-    hd_tensor *all[] = {pos, ls, flat, pick, m, neg};
-    for (int i = 0; i < 6; i++) hd_tensor_unref(all[i]);
+    hd_tensor *all[] = {lab, ls, pick, m, neg};
+    for (int i = 0; i < 5; i++) hd_tensor_unref(all[i]);
     return st;
 }
 

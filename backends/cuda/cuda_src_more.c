@@ -498,6 +498,15 @@ static void index_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
         break;
     }
     hd_cuda_src_printf(s, "  }\n}\n");
+    if (op != HD_OP_INDEX_SELECT) return;
+    /* _pick: o[r] = x[r, idx[r]] of x [n, X] (cross_entropy's picks) */
+    hd_cuda_src_printf(s,
+                       "extern \"C\" __global__ void %s_pick" INDEX_PARAMS " {\n"
+                       "  %s *o = (%s *)o_; const %s *x = (const %s *)x_; (void)J; (void)post;\n"
+                       "  for (i64 r = blockIdx.x * (i64)blockDim.x + threadIdx.x; r < n; r += "
+                       "(i64)gridDim.x * blockDim.x)\n"
+                       "    o[r] = x[r * X + idx[r]];\n}\n",
+                       name, mo_store[dt], mo_store[dt], mo_store[dt], mo_store[dt]);
 }
 
 static int mod_index(hd_cuda_src *s, hd_op op) {
