@@ -75,16 +75,11 @@ static long long blas_batch_stride(const hd_tensor *t, const hd_tensor *out, int
  * [1, k] for a and [k, 1] for b. */
 static int blas_in_place(const hd_tensor *t, const hd_tensor *out, int nbatch, int64_t rows,
                          int64_t cols, blas_view *v) {
-    int64_t rs, cs;
-    if (t->ndim == 1) {
-        rs = rows == 1 ? cols : t->strides[0];
-        cs = rows == 1 ? t->strides[0] : 1;
-    } else {
-        rs = t->strides[t->ndim - 2];
-        cs = t->strides[t->ndim - 1];
-    }
-    if (rows == 1) rs = cols * (cs == 1) + (cs != 1); /* one row: its stride is never used */
-    if (cols == 1) cs = rows * (rs == 1) + (rs != 1);
+    int64_t rs = t->strides[t->ndim > 1 ? t->ndim - 2 : 0], cs = t->strides[t->ndim - 1];
+    /* the stride past a single row or column is never used: the one that
+     * lets the other layout through */
+    if (rows == 1) rs = cs == 1 ? cols : 1;
+    if (cols == 1) cs = rs == 1 ? rows : 1;
     v->stride = t->ndim <= 2 ? 0 : blas_batch_stride(t, out, nbatch);
     v->p = hd_tensor_data(t);
     if (v->stride < 0) return 0;
@@ -180,8 +175,9 @@ static hd_status blas_gemm(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, const bl
     const void *beta = out->dtype == HD_F64 ? (const void *)&zero64 : (const void *)&zero;
     cublasOperation_t ta = vb->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = va->trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int one_matrix = batch == 1 && api->blas_gemm;
     cublasStatus_t r;
-    if (batch == 1 && api->blas_gemm)
+    if (one_matrix)
         r = api->blas_gemm(d->blas, ta, tb, (int)N, (int)M, (int)K, alpha, vb->p, ty, (int)vb->ld,
                            va->p, ty, (int)va->ld, beta, hd_tensor_data(out), ty, (int)N, ct,
                            CUBLAS_GEMM_DEFAULT);
@@ -191,9 +187,8 @@ static hd_status blas_gemm(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, const bl
                                    beta, hd_tensor_data(out), ty, (int)N, (long long)(M * N),
                                    (int)batch, ct, CUBLAS_GEMM_DEFAULT);
     if (r != CUBLAS_STATUS_SUCCESS)
-        return hd_error(
-            ctx, HD_ERR_RUNTIME, "cuda: %s failed (%d)",
-            batch == 1 && api->blas_gemm ? "cublasGemmEx" : "cublasGemmStridedBatchedEx", (int)r);
+        return hd_error(ctx, HD_ERR_RUNTIME, "cuda: %s failed (%d)",
+                        one_matrix ? "cublasGemmEx" : "cublasGemmStridedBatchedEx", (int)r);
     return HD_OK;
 }
 
