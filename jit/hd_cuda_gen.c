@@ -7,11 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GEN_SPLIT_MIN_RED (1 << 16) /* reduced extent worth a split pass */
-#define GEN_SPLIT_MAX_OUT 1024      /* outputs few enough that blocks would idle */
-#define GEN_SPLIT_CHUNK   8192      /* elements one block of the split pass reduces */
-#define GEN_SPLIT_MAX     4096      /* blocks per output, at most */
-#define GEN_GRID_MAX      (65535 * 16)
+#define GEN_GRID_MAX (65535 * 16)
 
 typedef struct gen_state {
     hd_ctx *ctx;
@@ -23,7 +19,8 @@ typedef struct gen_state {
     const int64_t *shape; /* iteration shape */
     int nd;
     int ki;
-    const char *err; /* an op the generator cannot express */
+    int64_t resident; /* the device's 256-thread blocks at once (split reductions) */
+    const char *err;  /* an op the generator cannot express */
 } gen_state;
 
 char *hd_cuda_gen_name(int kernel, int fin, char *buf, size_t n) {
@@ -286,6 +283,18 @@ static void gen_rgeo_make(const gen_state *G, const hd_ir_node *red, gen_rgeo *r
     }
 }
 
+/* Are the reduced dims the last ones of the iteration shape (a whole
+ * tensor, or its last axes)? Then its flat index is ob * nred + r. */
+static int gen_red_suffix(const gen_state *G, const gen_rgeo *rg) {
+    int reduced = 0;
+    for (int j = 0; j < G->nd; j++) {
+        int r = (rg->mask >> j) & 1u;
+        if (reduced && !r) return 0;
+        reduced |= r;
+    }
+    return 1;
+}
+
 /* The multi-index from output ob (kept dims) and r (reduced dims), and the
  * flat index i over the iteration shape. */
 static void gen_red_index(gen_state *G, const gen_rgeo *rg) {
@@ -300,6 +309,13 @@ static void gen_red_index(gen_state *G, const gen_rgeo *rg) {
         const char *v = rg->mask & (1u << j) ? "rr_" : "ro_";
         hd_cuda_src_printf(&G->body, " d%d = %s %% %lldLL; %s /= %lldLL;", j, v,
                            (long long)G->shape[j], v, (long long)G->shape[j]);
+    }
+    if (gen_red_suffix(G, rg)) {
+        /* the flat index without the multi-index: where every operand is
+         * read at i (contiguous), the divisions above are dead code */
+        hd_cuda_src_printf(&G->body, " }\n      i64 i = ob * %lldLL + r; (void)i;\n",
+                           (long long)rg->nred);
+        return;
     }
     hd_cuda_src_printf(&G->body, " }\n      i64 i = 0");
     int64_t st = 1;
@@ -377,15 +393,13 @@ static hd_status gen_red_two_pass(gen_state *G, const hd_plan_kernel *k, const g
 }
 
 /* Blocks per output of a split reduction (1: no split) and the elements
- * each reduces: GEN_SPLIT_CHUNK, or more where the splits would pass
- * GEN_SPLIT_MAX (every element is reduced by exactly one block). */
-static int gen_red_splits(const gen_rgeo *rg, hd_op op, int64_t *chunk) {
-    *chunk = rg->nred;
-    if (op == HD_OP_VAR || op == HD_OP_STD || op == HD_OP_LOGSUMEXP) return 1;
-    if (rg->nout > GEN_SPLIT_MAX_OUT || rg->nred < GEN_SPLIT_MIN_RED) return 1;
-    *chunk = GEN_SPLIT_CHUNK;
-    if ((rg->nred + *chunk - 1) / *chunk > GEN_SPLIT_MAX)
-        *chunk = (rg->nred + GEN_SPLIT_MAX - 1) / GEN_SPLIT_MAX;
+ * each reduces, as the eager kernels divide it (hd_cuda_split_chunk). */
+static int gen_red_splits(const gen_state *G, const gen_rgeo *rg, hd_op op, int64_t *chunk) {
+    *chunk = hd_cuda_reduce_splits(op) ? hd_cuda_split_chunk(rg->nout, rg->nred, G->resident) : 0;
+    if (*chunk == 0) {
+        *chunk = rg->nred;
+        return 1;
+    }
     return (int)((rg->nred + *chunk - 1) / *chunk);
 }
 
@@ -395,7 +409,7 @@ static hd_status gen_reduce(gen_state *G, const hd_plan_kernel *k, hd_cuda_gen_k
     gen_rgeo rg;
     gen_rgeo_make(G, red, &rg);
     int64_t chunk;
-    int splits = gen_red_splits(&rg, (hd_op)red->op, &chunk);
+    int splits = gen_red_splits(G, &rg, (hd_op)red->op, &chunk);
     hd_cuda_src_printf(&G->body, "  const i64 NRED = %lldLL; (void)NRED;\n", (long long)rg.nred);
     info->launch = HD_CUDA_LAUNCH_BLOCKS;
     if (red->op == HD_OP_VAR || red->op == HD_OP_STD || red->op == HD_OP_LOGSUMEXP) {
@@ -646,12 +660,13 @@ void hd_cuda_gen_info_free(hd_ctx *ctx, hd_cuda_gen_info *info) {
     memset(info, 0, sizeof *info);
 }
 
-hd_status hd_cuda_gen_module(hd_ctx *ctx, const hd_plan *p, hd_cuda_src *s,
+hd_status hd_cuda_gen_module(hd_ctx *ctx, const hd_plan *p, int64_t resident, hd_cuda_src *s,
                              hd_cuda_gen_info *info) {
     gen_state G;
     memset(&G, 0, sizeof G);
     memset(info, 0, sizeof *info);
     G.ctx = ctx;
+    G.resident = resident;
     G.p = p;
     G.g = p->g;
     hd_cuda_src_init(&G.body, ctx);

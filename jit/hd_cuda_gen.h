@@ -41,8 +41,11 @@ typedef struct hd_cuda_gen_info {
 
 /* The module of plan p into s (which the caller initialised) and the
  * launch geometry of its kernels into info (free with
- * hd_cuda_gen_info_free). Errors: out of memory only. */
-hd_status hd_cuda_gen_module(hd_ctx *ctx, const hd_plan *p, hd_cuda_src *s, hd_cuda_gen_info *info);
+ * hd_cuda_gen_info_free), for a device running `resident` 256-thread
+ * blocks at once (hd_cuda_dev.resident: split reductions divide their work
+ * by it, as the eager kernels). Errors: out of memory only. */
+hd_status hd_cuda_gen_module(hd_ctx *ctx, const hd_plan *p, int64_t resident, hd_cuda_src *s,
+                             hd_cuda_gen_info *info);
 void hd_cuda_gen_info_free(hd_ctx *ctx, hd_cuda_gen_info *info);
 /* "hd_k<i>" or "hd_k<i>_fin" into buf. */
 char *hd_cuda_gen_name(int kernel, int fin, char *buf, size_t n);

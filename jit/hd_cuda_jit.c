@@ -324,7 +324,7 @@ static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src
 static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
     hd_cuda_src src;
     hd_cuda_src_init(&src, e->h.ctx);
-    hd_status st = hd_cuda_gen_module(e->h.ctx, &e->plan, &src, &e->info);
+    hd_status st = hd_cuda_gen_module(e->h.ctx, &e->plan, d->resident, &src, &e->info);
     if (!st && e->info.partials > 0) {
         int64_t n = e->info.partials * 8;
         e->partials = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_U8, &n, 1);

@@ -16,6 +16,8 @@
     X(CUDA_ERROR_OUT_OF_MEMORY, 2)                                                                 \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 75)                                            \
     X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 76)                                            \
+    X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 16)                                                \
+    X(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 39)                                      \
     X(CU_STREAM_NON_BLOCKING, 1)                                                                   \
     X(CU_STREAM_CAPTURE_MODE_RELAXED, 2)                                                           \
     X(CU_EVENT_DEFAULT, 0)                                                                         \

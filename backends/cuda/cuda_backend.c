@@ -39,6 +39,18 @@ static hd_cuda_state *cuda_state(hd_ctx *ctx) {
     return s;
 }
 
+/* 256-thread blocks the device runs at once; a modest GPU's where the
+ * driver does not say (which no driver of the supported versions does). */
+static int64_t cuda_resident_blocks(const hd_cuda_api *a, CUdevice dev) {
+    int sms = 0, threads = 0;
+    if (a->device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ||
+        a->device_get_attribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+                                dev) ||
+        sms < 1 || threads < 256)
+        return 64 * 8;
+    return (int64_t)sms * (threads / 256);
+}
+
 static hd_status cuda_dev_open(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d, int device) {
     int major = 0, minor = 0;
     if (hd_cuda_check(ctx, a->device_get(&d->dev, device), "cuDeviceGet") ||
@@ -51,6 +63,7 @@ static hd_status cuda_dev_open(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d
     a->device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev);
     a->device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev);
     d->arch = major * 10 + minor;
+    d->resident = cuda_resident_blocks(a, d->dev);
     return hd_cuda_check(ctx, a->mem_alloc(&d->flag, sizeof(int)), "cuMemAlloc");
 }
 

@@ -86,6 +86,12 @@ int hd_cuda_is_conv(hd_op op);
 /* Does the reduction have a split form (a chunk argument and a _fin
  * kernel combining the partials)? */
 int hd_cuda_reduce_splits(hd_op op);
+/* How a split reduction of nout outputs over nred elements each divides
+ * its work: the elements one 256-thread block reduces, or 0 for one block
+ * per output. resident: the 256-thread blocks the device runs at once
+ * (hd_cuda_dev.resident). The eager kernels and the cuda compiler both
+ * ask here, so that a sum compiled adds in eager's order. */
+int64_t hd_cuda_split_chunk(int64_t nout, int64_t nred, int64_t resident);
 /* A reduction's output dtype for an input of dtype dt. */
 hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt);
 
@@ -275,6 +281,9 @@ typedef struct hd_cuda_dev {
     CUstream stream;
     cublasHandle_t blas;
     int arch; /* 10 * major + minor */
+    /* 256-thread blocks resident at once: SMs x threads per SM / 256 (the
+     * grid of one full wave) */
+    int64_t resident;
     /* caching allocator: free blocks by size class (bin = log2 of the
      * rounded size), each list holding blocks of exactly one size */
     hd_cuda_block *bins[HD_CUDA_BINS];

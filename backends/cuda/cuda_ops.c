@@ -176,13 +176,11 @@ typedef struct {
 
 /* One block per output reads nred elements: for few outputs of many
  * elements that is a handful of the GPU's SMs, so sum / mean / prod / max /
- * min split each output into chunks a block each (at most 4096), then
- * combine the partials. 0: no split. */
-static int64_t ops_reduce_chunk(hd_op op, const ops_rgeo *g) {
-    if (!hd_cuda_reduce_splits(op) || g->nout > 1024 || g->nred < (1 << 16)) return 0;
-    int64_t chunk = 8192;
-    if ((g->nred + chunk - 1) / chunk > 4096) chunk = (g->nred + 4095) / 4096;
-    return chunk;
+ * min split each output into chunks a block each (hd_cuda_split_chunk),
+ * then combine the partials. 0: no split. */
+static int64_t ops_reduce_chunk(const hd_cuda_dev *d, hd_op op, const ops_rgeo *g) {
+    if (!hd_cuda_reduce_splits(op)) return 0;
+    return hd_cuda_split_chunk(g->nout, g->nred, d->resident);
 }
 
 static hd_status ops_reduce_launch(hd_ctx *ctx, hd_cuda_dev *d, CUfunction f, int64_t blocks,
@@ -229,7 +227,7 @@ static hd_status ops_reduce(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
     if (hd_cuda_kernel(ctx, d, op, x->dtype, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
     void *o = ops_ptr(out), *a = ops_ptr(x), *part = NULL;
     double corr = (double)attrs->ints[0];
-    int64_t chunk = ops_reduce_chunk(op, &g), parts = 0;
+    int64_t chunk = ops_reduce_chunk(d, op, &g), parts = 0;
     void *args[] = {&g, &o, &a, &corr, &chunk, &part};
     if (chunk > 0) {
         parts = g.nout * ((g.nred + chunk - 1) / chunk);

@@ -207,6 +207,21 @@ int hd_cuda_reduce_splits(hd_op op) {
            op == HD_OP_MIN;
 }
 
+/* Few outputs of many elements would keep a handful of SMs busy with a
+ * block each: such outputs are split into chunks, enough of them for one
+ * full wave of the device (every resident block slot busy, as PyTorch's
+ * reductions size their grids), no smaller than 4096 elements (16 per
+ * thread) and a multiple of 256 (every thread as many). Every element is
+ * in exactly one chunk, and no chunk is empty. */
+int64_t hd_cuda_split_chunk(int64_t nout, int64_t nred, int64_t resident) {
+    if (nout < 1 || nout > 1024 || nred < (1 << 16)) return 0;
+    if (resident < 1) resident = 1;
+    int64_t per_out = (resident + nout - 1) / nout;
+    int64_t chunk = (nred + per_out - 1) / per_out;
+    chunk = (chunk + 255) / 256 * 256;
+    return chunk < 4096 ? 4096 : chunk;
+}
+
 /* The output dtype of a reduction of an input of dtype dt (hd_shape.c's
  * reduce rules; integer sums are cast to i64 before the kernel). */
 hd_dtype hd_cuda_reduce_out(hd_op op, hd_dtype dt) {

@@ -318,9 +318,20 @@ EMU_EXPORT CUresult cuDeviceGet(int *dev, int i) {
     *dev = i;
     return CUDA_SUCCESS;
 }
+/* The SMs the device reports: an H100's 132, or HODU_CUDA_EMU_SMS (the
+ * grids sized from it must be right for any count). */
+static int emu_sms(void) {
+    const char *s = getenv("HODU_CUDA_EMU_SMS");
+    long v = s && *s ? strtol(s, NULL, 10) : 132;
+    return v < 1 ? 1 : v > 4096 ? 4096 : (int)v;
+}
+
 EMU_EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     if (!emu_dev_ok(dev)) return CUDA_ERROR_INVALID_VALUE;
-    *v = attr == ATTR_CC_MAJOR ? 8 : attr == ATTR_CC_MINOR ? 0 : 0;
+    *v = attr == ATTR_CC_MAJOR     ? 8
+         : attr == ATTR_SMS        ? emu_sms()
+         : attr == ATTR_SM_THREADS ? 2048
+                                   : 0;
     return CUDA_SUCCESS;
 }
 EMU_EXPORT CUresult cuDeviceGetName(char *buf, int n, int dev) {

@@ -12,6 +12,8 @@
 #include "hd_trace.h"
 
 #if HODU_HAVE_CUDA
+#include "cuda_int.h"
+
 #include <dlfcn.h>
 
 static unsigned long long (*emu_calls)(const char *);
@@ -506,8 +508,35 @@ static void test_linalg(hd_ctx *ctx) {
     hd_tensor_unref(a);
 }
 
+/* Split reductions (hd_cuda_split_chunk): chunks of at least 4096
+ * elements, a multiple of 256, enough of them for one wave of the device
+ * and no more, whatever its size; small extents not split. */
+static void test_split_chunk(void) {
+    static const int64_t residents[] = {1, 8, 56, 1056, 4224};
+    static const int64_t nouts[] = {1, 3, 17, 1024};
+    static const int64_t nreds[] = {65535, 65536, 1000003, 5000000, 40000000, 1LL << 33};
+    for (size_t r = 0; r < sizeof residents / sizeof residents[0]; r++)
+        for (size_t o = 0; o < sizeof nouts / sizeof nouts[0]; o++)
+            for (size_t e = 0; e < sizeof nreds / sizeof nreds[0]; e++) {
+                int64_t res = residents[r], nout = nouts[o], nred = nreds[e];
+                int64_t chunk = hd_cuda_split_chunk(nout, nred, res);
+                if (nred < 65536) {
+                    CHECK(chunk == 0);
+                    continue;
+                }
+                int64_t blocks = nout * ((nred + chunk - 1) / chunk);
+                CHECK_MSG(chunk >= 4096 && chunk % 256 == 0 && blocks < res + nout &&
+                              (chunk == 4096 || 10 * blocks >= 9 * res),
+                          "%lld outputs of %lld on %lld slots: chunk %lld, %lld blocks",
+                          (long long)nout, (long long)nred, (long long)res, (long long)chunk,
+                          (long long)blocks);
+            }
+    CHECK(hd_cuda_split_chunk(1025, 1 << 20, 1056) == 0);
+}
+
 int main(void) {
     setenv("HODU_CUDA_EMU_DEVICES", "2", 1); /* read when the driver is opened */
+    test_split_chunk();
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     int dev = hd_cuda_backend.available(&ctx, 0) == HD_OK;

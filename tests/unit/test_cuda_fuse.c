@@ -285,7 +285,7 @@ static void check_source(hd_ctx *ctx, const fuse_case *c, hd_ir_graph *g) {
     hd_cuda_gen_info info;
     hd_cuda_src_init(&s, ctx);
     int ok = opt && !hd_jit_optimize(ctx, opt, &o, &st) && !hd_plan_build(opt, 0, &plan) &&
-             !hd_cuda_gen_module(ctx, &plan, &s, &info);
+             !hd_cuda_gen_module(ctx, &plan, 132 * 8, &s, &info);
     CHECK_MSG(ok, "%s: %s", c->name, ctx->errmsg);
     if (ok) {
         int nk = count_kernels(s.text);
