@@ -16,9 +16,10 @@
  *                            another default device
  *
  * Output must match line for line (trailing blanks aside): no missing or
- * extra lines. A program without
- * `expect error` must exit 0 with nothing on standard error. Reports from
- * the sanitizers (when hodu is an ASan/UBSan build) fail the test.
+ * extra lines. A program without `expect error` must exit 0 with nothing
+ * on standard error. An empty program (blank lines and comments only)
+ * fails: it would pass whatever hodu did. Reports from the sanitizers
+ * (when hodu is an ASan/UBSan build) fail the test.
  *
  * usage: golden_runner HODU FILE.hodu */
 #define _POSIX_C_SOURCE 200809L
@@ -169,6 +170,17 @@ static void check_stderr(const char *file, const golden_expect *e, const char *e
     }
 }
 
+/* Does src have a line other than blanks and a comment? */
+static int has_code(const char *src) {
+    for (const char *p = src; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (*p && *p != '\n' && *p != '#') return 1;
+        while (*p && *p != '\n') p++;
+        if (*p) p++;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: golden_runner HODU FILE.hodu\n");
@@ -179,6 +191,11 @@ int main(int argc, char **argv) {
     if (!src) {
         fprintf(stderr, "golden_runner: cannot read %s\n", file);
         return 2;
+    }
+    if (!has_code(src)) { /* passes whatever hodu does: a test that cannot fail */
+        fprintf(stderr, "%s: the program is empty (only blank lines and comments)\n", file);
+        free(src);
+        return 1;
     }
     golden_expect e;
     golden_expect_parse(&e, src);
