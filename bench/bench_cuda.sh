@@ -8,7 +8,9 @@
 #    CUDA Graph) against PyTorch eager, torch.compile and jax.jit;
 # 4. host time per call on tiny tensors against PyTorch eager, a CUDA
 #    Graph replay and torch.compile(mode="reduce-overhead"), and
-#    bench_cuda_host (the real driver).
+#    bench_cuda_host (the real driver);
+# 5. the profiler's host and device times per op over the cases that
+#    missed their targets before (bench/cuda/profile.hodu).
 # Every timing synchronizes (Hodu: .item() of a reduction at the end).
 # A part that fails is reported and the others still run. The log goes to
 # BUILD_DIR/bench_cuda.log, and bench/cuda/results.py makes of it a
@@ -40,6 +42,8 @@ part() { # title, command...: runs it, says so if it fails
     shift
     "$@" || echo "!! failed with status $?: $*"
 }
+# (results.py copies this part's tables into the section)
+profile_part="where the device time goes (the profiler)"
 reference() { nvcc -O2 -o "$tmp/ref" "$here/cuda/ref.cu" -lcublas && "$tmp/ref"; }
 
 {
@@ -48,6 +52,7 @@ reference() { nvcc -O2 -o "$tmp/ref" "$here/cuda/ref.cu" -lcublas && "$tmp/ref";
     part "hodu" "$hodu" "$here/cuda/bench.hodu"
     part "peers (PyTorch eager, torch.compile, jax.jit)" python3 "$here/cuda/peers_cuda.py"
     part "host time per call (the real driver)" env HODU_BENCH_GPU=1 "$here/bench_cuda_host.sh" "$build"
+    part "$profile_part" "$hodu" "$here/cuda/profile.hodu"
 } 2>&1 | tee "$log"
 
 commit=${HODU_BENCH_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)}

@@ -226,6 +226,30 @@ def mlp_table(s):
     s.out()
 
 
+PROFILE_PART = "== where the device time goes (the profiler)"
+
+
+def profile_block(s, log):
+    """The profiler's tables (bench/cuda/profile.hodu), as printed."""
+    lines = log.splitlines()
+    if PROFILE_PART not in lines:
+        return
+    body = []
+    for ln in lines[lines.index(PROFILE_PART) + 1:]:
+        if ln.startswith("== ") or ln.startswith("!! failed"):
+            break
+        body.append(ln.rstrip())
+    if not any(ln.startswith("profile: ") for ln in body):
+        return
+    s.out("Where the device time went (`bench/cuda/profile.hodu`: the profiler's host and "
+          "device times per op, events on the stream around each op and compiled run):")
+    s.out()
+    s.out("```")
+    s.lines.extend(body)
+    s.out("```")
+    s.out()
+
+
 PROGRESS = re.compile(r"^\s*\d+/(\d+) Test\s+#\d+: (\S+) \.*\s*(\*\*\*)?(\w+)", re.M)
 
 
@@ -275,6 +299,7 @@ def section(log, tests=None, commit=None, command=None, date=None):
     bandwidth_table(s)
     matmul_table(s)
     mlp_table(s)
+    profile_block(s, log)
     missed = [w for w, ok in s.verdicts if ok is False]
     unknown = [w for w, ok in s.verdicts if ok is None]
     s.out(f"Targets: {sum(1 for _, ok in s.verdicts if ok)} of {len(s.verdicts)} met.")

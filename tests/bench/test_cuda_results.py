@@ -72,7 +72,10 @@ def check_fixture(res, fixtures):
                  "cuInit=1 cuLaunchKernel=30006 cuGraphLaunch=9999\n",
                  "Parts of the run that failed (their figures are missing): "
                  "`failed: jax_peers: RuntimeError('no GPU left')`.",
-                 "Not measured (no figure in the log): compiled MLP 4096x4096"):
+                 "Not measured (no figure in the log): compiled MLP 4096x4096",
+                 "```\nprofile: mlp 256x1024 compiled, 10 calls\nop                         calls"
+                 "    total ms     self ms     mean us   device ms  rate\ncompiled run         "
+                 "         10       0.112       0.112       11.20       4.380  0.92 GB/s\n```\n"):
         check(want in text, f"section lacks {want!r}")
     # a test run stopped before its end (a time limit): its progress lines
     text, _ = res.section(log, "\n".join(tests.splitlines()[:4]))
@@ -95,13 +98,23 @@ def check_insert(res):
 
 
 def check_programs(res, hodu, bench_hodu, bench_host):
-    """The size-independent lines of bench.hodu and bench_cuda_host."""
+    """The size-independent lines of bench.hodu and bench_cuda_host, and
+    profile.hodu's tables as the section shows them."""
     env = {k: v for k, v in os.environ.items() if k != "HODU_EMU_NOLAUNCH"}
     with tempfile.TemporaryDirectory() as d:
         env.setdefault("HODU_CACHE_DIR", os.path.join(d, "cache"))
         out = subprocess.run([hodu, bench_hodu, "smoke"], capture_output=True, text=True,
                              env=env, timeout=600)
         check(out.returncode == 0, f"bench.hodu smoke: {out.stderr}")
+        profile = os.path.join(os.path.dirname(bench_hodu), "profile.hodu")
+        prof = subprocess.run([hodu, profile, "smoke"], capture_output=True, text=True,
+                              env=env, timeout=600)
+        check(prof.returncode == 0, f"profile.hodu smoke: {prof.stderr}")
+        text, _ = res.section(res.PROFILE_PART + "\n" + prof.stdout)
+        for case in ("eager chain", "compiled chain", "mlp 4x32 eager", "mlp 4x32 compiled",
+                     "matmul bf16 64"):
+            check(f"\nprofile: {case}" in text, f"no profile of {case} in the section")
+        check(text.count("device ms") == 5, "profile.hodu: a table without device times")
         host = subprocess.run([bench_host, "50"], capture_output=True, text=True, env=env,
                               timeout=600)
         check(host.returncode == 0, f"bench_cuda_host: {host.stderr}")
