@@ -79,6 +79,16 @@ typedef struct cj_step {
     void **args; /* the kernel's slot pointers, then the partials */
 } cj_step;
 
+/* An index operand the executable checks before each run, as its op
+ * would (hd_cuda_check_indices), so that the op need not wait for the
+ * stream to check it and the run can be one CUDA Graph. */
+typedef struct cj_check {
+    int value; /* an input or constant of the graph, i64 */
+    hd_op op;
+    int axis;
+    int64_t size;
+} cj_check;
+
 struct hd_jit_exec {
     hd_jit_head h;
     hd_plan plan;
@@ -96,6 +106,8 @@ struct hd_jit_exec {
     void **argv;
     size_t argv_n;
     int capturable; /* may run as one CUDA Graph */
+    cj_check *checks; /* index inputs checked on the host before each run */
+    int nchecks;
     cj_cgraph graphs[CJ_GRAPHS];
     cj_cgraph *gexec;  /* the graph this run launched, or NULL */
     cj_cgraph *last;   /* the graph launched most recently */
@@ -154,6 +166,7 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->node_in, (size_t)(nn + 1) * sizeof *e->node_in);
     hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
     hd_ctx_free(ctx, e->steps, ((size_t)e->plan.nsteps + 1) * sizeof *e->steps);
+    if (e->checks) hd_ctx_free(ctx, e->checks, ((size_t)e->plan.nsteps + 1) * sizeof *e->checks);
     hd_ctx_free(ctx, e->argv, (e->argv_n + 1) * sizeof *e->argv);
     hd_cuda_gen_info_free(ctx, &e->info);
     hd_ir_graph_free(e->h.g);
@@ -237,25 +250,105 @@ static hd_tensor *cj_own(hd_jit_exec *e, int s) {
 
 /* ---- steps ---- */
 
+/* Is value v given before the run (an input or a constant)? */
+static int cj_value_given(const hd_ir_graph *g, int v) {
+    for (int i = 0; i < g->ninputs; i++)
+        if (g->inputs[i].value == v) return 1;
+    for (int i = 0; i < g->nconsts; i++)
+        if (g->consts[i].value == v) return 1;
+    return 0;
+}
+
+/* The check of index node n's indices (those of index_select, index_add,
+ * one_hot, cross_entropy and its gradient), when they are i64 and given
+ * before the run; 0 when n is no such node or they are not. */
+static int cj_index_check(const hd_ir_graph *g, const hd_ir_node *n, cj_check *c) {
+    const hd_ir_value *x = n->nin ? &g->values[n->in[0]] : NULL;
+    int idx = n->nin > 1 ? n->in[1] : -1;
+    c->op = (hd_op)n->op;
+    c->axis = 0;
+    switch (n->op) {
+    case HD_OP_CROSS_ENTROPY:
+    case HD_OP_CROSS_ENTROPY_BWD: c->size = x->shape[x->ndim - 1]; break;
+    case HD_OP_ONE_HOT:
+        idx = n->in[0];
+        c->size = n->attrs.ints[0];
+        break;
+    case HD_OP_INDEX_SELECT:
+    case HD_OP_INDEX_ADD: {
+        const hd_ir_value *ref = n->op == HD_OP_INDEX_ADD ? &g->values[n->out] : x;
+        int64_t a = n->attrs.ints[0] < 0 ? n->attrs.ints[0] + ref->ndim : n->attrs.ints[0];
+        if (a < 0 || a >= ref->ndim) return 0;
+        c->axis = (int)a;
+        c->size = ref->shape[a];
+        break;
+    }
+    default: return 0;
+    }
+    c->value = idx;
+    return idx >= 0 && g->values[idx].dtype == HD_I64 && cj_value_given(g, idx);
+}
+
 /* May node n be recorded once and replayed? Random draws would repeat
- * their numbers, index ops check indices on the host, and the loss
- * compositions take scratch memory from the allocator. */
-static int cj_node_replayable(const hd_ir_node *n) {
+ * their numbers; index ops check their indices on the host (a wait for
+ * the stream), unless the executable checks them before the run
+ * (cj_index_check). */
+static int cj_node_replayable(const hd_ir_graph *g, const hd_ir_node *n) {
+    cj_check c;
     switch (n->op) {
     case HD_IR_CALLBACK:
     case HD_IR_LOOP: /* host control flow: its body's executable captures its own graph */
     case HD_OP_RAND:
     case HD_OP_RANDN:
     case HD_OP_DROPOUT:
-    case HD_OP_DROPOUT_BWD:
+    case HD_OP_DROPOUT_BWD: return 0;
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT:
-    case HD_OP_MSE:
     case HD_OP_CROSS_ENTROPY:
-    case HD_OP_CROSS_ENTROPY_BWD: return 0;
+    case HD_OP_CROSS_ENTROPY_BWD: return cj_index_check(g, n, &c);
     default: return 1;
     }
+}
+
+/* Does an earlier check accept exactly the indices c accepts (the labels
+ * of cross_entropy, checked again by its gradient)? Negative indices
+ * count from the end for index_select and index_add only. */
+static int cj_check_done(const hd_jit_exec *e, const cj_check *c) {
+    int wraps = c->op == HD_OP_INDEX_SELECT || c->op == HD_OP_INDEX_ADD;
+    for (int i = 0; i < e->nchecks; i++) {
+        const cj_check *o = &e->checks[i];
+        int owraps = o->op == HD_OP_INDEX_SELECT || o->op == HD_OP_INDEX_ADD;
+        if (o->value == c->value && o->size == c->size && owraps == wraps) return 1;
+    }
+    return 0;
+}
+
+/* The checks of a capturable executable's index nodes (all of them: a
+ * node whose indices cannot be checked before the run made it not
+ * capturable). */
+static hd_status cj_checks_make(hd_jit_exec *e) {
+    const hd_ir_graph *g = e->h.g;
+    if (!e->capturable) return HD_OK;
+    e->checks = hd_ctx_calloc(e->h.ctx, (size_t)e->nsteps + 1, sizeof *e->checks);
+    if (!e->checks) return e->h.ctx->status;
+    for (int s = 0; s < e->nsteps; s++) {
+        cj_check *c = &e->checks[e->nchecks];
+        if (e->steps[s].kernel < 0 && cj_index_check(g, &g->nodes[e->steps[s].node], c) &&
+            !cj_check_done(e, c))
+            e->nchecks++;
+    }
+    return HD_OK;
+}
+
+/* Before a run: every index input checked, with its op's error. */
+static hd_status cj_checks_run(hd_jit_exec *e, hd_ctx *ctx) {
+    for (int i = 0; i < e->nchecks; i++) {
+        const cj_check *c = &e->checks[i];
+        if (hd_cuda_check_indices(ctx, c->op, e->vals[c->value], c->axis, c->size))
+            return ctx->status;
+    }
+    return HD_OK;
 }
 
 static hd_status cj_eager_step(hd_jit_exec *e, const hd_ir_node *n, hd_tensor **in) {
@@ -315,10 +408,10 @@ static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src
         e->node_in[st->node] = e->node_in_flat + k;
         for (int j = 0; j < n->nin; j++) e->node_in_flat[k++] = e->vals[n->in[j]];
         if (cj_eager_step(e, n, e->node_in[st->node])) return e->h.ctx->status;
-        e->capturable &= cj_node_replayable(n);
+        e->capturable &= cj_node_replayable(g, n);
         e->h.stats.kernels += n->op >= 0;
     }
-    return HD_OK;
+    return cj_checks_make(e);
 }
 
 static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
@@ -518,10 +611,7 @@ static hd_status cj_bind_outputs(hd_jit_exec *e) {
     return HD_OK;
 }
 
-static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
-    hd_cuda_dev *d = ud;
-    if (cj_bind_outputs(e)) return ctx->status;
-    e->gexec = NULL;
+static hd_status cj_exec_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     if (!e->capturable || e->h.stats.runs < 1) return cj_exec_steps(e, ctx, d);
     cj_cgraph *g = cj_graph_find(e);
     if (!g) {
@@ -531,6 +621,19 @@ static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     g->used = e->h.stats.runs;
     e->gexec = e->last = g;
     return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(g->exec, d->stream), "cuGraphLaunch");
+}
+
+/* A run: its index inputs checked first (an error leaves every output and
+ * state as it was), then the steps, a capture or a graph launch, with the
+ * ops told that what they index with was checked. */
+static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
+    hd_cuda_dev *d = ud;
+    if (cj_checks_run(e, ctx) || cj_bind_outputs(e)) return ctx->status;
+    e->gexec = NULL;
+    int was = hd_cuda_indices_checked(e->capturable);
+    hd_status st = cj_exec_run(e, ctx, d);
+    hd_cuda_indices_checked(was);
+    return st;
 }
 
 /* Input i where it is when it can be (a contiguous tensor on the device),

@@ -64,7 +64,7 @@ static hd_status cuda_dev_open(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d
     a->device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev);
     d->arch = major * 10 + minor;
     d->resident = cuda_resident_blocks(a, d->dev);
-    return hd_cuda_check(ctx, a->mem_alloc(&d->flag, sizeof(int)), "cuMemAlloc");
+    return HD_OK;
 }
 
 /* The context this thread last made current, and the epoch it was made
@@ -248,7 +248,6 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     }
     hd_ctx_free(ctx, d->kernels, d->kcap * sizeof *d->kernels);
     alloc_release_cached(a, d, ctx);
-    if (d->flag) a->mem_free(d->flag);
     if (d->blas) a->blas_destroy(d->blas);
     if (d->solver) a->sol_destroy(d->solver);
     hd_cuda_nccl_release(a, d);

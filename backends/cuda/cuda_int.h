@@ -292,7 +292,6 @@ typedef struct hd_cuda_dev {
     hd_cuda_module *modules; /* loaded modules by source hash */
     hd_cuda_kentry *kernels; /* eager kernels by hd_cuda_kernel's key (open addressing) */
     size_t kcap, kcount;
-    CUdeviceptr flag; /* one int the kernels set on bad indices */
     /* cuBLAS's workspace, set on the handle: the GEMMs a CUDA Graph
      * captures may then pick the algorithms (split-K) that eager ones do */
     CUdeviceptr blas_ws;
@@ -362,6 +361,18 @@ void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes)
 
 hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in, int nin,
                          const hd_attrs *attrs);
+/* op's indices (idx) checked on the host as op checks them, with op's
+ * errors: cross_entropy's labels against its size classes, its gradient's
+ * and one_hot's the same, index_select's and index_add's against axis's
+ * size (negative ones counting from the end). */
+hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
+                               int64_t size);
+/* This thread's note that the indices the ops meet were checked before
+ * (set while the cuda compiler runs a graph whose index inputs it checked
+ * with hd_cuda_check_indices): index ops and cross_entropy then read i64
+ * contiguous device indices unchecked, and the run can be captured (a host
+ * check waits for the stream). Sets it to on; returns what it was. */
+int hd_cuda_indices_checked(int on);
 hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *a, hd_tensor *b);
 /* Can d run linalg through cuSOLVER (the library opened and d's handle
  * made, on the first call)? If not, the ops run on the host. */

@@ -423,6 +423,22 @@ static hd_status index_launch(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_cuda_kva
     return hd_cuda_launch(ctx, d, f, n, args);
 }
 
+static _Thread_local int ops_indices_checked;
+
+int hd_cuda_indices_checked(int on) {
+    int was = ops_indices_checked;
+    ops_indices_checked = on;
+    return was;
+}
+
+/* Indices the kernels may read as they are: i64, contiguous, on the
+ * device, and already checked by the cuda compiler before the run
+ * (hd_cuda_indices_checked). */
+static int ops_prechecked(const hd_tensor *idx) {
+    return ops_indices_checked && idx->storage->backend == &hd_cuda_backend &&
+           idx->dtype == HD_I64 && hd_tensor_is_contiguous(idx);
+}
+
 /* The indices are checked on the host (one copy back, so errors are the
  * cpu's and come at once); i64 indices already contiguous on the device
  * are then read where they are, others go up checked. */
@@ -436,10 +452,11 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
     int64_t size = x ? shape[axis] : attrs->ints[0], post = 1;
     for (int i = axis + 1; x && i < nd; i++) post *= shape[i];
     hd_tensor *hi = NULL, *di = NULL, *xc = NULL;
-    if (ops_host_indices(ctx, op, idx, axis, size, &hi)) return ctx->status;
+    int checked = ops_prechecked(idx);
+    if (!checked && ops_host_indices(ctx, op, idx, axis, size, &hi)) return ctx->status;
     hd_status st = HD_OK;
-    if (idx->storage->backend == &hd_cuda_backend && idx->dtype == HD_I64 &&
-        hd_tensor_is_contiguous(idx))
+    if (checked || (idx->storage->backend == &hd_cuda_backend && idx->dtype == HD_I64 &&
+                    hd_tensor_is_contiguous(idx)))
         di = hd_tensor_ref((hd_tensor *)idx);
     else
         st = hd_tensor_to_device(ctx, hi, &hd_cuda_backend, out->storage->device, &di);
@@ -610,29 +627,52 @@ static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
  * come at once), as the pick kernel reads them: i64 and contiguous on the
  * device (the labels themselves where they are so, else the checked copy
  * sent up). */
-static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
-                               hd_tensor **out) {
+static hd_status ops_ce_check(hd_ctx *ctx, const hd_tensor *labels, int64_t c, hd_tensor **host) {
     if (labels->dtype != HD_I64)
         return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: labels must be i64, got %s",
                         hd_dtype_name(labels->dtype));
-    int64_t c = x->shape[x->ndim - 1], rows = x->ndim == 2 ? x->shape[0] : 1;
-    hd_tensor *h = hd_tensor_to_host(ctx, labels);
+    hd_tensor *h = hd_tensor_to_host(ctx, (hd_tensor *)labels);
     hd_tensor *hc = h ? hd_tensor_contiguous(ctx, h) : NULL;
     hd_tensor_unref(h);
     if (!hc) return ctx->status;
     const int64_t *p = hd_tensor_data(hc);
     hd_status st = HD_OK;
-    for (int64_t r = 0; r < rows && !st; r++)
+    for (int64_t r = 0; r < hc->numel && !st; r++)
         if (p[r] < 0 || p[r] >= c)
             st = hd_error(ctx, HD_ERR_RUNTIME,
                           "cross_entropy: label %lld (sample %lld) is out of range for %lld "
                           "classes",
                           (long long)p[r], (long long)r, (long long)c);
+    if (st || !host)
+        hd_tensor_unref(hc);
+    else
+        *host = hc;
+    return st;
+}
+
+static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
+                               hd_tensor **out) {
+    if (ops_prechecked(labels)) {
+        *out = hd_tensor_ref(labels);
+        return HD_OK;
+    }
+    hd_tensor *hc = NULL;
+    hd_status st = ops_ce_check(ctx, labels, x->shape[x->ndim - 1], &hc);
     if (!st && labels->storage->backend == &hd_cuda_backend && hd_tensor_is_contiguous(labels))
         *out = hd_tensor_ref(labels);
     else if (!st)
         st = hd_tensor_to_device(ctx, hc, &hd_cuda_backend, device, out);
     hd_tensor_unref(hc);
+    return st;
+}
+
+hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
+                               int64_t size) {
+    if (op == HD_OP_CROSS_ENTROPY) return ops_ce_check(ctx, idx, size, NULL);
+    hd_tensor *h = NULL; /* cross_entropy's gradient: its one_hot's check */
+    hd_status st = ops_host_indices(ctx, op == HD_OP_CROSS_ENTROPY_BWD ? HD_OP_ONE_HOT : op, idx,
+                                    axis, size, &h);
+    hd_tensor_unref(h);
     return st;
 }
 
