@@ -105,7 +105,7 @@ struct hd_jit_exec {
     int nsteps;
     void **argv;
     size_t argv_n;
-    int capturable; /* may run as one CUDA Graph */
+    int capturable;   /* may run as one CUDA Graph */
     cj_check *checks; /* index inputs checked on the host before each run */
     int nchecks;
     cj_cgraph graphs[CJ_GRAPHS];

@@ -366,7 +366,7 @@ hd_status hd_cuda_run_op(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const
  * and one_hot's the same, index_select's and index_add's against axis's
  * size (negative ones counting from the end). */
 hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
-                               int64_t size);
+                                int64_t size);
 /* This thread's note that the indices the ops meet were checked before
  * (set while the cuda compiler runs a graph whose index inputs it checked
  * with hd_cuda_check_indices): index ops and cross_entropy then read i64

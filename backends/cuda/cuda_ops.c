@@ -667,7 +667,7 @@ static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *label
 }
 
 hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
-                               int64_t size) {
+                                int64_t size) {
     if (op == HD_OP_CROSS_ENTROPY) return ops_ce_check(ctx, idx, size, NULL);
     hd_tensor *h = NULL; /* cross_entropy's gradient: its one_hot's check */
     hd_status st = ops_host_indices(ctx, op == HD_OP_CROSS_ENTROPY_BWD ? HD_OP_ONE_HOT : op, idx,
