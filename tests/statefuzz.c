@@ -3,7 +3,8 @@
  * Each seed makes a random program: a model object with parameters, a
  * plain tensor field and a number field, a global parameter, an optimizer
  * (none, SGD with or without momentum, Adam, AdamW), and a few compiled
- * functions drawn from a pool (losses with backward() inside, whole
+ * functions drawn from a pool (losses with backward() inside, mse and
+ * cross_entropy on labels L among them, whole
  * training steps, steps that accumulate gradients, functions that read
  * .grad, write state in place, assign fields, call each other). Between
  * calls the program does what users do eagerly: zero_grad, .grad = none,
@@ -184,6 +185,8 @@ static const char *const sf_losses[] = {
     "(net(x) * y).sum() * 0.1",
     "mean(abs(net(x) - y)) + (P * net.b1).sum()",
     "mean((net(x) * P - y) ** 2)",
+    "mse(net(x), y)",
+    "cross_entropy(net(x), L) + (P * net.b1).sum() * 0.1",
 };
 
 static const char *const sf_opts[] = {
@@ -212,13 +215,13 @@ static const char *const sf_actions[] = {
     "no_grad { net.b1[0] = 0.25 }",
     "net.k = net.k + 1",
     "net.scale = randn([4])",
-    "x = randn([NB, 3])\ny = randn([NB, 4])",
+    "x = randn([NB, 3])\ny = randn([NB, 4])\nL = argmax(y, axis = 1)",
     "P.grad = ones([4])",
     "net.w1.requires_grad = not net.w1.requires_grad",
     "if opt != none { opt.lr = opt.lr * 0.5 }",
     "net.w1 = param(randn([3, 4]))",
     "net.log = []",
-    "x = param(randn([NB, 3]))\ny = randn([NB, 4])",
+    "x = param(randn([NB, 3]))\ny = randn([NB, 4])\nL = argmax(y, axis = 1)",
     "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
     "if type(r) == \"tensor\" and r.requires_grad { r.sum().backward() }",
     "net.pair = none",
@@ -283,7 +286,8 @@ static void sf_header(sf_buf *b, uint64_t seed) {
            sf_forwards[sf_pick((int)(sizeof sf_forwards / sizeof *sf_forwards))]);
     sf_put(b, "let net = Net()\nlet P = param(randn([4]))\n");
     sf_put(b, "let opt = %s\n", sf_opts[sf_pick((int)(sizeof sf_opts / sizeof *sf_opts))]);
-    sf_put(b, "let x = randn([5, 3])\nlet y = randn([5, 4])\nlet r = none\nlet el = none\n");
+    sf_put(b, "let x = randn([5, 3])\nlet y = randn([5, 4])\nlet L = argmax(y, axis = 1)\n"
+              "let r = none\nlet el = none\n");
 }
 
 /* One compiled function named f<i>; callee: the name of an earlier one. */
