@@ -28,6 +28,7 @@
 #include "hd_cuda_gen.h"
 #include "hd_loop.h"
 #include "hd_profile.h"
+#include "hd_rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,7 @@ typedef struct cj_cgraph {
 typedef struct cj_step {
     int kernel; /* plan kernel, or -1: node runs as an eager kernel */
     int node;
+    int draw; /* a random node's draw (cj_draws), or -1 */
     CUfunction f, fin;
     void **args; /* the kernel's slot pointers, then the partials */
 } cj_step;
@@ -108,6 +110,12 @@ struct hd_jit_exec {
     int capturable;   /* may run as one CUDA Graph */
     cj_check *checks; /* index inputs checked on the host before each run */
     int nchecks;
+    /* random nodes of a capturable executable: their keys and bases,
+     * reserved before each run, in draws_dev (2 u64 each) */
+    int64_t *draw_n; /* per draw: the numbers it takes */
+    uint64_t *draw_kb;
+    int ndraws;
+    hd_tensor *draws_dev;
     cj_cgraph graphs[CJ_GRAPHS];
     cj_cgraph *gexec;  /* the graph this run launched, or NULL */
     cj_cgraph *last;   /* the graph launched most recently */
@@ -167,6 +175,10 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->node_in_flat, (e->node_in_n + 1) * sizeof *e->node_in_flat);
     hd_ctx_free(ctx, e->steps, ((size_t)e->plan.nsteps + 1) * sizeof *e->steps);
     if (e->checks) hd_ctx_free(ctx, e->checks, ((size_t)e->plan.nsteps + 1) * sizeof *e->checks);
+    if (e->draw_n) hd_ctx_free(ctx, e->draw_n, ((size_t)e->plan.nsteps + 1) * sizeof *e->draw_n);
+    if (e->draw_kb)
+        hd_ctx_free(ctx, e->draw_kb, 2 * ((size_t)e->plan.nsteps + 1) * sizeof *e->draw_kb);
+    hd_tensor_unref(e->draws_dev);
     hd_ctx_free(ctx, e->argv, (e->argv_n + 1) * sizeof *e->argv);
     hd_cuda_gen_info_free(ctx, &e->info);
     hd_ir_graph_free(e->h.g);
@@ -289,8 +301,21 @@ static int cj_index_check(const hd_ir_graph *g, const hd_ir_node *n, cj_check *c
     return idx >= 0 && g->values[idx].dtype == HD_I64 && cj_value_given(g, idx);
 }
 
-/* May node n be recorded once and replayed? Random draws would repeat
- * their numbers; index ops check their indices on the host (a wait for
+/* Numbers node n draws from the context's stream (rand, randn, dropout in
+ * training), or -1. */
+static int64_t cj_node_draws(const hd_ir_graph *g, const hd_ir_node *n) {
+    int v = n->op == HD_OP_RAND || n->op == HD_OP_RANDN            ? n->out
+            : n->op == HD_OP_DROPOUT && n->attrs.ints[0] && n->nin ? n->in[0]
+                                                                   : -1;
+    if (v < 0) return -1;
+    int64_t k = 1;
+    for (int i = 0; i < g->values[v].ndim; i++) k *= g->values[v].shape[i];
+    return k;
+}
+
+/* May node n be recorded once and replayed? Random nodes take their key
+ * and base from device memory that the executable writes before each run
+ * (cj_draws_run); index ops check their indices on the host (a wait for
  * the stream), unless the executable checks them before the run
  * (cj_index_check). */
 static int cj_node_replayable(const hd_ir_graph *g, const hd_ir_node *n) {
@@ -298,10 +323,7 @@ static int cj_node_replayable(const hd_ir_graph *g, const hd_ir_node *n) {
     switch (n->op) {
     case HD_IR_CALLBACK:
     case HD_IR_LOOP: /* host control flow: its body's executable captures its own graph */
-    case HD_OP_RAND:
-    case HD_OP_RANDN:
-    case HD_OP_DROPOUT:
-    case HD_OP_DROPOUT_BWD: return 0;
+    case HD_OP_DROPOUT_BWD: return 0; /* its draw is an attribute */
     case HD_OP_INDEX_SELECT:
     case HD_OP_INDEX_ADD:
     case HD_OP_ONE_HOT:
@@ -339,6 +361,44 @@ static hd_status cj_checks_make(hd_jit_exec *e) {
             e->nchecks++;
     }
     return HD_OK;
+}
+
+/* The random nodes of a capturable executable, in the order of its steps,
+ * with the device memory their keys and bases go to. */
+static hd_status cj_draws_make(hd_jit_exec *e) {
+    const hd_ir_graph *g = e->h.g;
+    if (!e->capturable) return HD_OK;
+    size_t n = (size_t)e->plan.nsteps + 1;
+    e->draw_n = hd_ctx_calloc(e->h.ctx, n, sizeof *e->draw_n);
+    e->draw_kb = hd_ctx_calloc(e->h.ctx, 2 * n, sizeof *e->draw_kb);
+    if (!e->draw_n || !e->draw_kb) return e->h.ctx->status;
+    for (int s = 0; s < e->nsteps; s++) {
+        cj_step *st = &e->steps[s];
+        int64_t k = st->kernel < 0 ? cj_node_draws(g, &g->nodes[st->node]) : -1;
+        st->draw = k < 0 ? -1 : e->ndraws;
+        if (k >= 0) e->draw_n[e->ndraws++] = k;
+    }
+    if (!e->ndraws) return HD_OK;
+    int64_t len = 2 * (int64_t)e->ndraws;
+    e->draws_dev = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_I64, &len, 1);
+    return e->draws_dev ? HD_OK : e->h.ctx->status;
+}
+
+/* Before a run: each random node's numbers reserved from the context's
+ * stream in the order eager code would reserve them, and (key, base)
+ * written to the device ahead of the run on its stream. */
+static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+    if (!e->ndraws) return HD_OK;
+    for (int i = 0; i < e->ndraws; i++) {
+        e->draw_kb[2 * i] = ctx->rng_seed;
+        e->draw_kb[2 * i + 1] = hd_rng_reserve(ctx, e->draw_n[i]);
+    }
+    /* (from pageable memory: the driver has taken the bytes on return) */
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->draws_dev);
+    return hd_cuda_check(ctx,
+                         hd_cuda_api_get()->memcpy_htod(
+                             p, e->draw_kb, 2 * (size_t)e->ndraws * sizeof *e->draw_kb, d->stream),
+                         "copy of the random draws");
 }
 
 /* Before a run: every index input checked, with its op's error. */
@@ -399,6 +459,7 @@ static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src
         cj_step *st = &e->steps[e->nsteps++];
         st->kernel = p->steps[s].kernel;
         st->node = p->steps[s].node;
+        st->draw = -1;
         if (st->kernel >= 0) {
             if (cj_kernel_step(e, d, src->text, src->len, st, &argp)) return e->h.ctx->status;
             e->h.stats.kernels += 1 + (e->info.kernels[st->kernel].fin_blocks > 0);
@@ -411,7 +472,7 @@ static hd_status cj_steps_make(hd_jit_exec *e, hd_cuda_dev *d, const hd_cuda_src
         e->capturable &= cj_node_replayable(g, n);
         e->h.stats.kernels += n->op >= 0;
     }
-    return cj_checks_make(e);
+    return cj_checks_make(e) || cj_draws_make(e) ? e->h.ctx->status : HD_OK;
 }
 
 static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
@@ -496,6 +557,12 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
                 r = n->cb.fn(ctx, n->cb.ud, in, n->nin);
             } else if (n->op == HD_IR_LOOP) {
                 r = hd_jit_loop_run(ctx, n, in, n->nin, e->vals[n->out]);
+            } else if (st->draw >= 0 && e->draws_dev) {
+                CUdeviceptr kb =
+                    (CUdeviceptr)(uintptr_t)hd_tensor_data(e->draws_dev) + 16 * (size_t)st->draw;
+                CUdeviceptr was = hd_cuda_rng_from(kb);
+                r = e->h.be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
+                hd_cuda_rng_from(was);
             } else {
                 r = e->h.be->run_op(ctx, (hd_op)n->op, e->vals[n->out], in, n->nin, &n->attrs);
             }
@@ -628,7 +695,7 @@ static hd_status cj_exec_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
  * ops told that what they index with was checked. */
 static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
-    if (cj_checks_run(e, ctx) || cj_bind_outputs(e)) return ctx->status;
+    if (cj_checks_run(e, ctx) || cj_draws_run(e, ctx, d) || cj_bind_outputs(e)) return ctx->status;
     e->gexec = NULL;
     int was = hd_cuda_indices_checked(e->capturable);
     hd_status st = cj_exec_run(e, ctx, d);

@@ -373,6 +373,12 @@ hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int
  * contiguous device indices unchecked, and the run can be captured (a host
  * check waits for the stream). Sets it to on; returns what it was. */
 int hd_cuda_indices_checked(int on);
+/* This thread's random op (rand, randn, training dropout) takes its key
+ * and base from the two u64 at device address kb (0: from the context's
+ * stream, by value): the cuda compiler reserves a graph's draws before the
+ * run, as eager code would, and writes them there, so that a CUDA Graph's
+ * replays draw new numbers. Returns what it was. */
+CUdeviceptr hd_cuda_rng_from(CUdeviceptr kb);
 hd_status hd_cuda_matmul(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *a, hd_tensor *b);
 /* Can d run linalg through cuSOLVER (the library opened and d's handle
  * made, on the first call)? If not, the ops run on the host. */

@@ -344,6 +344,24 @@ static int ops_arange_exact(hd_dtype dt, double start, double step, int64_t n) {
                4611686018427387904.0;
 }
 
+static _Thread_local CUdeviceptr ops_rng_dev;
+
+CUdeviceptr hd_cuda_rng_from(CUdeviceptr kb) {
+    CUdeviceptr was = ops_rng_dev;
+    ops_rng_dev = kb;
+    return was;
+}
+
+/* A draw of n numbers: the device's key and base where the cuda compiler
+ * wrote them (the kernel's kb_ argument), else the next n of the
+ * context's stream (base; the key is the kernel's by value). */
+static void *ops_rng_draw(hd_ctx *ctx, int draws, int64_t n, uint64_t *base) {
+    if (!draws) return NULL;
+    if (ops_rng_dev) return (void *)(uintptr_t)ops_rng_dev;
+    *base = hd_rng_reserve(ctx, n);
+    return NULL;
+}
+
 static hd_status ops_create(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                             const hd_attrs *attrs) {
     int64_t n = out->numel, cols = out->ndim == 2 ? out->shape[1] : 1;
@@ -356,9 +374,9 @@ static hd_status ops_create(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *ou
         return hd_error(ctx, HD_ERR_RUNTIME, "eye: output must have 2 dims");
     CUfunction f;
     if (hd_cuda_kernel(ctx, d, op, out->dtype, out->dtype, HD_CUDA_K_MAIN, &f)) return ctx->status;
-    if (op == HD_OP_RAND || op == HD_OP_RANDN) base = hd_rng_reserve(ctx, n);
+    void *kb = ops_rng_draw(ctx, op == HD_OP_RAND || op == HD_OP_RANDN, n, &base);
     void *o = ops_ptr(out);
-    void *args[] = {&n, &o, &s0, &s1, &s2, &key, &base, &cols, &exact};
+    void *args[] = {&n, &o, &s0, &s1, &s2, &key, &base, &cols, &exact, &kb};
     return hd_cuda_launch(ctx, d, f, n, args);
 }
 
@@ -486,11 +504,11 @@ static hd_status ops_dropout(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *o
     CUfunction f;
     st = hd_cuda_kernel(ctx, d, op, x->dtype, x->dtype, HD_CUDA_K_MAIN, &f);
     if (!st) {
-        uint64_t base =
-            op == HD_OP_DROPOUT ? hd_rng_reserve(ctx, x->numel) : (uint64_t)attrs->ints[2];
+        uint64_t base = (uint64_t)attrs->ints[2];
         int64_t n = x->numel;
+        void *kb = ops_rng_draw(ctx, op == HD_OP_DROPOUT, n, &base);
         void *o = ops_ptr(out), *px = ops_ptr(x);
-        void *args[] = {&n, &o, &px, &p, &key, &base};
+        void *args[] = {&n, &o, &px, &p, &key, &base, &kb};
         st = hd_cuda_launch(ctx, d, f, n, args);
     }
     hd_tensor_unref(x);

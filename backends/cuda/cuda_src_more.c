@@ -414,14 +414,18 @@ static int mod_sort(hd_cuda_src *s) {
 /* ---- creation: contiguous output of n elements ---- */
 
 #define CREATE_PARAMS                                                                              \
-    "(i64 n, void *o_, double s0, double s1, double s2, u64 key, u64 base, i64 cols, int exact)"
+    "(i64 n, void *o_, double s0, double s1, double s2, u64 key, u64 base, i64 cols, int exact, "  \
+    "const u64 *kb_)"
+/* the draws' key and base from device memory where kb_ is given (a CUDA
+ * Graph's random nodes: the host writes them before each replay) */
+#define RNG_FROM_DEVICE "  if (kb_) { key = kb_[0]; base = kb_[1]; }\n"
 
 static void create_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     char name[96];
     hd_cuda_src_printf(s,
                        "extern \"C\" __global__ void %s" CREATE_PARAMS " {\n"
                        "  %s *o = (%s *)o_; (void)s1; (void)s2; (void)key; (void)base; "
-                       "(void)cols; (void)exact;\n"
+                       "(void)cols; (void)exact;\n" RNG_FROM_DEVICE
                        "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
                        "(i64)gridDim.x * blockDim.x) {\n",
                        hd_cuda_kernel_name(op, dt, dt, name, sizeof name), mo_store[dt],
@@ -542,8 +546,8 @@ static void dropout_kernel(hd_cuda_src *s, hd_op op, hd_dtype dt) {
     char name[96];
     hd_cuda_src_printf(s,
                        "extern \"C\" __global__ void %s(i64 n, void *o_, const void *x_, double p, "
-                       "u64 key, u64 base) {\n"
-                       "  %s *o = (%s *)o_; const %s *x = (const %s *)x_;\n"
+                       "u64 key, u64 base, const u64 *kb_) {\n"
+                       "  %s *o = (%s *)o_; const %s *x = (const %s *)x_;\n" RNG_FROM_DEVICE
                        "  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += "
                        "(i64)gridDim.x * blockDim.x) {\n"
                        "    double v = ",
