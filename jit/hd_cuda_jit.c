@@ -89,6 +89,7 @@ typedef struct cj_check {
     hd_op op;
     int axis;
     int64_t size;
+    int step; /* the first step whose node checks them */
 } cj_check;
 
 struct hd_jit_exec {
@@ -356,6 +357,7 @@ static hd_status cj_checks_make(hd_jit_exec *e) {
     if (!e->checks) return e->h.ctx->status;
     for (int s = 0; s < e->nsteps; s++) {
         cj_check *c = &e->checks[e->nchecks];
+        c->step = s;
         if (e->steps[s].kernel < 0 && cj_index_check(g, &g->nodes[e->steps[s].node], c) &&
             !cj_check_done(e, c))
             e->nchecks++;
@@ -401,12 +403,16 @@ static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
                          "copy of the random draws");
 }
 
-/* Before a run: every index input checked, with its op's error. */
+/* Before a run: every index input checked, with its op's error. Eager
+ * code would have drawn the random numbers of the steps before the one
+ * that fails: so does this, and the stream goes on as it would. */
 static hd_status cj_checks_run(hd_jit_exec *e, hd_ctx *ctx) {
     for (int i = 0; i < e->nchecks; i++) {
         const cj_check *c = &e->checks[i];
-        if (hd_cuda_check_indices(ctx, c->op, e->vals[c->value], c->axis, c->size))
-            return ctx->status;
+        if (!hd_cuda_check_indices(ctx, c->op, e->vals[c->value], c->axis, c->size)) continue;
+        for (int s = 0; s < c->step; s++)
+            if (e->steps[s].draw >= 0) hd_rng_reserve(ctx, e->draw_n[e->steps[s].draw]);
+        return ctx->status;
     }
     return HD_OK;
 }
