@@ -641,10 +641,9 @@ static hd_status ops_attention_bwd(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
     return st;
 }
 
-/* Labels of cross_entropy checked on the host (one copy back, so errors
- * come at once), as the pick kernel reads them: i64 and contiguous on the
- * device (the labels themselves where they are so, else the checked copy
- * sent up). */
+/* cross_entropy's labels (i64) checked on the host against c classes,
+ * one copy back, so that errors come at once with the cpu's message; the
+ * checked contiguous host copy in *host where asked. */
 static hd_status ops_ce_check(hd_ctx *ctx, const hd_tensor *labels, int64_t c, hd_tensor **host) {
     if (labels->dtype != HD_I64)
         return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: labels must be i64, got %s",
@@ -668,6 +667,10 @@ static hd_status ops_ce_check(hd_ctx *ctx, const hd_tensor *labels, int64_t c, h
     return st;
 }
 
+/* The labels as the pick kernel reads them, i64 and contiguous on the
+ * device: checked first (ops_ce_check) unless the cuda compiler checked
+ * them before its run, then the labels themselves where they are so, else
+ * the checked copy sent up. */
 static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
                                hd_tensor **out) {
     if (ops_prechecked(labels)) {
