@@ -123,6 +123,9 @@ struct hd_jit_exec {
     int recaptures;    /* captures for new addresses so far */
     hd_tensor **out;   /* per slot: a fresh output's tensor for this run */
     hd_tensor **own;   /* per slot: the executable's buffer for an input or output */
+    hd_tensor **in;    /* per input: this run's tensor */
+    char *direct;      /* per input: its slot is the tensor's own memory this run */
+    char *donee;       /* per input: a donated output is computed into its memory */
     int *moves;        /* per slot: runs whose address differed from the one before */
     char *fixed;       /* per slot: goes through own[] from now on */
     hd_cuda_pool pool; /* scratch the graph's eager steps used: replays reuse it */
@@ -168,6 +171,9 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     hd_ctx_free(ctx, e->own, (size_t)(ns + 1) * sizeof *e->own);
     hd_ctx_free(ctx, e->moves, (size_t)(ns + 1) * sizeof *e->moves);
     hd_ctx_free(ctx, e->fixed, (size_t)(ns + 1));
+    size_t ni = (size_t)e->h.g->ninputs + 1;
+    if (e->in) hd_ctx_free(ctx, e->in, ni * sizeof *e->in);
+    if (e->direct) hd_ctx_free(ctx, e->direct, 2 * ni);
     hd_tensor_unref(e->partials);
     hd_ctx_free(ctx, e->vals, (size_t)(nv + 1) * sizeof *e->vals);
     hd_ctx_free(ctx, e->roots, (size_t)(ns + 1) * sizeof *e->roots);
@@ -260,6 +266,8 @@ static hd_tensor *cj_own(hd_jit_exec *e, int s) {
     }
     return e->own[s];
 }
+
+static hd_status cj_bind_copy(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor *t);
 
 /* ---- steps ---- */
 
@@ -497,9 +505,10 @@ static hd_status cj_codegen(hd_jit_exec *e, hd_cuda_dev *d) {
 }
 
 static hd_status cj_plan(hd_jit_exec *e, const hd_jit_options *opt) {
-    return hd_plan_build(
-        e->h.g, (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) | (opt->no_fuse ? HD_PLAN_NO_FUSE : 0),
-        &e->plan);
+    return hd_plan_build(e->h.g,
+                         (opt->no_reuse ? HD_PLAN_NO_REUSE : 0) |
+                             (opt->no_fuse ? HD_PLAN_NO_FUSE : 0) | HD_PLAN_DONATE,
+                         &e->plan);
 }
 
 static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
@@ -515,9 +524,15 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->own = hd_ctx_calloc(ctx, ns, sizeof *e->own);
     e->moves = hd_ctx_calloc(ctx, ns, sizeof *e->moves);
     e->fixed = hd_ctx_calloc(ctx, ns, 1);
+    e->in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->in);
+    e->direct = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, 2);
     if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in || !e->out || !e->own || !e->moves ||
-        !e->fixed)
+        !e->fixed || !e->in || !e->direct)
         return ctx->status;
+    e->donee = e->direct + g->ninputs + 1;
+    for (int v = 0; v < g->nvalues; v++)
+        if (e->plan.vals[v].into >= 0) e->donee[e->plan.vals[v].into] = 1;
+    e->h.stats.donated = e->plan.ndonated;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, e->h.device);
     if (!d || cj_roots(e) || hd_plan_views(ctx, &e->plan, e->roots, e->vals) || cj_codegen(e, d))
         return ctx->status;
@@ -699,9 +714,35 @@ static hd_status cj_exec_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
 /* A run: its index inputs checked first (an error leaves every output and
  * state as it was), then the steps, a capture or a graph launch, with the
  * ops told that what they index with was checked. */
+/* Does input j share its storage with another input or a constant this
+ * run (a view of it, the same tensor given twice)? */
+static int cj_input_shared(const hd_jit_exec *e, int j) {
+    const hd_plan *p = &e->plan;
+    const hd_storage *sj = e->in[j]->storage;
+    for (int i = 0; i < e->h.g->ninputs; i++)
+        if (i != j && e->in[i] && e->in[i]->storage == sj) return 1;
+    for (int s = p->slot_const0; s < p->slot_out0; s++)
+        if (e->roots[s]->storage == sj) return 1;
+    return 0;
+}
+
+/* A donated output overwrites its input's memory, so that input must be
+ * the only one on its storage this run, or another input (or a constant)
+ * would read what the run wrote: such an input runs on the executable's
+ * own copy, and the output is copied out of it. */
+static hd_status cj_bind_donees(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+    for (int j = 0; j < e->h.g->ninputs; j++)
+        if (e->donee[j] && e->direct[j] && cj_input_shared(e, j) &&
+            cj_bind_copy(e, ctx, d, j, e->in[j]))
+            return ctx->status;
+    return HD_OK;
+}
+
 static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
-    if (cj_checks_run(e, ctx) || cj_draws_run(e, ctx, d) || cj_bind_outputs(e)) return ctx->status;
+    if ((e->plan.ndonated && cj_bind_donees(e, ctx, d)) || cj_checks_run(e, ctx) ||
+        cj_draws_run(e, ctx, d) || cj_bind_outputs(e))
+        return ctx->status;
     e->gexec = NULL;
     int was = hd_cuda_indices_checked(e->capturable);
     hd_status st = cj_exec_run(e, ctx, d);
@@ -720,10 +761,19 @@ static hd_status cj_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_
         return hd_error(ctx, HD_ERR_RUNTIME, "input '%s' is on %s:%d, the code runs on %s:%d",
                         e->h.g->inputs[i].name, st->backend->name, st->device, e->h.be->name,
                         e->h.device);
+    e->in[i] = t;
     if (!host && !e->fixed[s] && hd_tensor_is_contiguous(t)) {
         cj_slot_set(e, s, t->numel ? hd_tensor_data(t) : e->roots[0]->storage->data);
+        e->direct[i] = 1;
         return HD_OK;
     }
+    return cj_bind_copy(e, ctx, d, i, t);
+}
+
+/* Input i through the executable's own buffer: copied in, stream-ordered. */
+static hd_status cj_bind_copy(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i, hd_tensor *t) {
+    int s = e->plan.slot_in0 + i, host = hd_tensor_follows_device(t);
+    e->direct[i] = 0;
     hd_tensor *dst = cj_own(e, s);
     if (!dst) return ctx->status;
     cj_slot_set(e, s, dst->numel ? hd_tensor_data(dst) : e->roots[0]->storage->data);
@@ -774,6 +824,10 @@ static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tens
         *out = hd_tensor_ref(e->out[pv->slot]);
         return HD_OK;
     }
+    if (pv->into >= 0 && e->direct[pv->into]) { /* written into the caller's tensor */
+        *out = hd_tensor_ref(e->in[pv->into]);
+        return HD_OK;
+    }
     return cj_copy_out(e, ctx, ud, pv->fresh ? e->roots[pv->slot] : e->vals[v], out);
 }
 
@@ -782,6 +836,10 @@ static void cj_unbind(hd_jit_exec *e) {
     for (int s = e->plan.slot_out0; s < e->plan.nslots; s++) {
         hd_tensor_unref(e->out[s]);
         e->out[s] = NULL;
+    }
+    for (int i = 0; i < e->h.g->ninputs; i++) {
+        e->in[i] = NULL;
+        e->direct[i] = 0;
     }
 }
 

@@ -619,14 +619,17 @@ static int node_reads_root(const plan_state *s, const hd_ir_node *n, int r, int 
 
 /* May output o's value be computed straight into the memory of the input
  * it replaces (hd_ir_output.into)? Only where no one can tell: the value
- * is the last node of an elementwise kernel of the input's dtype and shape
- * (so each element is loaded before the element is stored, at its own
- * index: hd_llvm_gen.c gives the input and the value one pointer); nothing
- * reads the input after that step, nor a view of it in that step (nor the
- * gemm whose epilogue the kernel is, which other threads may still be
- * running); no graph output is the input or the value twice; and every
- * later step is generated code, which cannot fail, so a run that fails
- * leaves the input as it found it. */
+ * is a node of an elementwise kernel of the input's dtype and shape, and
+ * no node after it in the kernel reads the input (so each element is
+ * loaded before the element is stored, at its own index: the generators
+ * give the input and the value one pointer, and emit each node's loads and
+ * store in node order); nothing reads the input after that step, nor a
+ * view of it in that step (nor the gemm whose epilogue the kernel is,
+ * which other threads may still be running); no graph output is the input
+ * or the value twice; and every later step is generated code, which cannot
+ * fail, so a run that fails leaves the input as it found it. An
+ * optimizer's step writes its buffers and then the parameter in one
+ * kernel: each goes where it was. */
 static int donate_ok(const plan_state *s, int o, const int *last) {
     const hd_ir_graph *g = s->g;
     const hd_plan *p = s->p;
@@ -641,8 +644,13 @@ static int donate_ok(const plan_state *s, int o, const int *last) {
         return 0;
     int ki = p->kernel_of[d], st = kernel_step(p, ki);
     const hd_plan_kernel *k = &p->kernels[ki];
-    if (k->kind != HD_PLAN_K_ELEMENTWISE || k->nodes[k->nnodes - 1] != d || st < 0 || last[iv] > st)
-        return 0;
+    if (k->kind != HD_PLAN_K_ELEMENTWISE || st < 0 || last[iv] > st) return 0;
+    int at = k->nnodes;
+    for (int i = 0; i < k->nnodes; i++)
+        if (k->nodes[i] == d) at = i;
+    if (at == k->nnodes) return 0;
+    for (int i = at + 1; i < k->nnodes; i++)
+        if (node_reads_root(s, &g->nodes[k->nodes[i]], iv, 0)) return 0;
     if (p->steps[st].kernel < 0 && node_reads_root(s, &g->nodes[p->steps[st].node], iv, 0))
         return 0;
     for (int i = 0; i < k->nnodes; i++)

@@ -94,6 +94,26 @@ def torch_small():
               f"{per_call(lambda: cm(xs), sync):.2f} us")
 
 
+def torch_train():
+    """bench.hodu's training step: PyTorch eager (Adam's default, foreach)."""
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                            torch.nn.Linear(256, 10)).cuda()
+    opt = torch.optim.Adam(m.parameters(), lr=0.001)
+    x = torch.randn(64, 784, device="cuda")
+    lab = torch.randint(0, 10, (64,), device="cuda")
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(m(x), lab)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+    t = timed(step, 50, torch.cuda.synchronize)
+    print(f"torch train step mlp 784-256-10 batch 64, eager: {t * 1e3:.3f} ms")
+
+
 def jax_peers():
     import jax
     import jax.numpy as jnp
@@ -115,7 +135,7 @@ def jax_peers():
 if __name__ == "__main__":
     # a peer that fails (a missing compiler for torch.compile, say) is
     # reported, and the others still run
-    for part in (torch_small, torch_peers, jax_peers):
+    for part in (torch_small, torch_train, torch_peers, jax_peers):
         try:
             part()
         except Exception as e:  # noqa: BLE001

@@ -43,6 +43,9 @@ PATTERNS = {
     "torch_mlp": r"^torch small d2l mlp 512-256-128-2 batch 1, eager: " + NUM + " us",
     "torch_graph": r"^torch small d2l mlp batch 1, CUDA Graph replay: " + NUM + " us",
     "torch_ro": r"^torch small d2l mlp batch 1, torch\.compile reduce-overhead: " + NUM + " us",
+    "train_e": r"^train step mlp [0-9-]+ batch [0-9]+, eager: " + NUM + " ms",
+    "train_c": r"^train step mlp [0-9-]+ batch [0-9]+, compiled: " + NUM + " ms",
+    "torch_train": r"^torch train step mlp 784-256-10 batch 64, eager: " + NUM + " ms",
     "host_add": r"^\s+add\(x, y\)\s+" + NUM + " us/op",
     "host_relu": r"^\s+relu\(x\)\s+" + NUM + " us/op",
     "host_mul": r"^\s+mul\(\[4,1\], \[1,4\]\)\s+" + NUM + " us/op",
@@ -226,6 +229,17 @@ def mlp_table(s):
     s.out()
 
 
+def train_table(s):
+    e, c, t = (s.get(n) for n in ("train_e", "train_c", "torch_train"))
+    s.out("| training step, MLP 784-256-10 batch 64 (dropout, cross_entropy, Adam) | Hodu eager | "
+          "Hodu compiled | PyTorch eager | compiled not slower than eager |")
+    s.out("|---|---|---|---|---|")
+    ok = c <= e if both(e, c) else None
+    s.out(f"| ms per step | {fmt(e, 3)} | {fmt(c, 3)} | {fmt(t, 3)} | "
+          f"{s.target('compiled training step not slower than eager', ok)} |")
+    s.out()
+
+
 PROFILE_PART = "== where the device time goes (the profiler)"
 
 
@@ -299,6 +313,7 @@ def section(log, tests=None, commit=None, command=None, date=None):
     bandwidth_table(s)
     matmul_table(s)
     mlp_table(s)
+    train_table(s)
     profile_block(s, log)
     missed = [w for w, ok in s.verdicts if ok is False]
     unknown = [w for w, ok in s.verdicts if ok is None]

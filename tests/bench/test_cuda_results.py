@@ -15,7 +15,7 @@ import tempfile
 # From cuda_bench.log, by hand: 3.94 us <= 5 but 6.95 < 2 x 3.94; 8.10 >=
 # 2 x 3.98; 10.7 <= 15; 600.5 < 765; 2600 >= 0.85 x 3012 = 2560.2;
 # 50.6 / 51.5 = 98%, 51.1 / 51.3; 645 / 800 = 81%; 820 / 850 = 96%;
-# 0.44 > 0.089 ms; 1.371 <= 1.403; no 4096x4096 lines.
+# 0.44 > 0.089 ms; 1.371 <= 1.403; no 4096x4096 lines; 0.118 <= 0.312.
 EXPECTED = [
     ("`s + t`, 1 element <= 5 us, 2x PyTorch", False),
     ("`relu(b)`, 256 elements <= 5 us, 2x PyTorch", True),
@@ -29,6 +29,7 @@ EXPECTED = [
     ("compiled MLP 256x1024 not slower than eager", False),
     ("compiled MLP 1024x4096 not slower than eager", True),
     ("compiled MLP 4096x4096 not slower than eager", None),
+    ("compiled training step not slower than eager", True),
 ]
 
 failures = []
@@ -67,7 +68,8 @@ def check_fixture(res, fixtures):
                  "| bf16 4096 | 645.0 TFLOP/s | 703.0 | 800.0 | 81% | >= 95% | **NOT met** |",
                  "| `s + t`, 1 element | 3.94 us | 6.95 us | 1.76x |",
                  "| `x @ w.T`, 1x512x256 (nn.Linear's layout) | 7.31 us | 14.50 us | 1.98x | | |",
-                 "Targets: 7 of 12 met.",
+                 "Targets: 8 of 13 met.",
+                 "| ms per step | 0.312 | 0.118 | 0.455 | met |",
                  "`cuLaunchKernel` 3.30 us on average, `cuGraphLaunch` 8.50 us",
                  "cuInit=1 cuLaunchKernel=30006 cuGraphLaunch=9999\n",
                  "Parts of the run that failed (their figures are missing): "
@@ -83,7 +85,7 @@ def check_fixture(res, fixtures):
           "- `gpu.device.compiled_loop_state`: failed" in text, "a stopped test run")
     # a log with nothing in it: every target unmeasured, no exception
     text, verdicts = res.section("", None)
-    check(all(ok is None for _, ok in verdicts) and "Targets: 0 of 12 met." in text,
+    check(all(ok is None for _, ok in verdicts) and "Targets: 0 of 13 met." in text,
           "an empty log")
 
 
@@ -120,7 +122,8 @@ def check_programs(res, hodu, bench_hodu, bench_host):
         check(host.returncode == 0, f"bench_cuda_host: {host.stderr}")
     found = res.parse(out.stdout + host.stdout)
     for name in ("eager_chain", "compiled_chain", "small_add", "small_relu", "small_mm",
-                 "small_mmt", "small_mlp", "small_mlp_c", "host_add", "host_relu", "host_mul", "host_call"):
+                 "small_mmt", "small_mlp", "small_mlp_c", "train_e", "train_c", "host_add",
+                 "host_relu", "host_mul", "host_call"):
         check(name in found, f"no {name} line in the programs' output")
 
 
