@@ -711,33 +711,23 @@ static hd_status cj_exec_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     return hd_cuda_check(ctx, hd_cuda_api_get()->graph_launch(g->exec, d->stream), "cuGraphLaunch");
 }
 
-/* A run: its index inputs checked first (an error leaves every output and
- * state as it was), then the steps, a capture or a graph launch, with the
- * ops told that what they index with was checked. */
-/* Does input j share its storage with another input or a constant this
- * run (a view of it, the same tensor given twice)? */
-static int cj_input_shared(const hd_jit_exec *e, int j) {
-    const hd_plan *p = &e->plan;
-    const hd_storage *sj = e->in[j]->storage;
-    for (int i = 0; i < e->h.g->ninputs; i++)
-        if (i != j && e->in[i] && e->in[i]->storage == sj) return 1;
-    for (int s = p->slot_const0; s < p->slot_out0; s++)
-        if (e->roots[s]->storage == sj) return 1;
-    return 0;
-}
-
 /* A donated output overwrites its input's memory, so that input must be
  * the only one on its storage this run, or another input (or a constant)
  * would read what the run wrote: such an input runs on the executable's
  * own copy, and the output is copied out of it. */
 static hd_status cj_bind_donees(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     for (int j = 0; j < e->h.g->ninputs; j++)
-        if (e->donee[j] && e->direct[j] && cj_input_shared(e, j) &&
+        if (e->donee[j] && e->direct[j] &&
+            hd_plan_input_shared(&e->plan, e->h.g->ninputs, e->in, e->roots, j) &&
             cj_bind_copy(e, ctx, d, j, e->in[j]))
             return ctx->status;
     return HD_OK;
 }
 
+/* A run: a donee that shares its storage bound to a copy, the index
+ * inputs checked (an error leaves every output and state as it was), the
+ * random draws reserved, then the steps, a capture or a graph launch,
+ * with the ops told that what they index with was checked. */
 static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
     if ((e->plan.ndonated && cj_bind_donees(e, ctx, d)) || cj_checks_run(e, ctx) ||

@@ -323,17 +323,6 @@ static hd_status llvm_bind_input(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, h
     return llvm_bind_copy(e, ctx, i, t);
 }
 
-/* Does input j share its storage with another input or a constant? */
-static int llvm_input_shared(const hd_jit_exec *e, int j) {
-    const hd_plan *p = &e->plan;
-    const hd_storage *sj = e->in[j]->storage;
-    for (int i = 0; i < e->h.g->ninputs; i++)
-        if (i != j && e->in[i] && e->in[i]->storage == sj) return 1;
-    for (int s = p->slot_const0; s < p->slot_out0; s++)
-        if (e->roots[s]->storage == sj) return 1;
-    return 0;
-}
-
 /* A donated output overwrites its input's memory, so that input must be
  * the only one on its storage this run: another input (a view of it, the
  * same tensor given twice) or a constant made of it would read what the
@@ -341,7 +330,8 @@ static int llvm_input_shared(const hd_jit_exec *e, int j) {
  * output is copied out of it. */
 static hd_status llvm_bind_donees(hd_jit_exec *e, hd_ctx *ctx) {
     for (int j = 0; j < e->h.g->ninputs; j++)
-        if (e->donee[j] && e->direct[j] && llvm_input_shared(e, j) &&
+        if (e->donee[j] && e->direct[j] &&
+            hd_plan_input_shared(&e->plan, e->h.g->ninputs, e->in, e->roots, j) &&
             llvm_bind_copy(e, ctx, j, e->in[j]))
             return ctx->status;
     return HD_OK;

@@ -660,6 +660,16 @@ static int donate_ok(const plan_state *s, int o, const int *last) {
     return 1;
 }
 
+int hd_plan_input_shared(const hd_plan *p, int ninputs, hd_tensor *const *in,
+                         hd_tensor *const *roots, int j) {
+    const hd_storage *sj = in[j]->storage;
+    for (int i = 0; i < ninputs; i++)
+        if (i != j && in[i] && in[i]->storage == sj) return 1;
+    for (int s = p->slot_const0; s < p->slot_out0; s++)
+        if (roots[s]->storage == sj) return 1;
+    return 0;
+}
+
 static void plan_donate(plan_state *s, const int *last) {
     hd_plan *p = s->p;
     for (int o = 0; o < s->g->noutputs; o++)

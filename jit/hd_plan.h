@@ -106,4 +106,11 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p);
  * outputs. */
 hd_status hd_plan_views(hd_ctx *ctx, const hd_plan *p, hd_tensor *const *roots, hd_tensor **vals);
 
+/* Does input j (in[j], this run's tensor) share its storage with another
+ * input or a constant slot's root (roots, per slot)? A donated output
+ * must not then be computed into it: the executors bind such an input to
+ * a copy of their own. */
+int hd_plan_input_shared(const hd_plan *p, int ninputs, hd_tensor *const *in,
+                         hd_tensor *const *roots, int j);
+
 #endif
