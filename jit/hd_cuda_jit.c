@@ -271,15 +271,6 @@ static hd_status cj_bind_copy(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i
 
 /* ---- steps ---- */
 
-/* Is value v given before the run (an input or a constant)? */
-static int cj_value_given(const hd_ir_graph *g, int v) {
-    for (int i = 0; i < g->ninputs; i++)
-        if (g->inputs[i].value == v) return 1;
-    for (int i = 0; i < g->nconsts; i++)
-        if (g->consts[i].value == v) return 1;
-    return 0;
-}
-
 /* The check of index node n's indices (those of index_select, index_add,
  * one_hot, cross_entropy and its gradient), when they are i64 and given
  * before the run; 0 when n is no such node or they are not. */
@@ -307,7 +298,8 @@ static int cj_index_check(const hd_ir_graph *g, const hd_ir_node *n, cj_check *c
     default: return 0;
     }
     c->value = idx;
-    return idx >= 0 && g->values[idx].dtype == HD_I64 && cj_value_given(g, idx);
+    return idx >= 0 && g->values[idx].dtype == HD_I64 &&
+           g->values[idx].kind != HD_IR_VALUE_NODE; /* an input or a constant */
 }
 
 /* Numbers node n draws from the context's stream (rand, randn, dropout in
@@ -316,10 +308,7 @@ static int64_t cj_node_draws(const hd_ir_graph *g, const hd_ir_node *n) {
     int v = n->op == HD_OP_RAND || n->op == HD_OP_RANDN            ? n->out
             : n->op == HD_OP_DROPOUT && n->attrs.ints[0] && n->nin ? n->in[0]
                                                                    : -1;
-    if (v < 0) return -1;
-    int64_t k = 1;
-    for (int i = 0; i < g->values[v].ndim; i++) k *= g->values[v].shape[i];
-    return k;
+    return v < 0 ? -1 : hd_shape_numel(g->values[v].shape, g->values[v].ndim);
 }
 
 /* May node n be recorded once and replayed? Random nodes take their key
