@@ -178,6 +178,7 @@ static hd_status jit_run(hd_ctx *ctx, const hd_jit_run_ops *ops, hd_jit_exec *e,
                         g->noutputs, noutputs);
     if (hd_jit_check_inputs(ctx, g, inputs, ninputs)) return ctx->status;
     hd_status r = HD_OK;
+    st->run_copies = 0;
     for (int i = 0; i < ninputs && !r; i++) r = ops->bind_input(e, ctx, ud, i, inputs[i]);
     if (!r) r = ops->exec(e, ctx, ud);
     for (int i = 0; i < noutputs && !r; i++) r = ops->output(e, ctx, ud, i, &outputs[i]);

@@ -54,6 +54,8 @@ typedef struct hd_jit_stats {
                      * Graph, else the kernels */
     int cuda_graph; /* cuda: runs replay one captured CUDA Graph */
     int donated;    /* llvm: outputs computed into the input they replace (hd_ir_output.into) */
+    int run_copies; /* llvm, cuda: tensors the last run copied (inputs into the executable's
+                     * buffers, outputs out of its memory) */
 } hd_jit_stats;
 
 typedef struct hd_jit_exec hd_jit_exec;

@@ -757,6 +757,7 @@ static hd_status cj_bind_copy(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, int i
     if (!dst) return ctx->status;
     cj_slot_set(e, s, dst->numel ? hd_tensor_data(dst) : e->roots[0]->storage->data);
     if (!t->numel) return HD_OK;
+    e->h.stats.run_copies++;
     if (!host && hd_tensor_is_contiguous(t))
         return hd_cuda_check(
             ctx,
@@ -774,6 +775,7 @@ static hd_status cj_copy_out(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d, hd_ten
     hd_tensor *t = hd_tensor_new_on(ctx, e->h.be, e->h.device, src->dtype, src->shape, src->ndim);
     if (!t) return ctx->status;
     hd_status st = HD_OK;
+    e->h.stats.run_copies += t->numel != 0;
     if (t->numel && hd_tensor_is_contiguous(src))
         st = hd_cuda_check(
             ctx,
@@ -803,6 +805,9 @@ static hd_status cj_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_tens
         *out = hd_tensor_ref(e->out[pv->slot]);
         return HD_OK;
     }
+    if (pv->whole && e->plan.vals[pv->root].fresh && e->out[pv->slot])
+        return (*out = hd_plan_whole_view(ctx, &e->plan, v, e->out[pv->slot])) ? HD_OK
+                                                                               : ctx->status;
     if (pv->into >= 0 && e->direct[pv->into]) { /* written into the caller's tensor */
         *out = hd_tensor_ref(e->in[pv->into]);
         return HD_OK;

@@ -300,6 +300,7 @@ static hd_status llvm_bind_copy(hd_jit_exec *e, hd_ctx *ctx, int i, hd_tensor *t
     static const hd_attrs none;
     hd_status st =
         t->numel ? hd_cpu_backend.run_op(ctx, HD_OP_COPY, e->own_in[i], &h, 1, &none) : HD_OK;
+    e->h.stats.run_copies += t->numel != 0;
     hd_tensor_unref(h);
     if (st) return st;
     llvm_set_slot(e, s, e->own_in[i]->storage->data);
@@ -358,6 +359,9 @@ static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_te
         *out = hd_tensor_ref(e->results[pv->slot]);
         return HD_OK;
     }
+    if (pv->whole && e->plan.vals[pv->root].fresh)
+        return (*out = hd_plan_whole_view(ctx, &e->plan, v, e->results[pv->slot])) ? HD_OK
+                                                                                   : ctx->status;
     if (pv->into >= 0 && e->direct[pv->into]) { /* written into the caller's tensor */
         *out = hd_tensor_ref(e->in[pv->into]);
         return HD_OK;
@@ -370,6 +374,7 @@ static hd_status llvm_output(hd_jit_exec *e, hd_ctx *ctx, void *ud, int i, hd_te
         hd_tensor_unref(t);
         return ctx->status;
     }
+    e->h.stats.run_copies += t->numel != 0;
     *out = t;
     return HD_OK;
 }

@@ -134,6 +134,35 @@ static hd_plan_kernel_kind node_kernel_kind(const hd_ir_node *n) {
     return HD_PLAN_K_SOFTMAX;
 }
 
+/* Is graph output i a reshape of all of a computed root (one dtype, same
+ * elements, contiguous from its start) that is no output (nor the root of
+ * an earlier such output)? */
+static int plan_whole_view(const plan_state *s, int i) {
+    const hd_ir_graph *g = s->g;
+    int v = g->outputs[i].value, r = s->p->vals[v].root;
+    const hd_ir_value *val = &g->values[v], *rv = &g->values[r];
+    int64_t st[HD_MAX_DIMS];
+    hd_contiguous_strides(val->shape, val->ndim, st);
+    return r != v && s->def[r] >= 0 && g->nodes[s->def[r]].op >= 0 && !s->is_output[r] &&
+           val->dtype == rv->dtype && s->elem_off[v] == 0 &&
+           hd_shape_numel(val->shape, val->ndim) == hd_shape_numel(rv->shape, rv->ndim) &&
+           !(val->ndim && memcmp(st, s->p->vals[v].strides, (size_t)val->ndim * sizeof *st));
+}
+
+/* An output that reshapes all of an intermediate (a gradient summed and
+ * reshaped: a bias's) makes that intermediate a fresh output, and is
+ * handed out over its memory rather than copied out of the arena; other
+ * outputs over that memory are copied, so no two share it (a value given
+ * twice is not handed out so: its second visit finds its root an output). */
+static void plan_whole_views(plan_state *s) {
+    const hd_ir_graph *g = s->g;
+    for (int i = 0; i < g->noutputs; i++) {
+        hd_plan_val *pv = &s->p->vals[g->outputs[i].value];
+        pv->whole = (char)plan_whole_view(s, i);
+        if (pv->whole) s->is_output[pv->root] = 1;
+    }
+}
+
 /* ---- values: roots, strides and view offsets ---- */
 
 static void plan_view(plan_state *s, const hd_ir_node *n) {
@@ -195,6 +224,7 @@ static void plan_values(plan_state *s) {
         if (node_is_view(n)) plan_view(s, n);
     }
     for (int i = 0; i < g->noutputs; i++) s->is_output[g->outputs[i].value] = 1;
+    plan_whole_views(s);
 }
 
 /* Users of each value (nodes of every kind), as compressed lists. */
@@ -828,6 +858,11 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p) {
     if (st) return st;
     plan_places(&s);
     return HD_OK;
+}
+
+hd_tensor *hd_plan_whole_view(hd_ctx *ctx, const hd_plan *p, int v, hd_tensor *root) {
+    const hd_ir_value *val = &p->g->values[v];
+    return hd_tensor_view(ctx, root, val->shape, p->vals[v].strides, val->ndim, root->offset);
 }
 
 hd_status hd_plan_views(hd_ctx *ctx, const hd_plan *p, hd_tensor *const *roots, hd_tensor **vals) {

@@ -52,6 +52,8 @@ typedef struct hd_plan_val {
     char imm;                     /* a one-element constant embedded in the code */
     char fresh;                   /* a graph output given fresh memory at every run */
     int into;                     /* a donated output: the input whose memory it takes, -1 */
+    char whole;                   /* an output reshaping all of a fresh root that nothing
+                                   * else hands out: given over the root's memory */
     int64_t arena_off;            /* arena values: offset in the arena, else -1 */
 } hd_plan_val;
 
@@ -105,6 +107,10 @@ hd_status hd_plan_build(hd_ir_graph *g, int flags, hd_plan *p);
  * executors' (llvm, cuda) tensors for runtime nodes, callbacks and
  * outputs. */
 hd_status hd_plan_views(hd_ctx *ctx, const hd_plan *p, hd_tensor *const *roots, hd_tensor **vals);
+
+/* Output value v given over its fresh root's tensor (vals[v].whole): a
+ * contiguous view with v's shape; NULL with an error in ctx. */
+hd_tensor *hd_plan_whole_view(hd_ctx *ctx, const hd_plan *p, int v, hd_tensor *root);
 
 /* Does input j (in[j], this run's tensor) share its storage with another
  * input or a constant slot's root (roots, per slot)? A donated output

@@ -36,6 +36,7 @@ static hd_status stats_of(hd_vm *vm, const cp_body *b, hd_value d) {
                stat_put(vm, d, "kernels", (uint64_t)st.kernels) ||
                stat_put(vm, d, "donated", (uint64_t)st.donated) ||
                stat_put(vm, d, "launches", (uint64_t)st.launches) ||
+               stat_put(vm, d, "copies", (uint64_t)st.run_copies) ||
                hd_dict_set(vm, d, "cuda_graph", hd_bool(st.cuda_graph != 0)) ||
                hd_dict_set(vm, d, "compile_seconds", hd_float(b->compile_seconds));
     }

@@ -6,7 +6,9 @@
  * refuses, left as it was, with a fresh output), on 1 and 2 threads, on
  * the streamed path of large kernels, and where the run must copy (a
  * strided input, one tensor given twice, two inputs on one storage, an
- * input on a constant's storage). */
+ * input on a constant's storage). Outputs reshaping an intermediate
+ * whole are handed out over its memory, not copied, unless that memory
+ * would then be shared. */
 #include "hd_compile.h"
 #include "hd_test.h"
 #include "hd_test_trace.h"
@@ -279,12 +281,80 @@ static void test_run_copies(hd_ctx *ctx) {
     for (int i = 0; i < 6; i++) hd_tensor_unref(ts[i]);
 }
 
+/* Outputs that are views of an intermediate s = 2 sum(x, 0) (x [4, 6]). */
+enum {
+    W_ALONE, /* y0 = reshape(s, [2, 3]): handed out over s's memory */
+    W_ROOT,  /* y0 = s, y1 = reshape(s, [2, 3]): y1 copied */
+    W_TWO,   /* y0 = reshape(s, [2, 3]), y1 = reshape(s, [3, 2]): one copied */
+    W_PART,  /* y0 = s[1:4]: not all of s, copied */
+};
+
+static hd_status whole_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    int mode = *(const int *)ud;
+    hd_attrs ax = {.axes = {0}, .naxes = 1}, r23 = {.shape = {2, 3}, .nshape = 2};
+    hd_attrs r32 = {.shape = {3, 2}, .nshape = 2}, part = {.start = {1}, .step = {1}, .len = {3}};
+    hd_tensor *t = NULL, *s = NULL;
+    hd_status st = op1(ctx, HD_OP_SUM, in[0], &ax, &t);
+    if (!st) st = mul_num(ctx, t, 2.0, &s);
+    if (!st) switch (mode) {
+        case W_ALONE: st = op1(ctx, HD_OP_RESHAPE, s, &r23, &out[0]); break;
+        case W_ROOT:
+            out[0] = hd_tensor_ref(s);
+            st = op1(ctx, HD_OP_RESHAPE, s, &r23, &out[1]);
+            break;
+        case W_TWO:
+            st = op1(ctx, HD_OP_RESHAPE, s, &r23, &out[0]);
+            if (!st) st = op1(ctx, HD_OP_RESHAPE, s, &r32, &out[1]);
+            break;
+        case W_PART: st = op1(ctx, HD_OP_SLICE, s, &part, &out[0]); break;
+        }
+    hd_tensor_unref(t);
+    hd_tensor_unref(s);
+    return st;
+}
+
+/* Each mode twice: the values against a plain loop, the copies the run
+ * made, and no two outputs on one storage. */
+static void test_whole_views(hd_ctx *ctx) {
+    static const int nout[] = {1, 2, 2, 1}, copies[] = {0, 1, 1, 1};
+    int64_t sh[2] = {4, 6};
+    hd_tensor *x = filled(ctx, sh, 2, 1.0f);
+    double want[6] = {0};
+    for (int64_t i = 0; x && i < 24; i++) want[i % 6] += 2.0 * fdata(x)[i];
+    for (int mode = W_ALONE; x && mode <= W_PART; mode++) {
+        hd_ir_graph *g = trace_body(ctx, "whole", whole_body, &x, 1, nout[mode], &mode);
+        hd_jit_exec *e = NULL;
+        CHECK_MSG(g && LL->compile(ctx, g, NULL, &e) == HD_OK, "mode %d: %s", mode,
+                  hd_error_message(ctx));
+        hd_ir_graph_free(g);
+        for (int run = 0; e && run < 2; run++) {
+            hd_tensor *out[2] = {NULL, NULL};
+            hd_jit_stats st;
+            CHECK(LL->run(ctx, e, &x, 1, out, nout[mode]) == HD_OK);
+            LL->stats(e, &st);
+            CHECK_MSG(st.run_copies == copies[mode], "mode %d: %d copies", mode, st.run_copies);
+            for (int k = 0; k < nout[mode] && out[k]; k++) {
+                int64_t n = out[k]->numel, first = mode == W_PART ? 1 : 0;
+                CHECK(n == (mode == W_PART ? 3 : 6) && hd_tensor_is_contiguous(out[k]));
+                for (int64_t i = 0; i < n; i++)
+                    CHECK_CLOSE(fdata(out[k])[i], want[first + i], 1e-5, 1e-5);
+            }
+            if (out[1]) CHECK(out[0] && out[0]->storage != out[1]->storage);
+            hd_tensor_unref(out[0]);
+            hd_tensor_unref(out[1]);
+        }
+        if (e) LL->free(ctx, e);
+    }
+    hd_tensor_unref(x);
+}
+
 int main(void) {
     hd_ctx ctx;
     hd_ctx_init(&ctx, NULL, NULL);
     setenv("HODU_CACHE_DIR", "off", 1);
     test_plan(&ctx);
     test_run_copies(&ctx);
+    test_whole_views(&ctx);
     CHECK(ctx.mem_used == 0);
     TEST_END();
 }
