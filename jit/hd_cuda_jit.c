@@ -400,13 +400,17 @@ static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
                          "copy of the random draws");
 }
 
-/* Before a run: every index input checked, with its op's error. Eager
- * code would have drawn the random numbers of the steps before the one
- * that fails: so does this, and the stream goes on as it would. */
+/* Before a run: every index input checked, with its op's error (an input
+ * as the caller's tensor, whose storage may know its range: then nothing
+ * is copied back). Eager code would have drawn the random numbers of the
+ * steps before the one that fails: so does this, and the stream goes on
+ * as it would. */
 static hd_status cj_checks_run(hd_jit_exec *e, hd_ctx *ctx) {
     for (int i = 0; i < e->nchecks; i++) {
         const cj_check *c = &e->checks[i];
-        if (!hd_cuda_check_indices(ctx, c->op, e->vals[c->value], c->axis, c->size)) continue;
+        const hd_ir_value *val = &e->h.g->values[c->value];
+        const hd_tensor *t = val->kind == HD_IR_VALUE_INPUT ? e->in[val->index] : e->vals[c->value];
+        if (!hd_cuda_check_indices(ctx, c->op, t, c->axis, c->size)) continue;
         for (int s = 0; s < c->step; s++)
             if (e->steps[s].draw >= 0) hd_rng_reserve(ctx, e->draw_n[e->steps[s].draw]);
         return ctx->status;

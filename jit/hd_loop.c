@@ -72,6 +72,7 @@ static hd_status loop_copy_at(hd_ctx *ctx, hd_tensor *out, hd_tensor *src, int64
     if (!dst) return ctx->status;
     dst->dtype = src->dtype;
     hd_status st = out->storage->backend->run_op(ctx, HD_OP_COPY, dst, &src, 1, &none);
+    out->storage->version++; /* written in place */
     hd_tensor_unref(dst);
     return st;
 }

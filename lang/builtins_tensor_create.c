@@ -285,6 +285,7 @@ static HD_TF_FN(tf_randint) {
     if (!st) st = rnd_step(vm, "randint", HD_OP_CAST, &x, NULL, &cast);
     hd_tunref_all(num, 3);
     if (st) return hd_tensor_unref(x), st;
+    hd_tensor_note_range(x, lo.as.i, hi.as.i - 1); /* i64 on a device: no check copies it back */
     *out = hd_tensor_value(x);
     return HD_OK;
 }

@@ -103,6 +103,11 @@ static hd_status host_to_device(hd_ctx *ctx, hd_tensor *h, const hd_backend *be,
     hd_status st = d ? HD_OK : ctx->status;
     if (!st && d->numel)
         st = be->from_host(ctx, device, d->storage->data, view_base(c), hd_tensor_nbytes(c));
+    if (!st && d->numel && d->dtype == HD_I64) { /* indices: their range, for index checks */
+        int64_t lo, hi;
+        hd_i64_range(view_base(c), c->numel, &lo, &hi);
+        hd_tensor_note_range(d, lo, hi);
+    }
     hd_tensor_unref(c);
     if (st) {
         hd_tensor_unref(d);

@@ -80,6 +80,32 @@ static void hd_storage_unref(hd_storage *s) {
     hd_ctx_free(s->ctx, s, sizeof *s);
 }
 
+void hd_tensor_note_range(const hd_tensor *t, int64_t lo, int64_t hi) {
+    hd_storage *s = t->storage;
+    if (!s || t->dtype != HD_I64 || t->offset || hd_storage_host_writable(s) ||
+        hd_tensor_nbytes(t) != s->nbytes || !hd_tensor_is_contiguous(t))
+        return;
+    s->idx_lo = lo;
+    s->idx_hi = hi;
+    s->idx_at = s->version + 1;
+}
+
+int hd_tensor_known_within(const hd_tensor *t, int64_t lo, int64_t hi) {
+    const hd_storage *s = t->storage;
+    return s && t->dtype == HD_I64 && !hd_storage_host_writable(s) && s->idx_at == s->version + 1 &&
+           s->idx_lo >= lo && s->idx_hi <= hi;
+}
+
+void hd_i64_range(const int64_t *p, int64_t n, int64_t *lo, int64_t *hi) {
+    int64_t a = p[0], b = p[0];
+    for (int64_t i = 1; i < n; i++) {
+        a = p[i] < a ? p[i] : a;
+        b = p[i] > b ? p[i] : b;
+    }
+    *lo = a;
+    *hi = b;
+}
+
 void hd_tensor_adopt(hd_tensor *t, const hd_tensor *src) {
     hd_storage *old = t->storage;
     src->storage->refcount++;

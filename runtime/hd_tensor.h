@@ -27,6 +27,11 @@ typedef struct hd_storage {
     uint64_t version; /* bumped by every in-place write */
     uint64_t uid;     /* an id unique in the process, 0 until the memo asks (hd_memo.c) */
     int memo;         /* a result the memo keeps (hd_memo.h) */
+    /* i64 data known to lie in [idx_lo, idx_hi] while version + 1 is
+     * idx_at (0: nothing known), so that index checks of device tensors
+     * need not copy them back (hd_tensor_note_range) */
+    int64_t idx_lo, idx_hi;
+    uint64_t idx_at;
     const struct hd_backend *backend;
     hd_ctx *ctx; /* the context whose allocator owns this storage */
 } hd_storage;
@@ -53,6 +58,16 @@ typedef struct hd_tensor {
      * id + 1); 0 for every other tensor (hd_trace.h) */
     uint64_t trace_ref;
 } hd_tensor;
+
+/* Note that every element of t lies in [lo, hi]: kept on its storage
+ * while nothing writes it, where t is i64 and all of its storage
+ * (contiguous from its start); otherwise nothing is noted. */
+void hd_tensor_note_range(const hd_tensor *t, int64_t lo, int64_t hi);
+/* Is every element of t known to lie in [lo, hi] (noted on its storage,
+ * not written since, and no host code may have written it)? */
+int hd_tensor_known_within(const hd_tensor *t, int64_t lo, int64_t hi);
+/* The least and greatest of n i64 values (n > 0). */
+void hd_i64_range(const int64_t *p, int64_t n, int64_t *lo, int64_t *hi);
 
 /* t takes src's data (storage, offset, strides; same dtype and shape): t
  * keeps its identity, and every holder sees the new data. */

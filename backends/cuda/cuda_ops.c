@@ -393,7 +393,8 @@ static hd_status ops_host_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, i
     if (!st && !c) c = hd_tensor_contiguous(ctx, h);
     hd_tensor_unref(h);
     if (st || !c) return ctx->status;
-    int64_t *p = hd_tensor_data(c);
+    int64_t *p = hd_tensor_data(c), lo = 0, hi = 0;
+    if (c->numel) hd_i64_range(p, c->numel, &lo, &hi);
     for (int64_t j = 0; j < c->numel && !st; j++) {
         int64_t v = op == HD_OP_ONE_HOT ? p[j] : p[j] < 0 ? p[j] + size : p[j];
         if (v >= 0 && v < size) {
@@ -413,6 +414,7 @@ static hd_status ops_host_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, i
         hd_tensor_unref(c);
         return st;
     }
+    if (c->numel) hd_tensor_note_range(idx, lo, hi); /* the next check of idx unchanged: none */
     *out = c;
     return HD_OK;
 }
@@ -457,9 +459,24 @@ static int ops_prechecked(const hd_tensor *idx) {
            idx->dtype == HD_I64 && hd_tensor_is_contiguous(idx);
 }
 
+/* i64 indices contiguous on the device whose values are known to lie in
+ * [lo, hi] (noted when they came up from the host, were made by randint
+ * or were checked, and not written since): read as they are, unchecked. */
+static int ops_known(const hd_tensor *idx, int64_t lo, int64_t hi) {
+    return idx->storage->backend == &hd_cuda_backend && hd_tensor_is_contiguous(idx) &&
+           hd_tensor_known_within(idx, lo, hi);
+}
+
+/* The least index op accepts (index_select and index_add count negative
+ * ones from the end). */
+static int64_t ops_index_lo(hd_op op, int64_t size) {
+    return op == HD_OP_ONE_HOT ? 0 : -size;
+}
+
 /* The indices are checked on the host (one copy back, so errors are the
- * cpu's and come at once); i64 indices already contiguous on the device
- * are then read where they are, others go up checked. */
+ * cpu's and come at once) unless known to be in range (ops_known); i64
+ * indices already contiguous on the device are then read where they are,
+ * others go up checked. */
 static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
                            hd_tensor *const *in, const hd_attrs *attrs) {
     const hd_tensor *x = op == HD_OP_ONE_HOT ? NULL : in[0];
@@ -470,7 +487,7 @@ static hd_status ops_index(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out
     int64_t size = x ? shape[axis] : attrs->ints[0], post = 1;
     for (int i = axis + 1; x && i < nd; i++) post *= shape[i];
     hd_tensor *hi = NULL, *di = NULL, *xc = NULL;
-    int checked = ops_prechecked(idx);
+    int checked = ops_prechecked(idx) || ops_known(idx, ops_index_lo(op, size), size - 1);
     if (!checked && ops_host_indices(ctx, op, idx, axis, size, &hi)) return ctx->status;
     hd_status st = HD_OK;
     if (checked || (idx->storage->backend == &hd_cuda_backend && idx->dtype == HD_I64 &&
@@ -648,11 +665,15 @@ static hd_status ops_ce_check(hd_ctx *ctx, const hd_tensor *labels, int64_t c, h
     if (labels->dtype != HD_I64)
         return hd_error(ctx, HD_ERR_RUNTIME, "cross_entropy: labels must be i64, got %s",
                         hd_dtype_name(labels->dtype));
+    if (!host && ops_known(labels, 0, c - 1)) return HD_OK;
     hd_tensor *h = hd_tensor_to_host(ctx, (hd_tensor *)labels);
     hd_tensor *hc = h ? hd_tensor_contiguous(ctx, h) : NULL;
     hd_tensor_unref(h);
     if (!hc) return ctx->status;
     const int64_t *p = hd_tensor_data(hc);
+    int64_t lo = 0, hi = 0;
+    if (hc->numel) hd_i64_range(p, hc->numel, &lo, &hi);
+    if (hc->numel && lo >= 0 && hi < c) hd_tensor_note_range(labels, lo, hi);
     hd_status st = HD_OK;
     for (int64_t r = 0; r < hc->numel && !st; r++)
         if (p[r] < 0 || p[r] >= c)
@@ -673,7 +694,7 @@ static hd_status ops_ce_check(hd_ctx *ctx, const hd_tensor *labels, int64_t c, h
  * the checked copy sent up. */
 static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *labels, int device,
                                hd_tensor **out) {
-    if (ops_prechecked(labels)) {
+    if (ops_prechecked(labels) || ops_known(labels, 0, x->shape[x->ndim - 1] - 1)) {
         *out = hd_tensor_ref(labels);
         return HD_OK;
     }
@@ -690,9 +711,10 @@ static hd_status ops_ce_labels(hd_ctx *ctx, const hd_tensor *x, hd_tensor *label
 hd_status hd_cuda_check_indices(hd_ctx *ctx, hd_op op, const hd_tensor *idx, int axis,
                                 int64_t size) {
     if (op == HD_OP_CROSS_ENTROPY) return ops_ce_check(ctx, idx, size, NULL);
-    hd_tensor *h = NULL; /* cross_entropy's gradient: its one_hot's check */
-    hd_status st = ops_host_indices(ctx, op == HD_OP_CROSS_ENTROPY_BWD ? HD_OP_ONE_HOT : op, idx,
-                                    axis, size, &h);
+    if (op == HD_OP_CROSS_ENTROPY_BWD) op = HD_OP_ONE_HOT; /* its one_hot's check */
+    if (ops_known(idx, ops_index_lo(op, size), size - 1)) return HD_OK;
+    hd_tensor *h = NULL;
+    hd_status st = ops_host_indices(ctx, op, idx, axis, size, &h);
     hd_tensor_unref(h);
     return st;
 }
