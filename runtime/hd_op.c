@@ -190,17 +190,22 @@ static hd_status inputs_to_place(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin,
     return HD_OK;
 }
 
-/* A Hodu number (0-d, on the host) cast to dt without running the cast
- * op, where the result is the kernel's bit for bit: f64 to f32 (one
- * rounding either way), and integers exact in f32 to f32 or f64. NULL
- * otherwise (or out of memory: the op's path then says so). */
-static hd_tensor *op_number_cast(hd_ctx *ctx, const hd_tensor *t, hd_dtype dt) {
-    if (!t->number || t->ndim || !t->storage || t->storage->backend != &hd_cpu_backend) return NULL;
+/* Can number t (0-d, on the host) be cast to dt without the cast op,
+ * the result being the kernel's bit for bit: f64 to f32 (one rounding
+ * either way), and integers exact in f32 to f32 or f64? */
+static int op_number_casts_here(const hd_tensor *t, hd_dtype dt) {
+    if (!t->number || t->ndim || !t->storage || t->storage->backend != &hd_cpu_backend) return 0;
     double v = hd_dtype_load(t->dtype, hd_tensor_data(t), 0);
-    int ok = t->dtype == HD_F64   ? dt == HD_F32
-             : t->dtype == HD_I64 ? (dt == HD_F32 || dt == HD_F64) && fabs(v) <= 16777216.0
-                                  : 0;
-    return ok ? hd_tensor_scalar(ctx, dt, v) : NULL;
+    return t->dtype == HD_F64   ? dt == HD_F32
+           : t->dtype == HD_I64 ? (dt == HD_F32 || dt == HD_F64) && fabs(v) <= 16777216.0
+                                : 0;
+}
+
+/* t cast to dt: a number on the host where it can be, else the cast op. */
+static hd_status op_input_cast(hd_ctx *ctx, hd_tensor *t, hd_dtype dt, hd_tensor **out) {
+    if (!op_number_casts_here(t, dt)) return hd_op_cast(ctx, t, dt, out);
+    *out = hd_tensor_scalar(ctx, dt, hd_dtype_load(t->dtype, hd_tensor_data(t), 0));
+    return *out ? HD_OK : ctx->status;
 }
 
 static void unref_casts(hd_tensor **cast, int n) {
@@ -231,8 +236,8 @@ static hd_status op_execute(hd_ctx *ctx, hd_op op, hd_tensor *const *in, int nin
                    : i < HD_OP_MAX_IN ? plan->in_dtype[i]
                                       : -1;
         if (want < 0 || (hd_dtype)want == in[i]->dtype) continue;
-        hd_tensor *c = op_number_cast(ctx, cast[i], (hd_dtype)want);
-        if (!c) st = hd_op_cast(ctx, cast[i], (hd_dtype)want, &c);
+        hd_tensor *c = NULL;
+        st = op_input_cast(ctx, cast[i], (hd_dtype)want, &c);
         hd_tensor_unref(cast[i]);
         cast[i] = c;
     }
