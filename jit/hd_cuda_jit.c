@@ -117,6 +117,13 @@ struct hd_jit_exec {
     uint64_t *draw_kb;
     int ndraws;
     hd_tensor *draws_dev;
+    /* each run ends by adding kb_step (the stream positions a run
+     * reserves) to every base in draws_dev, so that a run following the
+     * last finds its (key, base) pairs there already and copies nothing:
+     * kb_dev holds what the device will hold (valid where kb_known) */
+    hd_tensor *kb_bases, *kb_step;
+    uint64_t *kb_dev;
+    int kb_known;
     cj_cgraph graphs[CJ_GRAPHS];
     cj_cgraph *gexec;  /* the graph this run launched, or NULL */
     cj_cgraph *last;   /* the graph launched most recently */
@@ -184,8 +191,10 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
     if (e->checks) hd_ctx_free(ctx, e->checks, ((size_t)e->plan.nsteps + 1) * sizeof *e->checks);
     if (e->draw_n) hd_ctx_free(ctx, e->draw_n, ((size_t)e->plan.nsteps + 1) * sizeof *e->draw_n);
     if (e->draw_kb)
-        hd_ctx_free(ctx, e->draw_kb, 2 * ((size_t)e->plan.nsteps + 1) * sizeof *e->draw_kb);
+        hd_ctx_free(ctx, e->draw_kb, 4 * ((size_t)e->plan.nsteps + 1) * sizeof *e->draw_kb);
     hd_tensor_unref(e->draws_dev);
+    hd_tensor_unref(e->kb_bases);
+    hd_tensor_unref(e->kb_step);
     hd_ctx_free(ctx, e->argv, (e->argv_n + 1) * sizeof *e->argv);
     hd_cuda_gen_info_free(ctx, &e->info);
     hd_ir_graph_free(e->h.g);
@@ -369,8 +378,9 @@ static hd_status cj_draws_make(hd_jit_exec *e) {
     if (!e->capturable) return HD_OK;
     size_t n = (size_t)e->plan.nsteps + 1;
     e->draw_n = hd_ctx_calloc(e->h.ctx, n, sizeof *e->draw_n);
-    e->draw_kb = hd_ctx_calloc(e->h.ctx, 2 * n, sizeof *e->draw_kb);
+    e->draw_kb = hd_ctx_calloc(e->h.ctx, 4 * n, sizeof *e->draw_kb);
     if (!e->draw_n || !e->draw_kb) return e->h.ctx->status;
+    e->kb_dev = e->draw_kb + 2 * n;
     for (int s = 0; s < e->nsteps; s++) {
         cj_step *st = &e->steps[s];
         int64_t k = st->kernel < 0 ? cj_node_draws(g, &g->nodes[st->node]) : -1;
@@ -378,9 +388,14 @@ static hd_status cj_draws_make(hd_jit_exec *e) {
         if (k >= 0) e->draw_n[e->ndraws++] = k;
     }
     if (!e->ndraws) return HD_OK;
-    int64_t len = 2 * (int64_t)e->ndraws;
+    int64_t len = 2 * (int64_t)e->ndraws, stride = 2, step = 0;
     e->draws_dev = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, HD_I64, &len, 1);
-    return e->draws_dev ? HD_OK : e->h.ctx->status;
+    if (!e->draws_dev) return e->h.ctx->status;
+    for (int i = 0; i < e->ndraws; i++) step += (e->draw_n[i] + 1) / 2; /* as hd_rng_reserve */
+    len = e->ndraws;
+    e->kb_bases = hd_tensor_view(e->h.ctx, e->draws_dev, &len, &stride, 1, 1);
+    e->kb_step = hd_tensor_number(e->h.ctx, HD_I64, (double)step);
+    return e->kb_bases && e->kb_step ? HD_OK : e->h.ctx->status;
 }
 
 /* Before a run: each random node's numbers reserved from the context's
@@ -392,12 +407,25 @@ static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         e->draw_kb[2 * i] = ctx->rng_seed;
         e->draw_kb[2 * i + 1] = hd_rng_reserve(ctx, e->draw_n[i]);
     }
+    size_t n = 2 * (size_t)e->ndraws * sizeof *e->draw_kb;
+    int known = e->kb_known && !memcmp(e->kb_dev, e->draw_kb, n);
+    e->kb_known = 0;         /* until this run has ended well */
+    if (known) return HD_OK; /* the last run left them there */
     /* (from pageable memory: the driver has taken the bytes on return) */
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->draws_dev);
-    return hd_cuda_check(ctx,
-                         hd_cuda_api_get()->memcpy_htod(
-                             p, e->draw_kb, 2 * (size_t)e->ndraws * sizeof *e->draw_kb, d->stream),
+    return hd_cuda_check(ctx, hd_cuda_api_get()->memcpy_htod(p, e->draw_kb, n, d->stream),
                          "copy of the random draws");
+}
+
+/* After a run that ended well: what its last step left in draws_dev. */
+static void cj_draws_ran(hd_jit_exec *e) {
+    if (!e->ndraws) return;
+    int64_t step = (int64_t)hd_dtype_load(HD_I64, hd_tensor_data(e->kb_step), 0);
+    for (int i = 0; i < e->ndraws; i++) {
+        e->kb_dev[2 * i] = e->draw_kb[2 * i];
+        e->kb_dev[2 * i + 1] = e->draw_kb[2 * i + 1] + (uint64_t)step;
+    }
+    e->kb_known = 1;
 }
 
 /* Before a run: every index input checked, with its op's error (an input
@@ -583,7 +611,9 @@ static hd_status cj_exec_steps(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
         }
         if (r) return r;
     }
-    return HD_OK;
+    if (!e->kb_bases) return HD_OK;
+    hd_tensor *adv[2] = {e->kb_bases, e->kb_step}; /* the next run's bases */
+    return e->h.be->run_op(ctx, HD_OP_ADD, e->kb_bases, adv, 2, NULL);
 }
 
 static int cj_log_recompile(void) {
@@ -730,6 +760,7 @@ static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     int was = hd_cuda_indices_checked(e->capturable);
     hd_status st = cj_exec_run(e, ctx, d);
     hd_cuda_indices_checked(was);
+    if (!st) cj_draws_ran(e);
     return st;
 }
 

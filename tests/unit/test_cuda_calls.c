@@ -9,6 +9,7 @@
 #include "hd_backend.h"
 #include "hd_compile.h"
 #include "hd_profile.h"
+#include "hd_rng.h"
 #include "hd_trace.h"
 
 #if HODU_HAVE_CUDA
@@ -421,6 +422,82 @@ static void test_compiled(hd_ctx *ctx) {
     for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
 }
 
+/* y = rand([8]) + x, x an input of the graph. */
+static hd_ir_graph *trace_rand(hd_ctx *ctx) {
+    int64_t n = 8;
+    hd_attrs at;
+    memset(&at, 0, sizeof at);
+    at.dtype = HD_F32;
+    at.nshape = 1;
+    at.shape[0] = n;
+    hd_tensor *x = NULL, *r = NULL, *y = NULL;
+    hd_ir_graph *g = NULL;
+    if (hd_trace_begin(ctx, "rand")) return NULL;
+    hd_status st = (x = hd_trace_input(ctx, "x", HD_F32, &n, 1)) ? HD_OK : ctx->status;
+    if (!st) st = hd_op_run(ctx, HD_OP_RAND, NULL, 0, &at, &r);
+    hd_tensor *ad[2] = {r, x};
+    if (!st) st = hd_op_run(ctx, HD_OP_ADD, ad, 2, NULL, &y);
+    if (!st) st = hd_trace_output(ctx, "y", y);
+    if (!st)
+        st = hd_trace_end(ctx, &g);
+    else
+        hd_trace_abort(ctx);
+    hd_tensor_unref(x);
+    hd_tensor_unref(r);
+    hd_tensor_unref(y);
+    return g;
+}
+
+/* One call of the rand graph on x (zeros): the numbers against the
+ * Philox stream at the context's position before the call. */
+static int rand_call(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *x) {
+    uint64_t key = ctx->rng_seed, base = ctx->rng_offset;
+    hd_tensor *y = NULL;
+    CHECK_MSG(hd_jit_cuda.run(ctx, e, &x, 1, &y, 1) == HD_OK, "run: %s", ctx->errmsg);
+    int bad = !y;
+    for (int64_t i = 0; y && i < 8; i++)
+        bad += host_at(ctx, y, i) != hd_rng_uniform_f32(key, base, i);
+    hd_tensor_unref(y);
+    return bad == 0 && ctx->rng_offset == base + 4;
+}
+
+/* A compiled graph with a random node replays with new numbers, eager's:
+ * its (key, base) pair goes to the device before a run only when the last
+ * run did not leave it there (each run ends by moving the bases on by
+ * what it reserved): a run following the last copies nothing up. */
+static void test_compiled_draws(hd_ctx *ctx) {
+    const float zv[8] = {0};
+    hd_tensor *x = dev_tensor(ctx, zv, 8, 0);
+    hd_ir_graph *g = x ? trace_rand(ctx) : NULL;
+    CHECK_MSG(g != NULL, "trace: %s", ctx->errmsg);
+    hd_jit_options o;
+    hd_jit_options_init(&o);
+    o.device = "cuda:0";
+    hd_jit_exec *e = NULL;
+    CHECK_MSG(g && hd_jit_cuda.compile(ctx, g, &o, &e) == HD_OK, "compile: %s", ctx->errmsg);
+    for (int i = 0; e && i < 3; i++) CHECK(rand_call(ctx, e, x));
+    emu_reset();
+    CHECK(e && rand_call(ctx, e, x));
+    CHECK_MSG(emu_calls("cuGraphLaunch") == 1 && emu_calls("cuMemcpyHtoDAsync_v2") == 0,
+              "%llu graph launches, %llu copies up", emu_calls("cuGraphLaunch"),
+              emu_calls("cuMemcpyHtoDAsync_v2"));
+    /* numbers drawn between two calls: the pair goes up again */
+    hd_rng_reserve(ctx, 6);
+    emu_reset();
+    CHECK(e && rand_call(ctx, e, x));
+    CHECK(emu_calls("cuGraphLaunch") == 1 && emu_calls("cuMemcpyHtoDAsync_v2") == 1);
+    emu_reset();
+    CHECK(e && rand_call(ctx, e, x)); /* and then not */
+    CHECK(emu_calls("cuMemcpyHtoDAsync_v2") == 0);
+    ctx->rng_seed += 1; /* manual_seed */
+    emu_reset();
+    CHECK(e && rand_call(ctx, e, x));
+    CHECK(emu_calls("cuMemcpyHtoDAsync_v2") == 1);
+    if (e) hd_jit_cuda.free(ctx, e);
+    hd_ir_graph_free(g);
+    hd_tensor_unref(x);
+}
+
 #define CALLS_TRACE "test_cuda_calls_trace.json" /* written again when ctx closes */
 
 /* With profiling on, each eager op on the device is timed by two events
@@ -580,6 +657,7 @@ int main(void) {
     test_products(&ctx);
     test_host_scalars(&ctx);
     test_compiled(&ctx);
+    test_compiled_draws(&ctx);
     test_profile(&ctx);
     test_peer(&ctx);
     test_linalg(&ctx);
