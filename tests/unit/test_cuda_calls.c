@@ -11,6 +11,7 @@
 #include "hd_profile.h"
 #include "hd_rng.h"
 #include "hd_trace.h"
+#include "hd_test_trace.h"
 
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
@@ -422,30 +423,15 @@ static void test_compiled(hd_ctx *ctx) {
     for (int i = 0; i < 3; i++) hd_tensor_unref(args[i]);
 }
 
-/* y = rand([8]) + x, x an input of the graph. */
-static hd_ir_graph *trace_rand(hd_ctx *ctx) {
-    int64_t n = 8;
-    hd_attrs at;
-    memset(&at, 0, sizeof at);
-    at.dtype = HD_F32;
-    at.nshape = 1;
-    at.shape[0] = n;
-    hd_tensor *x = NULL, *r = NULL, *y = NULL;
-    hd_ir_graph *g = NULL;
-    if (hd_trace_begin(ctx, "rand")) return NULL;
-    hd_status st = (x = hd_trace_input(ctx, "x", HD_F32, &n, 1)) ? HD_OK : ctx->status;
-    if (!st) st = hd_op_run(ctx, HD_OP_RAND, NULL, 0, &at, &r);
-    hd_tensor *ad[2] = {r, x};
-    if (!st) st = hd_op_run(ctx, HD_OP_ADD, ad, 2, NULL, &y);
-    if (!st) st = hd_trace_output(ctx, "y", y);
-    if (!st)
-        st = hd_trace_end(ctx, &g);
-    else
-        hd_trace_abort(ctx);
-    hd_tensor_unref(x);
+/* y0 = rand([8]) + x0. */
+static hd_status rand_body(hd_ctx *ctx, hd_tensor *const *in, hd_tensor **out, void *ud) {
+    (void)ud;
+    hd_attrs at = {.dtype = HD_F32, .nshape = 1, .shape = {8}};
+    hd_tensor *r = NULL;
+    hd_status st = hd_op_run(ctx, HD_OP_RAND, NULL, 0, &at, &r);
+    if (!st) st = op2(ctx, HD_OP_ADD, r, in[0], &out[0]);
     hd_tensor_unref(r);
-    hd_tensor_unref(y);
-    return g;
+    return st;
 }
 
 /* One call of the rand graph on x (zeros): the numbers against the
@@ -468,7 +454,7 @@ static int rand_call(hd_ctx *ctx, hd_jit_exec *e, hd_tensor *x) {
 static void test_compiled_draws(hd_ctx *ctx) {
     const float zv[8] = {0};
     hd_tensor *x = dev_tensor(ctx, zv, 8, 0);
-    hd_ir_graph *g = x ? trace_rand(ctx) : NULL;
+    hd_ir_graph *g = x ? trace_body(ctx, "rand", rand_body, &x, 1, 1, NULL) : NULL;
     CHECK_MSG(g != NULL, "trace: %s", ctx->errmsg);
     hd_jit_options o;
     hd_jit_options_init(&o);
