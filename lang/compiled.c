@@ -377,7 +377,10 @@ static hd_status wb_apply(hd_vm *vm, const cp_wb *w, const cp_roots *r, hd_tenso
 /* The writes a run may make straight into its inputs (donated outputs)
  * are checked as the copies after it would be (hd_tensor_copy_into's
  * in-place write), before the run, so that a refused write changes
- * nothing. */
+ * nothing; and their storages' write counts move on before the run too,
+ * so that nothing that trusts an unchanged count (the memo, an index
+ * range noted on the storage) trusts one that a run stopped halfway
+ * through has written. */
 static hd_status wb_donees_check(hd_vm *vm, const cp_entry *e, hd_tensor **inputs) {
     const hd_ir_graph *g = e->jc->graph ? e->jc->graph(e->exec) : NULL;
     for (int k = 0; g && k < g->noutputs; k++) {
@@ -385,6 +388,10 @@ static hd_status wb_donees_check(hd_vm *vm, const cp_entry *e, hd_tensor **input
         if (j >= 0 && j < e->ninputs &&
             hd_autograd_wants(&vm->ctx, HD_OP_ASSIGN, &inputs[j], 1, inputs[j]->dtype) < 0)
             return hd_vm_from_ctx(vm, HD_ERR_RUNTIME);
+    }
+    for (int k = 0; g && k < g->noutputs; k++) {
+        int j = g->outputs[k].into;
+        if (j >= 0 && j < e->ninputs && inputs[j]->storage) inputs[j]->storage->version++;
     }
     return HD_OK;
 }

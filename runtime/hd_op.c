@@ -192,11 +192,13 @@ static hd_status inputs_to_place(hd_ctx *ctx, hd_op op, hd_tensor **in, int nin,
 
 /* Can number t (0-d, on the host) be cast to dt without the cast op,
  * the result being the kernel's bit for bit: f64 to f32 (one rounding
- * either way), and integers exact in f32 to f32 or f64? */
+ * either way) or to f16 and bf16 (through f32, with hd_dtype.h's
+ * conversions, which the kernels match bit for bit), and integers exact
+ * in f32 to f32 or f64? */
 static int op_number_casts_here(const hd_tensor *t, hd_dtype dt) {
     if (!t->number || t->ndim || !t->storage || t->storage->backend != &hd_cpu_backend) return 0;
     double v = hd_dtype_load(t->dtype, hd_tensor_data(t), 0);
-    return t->dtype == HD_F64   ? dt == HD_F32
+    return t->dtype == HD_F64   ? dt == HD_F32 || dt == HD_F16 || dt == HD_BF16
            : t->dtype == HD_I64 ? (dt == HD_F32 || dt == HD_F64) && fabs(v) <= 16777216.0
                                 : 0;
 }
