@@ -122,6 +122,7 @@ struct hd_jit_exec {
      * last finds its (key, base) pairs there already and copies nothing:
      * kb_dev holds what the device will hold (valid where kb_known) */
     hd_tensor *kb_bases, *kb_step;
+    uint64_t kb_adv; /* kb_step's value */
     uint64_t *kb_dev;
     int kb_known;
     cj_cgraph graphs[CJ_GRAPHS];
@@ -393,6 +394,7 @@ static hd_status cj_draws_make(hd_jit_exec *e) {
     if (!e->draws_dev) return e->h.ctx->status;
     for (int i = 0; i < e->ndraws; i++) step += (e->draw_n[i] + 1) / 2; /* as hd_rng_reserve */
     len = e->ndraws;
+    e->kb_adv = (uint64_t)step;
     e->kb_bases = hd_tensor_view(e->h.ctx, e->draws_dev, &len, &stride, 1, 1);
     e->kb_step = hd_tensor_number(e->h.ctx, HD_I64, (double)step);
     return e->kb_bases && e->kb_step ? HD_OK : e->h.ctx->status;
@@ -420,10 +422,9 @@ static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
 /* After a run that ended well: what its last step left in draws_dev. */
 static void cj_draws_ran(hd_jit_exec *e) {
     if (!e->ndraws) return;
-    int64_t step = (int64_t)hd_dtype_load(HD_I64, hd_tensor_data(e->kb_step), 0);
     for (int i = 0; i < e->ndraws; i++) {
         e->kb_dev[2 * i] = e->draw_kb[2 * i];
-        e->kb_dev[2 * i + 1] = e->draw_kb[2 * i + 1] + (uint64_t)step;
+        e->kb_dev[2 * i + 1] = e->draw_kb[2 * i + 1] + e->kb_adv;
     }
     e->kb_known = 1;
 }
