@@ -6,18 +6,19 @@
  *
  * Memory: stored intermediates in one device arena and constants placed
  * once, both fixed at compile time. Inputs are used where they are (a
- * contiguous tensor on the device: its own address) and fresh outputs get
- * new memory from the caching allocator each run, handed to the caller as
- * they are: a run copies nothing. Only a strided input, a cpu scalar, or
- * an input or output whose address keeps moving (below) goes through a
- * buffer of the executable's own.
+ * contiguous tensor on the device: its own address) and fresh outputs are
+ * memory handed to the caller as it is (a capturable executable's own
+ * blocks, taken again once the caller drops them: cj_ring_take): a run
+ * copies nothing. Only a strided input, a cpu scalar, or an input or
+ * output whose address keeps moving (below) goes through a buffer of the
+ * executable's own.
  *
  * CUDA Graphs: the second run captures every launch of a run on the
  * device's stream, and each later run whose addresses (inputs, outputs)
  * are those of a captured graph is one graph launch. New addresses are
  * captured again (HODU_LOG=recompile says so); the last CJ_GRAPHS graphs
- * are kept, so a caller's output kept across one call (y = f(x): the
- * allocator alternates two addresses) settles on two graphs. An address
+ * are kept, so a caller's output kept across one call (y = f(x): two
+ * blocks taken in turn) settles on two graphs. An address
  * that keeps moving after that goes through a fixed buffer from then on.
  * Graphs with callbacks or with steps that must not be replayed as
  * recorded (random draws, index checks on the host, scratch memory) run
@@ -61,10 +62,12 @@ static hd_status cj_available(hd_ctx *ctx, const hd_jit_options *opt) {
 
 #if HODU_HAVE_CUDA
 
-/* Graphs kept per executable, and captures for new addresses before the
- * moving ones go through fixed buffers. */
+/* Graphs kept per executable, captures for new addresses before the
+ * moving ones go through fixed buffers, and the memory kept per output of
+ * a capturable executable (cj_ring_take). */
 #define CJ_GRAPHS     4
 #define CJ_RECAPTURES 8
+#define CJ_RING       2
 
 /* A captured graph and the slot addresses it was captured with. */
 typedef struct cj_cgraph {
@@ -131,6 +134,7 @@ struct hd_jit_exec {
     int recaptures;    /* captures for new addresses so far */
     hd_tensor **out;   /* per slot: a fresh output's tensor for this run */
     hd_tensor **own;   /* per slot: the executable's buffer for an input or output */
+    hd_tensor **ring;  /* per slot, CJ_RING: an output's memory, handed out again once free */
     hd_tensor **in;    /* per input: this run's tensor */
     char *direct;      /* per input: its slot is the tensor's own memory this run */
     char *donee;       /* per input: a donated output is computed into its memory */
@@ -175,6 +179,8 @@ static void cj_free(hd_ctx *ctx, hd_jit_exec *e) {
         for (int s = 0; s < ns; s++) hd_tensor_unref(e->roots[s]);
     for (int s = 0; s < ns && e->out; s++) hd_tensor_unref(e->out[s]);
     for (int s = 0; s < ns && e->own; s++) hd_tensor_unref(e->own[s]);
+    for (int k = 0; k < ns * CJ_RING && e->ring; k++) hd_tensor_unref(e->ring[k]);
+    hd_ctx_free(ctx, e->ring, (size_t)(ns + 1) * CJ_RING * sizeof *e->ring);
     hd_ctx_free(ctx, e->out, (size_t)(ns + 1) * sizeof *e->out);
     hd_ctx_free(ctx, e->own, (size_t)(ns + 1) * sizeof *e->own);
     hd_ctx_free(ctx, e->moves, (size_t)(ns + 1) * sizeof *e->moves);
@@ -544,12 +550,13 @@ static hd_status cj_setup(hd_jit_exec *e, const hd_jit_options *opt) {
     e->node_in = hd_ctx_calloc(ctx, (size_t)g->nnodes + 1, sizeof *e->node_in);
     e->out = hd_ctx_calloc(ctx, ns, sizeof *e->out);
     e->own = hd_ctx_calloc(ctx, ns, sizeof *e->own);
+    e->ring = hd_ctx_calloc(ctx, ns * CJ_RING, sizeof *e->ring);
     e->moves = hd_ctx_calloc(ctx, ns, sizeof *e->moves);
     e->fixed = hd_ctx_calloc(ctx, ns, 1);
     e->in = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, sizeof *e->in);
     e->direct = hd_ctx_calloc(ctx, (size_t)g->ninputs + 1, 2);
-    if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in || !e->out || !e->own || !e->moves ||
-        !e->fixed || !e->in || !e->direct)
+    if (!e->vals || !e->roots || !e->slot_ptr || !e->node_in || !e->out || !e->own || !e->ring ||
+        !e->moves || !e->fixed || !e->in || !e->direct)
         return ctx->status;
     e->donee = e->direct + g->ninputs + 1;
     for (int v = 0; v < g->nvalues; v++)
@@ -707,16 +714,34 @@ static hd_status cj_capture(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     return hd_cuda_check(ctx, a->graph_launch(slot->exec, d->stream), "cuGraphLaunch");
 }
 
-/* Fresh outputs: new memory from the allocator for the caller (or the
- * executable's buffer, copied out, for one that keeps moving). */
+/* Memory for fresh output slot s, handed to the caller. A capturable
+ * executable keeps CJ_RING blocks per output and takes the first that
+ * nobody holds any more (a loss dropped, a gradient set to none, Adam's
+ * moment replaced by the next one), so the outputs' addresses repeat
+ * whatever else the allocator served in between (eager steps between
+ * calls), and the graphs captured for them stay valid; while the caller
+ * holds them all, new memory from the allocator. The caller gets a tensor
+ * of its own over the block (its write count moved on: the block is
+ * written again). */
+static hd_tensor *cj_ring_take(hd_jit_exec *e, int s) {
+    const hd_ir_value *val = &e->h.g->values[e->plan.slot_value[s]];
+    for (int k = 0; e->capturable && k < CJ_RING; k++) {
+        hd_tensor **r = &e->ring[s * CJ_RING + k];
+        if (!*r && !(*r = hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape,
+                                           val->ndim)))
+            return NULL;
+        if ((*r)->storage->refcount > 1) continue;
+        (*r)->storage->version++;
+        return hd_tensor_view(e->h.ctx, *r, (*r)->shape, (*r)->strides, (*r)->ndim, 0);
+    }
+    return hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape, val->ndim);
+}
+
+/* Fresh outputs: memory for the caller (cj_ring_take), or the
+ * executable's buffer, copied out, for one that keeps moving. */
 static hd_status cj_bind_outputs(hd_jit_exec *e) {
     for (int s = e->plan.slot_out0; s < e->plan.nslots; s++) {
-        hd_tensor *t = e->fixed[s] ? cj_own(e, s) : NULL;
-        if (!e->fixed[s]) {
-            const hd_ir_value *val = &e->h.g->values[e->plan.slot_value[s]];
-            t = e->out[s] =
-                hd_tensor_new_on(e->h.ctx, e->h.be, e->h.device, val->dtype, val->shape, val->ndim);
-        }
+        hd_tensor *t = e->fixed[s] ? cj_own(e, s) : (e->out[s] = cj_ring_take(e, s));
         if (!t) return e->h.ctx->status;
         cj_slot_set(e, s, hd_tensor_data(t));
     }
