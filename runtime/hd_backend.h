@@ -24,6 +24,20 @@ typedef struct hd_coll {
     int root; /* broadcast */
 } hd_coll;
 
+/* One Adam update of one parameter in one pass, with the roundings of the
+ * ops stdlib/optim.hodu's Adam.step runs one by one (each result rounded
+ * to the parameter's dtype T, f16 and bf16 computing in f32):
+ *   m = b1 m0 + c1 g      (c1 g alone at the first step: m0 NULL)
+ *   v = b2 v0 + c2 g g    ((c2 g) g)
+ *   p = p - ss m / (sqrt(v) / bc2 + eps)
+ * p, g, m0, v0 contiguous, of p's shape and dtype, on one device; m and v
+ * new (same shape and dtype), p written in place. The constants are the
+ * values the ops would read: each already rounded to T. */
+typedef struct hd_adam {
+    hd_tensor *p, *g, *m0, *v0, *m, *v;
+    double c1, c2, b1, b2, ss, bc2, eps;
+} hd_adam;
+
 typedef struct hd_backend {
     const char *name; /* "cpu", "cuda" */
     /* Is the device usable in this process? Fills ctx's error if not. */
@@ -54,6 +68,9 @@ typedef struct hd_backend {
      * start), and the
      * caller stages the values through host memory. NULL: never. */
     hd_status (*collective)(hd_ctx *ctx, const hd_coll *c, int *done);
+    /* One launch for a whole Adam update (a). NULL: the optimizer runs its
+     * ops one by one, as on the cpu, where each is one pass already. */
+    hd_status (*adam)(hd_ctx *ctx, const hd_adam *a);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;

@@ -232,6 +232,7 @@ int hd_profile_row(hd_ctx *ctx, int row, hd_profile_stats *out) {
 const char *hd_profile_row_name(int row) {
     if (row == HD_PROF_COMPILE) return "compile";
     if (row == HD_PROF_RUN) return "compiled run";
+    if (row == HD_PROF_ADAM) return "adam_update";
     return hd_op_name((hd_op)row);
 }
 

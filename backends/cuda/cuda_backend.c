@@ -235,6 +235,14 @@ void hd_cuda_scratch_free(hd_ctx *ctx, int device, CUdeviceptr p, size_t nbytes)
     cuda_free(ctx, device, (void *)(uintptr_t)p, nbytes ? nbytes : 1);
 }
 
+static void stage_release(const hd_cuda_api *a, hd_cuda_dev *d) {
+    for (int i = 0; i < HD_CUDA_STAGE_SLOTS; i++) {
+        if (d->stage[i].done) a->event_destroy(d->stage[i].done);
+        if (d->stage[i].host) a->mem_free_host(d->stage[i].host);
+    }
+    memset(d->stage, 0, sizeof d->stage);
+}
+
 static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) {
     if (!d->ready) return;
     a->ctx_set_current(d->cu);
@@ -254,13 +262,14 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
     if (d->blas_ws) a->mem_free(d->blas_ws);
     hd_cuda_prof_release(d);
     if (d->peer_event) a->event_destroy(d->peer_event);
+    stage_release(a, d); /* the stream has ended every copy */
     if (d->stream) a->stream_destroy(d->stream);
     a->primary_ctx_release(d->dev);
     memset(d, 0, sizeof *d);
 }
 
-/* ---- copies: stream-ordered, then synchronized (host memory is pageable
- * and the caller may reuse it at once) ---- */
+/* ---- copies: stream-ordered; copies back wait for the stream (the host
+ * reads the bytes next), copies up of at most a staging slot do not ---- */
 
 static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
     if (n == 0) return HD_OK; /* empty tensors own no device memory */
@@ -273,11 +282,66 @@ static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *sr
     return hd_cuda_check(ctx, a->stream_synchronize(d->stream), "copy to the host");
 }
 
+/* Copies up stage through pinned memory: the caller's bytes are copied
+ * into a slot and the device copies them from there, so the host goes on
+ * at once, with its memory free for reuse, and never waits for the work
+ * queued before (a copy from pageable memory may make the driver wait for
+ * the stream, which stops the host from queueing ahead of the device).
+ * Slots fill in turn; a slot is filled again from its start only after
+ * waiting for its event, recorded after its last copy (work older than
+ * the copies since, usually done by then). Bigger copies, copies while a
+ * graph is captured, and drivers without pinned memory or events copy
+ * from the caller's memory and wait for the stream. */
+#define STAGE_BYTES ((size_t)4 << 20)
+
+static int stage_ready(hd_cuda_dev *d, const hd_cuda_api *a) {
+    if (d->stage[0].host) return 1;
+    if (d->stage_failed || !a->mem_host_alloc || !a->mem_free_host || !a->events_ok) return 0;
+    for (int i = 0; i < HD_CUDA_STAGE_SLOTS; i++) {
+        hd_cuda_stage *s = &d->stage[i];
+        if (a->mem_host_alloc(&s->host, STAGE_BYTES, 0) != CUDA_SUCCESS) s->host = NULL;
+        if (!s->host || a->event_create(&s->done, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            s->done = NULL;
+            stage_release(a, d);
+            d->stage_failed = 1;
+            return 0;
+        }
+    }
+    d->stage_cur = 0;
+    return 1;
+}
+
+static hd_status stage_copy(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d, void *dst,
+                            const void *src, size_t n) {
+    hd_cuda_stage *s = &d->stage[d->stage_cur];
+    if (s->fill + n > STAGE_BYTES) {
+        d->stage_cur = (d->stage_cur + 1) % HD_CUDA_STAGE_SLOTS;
+        s = &d->stage[d->stage_cur];
+        if (s->used && hd_cuda_check(ctx, a->event_synchronize(s->done), "cuEventSynchronize"))
+            return ctx->status;
+        s->fill = 0, s->used = 0;
+    }
+    char *h = (char *)s->host + s->fill;
+    memcpy(h, src, n);
+    if (hd_cuda_check(ctx, a->memcpy_htod((CUdeviceptr)(uintptr_t)dst, h, n, d->stream),
+                      "copy to the device"))
+        return ctx->status;
+    s->used = 1;
+    s->fill += (n + 255) & ~(size_t)255;
+    if (a->event_record(s->done, d->stream) != CUDA_SUCCESS) { /* unmarked: wait now */
+        a->stream_synchronize(d->stream);
+        return hd_error(ctx, HD_ERR_RUNTIME, "cuda: copy to the device: cuEventRecord failed");
+    }
+    return HD_OK;
+}
+
 static hd_status cuda_from_host(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
     if (n == 0) return HD_OK;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
     if (!d) return ctx->status;
     const hd_cuda_api *a = hd_cuda_api_get();
+    if (n <= STAGE_BYTES && !d->pool && stage_ready(d, a))
+        return stage_copy(ctx, a, d, dst, src, n);
     if (hd_cuda_check(ctx, a->memcpy_htod((CUdeviceptr)(uintptr_t)dst, src, n, d->stream),
                       "copy to the device"))
         return ctx->status;
@@ -408,6 +472,10 @@ static void kernel_entry_name(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvari
                  hd_dtype_name(out));
         return;
     }
+    if (v == HD_CUDA_K_ADAM) {
+        snprintf(buf, n, "k_adam_%s", hd_dtype_name(out));
+        return;
+    }
     hd_cuda_kernel_name(op, in, out, buf, n);
     if (v == HD_CUDA_K_FIN) strncat(buf, "_fin", n - strlen(buf) - 1);
     if (v == HD_CUDA_K_PICK) strncat(buf, "_pick", n - strlen(buf) - 1);
@@ -420,7 +488,9 @@ static hd_status kernel_load(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype in,
     kernel_entry_name(op, in, out, v, name, sizeof name);
     hd_cuda_src s;
     hd_cuda_src_init(&s, ctx);
-    if (!hd_cuda_src_module(&s, op)) {
+    if (v == HD_CUDA_K_ADAM) {
+        hd_cuda_optim_module(&s);
+    } else if (!hd_cuda_src_module(&s, op)) {
         hd_cuda_src_free(&s);
         return hd_error(ctx, HD_ERR_RUNTIME, "%s has no cuda kernel", hd_op_name(op));
     }
@@ -479,5 +549,6 @@ const hd_backend hd_cuda_backend = {
     /* .takes_number = */ hd_cuda_takes_number,
     /* .copy_device = */ cuda_copy_device,
     /* .collective = */ hd_cuda_collective,
+    /* .adam = */ hd_cuda_adam,
 };
 #endif

@@ -166,6 +166,10 @@ typedef struct hd_cuda_api {
     CUresult (*event_elapsed_time)(float *, CUevent, CUevent);
     CUresult (*event_destroy)(CUevent);
     int events_ok;
+    /* pinned host memory: the staging slots of copies to the device
+     * (cuda_backend.c); without it (or events) copies up wait */
+    CUresult (*mem_host_alloc)(void **, size_t, unsigned);
+    CUresult (*mem_free_host)(void *);
     /* copies between devices without the host waiting (cuda_backend.c);
      * peer_ok is 0 where any of these or the events are missing */
     CUresult (*memcpy_peer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
@@ -274,6 +278,16 @@ typedef struct hd_cuda_kentry {
     CUfunction f;
 } hd_cuda_kentry;
 
+/* A pinned staging slot of copies to the device: filled from the start
+ * after its event (recorded after its last copy) has passed. */
+#define HD_CUDA_STAGE_SLOTS 4
+typedef struct hd_cuda_stage {
+    void *host;
+    size_t fill;
+    CUevent done;
+    int used; /* a copy from it was queued since the slot was last waited for */
+} hd_cuda_stage;
+
 typedef struct hd_cuda_dev {
     int ready;
     CUdevice dev;
@@ -301,6 +315,10 @@ typedef struct hd_cuda_dev {
     double prof_epoch_host;
     /* marks this device's stream for a copy to or from another device */
     CUevent peer_event;
+    /* copies up go through these (made at the first; stage_failed: the
+     * driver could not, and copies up wait for the stream) */
+    hd_cuda_stage stage[HD_CUDA_STAGE_SLOTS];
+    int stage_cur, stage_failed;
     cusolverDnHandle_t solver; /* made at the first linalg op (cuda_solver.c) */
     int solver_failed;         /* cusolverDnCreate failed: linalg on the host */
     ncclComm_t nccl;           /* made at the first collective (cuda_nccl.c) */
@@ -331,6 +349,7 @@ typedef enum {
     HD_CUDA_K_LN_STATS, /* k_layer_norm_stats_<out> */
     HD_CUDA_K_LN_DW,    /* k_layer_norm_dw_<out> */
     HD_CUDA_K_PICK,     /* k_index_select_<in>_<out>_pick: row r's element idx[r] */
+    HD_CUDA_K_ADAM,     /* k_adam_<out>: cuda_optim.c's (op unused) */
 } hd_cuda_kvariant;
 
 /* The eager kernel of op for dtypes (in, out) and variant: one look-up in
@@ -390,6 +409,9 @@ hd_status hd_cuda_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
 /* The backend's collective slot (cuda_nccl.c): through NCCL, or *done 0;
  * hd_cuda_nccl_release: d's communicator. */
 hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done);
+/* The backend's adam slot (cuda_optim.c), and the module of its kernels. */
+hd_status hd_cuda_adam(hd_ctx *ctx, const hd_adam *a);
+void hd_cuda_optim_module(hd_cuda_src *s);
 void hd_cuda_nccl_release(const hd_cuda_api *a, hd_cuda_dev *d);
 #endif
 

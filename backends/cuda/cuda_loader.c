@@ -55,8 +55,10 @@ static int loader_resolve(void *h, const loader_sym *syms, int n, char *err, siz
 /* The event calls that time device work for the profiler: optional (a
  * driver without them runs, its work untimed); with the peer copy and the
  * stream wait they also order copies between two devices (without them,
- * such copies go through the host). cuEventElapsedTime_v2 is
- * the name CUDA 13's header maps cuEventElapsedTime to. */
+ * such copies go through the host), and with pinned memory they let
+ * copies up return before the device has them (without, copies up wait).
+ * cuEventElapsedTime_v2 is the name CUDA 13's header maps
+ * cuEventElapsedTime to. */
 static void loader_events(void *h, hd_cuda_api *a) {
     *(void **)&a->event_create = dlsym(h, "cuEventCreate");
     *(void **)&a->event_record = dlsym(h, "cuEventRecord");
@@ -66,6 +68,8 @@ static void loader_events(void *h, hd_cuda_api *a) {
     *(void **)&a->event_elapsed_time = et ? et : dlsym(h, "cuEventElapsedTime");
     a->events_ok = a->event_create && a->event_record && a->event_synchronize && a->event_destroy &&
                    a->event_elapsed_time;
+    *(void **)&a->mem_host_alloc = dlsym(h, "cuMemHostAlloc");
+    *(void **)&a->mem_free_host = dlsym(h, "cuMemFreeHost");
     *(void **)&a->memcpy_peer = dlsym(h, "cuMemcpyPeerAsync");
     *(void **)&a->stream_wait_event = dlsym(h, "cuStreamWaitEvent");
     a->peer_ok = a->events_ok && a->memcpy_peer && a->stream_wait_event;

@@ -399,17 +399,112 @@ int emu_dev_ptrs_ok(const uintptr_t *ptrs, int n, int dev, const char *what) {
     return 1;
 }
 
+/* ---- pinned host memory (cuMemHostAlloc) ----
+ * A GPU reads pinned memory for a copy up after cuMemcpyHtoDAsync has
+ * returned, while the host goes on; the host must not write those bytes
+ * again before it has waited for an event recorded after the copy (or for
+ * the stream). The emulator copies at once and cannot see a late write,
+ * so it refuses what such a write comes before: a second copy from the
+ * same bytes, or their release, while the first copy is not known done.
+ * Copies are numbered; an event holds the number reached when recorded,
+ * and waiting for it marks every copy up to that number done. */
+#define EMU_PINNED      64  /* pinned allocations */
+#define EMU_PIN_PENDING 256 /* copies not known done, remembered */
+
+typedef struct emu_pin_copy {
+    uintptr_t lo, hi;
+    unsigned long long seq;
+} emu_pin_copy;
+
+static struct {
+    void *base[EMU_PINNED];
+    size_t size[EMU_PINNED];
+    emu_pin_copy pending[EMU_PIN_PENDING];
+    int npending;
+    unsigned long long seq, done; /* copies issued; known done up to */
+} pin;
+
+static int pin_find(uintptr_t p) {
+    for (int i = 0; i < EMU_PINNED; i++)
+        if (pin.base[i] && p >= (uintptr_t)pin.base[i] && p < (uintptr_t)pin.base[i] + pin.size[i])
+            return i;
+    return -1;
+}
+
+/* Copies done up to seq: forgotten. */
+static void pin_mark_done(unsigned long long seq) {
+    if (seq > pin.done) pin.done = seq;
+    int k = 0;
+    for (int i = 0; i < pin.npending; i++)
+        if (pin.pending[i].seq > pin.done) pin.pending[k++] = pin.pending[i];
+    pin.npending = k;
+}
+
+/* A pending copy reading [lo, hi): the bytes may not be written yet. */
+static int pin_busy(uintptr_t lo, uintptr_t hi, const char *what) {
+    for (int i = 0; i < pin.npending; i++)
+        if (pin.pending[i].lo < hi && lo < pin.pending[i].hi) {
+            fprintf(stderr,
+                    "cuda emulator: %s: pinned bytes %p..%p are still being copied to the device "
+                    "(copy %llu, not waited for): the host wrote them too early\n",
+                    what, (void *)lo, (void *)hi, pin.pending[i].seq);
+            return 1;
+        }
+    return 0;
+}
+
+/* A copy up from src: refused while its pinned bytes are busy, else
+ * remembered (the oldest forgotten when the list is full). */
+static int pin_copy_start(const void *src, size_t n) {
+    uintptr_t lo = (uintptr_t)src, hi = lo + n;
+    if (n == 0 || pin_find(lo) < 0) return 1;
+    if (pin_busy(lo, hi, "cuMemcpyHtoDAsync")) return 0;
+    if (pin.npending == EMU_PIN_PENDING) {
+        memmove(pin.pending, pin.pending + 1, sizeof pin.pending - sizeof pin.pending[0]);
+        pin.npending--;
+    }
+    pin.pending[pin.npending++] = (emu_pin_copy){lo, hi, ++pin.seq};
+    return 1;
+}
+
+EMU_EXPORT CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+    EMU_COUNT(cuMemHostAlloc);
+    if (!p || n == 0 || flags) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < EMU_PINNED; i++)
+        if (!pin.base[i]) {
+            if (!(pin.base[i] = malloc(n))) return CUDA_ERROR_OUT_OF_MEMORY;
+            pin.size[i] = n;
+            *p = pin.base[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EMU_EXPORT CUresult cuMemFreeHost(void *p) {
+    EMU_COUNT(cuMemFreeHost);
+    int i = pin_find((uintptr_t)p);
+    if (i < 0 || pin.base[i] != p) return CUDA_ERROR_INVALID_VALUE;
+    if (pin_busy((uintptr_t)p, (uintptr_t)p + pin.size[i], "cuMemFreeHost"))
+        return CUDA_ERROR_ILLEGAL_ADDRESS;
+    free(p);
+    pin.base[i] = NULL;
+    return CUDA_SUCCESS;
+}
+
 EMU_EXPORT CUresult cuStreamSynchronize(emu_stream *s) {
     EMU_COUNT(cuStreamSynchronize);
     if (!s) return CUDA_ERROR_INVALID_HANDLE;
-    return s->capturing ? stream_unsupported(s) : CUDA_SUCCESS;
+    if (s->capturing) return stream_unsupported(s);
+    pin_mark_done(pin.seq);
+    return CUDA_SUCCESS;
 }
 
 /* Events: work runs when it is launched here, so an event's time is the
  * host's clock when it is recorded. */
 typedef struct emu_event {
     int recorded;
-    double t; /* seconds */
+    double t;               /* seconds */
+    unsigned long long seq; /* pinned copies issued when recorded */
 } emu_event;
 
 static double emu_clock(void) {
@@ -431,11 +526,15 @@ EMU_EXPORT CUresult cuEventRecord(emu_event *e, emu_stream *s) {
     if (s->capturing) return stream_unsupported(s);
     e->recorded = 1;
     e->t = emu_clock();
+    e->seq = pin.seq;
     return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuEventSynchronize(emu_event *e) {
-    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    EMU_COUNT(cuEventSynchronize);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    if (e->recorded) pin_mark_done(e->seq);
+    return CUDA_SUCCESS;
 }
 
 EMU_EXPORT CUresult cuEventElapsedTime_v2(float *ms, emu_event *a, emu_event *b) {
@@ -508,6 +607,7 @@ EMU_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_
     if (s && s->capturing) return stream_unsupported(s);
     if (!emu_mem_valid(dst, n) || emu_mem_host_arg_bad(src, "cuMemcpyHtoD"))
         return CUDA_ERROR_INVALID_VALUE;
+    if (!pin_copy_start(src, n)) return CUDA_ERROR_ILLEGAL_ADDRESS;
     memcpy(emu_mem_host(dst), src, n);
     return CUDA_SUCCESS;
 }

@@ -58,6 +58,9 @@ enum { DT_R_32F = 0, DT_R_64F = 1, DT_R_16F = 2, DT_R_16BF = 14 };
     X(cuGraphExecDestroy)                                                                          \
     X(cuEventCreate)                                                                               \
     X(cuEventRecord)                                                                               \
+    X(cuEventSynchronize)                                                                          \
+    X(cuMemHostAlloc)                                                                              \
+    X(cuMemFreeHost)                                                                               \
     X(cuEventElapsedTime_v2)                                                                       \
     X(cuMemcpyPeerAsync)                                                                           \
     X(cuStreamWaitEvent)                                                                           \

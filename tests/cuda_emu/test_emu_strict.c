@@ -5,7 +5,9 @@
  * parameters at any offset into an allocation), captured graphs and GEMMs
  * see the same bytes. Made with two devices, memory belongs to the device
  * whose context allocated it: work on one device's stream that reaches
- * the other's memory is refused, a peer copy goes across. Runs on the
+ * the other's memory is refused, a peer copy goes across. Pinned host
+ * memory a copy up reads is not copied or freed again before that copy
+ * is waited for. Runs on the
  * emulator library alone (its path in argv[1]), no Hodu. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -115,6 +117,41 @@ static void check_copies(CUdeviceptr p, CUdeviceptr q) {
     CHECK(cuMemcpyDtoHAsync_v2((void *)(uintptr_t)q, p, 4, NULL) != 0);
     /* past the end of an allocation */
     CHECK(cuMemcpyDtoHAsync_v2(out, p + (1 << 20) - 2, 4, NULL) != 0);
+}
+
+/* Pinned host memory: a copy up from bytes an earlier copy read, or their
+ * release, is refused until an event recorded after that copy (or the
+ * stream) was waited for; other bytes of the buffer are free. */
+static void check_pinned(CUdeviceptr p) {
+    FN(CUresult, cuMemHostAlloc, void **, size_t, unsigned);
+    FN(CUresult, cuMemFreeHost, void *);
+    FN(CUresult, cuMemcpyHtoDAsync_v2, CUdeviceptr, const void *, size_t, void *);
+    FN(CUresult, cuMemcpyDtoHAsync_v2, void *, CUdeviceptr, size_t, void *);
+    FN(CUresult, cuStreamCreate, void **, unsigned);
+    FN(CUresult, cuStreamSynchronize, void *);
+    FN(CUresult, cuStreamDestroy_v2, void *);
+    FN(CUresult, cuEventCreate, void **, unsigned);
+    FN(CUresult, cuEventRecord, void *, void *);
+    FN(CUresult, cuEventSynchronize, void *);
+    FN(CUresult, cuEventDestroy_v2, void *);
+    void *s = NULL, *e = NULL, *e2 = NULL;
+    float *h = NULL, out[4] = {0};
+    CHECK(cuStreamCreate(&s, 0) == 0 && cuEventCreate(&e, 2) == 0 && cuEventCreate(&e2, 2) == 0);
+    CHECK(cuMemHostAlloc((void **)&h, 64, 0) == 0 && h);
+    if (!h) return;
+    h[0] = 1, h[1] = 2, h[8] = 3;
+    CHECK(cuEventRecord(e, s) == 0); /* before the copy: does not cover it */
+    CHECK(cuMemcpyHtoDAsync_v2(p, h, 8, s) == 0);
+    CHECK(cuMemcpyHtoDAsync_v2(p + 8, h + 8, 4, s) == 0); /* other bytes */
+    CHECK(cuMemcpyHtoDAsync_v2(p, h + 1, 4, s) != 0);     /* busy */
+    CHECK(cuEventSynchronize(e) == 0 && cuMemcpyHtoDAsync_v2(p, h, 4, s) != 0);
+    CHECK(cuMemFreeHost(h) != 0);
+    CHECK(cuEventRecord(e2, s) == 0 && cuEventSynchronize(e2) == 0);
+    CHECK(cuMemcpyHtoDAsync_v2(p + 4, h, 4, s) == 0); /* done: free again */
+    CHECK(cuMemFreeHost(h) != 0 && cuStreamSynchronize(s) == 0 && cuMemFreeHost(h) == 0);
+    CHECK(cuMemcpyDtoHAsync_v2(out, p, sizeof out, s) == 0);
+    CHECK(out[0] == 1 && out[1] == 1 && out[2] == 3);
+    CHECK(cuEventDestroy_v2(e) == 0 && cuEventDestroy_v2(e2) == 0 && cuStreamDestroy_v2(s) == 0);
 }
 
 static void check_kernel(void *fn, CUdeviceptr p, CUdeviceptr q) {
@@ -275,6 +312,7 @@ int main(int argc, char **argv) {
     CHECK(cuMemAlloc_v2(&p, 1 << 20) == 0 && cuMemAlloc_v2(&q, 1 << 20) == 0);
     check_host_access(p);
     check_copies(p, q);
+    check_pinned(p);
     FN(CUresult, cuModuleUnload, void *);
     FN(CUresult, cuMemFree_v2, CUdeviceptr);
     void *mod = NULL, *fn = kernel_load(&mod);

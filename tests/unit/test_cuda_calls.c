@@ -12,6 +12,7 @@
 #include "hd_rng.h"
 #include "hd_trace.h"
 #include "hd_test_trace.h"
+#include "hodu.h"
 
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
@@ -645,6 +646,101 @@ static void test_split_chunk(void) {
     CHECK(hd_cuda_split_chunk(1025, 1 << 20, 1056) == 0);
 }
 
+/* n f32 values i * scale + add, up to the device (each a new host buffer,
+ * freed at once: the copy must not read it afterwards). */
+static hd_tensor *upload_ramp(hd_ctx *ctx, int64_t n, float scale, float add) {
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return NULL;
+    for (int64_t i = 0; i < n; i++) v[i] = (float)i * scale + add;
+    hd_tensor *h = hd_tensor_from_data(ctx, HD_F32, &n, 1, v), *d = NULL;
+    free(v);
+    if (h) hd_tensor_to_device(ctx, h, &hd_cuda_backend, 0, &d);
+    hd_tensor_unref(h);
+    return d;
+}
+
+/* Copies up go through pinned staging slots: one copy and one event
+ * record each, no wait for the stream; a slot is filled again only after
+ * waiting for its event (the emulator refuses a copy from pinned bytes
+ * whose last copy was not waited for); copies bigger than a slot wait
+ * for the stream. Every value read back. */
+static void test_uploads(hd_ctx *ctx) {
+    hd_tensor *warm = upload_ramp(ctx, 4, 1, 0);
+    hd_tensor_unref(warm);
+    emu_reset();
+    hd_tensor *small = upload_ramp(ctx, 1000, 1, 0);
+    CHECK_MSG(emu_calls("cuMemcpyHtoDAsync_v2") == 1 && emu_calls("cuEventRecord") == 1 &&
+                  emu_calls("cuStreamSynchronize") == 0 && emu_calls("cuEventSynchronize") == 0,
+              "%llu copies, %llu waits", emu_calls("cuMemcpyHtoDAsync_v2"),
+              emu_calls("cuStreamSynchronize"));
+    CHECK(small && host_at(ctx, small, 999) == 999.0f);
+    hd_tensor_unref(small);
+    /* 3 MiB each: one slot apiece, the fifth reuses the first (one wait
+     * for its event, not for the stream) */
+    enum { N = 10, ELEMS = 3 << 18 };
+    hd_tensor *big[N];
+    emu_reset();
+    for (int i = 0; i < N; i++) big[i] = upload_ramp(ctx, ELEMS, 0.5f, (float)i);
+    CHECK_MSG(emu_calls("cuEventSynchronize") == N - 4 && emu_calls("cuStreamSynchronize") == 0,
+              "%llu event waits, %llu stream waits", emu_calls("cuEventSynchronize"),
+              emu_calls("cuStreamSynchronize"));
+    for (int i = 0; i < N; i++) {
+        CHECK(big[i] && host_at(ctx, big[i], 0) == (float)i &&
+              host_at(ctx, big[i], ELEMS - 1) == (float)(ELEMS - 1) * 0.5f + (float)i);
+        hd_tensor_unref(big[i]);
+    }
+    /* past a slot: from the caller's memory, then a wait */
+    emu_reset();
+    hd_tensor *huge = upload_ramp(ctx, 3 << 19, 1, 2);
+    CHECK(emu_calls("cuStreamSynchronize") == 1 && emu_calls("cuEventRecord") == 0);
+    CHECK(huge && host_at(ctx, huge, (3 << 19) - 1) == (float)((3 << 19) - 1) + 2);
+    hd_tensor_unref(huge);
+}
+
+/* Driver calls of one step of vm's optimizer opt, all of them: launches. */
+static unsigned long long opt_step_calls(hodu_vm *vm) {
+    emu_reset();
+    CHECK_MSG(hodu_eval(vm, "opt.step()", "<step>") == HODU_OK, "%s", hodu_error_message(vm));
+    unsigned long long all = emu_calls(NULL), launches = emu_calls("cuLaunchKernel");
+    CHECK_MSG(all == launches, "%llu calls, %llu launches", all, launches);
+    return launches;
+}
+
+/* An eager Adam step: one launch per parameter with a gradient (its whole
+ * update is one kernel, cuda_optim.c; was 14), nothing copied, no wait and
+ * no allocation (the new moments come from the cache, the step count and
+ * bias corrections are computed on the cpu). Weight decay adds its ops;
+ * in-place arithmetic on the device is one launch. */
+static void test_optimizer(void) {
+    hodu_vm *vm = hodu_vm_new(NULL);
+    CHECK(vm != NULL);
+    if (!vm) return;
+    CHECK_MSG(hodu_eval(vm,
+                        "import optim\n"
+                        "let w = randn([64, 32], device = \"cuda\")\n"
+                        "let b = randn([32], device = \"cuda\")\n"
+                        "let u = randn([8], device = \"cuda\")\n"
+                        "for p in [w, b, u] { p.requires_grad = true }\n"
+                        "w.grad = randn([64, 32], device = \"cuda\")\n"
+                        "b.grad = randn([32], device = \"cuda\")\n"
+                        "let opt = optim.Adam([w, b, u], lr = 0.01)\n"
+                        "opt.step()\nopt.step()\n",
+                        "<adam>") == HODU_OK,
+              "%s", hodu_error_message(vm));
+    CHECK(opt_step_calls(vm) == 2);
+    CHECK(hodu_eval(vm, "opt = optim.AdamW([w, b, u], lr = 0.01)\nopt.step()\nopt.step()",
+                    "<adamw>") == HODU_OK);
+    /* p.mul_(1 - lr wd) each: one more launch, writing p (was two: the
+     * product, then its copy into p) */
+    unsigned long long n = opt_step_calls(vm);
+    CHECK_MSG(n == 4, "%llu", n);
+    /* SGD's p.sub_(g, alpha = lr): lr g, then p - lr g into p (was three) */
+    CHECK(hodu_eval(vm, "opt = optim.SGD([w, b, u], lr = 0.1)\nopt.step()", "<sgd>") == HODU_OK);
+    n = opt_step_calls(vm);
+    CHECK_MSG(n == 4, "%llu", n);
+    hodu_vm_free(vm);
+}
+
 int main(void) {
     setenv("HODU_CUDA_EMU_DEVICES", "2", 1); /* read when the driver is opened */
     test_split_chunk();
@@ -658,6 +754,7 @@ int main(void) {
         return 77;
     }
     test_eager(&ctx);
+    test_uploads(&ctx);
     test_products(&ctx);
     test_host_scalars(&ctx);
     test_compiled(&ctx);
@@ -665,6 +762,7 @@ int main(void) {
     test_profile(&ctx);
     test_peer(&ctx);
     test_linalg(&ctx);
+    test_optimizer();
     hd_ctx_release(&ctx);
     remove(CALLS_TRACE);
     TEST_END();
