@@ -24,6 +24,7 @@
 #include "hd_profile.h"
 #include "hd_trace.h"
 #include "ast.h"
+#include "eval.h"
 #include "tensor_api.h"
 
 #include <stdio.h>
@@ -425,11 +426,14 @@ static HD_TF_FN(tf_adam_step) {
         hd_tensor_unref(u.v);
         return st;
     }
-    hd_value_unref(vm, *m0);
-    hd_value_unref(vm, *v0);
-    *m0 = hd_tensor_value(u.m), *v0 = hd_tensor_value(u.v);
-    *out = hd_bool(1);
-    return HD_OK;
+    /* ms[i] = m, vs[i] = v as the assignments would (with their notes) */
+    hd_value mv = hd_tensor_value(u.m), vv = hd_tensor_value(u.v);
+    st = hd_eval_set_item(vm, a.v[2], a.v[4], mv);
+    if (!st) st = hd_eval_set_item(vm, a.v[3], a.v[4], vv);
+    hd_value_unref(vm, mv);
+    hd_value_unref(vm, vv);
+    *out = hd_bool(st == HD_OK);
+    return st;
 }
 
 static const hd_tfunc rows[] = {
