@@ -8,7 +8,8 @@
  * every module; the generator's checks below still cover them all. Needs
  * libnvrtc only, not a GPU; reports SKIPPED (77) where NVRTC is missing or
  * the build has no CUDA headers. Also checks the generator's contract:
- * each module holds the entry point run_op asks for. */
+ * each module holds the entry point run_op asks for. The optimizer's
+ * module (cuda_optim.c) compiles too. */
 #include "hd_test.h"
 #include "cuda_int.h"
 
@@ -80,6 +81,22 @@ int main(void) {
         hd_cuda_src_free(&s);
     }
     CHECK(modules > 50 && compiled > 0);
+    /* the optimizer's module (cuda_optim.c): its four entry points, both
+     * architectures */
+    hd_cuda_src os;
+    hd_cuda_src_init(&os, &ctx);
+    hd_cuda_optim_module(&os);
+    static const char *const adam[] = {"k_adam_f32(", "k_adam_f64(", "k_adam_f16(", "k_adam_bf16("};
+    for (int i = 0; i < 4; i++) CHECK_MSG(strstr(os.text, adam[i]) != NULL, "no %s", adam[i]);
+    for (int k = 0; k < 2 && !os.oom; k++) {
+        void *img = NULL;
+        size_t n = 0;
+        CHECK_MSG(hd_cuda_nvrtc_compile(&ctx, os.text, os.len, archs[k], 0, &img, &n) == HD_OK,
+                  "the optimizer's module for sm_%d: %s", archs[k], ctx.errmsg);
+        if (img) hd_ctx_free(&ctx, img, n);
+        hd_error_clear(&ctx);
+    }
+    hd_cuda_src_free(&os);
     /* a broken source is an error with the compiler's log, not a crash */
     const char *bad = "extern \"C\" __global__ void k(float *o) { o[0] = undefined_name; }";
     void *img = NULL;
