@@ -260,8 +260,8 @@ static hd_status ip_arith(hd_vm *vm, int k, hd_targs *a, hd_value *out) {
     hd_tensor *y = yv.type == HD_V_TENSOR ? yv.as.t : NULL;
     int plain = (y || (ip_number(yv) && yv.type != HD_V_BOOL)) &&
                 (av.type == HD_V_NONE || (ip_number(av) && av.type != HD_V_BOOL));
-    double alpha = av.type == HD_V_NONE ? 1.0 : ip_number_of(av);
-    double s = !plain ? 0 : y ? alpha : ip_number_of(yv) * alpha;
+    double alpha = !plain || av.type == HD_V_NONE ? 1.0 : ip_number_of(av);
+    double s = !plain || y ? alpha : ip_number_of(yv) * alpha;
     if (plain && ip_direct_ok(vm, xv.as.t, y)) {
         ip_direct(k, xv.as.t, y, s);
     } else if (plain && ip_device_ok(vm, k, xv.as.t, y, ip_big_int(yv, av))) {
