@@ -409,7 +409,7 @@ static hd_status cj_draws_make(hd_jit_exec *e) {
 /* Before a run: each random node's numbers reserved from the context's
  * stream in the order eager code would reserve them, and (key, base)
  * written to the device ahead of the run on its stream. */
-static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
+static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx) {
     if (!e->ndraws) return HD_OK;
     for (int i = 0; i < e->ndraws; i++) {
         e->draw_kb[2 * i] = ctx->rng_seed;
@@ -419,10 +419,8 @@ static hd_status cj_draws_run(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
     int known = e->kb_known && !memcmp(e->kb_dev, e->draw_kb, n);
     e->kb_known = 0;         /* until this run has ended well */
     if (known) return HD_OK; /* the last run left them there */
-    /* (from pageable memory: the driver has taken the bytes on return) */
-    CUdeviceptr p = (CUdeviceptr)(uintptr_t)hd_tensor_data(e->draws_dev);
-    return hd_cuda_check(ctx, hd_cuda_api_get()->memcpy_htod(p, e->draw_kb, n, d->stream),
-                         "copy of the random draws");
+    /* (through the backend's staging: the host does not wait) */
+    return e->h.be->from_host(ctx, e->h.device, hd_tensor_data(e->draws_dev), e->draw_kb, n);
 }
 
 /* After a run that ended well: what its last step left in draws_dev. */
@@ -780,7 +778,7 @@ static hd_status cj_bind_donees(hd_jit_exec *e, hd_ctx *ctx, hd_cuda_dev *d) {
 static hd_status cj_exec(hd_jit_exec *e, hd_ctx *ctx, void *ud) {
     hd_cuda_dev *d = ud;
     if ((e->plan.ndonated && cj_bind_donees(e, ctx, d)) || cj_checks_run(e, ctx) ||
-        cj_draws_run(e, ctx, d) || cj_bind_outputs(e))
+        cj_draws_run(e, ctx) || cj_bind_outputs(e))
         return ctx->status;
     e->gexec = NULL;
     int was = hd_cuda_indices_checked(e->capturable);

@@ -744,11 +744,11 @@ hd_status hd_treshape(hd_ctx *ctx, hd_tensor *t, const int64_t *shape, int nd, h
 /* ---- registration ---- */
 
 static const hd_tfunc_table *const tables[] = {
-    &hd_tfuncs_create,     &hd_tfuncs_math,   &hd_tfuncs_shape,  &hd_tfuncs_nn,
-    &hd_tfuncs_misc,       &hd_tfuncs_io,     &hd_tfuncs_grad,   &hd_tfuncs_module,
-    &hd_tfuncs_data,       &hd_tfuncs_more,   &hd_tfuncs_extra,  &hd_tfuncs_einsum,
-    &hd_tfuncs_func,       &hd_tfuncs_linalg, &hd_tfuncs_random, &hd_tfuncs_strategy,
-    &hd_tfuncs_checkpoint, &hd_tfuncs_inplace, &hd_tfuncs_dist};
+    &hd_tfuncs_create,     &hd_tfuncs_math,    &hd_tfuncs_shape,  &hd_tfuncs_nn,
+    &hd_tfuncs_misc,       &hd_tfuncs_io,      &hd_tfuncs_grad,   &hd_tfuncs_module,
+    &hd_tfuncs_data,       &hd_tfuncs_more,    &hd_tfuncs_extra,  &hd_tfuncs_einsum,
+    &hd_tfuncs_func,       &hd_tfuncs_linalg,  &hd_tfuncs_random, &hd_tfuncs_strategy,
+    &hd_tfuncs_checkpoint, &hd_tfuncs_inplace, &hd_tfuncs_dist,   &hd_tfuncs_optim};
 
 /* The evaluator refers to the tensor API weakly (it runs without it), and
  * a static library only contributes the objects something refers to

@@ -36,7 +36,7 @@ typedef struct hd_tfunc_table {
 extern const hd_tfunc_table hd_tfuncs_create, hd_tfuncs_math, hd_tfuncs_shape, hd_tfuncs_nn,
     hd_tfuncs_misc, hd_tfuncs_io, hd_tfuncs_grad, hd_tfuncs_module, hd_tfuncs_data, hd_tfuncs_more,
     hd_tfuncs_extra, hd_tfuncs_einsum, hd_tfuncs_func, hd_tfuncs_linalg, hd_tfuncs_random,
-    hd_tfuncs_strategy, hd_tfuncs_checkpoint, hd_tfuncs_inplace, hd_tfuncs_dist;
+    hd_tfuncs_strategy, hd_tfuncs_checkpoint, hd_tfuncs_inplace, hd_tfuncs_dist, hd_tfuncs_optim;
 
 /* builtins_dist.c: run the functions _on_backward registered (after a
  * successful backward()). */

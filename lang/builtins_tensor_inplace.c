@@ -320,122 +320,6 @@ static HD_TF_FN(tf_copy_) {
     return ip_assign(vm, "copy_", a.all[0], a.v[1], out);
 }
 
-/* ---- _adam_step: Adam.step's update of one parameter in one launch ---- */
-
-/* A number, or a 0-d cpu tensor (the step size and bias correction: the
- * step count is one), as an op on dt reads it: its value rounded to dt. */
-static int adam_const(hd_value v, hd_dtype dt, double *out) {
-    double x;
-    if (v.type == HD_V_INT || v.type == HD_V_FLOAT) {
-        x = ip_number_of(v);
-        if (v.type == HD_V_INT && (x > 9007199254740992.0 || x < -9007199254740992.0)) return 0;
-    } else if (v.type == HD_V_TENSOR && hd_tensor_follows_device(v.as.t) &&
-               hd_dtype_is_float(v.as.t->dtype)) {
-        x = hd_dtype_load(v.as.t->dtype, hd_tensor_data(v.as.t), 0);
-    } else {
-        return 0;
-    }
-    unsigned char b[8];
-    hd_dtype_store(dt, b, 0, x);
-    *out = hd_dtype_load(dt, b, 0);
-    return 1;
-}
-
-/* t as the kernel reads it: p's device, dtype and shape, contiguous, and
- * not p's memory unless it is p. */
-static int adam_operand(const hd_tensor *t, const hd_tensor *p) {
-    return !hd_tensor_is_symbolic(t) && t->storage && t->storage->backend == p->storage->backend &&
-           t->storage->device == p->storage->device && t->dtype == p->dtype &&
-           hd_tensor_is_contiguous(t) && ip_same_shape(t, p) &&
-           (t == p || t->storage != p->storage);
-}
-
-/* The moments' slots ms[i] and vs[i]: both none or both tensors. */
-static int adam_slots(hd_targs *a, hd_value **m0, hd_value **v0) {
-    hd_value ms = a->v[2], vs = a->v[3], iv = a->v[4];
-    if (ms.type != HD_V_LIST || vs.type != HD_V_LIST || iv.type != HD_V_INT) return 0;
-    hd_list *ml = hd_as_list(ms), *vl = hd_as_list(vs);
-    int64_t i = iv.as.i;
-    if (i < 0 || i >= ml->len || i >= vl->len) return 0;
-    *m0 = &ml->items[i], *v0 = &vl->items[i];
-    if ((*m0)->type == HD_V_NONE && (*v0)->type == HD_V_NONE) return 1;
-    return (*m0)->type == HD_V_TENSOR && (*v0)->type == HD_V_TENSOR;
-}
-
-/* Can the update run as the backend's one kernel? Fills u's inputs and
- * constants. Else the optimizer runs its ops one by one. */
-static int adam_plan(hd_vm *vm, hd_targs *a, hd_adam *u, hd_value **m0, hd_value **v0) {
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    if (hd_trace_active(ctx) || a->v[0].type != HD_V_TENSOR || a->v[1].type != HD_V_TENSOR ||
-        !adam_slots(a, m0, v0))
-        return 0;
-    hd_tensor *p = a->v[0].as.t;
-    memset(u, 0, sizeof *u);
-    u->p = p, u->g = a->v[1].as.t;
-    u->m0 = (*m0)->type == HD_V_TENSOR ? (*m0)->as.t : NULL;
-    u->v0 = (*v0)->type == HD_V_TENSOR ? (*v0)->as.t : NULL;
-    if (hd_tensor_is_symbolic(p) || !p->storage || !p->storage->backend->adam ||
-        !hd_dtype_is_float(p->dtype) || !adam_operand(p, p) || !adam_operand(u->g, p) ||
-        (u->m0 && (!adam_operand(u->m0, p) || !adam_operand(u->v0, p))))
-        return 0;
-    hd_dtype dt = p->dtype;
-    if (a->v[5].type != HD_V_FLOAT || a->v[6].type != HD_V_FLOAT) return 0;
-    /* (1 - b1) * g: the number 1 - b1 (in f64), then rounded to dt */
-    if (!adam_const(hd_float(1 - a->v[5].as.f), dt, &u->c1) ||
-        !adam_const(hd_float(1 - a->v[6].as.f), dt, &u->c2) || !adam_const(a->v[5], dt, &u->b1) ||
-        !adam_const(a->v[6], dt, &u->b2) || !adam_const(a->v[7], dt, &u->ss) ||
-        !adam_const(a->v[8], dt, &u->bc2) || !adam_const(a->v[9], dt, &u->eps))
-        return 0;
-    hd_tensor *in[4] = {p, u->g, u->m0, u->v0};
-    return hd_autograd_wants(ctx, HD_OP_ADD, in, u->m0 ? 4 : 2, dt) == 0;
-}
-
-/* The new moments on p's device, the kernel, p's write count moved on. */
-static hd_status adam_run(hd_vm *vm, hd_adam *u) {
-    hd_ctx *ctx = hd_vm_ctx(vm);
-    hd_tensor *p = u->p;
-    const hd_backend *be = p->storage->backend;
-    u->m = hd_tensor_new_on(ctx, be, p->storage->device, p->dtype, p->shape, p->ndim);
-    u->v = u->m ? hd_tensor_new_on(ctx, be, p->storage->device, p->dtype, p->shape, p->ndim) : NULL;
-    if (!u->v) return hd_tfail(vm, "Adam.step");
-    int prof = hd_profile_on(ctx);
-    double t0 = prof ? hd_profile_begin(ctx) : 0;
-    hd_status st = be->adam(ctx, u);
-    if (prof)
-        hd_profile_end(ctx, HD_PROF_ADAM, NULL, t0, (double)hd_tensor_nbytes(p) * (u->m0 ? 7 : 5),
-                       0);
-    p->storage->version++;
-    return st ? hd_tfail(vm, "Adam.step") : HD_OK;
-}
-
-/* _adam_step(p, g, ms, vs, i, b1, b2, step_size, bc2, eps): stdlib's
- * Adam.step for parameter i (weight decay already in g or p) as the
- * backend's one kernel, where it has one and the operands allow: true,
- * with ms[i] and vs[i] the new moments; false (nothing done) where the
- * optimizer must run its ops (on the cpu, in compiled code, under
- * gradients, other layouts). */
-static HD_TF_FN(tf_adam_step) {
-    HD_TARGS_BIND(a);
-    hd_adam u;
-    hd_value *m0, *v0;
-    *out = hd_bool(0);
-    if (!adam_plan(vm, &a, &u, &m0, &v0)) return HD_OK;
-    hd_status st = adam_run(vm, &u);
-    if (st) {
-        hd_tensor_unref(u.m);
-        hd_tensor_unref(u.v);
-        return st;
-    }
-    /* ms[i] = m, vs[i] = v as the assignments would (with their notes) */
-    hd_value mv = hd_tensor_value(u.m), vv = hd_tensor_value(u.v);
-    st = hd_eval_set_item(vm, a.v[2], a.v[4], mv);
-    if (!st) st = hd_eval_set_item(vm, a.v[3], a.v[4], vv);
-    hd_value_unref(vm, mv);
-    hd_value_unref(vm, vv);
-    *out = hd_bool(st == HD_OK);
-    return st;
-}
-
 static const hd_tfunc rows[] = {
     {"add_", tf_add_, "x, other, alpha=", -1, HD_TF_METHOD},
     {"sub_", tf_sub_, "x, other, alpha=", -1, HD_TF_METHOD},
@@ -444,7 +328,6 @@ static const hd_tfunc rows[] = {
     {"fill_", tf_fill_, "x, value", -1, HD_TF_METHOD},
     {"zero_", tf_zero_, "x", -1, HD_TF_METHOD},
     {"copy_", tf_copy_, "x, src", -1, HD_TF_METHOD},
-    {"_adam_step", tf_adam_step, "p, g, ms, vs, i, b1, b2, step_size, bc2, eps", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_inplace = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -24,19 +24,55 @@ typedef struct hd_coll {
     int root; /* broadcast */
 } hd_coll;
 
-/* One Adam update of one parameter in one pass, with the roundings of the
- * ops stdlib/optim.hodu's Adam.step runs one by one (each result rounded
- * to the parameter's dtype T, f16 and bf16 computing in f32):
+/* One optimizer step over n parameters of one dtype T on one device, each
+ * in one pass, with the roundings of the ops stdlib/optim.hodu's step runs
+ * one by one (each result rounded to T, f16 and bf16 computing in f32).
+ * Adam (c: HD_ADAM_*; state m, v):
+ *   p = decay p           (AdamW's p.mul_(1 - lr wd): HD_OPTIM_DECAY)
+ *   g = g + l2 p          (Adam's weight decay: HD_OPTIM_WD)
  *   m = b1 m0 + c1 g      (c1 g alone at the first step: m0 NULL)
  *   v = b2 v0 + c2 g g    ((c2 g) g)
  *   p = p - ss m / (sqrt(v) / bc2 + eps)
- * p, g, m0, v0 contiguous, of p's shape and dtype, on one device; m and v
- * new (same shape and dtype), p written in place. The constants are the
- * values the ops would read: each already rounded to T. */
-typedef struct hd_adam {
-    hd_tensor *p, *g, *m0, *v0, *m, *v;
-    double c1, c2, b1, b2, ss, bc2, eps;
-} hd_adam;
+ * SGD (c: HD_SGD_*; state buf with HD_OPTIM_MOMENTUM, else none):
+ *   g = g + wd p          (HD_OPTIM_WD)
+ *   buf = mom buf0 + g    (g itself at the first step: buf0 NULL)
+ *   d = g + mom buf with HD_OPTIM_NESTEROV, else buf (g without momentum)
+ *   p = p - lr d          (p.sub_(d, alpha = lr))
+ * p, g and the state before (s0) contiguous, of p's shape and dtype; the
+ * new state s new tensors (same shape and dtype), p written in place; no
+ * memory written is another item's (or read by one). The constants are
+ * the values the ops would read: each already rounded to T. */
+enum { HD_OPTIM_ADAM, HD_OPTIM_SGD };
+enum {
+    HD_ADAM_C1,
+    HD_ADAM_C2,
+    HD_ADAM_B1,
+    HD_ADAM_B2,
+    HD_ADAM_SS,
+    HD_ADAM_BC2,
+    HD_ADAM_EPS,
+    HD_ADAM_L2,
+    HD_ADAM_DECAY
+};
+enum { HD_SGD_LR, HD_SGD_MOM, HD_SGD_WD };
+/* flags: which of the optional steps run (as the optimizer decides, on
+ * the options' values before any rounding) */
+enum { HD_OPTIM_DECAY = 1, HD_OPTIM_WD = 2, HD_OPTIM_MOMENTUM = 4, HD_OPTIM_NESTEROV = 8 };
+
+typedef struct hd_optim_item {
+    hd_tensor *p, *g;
+    hd_tensor *s0[2]; /* the state before, NULL at a first step */
+    hd_tensor *s[2];  /* the new state */
+} hd_optim_item;
+
+typedef struct hd_optim_step {
+    int kind;   /* HD_OPTIM_ADAM, HD_OPTIM_SGD */
+    int flags;  /* HD_OPTIM_DECAY ... */
+    int nstate; /* tensors of state per parameter: 0 to 2 */
+    hd_optim_item *items;
+    int n;
+    double c[10];
+} hd_optim_step;
 
 typedef struct hd_backend {
     const char *name; /* "cpu", "cuda" */
@@ -68,9 +104,10 @@ typedef struct hd_backend {
      * start), and the
      * caller stages the values through host memory. NULL: never. */
     hd_status (*collective)(hd_ctx *ctx, const hd_coll *c, int *done);
-    /* One launch for a whole Adam update (a). NULL: the optimizer runs its
-     * ops one by one, as on the cpu, where each is one pass already. */
-    hd_status (*adam)(hd_ctx *ctx, const hd_adam *a);
+    /* A whole optimizer step over s's parameters in few launches. NULL:
+     * the optimizer runs its ops one by one, as on the cpu, where each is
+     * one pass already. */
+    hd_status (*optim)(hd_ctx *ctx, const hd_optim_step *s);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;

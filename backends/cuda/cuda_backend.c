@@ -269,7 +269,7 @@ static void cuda_dev_release(hd_ctx *ctx, const hd_cuda_api *a, hd_cuda_dev *d) 
 }
 
 /* ---- copies: stream-ordered; copies back wait for the stream (the host
- * reads the bytes next), copies up of at most a staging slot do not ---- */
+ * reads the bytes next), copies up do not ---- */
 
 static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *src, size_t n) {
     if (n == 0) return HD_OK; /* empty tensors own no device memory */
@@ -289,9 +289,11 @@ static hd_status cuda_to_host(hd_ctx *ctx, int device, void *dst, const void *sr
  * the stream, which stops the host from queueing ahead of the device).
  * Slots fill in turn; a slot is filled again from its start only after
  * waiting for its event, recorded after its last copy (work older than
- * the copies since, usually done by then). Bigger copies, copies while a
- * graph is captured, and drivers without pinned memory or events copy
- * from the caller's memory and wait for the stream. */
+ * the copies since, usually done by then). A copy bigger than a slot goes
+ * a slot at a time: the host waits only for the pieces four slots back,
+ * so up to 16 MiB it does not wait. Copies while a graph is captured, and
+ * drivers without pinned memory or events, copy from the caller's memory
+ * and wait for the stream. */
 #define STAGE_BYTES ((size_t)4 << 20)
 
 static int stage_ready(hd_cuda_dev *d, const hd_cuda_api *a) {
@@ -340,8 +342,14 @@ static hd_status cuda_from_host(hd_ctx *ctx, int device, void *dst, const void *
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
     if (!d) return ctx->status;
     const hd_cuda_api *a = hd_cuda_api_get();
-    if (n <= STAGE_BYTES && !d->pool && stage_ready(d, a))
-        return stage_copy(ctx, a, d, dst, src, n);
+    if (!d->pool && stage_ready(d, a)) {
+        for (size_t at = 0; at < n; at += STAGE_BYTES) {
+            size_t k = n - at < STAGE_BYTES ? n - at : STAGE_BYTES;
+            if (stage_copy(ctx, a, d, (char *)dst + at, (const char *)src + at, k))
+                return ctx->status;
+        }
+        return HD_OK;
+    }
     if (hd_cuda_check(ctx, a->memcpy_htod((CUdeviceptr)(uintptr_t)dst, src, n, d->stream),
                       "copy to the device"))
         return ctx->status;
@@ -472,8 +480,8 @@ static void kernel_entry_name(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvari
                  hd_dtype_name(out));
         return;
     }
-    if (v == HD_CUDA_K_ADAM) {
-        snprintf(buf, n, "k_adam_%s", hd_dtype_name(out));
+    if (v == HD_CUDA_K_OPTIM) {
+        snprintf(buf, n, "k_%s_%s", op == HD_OP_SUB ? "sgd" : "adam", hd_dtype_name(out));
         return;
     }
     hd_cuda_kernel_name(op, in, out, buf, n);
@@ -488,7 +496,7 @@ static hd_status kernel_load(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_dtype in,
     kernel_entry_name(op, in, out, v, name, sizeof name);
     hd_cuda_src s;
     hd_cuda_src_init(&s, ctx);
-    if (v == HD_CUDA_K_ADAM) {
+    if (v == HD_CUDA_K_OPTIM) {
         hd_cuda_optim_module(&s);
     } else if (!hd_cuda_src_module(&s, op)) {
         hd_cuda_src_free(&s);
@@ -549,6 +557,6 @@ const hd_backend hd_cuda_backend = {
     /* .takes_number = */ hd_cuda_takes_number,
     /* .copy_device = */ cuda_copy_device,
     /* .collective = */ hd_cuda_collective,
-    /* .adam = */ hd_cuda_adam,
+    /* .optim = */ hd_cuda_optim,
 };
 #endif

@@ -349,7 +349,7 @@ typedef enum {
     HD_CUDA_K_LN_STATS, /* k_layer_norm_stats_<out> */
     HD_CUDA_K_LN_DW,    /* k_layer_norm_dw_<out> */
     HD_CUDA_K_PICK,     /* k_index_select_<in>_<out>_pick: row r's element idx[r] */
-    HD_CUDA_K_ADAM,     /* k_adam_<out>: cuda_optim.c's (op unused) */
+    HD_CUDA_K_OPTIM,    /* k_<adam|sgd>_<out>: cuda_optim.c's (op: HD_OP_ADD, HD_OP_SUB) */
 } hd_cuda_kvariant;
 
 /* The eager kernel of op for dtypes (in, out) and variant: one look-up in
@@ -409,8 +409,11 @@ hd_status hd_cuda_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
 /* The backend's collective slot (cuda_nccl.c): through NCCL, or *done 0;
  * hd_cuda_nccl_release: d's communicator. */
 hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done);
-/* The backend's adam slot (cuda_optim.c), and the module of its kernels. */
-hd_status hd_cuda_adam(hd_ctx *ctx, const hd_adam *a);
+/* The backend's optim slot (cuda_optim.c), and the module of its kernels:
+ * one launch per HD_CUDA_OPTIM_N parameters (their table of addresses is
+ * a kernel argument of 1.8 KB, within the 4 KB every GPU takes). */
+#define HD_CUDA_OPTIM_N 32
+hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *s);
 void hd_cuda_optim_module(hd_cuda_src *s);
 void hd_cuda_nccl_release(const hd_cuda_api *a, hd_cuda_dev *d);
 #endif

@@ -1,19 +1,35 @@
-/* A whole Adam update of a parameter as one kernel (hd_backend.adam).
+/* An optimizer's step over a list of parameters as one kernel
+ * (hd_backend.optim): Adam's (with either weight decay) and SGD's (with
+ * momentum, Nesterov and weight decay).
  *
- * stdlib/optim.hodu's Adam.step runs 14 ops per parameter (each a launch
- * and a pass over memory on this backend); this kernel makes them one,
- * rounding every intermediate result to the parameter's dtype as those ops
- * do (NVRTC compiles with --fmad=false: no multiply-add is contracted), so
- * its bits are the ops' bits. m and v are new tensors, as the ops' results
- * are (a moment the caller kept keeps its values); p is written in place
- * with its write count moved on, as p[...] = ... does. */
+ * stdlib/optim.hodu's steps run their ops one by one (Adam 14 a
+ * parameter, each a launch and a pass over memory on this backend); these
+ * kernels make them one launch for up to HD_CUDA_OPTIM_N parameters of one
+ * dtype, rounding every intermediate result to the parameter's dtype as
+ * those ops do (NVRTC compiles with --fmad=false: no multiply-add is
+ * contracted), so their bits are the ops' bits. The parameters' addresses
+ * travel in a table passed by value (as PyTorch's multi-tensor kernels
+ * take theirs): nothing is copied up. The new state is new tensors, as the
+ * ops' results are (a moment the caller kept keeps its values); p is
+ * written in place with its write count moved on, as p[...] = ... does. */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
 #include "hd_backend.h"
 #include "hd_profile.h"
 
+/* The table, as the kernels' o_list<S> lays it out (O_N is
+ * HD_CUDA_OPTIM_N in the source): six pointers per parameter (p, g, the
+ * state before and after), where each parameter's elements end in the
+ * running count, and the count. */
+typedef struct cuda_optim_list {
+    void *p[HD_CUDA_OPTIM_N], *g[HD_CUDA_OPTIM_N];
+    void *s0[2][HD_CUDA_OPTIM_N], *s[2][HD_CUDA_OPTIM_N];
+    long long end[HD_CUDA_OPTIM_N];
+    int n;
+} cuda_optim_list;
+
 /* clang-format off */
-static const char adam_src[] =
+static const char optim_src[] =
     /* T's storage type S, compute type C, and the rounding of a C to T */
     "template <int K> struct a_ty;\n"
     "template <> struct a_ty<0> { typedef float S; typedef float C;\n"
@@ -28,69 +44,125 @@ static const char adam_src[] =
     "template <> struct a_ty<3> { typedef u16 S; typedef float C;\n"
     "  static __device__ float ld(u16 x) { return ld_bf16(x); }\n"
     "  static __device__ u16 st(float x) { return st_bf16(x); } };\n"
-    "template <int K> __device__ void adam_t(typename a_ty<K>::S *p,\n"
-    "    const typename a_ty<K>::S *g, const typename a_ty<K>::S *m0,\n"
-    "    const typename a_ty<K>::S *v0, typename a_ty<K>::S *m, typename a_ty<K>::S *v,\n"
-    "    long long n, double c1d, double c2d, double b1d, double b2d, double ssd,\n"
-    "    double bc2d, double epsd) {\n"
-    "  typedef a_ty<K> A; typedef typename A::C C;\n"
-    "  C c1 = (C)c1d, c2 = (C)c2d, b1 = (C)b1d, b2 = (C)b2d, ss = (C)ssd, bc2 = (C)bc2d;\n"
-    "  C eps = (C)epsd;\n"
+    /* the parameters of one launch (s0 null: a first step) */
+    "template <class S> struct o_list {\n"
+    "  S *p[O_N]; const S *g[O_N]; const S *s0[2][O_N]; S *s[2][O_N];\n"
+    "  long long end[O_N]; int n;\n"
+    "  static const int emu_lead_ptrs = 6 * O_N; };\n"
+    /* each element j of the launch: its parameter k (j only grows: so does
+     * k), at i in it */
+    "#define O_LOOP(L) \\\n"
+    "  long long total = L.end[L.n - 1]; int k = 0; \\\n"
+    "  for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < total; \\\n"
+    "       j += (long long)gridDim.x * blockDim.x) { \\\n"
+    "    while (j >= L.end[k]) k++; \\\n"
+    "    long long i = j - (k ? L.end[k - 1] : 0);\n"
     "#define R(x) A::ld(A::st(x))\n"
-    "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;\n"
-    "       i += (long long)gridDim.x * blockDim.x) {\n"
-    "    C gi = A::ld(g[i]);\n"
+    /* c: c1, c2, b1, b2, ss, bc2, eps, l2, decay (HD_ADAM_*); fl: HD_OPTIM_* */
+    "template <int K> __device__ void adam_t(const o_list<typename a_ty<K>::S> &L,\n"
+    "    const double *cd, int fl) {\n"
+    "  typedef a_ty<K> A; typedef typename A::C C;\n"
+    "  C c1 = (C)cd[0], c2 = (C)cd[1], b1 = (C)cd[2], b2 = (C)cd[3], ss = (C)cd[4];\n"
+    "  C bc2 = (C)cd[5], eps = (C)cd[6], l2 = (C)cd[7], decay = (C)cd[8];\n"
+    "  O_LOOP(L)\n"
+    "    C pi = A::ld(L.p[k][i]), gi = A::ld(L.g[k][i]);\n"
+    "    if (fl & 1) pi = R(pi * decay);\n"
+    "    if (fl & 2) gi = R(gi + R(l2 * pi));\n"
     "    C mi = R(c1 * gi), vi = R(R(c2 * gi) * gi);\n"
-    "    if (m0) {\n"
-    "      mi = R(R(b1 * A::ld(m0[i])) + mi);\n"
-    "      vi = R(R(b2 * A::ld(v0[i])) + vi);\n"
+    "    if (L.s0[0][k]) {\n"
+    "      mi = R(R(b1 * A::ld(L.s0[0][k][i])) + mi);\n"
+    "      vi = R(R(b2 * A::ld(L.s0[1][k][i])) + vi);\n"
     "    }\n"
     "    C den = R(R(R(h_sqrt(vi)) / bc2) + eps);\n"
     "    C upd = R(R(ss * mi) / den);\n"
-    "    m[i] = A::st(mi);\n"
-    "    v[i] = A::st(vi);\n"
-    "    p[i] = A::st(A::ld(p[i]) - upd);\n"
+    "    L.s[0][k][i] = A::st(mi);\n"
+    "    L.s[1][k][i] = A::st(vi);\n"
+    "    L.p[k][i] = A::st(pi - upd);\n"
     "  }\n"
-    "#undef R\n"
     "}\n"
-    "extern \"C\" __global__ void k_adam_f32(float *p, const float *g, const float *m0,\n"
-    "    const float *v0, float *m, float *v, long long n, double c1, double c2, double b1,\n"
-    "    double b2, double ss, double bc2, double eps) {\n"
-    "  adam_t<0>(p, g, m0, v0, m, v, n, c1, c2, b1, b2, ss, bc2, eps); }\n"
-    "extern \"C\" __global__ void k_adam_f64(double *p, const double *g, const double *m0,\n"
-    "    const double *v0, double *m, double *v, long long n, double c1, double c2, double b1,\n"
-    "    double b2, double ss, double bc2, double eps) {\n"
-    "  adam_t<1>(p, g, m0, v0, m, v, n, c1, c2, b1, b2, ss, bc2, eps); }\n"
-    "extern \"C\" __global__ void k_adam_f16(u16 *p, const u16 *g, const u16 *m0,\n"
-    "    const u16 *v0, u16 *m, u16 *v, long long n, double c1, double c2, double b1,\n"
-    "    double b2, double ss, double bc2, double eps) {\n"
-    "  adam_t<2>(p, g, m0, v0, m, v, n, c1, c2, b1, b2, ss, bc2, eps); }\n"
-    "extern \"C\" __global__ void k_adam_bf16(u16 *p, const u16 *g, const u16 *m0,\n"
-    "    const u16 *v0, u16 *m, u16 *v, long long n, double c1, double c2, double b1,\n"
-    "    double b2, double ss, double bc2, double eps) {\n"
-    "  adam_t<3>(p, g, m0, v0, m, v, n, c1, c2, b1, b2, ss, bc2, eps); }\n";
+    /* c: lr, momentum, wd (HD_SGD_*); without momentum no state */
+    "template <int K> __device__ void sgd_t(const o_list<typename a_ty<K>::S> &L,\n"
+    "    const double *cd, int fl) {\n"
+    "  typedef a_ty<K> A; typedef typename A::C C;\n"
+    "  C lr = (C)cd[0], mom = (C)cd[1], wd = (C)cd[2];\n"
+    "  O_LOOP(L)\n"
+    "    C pi = A::ld(L.p[k][i]), gi = A::ld(L.g[k][i]);\n"
+    "    if (fl & 2) gi = R(gi + R(wd * pi));\n"
+    "    if (fl & 4) {\n"
+    "      C b = L.s0[0][k] ? R(R(mom * A::ld(L.s0[0][k][i])) + gi) : gi;\n"
+    "      L.s[0][k][i] = A::st(b);\n"
+    "      gi = fl & 8 ? R(gi + R(mom * b)) : b;\n"
+    "    }\n"
+    "    L.p[k][i] = A::st(pi - R(lr * gi));\n"
+    "  }\n"
+    "}\n"
+    "#undef R\n"
+    "struct o_consts { double c[10]; int flags; };\n";
 /* clang-format on */
 
-void hd_cuda_optim_module(hd_cuda_src *s) {
-    hd_cuda_src_printf(s, "%s%s", hd_cuda_prelude(), adam_src);
+/* The entry points k_adam_<dt> and k_sgd_<dt>. */
+static void optim_entries(hd_cuda_src *s) {
+    static const char *const dts[] = {"f32", "f64", "f16", "bf16"};
+    static const char *const tys[] = {"float", "double", "u16", "u16"};
+    for (int kind = 0; kind < 2; kind++)
+        for (int k = 0; k < 4; k++)
+            hd_cuda_src_printf(s,
+                               "extern \"C\" __global__ void k_%s_%s(o_list<%s> L, o_consts c) "
+                               "{ %s_t<%d>(L, c.c, c.flags); }\n",
+                               kind ? "sgd" : "adam", dts[k], tys[k], kind ? "sgd" : "adam", k);
 }
 
-hd_status hd_cuda_adam(hd_ctx *ctx, const hd_adam *a) {
-    int device = a->p->storage->device;
-    hd_dtype dt = a->p->dtype;
+void hd_cuda_optim_module(hd_cuda_src *s) {
+    hd_cuda_src_printf(s, "%s#define O_N %d\n%s", hd_cuda_prelude(), HD_CUDA_OPTIM_N, optim_src);
+    optim_entries(s);
+}
+
+/* Items of o from *at on into the table, empty ones passed over (they
+ * own no device memory), until it is full; their elements' count. */
+static long long optim_table(const hd_optim_step *o, int *at, cuda_optim_list *L) {
+    long long total = 0;
+    memset(L, 0, sizeof *L);
+    for (; *at < o->n && L->n < HD_CUDA_OPTIM_N; ++*at) {
+        const hd_optim_item *it = &o->items[*at];
+        int k = L->n;
+        if (!it->p->numel) continue;
+        L->p[k] = hd_tensor_data(it->p), L->g[k] = hd_tensor_data(it->g);
+        for (int q = 0; q < o->nstate; q++) {
+            L->s0[q][k] = it->s0[q] ? hd_tensor_data(it->s0[q]) : NULL;
+            L->s[q][k] = hd_tensor_data(it->s[q]);
+        }
+        L->end[k] = total += it->p->numel;
+        L->n++;
+    }
+    return total;
+}
+
+hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *o) {
+    const hd_tensor *p0 = o->items[0].p;
+    int device = p0->storage->device;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
+    hd_op which = o->kind == HD_OPTIM_SGD ? HD_OP_SUB : HD_OP_ADD;
     CUfunction f;
-    if (!d || hd_cuda_kernel(ctx, d, HD_OP_ADD, dt, dt, HD_CUDA_K_ADAM, &f)) return ctx->status;
-    void *p = hd_tensor_data(a->p), *g = hd_tensor_data(a->g), *m = hd_tensor_data(a->m);
-    void *v = hd_tensor_data(a->v);
-    void *m0 = a->m0 ? hd_tensor_data(a->m0) : NULL, *v0 = a->v0 ? hd_tensor_data(a->v0) : NULL;
-    long long n = a->p->numel;
-    double c1 = a->c1, c2 = a->c2, b1 = a->b1, b2 = a->b2, ss = a->ss, bc2 = a->bc2;
-    double eps = a->eps;
-    void *args[] = {&p, &g, &m0, &v0, &m, &v, &n, &c1, &c2, &b1, &b2, &ss, &bc2, &eps};
-    void *timed = ctx->prof ? hd_cuda_prof_begin(ctx, d, device) : NULL;
-    hd_status st = hd_cuda_launch(ctx, d, f, n, args);
-    hd_cuda_prof_end(ctx, d, timed, HD_PROF_ADAM);
-    return st;
+    if (!d || hd_cuda_kernel(ctx, d, which, p0->dtype, p0->dtype, HD_CUDA_K_OPTIM, &f))
+        return ctx->status;
+    struct {
+        double c[10];
+        int flags;
+    } c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.c, o->c, sizeof c.c);
+    c.flags = o->flags;
+    cuda_optim_list L;
+    void *args[] = {&L, &c};
+    int row = o->kind == HD_OPTIM_SGD ? HD_PROF_SGD : HD_PROF_ADAM;
+    for (int at = 0; at < o->n;) {
+        long long total = optim_table(o, &at, &L);
+        if (!total) continue;
+        void *timed = ctx->prof ? hd_cuda_prof_begin(ctx, d, device) : NULL;
+        hd_status st = hd_cuda_launch(ctx, d, f, total, args);
+        hd_cuda_prof_end(ctx, d, timed, row);
+        if (st) return st;
+    }
+    return HD_OK;
 }
 #endif

@@ -58,6 +58,6 @@ const hd_backend hd_cuda_backend = {
     /* .takes_number = */ NULL,
     /* .copy_device = */ NULL,
     /* .collective = */ NULL,
-    /* .adam = */ NULL,
+    /* .optim = */ NULL,
 };
 #endif

@@ -692,7 +692,7 @@ struct emu_fn {
     int sync; /* the kernel's source has barriers: run its threads as fibers */
     int nparams;
     size_t sizes[EMU_MAX_PARAMS];
-    unsigned char is_ptr[EMU_MAX_PARAMS]; /* a pointer: translated to the host view */
+    unsigned char is_ptr[EMU_MAX_PARAMS]; /* its leading pointers: to the host view */
     char name[128];
     int dev; /* its module's device */
     emu_fn *next;
@@ -926,35 +926,47 @@ static int block_run(emu_node *n, unsigned nthreads) {
     }
 }
 
-/* The arguments of a launch as the kernel's host code needs them: each
- * pointer parameter that holds a device address moved to the host view
- * (values in vals, pointers to every argument in args). A pointer that is
- * neither null nor a device address fails the launch: on a GPU the kernel
- * would fault on it. */
-static int kernel_args(const emu_node *n, void **args, uintptr_t *vals) {
+/* The bytes of a launch's arguments: each at a 16-byte boundary. */
+static size_t kernel_args_bytes(const emu_fn *f) {
+    size_t total = 0;
+    for (int i = 0; i < f->nparams; i++) total += (f->sizes[i] + 15) & ~(size_t)15;
+    return total + 16;
+}
+
+/* The arguments of a launch as the kernel's host code needs them: copies
+ * in buf (kernel_args_bytes) with each device address they hold (a
+ * pointer parameter, or a struct's leading pointers) moved to the host
+ * view, and a pointer to each in args. A pointer that is neither null nor
+ * a device address fails the launch: on a GPU the kernel would fault on
+ * it. */
+static int kernel_args(const emu_node *n, void **args, char *buf) {
     const emu_fn *f = n->fn;
     for (int i = 0; i < f->nparams; i++) {
         args[i] = n->args[i];
         if (!f->is_ptr[i]) continue;
-        memcpy(&vals[i], n->args[i], sizeof vals[i]);
-        if (vals[i] && !mem_is_device(vals[i])) {
-            fprintf(stderr, "cuda emulator: %s: parameter %d (%p) is not device memory\n", f->name,
-                    i, (void *)vals[i]);
-            return 0;
+        memcpy(buf, n->args[i], f->sizes[i]);
+        args[i] = buf;
+        for (int k = 0; k < f->is_ptr[i]; k++) {
+            uintptr_t v;
+            memcpy(&v, buf + k * sizeof v, sizeof v);
+            if (v && !mem_is_device(v)) {
+                fprintf(stderr,
+                        "cuda emulator: %s: parameter %d (pointer %d: %p) is not device "
+                        "memory\n",
+                        f->name, i, k, (void *)v);
+                return 0;
+            }
+            if (v) v = (uintptr_t)emu_mem_host(v);
+            memcpy(buf + k * sizeof v, &v, sizeof v);
         }
-        if (vals[i]) vals[i] = (uintptr_t)emu_mem_host(vals[i]);
-        args[i] = &vals[i];
+        buf += (f->sizes[i] + 15) & ~(size_t)15;
     }
     return 1;
 }
 
-static CUresult kernel_run(emu_node *n) {
-    if (emu_nolaunch()) return CUDA_SUCCESS;
+/* Every block of n's grid, its arguments in fib.args. */
+static CUresult kernel_blocks(emu_node *n) {
     emu_state *st = n->fn->state;
-    void *args[EMU_MAX_PARAMS + 1];
-    uintptr_t vals[EMU_MAX_PARAMS];
-    if (!kernel_args(n, args, vals)) return CUDA_ERROR_ILLEGAL_ADDRESS;
-    fib.args = args;
     unsigned nthreads = n->block[0] * n->block[1] * n->block[2];
     st->sync = n->fn->sync ? fib_sync : fib_sync_direct;
     st->block_dim = (emu_dim3){n->block[0], n->block[1], n->block[2]};
@@ -977,6 +989,37 @@ static CUresult kernel_run(emu_node *n) {
     return CUDA_SUCCESS;
 }
 
+static CUresult kernel_run(emu_node *n) {
+    if (emu_nolaunch()) return CUDA_SUCCESS;
+    void *args[EMU_MAX_PARAMS + 1];
+    char *buf = malloc(kernel_args_bytes(n->fn));
+    if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (kernel_args(n, args, buf)) {
+        fib.args = args;
+        r = kernel_blocks(n);
+    }
+    free(buf);
+    return r;
+}
+
+/* Is every device address among a launch's arguments memory of the
+ * kernel's device? */
+static int launch_ptrs_ok(const emu_fn *f, void **params) {
+    uintptr_t ptrs[256];
+    for (int i = 0; i < f->nparams; i++) {
+        int k = f->is_ptr[i], bad = 0;
+        memcpy(ptrs, params[i], (size_t)k * sizeof *ptrs);
+        for (int j = 0; j < k && !bad; j++)
+            bad = ptrs[j] && mem_dev(ptrs[j]) >= 0 && mem_dev(ptrs[j]) != f->dev;
+        if (!bad) continue;
+        char what[160]; /* the message, named */
+        snprintf(what, sizeof what, "%s (parameter %d)", f->name, i);
+        return emu_dev_ptrs_ok(ptrs, k, f->dev, what);
+    }
+    return 1;
+}
+
 EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                    unsigned by, unsigned bz, unsigned shmem, emu_stream *s,
                                    void **params, void **extra) {
@@ -993,19 +1036,12 @@ EMU_EXPORT CUresult cuLaunchKernel(emu_fn *f, unsigned gx, unsigned gy, unsigned
                 f->name, f->dev, emu_stream_dev(s), emu_cur);
         return CUDA_ERROR_INVALID_HANDLE;
     }
-    uintptr_t ptrs[EMU_MAX_PARAMS];
-    for (int i = 0; i < f->nparams; i++) {
-        ptrs[i] = 0;
-        if (f->is_ptr[i]) memcpy(&ptrs[i], params[i], sizeof ptrs[i]);
-    }
-    if (!emu_dev_ptrs_ok(ptrs, f->nparams, f->dev, f->name)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (!launch_ptrs_ok(f, params)) return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (emu_nolaunch() && !(s && s->capturing)) return CUDA_SUCCESS;
     emu_node *n = emu_node_new(NODE_KERNEL);
-    size_t total = 0;
-    for (int i = 0; i < f->nparams; i++) total += (f->sizes[i] + 15) & ~(size_t)15;
     if (n) {
         n->args = calloc((size_t)f->nparams + 1, sizeof *n->args);
-        n->blob = calloc(total + 16, 1);
+        n->blob = calloc(kernel_args_bytes(f), 1);
     }
     if (!n || !n->args || !n->blob) {
         graph_nodes_free(n);
@@ -1087,12 +1123,11 @@ EMU_EXPORT CUresult cuGraphInstantiateWithFlags(emu_graph **exec, emu_graph *g,
         *tail = c;
         tail = &c->next;
         if (n->kind != NODE_KERNEL) continue;
-        size_t total = 0;
-        for (int i = 0; i < n->fn->nparams; i++) total += (n->fn->sizes[i] + 15) & ~(size_t)15;
+        size_t total = kernel_args_bytes(n->fn);
         c->args = calloc((size_t)n->fn->nparams + 1, sizeof *c->args);
-        c->blob = malloc(total + 16);
+        c->blob = malloc(total);
         if (!c->args || !c->blob) goto oom;
-        memcpy(c->blob, n->blob, total + 16);
+        memcpy(c->blob, n->blob, total);
         for (int i = 0; i < n->fn->nparams; i++)
             c->args[i] = c->blob + ((char *)n->args[i] - n->blob);
     }

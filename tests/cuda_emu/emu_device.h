@@ -125,13 +125,24 @@ static inline unsigned short hd_host_st_f16(float f) {
 /* The entry points the fake NVRTC appends for each kernel k:
  * k__emu_sig(sizes, is_ptr, cap) gives the parameters' count (-1: more
  * than cap), sizes (the driver copies arguments by value, as cuLaunchKernel
- * and graph capture do) and which are pointers (the driver moves those to
- * its read-write view of device memory); k__emu_run(args) runs k for the
- * current thread. */
+ * and graph capture do) and how many device pointers each holds (the
+ * driver moves those to its read-write view of device memory): 1 for a
+ * pointer, N for a struct whose first N fields are pointers and that says
+ * so with a member `static const int emu_lead_ptrs = N;` (a table of
+ * tensors passed by value; on a GPU the member changes nothing), else 0;
+ * k__emu_run(args) runs k for the current thread. */
+template <class T, class = void> struct hd_emu_nptr {
+    static const int value = std::is_pointer<T>::value;
+};
+template <class T> struct hd_emu_nptr<T, decltype((void)T::emu_lead_ptrs)> {
+    static_assert(T::emu_lead_ptrs * sizeof(void *) <= sizeof(T) && T::emu_lead_ptrs < 256,
+                  "emu_lead_ptrs: more pointers than the struct holds");
+    static const int value = T::emu_lead_ptrs;
+};
 template <class... A>
 static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned char *is_ptr, int cap) {
     size_t s[] = {sizeof(A)..., 0};
-    unsigned char p[] = {(unsigned char)std::is_pointer<A>::value..., 0};
+    unsigned char p[] = {(unsigned char)hd_emu_nptr<A>::value..., 0};
     if ((int)sizeof...(A) > cap) return -1;
     for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i], is_ptr[i] = p[i];
     return (int)sizeof...(A);

@@ -36,7 +36,7 @@ EMU_EXPORT int nvrtcVersion(int *major, int *minor) {
     if (hash < 0) {
         size_t n = 0;
         char *h = emu_file_read(HD_EMU_HEADER, &n);
-        uint32_t x = 2166136261u ^ 3u; /* 3: the entry points' format */
+        uint32_t x = 2166136261u ^ 4u; /* 4: the entry points' format */
         for (size_t i = 0; h && i < n; i++) x = (x ^ (unsigned char)h[i]) * 16777619u;
         free(h);
         hash = (int)(x & 0x7fffffff);

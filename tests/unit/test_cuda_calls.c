@@ -486,11 +486,16 @@ static void test_compiled_draws(hd_ctx *ctx) {
     CHECK_MSG(emu_calls("cuGraphLaunch") == 1 && emu_calls("cuMemcpyHtoDAsync_v2") == 0,
               "%llu graph launches, %llu copies up", emu_calls("cuGraphLaunch"),
               emu_calls("cuMemcpyHtoDAsync_v2"));
-    /* numbers drawn between two calls: the pair goes up again */
+    /* numbers drawn between two calls: the pair goes up again (staged: no
+     * wait for the stream but the 8 reading the values back) */
     hd_rng_reserve(ctx, 6);
     emu_reset();
     CHECK(e && rand_call(ctx, e, x));
-    CHECK(emu_calls("cuGraphLaunch") == 1 && emu_calls("cuMemcpyHtoDAsync_v2") == 1);
+    CHECK_MSG(emu_calls("cuGraphLaunch") == 1 && emu_calls("cuMemcpyHtoDAsync_v2") == 1 &&
+                  emu_calls("cuEventRecord") == 1 && emu_calls("cuStreamSynchronize") == 8,
+              "%llu graph launches, %llu copies up, %llu events, %llu stream waits",
+              emu_calls("cuGraphLaunch"), emu_calls("cuMemcpyHtoDAsync_v2"),
+              emu_calls("cuEventRecord"), emu_calls("cuStreamSynchronize"));
     emu_reset();
     CHECK(e && rand_call(ctx, e, x)); /* and then not */
     CHECK(emu_calls("cuMemcpyHtoDAsync_v2") == 0);
@@ -662,8 +667,8 @@ static hd_tensor *upload_ramp(hd_ctx *ctx, int64_t n, float scale, float add) {
 /* Copies up go through pinned staging slots: one copy and one event
  * record each, no wait for the stream; a slot is filled again only after
  * waiting for its event (the emulator refuses a copy from pinned bytes
- * whose last copy was not waited for); copies bigger than a slot wait
- * for the stream. Every value read back. */
+ * whose last copy was not waited for); copies bigger than a slot go a
+ * slot at a time. Every value read back. */
 static void test_uploads(hd_ctx *ctx) {
     hd_tensor *warm = upload_ramp(ctx, 4, 1, 0);
     hd_tensor_unref(warm);
@@ -689,11 +694,28 @@ static void test_uploads(hd_ctx *ctx) {
               host_at(ctx, big[i], ELEMS - 1) == (float)(ELEMS - 1) * 0.5f + (float)i);
         hd_tensor_unref(big[i]);
     }
-    /* past a slot: from the caller's memory, then a wait */
+    /* 6 MiB: two slots, no wait; 40 MiB (and a bit): eleven slots, each
+     * refilled after a wait for its event, none for the stream */
     emu_reset();
     hd_tensor *huge = upload_ramp(ctx, 3 << 19, 1, 2);
-    CHECK(emu_calls("cuStreamSynchronize") == 1 && emu_calls("cuEventRecord") == 0);
-    CHECK(huge && host_at(ctx, huge, (3 << 19) - 1) == (float)((3 << 19) - 1) + 2);
+    CHECK(emu_calls("cuStreamSynchronize") == 0 && emu_calls("cuEventRecord") == 2 &&
+          emu_calls("cuMemcpyHtoDAsync_v2") == 2);
+    CHECK(huge && host_at(ctx, huge, 0) == 2.0f && host_at(ctx, huge, 1 << 20) == 1048578.0f &&
+          host_at(ctx, huge, (3 << 19) - 1) == (float)((3 << 19) - 1) + 2);
+    hd_tensor_unref(huge);
+    emu_reset();
+    int64_t n40 = (10 << 20) + 5;
+    huge = upload_ramp(ctx, n40, 1, 0);
+    CHECK_MSG(emu_calls("cuStreamSynchronize") == 0 && emu_calls("cuMemcpyHtoDAsync_v2") == 11 &&
+                  emu_calls("cuEventSynchronize") >= 7,
+              "%llu copies, %llu event waits", emu_calls("cuMemcpyHtoDAsync_v2"),
+              emu_calls("cuEventSynchronize"));
+    hd_tensor *back = huge ? hd_tensor_to_host(ctx, huge) : NULL;
+    int64_t bad = back ? 0 : -1;
+    for (int64_t i = 0; back && i < n40; i++)
+        if (hd_tensor_get(back, i) != (double)i) bad = bad ? bad : i + 1;
+    CHECK_MSG(bad == 0, "value %lld", (long long)bad - 1);
+    hd_tensor_unref(back);
     hd_tensor_unref(huge);
 }
 
@@ -706,11 +728,12 @@ static unsigned long long opt_step_calls(hodu_vm *vm) {
     return launches;
 }
 
-/* An eager Adam step: one launch per parameter with a gradient (its whole
- * update is one kernel, cuda_optim.c; was 14), nothing copied, no wait and
- * no allocation (the new moments come from the cache, the step count and
- * bias corrections are computed on the cpu). Weight decay adds its ops;
- * in-place arithmetic on the device is one launch. */
+/* An eager Adam step: one launch for the parameters with a gradient (one
+ * per dtype and 32 parameters: their whole update is one kernel,
+ * cuda_optim.c; was 14 per parameter), nothing copied, no wait and no
+ * allocation (the new moments come from the cache, the step count and
+ * bias corrections are computed on the cpu, the parameters' addresses are
+ * a kernel argument), weight decay in it; SGD's as well. */
 static void test_optimizer(void) {
     hodu_vm *vm = hodu_vm_new(NULL);
     CHECK(vm != NULL);
@@ -727,17 +750,53 @@ static void test_optimizer(void) {
                         "opt.step()\nopt.step()\n",
                         "<adam>") == HODU_OK,
               "%s", hodu_error_message(vm));
-    CHECK(opt_step_calls(vm) == 2);
+    unsigned long long n = opt_step_calls(vm);
+    CHECK_MSG(n == 1, "%llu", n);
+    /* weight decay in the kernel too: AdamW's p *= 1 - lr wd, Adam's
+     * g += wd p (were one and two launches a parameter) */
     CHECK(hodu_eval(vm, "opt = optim.AdamW([w, b, u], lr = 0.01)\nopt.step()\nopt.step()",
                     "<adamw>") == HODU_OK);
-    /* p.mul_(1 - lr wd) each: one more launch, writing p (was two: the
-     * product, then its copy into p) */
-    unsigned long long n = opt_step_calls(vm);
-    CHECK_MSG(n == 4, "%llu", n);
-    /* SGD's p.sub_(g, alpha = lr): lr g, then p - lr g into p (was three) */
-    CHECK(hodu_eval(vm, "opt = optim.SGD([w, b, u], lr = 0.1)\nopt.step()", "<sgd>") == HODU_OK);
+    n = opt_step_calls(vm);
+    CHECK_MSG(n == 1, "%llu", n);
+    CHECK(hodu_eval(vm,
+                    "opt = optim.Adam([w, b, u], lr = 0.01, weight_decay = 0.1)\n"
+                    "opt.step()\nopt.step()",
+                    "<adam_l2>") == HODU_OK);
+    n = opt_step_calls(vm);
+    CHECK_MSG(n == 1, "%llu", n);
+    /* 70 parameters, 40 f32 and 30 bf16, in two groups: per group, one
+     * launch per dtype; in one group: two launches of f32 (32 and 8), one
+     * of bf16 */
+    CHECK_MSG(
+        hodu_eval(vm,
+                  "let ps = []\n"
+                  "for i in 0..70 {\n"
+                  "    let p = randn([1 + i], device = \"cuda\", dtype = [f32, bf16][i % 7 % 2])\n"
+                  "    p.requires_grad = true\n"
+                  "    p.grad = randn([1 + i], device = \"cuda\", dtype = p.dtype)\n"
+                  "    ps.append(p)\n"
+                  "}\n"
+                  "opt = optim.Adam([{\"params\": ps[0:35]}, {\"params\": ps[35:70]}])\n"
+                  "opt.step()\nopt.step()\n",
+                  "<adam70>") == HODU_OK,
+        "%s", hodu_error_message(vm));
     n = opt_step_calls(vm);
     CHECK_MSG(n == 4, "%llu", n);
+    CHECK(hodu_eval(vm, "opt = optim.Adam(ps)\nopt.step()\nopt.step()", "<adam70b>") == HODU_OK);
+    n = opt_step_calls(vm);
+    CHECK_MSG(n == 3, "%llu", n);
+    /* SGD the same way, with or without momentum and weight decay (were
+     * two launches a parameter, six with both) */
+    static const char *const sgds[] = {
+        "opt = optim.SGD([w, b, u], lr = 0.1)\nopt.step()",
+        "opt = optim.SGD([w, b, u], lr = 0.1, momentum = 0.9, weight_decay = 0.01, "
+        "nesterov = true)\nopt.step()\nopt.step()",
+    };
+    for (int i = 0; i < 2; i++) {
+        CHECK(hodu_eval(vm, sgds[i], "<sgd>") == HODU_OK);
+        n = opt_step_calls(vm);
+        CHECK_MSG(n == 1, "%s: %llu", sgds[i], n);
+    }
     hodu_vm_free(vm);
 }
 
