@@ -1,10 +1,10 @@
 /* _adam_steps and _sgd_steps: stdlib/optim.hodu's Adam.step and SGD.step
- * for a list of parameters as the backend's kernel (hd_backend.optim),
- * where it has one and the operands allow: one launch for many parameters
- * of one dtype and device, in place of several ops each (Adam 14). What
- * the kernel cannot take (the cpu, compiled code or any trace, under
- * gradients, other layouts, memory one parameter writes and another
- * reads) is left to the optimizer's ops. */
+ * for a list of parameters as the backend's fused step (hd_backend.optim),
+ * where it has one and the operands allow: one pass over each parameter
+ * on the cpu, one launch for many parameters of one dtype on cuda, in
+ * place of several ops each (Adam 14). What the kernel cannot take
+ * (compiled code or any trace, under gradients, other layouts, memory one
+ * parameter writes and another reads) is left to the optimizer's ops. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"

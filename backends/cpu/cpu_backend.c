@@ -109,5 +109,5 @@ const hd_backend hd_cpu_backend = {
     /* .takes_number = */ NULL,
     /* .copy_device = */ NULL,
     /* .collective = */ NULL,
-    /* .optim = */ NULL,
+    /* .optim = */ hd_cpu_optim,
 };

@@ -25,6 +25,10 @@ CPU_KERNEL(linalg)      /* cpu_linalg.c: LAPACK */
 
 #undef CPU_KERNEL
 
+/* The backend's optim slot (cpu_optim.c): a whole optimizer step over
+ * s's parameters, one pass over each. */
+hd_status hd_cpu_optim(hd_ctx *ctx, const hd_optim_step *s);
+
 /* argsort (cpu_sort.c), reached through hd_cpu_index. */
 hd_status hd_cpu_sort(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor *const *in,
                       const hd_attrs *attrs);

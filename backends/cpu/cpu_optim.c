@@ -1,0 +1,175 @@
+/* An optimizer's step over a list of parameters in one pass over each
+ * (hd_backend.optim): Adam's (either weight decay) and SGD's (momentum,
+ * Nesterov, weight decay), as runtime/hd_backend.h writes them.
+ *
+ * stdlib/optim.hodu's steps run their ops one by one: Adam 14 a
+ * parameter, each a pass over memory and a new tensor. Here each element
+ * is read once and every intermediate result is rounded to the
+ * parameter's dtype as the op making it would (f16 and bf16 computing in
+ * f32, as the elementwise kernels do), so the values are the ops' bit for
+ * bit. No multiply-add may be contracted: CMakeLists.txt compiles this
+ * file with -ffp-contract=off (and -fno-math-errno). Large steps split the flat range of all
+ * the parameters' elements over the threads. */
+#include "cpu_kernels.h"
+#include "../../runtime/hd_dtype.h"
+#include "../../runtime/hd_tensor.h"
+
+#include <math.h>
+
+/* One kind and dtype over elements [i0, i1) of item it. */
+typedef void (*cpu_optim_fn)(const hd_optim_step *o, const hd_optim_item *it, int64_t i0,
+                             int64_t i1);
+
+static inline float ld_f32(float x) {
+    return x;
+}
+static inline float st_f32(float x) {
+    return x;
+}
+static inline double ld_f64(double x) {
+    return x;
+}
+static inline double st_f64(double x) {
+    return x;
+}
+
+/* GCC's full vectorizer for these loops (-O2's takes only loops it can
+ * vectorize without a scalar epilogue); CMakeLists.txt adds
+ * -fno-math-errno, so that sqrt is the instruction (v is never negative;
+ * NaN, as the op gives, where it were). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CPU_OPTIM_VEC __attribute__((optimize("O3")))
+#else
+#define CPU_OPTIM_VEC
+#endif
+#define CPU_OPTIM_INLINE static inline __attribute__((always_inline))
+
+/* Adam's and SGD's loops for storage type S, compute type C. The bodies
+ * take the options (fl) and whether there is state before (s0) as
+ * constants: each call below is a loop without branches, over operands
+ * that do not overlap (the caller checks), so it runs in vectors. */
+#define CPU_OPTIM(SUF, S, C, LD, ST, SQRT)                                                         \
+    CPU_OPTIM_INLINE void adam_body_##SUF(                                                         \
+        int fl, int s0, S *restrict p, const S *restrict g, const S *restrict m0,                  \
+        const S *restrict v0, S *restrict m, S *restrict v, const double *cd, int64_t n) {         \
+        C c1 = (C)cd[HD_ADAM_C1], c2 = (C)cd[HD_ADAM_C2], b1 = (C)cd[HD_ADAM_B1];                  \
+        C b2 = (C)cd[HD_ADAM_B2], ss = (C)cd[HD_ADAM_SS], bc2 = (C)cd[HD_ADAM_BC2];                \
+        C eps = (C)cd[HD_ADAM_EPS], l2 = (C)cd[HD_ADAM_L2], decay = (C)cd[HD_ADAM_DECAY];          \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            C pi = LD(p[i]), gi = LD(g[i]);                                                        \
+            if (fl & HD_OPTIM_DECAY) pi = LD(ST(pi * decay));                                      \
+            if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(l2 * pi))));                               \
+            C mi = LD(ST(c1 * gi)), vi = LD(ST(LD(ST(c2 * gi)) * gi));                             \
+            if (s0) {                                                                              \
+                mi = LD(ST(LD(ST(b1 * LD(m0[i]))) + mi));                                          \
+                vi = LD(ST(LD(ST(b2 * LD(v0[i]))) + vi));                                          \
+            }                                                                                      \
+            C den = LD(ST(LD(ST(LD(ST(SQRT(vi))) / bc2)) + eps));                                  \
+            C upd = LD(ST(LD(ST(ss * mi)) / den));                                                 \
+            m[i] = ST(mi);                                                                         \
+            v[i] = ST(vi);                                                                         \
+            p[i] = ST(pi - upd);                                                                   \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_VEC static void adam_##SUF(const hd_optim_step *o, const hd_optim_item *it,          \
+                                         int64_t i0, int64_t i1) {                                 \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *m = (S *)hd_tensor_data(it->s[0]) + i0;           \
+        S *v = (S *)hd_tensor_data(it->s[1]) + i0;                                                 \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *m0 = NULL, *v0 = NULL;                \
+        if (it->s0[0])                                                                             \
+            m0 = (const S *)hd_tensor_data(it->s0[0]) + i0,                                        \
+            v0 = (const S *)hd_tensor_data(it->s0[1]) + i0;                                        \
+        int64_t n = i1 - i0;                                                                       \
+        switch ((o->flags & (HD_OPTIM_DECAY | HD_OPTIM_WD)) | (m0 ? 4 : 0)) {                      \
+        case 0: adam_body_##SUF(0, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 1: adam_body_##SUF(1, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 2: adam_body_##SUF(2, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 3: adam_body_##SUF(3, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 4: adam_body_##SUF(0, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 5: adam_body_##SUF(1, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
+        case 6: adam_body_##SUF(2, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
+        default: adam_body_##SUF(3, 1, p, g, m0, v0, m, v, o->c, n); break;                        \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_INLINE void sgd_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,       \
+                                         const S *restrict b0, S *restrict b, const double *cd,    \
+                                         int64_t n) {                                              \
+        C lr = (C)cd[HD_SGD_LR], mom = (C)cd[HD_SGD_MOM], wd = (C)cd[HD_SGD_WD];                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            C pi = LD(p[i]), gi = LD(g[i]);                                                        \
+            if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(wd * pi))));                               \
+            if (fl & HD_OPTIM_MOMENTUM) {                                                          \
+                C bi = s0 ? LD(ST(LD(ST(mom * LD(b0[i]))) + gi)) : gi;                             \
+                b[i] = ST(bi);                                                                     \
+                gi = fl & HD_OPTIM_NESTEROV ? LD(ST(gi + LD(ST(mom * bi)))) : bi;                  \
+            }                                                                                      \
+            p[i] = ST(pi - LD(ST(lr * gi)));                                                       \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_VEC static void sgd_##SUF(const hd_optim_step *o, const hd_optim_item *it,           \
+                                        int64_t i0, int64_t i1) {                                  \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *b = NULL;                                         \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *b0 = NULL;                            \
+        if (it->s[0]) b = (S *)hd_tensor_data(it->s[0]) + i0;                                      \
+        if (it->s0[0]) b0 = (const S *)hd_tensor_data(it->s0[0]) + i0;                             \
+        int64_t n = i1 - i0;                                                                       \
+        enum { W = HD_OPTIM_WD, M = HD_OPTIM_MOMENTUM, N = HD_OPTIM_NESTEROV };                    \
+        switch ((o->flags & (W | M | N)) | (b0 ? 1 : 0)) {                                         \
+        case 0: sgd_body_##SUF(0, 0, p, g, b0, b, o->c, n); break;                                 \
+        case W: sgd_body_##SUF(W, 0, p, g, b0, b, o->c, n); break;                                 \
+        case M: sgd_body_##SUF(M, 0, p, g, b0, b, o->c, n); break;                                 \
+        case M | 1: sgd_body_##SUF(M, 1, p, g, b0, b, o->c, n); break;                             \
+        case W | M: sgd_body_##SUF(W | M, 0, p, g, b0, b, o->c, n); break;                         \
+        case W | M | 1: sgd_body_##SUF(W | M, 1, p, g, b0, b, o->c, n); break;                     \
+        case M | N: sgd_body_##SUF(M | N, 0, p, g, b0, b, o->c, n); break;                         \
+        case M | N | 1: sgd_body_##SUF(M | N, 1, p, g, b0, b, o->c, n); break;                     \
+        case W | M | N: sgd_body_##SUF(W | M | N, 0, p, g, b0, b, o->c, n); break;                 \
+        default: sgd_body_##SUF(W | M | N, 1, p, g, b0, b, o->c, n); break;                        \
+        }                                                                                          \
+    }
+
+CPU_OPTIM(f32, float, float, ld_f32, st_f32, sqrtf)
+CPU_OPTIM(f64, double, double, ld_f64, st_f64, sqrt)
+CPU_OPTIM(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
+CPU_OPTIM(bf16, uint16_t, float, hd_bf16_to_f32, hd_f32_to_bf16, sqrtf)
+
+#undef CPU_OPTIM
+
+static cpu_optim_fn cpu_optim_pick(int kind, hd_dtype dt) {
+    static const cpu_optim_fn adam[] = {adam_f32, adam_f64, adam_f16, adam_bf16};
+    static const cpu_optim_fn sgd[] = {sgd_f32, sgd_f64, sgd_f16, sgd_bf16};
+    int k = dt == HD_F32 ? 0 : dt == HD_F64 ? 1 : dt == HD_F16 ? 2 : dt == HD_BF16 ? 3 : -1;
+    if (k < 0) return NULL;
+    return kind == HD_OPTIM_SGD ? sgd[k] : adam[k];
+}
+
+/* Elements [s, e) of the items' flat range. */
+static void cpu_optim_range(const hd_optim_step *o, cpu_optim_fn fn, int64_t s, int64_t e) {
+    int64_t at = 0;
+    for (int k = 0; k < o->n && at < e; k++) {
+        int64_t n = o->items[k].p->numel, lo = s > at ? s - at : 0, hi = e - at < n ? e - at : n;
+        if (lo < hi) fn(o, &o->items[k], lo, hi);
+        at += n;
+    }
+}
+
+hd_status hd_cpu_optim(hd_ctx *ctx, const hd_optim_step *o) {
+    cpu_optim_fn fn = cpu_optim_pick(o->kind, o->items[0].p->dtype);
+    if (!fn) return hd_error(ctx, HD_ERR_ARGUMENT, "optimizer step: no cpu kernel for this dtype");
+    int64_t total = 0;
+    for (int k = 0; k < o->n; k++) total += o->items[k].p->numel;
+    int64_t most = total / (CPU_PAR_MIN / 2);
+    int nt = ctx->nthreads < 1 || total < CPU_PAR_MIN ? 1 : ctx->nthreads;
+    if (nt > most) nt = (int)(most > 0 ? most : 1);
+    if (nt <= 1) {
+        cpu_optim_range(o, fn, 0, total);
+        return HD_OK;
+    }
+    int64_t chunk = ((total + nt - 1) / nt + 63) & ~(int64_t)63;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        int64_t s = t * chunk, e = s + chunk < total ? s + chunk : total;
+        if (s < e) cpu_optim_range(o, fn, s, e);
+    }
+    return HD_OK;
+}
