@@ -162,15 +162,17 @@ static int optim_item(optim_call *c, int64_t j, hd_optim_item *it) {
     if (pv.type != HD_V_TENSOR || gv.type != HD_V_TENSOR || iv.type != HD_V_INT) return 0;
     hd_tensor *p = pv.as.t, *in[4] = {p, gv.as.t};
     it->p = p, it->g = gv.as.t;
-    int nin = 2, nones = 0, ns = c->plan.nstate;
+    int nin = 2, ns = c->plan.nstate;
     for (int q = 0; q < ns; q++) {
         hd_list *l = hd_as_list(c->a->v[A_LISTS + q]);
         if (iv.as.i < 0 || iv.as.i >= l->len) return 0;
         hd_value s0 = l->items[iv.as.i];
-        nones += s0.type == HD_V_NONE;
-        if (s0.type == HD_V_TENSOR) it->s0[q] = in[nin++] = s0.as.t;
+        if (s0.type == HD_V_TENSOR)
+            it->s0[q] = in[nin++] = s0.as.t;
+        else if (s0.type != HD_V_NONE)
+            return 0;
     }
-    if ((nones && nones != ns) || nin - 2 + nones != ns) return 0;
+    if (nin != 2 && nin != 2 + ns) return 0; /* all none, or all tensors */
     if (hd_tensor_is_symbolic(p) || !p->storage || !p->storage->backend->optim ||
         !hd_dtype_is_float(p->dtype) || !optim_operand(p, p) || !optim_operand(it->g, p))
         return 0;

@@ -104,9 +104,9 @@ typedef struct hd_backend {
      * start), and the
      * caller stages the values through host memory. NULL: never. */
     hd_status (*collective)(hd_ctx *ctx, const hd_coll *c, int *done);
-    /* A whole optimizer step over s's parameters in few launches. NULL:
-     * the optimizer runs its ops one by one, as on the cpu, where each is
-     * one pass already. */
+    /* A whole optimizer step over s's parameters: one pass over each (in
+     * few launches on a device). NULL: the optimizer runs its ops one by
+     * one. */
     hd_status (*optim)(hd_ctx *ctx, const hd_optim_step *s);
 } hd_backend;
 

@@ -692,7 +692,7 @@ struct emu_fn {
     int sync; /* the kernel's source has barriers: run its threads as fibers */
     int nparams;
     size_t sizes[EMU_MAX_PARAMS];
-    unsigned char is_ptr[EMU_MAX_PARAMS]; /* its leading pointers: to the host view */
+    unsigned char nptr[EMU_MAX_PARAMS]; /* its leading pointers: to the host view */
     char name[128];
     int dev; /* its module's device */
     emu_fn *next;
@@ -779,7 +779,7 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     snprintf(sym, sizeof sym, "%s__emu_sync", name);
     const int *sync = dlsym(m->so, sym);
     f->sync = sync ? *sync : 1;
-    f->nparams = sig(f->sizes, f->is_ptr, EMU_MAX_PARAMS);
+    f->nparams = sig(f->sizes, f->nptr, EMU_MAX_PARAMS);
     snprintf(f->name, sizeof f->name, "%s", name);
     f->dev = m->dev;
     if (f->nparams < 0) {
@@ -943,10 +943,10 @@ static int kernel_args(const emu_node *n, void **args, char *buf) {
     const emu_fn *f = n->fn;
     for (int i = 0; i < f->nparams; i++) {
         args[i] = n->args[i];
-        if (!f->is_ptr[i]) continue;
+        if (!f->nptr[i]) continue;
         memcpy(buf, n->args[i], f->sizes[i]);
         args[i] = buf;
-        for (int k = 0; k < f->is_ptr[i]; k++) {
+        for (int k = 0; k < f->nptr[i]; k++) {
             uintptr_t v;
             memcpy(&v, buf + k * sizeof v, sizeof v);
             if (v && !mem_is_device(v)) {
@@ -1008,7 +1008,7 @@ static CUresult kernel_run(emu_node *n) {
 static int launch_ptrs_ok(const emu_fn *f, void **params) {
     uintptr_t ptrs[256];
     for (int i = 0; i < f->nparams; i++) {
-        int k = f->is_ptr[i], bad = 0;
+        int k = f->nptr[i], bad = 0;
         memcpy(ptrs, params[i], (size_t)k * sizeof *ptrs);
         for (int j = 0; j < k && !bad; j++)
             bad = ptrs[j] && mem_dev(ptrs[j]) >= 0 && mem_dev(ptrs[j]) != f->dev;

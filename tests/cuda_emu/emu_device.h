@@ -123,7 +123,7 @@ static inline unsigned short hd_host_st_f16(float f) {
 }
 
 /* The entry points the fake NVRTC appends for each kernel k:
- * k__emu_sig(sizes, is_ptr, cap) gives the parameters' count (-1: more
+ * k__emu_sig(sizes, nptr, cap) gives the parameters' count (-1: more
  * than cap), sizes (the driver copies arguments by value, as cuLaunchKernel
  * and graph capture do) and how many device pointers each holds (the
  * driver moves those to its read-write view of device memory): 1 for a
@@ -140,11 +140,11 @@ template <class T> struct hd_emu_nptr<T, decltype((void)T::emu_lead_ptrs)> {
     static const int value = T::emu_lead_ptrs;
 };
 template <class... A>
-static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned char *is_ptr, int cap) {
+static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned char *nptr, int cap) {
     size_t s[] = {sizeof(A)..., 0};
     unsigned char p[] = {(unsigned char)hd_emu_nptr<A>::value..., 0};
     if ((int)sizeof...(A) > cap) return -1;
-    for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i], is_ptr[i] = p[i];
+    for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i], nptr[i] = p[i];
     return (int)sizeof...(A);
 }
 template <class... A, size_t... I>
