@@ -242,21 +242,43 @@ static int optim_kin(const hd_tensor *x, const hd_tensor *y) {
            x->dtype == y->dtype;
 }
 
-/* The new state of the batch's items, on their device. */
+/* Is t the state's only holder of its memory, which nobody else can see
+ * (the list's slot holds the one reference to t, t the one reference to
+ * its storage, and no host code holds a pointer into it)? Then the new
+ * state may be written over it: nobody can tell, as with PyTorch's
+ * in-place update of its moments. A tensor the program kept (a variable,
+ * another list, a saved tensor, the memo, a view) is left as it was. */
+static int optim_state_unseen(const hd_tensor *t) {
+    const hd_storage *s = t->storage;
+    return t->refcount == 1 && !t->grad_info && s->refcount == 1 && !hd_storage_host_writable(s) &&
+           !s->memo;
+}
+
+static int optim_state_inplace(const hd_optim_step *u, const hd_optim_item *it) {
+    for (int q = 0; q < u->nstate; q++)
+        if (!it->s0[q] || !optim_state_unseen(it->s0[q])) return 0;
+    return u->nstate > 0;
+}
+
+/* The new state of the batch's items, on their device: the state before
+ * where nobody else sees it (updated in place), else new tensors. */
 static hd_status optim_new_state(hd_ctx *ctx, hd_optim_step *u) {
     for (int i = 0; i < u->n; i++) {
         hd_optim_item *it = &u->items[i];
         const hd_backend *be = it->p->storage->backend;
-        int dev = it->p->storage->device;
+        int dev = it->p->storage->device, inplace = optim_state_inplace(u, it);
         for (int q = 0; q < u->nstate; q++) {
-            it->s[q] = hd_tensor_new_on(ctx, be, dev, it->p->dtype, it->p->shape, it->p->ndim);
+            it->s[q] =
+                inplace ? hd_tensor_ref(it->s0[q])
+                        : hd_tensor_new_on(ctx, be, dev, it->p->dtype, it->p->shape, it->p->ndim);
             if (!it->s[q]) return ctx->status;
         }
     }
     return HD_OK;
 }
 
-/* The kernel on u, timed for the profiler; each p's write count moved on. */
+/* The kernel on u, timed for the profiler; the write count of each p and
+ * of state updated in place moved on. */
 static hd_status optim_launch(hd_ctx *ctx, const optim_kind *k, hd_optim_step *u) {
     const hd_backend *be = u->items[0].p->storage->backend;
     double bytes = 0;
@@ -269,7 +291,12 @@ static hd_status optim_launch(hd_ctx *ctx, const optim_kind *k, hd_optim_step *u
     double t0 = prof ? hd_profile_begin(ctx) : 0;
     hd_status st = be->optim(ctx, u);
     if (prof) hd_profile_end(ctx, k->prof_row, NULL, t0, bytes, 0);
-    for (int i = 0; i < u->n; i++) u->items[i].p->storage->version++;
+    for (int i = 0; i < u->n; i++) {
+        const hd_optim_item *it = &u->items[i];
+        it->p->storage->version++;
+        for (int q = 0; q < u->nstate; q++)
+            if (it->s[q] == it->s0[q]) it->s[q]->storage->version++;
+    }
     return st;
 }
 

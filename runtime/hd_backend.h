@@ -39,9 +39,11 @@ typedef struct hd_coll {
  *   d = g + mom buf with HD_OPTIM_NESTEROV, else buf (g without momentum)
  *   p = p - lr d          (p.sub_(d, alpha = lr))
  * p, g and the state before (s0) contiguous, of p's shape and dtype; the
- * new state s new tensors (same shape and dtype), p written in place; no
- * memory written is another item's (or read by one). The constants are
- * the values the ops would read: each already rounded to T. */
+ * new state s new tensors (same shape and dtype) or s0 itself (all of an
+ * item's state, updated in place: each element read before it is
+ * written), p written in place; no memory written is another item's (or
+ * read by one). The constants are the values the ops would read: each
+ * already rounded to T. */
 enum { HD_OPTIM_ADAM, HD_OPTIM_SGD };
 enum {
     HD_ADAM_C1,
@@ -62,7 +64,7 @@ enum { HD_OPTIM_DECAY = 1, HD_OPTIM_WD = 2, HD_OPTIM_MOMENTUM = 4, HD_OPTIM_NEST
 typedef struct hd_optim_item {
     hd_tensor *p, *g;
     hd_tensor *s0[2]; /* the state before, NULL at a first step */
-    hd_tensor *s[2];  /* the new state */
+    hd_tensor *s[2];  /* the new state: new tensors, or s0 (in place) */
 } hd_optim_item;
 
 typedef struct hd_optim_step {

@@ -44,10 +44,38 @@ static inline double st_f64(double x) {
 #endif
 #define CPU_OPTIM_INLINE static inline __attribute__((always_inline))
 
+/* Where an item's state before is: none (a first step), its own tensors,
+ * or the tensors the new state goes to (updated in place). */
+enum { CPU_S0_NONE, CPU_S0_APART, CPU_S0_INPLACE };
+
+static int cpu_optim_s0(const hd_optim_item *it) {
+    return !it->s0[0] ? CPU_S0_NONE : it->s0[0] == it->s[0] ? CPU_S0_INPLACE : CPU_S0_APART;
+}
+
+/* The bodies for every option set (the last one the default), state
+ * before at S0. */
+#define CPU_ADAM_SWITCH(SUF, S0)                                                                   \
+    switch (o->flags & (HD_OPTIM_DECAY | HD_OPTIM_WD)) {                                           \
+    case 0: adam_body_##SUF(0, S0, p, g, m0, v0, m, v, o->c, n); break;                            \
+    case 1: adam_body_##SUF(1, S0, p, g, m0, v0, m, v, o->c, n); break;                            \
+    case 2: adam_body_##SUF(2, S0, p, g, m0, v0, m, v, o->c, n); break;                            \
+    default: adam_body_##SUF(3, S0, p, g, m0, v0, m, v, o->c, n); break;                           \
+    }
+#define CPU_SGD_SWITCH(SUF, S0)                                                                    \
+    switch (o->flags & (W | M | N)) {                                                              \
+    case 0: sgd_body_##SUF(0, S0, p, g, b0, b, o->c, n); break;                                    \
+    case W: sgd_body_##SUF(W, S0, p, g, b0, b, o->c, n); break;                                    \
+    case M: sgd_body_##SUF(M, S0, p, g, b0, b, o->c, n); break;                                    \
+    case W | M: sgd_body_##SUF(W | M, S0, p, g, b0, b, o->c, n); break;                            \
+    case M | N: sgd_body_##SUF(M | N, S0, p, g, b0, b, o->c, n); break;                            \
+    default: sgd_body_##SUF(W | M | N, S0, p, g, b0, b, o->c, n); break;                           \
+    }
+
 /* Adam's and SGD's loops for storage type S, compute type C. The bodies
- * take the options (fl) and whether there is state before (s0) as
+ * take the options (fl) and where the state before is (s0) as
  * constants: each call below is a loop without branches, over operands
- * that do not overlap (the caller checks), so it runs in vectors. */
+ * that do not overlap (the caller checks; state updated in place is read
+ * through the pointer it is written through), so it runs in vectors. */
 #define CPU_OPTIM(SUF, S, C, LD, ST, SQRT)                                                         \
     CPU_OPTIM_INLINE void adam_body_##SUF(                                                         \
         int fl, int s0, S *restrict p, const S *restrict g, const S *restrict m0,                  \
@@ -61,8 +89,10 @@ static inline double st_f64(double x) {
             if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(l2 * pi))));                               \
             C mi = LD(ST(c1 * gi)), vi = LD(ST(LD(ST(c2 * gi)) * gi));                             \
             if (s0) {                                                                              \
-                mi = LD(ST(LD(ST(b1 * LD(m0[i]))) + mi));                                          \
-                vi = LD(ST(LD(ST(b2 * LD(v0[i]))) + vi));                                          \
+                C mo = LD(s0 == CPU_S0_INPLACE ? m[i] : m0[i]);                                    \
+                C vo = LD(s0 == CPU_S0_INPLACE ? v[i] : v0[i]);                                    \
+                mi = LD(ST(LD(ST(b1 * mo)) + mi));                                                 \
+                vi = LD(ST(LD(ST(b2 * vo)) + vi));                                                 \
             }                                                                                      \
             C den = LD(ST(LD(ST(LD(ST(SQRT(vi))) / bc2)) + eps));                                  \
             C upd = LD(ST(LD(ST(ss * mi)) / den));                                                 \
@@ -76,20 +106,17 @@ static inline double st_f64(double x) {
         S *p = (S *)hd_tensor_data(it->p) + i0, *m = (S *)hd_tensor_data(it->s[0]) + i0;           \
         S *v = (S *)hd_tensor_data(it->s[1]) + i0;                                                 \
         const S *g = (const S *)hd_tensor_data(it->g) + i0, *m0 = NULL, *v0 = NULL;                \
-        if (it->s0[0])                                                                             \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        if (s0 == CPU_S0_APART)                                                                    \
             m0 = (const S *)hd_tensor_data(it->s0[0]) + i0,                                        \
             v0 = (const S *)hd_tensor_data(it->s0[1]) + i0;                                        \
         int64_t n = i1 - i0;                                                                       \
-        switch ((o->flags & (HD_OPTIM_DECAY | HD_OPTIM_WD)) | (m0 ? 4 : 0)) {                      \
-        case 0: adam_body_##SUF(0, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 1: adam_body_##SUF(1, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 2: adam_body_##SUF(2, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 3: adam_body_##SUF(3, 0, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 4: adam_body_##SUF(0, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 5: adam_body_##SUF(1, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
-        case 6: adam_body_##SUF(2, 1, p, g, m0, v0, m, v, o->c, n); break;                         \
-        default: adam_body_##SUF(3, 1, p, g, m0, v0, m, v, o->c, n); break;                        \
-        }                                                                                          \
+        if (s0 == CPU_S0_NONE)                                                                     \
+            CPU_ADAM_SWITCH(SUF, CPU_S0_NONE)                                                      \
+        else if (s0 == CPU_S0_APART)                                                               \
+            CPU_ADAM_SWITCH(SUF, CPU_S0_APART)                                                     \
+        else                                                                                       \
+            CPU_ADAM_SWITCH(SUF, CPU_S0_INPLACE)                                                   \
     }                                                                                              \
     CPU_OPTIM_INLINE void sgd_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,       \
                                          const S *restrict b0, S *restrict b, const double *cd,    \
@@ -99,7 +126,8 @@ static inline double st_f64(double x) {
             C pi = LD(p[i]), gi = LD(g[i]);                                                        \
             if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(wd * pi))));                               \
             if (fl & HD_OPTIM_MOMENTUM) {                                                          \
-                C bi = s0 ? LD(ST(LD(ST(mom * LD(b0[i]))) + gi)) : gi;                             \
+                C bo = s0 ? LD(s0 == CPU_S0_INPLACE ? b[i] : b0[i]) : 0;                           \
+                C bi = s0 ? LD(ST(LD(ST(mom * bo)) + gi)) : gi;                                    \
                 b[i] = ST(bi);                                                                     \
                 gi = fl & HD_OPTIM_NESTEROV ? LD(ST(gi + LD(ST(mom * bi)))) : bi;                  \
             }                                                                                      \
@@ -111,21 +139,16 @@ static inline double st_f64(double x) {
         S *p = (S *)hd_tensor_data(it->p) + i0, *b = NULL;                                         \
         const S *g = (const S *)hd_tensor_data(it->g) + i0, *b0 = NULL;                            \
         if (it->s[0]) b = (S *)hd_tensor_data(it->s[0]) + i0;                                      \
-        if (it->s0[0]) b0 = (const S *)hd_tensor_data(it->s0[0]) + i0;                             \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        if (s0 == CPU_S0_APART) b0 = (const S *)hd_tensor_data(it->s0[0]) + i0;                    \
         int64_t n = i1 - i0;                                                                       \
         enum { W = HD_OPTIM_WD, M = HD_OPTIM_MOMENTUM, N = HD_OPTIM_NESTEROV };                    \
-        switch ((o->flags & (W | M | N)) | (b0 ? 1 : 0)) {                                         \
-        case 0: sgd_body_##SUF(0, 0, p, g, b0, b, o->c, n); break;                                 \
-        case W: sgd_body_##SUF(W, 0, p, g, b0, b, o->c, n); break;                                 \
-        case M: sgd_body_##SUF(M, 0, p, g, b0, b, o->c, n); break;                                 \
-        case M | 1: sgd_body_##SUF(M, 1, p, g, b0, b, o->c, n); break;                             \
-        case W | M: sgd_body_##SUF(W | M, 0, p, g, b0, b, o->c, n); break;                         \
-        case W | M | 1: sgd_body_##SUF(W | M, 1, p, g, b0, b, o->c, n); break;                     \
-        case M | N: sgd_body_##SUF(M | N, 0, p, g, b0, b, o->c, n); break;                         \
-        case M | N | 1: sgd_body_##SUF(M | N, 1, p, g, b0, b, o->c, n); break;                     \
-        case W | M | N: sgd_body_##SUF(W | M | N, 0, p, g, b0, b, o->c, n); break;                 \
-        default: sgd_body_##SUF(W | M | N, 1, p, g, b0, b, o->c, n); break;                        \
-        }                                                                                          \
+        if (s0 == CPU_S0_NONE)                                                                     \
+            CPU_SGD_SWITCH(SUF, CPU_S0_NONE)                                                       \
+        else if (s0 == CPU_S0_APART)                                                               \
+            CPU_SGD_SWITCH(SUF, CPU_S0_APART)                                                      \
+        else                                                                                       \
+            CPU_SGD_SWITCH(SUF, CPU_S0_INPLACE)                                                    \
     }
 
 CPU_OPTIM(f32, float, float, ld_f32, st_f32, sqrtf)

@@ -9,9 +9,11 @@
  * those ops do (NVRTC compiles with --fmad=false: no multiply-add is
  * contracted), so their bits are the ops' bits. The parameters' addresses
  * travel in a table passed by value (as PyTorch's multi-tensor kernels
- * take theirs): nothing is copied up. The new state is new tensors, as the
- * ops' results are (a moment the caller kept keeps its values); p is
- * written in place with its write count moved on, as p[...] = ... does. */
+ * take theirs): nothing is copied up. The new state is the state before,
+ * updated in place, where nobody else holds it (lang/builtins_optim.c
+ * decides), else new tensors, as the ops' results are (a moment the
+ * caller kept keeps its values); p is written in place with its write
+ * count moved on, as p[...] = ... does. */
 #if HODU_HAVE_CUDA
 #include "cuda_int.h"
 #include "hd_backend.h"
