@@ -6,6 +6,7 @@
  * into its calls and its errors into errors at the user's line. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
+#include "hd_backend.h"
 #include "hd_memo.h"
 #include "compiled.h"
 #include "eval.h"
@@ -118,8 +119,10 @@ static HD_TF_FN(tf_is_grad_enabled) {
     return HD_OK;
 }
 
-/* memory_stats(): what the VM's allocator holds now and at its peak, the
- * live gradient records of the current context and the block cache. */
+/* memory_stats(device = none): what the VM's allocator holds now and at
+ * its peak, the live gradient records of the current context and the
+ * block cache; for a device with an allocator of its own ("cuda:0"), its
+ * figures: used, peak and cached. */
 static hd_status stat_set(hd_vm *vm, hd_value d, const char *k, int64_t v) {
     return hd_dict_set(vm, d, k, hd_int(v));
 }
@@ -130,8 +133,25 @@ static uint64_t memo_hits(const hd_ctx *ctx) {
     return hits;
 }
 
+static hd_status device_memory_stats(hd_vm *vm, const hd_targs *a, hd_value *out) {
+    hd_mem_stats st;
+    if (a->place->memory(hd_vm_ctx(vm), a->place_device, HD_MEM_READ, &st))
+        return hd_tfail(vm, "memory_stats");
+    hd_value d = hd_dict_new(vm);
+    if (hd_vm_failed(vm)) return HD_ERR_MEMORY;
+    if (stat_set(vm, d, "used", (int64_t)st.used) || stat_set(vm, d, "peak", (int64_t)st.peak) ||
+        stat_set(vm, d, "cached", (int64_t)st.cached)) {
+        hd_value_unref(vm, d);
+        return HD_ERR_MEMORY;
+    }
+    *out = d;
+    return HD_OK;
+}
+
 static HD_TF_FN(tf_memory_stats) {
-    HD_TARGS_BIND(a); /* (none) */
+    HD_TARGS_BIND(a); /* device= */
+    if (hd_targ_device(vm, &a, 0)) return HD_ERR_RUNTIME;
+    if (a.place && a.place->memory) return device_memory_stats(vm, &a, out);
     hd_ctx *ctx = hd_vm_ctx(vm);
     hd_value d = hd_dict_new(vm);
     if (hd_vm_failed(vm)) return HD_ERR_MEMORY;
@@ -158,7 +178,7 @@ static const hd_tfunc rows[] = {
     {"zero_grad", tf_zero_grad, "params", -1, HD_TF_GLOBAL},
     {"clear_tape", tf_clear_tape, "", -1, HD_TF_GLOBAL},
     {"is_grad_enabled", tf_is_grad_enabled, "", -1, HD_TF_GLOBAL},
-    {"memory_stats", tf_memory_stats, "", -1, HD_TF_GLOBAL},
+    {"memory_stats", tf_memory_stats, "device=", -1, HD_TF_GLOBAL},
     {"grad_context", tf_grad_context, "", -1, HD_TF_GLOBAL},
 };
 

@@ -568,18 +568,26 @@ static HD_TF_FN(tf_get_num_threads) {
     return HD_OK;
 }
 
-/* empty_cache(): give the block cache's memory and the memo's results back. */
+/* empty_cache(): give the block caches' memory (the host's and every
+ * open device's) and the memo's results back. */
 static HD_TF_FN(tf_empty_cache) {
     HD_TARGS_BIND(a); /* (none) */
     hd_memo_clear(&vm->ctx);
     hd_ctx_trim(&vm->ctx);
+    hd_devices_trim(&vm->ctx);
     return HD_OK;
 }
 
-/* reset_peak_memory_stats(): memory_stats()["peak"] starts again from
- * what is in use now. */
+/* reset_peak_memory_stats(device = none): memory_stats(device)["peak"]
+ * starts again from what is in use now. */
 static HD_TF_FN(tf_reset_peak) {
-    HD_TARGS_BIND(a); /* (none) */
+    HD_TARGS_BIND(a); /* device= */
+    if (hd_targ_device(vm, &a, 0)) return HD_ERR_RUNTIME;
+    if (a.place && a.place->memory) {
+        if (a.place->memory(&vm->ctx, a.place_device, HD_MEM_RESET_PEAK, NULL))
+            return hd_tfail(vm, "reset_peak_memory_stats");
+        return HD_OK;
+    }
     vm->ctx.mem_peak = vm->ctx.mem_used;
     return HD_OK;
 }
@@ -640,7 +648,7 @@ static HD_TF_FN(tf_profile_stats) {
 static const hd_tfunc rows[] = {
     {"profile_report", tf_profile_report, "reset=, show=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"profile_stats", tf_profile_stats, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
-    {"reset_peak_memory_stats", tf_reset_peak, "", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
+    {"reset_peak_memory_stats", tf_reset_peak, "device=", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"set_strategy", tf_set_strategy, "s", -1, HD_TF_GLOBAL | HD_TF_EFFECT},
     {"_strategy", tf_strategy_fields, "name=", -1, HD_TF_GLOBAL},
     {"_strategy_check", tf_strategy_check, "fields", -1, HD_TF_GLOBAL},

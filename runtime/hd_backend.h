@@ -76,6 +76,15 @@ typedef struct hd_optim_step {
     double c[10];
 } hd_optim_step;
 
+/* A device's own allocator: bytes its tensors hold (used), the most they
+ * held since the device opened or the last reset (peak), and free blocks
+ * kept for reuse (cached); sizes as allocated (rounded up). */
+typedef struct hd_mem_stats {
+    size_t used, peak, cached;
+} hd_mem_stats;
+/* hd_backend.memory's requests. */
+enum { HD_MEM_READ, HD_MEM_RESET_PEAK, HD_MEM_TRIM };
+
 typedef struct hd_backend {
     const char *name; /* "cpu", "cuda" */
     /* Is the device usable in this process? Fills ctx's error if not. */
@@ -110,6 +119,13 @@ typedef struct hd_backend {
      * few launches on a device). NULL: the optimizer runs its ops one by
      * one. */
     hd_status (*optim)(hd_ctx *ctx, const hd_optim_step *s);
+    /* The device's allocator: HD_MEM_READ fills *st (zeros for a device
+     * this context has not opened), HD_MEM_RESET_PEAK starts the peak
+     * again from what is used now, HD_MEM_TRIM gives the cached blocks
+     * back to the driver (device -1: every open device). NULL: no
+     * allocator of its own (the cpu's memory is the context's,
+     * hd_ctx.mem_used). */
+    hd_status (*memory)(hd_ctx *ctx, int device, int req, hd_mem_stats *st);
 } hd_backend;
 
 extern const hd_backend hd_cpu_backend;
@@ -129,6 +145,9 @@ hd_status hd_backend_parse_device(hd_ctx *ctx, const char *spec, const hd_backen
 /* Parse and check availability: the error says why a device cannot be used
  * ("cuda is not available: libcuda.so.1 not found"). */
 hd_status hd_backend_open_device(hd_ctx *ctx, const char *spec, const hd_backend **be, int *device);
+
+/* Every backend's cached device blocks given back (empty_cache()). */
+void hd_devices_trim(hd_ctx *ctx);
 
 /* Where ops without tensor inputs (creation) put their results until the
  * matching pop: returns the previous place. */

@@ -50,6 +50,10 @@ hd_status hd_backend_open_device(hd_ctx *ctx, const char *spec, const hd_backend
     return (*be)->available(ctx, *device);
 }
 
+void hd_devices_trim(hd_ctx *ctx) {
+    if (hd_cuda_backend.memory) hd_cuda_backend.memory(ctx, -1, HD_MEM_TRIM, NULL);
+}
+
 hd_place hd_place_push(hd_ctx *ctx, const hd_backend *be, int device) {
     hd_place prev = {ctx->place_backend, ctx->place_device};
     ctx->place_backend = be == &hd_cpu_backend ? NULL : be;

@@ -110,4 +110,5 @@ const hd_backend hd_cpu_backend = {
     /* .copy_device = */ NULL,
     /* .collective = */ NULL,
     /* .optim = */ hd_cpu_optim,
+    /* .memory = */ NULL,
 };

@@ -177,6 +177,7 @@ static void *cuda_alloc(hd_ctx *ctx, int device, size_t nbytes) {
         if (hd_cuda_check(ctx, r, "cuMemAlloc")) return NULL;
     }
     d->live_bytes += size;
+    if (d->live_bytes > d->peak_bytes) d->peak_bytes = d->live_bytes;
     return (void *)(uintptr_t)p;
 }
 
@@ -225,6 +226,36 @@ void hd_cuda_pool_release(hd_cuda_dev *d, hd_cuda_pool *pool) {
         d->bins[b] = k;
         d->cached_bytes += k->size;
     }
+}
+
+/* hd_backend.memory: the allocator's figures of an open device; its
+ * cached blocks back to the driver (not while a graph is captured, which
+ * may not wait for the stream). */
+static hd_status cuda_memory(hd_ctx *ctx, int device, int req, hd_mem_stats *st) {
+    hd_cuda_state *s = ctx->device_state;
+    if (req == HD_MEM_TRIM) {
+        for (int i = 0; i < HD_CUDA_MAX_DEVICES; i++) {
+            if (device >= 0 && i != device) continue;
+            if (!s || !s->dev[i].ready) continue;
+            hd_cuda_dev *d = hd_cuda_dev_get(ctx, i);
+            if (!d)
+                hd_error_clear(ctx); /* nothing to give back then */
+            else if (!d->pool)
+                alloc_release_cached(hd_cuda_api_get(), d, ctx);
+        }
+        return HD_OK;
+    }
+    if (device < 0 || device >= HD_CUDA_MAX_DEVICES)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "cuda:%d: no such device", device);
+    hd_cuda_dev *d = s && s->dev[device].ready ? &s->dev[device] : NULL;
+    if (req == HD_MEM_RESET_PEAK) {
+        if (d) d->peak_bytes = d->live_bytes;
+        return HD_OK;
+    }
+    st->used = d ? d->live_bytes : 0;
+    st->peak = d ? d->peak_bytes : 0;
+    st->cached = d ? d->cached_bytes : 0;
+    return HD_OK;
 }
 
 CUdeviceptr hd_cuda_scratch(hd_ctx *ctx, int device, size_t nbytes) {
@@ -558,5 +589,6 @@ const hd_backend hd_cuda_backend = {
     /* .copy_device = */ cuda_copy_device,
     /* .collective = */ hd_cuda_collective,
     /* .optim = */ hd_cuda_optim,
+    /* .memory = */ cuda_memory,
 };
 #endif

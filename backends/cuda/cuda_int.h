@@ -301,7 +301,7 @@ typedef struct hd_cuda_dev {
     /* caching allocator: free blocks by size class (bin = log2 of the
      * rounded size), each list holding blocks of exactly one size */
     hd_cuda_block *bins[HD_CUDA_BINS];
-    size_t cached_bytes, live_bytes;
+    size_t cached_bytes, live_bytes, peak_bytes;
     hd_cuda_pool *pool;      /* set while a graph is captured */
     hd_cuda_module *modules; /* loaded modules by source hash */
     hd_cuda_kentry *kernels; /* eager kernels by hd_cuda_kernel's key (open addressing) */

@@ -59,5 +59,6 @@ const hd_backend hd_cuda_backend = {
     /* .copy_device = */ NULL,
     /* .collective = */ NULL,
     /* .optim = */ NULL,
+    /* .memory = */ NULL,
 };
 #endif

@@ -800,6 +800,33 @@ static void test_optimizer(void) {
     hodu_vm_free(vm);
 }
 
+/* memory_stats(device = "cuda") reads the allocator's counts: no driver
+ * call. empty_cache() gives each cached block back (one cuMemFree each,
+ * after one wait for the stream); the next tensor then allocates. */
+static void test_memory(void) {
+    hodu_vm *vm = hodu_vm_new(NULL);
+    CHECK(vm != NULL);
+    if (!vm) return;
+    CHECK_MSG(hodu_eval(vm,
+                        "let a = randn([1000], device = \"cuda\")\n"
+                        "let b = randn([300000], device = \"cuda\")\n"
+                        "a = none\nb = none\n",
+                        "<mem>") == HODU_OK,
+              "%s", hodu_error_message(vm));
+    emu_reset();
+    CHECK(hodu_eval(vm, "let s = memory_stats(device = \"cuda\")", "<stats>") == HODU_OK);
+    CHECK_MSG(emu_calls(NULL) == 0, "%llu calls", emu_calls(NULL));
+    emu_reset();
+    CHECK(hodu_eval(vm, "empty_cache()", "<empty>") == HODU_OK);
+    CHECK_MSG(emu_calls("cuMemFree_v2") == 2 && emu_calls("cuStreamSynchronize") == 1,
+              "%llu frees, %llu waits", emu_calls("cuMemFree_v2"),
+              emu_calls("cuStreamSynchronize"));
+    emu_reset();
+    CHECK(hodu_eval(vm, "let c = randn([1000], device = \"cuda\")", "<again>") == HODU_OK);
+    CHECK_MSG(emu_calls("cuMemAlloc_v2") == 1, "%llu", emu_calls("cuMemAlloc_v2"));
+    hodu_vm_free(vm);
+}
+
 int main(void) {
     setenv("HODU_CUDA_EMU_DEVICES", "2", 1); /* read when the driver is opened */
     test_split_chunk();
@@ -822,6 +849,7 @@ int main(void) {
     test_peer(&ctx);
     test_linalg(&ctx);
     test_optimizer();
+    test_memory();
     hd_ctx_release(&ctx);
     remove(CALLS_TRACE);
     TEST_END();
