@@ -1,4 +1,5 @@
-/* _adam_steps and _sgd_steps: stdlib/optim.hodu's Adam.step and SGD.step
+/* _adam_steps, _sgd_steps, _adagrad_steps and _lion_steps:
+ * stdlib/optim.hodu's Adam.step, SGD.step, Adagrad.step and Lion.step
  * for a list of parameters as the backend's fused step (hd_backend.optim),
  * where it has one and the operands allow: one pass over each parameter
  * on the cpu, one launch for many parameters of one dtype on cuda, in
@@ -109,10 +110,52 @@ static int sgd_consts(const hd_targs *a, int num, hd_dtype dt, hd_optim_step *u)
            optim_const(a->v[num + 3], dt, &u->c[HD_SGD_WD]);
 }
 
+/* Adagrad: clr, wd, eps, init; wd, eps and init numbers. */
+static int adagrad_plan(const hd_targs *a, int num, hd_optim_step *u) {
+    hd_value wd = a->v[num + 1];
+    if (!optim_is_number(wd) || !optim_is_number(a->v[num + 2]) || !optim_is_number(a->v[num + 3]))
+        return 0;
+    u->flags = optim_number(wd) != 0 ? HD_OPTIM_WD : 0;
+    u->nstate = 1;
+    return 1;
+}
+
+static int adagrad_consts(const hd_targs *a, int num, hd_dtype dt, hd_optim_step *u) {
+    return optim_const(a->v[num], dt, &u->c[HD_AGRAD_CLR]) &&
+           optim_const(a->v[num + 1], dt, &u->c[HD_AGRAD_WD]) &&
+           optim_const(a->v[num + 2], dt, &u->c[HD_AGRAD_EPS]) &&
+           optim_const(a->v[num + 3], dt, &u->c[HD_AGRAD_INIT]);
+}
+
+/* Lion: lr, b1, b2, decay; the betas floats (as Adam's), decay a number. */
+static int lion_plan(const hd_targs *a, int num, hd_optim_step *u) {
+    hd_value decay = a->v[num + 3];
+    if (a->v[num + 1].type != HD_V_FLOAT || a->v[num + 2].type != HD_V_FLOAT ||
+        !optim_is_number(decay))
+        return 0;
+    u->flags = optim_number(decay) != 1 ? HD_OPTIM_DECAY : 0;
+    u->nstate = 1;
+    return 1;
+}
+
+static int lion_consts(const hd_targs *a, int num, hd_dtype dt, hd_optim_step *u) {
+    double *c = u->c;
+    return optim_const(hd_float(1 - a->v[num + 1].as.f), dt, &c[HD_LION_C1]) &&
+           optim_const(hd_float(1 - a->v[num + 2].as.f), dt, &c[HD_LION_C2]) &&
+           optim_const(a->v[num + 1], dt, &c[HD_LION_B1]) &&
+           optim_const(a->v[num + 2], dt, &c[HD_LION_B2]) &&
+           optim_const(a->v[num], dt, &c[HD_LION_LR]) &&
+           optim_const(a->v[num + 3], dt, &c[HD_LION_DECAY]);
+}
+
 static const optim_kind optim_adam = {"Adam.step",  "_adam_steps", HD_OPTIM_ADAM, 2,
                                       HD_PROF_ADAM, adam_plan,     adam_consts};
 static const optim_kind optim_sgd = {"SGD.step",  "_sgd_steps", HD_OPTIM_SGD, 1,
                                      HD_PROF_SGD, sgd_plan,     sgd_consts};
+static const optim_kind optim_adagrad = {"Adagrad.step",  "_adagrad_steps", HD_OPTIM_ADAGRAD, 1,
+                                         HD_PROF_ADAGRAD, adagrad_plan,     adagrad_consts};
+static const optim_kind optim_lion = {"Lion.step",  "_lion_steps", HD_OPTIM_LION, 1,
+                                      HD_PROF_LION, lion_plan,     lion_consts};
 
 static int optim_same_shape(const hd_tensor *a, const hd_tensor *b) {
     if (a->ndim != b->ndim) return 0;
@@ -418,10 +461,27 @@ static HD_TF_FN(tf_sgd_steps) {
     return optim_steps(vm, &a, &optim_sgd, out);
 }
 
+/* _adagrad_steps(ps, gs, sums, ix, clr, wd, eps, init): Adagrad's update
+ * the same way, the sums of squares in sums[ix[j]] (init added at the
+ * first step). */
+static HD_TF_FN(tf_adagrad_steps) {
+    HD_TARGS_BIND(a);
+    return optim_steps(vm, &a, &optim_adagrad, out);
+}
+
+/* _lion_steps(ps, gs, ms, ix, lr, b1, b2, decay): Lion's update the same
+ * way, the moments in ms[ix[j]] (zero before the first step). */
+static HD_TF_FN(tf_lion_steps) {
+    HD_TARGS_BIND(a);
+    return optim_steps(vm, &a, &optim_lion, out);
+}
+
 static const hd_tfunc rows[] = {
     {"_adam_steps", tf_adam_steps, "ps, gs, ms, vs, ix, b1, b2, step_size, bc2, eps, l2, decay", -1,
      HD_TF_GLOBAL},
     {"_sgd_steps", tf_sgd_steps, "ps, gs, bufs, ix, lr, momentum, nesterov, wd", -1, HD_TF_GLOBAL},
+    {"_adagrad_steps", tf_adagrad_steps, "ps, gs, sums, ix, clr, wd, eps, init", -1, HD_TF_GLOBAL},
+    {"_lion_steps", tf_lion_steps, "ps, gs, ms, ix, lr, b1, b2, decay", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_optim = {rows, (int)(sizeof rows / sizeof rows[0])};

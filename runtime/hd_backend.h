@@ -38,13 +38,23 @@ typedef struct hd_coll {
  *   buf = mom buf0 + g    (g itself at the first step: buf0 NULL)
  *   d = g + mom buf with HD_OPTIM_NESTEROV, else buf (g without momentum)
  *   p = p - lr d          (p.sub_(d, alpha = lr))
+ * Adagrad (c: HD_AGRAD_*; state sum):
+ *   g = g + wd p          (HD_OPTIM_WD)
+ *   sum = sum0 + g g      (g g + init at the first step: sum0 NULL)
+ *   p = p - (clr g) / (sqrt(sum) + eps)
+ * Lion (c: HD_LION_*; state m):
+ *   m0 = g 0 at the first step (m0 NULL)
+ *   c = b1 m0 + c1 g
+ *   p = decay p           (p.mul_(1 - lr wd): HD_OPTIM_DECAY)
+ *   p = p - lr sign(c)    (sign(NaN) NaN)
+ *   m = b2 m0 + c2 g
  * p, g and the state before (s0) contiguous, of p's shape and dtype; the
  * new state s new tensors (same shape and dtype) or s0 itself (all of an
  * item's state, updated in place: each element read before it is
  * written), p written in place; no memory written is another item's (or
  * read by one). The constants are the values the ops would read: each
  * already rounded to T. */
-enum { HD_OPTIM_ADAM, HD_OPTIM_SGD };
+enum { HD_OPTIM_ADAM, HD_OPTIM_SGD, HD_OPTIM_ADAGRAD, HD_OPTIM_LION, HD_OPTIM_KINDS };
 enum {
     HD_ADAM_C1,
     HD_ADAM_C2,
@@ -57,6 +67,8 @@ enum {
     HD_ADAM_DECAY
 };
 enum { HD_SGD_LR, HD_SGD_MOM, HD_SGD_WD };
+enum { HD_AGRAD_CLR, HD_AGRAD_WD, HD_AGRAD_EPS, HD_AGRAD_INIT };
+enum { HD_LION_C1, HD_LION_C2, HD_LION_B1, HD_LION_B2, HD_LION_LR, HD_LION_DECAY };
 /* flags: which of the optional steps run (as the optimizer decides, on
  * the options' values before any rounding) */
 enum { HD_OPTIM_DECAY = 1, HD_OPTIM_WD = 2, HD_OPTIM_MOMENTUM = 4, HD_OPTIM_NESTEROV = 8 };

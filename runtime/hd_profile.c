@@ -234,6 +234,8 @@ const char *hd_profile_row_name(int row) {
     if (row == HD_PROF_RUN) return "compiled run";
     if (row == HD_PROF_ADAM) return "adam_update";
     if (row == HD_PROF_SGD) return "sgd_update";
+    if (row == HD_PROF_ADAGRAD) return "adagrad_update";
+    if (row == HD_PROF_LION) return "lion_update";
     return hd_op_name((hd_op)row);
 }
 

@@ -14,7 +14,15 @@
 #include "hd_op.h"
 
 /* Rows of the table: the ops, then these. */
-enum { HD_PROF_COMPILE = HD_OP_COUNT, HD_PROF_RUN, HD_PROF_ADAM, HD_PROF_SGD, HD_PROF_ROWS };
+enum {
+    HD_PROF_COMPILE = HD_OP_COUNT,
+    HD_PROF_RUN,
+    HD_PROF_ADAM,
+    HD_PROF_SGD,
+    HD_PROF_ADAGRAD,
+    HD_PROF_LION,
+    HD_PROF_ROWS
+};
 
 /* Turn recording on or off (what was recorded stays). trace: where the
  * Chrome trace goes when the context is released (NULL: no trace, or keep

@@ -196,6 +196,8 @@ static const char *const sf_opts[] = {
     "optim.SGD(net.parameters(), lr = 0.05, momentum = 0.5, weight_decay = 0.01, nesterov = true)",
     "optim.Adam(net.parameters(), lr = 0.01)",
     "optim.AdamW(net.parameters(), lr = 0.01, weight_decay = 0.1)",
+    "optim.Adagrad(net.parameters(), lr = 0.1, weight_decay = 0.01)",
+    "optim.Lion(net.parameters(), lr = 0.01, weight_decay = 0.1)",
 };
 
 /* Eager actions between calls (CALL, the call of a compiled function, is
@@ -263,7 +265,9 @@ static void sf_dump_fn(sf_buf *b) {
               "    if opt != none {\n"
               "        print(\"lr\", opt.lr)\n"
               "        if hasattr(opt, \"bufs\") { print(\"bufs\", T(opt.bufs)) }\n"
-              "        if hasattr(opt, \"m\") { print(\"adam\", T(opt.t), T(opt.m), T(opt.v)) }\n"
+              "        if hasattr(opt, \"m\") { print(\"m\", T(opt.m)) }\n"
+              "        if hasattr(opt, \"v\") { print(\"adam\", T(opt.t), T(opt.v)) }\n"
+              "        if hasattr(opt, \"sums\") { print(\"sums\", T(opt.t), T(opt.sums)) }\n"
               "        print(\"opt params\", T(opt.params))\n"
               "    }\n"
               "}\n");

@@ -1,6 +1,7 @@
 /* An optimizer's step over a list of parameters in one pass over each
- * (hd_backend.optim): Adam's (either weight decay) and SGD's (momentum,
- * Nesterov, weight decay), as runtime/hd_backend.h writes them.
+ * (hd_backend.optim): Adam's (either weight decay), SGD's (momentum,
+ * Nesterov, weight decay), Adagrad's and Lion's, as runtime/hd_backend.h
+ * writes them.
  *
  * stdlib/optim.hodu's steps run their ops one by one: Adam 14 a
  * parameter, each a pass over memory and a new tensor. Here each element
@@ -151,19 +152,96 @@ static int cpu_optim_s0(const hd_optim_item *it) {
             CPU_SGD_SWITCH(SUF, CPU_S0_INPLACE)                                                    \
     }
 
+/* Adagrad's and Lion's loops, as CPU_OPTIM's. */
+#define CPU_ADAGRAD_CALL(SUF, F, S0) adagrad_body_##SUF(F, S0, p, g, s0p, sp, o->c, n)
+#define CPU_LION_CALL(SUF, F, S0)    lion_body_##SUF(F, S0, p, g, s0p, sp, o->c, n)
+/* One state tensor: the bodies for the flag F on or off and each place of
+ * the state before. */
+#define CPU_ONE_STATE_SWITCH(CALL, SUF, F)                                                         \
+    switch ((o->flags & (F) ? 1 : 0) + 2 * s0) {                                                   \
+    case 0: CALL(SUF, 0, CPU_S0_NONE); break;                                                      \
+    case 1: CALL(SUF, F, CPU_S0_NONE); break;                                                      \
+    case 2: CALL(SUF, 0, CPU_S0_APART); break;                                                     \
+    case 3: CALL(SUF, F, CPU_S0_APART); break;                                                     \
+    case 4: CALL(SUF, 0, CPU_S0_INPLACE); break;                                                   \
+    default: CALL(SUF, F, CPU_S0_INPLACE); break;                                                  \
+    }
+#define CPU_OPTIM_MORE(SUF, S, C, LD, ST, SQRT)                                                    \
+    CPU_OPTIM_INLINE void adagrad_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,   \
+                                             const S *restrict a0, S *restrict a,                  \
+                                             const double *cd, int64_t n) {                        \
+        C clr = (C)cd[HD_AGRAD_CLR], wd = (C)cd[HD_AGRAD_WD], eps = (C)cd[HD_AGRAD_EPS];           \
+        C init = (C)cd[HD_AGRAD_INIT];                                                             \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            C pi = LD(p[i]), gi = LD(g[i]);                                                        \
+            if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(wd * pi))));                               \
+            C gg = LD(ST(gi * gi)), ai;                                                            \
+            if (s0)                                                                                \
+                ai = LD(ST(LD(s0 == CPU_S0_INPLACE ? a[i] : a0[i]) + gg));                         \
+            else                                                                                   \
+                ai = LD(ST(gg + init));                                                            \
+            a[i] = ST(ai);                                                                         \
+            C den = LD(ST(LD(ST(SQRT(ai))) + eps));                                                \
+            p[i] = ST(pi - LD(ST(LD(ST(clr * gi)) / den)));                                        \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_INLINE void lion_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,      \
+                                          const S *restrict m0, S *restrict m, const double *cd,   \
+                                          int64_t n) {                                             \
+        C c1 = (C)cd[HD_LION_C1], c2 = (C)cd[HD_LION_C2], b1 = (C)cd[HD_LION_B1];                  \
+        C b2 = (C)cd[HD_LION_B2], lr = (C)cd[HD_LION_LR], decay = (C)cd[HD_LION_DECAY];            \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            C pi = LD(p[i]), gi = LD(g[i]);                                                        \
+            C mo = s0 ? LD(s0 == CPU_S0_INPLACE ? m[i] : m0[i]) : LD(ST(gi * 0));                  \
+            C c = LD(ST(LD(ST(b1 * mo)) + LD(ST(c1 * gi))));                                       \
+            C sg = c > 0 ? (C)1 : c < 0 ? (C)-1 : c + (C)0;                                        \
+            if (fl & HD_OPTIM_DECAY) pi = LD(ST(pi * decay));                                      \
+            p[i] = ST(pi - LD(ST(lr * sg)));                                                       \
+            m[i] = ST(LD(ST(b2 * mo)) + LD(ST(c2 * gi)));                                          \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_VEC static void adagrad_##SUF(const hd_optim_step *o, const hd_optim_item *it,       \
+                                            int64_t i0, int64_t i1) {                              \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *sp = (S *)hd_tensor_data(it->s[0]) + i0;          \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *s0p = NULL;                           \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        if (s0 == CPU_S0_APART) s0p = (const S *)hd_tensor_data(it->s0[0]) + i0;                   \
+        int64_t n = i1 - i0;                                                                       \
+        CPU_ONE_STATE_SWITCH(CPU_ADAGRAD_CALL, SUF, HD_OPTIM_WD)                                   \
+    }                                                                                              \
+    CPU_OPTIM_VEC static void lion_##SUF(const hd_optim_step *o, const hd_optim_item *it,          \
+                                         int64_t i0, int64_t i1) {                                 \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *sp = (S *)hd_tensor_data(it->s[0]) + i0;          \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *s0p = NULL;                           \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        if (s0 == CPU_S0_APART) s0p = (const S *)hd_tensor_data(it->s0[0]) + i0;                   \
+        int64_t n = i1 - i0;                                                                       \
+        CPU_ONE_STATE_SWITCH(CPU_LION_CALL, SUF, HD_OPTIM_DECAY)                                   \
+    }
+
 CPU_OPTIM(f32, float, float, ld_f32, st_f32, sqrtf)
 CPU_OPTIM(f64, double, double, ld_f64, st_f64, sqrt)
 CPU_OPTIM(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
 CPU_OPTIM(bf16, uint16_t, float, hd_bf16_to_f32, hd_f32_to_bf16, sqrtf)
 
+CPU_OPTIM_MORE(f32, float, float, ld_f32, st_f32, sqrtf)
+CPU_OPTIM_MORE(f64, double, double, ld_f64, st_f64, sqrt)
+CPU_OPTIM_MORE(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
+CPU_OPTIM_MORE(bf16, uint16_t, float, hd_bf16_to_f32, hd_f32_to_bf16, sqrtf)
+
 #undef CPU_OPTIM
+#undef CPU_OPTIM_MORE
 
 static cpu_optim_fn cpu_optim_pick(int kind, hd_dtype dt) {
-    static const cpu_optim_fn adam[] = {adam_f32, adam_f64, adam_f16, adam_bf16};
-    static const cpu_optim_fn sgd[] = {sgd_f32, sgd_f64, sgd_f16, sgd_bf16};
+    static const cpu_optim_fn fns[HD_OPTIM_KINDS][4] = {
+        [HD_OPTIM_ADAM] = {adam_f32, adam_f64, adam_f16, adam_bf16},
+        [HD_OPTIM_SGD] = {sgd_f32, sgd_f64, sgd_f16, sgd_bf16},
+        [HD_OPTIM_ADAGRAD] = {adagrad_f32, adagrad_f64, adagrad_f16, adagrad_bf16},
+        [HD_OPTIM_LION] = {lion_f32, lion_f64, lion_f16, lion_bf16},
+    };
     int k = dt == HD_F32 ? 0 : dt == HD_F64 ? 1 : dt == HD_F16 ? 2 : dt == HD_BF16 ? 3 : -1;
-    if (k < 0) return NULL;
-    return kind == HD_OPTIM_SGD ? sgd[k] : adam[k];
+    if (k < 0 || kind < 0 || kind >= HD_OPTIM_KINDS) return NULL;
+    return fns[kind][k];
 }
 
 /* Elements [s, e) of the items' flat range. */

@@ -512,7 +512,7 @@ static void kernel_entry_name(hd_op op, hd_dtype in, hd_dtype out, hd_cuda_kvari
         return;
     }
     if (v == HD_CUDA_K_OPTIM) {
-        snprintf(buf, n, "k_%s_%s", op == HD_OP_SUB ? "sgd" : "adam", hd_dtype_name(out));
+        snprintf(buf, n, "k_%s_%s", hd_cuda_optim_name((int)op), hd_dtype_name(out));
         return;
     }
     hd_cuda_kernel_name(op, in, out, buf, n);

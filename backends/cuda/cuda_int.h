@@ -349,7 +349,7 @@ typedef enum {
     HD_CUDA_K_LN_STATS, /* k_layer_norm_stats_<out> */
     HD_CUDA_K_LN_DW,    /* k_layer_norm_dw_<out> */
     HD_CUDA_K_PICK,     /* k_index_select_<in>_<out>_pick: row r's element idx[r] */
-    HD_CUDA_K_OPTIM,    /* k_<adam|sgd>_<out>: cuda_optim.c's (op: HD_OP_ADD, HD_OP_SUB) */
+    HD_CUDA_K_OPTIM,    /* k_<kind>_<out>: cuda_optim.c's (the op: the HD_OPTIM_* kind) */
 } hd_cuda_kvariant;
 
 /* The eager kernel of op for dtypes (in, out) and variant: one look-up in
@@ -415,6 +415,8 @@ hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done);
 #define HD_CUDA_OPTIM_N 32
 hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *s);
 void hd_cuda_optim_module(hd_cuda_src *s);
+/* An HD_OPTIM_* kind's name in its entry points ("adam"). */
+const char *hd_cuda_optim_name(int kind);
 void hd_cuda_nccl_release(const hd_cuda_api *a, hd_cuda_dev *d);
 #endif
 

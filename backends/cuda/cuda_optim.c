@@ -1,6 +1,6 @@
 /* An optimizer's step over a list of parameters as one kernel
- * (hd_backend.optim): Adam's (with either weight decay) and SGD's (with
- * momentum, Nesterov and weight decay).
+ * (hd_backend.optim): Adam's (with either weight decay), SGD's (with
+ * momentum, Nesterov and weight decay), Adagrad's and Lion's.
  *
  * stdlib/optim.hodu's steps run their ops one by one (Adam 14 a
  * parameter, each a launch and a pass over memory on this backend); these
@@ -98,20 +98,59 @@ static const char optim_src[] =
     "    L.p[k][i] = A::st(pi - R(lr * gi));\n"
     "  }\n"
     "}\n"
+    /* c: clr, wd, eps, init (HD_AGRAD_*); state: the sums */
+    "template <int K> __device__ void adagrad_t(const o_list<typename a_ty<K>::S> &L,\n"
+    "    const double *cd, int fl) {\n"
+    "  typedef a_ty<K> A; typedef typename A::C C;\n"
+    "  C clr = (C)cd[0], wd = (C)cd[1], eps = (C)cd[2], init = (C)cd[3];\n"
+    "  O_LOOP(L)\n"
+    "    C pi = A::ld(L.p[k][i]), gi = A::ld(L.g[k][i]);\n"
+    "    if (fl & 2) gi = R(gi + R(wd * pi));\n"
+    "    C gg = R(gi * gi);\n"
+    "    C a = L.s0[0][k] ? R(A::ld(L.s0[0][k][i]) + gg) : R(gg + init);\n"
+    "    L.s[0][k][i] = A::st(a);\n"
+    "    L.p[k][i] = A::st(pi - R(R(clr * gi) / R(R(h_sqrt(a)) + eps)));\n"
+    "  }\n"
+    "}\n"
+    /* c: c1, c2, b1, b2, lr, decay (HD_LION_*); state: m (g * 0 at first) */
+    "template <int K> __device__ void lion_t(const o_list<typename a_ty<K>::S> &L,\n"
+    "    const double *cd, int fl) {\n"
+    "  typedef a_ty<K> A; typedef typename A::C C;\n"
+    "  C c1 = (C)cd[0], c2 = (C)cd[1], b1 = (C)cd[2], b2 = (C)cd[3], lr = (C)cd[4];\n"
+    "  C decay = (C)cd[5];\n"
+    "  O_LOOP(L)\n"
+    "    C pi = A::ld(L.p[k][i]), gi = A::ld(L.g[k][i]);\n"
+    "    C mo = L.s0[0][k] ? A::ld(L.s0[0][k][i]) : R(gi * (C)0);\n"
+    "    C c = R(R(b1 * mo) + R(c1 * gi));\n"
+    "    C sg = c > 0 ? (C)1 : c < 0 ? (C)-1 : c + (C)0;\n"
+    "    if (fl & 1) pi = R(pi * decay);\n"
+    "    L.p[k][i] = A::st(pi - R(lr * sg));\n"
+    "    L.s[0][k][i] = A::st(R(b2 * mo) + R(c2 * gi));\n"
+    "  }\n"
+    "}\n"
     "#undef R\n"
     "struct o_consts { double c[10]; int flags; };\n";
 /* clang-format on */
 
-/* The entry points k_adam_<dt> and k_sgd_<dt>. */
+static const char *const optim_names[HD_OPTIM_KINDS] = {[HD_OPTIM_ADAM] = "adam",
+                                                        [HD_OPTIM_SGD] = "sgd",
+                                                        [HD_OPTIM_ADAGRAD] = "adagrad",
+                                                        [HD_OPTIM_LION] = "lion"};
+
+const char *hd_cuda_optim_name(int kind) {
+    return kind >= 0 && kind < HD_OPTIM_KINDS ? optim_names[kind] : "none";
+}
+
+/* The entry points k_<kind>_<dt>. */
 static void optim_entries(hd_cuda_src *s) {
     static const char *const dts[] = {"f32", "f64", "f16", "bf16"};
     static const char *const tys[] = {"float", "double", "u16", "u16"};
-    for (int kind = 0; kind < 2; kind++)
+    for (int kind = 0; kind < HD_OPTIM_KINDS; kind++)
         for (int k = 0; k < 4; k++)
             hd_cuda_src_printf(s,
                                "extern \"C\" __global__ void k_%s_%s(o_list<%s> L, o_consts c) "
                                "{ %s_t<%d>(L, c.c, c.flags); }\n",
-                               kind ? "sgd" : "adam", dts[k], tys[k], kind ? "sgd" : "adam", k);
+                               optim_names[kind], dts[k], tys[k], optim_names[kind], k);
 }
 
 void hd_cuda_optim_module(hd_cuda_src *s) {
@@ -143,9 +182,8 @@ hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *o) {
     const hd_tensor *p0 = o->items[0].p;
     int device = p0->storage->device;
     hd_cuda_dev *d = hd_cuda_dev_get(ctx, device);
-    hd_op which = o->kind == HD_OPTIM_SGD ? HD_OP_SUB : HD_OP_ADD;
-    CUfunction f;
-    if (!d || hd_cuda_kernel(ctx, d, which, p0->dtype, p0->dtype, HD_CUDA_K_OPTIM, &f))
+    CUfunction f; /* keyed by the kind in the op's place */
+    if (!d || hd_cuda_kernel(ctx, d, (hd_op)o->kind, p0->dtype, p0->dtype, HD_CUDA_K_OPTIM, &f))
         return ctx->status;
     struct {
         double c[10];
@@ -156,7 +194,11 @@ hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *o) {
     c.flags = o->flags;
     cuda_optim_list L;
     void *args[] = {&L, &c};
-    int row = o->kind == HD_OPTIM_SGD ? HD_PROF_SGD : HD_PROF_ADAM;
+    static const int rows[HD_OPTIM_KINDS] = {[HD_OPTIM_ADAM] = HD_PROF_ADAM,
+                                             [HD_OPTIM_SGD] = HD_PROF_SGD,
+                                             [HD_OPTIM_ADAGRAD] = HD_PROF_ADAGRAD,
+                                             [HD_OPTIM_LION] = HD_PROF_LION};
+    int row = rows[o->kind];
     for (int at = 0; at < o->n;) {
         long long total = optim_table(o, &at, &L);
         if (!total) continue;

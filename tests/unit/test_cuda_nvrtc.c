@@ -81,13 +81,14 @@ int main(void) {
         hd_cuda_src_free(&s);
     }
     CHECK(modules > 50 && compiled > 0);
-    /* the optimizer's module (cuda_optim.c): its four entry points, both
-     * architectures */
+    /* the optimizer's module (cuda_optim.c): entry points of each kind,
+     * both architectures */
     hd_cuda_src os;
     hd_cuda_src_init(&os, &ctx);
     hd_cuda_optim_module(&os);
-    static const char *const adam[] = {"k_adam_f32(", "k_adam_f64(", "k_adam_f16(", "k_adam_bf16("};
-    for (int i = 0; i < 4; i++) CHECK_MSG(strstr(os.text, adam[i]) != NULL, "no %s", adam[i]);
+    static const char *const entries[] = {"k_adam_f32(", "k_sgd_f64(", "k_adagrad_f16(",
+                                          "k_lion_bf16("};
+    for (int i = 0; i < 4; i++) CHECK_MSG(strstr(os.text, entries[i]) != NULL, "no %s", entries[i]);
     for (int k = 0; k < 2 && !os.oom; k++) {
         void *img = NULL;
         size_t n = 0;
