@@ -1,11 +1,12 @@
-/* _adam_steps, _sgd_steps, _adagrad_steps and _lion_steps:
- * stdlib/optim.hodu's Adam.step, SGD.step, Adagrad.step and Lion.step
- * for a list of parameters as the backend's fused step (hd_backend.optim),
- * where it has one and the operands allow: one pass over each parameter
- * on the cpu, one launch for many parameters of one dtype on cuda, in
- * place of several ops each (Adam 14). What the kernel cannot take
- * (compiled code or any trace, under gradients, other layouts, memory one
- * parameter writes and another reads) is left to the optimizer's ops. */
+/* _adam_steps, _sgd_steps, _adagrad_steps, _lion_steps and
+ * _rmsprop_steps: stdlib/optim.hodu's optimizers' steps (Adam, SGD,
+ * Adagrad, Lion, RMSprop) for a list of parameters as the backend's fused
+ * step (hd_backend.optim), where it has one and the operands allow: one
+ * pass over each parameter on the cpu, one launch for many parameters of
+ * one dtype on cuda, in place of several ops each (Adam 14). What the
+ * kernel cannot take (compiled code or any trace, under gradients, other
+ * layouts, memory one parameter writes and another reads) is left to the
+ * optimizer's ops. */
 #include "builtins_tensor.h"
 #include "hd_autograd.h"
 #include "hd_backend.h"
@@ -74,7 +75,7 @@ static int adam_plan(const hd_targs *a, int num, hd_optim_step *u) {
         return 0;
     u->flags =
         (optim_number(decay) != 1 ? HD_OPTIM_DECAY : 0) | (optim_number(l2) != 0 ? HD_OPTIM_WD : 0);
-    u->nstate = 2;
+    u->smask = 3;
     return 1;
 }
 
@@ -100,7 +101,7 @@ static int sgd_plan(const hd_targs *a, int num, hd_optim_step *u) {
     int m = optim_number(mom) != 0;
     u->flags = (m ? HD_OPTIM_MOMENTUM : 0) | (m && nest.as.b ? HD_OPTIM_NESTEROV : 0) |
                (optim_number(wd) != 0 ? HD_OPTIM_WD : 0);
-    u->nstate = m;
+    u->smask = m;
     return 1;
 }
 
@@ -116,7 +117,7 @@ static int adagrad_plan(const hd_targs *a, int num, hd_optim_step *u) {
     if (!optim_is_number(wd) || !optim_is_number(a->v[num + 2]) || !optim_is_number(a->v[num + 3]))
         return 0;
     u->flags = optim_number(wd) != 0 ? HD_OPTIM_WD : 0;
-    u->nstate = 1;
+    u->smask = 1;
     return 1;
 }
 
@@ -134,7 +135,7 @@ static int lion_plan(const hd_targs *a, int num, hd_optim_step *u) {
         !optim_is_number(decay))
         return 0;
     u->flags = optim_number(decay) != 1 ? HD_OPTIM_DECAY : 0;
-    u->nstate = 1;
+    u->smask = 1;
     return 1;
 }
 
@@ -148,12 +149,39 @@ static int lion_consts(const hd_targs *a, int num, hd_dtype dt, hd_optim_step *u
            optim_const(a->v[num + 3], dt, &c[HD_LION_DECAY]);
 }
 
+/* RMSprop: lr, alpha, eps, wd, momentum, centered; alpha a float (its
+ * complement is a number the ops compute in f64), eps, wd and momentum
+ * numbers, centered a bool. State: v, avg (centered), buf (momentum). */
+static int rmsprop_plan(const hd_targs *a, int num, hd_optim_step *u) {
+    hd_value wd = a->v[num + 3], mom = a->v[num + 4], cen = a->v[num + 5];
+    if (a->v[num + 1].type != HD_V_FLOAT || !optim_is_number(a->v[num + 2]) ||
+        !optim_is_number(wd) || !optim_is_number(mom) || cen.type != HD_V_BOOL)
+        return 0;
+    int m = optim_number(mom) != 0;
+    u->flags = (optim_number(wd) != 0 ? HD_OPTIM_WD : 0) | (m ? HD_OPTIM_MOMENTUM : 0) |
+               (cen.as.b ? HD_OPTIM_CENTERED : 0);
+    u->smask = 1 | (cen.as.b ? 2 : 0) | (m ? 4 : 0);
+    return 1;
+}
+
+static int rmsprop_consts(const hd_targs *a, int num, hd_dtype dt, hd_optim_step *u) {
+    double *c = u->c;
+    return optim_const(a->v[num], dt, &c[HD_RMS_LR]) &&
+           optim_const(a->v[num + 1], dt, &c[HD_RMS_ALPHA]) &&
+           optim_const(hd_float(1 - a->v[num + 1].as.f), dt, &c[HD_RMS_CA]) &&
+           optim_const(a->v[num + 2], dt, &c[HD_RMS_EPS]) &&
+           optim_const(a->v[num + 3], dt, &c[HD_RMS_WD]) &&
+           optim_const(a->v[num + 4], dt, &c[HD_RMS_MOM]);
+}
+
 static const optim_kind optim_adam = {"Adam.step",  "_adam_steps", HD_OPTIM_ADAM, 2,
                                       HD_PROF_ADAM, adam_plan,     adam_consts};
 static const optim_kind optim_sgd = {"SGD.step",  "_sgd_steps", HD_OPTIM_SGD, 1,
                                      HD_PROF_SGD, sgd_plan,     sgd_consts};
 static const optim_kind optim_adagrad = {"Adagrad.step",  "_adagrad_steps", HD_OPTIM_ADAGRAD, 1,
                                          HD_PROF_ADAGRAD, adagrad_plan,     adagrad_consts};
+static const optim_kind optim_rmsprop = {"RMSprop.step",  "_rmsprop_steps", HD_OPTIM_RMSPROP, 3,
+                                         HD_PROF_RMSPROP, rmsprop_plan,     rmsprop_consts};
 static const optim_kind optim_lion = {"Lion.step",  "_lion_steps", HD_OPTIM_LION, 1,
                                       HD_PROF_LION, lion_plan,     lion_consts};
 
@@ -179,7 +207,7 @@ typedef struct optim_call {
     hd_vm *vm;
     const hd_targs *a;
     const optim_kind *k;
-    hd_optim_step plan;   /* flags and nstate */
+    hd_optim_step plan;   /* flags and smask */
     int ix;               /* the argument ix */
     hd_optim_item *items; /* one per parameter */
     char *state;          /* OPTIM_* per parameter */
@@ -203,10 +231,12 @@ static int optim_item(optim_call *c, int64_t j, hd_optim_item *it) {
     hd_value iv = optim_list_at(c, c->ix, j);
     memset(it, 0, sizeof *it);
     if (pv.type != HD_V_TENSOR || gv.type != HD_V_TENSOR || iv.type != HD_V_INT) return 0;
-    hd_tensor *p = pv.as.t, *in[4] = {p, gv.as.t};
+    hd_tensor *p = pv.as.t, *in[2 + HD_OPTIM_STATE] = {p, gv.as.t};
     it->p = p, it->g = gv.as.t;
-    int nin = 2, ns = c->plan.nstate;
-    for (int q = 0; q < ns; q++) {
+    int nin = 2, ns = 0;
+    for (int q = 0; q < HD_OPTIM_STATE; q++) {
+        if (!(c->plan.smask >> q & 1)) continue;
+        ns++;
         hd_list *l = hd_as_list(c->a->v[A_LISTS + q]);
         if (iv.as.i < 0 || iv.as.i >= l->len) return 0;
         hd_value s0 = l->items[iv.as.i];
@@ -219,7 +249,7 @@ static int optim_item(optim_call *c, int64_t j, hd_optim_item *it) {
     if (hd_tensor_is_symbolic(p) || !p->storage || !p->storage->backend->optim ||
         !hd_dtype_is_float(p->dtype) || !optim_operand(p, p) || !optim_operand(it->g, p))
         return 0;
-    for (int q = 0; q < ns; q++)
+    for (int q = 0; q < HD_OPTIM_STATE; q++)
         if (it->s0[q] && !optim_operand(it->s0[q], p)) return 0;
     return hd_autograd_wants(ctx, HD_OP_ADD, in, nin, p->dtype) == 0;
 }
@@ -261,7 +291,7 @@ static int optim_uses_meet(optim_use *u, int64_t k) {
  * the other. */
 static int optim_overlap(optim_call *c, int *res) {
     hd_ctx *ctx = hd_vm_ctx(c->vm);
-    size_t bytes = (size_t)c->n * 4 * sizeof(optim_use);
+    size_t bytes = (size_t)c->n * (2 + HD_OPTIM_STATE) * sizeof(optim_use);
     optim_use *u = hd_ctx_alloc(ctx, bytes);
     if (!u) return 0;
     int64_t k = 0;
@@ -270,7 +300,7 @@ static int optim_overlap(optim_call *c, int *res) {
         if (c->state[j] != OPTIM_KERNEL) continue;
         u[k++] = (optim_use){it->p->storage, 1};
         u[k++] = (optim_use){it->g->storage, 0};
-        for (int q = 0; q < 2; q++)
+        for (int q = 0; q < HD_OPTIM_STATE; q++)
             if (it->s0[q]) u[k++] = (optim_use){it->s0[q]->storage, 0};
     }
     *res = optim_uses_meet(u, k);
@@ -298,9 +328,9 @@ static int optim_state_unseen(const hd_tensor *t) {
 }
 
 static int optim_state_inplace(const hd_optim_step *u, const hd_optim_item *it) {
-    for (int q = 0; q < u->nstate; q++)
-        if (!it->s0[q] || !optim_state_unseen(it->s0[q])) return 0;
-    return u->nstate > 0;
+    for (int q = 0; q < HD_OPTIM_STATE; q++)
+        if (u->smask >> q & 1 && (!it->s0[q] || !optim_state_unseen(it->s0[q]))) return 0;
+    return u->smask != 0;
 }
 
 /* The new state of the batch's items, on their device: the state before
@@ -310,7 +340,8 @@ static hd_status optim_new_state(hd_ctx *ctx, hd_optim_step *u) {
         hd_optim_item *it = &u->items[i];
         const hd_backend *be = it->p->storage->backend;
         int dev = it->p->storage->device, inplace = optim_state_inplace(u, it);
-        for (int q = 0; q < u->nstate; q++) {
+        for (int q = 0; q < HD_OPTIM_STATE; q++) {
+            if (!(u->smask >> q & 1)) continue;
             it->s[q] =
                 inplace ? hd_tensor_ref(it->s0[q])
                         : hd_tensor_new_on(ctx, be, dev, it->p->dtype, it->p->shape, it->p->ndim);
@@ -327,7 +358,8 @@ static hd_status optim_launch(hd_ctx *ctx, const optim_kind *k, hd_optim_step *u
     double bytes = 0;
     for (int i = 0; i < u->n; i++) {
         const hd_optim_item *it = &u->items[i];
-        int moved = 3 + u->nstate + (it->s0[0] != NULL) + (it->s0[1] != NULL);
+        int moved = 3; /* p read and written, g read; then the state */
+        for (int q = 0; q < HD_OPTIM_STATE; q++) moved += (it->s[q] != NULL) + (it->s0[q] != NULL);
         bytes += (double)hd_tensor_nbytes(it->p) * moved;
     }
     int prof = hd_profile_on(ctx);
@@ -337,8 +369,8 @@ static hd_status optim_launch(hd_ctx *ctx, const optim_kind *k, hd_optim_step *u
     for (int i = 0; i < u->n; i++) {
         const hd_optim_item *it = &u->items[i];
         it->p->storage->version++;
-        for (int q = 0; q < u->nstate; q++)
-            if (it->s[q] == it->s0[q]) it->s[q]->storage->version++;
+        for (int q = 0; q < HD_OPTIM_STATE; q++)
+            if (it->s[q] && it->s[q] == it->s0[q]) it->s[q]->storage->version++;
     }
     return st;
 }
@@ -349,7 +381,8 @@ static hd_status optim_store(optim_call *c, hd_optim_step *u) {
     hd_status st = HD_OK;
     for (int i = 0; i < u->n && !st; i++) {
         hd_value iv = optim_list_at(c, c->ix, c->where[i]);
-        for (int q = 0; q < u->nstate && !st; q++) {
+        for (int q = 0; q < HD_OPTIM_STATE && !st; q++) {
+            if (!u->items[i].s[q]) continue;
             hd_value sv = hd_tensor_value(u->items[i].s[q]);
             u->items[i].s[q] = NULL; /* the value holds it */
             st = hd_eval_set_item(c->vm, c->a->v[A_LISTS + q], iv, sv);
@@ -378,7 +411,7 @@ static hd_status optim_group(optim_call *c, int64_t j0) {
     if (!st) st = optim_launch(ctx, c->k, &u);
     st = st ? hd_tfail(c->vm, c->k->what) : optim_store(c, &u);
     for (int i = 0; i < u.n; i++) /* what was not stored */
-        for (int q = 0; q < 2; q++) hd_tensor_unref(u.items[i].s[q]);
+        for (int q = 0; q < HD_OPTIM_STATE; q++) hd_tensor_unref(u.items[i].s[q]);
     return st;
 }
 
@@ -469,6 +502,15 @@ static HD_TF_FN(tf_adagrad_steps) {
     return optim_steps(vm, &a, &optim_adagrad, out);
 }
 
+/* _rmsprop_steps(ps, gs, vs, avgs, bufs, ix, lr, alpha, eps, wd, momentum,
+ * centered): RMSprop's update the same way, the squares' averages in
+ * vs[ix[j]], the gradients' in avgs[ix[j]] (centered), the momentum
+ * buffers in bufs[ix[j]] (lists the options do not use are untouched). */
+static HD_TF_FN(tf_rmsprop_steps) {
+    HD_TARGS_BIND(a);
+    return optim_steps(vm, &a, &optim_rmsprop, out);
+}
+
 /* _lion_steps(ps, gs, ms, ix, lr, b1, b2, decay): Lion's update the same
  * way, the moments in ms[ix[j]] (zero before the first step). */
 static HD_TF_FN(tf_lion_steps) {
@@ -482,6 +524,8 @@ static const hd_tfunc rows[] = {
     {"_sgd_steps", tf_sgd_steps, "ps, gs, bufs, ix, lr, momentum, nesterov, wd", -1, HD_TF_GLOBAL},
     {"_adagrad_steps", tf_adagrad_steps, "ps, gs, sums, ix, clr, wd, eps, init", -1, HD_TF_GLOBAL},
     {"_lion_steps", tf_lion_steps, "ps, gs, ms, ix, lr, b1, b2, decay", -1, HD_TF_GLOBAL},
+    {"_rmsprop_steps", tf_rmsprop_steps,
+     "ps, gs, vs, avgs, bufs, ix, lr, alpha, eps, wd, momentum, centered", -1, HD_TF_GLOBAL},
 };
 
 const hd_tfunc_table hd_tfuncs_optim = {rows, (int)(sizeof rows / sizeof rows[0])};

@@ -48,13 +48,28 @@ typedef struct hd_coll {
  *   p = decay p           (p.mul_(1 - lr wd): HD_OPTIM_DECAY)
  *   p = p - lr sign(c)    (sign(NaN) NaN)
  *   m = b2 m0 + c2 g
+ * RMSprop (c: HD_RMS_*; state v, avg with HD_OPTIM_CENTERED, buf with
+ * HD_OPTIM_MOMENTUM):
+ *   g = g + wd p          (HD_OPTIM_WD)
+ *   v = alpha v0 + (ca g) g               ((ca g) g alone at the first step)
+ *   a = alpha a0 + ca g, den = v - a a    (centered; else den = v)
+ *   d = g / (sqrt(den) + eps)
+ *   buf = mom buf0 + d, d = buf           (momentum; buf = d at first)
+ *   p = p - lr d
  * p, g and the state before (s0) contiguous, of p's shape and dtype; the
  * new state s new tensors (same shape and dtype) or s0 itself (all of an
  * item's state, updated in place: each element read before it is
  * written), p written in place; no memory written is another item's (or
  * read by one). The constants are the values the ops would read: each
  * already rounded to T. */
-enum { HD_OPTIM_ADAM, HD_OPTIM_SGD, HD_OPTIM_ADAGRAD, HD_OPTIM_LION, HD_OPTIM_KINDS };
+enum {
+    HD_OPTIM_ADAM,
+    HD_OPTIM_SGD,
+    HD_OPTIM_ADAGRAD,
+    HD_OPTIM_LION,
+    HD_OPTIM_RMSPROP,
+    HD_OPTIM_KINDS
+};
 enum {
     HD_ADAM_C1,
     HD_ADAM_C2,
@@ -69,20 +84,28 @@ enum {
 enum { HD_SGD_LR, HD_SGD_MOM, HD_SGD_WD };
 enum { HD_AGRAD_CLR, HD_AGRAD_WD, HD_AGRAD_EPS, HD_AGRAD_INIT };
 enum { HD_LION_C1, HD_LION_C2, HD_LION_B1, HD_LION_B2, HD_LION_LR, HD_LION_DECAY };
+enum { HD_RMS_LR, HD_RMS_ALPHA, HD_RMS_CA, HD_RMS_EPS, HD_RMS_WD, HD_RMS_MOM };
 /* flags: which of the optional steps run (as the optimizer decides, on
  * the options' values before any rounding) */
-enum { HD_OPTIM_DECAY = 1, HD_OPTIM_WD = 2, HD_OPTIM_MOMENTUM = 4, HD_OPTIM_NESTEROV = 8 };
+enum {
+    HD_OPTIM_DECAY = 1,
+    HD_OPTIM_WD = 2,
+    HD_OPTIM_MOMENTUM = 4,
+    HD_OPTIM_NESTEROV = 8,
+    HD_OPTIM_CENTERED = 16
+};
 
+#define HD_OPTIM_STATE 3 /* state tensors a parameter may have */
 typedef struct hd_optim_item {
     hd_tensor *p, *g;
-    hd_tensor *s0[2]; /* the state before, NULL at a first step */
-    hd_tensor *s[2];  /* the new state: new tensors, or s0 (in place) */
+    hd_tensor *s0[HD_OPTIM_STATE]; /* the state before, NULL at a first step */
+    hd_tensor *s[HD_OPTIM_STATE];  /* the new state: new tensors, or s0 (in place) */
 } hd_optim_item;
 
 typedef struct hd_optim_step {
-    int kind;   /* HD_OPTIM_ADAM, HD_OPTIM_SGD */
-    int flags;  /* HD_OPTIM_DECAY ... */
-    int nstate; /* tensors of state per parameter: 0 to 2 */
+    int kind;  /* HD_OPTIM_ADAM ... */
+    int flags; /* HD_OPTIM_DECAY ... */
+    int smask; /* the state the options use: bit q for s0[q], s[q] (others NULL) */
     hd_optim_item *items;
     int n;
     double c[10];

@@ -236,6 +236,7 @@ const char *hd_profile_row_name(int row) {
     if (row == HD_PROF_SGD) return "sgd_update";
     if (row == HD_PROF_ADAGRAD) return "adagrad_update";
     if (row == HD_PROF_LION) return "lion_update";
+    if (row == HD_PROF_RMSPROP) return "rmsprop_update";
     return hd_op_name((hd_op)row);
 }
 

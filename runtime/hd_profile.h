@@ -21,6 +21,7 @@ enum {
     HD_PROF_SGD,
     HD_PROF_ADAGRAD,
     HD_PROF_LION,
+    HD_PROF_RMSPROP,
     HD_PROF_ROWS
 };
 

@@ -198,6 +198,7 @@ static const char *const sf_opts[] = {
     "optim.AdamW(net.parameters(), lr = 0.01, weight_decay = 0.1)",
     "optim.Adagrad(net.parameters(), lr = 0.1, weight_decay = 0.01)",
     "optim.Lion(net.parameters(), lr = 0.01, weight_decay = 0.1)",
+    "optim.RMSprop(net.parameters(), lr = 0.01, momentum = 0.5, centered = true)",
 };
 
 /* Eager actions between calls (CALL, the call of a compiled function, is
@@ -266,8 +267,10 @@ static void sf_dump_fn(sf_buf *b) {
               "        print(\"lr\", opt.lr)\n"
               "        if hasattr(opt, \"bufs\") { print(\"bufs\", T(opt.bufs)) }\n"
               "        if hasattr(opt, \"m\") { print(\"m\", T(opt.m)) }\n"
-              "        if hasattr(opt, \"v\") { print(\"adam\", T(opt.t), T(opt.v)) }\n"
-              "        if hasattr(opt, \"sums\") { print(\"sums\", T(opt.t), T(opt.sums)) }\n"
+              "        if hasattr(opt, \"t\") { print(\"t\", T(opt.t)) }\n"
+              "        if hasattr(opt, \"v\") { print(\"v\", T(opt.v)) }\n"
+              "        if hasattr(opt, \"avg\") { print(\"avg\", T(opt.avg)) }\n"
+              "        if hasattr(opt, \"sums\") { print(\"sums\", T(opt.sums)) }\n"
               "        print(\"opt params\", T(opt.params))\n"
               "    }\n"
               "}\n");

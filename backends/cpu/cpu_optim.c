@@ -1,7 +1,7 @@
 /* An optimizer's step over a list of parameters in one pass over each
  * (hd_backend.optim): Adam's (either weight decay), SGD's (momentum,
- * Nesterov, weight decay), Adagrad's and Lion's, as runtime/hd_backend.h
- * writes them.
+ * Nesterov, weight decay), Adagrad's, Lion's and RMSprop's (centered,
+ * momentum, weight decay), as runtime/hd_backend.h writes them.
  *
  * stdlib/optim.hodu's steps run their ops one by one: Adam 14 a
  * parameter, each a pass over memory and a new tensor. Here each element
@@ -219,6 +219,71 @@ static int cpu_optim_s0(const hd_optim_item *it) {
         CPU_ONE_STATE_SWITCH(CPU_LION_CALL, SUF, HD_OPTIM_DECAY)                                   \
     }
 
+/* RMSprop's loops: the options (WD, CENTERED, MOMENTUM) and the place of
+ * the state before, as constants. */
+#define CPU_RMS_CALL(SUF, F, S0) rms_body_##SUF(F, S0, p, g, v0, a0, b0, v, a, b, o->c, n)
+#define CPU_RMS_FLAGS(SUF, S0)                                                                     \
+    switch (o->flags & (RW | RC | RM)) {                                                           \
+    case 0: CPU_RMS_CALL(SUF, 0, S0); break;                                                       \
+    case RW: CPU_RMS_CALL(SUF, RW, S0); break;                                                     \
+    case RC: CPU_RMS_CALL(SUF, RC, S0); break;                                                     \
+    case RW | RC: CPU_RMS_CALL(SUF, RW | RC, S0); break;                                           \
+    case RM: CPU_RMS_CALL(SUF, RM, S0); break;                                                     \
+    case RW | RM: CPU_RMS_CALL(SUF, RW | RM, S0); break;                                           \
+    case RC | RM: CPU_RMS_CALL(SUF, RC | RM, S0); break;                                           \
+    default: CPU_RMS_CALL(SUF, RW | RC | RM, S0); break;                                           \
+    }
+#define CPU_OPTIM_RMS(SUF, S, C, LD, ST, SQRT)                                                     \
+    CPU_OPTIM_INLINE void rms_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,       \
+                                         const S *restrict v0, const S *restrict a0,               \
+                                         const S *restrict b0, S *restrict v, S *restrict a,       \
+                                         S *restrict b, const double *cd, int64_t n) {             \
+        C lr = (C)cd[HD_RMS_LR], alpha = (C)cd[HD_RMS_ALPHA], ca = (C)cd[HD_RMS_CA];               \
+        C eps = (C)cd[HD_RMS_EPS], wd = (C)cd[HD_RMS_WD], mom = (C)cd[HD_RMS_MOM];                 \
+        int ip = s0 == CPU_S0_INPLACE;                                                             \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            C pi = LD(p[i]), gi = LD(g[i]);                                                        \
+            if (fl & HD_OPTIM_WD) gi = LD(ST(gi + LD(ST(wd * pi))));                               \
+            C vi = LD(ST(LD(ST(ca * gi)) * gi));                                                   \
+            if (s0) vi = LD(ST(LD(ST(alpha * LD(ip ? v[i] : v0[i]))) + vi));                       \
+            v[i] = ST(vi);                                                                         \
+            C den = vi;                                                                            \
+            if (fl & HD_OPTIM_CENTERED) {                                                          \
+                C ai = LD(ST(ca * gi));                                                            \
+                if (s0) ai = LD(ST(LD(ST(alpha * LD(ip ? a[i] : a0[i]))) + ai));                   \
+                a[i] = ST(ai);                                                                     \
+                den = LD(ST(vi - LD(ST(ai * ai))));                                                \
+            }                                                                                      \
+            C d = LD(ST(gi / LD(ST(LD(ST(SQRT(den))) + eps))));                                    \
+            if (fl & HD_OPTIM_MOMENTUM) {                                                          \
+                if (s0) d = LD(ST(LD(ST(mom * LD(ip ? b[i] : b0[i]))) + d));                       \
+                b[i] = ST(d);                                                                      \
+            }                                                                                      \
+            p[i] = ST(pi - LD(ST(lr * d)));                                                        \
+        }                                                                                          \
+    }                                                                                              \
+    CPU_OPTIM_VEC static void rmsprop_##SUF(const hd_optim_step *o, const hd_optim_item *it,       \
+                                            int64_t i0, int64_t i1) {                              \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *st[3] = {NULL, NULL, NULL};                       \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *st0[3] = {NULL, NULL, NULL};          \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        for (int q = 0; q < 3; q++) {                                                              \
+            if (it->s[q]) st[q] = (S *)hd_tensor_data(it->s[q]) + i0;                              \
+            if (it->s0[q] && s0 == CPU_S0_APART)                                                   \
+                st0[q] = (const S *)hd_tensor_data(it->s0[q]) + i0;                                \
+        }                                                                                          \
+        S *v = st[0], *a = st[1], *b = st[2];                                                      \
+        const S *v0 = st0[0], *a0 = st0[1], *b0 = st0[2];                                          \
+        int64_t n = i1 - i0;                                                                       \
+        enum { RW = HD_OPTIM_WD, RC = HD_OPTIM_CENTERED, RM = HD_OPTIM_MOMENTUM };                 \
+        if (s0 == CPU_S0_NONE)                                                                     \
+            CPU_RMS_FLAGS(SUF, CPU_S0_NONE)                                                        \
+        else if (s0 == CPU_S0_APART)                                                               \
+            CPU_RMS_FLAGS(SUF, CPU_S0_APART)                                                       \
+        else                                                                                       \
+            CPU_RMS_FLAGS(SUF, CPU_S0_INPLACE)                                                     \
+    }
+
 CPU_OPTIM(f32, float, float, ld_f32, st_f32, sqrtf)
 CPU_OPTIM(f64, double, double, ld_f64, st_f64, sqrt)
 CPU_OPTIM(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
@@ -229,8 +294,14 @@ CPU_OPTIM_MORE(f64, double, double, ld_f64, st_f64, sqrt)
 CPU_OPTIM_MORE(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
 CPU_OPTIM_MORE(bf16, uint16_t, float, hd_bf16_to_f32, hd_f32_to_bf16, sqrtf)
 
+CPU_OPTIM_RMS(f32, float, float, ld_f32, st_f32, sqrtf)
+CPU_OPTIM_RMS(f64, double, double, ld_f64, st_f64, sqrt)
+CPU_OPTIM_RMS(f16, uint16_t, float, hd_f16_to_f32, hd_f32_to_f16, sqrtf)
+CPU_OPTIM_RMS(bf16, uint16_t, float, hd_bf16_to_f32, hd_f32_to_bf16, sqrtf)
+
 #undef CPU_OPTIM
 #undef CPU_OPTIM_MORE
+#undef CPU_OPTIM_RMS
 
 static cpu_optim_fn cpu_optim_pick(int kind, hd_dtype dt) {
     static const cpu_optim_fn fns[HD_OPTIM_KINDS][4] = {
@@ -238,6 +309,7 @@ static cpu_optim_fn cpu_optim_pick(int kind, hd_dtype dt) {
         [HD_OPTIM_SGD] = {sgd_f32, sgd_f64, sgd_f16, sgd_bf16},
         [HD_OPTIM_ADAGRAD] = {adagrad_f32, adagrad_f64, adagrad_f16, adagrad_bf16},
         [HD_OPTIM_LION] = {lion_f32, lion_f64, lion_f16, lion_bf16},
+        [HD_OPTIM_RMSPROP] = {rmsprop_f32, rmsprop_f64, rmsprop_f16, rmsprop_bf16},
     };
     int k = dt == HD_F32 ? 0 : dt == HD_F64 ? 1 : dt == HD_F16 ? 2 : dt == HD_BF16 ? 3 : -1;
     if (k < 0 || kind < 0 || kind >= HD_OPTIM_KINDS) return NULL;

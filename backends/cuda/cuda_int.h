@@ -411,7 +411,7 @@ hd_status hd_cuda_linalg(hd_ctx *ctx, hd_cuda_dev *d, hd_op op, hd_tensor *out,
 hd_status hd_cuda_collective(hd_ctx *ctx, const hd_coll *c, int *done);
 /* The backend's optim slot (cuda_optim.c), and the module of its kernels:
  * one launch per HD_CUDA_OPTIM_N parameters (their table of addresses is
- * a kernel argument of 1.8 KB, within the 4 KB every GPU takes). */
+ * a kernel argument of 2.3 KB, within the 4 KB every GPU takes). */
 #define HD_CUDA_OPTIM_N 32
 hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *s);
 void hd_cuda_optim_module(hd_cuda_src *s);

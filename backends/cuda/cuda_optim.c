@@ -1,6 +1,6 @@
 /* An optimizer's step over a list of parameters as one kernel
  * (hd_backend.optim): Adam's (with either weight decay), SGD's (with
- * momentum, Nesterov and weight decay), Adagrad's and Lion's.
+ * momentum, Nesterov and weight decay), Adagrad's, Lion's and RMSprop's.
  *
  * stdlib/optim.hodu's steps run their ops one by one (Adam 14 a
  * parameter, each a launch and a pass over memory on this backend); these
@@ -20,12 +20,12 @@
 #include "hd_profile.h"
 
 /* The table, as the kernels' o_list<S> lays it out (O_N is
- * HD_CUDA_OPTIM_N in the source): six pointers per parameter (p, g, the
- * state before and after), where each parameter's elements end in the
- * running count, and the count. */
+ * HD_CUDA_OPTIM_N in the source): eight pointers per parameter (p, g, the
+ * three states before and after: null where the options use none), where
+ * each parameter's elements end in the running count, and the count. */
 typedef struct cuda_optim_list {
     void *p[HD_CUDA_OPTIM_N], *g[HD_CUDA_OPTIM_N];
-    void *s0[2][HD_CUDA_OPTIM_N], *s[2][HD_CUDA_OPTIM_N];
+    void *s0[HD_OPTIM_STATE][HD_CUDA_OPTIM_N], *s[HD_OPTIM_STATE][HD_CUDA_OPTIM_N];
     long long end[HD_CUDA_OPTIM_N];
     int n;
 } cuda_optim_list;
@@ -48,9 +48,9 @@ static const char optim_src[] =
     "  static __device__ u16 st(float x) { return st_bf16(x); } };\n"
     /* the parameters of one launch (s0 null: a first step) */
     "template <class S> struct o_list {\n"
-    "  S *p[O_N]; const S *g[O_N]; const S *s0[2][O_N]; S *s[2][O_N];\n"
+    "  S *p[O_N]; const S *g[O_N]; const S *s0[3][O_N]; S *s[3][O_N];\n"
     "  long long end[O_N]; int n;\n"
-    "  static const int emu_lead_ptrs = 6 * O_N; };\n"
+    "  static const int emu_lead_ptrs = 8 * O_N; };\n"
     /* each element j of the launch: its parameter k (j only grows: so does
      * k), at i in it */
     "#define O_LOOP(L) \\\n"
@@ -128,6 +128,35 @@ static const char optim_src[] =
     "    L.s[0][k][i] = A::st(R(b2 * mo) + R(c2 * gi));\n"
     "  }\n"
     "}\n"
+    /* c: lr, alpha, ca, eps, wd, mom (HD_RMS_*); state: v, avg (fl & 16),
+     * buf (fl & 4) */
+    "template <int K> __device__ void rmsprop_t(const o_list<typename a_ty<K>::S> &L,\n"
+    "    const double *cd, int fl) {\n"
+    "  typedef a_ty<K> A; typedef typename A::C C;\n"
+    "  C lr = (C)cd[0], alpha = (C)cd[1], ca = (C)cd[2], eps = (C)cd[3], wd = (C)cd[4];\n"
+    "  C mom = (C)cd[5];\n"
+    "  O_LOOP(L)\n"
+    "    C pi = A::ld(L.p[k][i]), gi = A::ld(L.g[k][i]);\n"
+    "    int first = !L.s0[0][k];\n"
+    "    if (fl & 2) gi = R(gi + R(wd * pi));\n"
+    "    C v = R(R(ca * gi) * gi);\n"
+    "    if (!first) v = R(R(alpha * A::ld(L.s0[0][k][i])) + v);\n"
+    "    L.s[0][k][i] = A::st(v);\n"
+    "    C den = v;\n"
+    "    if (fl & 16) {\n"
+    "      C a = R(ca * gi);\n"
+    "      if (!first) a = R(R(alpha * A::ld(L.s0[1][k][i])) + a);\n"
+    "      L.s[1][k][i] = A::st(a);\n"
+    "      den = R(v - R(a * a));\n"
+    "    }\n"
+    "    C d = R(gi / R(R(h_sqrt(den)) + eps));\n"
+    "    if (fl & 4) {\n"
+    "      if (!first) d = R(R(mom * A::ld(L.s0[2][k][i])) + d);\n"
+    "      L.s[2][k][i] = A::st(d);\n"
+    "    }\n"
+    "    L.p[k][i] = A::st(pi - R(lr * d));\n"
+    "  }\n"
+    "}\n"
     "#undef R\n"
     "struct o_consts { double c[10]; int flags; };\n";
 /* clang-format on */
@@ -135,7 +164,8 @@ static const char optim_src[] =
 static const char *const optim_names[HD_OPTIM_KINDS] = {[HD_OPTIM_ADAM] = "adam",
                                                         [HD_OPTIM_SGD] = "sgd",
                                                         [HD_OPTIM_ADAGRAD] = "adagrad",
-                                                        [HD_OPTIM_LION] = "lion"};
+                                                        [HD_OPTIM_LION] = "lion",
+                                                        [HD_OPTIM_RMSPROP] = "rmsprop"};
 
 const char *hd_cuda_optim_name(int kind) {
     return kind >= 0 && kind < HD_OPTIM_KINDS ? optim_names[kind] : "none";
@@ -168,9 +198,9 @@ static long long optim_table(const hd_optim_step *o, int *at, cuda_optim_list *L
         int k = L->n;
         if (!it->p->numel) continue;
         L->p[k] = hd_tensor_data(it->p), L->g[k] = hd_tensor_data(it->g);
-        for (int q = 0; q < o->nstate; q++) {
+        for (int q = 0; q < HD_OPTIM_STATE; q++) {
             L->s0[q][k] = it->s0[q] ? hd_tensor_data(it->s0[q]) : NULL;
-            L->s[q][k] = hd_tensor_data(it->s[q]);
+            L->s[q][k] = it->s[q] ? hd_tensor_data(it->s[q]) : NULL;
         }
         L->end[k] = total += it->p->numel;
         L->n++;
@@ -197,7 +227,8 @@ hd_status hd_cuda_optim(hd_ctx *ctx, const hd_optim_step *o) {
     static const int rows[HD_OPTIM_KINDS] = {[HD_OPTIM_ADAM] = HD_PROF_ADAM,
                                              [HD_OPTIM_SGD] = HD_PROF_SGD,
                                              [HD_OPTIM_ADAGRAD] = HD_PROF_ADAGRAD,
-                                             [HD_OPTIM_LION] = HD_PROF_LION};
+                                             [HD_OPTIM_LION] = HD_PROF_LION,
+                                             [HD_OPTIM_RMSPROP] = HD_PROF_RMSPROP};
     int row = rows[o->kind];
     for (int at = 0; at < o->n;) {
         long long total = optim_table(o, &at, &L);

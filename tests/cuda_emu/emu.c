@@ -692,7 +692,7 @@ struct emu_fn {
     int sync; /* the kernel's source has barriers: run its threads as fibers */
     int nparams;
     size_t sizes[EMU_MAX_PARAMS];
-    unsigned char nptr[EMU_MAX_PARAMS]; /* its leading pointers: to the host view */
+    unsigned short nptr[EMU_MAX_PARAMS]; /* its leading pointers: to the host view */
     char name[128];
     int dev; /* its module's device */
     emu_fn *next;
@@ -768,8 +768,8 @@ EMU_EXPORT CUresult cuModuleGetFunction(emu_fn **out, emu_module *m, const char 
     snprintf(sym, sizeof sym, "%s__emu_run", name);
     void *run = dlsym(m->so, sym);
     snprintf(sym, sizeof sym, "%s__emu_sig", name);
-    int (*sig)(size_t *, unsigned char *, int) =
-        (int (*)(size_t *, unsigned char *, int))dlsym(m->so, sym);
+    int (*sig)(size_t *, unsigned short *, int) =
+        (int (*)(size_t *, unsigned short *, int))dlsym(m->so, sym);
     emu_state *st = dlsym(m->so, "hd_emu_state");
     if (!run || !sig || !st) return CUDA_ERROR_NOT_FOUND;
     emu_fn *f = calloc(1, sizeof *f);

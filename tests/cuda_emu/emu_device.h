@@ -135,14 +135,14 @@ template <class T, class = void> struct hd_emu_nptr {
     static const int value = std::is_pointer<T>::value;
 };
 template <class T> struct hd_emu_nptr<T, decltype((void)T::emu_lead_ptrs)> {
-    static_assert(T::emu_lead_ptrs * sizeof(void *) <= sizeof(T) && T::emu_lead_ptrs < 256,
+    static_assert(T::emu_lead_ptrs * sizeof(void *) <= sizeof(T) && T::emu_lead_ptrs < 65536,
                   "emu_lead_ptrs: more pointers than the struct holds");
     static const int value = T::emu_lead_ptrs;
 };
 template <class... A>
-static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned char *nptr, int cap) {
+static int hd_emu_sig(void (*)(A...), size_t *sizes, unsigned short *nptr, int cap) {
     size_t s[] = {sizeof(A)..., 0};
-    unsigned char p[] = {(unsigned char)hd_emu_nptr<A>::value..., 0};
+    unsigned short p[] = {(unsigned short)hd_emu_nptr<A>::value..., 0};
     if ((int)sizeof...(A) > cap) return -1;
     for (size_t i = 0; i < sizeof...(A); i++) sizes[i] = s[i], nptr[i] = p[i];
     return (int)sizeof...(A);

@@ -36,7 +36,7 @@ EMU_EXPORT int nvrtcVersion(int *major, int *minor) {
     if (hash < 0) {
         size_t n = 0;
         char *h = emu_file_read(HD_EMU_HEADER, &n);
-        uint32_t x = 2166136261u ^ 4u; /* 4: the entry points' format */
+        uint32_t x = 2166136261u ^ 5u; /* 5: the entry points' format */
         for (size_t i = 0; h && i < n; i++) x = (x ^ (unsigned char)h[i]) * 16777619u;
         free(h);
         hash = (int)(x & 0x7fffffff);
@@ -170,7 +170,7 @@ static char *prog_source(const char *src) {
         }
         len +=
             (size_t)snprintf(out + len, cap - len,
-                             "\nextern \"C\" int %.*s__emu_sig(size_t *s, unsigned char *p, "
+                             "\nextern \"C\" int %.*s__emu_sig(size_t *s, unsigned short *p, "
                              "int cap) { return hd_emu_sig(%.*s, s, p, cap); }\n"
                              "extern \"C\" void %.*s__emu_run(void **a) { hd_emu_run(%.*s, a); }\n"
                              "extern \"C\" const int %.*s__emu_sync = %d;\n",

@@ -733,8 +733,8 @@ static unsigned long long opt_step_calls(hodu_vm *vm) {
  * cuda_optim.c; was 14 per parameter), nothing copied, no wait and no
  * allocation (the new moments come from the cache, the step count and
  * bias corrections are computed on the cpu, the parameters' addresses are
- * a kernel argument), weight decay in it; SGD's, Adagrad's and Lion's as
- * well. */
+ * a kernel argument), weight decay in it; SGD's, Adagrad's, Lion's and
+ * RMSprop's as well. */
 static void test_optimizer(void) {
     hodu_vm *vm = hodu_vm_new(NULL);
     CHECK(vm != NULL);
@@ -798,13 +798,15 @@ static void test_optimizer(void) {
         n = opt_step_calls(vm);
         CHECK_MSG(n == 1, "%s: %llu", sgds[i], n);
     }
-    /* Adagrad and Lion too (were 10 to 12 and 9 to 11 launches a
-     * parameter) */
+    /* Adagrad, Lion and RMSprop too (were 10 to 12, 9 to 11 and 7 to 18
+     * launches a parameter) */
     static const char *const others[] = {
         "opt = optim.Adagrad([w, b, u], lr = 0.1, weight_decay = 0.01)\nopt.step()\nopt.step()",
         "opt = optim.Lion([w, b, u], weight_decay = 0.1)\nopt.step()\nopt.step()",
+        "opt = optim.RMSprop([w, b, u], weight_decay = 0.1, momentum = 0.9, centered = true)\n"
+        "opt.step()\nopt.step()",
     };
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         CHECK(hodu_eval(vm, others[i], "<other>") == HODU_OK);
         n = opt_step_calls(vm);
         CHECK_MSG(n == 1, "%s: %llu", others[i], n);

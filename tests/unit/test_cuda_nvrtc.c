@@ -87,8 +87,8 @@ int main(void) {
     hd_cuda_src_init(&os, &ctx);
     hd_cuda_optim_module(&os);
     static const char *const entries[] = {"k_adam_f32(", "k_sgd_f64(", "k_adagrad_f16(",
-                                          "k_lion_bf16("};
-    for (int i = 0; i < 4; i++) CHECK_MSG(strstr(os.text, entries[i]) != NULL, "no %s", entries[i]);
+                                          "k_lion_bf16(", "k_rmsprop_f32("};
+    for (int i = 0; i < 5; i++) CHECK_MSG(strstr(os.text, entries[i]) != NULL, "no %s", entries[i]);
     for (int k = 0; k < 2 && !os.oom; k++) {
         void *img = NULL;
         size_t n = 0;
