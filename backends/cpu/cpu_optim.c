@@ -166,6 +166,18 @@ static int cpu_optim_s0(const hd_optim_item *it) {
     case 4: CALL(SUF, 0, CPU_S0_INPLACE); break;                                                   \
     default: CALL(SUF, F, CPU_S0_INPLACE); break;                                                  \
     }
+/* The entry point NAME of a kind with one state tensor (p, g, sp and its
+ * state before s0p for CALL's body), F its one optional step. */
+#define CPU_ONE_STATE_ENTRY(NAME, CALL, SUF, S, F)                                                 \
+    CPU_OPTIM_VEC static void NAME(const hd_optim_step *o, const hd_optim_item *it, int64_t i0,    \
+                                   int64_t i1) {                                                   \
+        S *p = (S *)hd_tensor_data(it->p) + i0, *sp = (S *)hd_tensor_data(it->s[0]) + i0;          \
+        const S *g = (const S *)hd_tensor_data(it->g) + i0, *s0p = NULL;                           \
+        int s0 = cpu_optim_s0(it);                                                                 \
+        if (s0 == CPU_S0_APART) s0p = (const S *)hd_tensor_data(it->s0[0]) + i0;                   \
+        int64_t n = i1 - i0;                                                                       \
+        CPU_ONE_STATE_SWITCH(CALL, SUF, F)                                                         \
+    }
 #define CPU_OPTIM_MORE(SUF, S, C, LD, ST, SQRT)                                                    \
     CPU_OPTIM_INLINE void adagrad_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,   \
                                              const S *restrict a0, S *restrict a,                  \
@@ -200,24 +212,8 @@ static int cpu_optim_s0(const hd_optim_item *it) {
             m[i] = ST(LD(ST(b2 * mo)) + LD(ST(c2 * gi)));                                          \
         }                                                                                          \
     }                                                                                              \
-    CPU_OPTIM_VEC static void adagrad_##SUF(const hd_optim_step *o, const hd_optim_item *it,       \
-                                            int64_t i0, int64_t i1) {                              \
-        S *p = (S *)hd_tensor_data(it->p) + i0, *sp = (S *)hd_tensor_data(it->s[0]) + i0;          \
-        const S *g = (const S *)hd_tensor_data(it->g) + i0, *s0p = NULL;                           \
-        int s0 = cpu_optim_s0(it);                                                                 \
-        if (s0 == CPU_S0_APART) s0p = (const S *)hd_tensor_data(it->s0[0]) + i0;                   \
-        int64_t n = i1 - i0;                                                                       \
-        CPU_ONE_STATE_SWITCH(CPU_ADAGRAD_CALL, SUF, HD_OPTIM_WD)                                   \
-    }                                                                                              \
-    CPU_OPTIM_VEC static void lion_##SUF(const hd_optim_step *o, const hd_optim_item *it,          \
-                                         int64_t i0, int64_t i1) {                                 \
-        S *p = (S *)hd_tensor_data(it->p) + i0, *sp = (S *)hd_tensor_data(it->s[0]) + i0;          \
-        const S *g = (const S *)hd_tensor_data(it->g) + i0, *s0p = NULL;                           \
-        int s0 = cpu_optim_s0(it);                                                                 \
-        if (s0 == CPU_S0_APART) s0p = (const S *)hd_tensor_data(it->s0[0]) + i0;                   \
-        int64_t n = i1 - i0;                                                                       \
-        CPU_ONE_STATE_SWITCH(CPU_LION_CALL, SUF, HD_OPTIM_DECAY)                                   \
-    }
+    CPU_ONE_STATE_ENTRY(adagrad_##SUF, CPU_ADAGRAD_CALL, SUF, S, HD_OPTIM_WD)                      \
+    CPU_ONE_STATE_ENTRY(lion_##SUF, CPU_LION_CALL, SUF, S, HD_OPTIM_DECAY)
 
 /* RMSprop's loops: the options (WD, CENTERED, MOMENTUM) and the place of
  * the state before, as constants. */
