@@ -206,7 +206,8 @@ static int cpu_optim_s0(const hd_optim_item *it) {
             C pi = LD(p[i]), gi = LD(g[i]);                                                        \
             C mo = s0 ? LD(s0 == CPU_S0_INPLACE ? m[i] : m0[i]) : LD(ST(gi * 0));                  \
             C c = LD(ST(LD(ST(b1 * mo)) + LD(ST(c1 * gi))));                                       \
-            C sg = c > 0 ? (C)1 : c < 0 ? (C)-1 : c + (C)0;                                        \
+            C sg = (C)(c > 0) - (C)(c < 0); /* the sign op's, without branches */                  \
+            sg = c == c ? sg : c;           /* NaN */                                              \
             if (fl & HD_OPTIM_DECAY) pi = LD(ST(pi * decay));                                      \
             p[i] = ST(pi - LD(ST(lr * sg)));                                                       \
             m[i] = ST(LD(ST(b2 * mo)) + LD(ST(c2 * gi)));                                          \

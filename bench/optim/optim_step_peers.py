@@ -1,7 +1,7 @@
 """PyTorch's optimizer steps on the parameters of optim_step.hodu's MLP
 784-256-10, gradients set once; us per step, best of 5 rounds of 200;
 each optimizer in its default form (foreach) and fused where PyTorch has
-it on the cpu."""
+it on the cpu (Lion is not in PyTorch)."""
 import time
 
 import torch
@@ -27,6 +27,12 @@ makers = [
     ("AdamW", lambda **k: torch.optim.AdamW(m.parameters(), lr=1e-6, **k)),
     ("SGD", lambda **k: torch.optim.SGD(m.parameters(), lr=1e-6, **k)),
     ("SGD momentum", lambda **k: torch.optim.SGD(m.parameters(), lr=1e-6, momentum=0.9, **k)),
+    ("Adagrad", lambda **k: torch.optim.Adagrad(m.parameters(), lr=1e-6, **k)),
+    ("RMSprop", lambda **k: torch.optim.RMSprop(m.parameters(), lr=1e-6, **k)),
+    (
+        "RMSprop centered momentum",
+        lambda **k: torch.optim.RMSprop(m.parameters(), lr=1e-6, momentum=0.9, centered=True, **k),
+    ),
 ]
 print("torch", torch.__version__, "threads", torch.get_num_threads())
 for name, mk in makers:
