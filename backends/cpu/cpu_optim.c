@@ -53,6 +53,16 @@ static int cpu_optim_s0(const hd_optim_item *it) {
     return !it->s0[0] ? CPU_S0_NONE : it->s0[0] == it->s[0] ? CPU_S0_INPLACE : CPU_S0_APART;
 }
 
+/* The loop SWITCH(SUF, S0) for the place s0 of the state before, S0 a
+ * constant in each: the loop's body is compiled once per place. */
+#define CPU_S0_DISPATCH(SWITCH, SUF)                                                               \
+    if (s0 == CPU_S0_NONE)                                                                         \
+        SWITCH(SUF, CPU_S0_NONE)                                                                   \
+    else if (s0 == CPU_S0_APART)                                                                   \
+        SWITCH(SUF, CPU_S0_APART)                                                                  \
+    else                                                                                           \
+        SWITCH(SUF, CPU_S0_INPLACE)
+
 /* The bodies for every option set (the last one the default), state
  * before at S0. */
 #define CPU_ADAM_SWITCH(SUF, S0)                                                                   \
@@ -112,12 +122,7 @@ static int cpu_optim_s0(const hd_optim_item *it) {
             m0 = (const S *)hd_tensor_data(it->s0[0]) + i0,                                        \
             v0 = (const S *)hd_tensor_data(it->s0[1]) + i0;                                        \
         int64_t n = i1 - i0;                                                                       \
-        if (s0 == CPU_S0_NONE)                                                                     \
-            CPU_ADAM_SWITCH(SUF, CPU_S0_NONE)                                                      \
-        else if (s0 == CPU_S0_APART)                                                               \
-            CPU_ADAM_SWITCH(SUF, CPU_S0_APART)                                                     \
-        else                                                                                       \
-            CPU_ADAM_SWITCH(SUF, CPU_S0_INPLACE)                                                   \
+        CPU_S0_DISPATCH(CPU_ADAM_SWITCH, SUF)                                                      \
     }                                                                                              \
     CPU_OPTIM_INLINE void sgd_body_##SUF(int fl, int s0, S *restrict p, const S *restrict g,       \
                                          const S *restrict b0, S *restrict b, const double *cd,    \
@@ -144,12 +149,7 @@ static int cpu_optim_s0(const hd_optim_item *it) {
         if (s0 == CPU_S0_APART) b0 = (const S *)hd_tensor_data(it->s0[0]) + i0;                    \
         int64_t n = i1 - i0;                                                                       \
         enum { W = HD_OPTIM_WD, M = HD_OPTIM_MOMENTUM, N = HD_OPTIM_NESTEROV };                    \
-        if (s0 == CPU_S0_NONE)                                                                     \
-            CPU_SGD_SWITCH(SUF, CPU_S0_NONE)                                                       \
-        else if (s0 == CPU_S0_APART)                                                               \
-            CPU_SGD_SWITCH(SUF, CPU_S0_APART)                                                      \
-        else                                                                                       \
-            CPU_SGD_SWITCH(SUF, CPU_S0_INPLACE)                                                    \
+        CPU_S0_DISPATCH(CPU_SGD_SWITCH, SUF)                                                       \
     }
 
 /* Adagrad's and Lion's loops, as CPU_OPTIM's. */
@@ -273,12 +273,7 @@ static int cpu_optim_s0(const hd_optim_item *it) {
         const S *v0 = st0[0], *a0 = st0[1], *b0 = st0[2];                                          \
         int64_t n = i1 - i0;                                                                       \
         enum { RW = HD_OPTIM_WD, RC = HD_OPTIM_CENTERED, RM = HD_OPTIM_MOMENTUM };                 \
-        if (s0 == CPU_S0_NONE)                                                                     \
-            CPU_RMS_FLAGS(SUF, CPU_S0_NONE)                                                        \
-        else if (s0 == CPU_S0_APART)                                                               \
-            CPU_RMS_FLAGS(SUF, CPU_S0_APART)                                                       \
-        else                                                                                       \
-            CPU_RMS_FLAGS(SUF, CPU_S0_INPLACE)                                                     \
+        CPU_S0_DISPATCH(CPU_RMS_FLAGS, SUF)                                                        \
     }
 
 CPU_OPTIM(f32, float, float, ld_f32, st_f32, sqrtf)
