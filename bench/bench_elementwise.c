@@ -104,7 +104,8 @@ static double in_cache(hd_ctx *ctx, hd_op op, hd_dtype dt, int transposed) {
     int64_t shape[2] = {64, 64};
     hd_tensor *a = hd_tensor_zeros(ctx, dt, shape, 2), *b = hd_tensor_zeros(ctx, dt, shape, 2);
     if (!a || !b) die(ctx, "alloc");
-    int pos = op == HD_OP_LOG || op == HD_OP_POW; /* a > 0 there */
+    int pos =
+        op == HD_OP_LOG || op == HD_OP_POW || op == HD_OP_SQRT || op == HD_OP_RSQRT; /* a > 0 */
     for (int64_t i = 0; i < a->numel; i++) {
         hd_dtype_store(dt, a->storage->data, i, (double)(i % 17) * 0.25 - (pos ? -0.1 : 2));
         hd_dtype_store(dt, b->storage->data, i, (double)(i % 13) * 0.5 + 1);
@@ -212,6 +213,8 @@ int main(int argc, char **argv) {
         {HD_OP_SIGMOID, HD_F32, 0}, {HD_OP_TANH, HD_F32, 0},     {HD_OP_LOG, HD_F32, 0},
         {HD_OP_SILU, HD_F32, 0},    {HD_OP_SOFTPLUS, HD_F32, 0}, {HD_OP_GELU, HD_F32, 0},
         {HD_OP_SIN, HD_F32, 0},     {HD_OP_COS, HD_F32, 0},      {HD_OP_POW, HD_F32, 0},
+        {HD_OP_ERF, HD_F32, 0},     {HD_OP_ERFC, HD_F32, 0},     {HD_OP_SQRT, HD_F32, 0},
+        {HD_OP_RSQRT, HD_F32, 0},   {HD_OP_FLOOR, HD_F32, 0},    {HD_OP_CEIL, HD_F32, 0},
         {HD_OP_EXP, HD_F64, 0},     {HD_OP_RELU, HD_F32, 0},     {HD_OP_WHERE, HD_F32, 0},
         {HD_OP_CAST, HD_F32, 0},    {HD_OP_COPY, HD_F32, 1},
     };

@@ -658,8 +658,8 @@ static LLVMValueRef float_unary(hd_llvm_gen *G, const hd_ir_node *n, LLVMValueRe
     case HD_OP_SIN: return f64 ? libm1(G, "sin", x) : hd_vm_sinf(G, x);
     case HD_OP_COS: return f64 ? libm1(G, "cos", x) : hd_vm_cosf(G, x);
     case HD_OP_TANH: return f64 ? libm1(G, "tanh", x) : hd_vm_tanhf(G, x);
-    case HD_OP_ERF: return libm1(G, "erf", x); /* the libm eager calls: the same bits */
-    case HD_OP_ERFC: return libm1(G, "erfc", x);
+    case HD_OP_ERF: return f64 ? libm1(G, "erf", x) : hd_vm_erff(G, x);
+    case HD_OP_ERFC: return f64 ? libm1(G, "erfc", x) : hd_vm_erfcf(G, x);
     case HD_OP_LGAMMA: return libm1(G, "hd_lgamma", x); /* the eager kernels' functions */
     case HD_OP_POLYGAMMA: return libm2(G, "hd_polygamma", fconst(ty, n->attrs.scalar[0]), x);
     case HD_OP_SIGMOID:

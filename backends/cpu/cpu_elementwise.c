@@ -23,6 +23,7 @@
  *   saturated to the type; bool clamp is that, then "!= 0";
  * - maximum and minimum propagate NaN; sign(NaN) is NaN (torch gives 0);
  * - f32 (and f16, bf16) exp, log, tanh, sigmoid, silu, softplus, gelu,
+ *   erf, erfc,
  *   sin, cos and pow are the shared vector math of hd_vmath.h
  *   (branch-free, vectorized by GCC, within 0.5 to 4 ulp, docs/vmath.md;
  *   the llvm compiler emits the same operations, so compiled code gives
@@ -398,6 +399,10 @@ EW_CMPS(EW_CMP, b)
 #define EW_SOFTPLUS_f64(x) ((x) > 20 ? (x) : log1p(exp(x)))
 #define EW_GELU_f32(x)     hd_vm_geluf(x)
 #define EW_GELU_f64(x)     (0.5 * (x)*erfc(-(x)*M_SQRT1_2))
+#define EW_ERF_f32(x)      hd_vm_erff(x)
+#define EW_ERF_f64(x)      erf(x)
+#define EW_ERFC_f32(x)     hd_vm_erfcf(x)
+#define EW_ERFC_f64(x)     erfc(x)
 
 /* f32 sin and cos: hd_vm_sincosf_small vectorized over the run (exact
  * where |x| < 2^25), then hd_vm_sincosf, which reads its table, on the few
@@ -428,15 +433,12 @@ EW_UN(k_cos_f64, double, double, cos(x))
 /* round: half to even. */
 /* sign of a float: selects of values, then + 0 for all (-0 to 0, NaN
  * quiet; NaN stays NaN, torch gives 0). GCC if-converts the selects into
- * vector blends only where an ordered compare may not trap (the loop's
- * EW_NO_TRAP); otherwise it branches on the sign of each element, which
- * random data mispredicts half the time: sign was 45x slower than neg. */
+ * vector blends only where an ordered compare may not trap (the file is
+ * built with -fno-trapping-math, CMakeLists.txt); otherwise it branches on
+ * the sign of each element, which random data mispredicts half the time:
+ * sign was 45x slower than neg. floor and ceil vectorize on the same
+ * condition, sqrt where it need not set errno (-fno-math-errno). */
 #define EW_SIGN(T, x) (((x) > 0 ? (T)1 : (x) < 0 ? (T)-1 : (x)) + (T)0)
-#if defined(__GNUC__) && !defined(__clang__)
-#define EW_NO_TRAP __attribute__((optimize("no-trapping-math")))
-#else
-#define EW_NO_TRAP
-#endif
 #define EW_FLOAT_UNARY(s, T, M)                                                                    \
     EW_UN(k_neg_##s, T, T, -x)                                                                     \
     EW_UN(k_abs_##s, T, T, fabs##M(x))                                                             \
@@ -450,11 +452,11 @@ EW_UN(k_cos_f64, double, double, cos(x))
     EW_UN(k_gelu_##s, T, T, EW_GELU_##s(x))                                                        \
     EW_UN(k_silu_##s, T, T, EW_SILU_##s(x))                                                        \
     EW_UN(k_softplus_##s, T, T, EW_SOFTPLUS_##s(x))                                                \
-    EW_UN(k_erf_##s, T, T, erf##M(x))                                                              \
-    EW_UN(k_erfc_##s, T, T, erfc##M(x))                                                            \
+    EW_UN(k_erf_##s, T, T, EW_ERF_##s(x))                                                          \
+    EW_UN(k_erfc_##s, T, T, EW_ERFC_##s(x))                                                        \
     EW_UN(k_lgamma_##s, T, T, hd_lgamma##M(x))                                                     \
     EW_UN(k_polygamma_##s, T, T, hd_polygamma##M((T)p->lo, x))                                     \
-    EW_UN_A(k_sign_##s, T, T, EW_SIGN(T, x), EW_NO_TRAP)                                           \
+    EW_UN(k_sign_##s, T, T, EW_SIGN(T, x))                                                         \
     EW_UN(k_floor_##s, T, T, floor##M(x))                                                          \
     EW_UN(k_ceil_##s, T, T, ceil##M(x))                                                            \
     EW_UN(k_round_##s, T, T, nearbyint##M(x))                                                      \
@@ -608,6 +610,8 @@ static const ew_where_fn where_table[HD_DTYPE_COUNT] = {EW_DTYPES(EW_WHERE_ENTRY
     EW_UN_A(k_silu_f32##sfx, float, float, hd_vm_siluf(x), ATTR)                                   \
     EW_UN_A(k_softplus_f32##sfx, float, float, hd_vm_softplusf(x), ATTR)                           \
     EW_UN_A(k_gelu_f32##sfx, float, float, hd_vm_geluf(x), ATTR)                                   \
+    EW_UN_A(k_erf_f32##sfx, float, float, hd_vm_erff(x), ATTR)                                     \
+    EW_UN_A(k_erfc_f32##sfx, float, float, hd_vm_erfcf(x), ATTR)                                   \
     EW_SINCOS_F32(k_sin_f32##sfx, 0, ATTR)                                                         \
     EW_SINCOS_F32(k_cos_f32##sfx, 1, ATTR)                                                         \
     EW_BIN_A(k_pow_f32##sfx, float, float, hd_vm_powf, ATTR)
@@ -652,6 +656,8 @@ EW_VM_PICK_UN(k_sigmoid_f32)
 EW_VM_PICK_UN(k_silu_f32)
 EW_VM_PICK_UN(k_softplus_f32)
 EW_VM_PICK_UN(k_gelu_f32)
+EW_VM_PICK_UN(k_erf_f32)
+EW_VM_PICK_UN(k_erfc_f32)
 EW_VM_PICK_UN(k_sin_f32)
 EW_VM_PICK_UN(k_cos_f32)
 EW_VM_PICK_BIN1(k_pow_f32, _vv)
@@ -698,8 +704,8 @@ static const ew_un_fn un_table[HD_OP_COUNT][HD_DTYPE_COUNT] = {
     [HD_OP_GELU] = {EW_FLOATS_VM(k_gelu)},
     [HD_OP_SILU] = {EW_FLOATS_VM(k_silu)},
     [HD_OP_SOFTPLUS] = {EW_FLOATS_VM(k_softplus)},
-    [HD_OP_ERF] = {EW_FLOATS(k_erf)},
-    [HD_OP_ERFC] = {EW_FLOATS(k_erfc)},
+    [HD_OP_ERF] = {EW_FLOATS_VM(k_erf)},
+    [HD_OP_ERFC] = {EW_FLOATS_VM(k_erfc)},
     [HD_OP_LGAMMA] = {EW_FLOATS(k_lgamma)},
     [HD_OP_POLYGAMMA] = {EW_FLOATS(k_polygamma)},
     [HD_OP_SIGN] = {EW_FLOATS(k_sign), EW_INTS(k_sign)},

@@ -221,8 +221,9 @@ static void test_chain(hd_ctx *ctx) {
  * host has AVX2), and with the loop vectorizer's code instead of explicit
  * vectors (HODU_LLVM_VECTORS=0). */
 static void test_vmath_sweep(hd_ctx *ctx) {
-    static const hd_op ops[] = {HD_OP_EXP,  HD_OP_LOG,      HD_OP_TANH, HD_OP_SIGMOID, HD_OP_SILU,
-                                HD_OP_GELU, HD_OP_SOFTPLUS, HD_OP_SIN,  HD_OP_COS,     HD_OP_POW};
+    static const hd_op ops[] = {HD_OP_EXP,      HD_OP_LOG,  HD_OP_TANH, HD_OP_SIGMOID,
+                                HD_OP_SILU,     HD_OP_GELU, HD_OP_ERF,  HD_OP_ERFC,
+                                HD_OP_SOFTPLUS, HD_OP_SIN,  HD_OP_COS,  HD_OP_POW};
     int64_t n = 200003;
     hd_tensor *x = hd_tensor_new(ctx, HD_F32, &n, 1), *y = hd_tensor_new(ctx, HD_F32, &n, 1);
     float *xv = x->storage->data, *yv = y->storage->data;

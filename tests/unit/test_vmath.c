@@ -43,6 +43,12 @@ static double r_softplus(double x) {
 static double r_gelu(double x) {
     return 0.5 * x * erfc(-x / sqrt(2.0));
 }
+static double r_erf(double x) {
+    return erf(x);
+}
+static double r_erfc(double x) {
+    return erfc(x);
+}
 static double r_sin(double x) {
     return sin(x);
 }
@@ -71,6 +77,12 @@ static float f_softplus(float x) {
 static float f_gelu(float x) {
     return hd_vm_geluf(x);
 }
+static float f_erf(float x) {
+    return hd_vm_erff(x);
+}
+static float f_erfc(float x) {
+    return hd_vm_erfcf(x);
+}
 static float f_sin(float x) {
     return hd_vm_sinf(x);
 }
@@ -98,6 +110,8 @@ static const vm_fn fns[] = {
     {"silu", HD_OP_SILU, f_silu, r_silu, 3.40, 0.5, -87.0},
     {"softplus", HD_OP_SOFTPLUS, f_softplus, r_softplus, 2.80, 1.5, -INFINITY},
     {"gelu", HD_OP_GELU, f_gelu, r_gelu, 4.32, 2.45, -INFINITY},
+    {"erf", HD_OP_ERF, f_erf, r_erf, 0.98, 0.51, -INFINITY},
+    {"erfc", HD_OP_ERFC, f_erfc, r_erfc, 4.37, 2.0, -INFINITY},
     {"sin", HD_OP_SIN, f_sin, r_sin, 0.51, 0.5, -INFINITY},
     {"cos", HD_OP_COS, f_cos, r_cos, 0.54, 0.5, -INFINITY},
 };
@@ -232,6 +246,29 @@ static void test_specials(void) {
     SAME(hd_vm_geluf(inf), inf);
     CHECK(isnan(hd_vm_geluf(-inf)) && isnan(hd_vm_geluf(nan)));
     SAME(hd_vm_geluf(den), 0x1p-141f);
+    /* erf: odd, 2 x / sqrt(pi) rounded once near 0, +-1 from 3.92 */
+    SAME(hd_vm_erff(0.0f), 0.0f);
+    SAME(hd_vm_erff(-0.0f), -0.0f);
+    SAME(hd_vm_erff(den), (float)(M_2_SQRTPI * den));
+    SAME(hd_vm_erff(-0x1p-149f), -0x1p-149f);
+    SAME(hd_vm_erff(4.0f), 1.0f);
+    SAME(hd_vm_erff(-4.0f), -1.0f);
+    SAME(hd_vm_erff(1e30f), 1.0f);
+    SAME(hd_vm_erff(inf), 1.0f);
+    SAME(hd_vm_erff(-inf), -1.0f);
+    CHECK(isnan(hd_vm_erff(nan)) && isnan(hd_vm_erff(-nan)));
+    /* erfc: 1 at +-0, 2 far below 0, subnormal from 9.2, 0 above 10.06 */
+    SAME(hd_vm_erfcf(0.0f), 1.0f);
+    SAME(hd_vm_erfcf(-0.0f), 1.0f);
+    SAME(hd_vm_erfcf(den), 1.0f);
+    SAME(hd_vm_erfcf(-5.0f), 2.0f);
+    SAME(hd_vm_erfcf(-inf), 2.0f);
+    SAME(hd_vm_erfcf(10.0f), 0x1p-149f);
+    CHECK(hd_vm_erfcf(9.5f) > 0 && hd_vm_erfcf(9.5f) < 0x1p-126f);
+    SAME(hd_vm_erfcf(10.1f), 0.0f);
+    SAME(hd_vm_erfcf(1e30f), 0.0f);
+    SAME(hd_vm_erfcf(inf), 0.0f);
+    CHECK(isnan(hd_vm_erfcf(nan)));
 }
 
 static void test_specials_trig_pow(void) {
