@@ -320,6 +320,16 @@ static void test_specials_trig_pow(void) {
             }
         }
     CHECK_MSG(bad == 0, "pow: %d special cases differ from libm", bad);
+    /* pow(x, 2) is x * x rounded once, for every kind of x: 1 + 2^-12
+     * squares to a midpoint of two floats, which a rounding of the f64
+     * path could take the wrong way */
+    SAME(hd_vm_powf(1.0f + 0x1p-12f, 2.0f), 1.0f + 0x1p-11f);
+    bad = 0;
+    for (uint64_t i = 0; i < 0x100000000ull; i += 997) {
+        float x = flt((uint32_t)i);
+        bad += !same(hd_vm_powf(x, 2.0f), x * x);
+    }
+    CHECK_MSG(bad == 0, "pow(x, 2): %d differ from x * x", bad);
 }
 
 /* pow over pseudo-random pairs: bit patterns, integers, halves, moderate
@@ -415,6 +425,18 @@ static void test_eager(void) {
     CHECK_MSG(bad == 0, "eager pow: %d elements differ", bad);
     hd_tensor_unref(p);
     hd_tensor_unref(yv);
+    /* x ** 2 and x ** 3, the exponent a scalar (x ** 2 runs a multiply) */
+    for (int e = 2; e <= 3; e++) {
+        hd_tensor *ys = hd_tensor_scalar(CTX, HD_F32, e), *ps = NULL;
+        hd_tensor *ins[2] = {x, ys};
+        CHECK(ys && hd_op_run(CTX, HD_OP_POW, ins, 2, NULL, &ps) == HD_OK);
+        bad = 0;
+        for (int i = 0; ps && i < N; i++)
+            bad += !same(((float *)ps->storage->data)[i], hd_vm_powf(xv[i], (float)e));
+        CHECK_MSG(bad == 0, "eager x ** %d: %d elements differ", e, bad);
+        hd_tensor_unref(ps);
+        hd_tensor_unref(ys);
+    }
     hd_tensor_unref(x);
 }
 
