@@ -559,6 +559,23 @@ static void test_argsort(hd_ctx *ctx) {
     hd_tensor *f = hd_tensor_from_data(ctx, HD_F64, &n8, 1, fv);
     check_argsort(ctx, f, 0, 0, "argsort specials");
     check_argsort(ctx, f, 0, 1, "argsort specials descending");
+    /* the same specials over a line long enough to be merged: many equal
+     * keys, -0 equal to 0, every NaN equal to every other */
+    enum { NS = 1003 };
+    double sv[NS];
+    for (int i = 0; i < NS; i++) sv[i] = fv[(i * 5 + i / 7) % 8];
+    int64_t ns = NS;
+    hd_tensor *fl = hd_tensor_from_data(ctx, HD_F64, &ns, 1, sv);
+    hd_tensor *fl32 = NULL;
+    hd_attrs cast;
+    memset(&cast, 0, sizeof cast);
+    cast.dtype = HD_F32;
+    CHECK(hd_op_run(ctx, HD_OP_CAST, &fl, 1, &cast, &fl32) == HD_OK);
+    for (int desc = 0; desc < 2; desc++) {
+        check_argsort(ctx, fl, 0, desc, "argsort long specials");
+        if (fl32) check_argsort(ctx, fl32, 0, desc, "argsort long specials f32");
+    }
+    unref_all((hd_tensor *[]){fl, fl32}, 2);
     int64_t iv[4] = {(1LL << 53) + 1, 1LL << 53, INT64_MIN, INT64_MAX}, n4 = 4;
     hd_tensor *big = mk_i64(ctx, &n4, 1, iv), *out = NULL;
     hd_attrs attrs;
