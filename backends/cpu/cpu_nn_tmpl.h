@@ -241,21 +241,26 @@ done:
 
 /* ---- cumsum, cumprod ---- */
 
-#define NN_SCAN_W 64 /* lines of one block, side by side in memory when inner > 1 */
+#define NN_SCAN_W    64 /* lines of one block, side by side in memory when inner > 1 */
+#define NN_SCAN_ROWS 8  /* lines of one block when they are rows (inner == 1) */
 
-/* Running sums (prod 0) or products (prod 1) along the n elements of lines
- * [i0, i0 + w) of block o (elements inner apart), from the last element
- * back where rev: accumulated in double, each result rounded once. */
-static void NN_FN(nn_scan_block)(const NN_T *x, NN_T *y, int64_t n, int64_t inner, int64_t o,
-                                 int64_t i0, int64_t w, int rev, int prod) {
+/* Running sums (prod 0) or products (prod 1) along the n elements of w
+ * lines, line t's element j at base + t ls + j es, from the last element
+ * back where rev: accumulated in double, each result rounded once. The w
+ * lines' chains of additions run side by side: one line alone waits on
+ * each addition's latency. */
+static void NN_FN(nn_scan_block)(const NN_T *x, NN_T *y, int64_t n, int64_t base, int64_t ls,
+                                 int64_t es, int64_t w, int rev, int prod) {
     double acc[NN_SCAN_W];
     for (int64_t t = 0; t < w; t++) acc[t] = prod ? 1.0 : 0.0;
     for (int64_t k = 0; k < n; k++) {
-        int64_t j = rev ? n - 1 - k : k, at = (o * n + j) * inner + i0;
+        int64_t at = base + (rev ? n - 1 - k : k) * es;
         if (prod)
-            for (int64_t t = 0; t < w; t++) y[at + t] = (NN_T)(acc[t] *= (double)x[at + t]);
+            for (int64_t t = 0; t < w; t++)
+                y[at + t * ls] = (NN_T)(acc[t] *= (double)x[at + t * ls]);
         else
-            for (int64_t t = 0; t < w; t++) y[at + t] = (NN_T)(acc[t] += (double)x[at + t]);
+            for (int64_t t = 0; t < w; t++)
+                y[at + t * ls] = (NN_T)(acc[t] += (double)x[at + t * ls]);
     }
 }
 
@@ -299,15 +304,23 @@ static hd_status NN_FN(nn_scan)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor
     const NN_T *xs[2] = {NULL, NULL};
     for (int i = 0; i < nin; i++) xs[i] = NN_FN(hd_cpu_nn_load)(ctx, in[i], &owned[i]);
     NN_T *ys = xs[0] && xs[nin - 1] ? NN_FN(hd_cpu_nn_outbuf)(ctx, out) : NULL;
+    /* lines of contiguous elements (the last axis) go NN_SCAN_ROWS at a time */
+    int rows = inner == 1 && op != HD_OP_CUMPROD_BWD, prod = op == HD_OP_CUMPROD;
+    int64_t per = rows ? 1 : (inner + NN_SCAN_W - 1) / NN_SCAN_W;
+    int64_t nblocks = rows ? (outer + NN_SCAN_ROWS - 1) / NN_SCAN_ROWS : outer * per;
     if (ys) {
-        int64_t per = (inner + NN_SCAN_W - 1) / NN_SCAN_W, nblocks = outer * per;
 #pragma omp parallel for num_threads(ctx->nthreads) if (x->numel >= CPU_PAR_MIN) schedule(static)
         for (int64_t b = 0; b < nblocks; b++) {
             int64_t o = b / per, i0 = b % per * NN_SCAN_W, w = HD_MIN(NN_SCAN_W, inner - i0);
-            if (op == HD_OP_CUMPROD_BWD)
+            int64_t base = o * n * inner + i0;
+            if (rows) {
+                o = b * NN_SCAN_ROWS, w = HD_MIN(NN_SCAN_ROWS, outer - o);
+                NN_FN(nn_scan_block)(xs[0], ys, n, o * n, n, 1, w, rev, prod);
+            } else if (op == HD_OP_CUMPROD_BWD) {
                 NN_FN(nn_cumprod_bwd_block)(xs[0], xs[1], ys, n, inner, o, i0, w);
-            else
-                NN_FN(nn_scan_block)(xs[0], ys, n, inner, o, i0, w, rev, op == HD_OP_CUMPROD);
+            } else {
+                NN_FN(nn_scan_block)(xs[0], ys, n, base, 1, inner, w, rev, prod);
+            }
         }
         NN_FN(hd_cpu_nn_finish)(ctx, out, ys);
     }

@@ -295,6 +295,12 @@ static void test_scans(void) {
         hd_tensor *st = strided(mk_rand(FLOATS[d], wide, 2, -1.5, 1.5), 1, 2);
         hd_tensor *sc = hd_tensor_scalar(&C, FLOATS[d], 2.5),
                   *e = hd_tensor_zeros(&C, FLOATS[d], empty, 2);
+        /* rows scanned several at a time, the last group short, threaded */
+        int64_t many[2] = {67, 600};
+        hd_tensor *mr = mk_rand(FLOATS[d], many, 2, -1.5, 1.5);
+        check_scan("cumsum rows", mr, NULL, 1, HD_OP_CUMSUM, 0);
+        check_scan("cumsum rows reversed", mr, NULL, -1, HD_OP_CUMSUM, 1);
+        hd_tensor_unref(mr);
         check_scan("cumsum permuted", p, NULL, 1, HD_OP_CUMSUM, 0);
         check_scan("cumprod strided", st, NULL, -1, HD_OP_CUMPROD, 0);
         check_scan("cumsum 0-d", sc, NULL, 0, HD_OP_CUMSUM, 0);
