@@ -34,17 +34,17 @@ static void conv_valid_range(int64_t off, int64_t stride, int64_t size, int64_t 
     *hi = HD_MAX(HD_MIN(h, n), *lo);
 }
 
-#define NN_T    float
-#define NN_S    f32
-#define NN_F64  0
+#define NN_T   float
+#define NN_S   f32
+#define NN_F64 0
 #include "cpu_conv_tmpl.h"
 #undef NN_T
 #undef NN_S
 #undef NN_F64
 
-#define NN_T    double
-#define NN_S    f64
-#define NN_F64  1
+#define NN_T   double
+#define NN_S   f64
+#define NN_F64 1
 #include "cpu_conv_tmpl.h"
 #undef NN_T
 #undef NN_S

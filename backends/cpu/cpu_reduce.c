@@ -67,7 +67,7 @@ typedef struct {
     red_geom outer, inner;
     int64_t count; /* inner elements per output */
     red_kind pass1, pass2;
-    double correction;       /* var/std */
+    double correction;   /* var/std */
     const hd_stop *stop; /* the context's interrupt flag */
 } red_job;
 
@@ -300,8 +300,7 @@ RED_EXT_FLOAT(min_f64, double, <)
 /* Integer extremes of n elements at p with stride s, from m0 (clamped to
  * T's range: accumulators start at the int64 extremes). */
 #define RED_EXT_INT(NAME, T, TMIN, TMAX, CMP)                                                      \
-    static int64_t NAME(const hd_stop *stop, const char *p, int64_t s, int64_t n,              \
-                        int64_t m0) {                                                              \
+    static int64_t NAME(const hd_stop *stop, const char *p, int64_t s, int64_t n, int64_t m0) {    \
         const T *x = (const T *)p;                                                                 \
         T m = (T)(m0 < TMIN ? TMIN : m0 > TMAX ? TMAX : m0);                                       \
         int64_t i = 0;                                                                             \
