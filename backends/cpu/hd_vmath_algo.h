@@ -76,12 +76,23 @@ VM_FN1(hd_vm_expm1_poly, r) {
     return VM_FMA(p, VM_MUL(r, r), r);
 }
 
+/* 2^floor(k/2) and 2^ceil(k/2), for z holding k as HD_VM_SHIFT + k: the
+ * low bits of z's representation are 0x4B400000 + k; shifting (x + 127)
+ * left by 23 drops 0x4B400000's bits, which leaves the biased exponent. */
+VM_FN1(hd_vm_scale1, z) {
+    VM_U h = VM_SHR(VM_BITS(z), 1); /* 0x25A00000 + floor(k / 2) */
+    return VM_FLT(VM_SHL(VM_UADD(h, VM_CU(127)), 23));
+}
+
+VM_FN1(hd_vm_scale2, z) {
+    VM_U u = VM_BITS(z);
+    return VM_FLT(VM_SHL(VM_UADD(VM_USUB(u, VM_SHR(u, 1)), VM_CU(127)), 23));
+}
+
 /* (1 + q) * 2^k, where z holds k as HD_VM_SHIFT + k (|k| <= 150): 2^k is
  * applied in two halves, 2^floor(k/2) then 2^ceil(k/2), both normal, so
  * that results down to the subnormals and up to the overflow come out
- * right. The low bits of z's representation are 0x4B400000 + k; shifting
- * (x + 127) left by 23 drops 0x4B400000's bits, which leaves the biased
- * exponent. */
+ * right. */
 VM_FN2(hd_vm_exp_scale, q, z) {
 #ifdef VM_LDEXP
     /* An instantiation with a one-step scaling (VM_LDEXP(t, n) = t 2^n
@@ -91,11 +102,8 @@ VM_FN2(hd_vm_exp_scale, q, z) {
      * (1 + q) 2^k once. */
     if (VM_LDEXP_ON) return VM_LDEXP(VM_ADD(q, VM_CF(1.0f)), VM_SUB(z, VM_CF(HD_VM_SHIFT)));
 #endif
-    VM_U u = VM_BITS(z);
-    VM_U h = VM_SHR(u, 1); /* 0x25A00000 + floor(k / 2) */
-    VM_F s1 = VM_FLT(VM_SHL(VM_UADD(h, VM_CU(127)), 23));
-    VM_F s2 = VM_FLT(VM_SHL(VM_UADD(VM_USUB(u, h), VM_CU(127)), 23));
-    return VM_MUL(VM_FMA(q, s1, s1), s2);
+    VM_F s1 = VM_CALL1(hd_vm_scale1, z);
+    return VM_MUL(VM_FMA(q, s1, s1), VM_CALL1(hd_vm_scale2, z));
 }
 
 /* exp(x): x clamped to [-104, 89] (outside, exp is 0 or inf in f32; NaN
@@ -225,6 +233,38 @@ VM_FN1(hd_vm_softplusf, x) {
 
 /* ---- gelu, erfc, erf ---- */
 
+/* t = 1 / (1 + c a) and the correction tl with t + tl = 1 / (1 + c a) to
+ * about 2^-48: 1 + c a = dh + dl exactly, then a Newton step's correction
+ * kept apart (the rounding of t would be magnified by P's slope, and
+ * where t is near 1 it would lose a's information). */
+VM_FN2(hd_vm_erfc_t, a, c) {
+    return VM_DIV(VM_CF(1.0f), VM_FMA(a, c, VM_CF(1.0f)));
+}
+
+VM_FN2(hd_vm_erfc_tl, a, c) {
+    VM_F dh = VM_FMA(a, c, VM_CF(1.0f));
+    VM_F dl = VM_FMA(a, c, VM_SUB(VM_CF(1.0f), dh));
+    VM_F t = VM_DIV(VM_CF(1.0f), dh);
+    VM_F et = VM_FMA(VM_NEG(dh), t, VM_CF(1.0f));
+    return VM_MUL(t, VM_FMA(VM_NEG(dl), t, et));
+}
+
+/* exp(b + sm) / 2^k - 1 for b + sm <= 0 with b a float whose reduction by
+ * n ln 2 is exact (-a^2 or -a^2 / 2: the Cody-Waite first part has 9
+ * bits) and sm small, z = hd_vm_exp_z(b, sm) holding k: sm is added
+ * after the exact reduction, so exp keeps its relative accuracy however
+ * large b is. */
+VM_FN2(hd_vm_exp_z, b, sm) {
+    return VM_FMA(VM_ADD(b, sm), VM_CF(HD_VM_LOG2E), VM_CF(HD_VM_SHIFT));
+}
+
+VM_FN2(hd_vm_expm1_split, b, sm) {
+    VM_F n = VM_SUB(VM_CALL2(hd_vm_exp_z, b, sm), VM_CF(HD_VM_SHIFT));
+    VM_F r = VM_ADD(VM_FMA(n, VM_CF(-HD_VM_LN2HI), b), sm);
+    r = VM_FMA(n, VM_CF(-HD_VM_LN2LO), r);
+    return VM_CALL1(hd_vm_expm1_poly, r);
+}
+
 /* P(v) of the erfc form below: erfc(y) = t exp(-y^2 + P(t)), t = 1 / (1 +
  * y / 2), v = t - 0.55 (the form of Numerical Recipes' erfcc; P of degree
  * 10, fitted here to 7e-9 over y in [0, 10.6]). gelu, erf and erfc share it. */
@@ -259,29 +299,17 @@ VM_FN1(hd_vm_geluf, x) {
     VM_F a = VM_FLT(VM_UAND(VM_BITS(x), VM_CU(0x7FFFFFFFu)));
     VM_M far = VM_GT(a, VM_CF(15.0f)); /* Phi(-a) is 0 in f32 for any x */
     a = VM_SELF(far, VM_CF(15.0f), a);
-    /* 1 / d, d = 1 + c a = dh + dl exactly, as t + tl (a Newton step's
-     * correction kept apart): the rounding of t would be magnified by P's
-     * slope, and where t is near 1 it would lose a's information */
-    VM_F dh = VM_FMA(a, VM_CF(0.353553391f), VM_CF(1.0f));
-    VM_F dl = VM_FMA(a, VM_CF(0.353553391f), VM_SUB(VM_CF(1.0f), dh));
-    VM_F t = VM_DIV(VM_CF(1.0f), dh);
-    VM_F et = VM_FMA(VM_NEG(dh), t, VM_CF(1.0f));
-    VM_F tl = VM_MUL(t, VM_FMA(VM_NEG(dl), t, et));
+    VM_F t = VM_CALL2(hd_vm_erfc_t, a, VM_CF(0.353553391f));
+    VM_F tl = VM_CALL2(hd_vm_erfc_tl, a, VM_CF(0.353553391f));
     VM_F v = VM_ADD(VM_SUB(t, VM_CF(0.55f)), tl); /* the subtraction is exact */
     VM_F p = VM_CALL1(hd_vm_erfc_poly, v);
     VM_F hi = VM_MUL(a, a);
     VM_F b = VM_MUL(hi, VM_CF(-0.5f));                           /* exact */
     VM_F sm = VM_FMA(VM_FMA(a, a, VM_NEG(hi)), VM_CF(-0.5f), p); /* -lo / 2 + P */
-    VM_F z = VM_FMA(VM_ADD(b, sm), VM_CF(HD_VM_LOG2E), VM_CF(HD_VM_SHIFT));
-    VM_F n = VM_SUB(z, VM_CF(HD_VM_SHIFT));
-    VM_F r = VM_ADD(VM_FMA(n, VM_CF(-HD_VM_LN2HI), b), sm);
-    r = VM_FMA(n, VM_CF(-HD_VM_LN2LO), r);
-    VM_F q = VM_CALL1(hd_vm_expm1_poly, r);
+    VM_F z = VM_CALL2(hd_vm_exp_z, b, sm);
+    VM_F q = VM_CALL2(hd_vm_expm1_split, b, sm);
     /* 2^k = s1 s2 as in hd_vm_exp_scale; -166 <= k <= 0 */
-    VM_U u = VM_BITS(z);
-    VM_U h = VM_SHR(u, 1);
-    VM_F s1 = VM_FLT(VM_SHL(VM_UADD(h, VM_CU(127)), 23));
-    VM_F s2 = VM_FLT(VM_SHL(VM_UADD(VM_USUB(u, h), VM_CU(127)), 23));
+    VM_F s1 = VM_CALL1(hd_vm_scale1, z), s2 = VM_CALL1(hd_vm_scale2, z);
     VM_F m = VM_MUL(s1, VM_CF(0.5f)); /* exact */
     VM_F g = VM_FMA(q, m, m);
     g = VM_FMA(g, t, VM_MUL(g, tl)); /* Phi(-a) / s2, a normal float */
@@ -296,26 +324,17 @@ VM_FN1(hd_vm_geluf, x) {
  * P; the exact split of y^2, t kept as t + tl), the exponential scaled in
  * two halves so that a subnormal result is rounded once, at the end. */
 VM_FN1(hd_vm_erfc_pos, y) {
-    VM_F dh = VM_FMA(y, VM_CF(0.5f), VM_CF(1.0f));
-    VM_F dl = VM_FMA(y, VM_CF(0.5f), VM_SUB(VM_CF(1.0f), dh));
-    VM_F t = VM_DIV(VM_CF(1.0f), dh);
-    VM_F et = VM_FMA(VM_NEG(dh), t, VM_CF(1.0f));
-    VM_F tl = VM_MUL(t, VM_FMA(VM_NEG(dl), t, et));
+    VM_F t = VM_CALL2(hd_vm_erfc_t, y, VM_CF(0.5f));
+    VM_F tl = VM_CALL2(hd_vm_erfc_tl, y, VM_CF(0.5f));
     VM_F v = VM_ADD(VM_SUB(t, VM_CF(0.55f)), tl);
     VM_F p = VM_CALL1(hd_vm_erfc_poly, v);
     VM_F hi = VM_MUL(y, y);
     VM_F b = VM_NEG(hi);
     VM_F sm = VM_SUB(p, VM_FMA(y, y, b)); /* -lo + P */
-    VM_F z = VM_FMA(VM_ADD(b, sm), VM_CF(HD_VM_LOG2E), VM_CF(HD_VM_SHIFT));
-    VM_F n = VM_SUB(z, VM_CF(HD_VM_SHIFT));
-    VM_F r = VM_ADD(VM_FMA(n, VM_CF(-HD_VM_LN2HI), b), sm);
-    r = VM_FMA(n, VM_CF(-HD_VM_LN2LO), r);
-    VM_F q = VM_CALL1(hd_vm_expm1_poly, r);
+    VM_F z = VM_CALL2(hd_vm_exp_z, b, sm);
+    VM_F q = VM_CALL2(hd_vm_expm1_split, b, sm);
     /* 2^k = s1 s2 as in hd_vm_exp_scale; -161 <= k <= 0 */
-    VM_U u = VM_BITS(z);
-    VM_U h = VM_SHR(u, 1);
-    VM_F s1 = VM_FLT(VM_SHL(VM_UADD(h, VM_CU(127)), 23));
-    VM_F s2 = VM_FLT(VM_SHL(VM_UADD(VM_USUB(u, h), VM_CU(127)), 23));
+    VM_F s1 = VM_CALL1(hd_vm_scale1, z), s2 = VM_CALL1(hd_vm_scale2, z);
     VM_F g = VM_FMA(q, s1, s1);
     g = VM_FMA(g, t, VM_MUL(g, tl)); /* erfc(y) / s2, a normal float */
     return VM_MUL(g, s2);
