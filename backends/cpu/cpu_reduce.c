@@ -691,13 +691,16 @@ static void red_split(const red_job *j, hd_tensor *out, int nt) {
 
 /* ---- vertical reductions ---- */
 
-/* STEP(acc[t], x[row + t]) for t < tw, over the rows of every inner element:
- * the tile of accumulators stays in cache while memory is read in order.
- * Four rows per pass over the tile (same order of operations as one by one)
- * so that the accumulators are loaded and stored a quarter as often. */
-#define RED_VERT(NAME, T, ACC, LOAD, STEP)                                                         \
-    static void NAME(const red_job *j, const char *base, int tw, void *accp) {                     \
+/* STEP(acc[t], x[row + t], c) for t < tw, over the rows of every inner
+ * element, c = PAR(t) (a second pass's parameter: the mean or the max of
+ * element t; 0 for a first pass): the tile of accumulators stays in cache
+ * while memory is read in order. Four rows per pass over the tile (same
+ * order of operations as one by one) so that the accumulators are loaded
+ * and stored a quarter as often. */
+#define RED_VERT(NAME, T, ACC, LOAD, STEP, PAR)                                                    \
+    static void NAME(const red_job *j, const char *base, int tw, void *accp, const double *par) {  \
         ACC *acc = accp;                                                                           \
+        (void)par;                                                                                 \
         const red_geom *g = &j->inner;                                                             \
         int nd = g->ndim;                                                                          \
         int64_t len = g->shape[nd - 1], s = g->stride[nd - 1], idx[HD_MAX_DIMS] = {0}, off = 0;    \
@@ -712,56 +715,71 @@ static void red_split(const red_job *j, hd_tensor *out, int nt) {
                 }                                                                                  \
                 const T *x0 = x + r * s, *x1 = x0 + s, *x2 = x1 + s, *x3 = x2 + s;                 \
                 _Pragma("omp simd") for (int t = 0; t < tw; t++) {                                 \
-                    ACC a = acc[t], v0 = LOAD(x0[t]), v1 = LOAD(x1[t]), v2 = LOAD(x2[t]),          \
-                        v3 = LOAD(x3[t]);                                                          \
-                    STEP(a, v0);                                                                   \
-                    STEP(a, v1);                                                                   \
-                    STEP(a, v2);                                                                   \
-                    STEP(a, v3);                                                                   \
+                    ACC a = acc[t];                                                                \
+                    double c = PAR(t);                                                             \
+                    STEP(a, LOAD(x0[t]), c);                                                       \
+                    STEP(a, LOAD(x1[t]), c);                                                       \
+                    STEP(a, LOAD(x2[t]), c);                                                       \
+                    STEP(a, LOAD(x3[t]), c);                                                       \
                     acc[t] = a;                                                                    \
                 }                                                                                  \
             }                                                                                      \
             for (; r < len; r++) {                                                                 \
                 const T *x0 = x + r * s;                                                           \
                 _Pragma("omp simd") for (int t = 0; t < tw; t++) {                                 \
-                    ACC v = LOAD(x0[t]);                                                           \
-                    STEP(acc[t], v);                                                               \
+                    double c = PAR(t);                                                             \
+                    STEP(acc[t], LOAD(x0[t]), c);                                                  \
                 }                                                                                  \
             }                                                                                      \
             geom_next(g, nd - 1, idx, &off);                                                       \
         }                                                                                          \
     }
 
-#define RED_LOAD(v)        (v)
-#define RED_LOAD_U64(v)    ((uint64_t)(v))
-#define RED_STEP_ADD(a, v) ((a) += (v))
+#define RED_LOAD(v)           (v)
+#define RED_LOAD_U64(v)       ((uint64_t)(v))
+#define RED_PAR0(t)           0.0
+#define RED_PAR(t)            par[t]
+#define RED_STEP_ADD(a, v, c) ((void)(c), (a) += (v))
 /* NaN-sticky, as the lanes of the float max/min kernels */
-#define RED_STEP_MAX(a, v) ((a) = ((v) > (a) || (v) != (v)) ? (v) : (a))
-#define RED_STEP_MIN(a, v) ((a) = ((v) < (a) || (v) != (v)) ? (v) : (a))
+#define RED_STEP_MAX(a, v, c) ((void)(c), (a) = ((v) > (a) || (v) != (v)) ? (v) : (a))
+#define RED_STEP_MIN(a, v, c) ((void)(c), (a) = ((v) < (a) || (v) != (v)) ? (v) : (a))
+/* second passes: var's squared deviations, logsumexp's exponentials, each
+ * element's term as sqdev_f32 / sumexp_f32 compute it */
+#define RED_STEP_SQDEV(a, v, c) ((a) += ((double)(v) - (c)) * ((double)(v) - (c)))
+#define RED_STEP_EXPF(a, v, c)  ((a) += (double)hd_vm_expf((v) - (float)(c)))
+#define RED_STEP_EXP(a, v, c)   ((a) += exp((v) - (c)))
 
-RED_VERT(vsum_f32, float, double, RED_LOAD, RED_STEP_ADD)
-RED_VERT(vsum_f64, double, double, RED_LOAD, RED_STEP_ADD)
-RED_VERT(vsum_f16, uint16_t, double, hd_f16_to_f32, RED_STEP_ADD)
-RED_VERT(vsum_bf16, uint16_t, double, hd_bf16_to_f32, RED_STEP_ADD)
-RED_VERT(vsum_i64, int64_t, uint64_t, RED_LOAD_U64, RED_STEP_ADD)
-RED_VERT(vmax_f32, float, float, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmax_f64, double, double, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmax_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MAX)
-RED_VERT(vmax_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MAX)
-RED_VERT(vmax_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmax_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmax_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmax_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MAX)
-RED_VERT(vmin_f32, float, float, RED_LOAD, RED_STEP_MIN)
-RED_VERT(vmin_f64, double, double, RED_LOAD, RED_STEP_MIN)
-RED_VERT(vmin_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MIN)
-RED_VERT(vmin_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MIN)
-RED_VERT(vmin_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MIN)
-RED_VERT(vmin_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MIN)
-RED_VERT(vmin_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MIN)
-RED_VERT(vmin_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MIN)
+RED_VERT(vsum_f32, float, double, RED_LOAD, RED_STEP_ADD, RED_PAR0)
+RED_VERT(vsum_f64, double, double, RED_LOAD, RED_STEP_ADD, RED_PAR0)
+RED_VERT(vsum_f16, uint16_t, double, hd_f16_to_f32, RED_STEP_ADD, RED_PAR0)
+RED_VERT(vsum_bf16, uint16_t, double, hd_bf16_to_f32, RED_STEP_ADD, RED_PAR0)
+RED_VERT(vsum_i64, int64_t, uint64_t, RED_LOAD_U64, RED_STEP_ADD, RED_PAR0)
+RED_VERT(vmax_f32, float, float, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_f64, double, double, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmax_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MAX, RED_PAR0)
+RED_VERT(vmin_f32, float, float, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_f64, double, double, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_f16, uint16_t, float, hd_f16_to_f32, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_bf16, uint16_t, float, hd_bf16_to_f32, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_i8, int8_t, int8_t, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_u8, uint8_t, uint8_t, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_i32, int32_t, int32_t, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vmin_i64, int64_t, int64_t, RED_LOAD, RED_STEP_MIN, RED_PAR0)
+RED_VERT(vsqdev_f32, float, double, RED_LOAD, RED_STEP_SQDEV, RED_PAR)
+RED_VERT(vsqdev_f64, double, double, RED_LOAD, RED_STEP_SQDEV, RED_PAR)
+RED_VERT(vsqdev_f16, uint16_t, double, hd_f16_to_f32, RED_STEP_SQDEV, RED_PAR)
+RED_VERT(vsqdev_bf16, uint16_t, double, hd_bf16_to_f32, RED_STEP_SQDEV, RED_PAR)
+RED_VERT(vsumexp_f32, float, double, RED_LOAD, RED_STEP_EXPF, RED_PAR)
+RED_VERT(vsumexp_f64, double, double, RED_LOAD, RED_STEP_EXP, RED_PAR)
+RED_VERT(vsumexp_f16, uint16_t, double, hd_f16_to_f32, RED_STEP_EXPF, RED_PAR)
+RED_VERT(vsumexp_bf16, uint16_t, double, hd_bf16_to_f32, RED_STEP_EXPF, RED_PAR)
 
-typedef void (*red_vert_fn)(const red_job *, const char *, int, void *);
+typedef void (*red_vert_fn)(const red_job *, const char *, int, void *, const double *);
 
 /* Accumulators are f64 for sums of floats, u64 for i64 sums, and the input's
  * own type (f32 for f16/bf16) for max/min; bool max/min work on the bytes. */
@@ -780,12 +798,34 @@ static const red_vert_fn red_vmin[HD_DTYPE_COUNT] = {
     [HD_I32] = vmin_i32, [HD_I64] = vmin_i64,   [HD_BOOL] = vmin_u8,
 };
 
+static const red_vert_fn red_vsqdev[HD_DTYPE_COUNT] = {
+    [HD_F16] = vsqdev_f16, [HD_BF16] = vsqdev_bf16, [HD_F32] = vsqdev_f32, [HD_F64] = vsqdev_f64};
+static const red_vert_fn red_vsumexp[HD_DTYPE_COUNT] = {[HD_F16] = vsumexp_f16,
+                                                        [HD_BF16] = vsumexp_bf16,
+                                                        [HD_F32] = vsumexp_f32,
+                                                        [HD_F64] = vsumexp_f64};
+
+/* The kernel of the first pass (sums for var and std, maxima for
+ * logsumexp); NULL where there is none. */
 static red_vert_fn red_vert_kernel(hd_op op, hd_dtype dt) {
     switch (op) {
     case HD_OP_SUM:
-    case HD_OP_MEAN: return red_vsum[dt];
-    case HD_OP_MAX: return red_vmax[dt];
+    case HD_OP_MEAN:
+    case HD_OP_VAR:
+    case HD_OP_STD: return red_vsum[dt];
+    case HD_OP_MAX:
+    case HD_OP_LOGSUMEXP: return red_vmax[dt];
     case HD_OP_MIN: return red_vmin[dt];
+    default: return NULL;
+    }
+}
+
+/* The second pass's kernel; NULL for a one-pass reduction. */
+static red_vert_fn red_vert_kernel2(hd_op op, hd_dtype dt) {
+    switch (op) {
+    case HD_OP_VAR:
+    case HD_OP_STD: return red_vsqdev[dt];
+    case HD_OP_LOGSUMEXP: return red_vsumexp[dt];
     default: return NULL;
     }
 }
@@ -802,8 +842,8 @@ typedef union {
 
 /* Fill the first tw accumulators with the reduction's identity. */
 static void red_tile_init(const red_job *j, red_tile *acc, int tw) {
-    int ismax = j->op == HD_OP_MAX;
-    if (j->op == HD_OP_SUM || j->op == HD_OP_MEAN) {
+    int ismax = j->op == HD_OP_MAX || j->op == HD_OP_LOGSUMEXP;
+    if (j->pass1 == RK_SUMF || j->pass1 == RK_SUMI) {
         memset(acc, 0, (size_t)tw * 8);
         return;
     }
@@ -844,6 +884,28 @@ static void red_tile_store(const red_job *j, hd_tensor *out, int64_t o, const re
         }
 }
 
+/* The second pass of var, std or logsumexp over a tile whose first pass
+ * is in acc, and its outputs o .. o + tw - 1: each element's parameter and
+ * result by the rules of the per-output walk (red_param, red_store). */
+static void red_vertical_pass2(const red_job *j, const char *base, hd_tensor *out, int64_t o,
+                               const red_tile *acc, int tw) {
+    double par[RED_TILE], acc2[RED_TILE];
+    red_acc a1[1], a2[1];
+    int f64 = j->dt == HD_F64, sum = j->pass1 == RK_SUMF;
+    for (int t = 0; t < tw; t++) {
+        a1->f = sum || f64 ? acc->f64[t] : (double)acc->f32[t];
+        if (!red_param(j, a1, &par[t])) par[t] = 0; /* its second pass is not used */
+        acc2[t] = 0;
+    }
+    red_vert_kernel2(j->op, j->dt)(j, base, tw, acc2, par);
+    memset(a2, 0, sizeof a2);
+    for (int t = 0; t < tw; t++) {
+        a1->f = sum || f64 ? acc->f64[t] : (double)acc->f32[t];
+        a2->f = acc2[t];
+        red_store(j, out, o + t, a1, a2);
+    }
+}
+
 /* When the last outer dim is contiguous and the inner ones are not (sum
  * over axis 0 of a row-major matrix), whole rows are folded into tiles of
  * accumulators. Work items are (outer row, tile) pairs; tiles narrow when
@@ -862,8 +924,11 @@ static void red_vertical(const red_job *j, red_vert_fn f, hd_tensor *out, int nt
         int64_t off = geom_start(&rg, row, idx) + t0;
         red_tile acc;
         red_tile_init(j, &acc, n);
-        f(j, j->data + off * j->esize, n, &acc);
-        red_tile_store(j, out, row * w + t0, &acc, n);
+        f(j, j->data + off * j->esize, n, &acc, NULL);
+        if (j->pass2 == RK_NONE)
+            red_tile_store(j, out, row * w + t0, &acc, n);
+        else
+            red_vertical_pass2(j, j->data + off * j->esize, out, row * w + t0, &acc, n);
     }
 }
 
@@ -963,6 +1028,7 @@ static red_vert_fn red_vertical_for(const red_job *j) {
     if (o->ndim == 0 || o->stride[o->ndim - 1] != 1 || o->shape[o->ndim - 1] < 8 || j->count < 2 ||
         in->stride[in->ndim - 1] == 1)
         return NULL;
+    if (j->pass2 != RK_NONE && !red_vert_kernel2(j->op, j->dt)) return NULL;
     return red_vert_kernel(j->op, j->dt);
 }
 

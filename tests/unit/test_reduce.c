@@ -516,8 +516,8 @@ static void test_special_values(hd_ctx *ctx) {
 /* NaN and infinities through every path: vertical (axis 0), per output
  * (axis 1), all axes, permuted views, and a long run split across threads. */
 static void test_nan_paths(hd_ctx *ctx) {
-    static const hd_op ops[] = {HD_OP_SUM,    HD_OP_MEAN,   HD_OP_MAX, HD_OP_MIN,
-                                HD_OP_ARGMAX, HD_OP_ARGMIN, HD_OP_VAR, HD_OP_LOGSUMEXP};
+    static const hd_op ops[] = {HD_OP_SUM,    HD_OP_MEAN, HD_OP_MAX, HD_OP_MIN,      HD_OP_ARGMAX,
+                                HD_OP_ARGMIN, HD_OP_VAR,  HD_OP_STD, HD_OP_LOGSUMEXP};
     int64_t shape[2] = {16, 9};
     int bad = 0;
     for (int di = 0; di < 4; di++)
@@ -532,11 +532,14 @@ static void test_nan_paths(hd_ctx *ctx) {
                 hd_dtype_store(x->dtype, p, 23, INFINITY);
                 hd_dtype_store(x->dtype, p, 70, -INFINITY);
                 hd_dtype_store(x->dtype, p, n - 1, NAN);
-                for (int ax = -1; ax < 2; ax++) {
-                    hd_attrs at = {0};
-                    at.naxes = ax >= 0, at.axes[0] = ax, at.ints[0] = 1;
-                    bad += !check_op(ctx, ops[k], x, &at, "with NaN and inf");
-                }
+                /* a line of -inf alone (contiguous: column 7, axis 0) */
+                for (int64_t i = 7; i < n; i += 9) hd_dtype_store(x->dtype, p, i, -INFINITY);
+                for (int ax = -1; ax < 2; ax++)
+                    for (int corr = 1; corr <= 16; corr += 15) { /* 16: no degree of freedom */
+                        hd_attrs at = {0};
+                        at.naxes = ax >= 0, at.axes[0] = ax, at.ints[0] = corr;
+                        bad += !check_op(ctx, ops[k], x, &at, "with NaN and inf");
+                    }
                 hd_tensor_unref(x);
             }
     int save = ctx->nthreads;
@@ -621,8 +624,8 @@ static void test_empty_and_scalar(hd_ctx *ctx) {
 
 static void test_large(hd_ctx *ctx) {
     int save = ctx->nthreads, bad = 0;
-    static const hd_op ops[] = {HD_OP_SUM,    HD_OP_MEAN,   HD_OP_MAX, HD_OP_MIN,
-                                HD_OP_ARGMAX, HD_OP_ARGMIN, HD_OP_VAR, HD_OP_LOGSUMEXP};
+    static const hd_op ops[] = {HD_OP_SUM,    HD_OP_MEAN, HD_OP_MAX, HD_OP_MIN,      HD_OP_ARGMAX,
+                                HD_OP_ARGMIN, HD_OP_VAR,  HD_OP_STD, HD_OP_LOGSUMEXP};
     static const hd_dtype dts[] = {HD_F32, HD_F64, HD_F16, HD_BF16};
     int64_t shape[2] = {300, 257};       /* 77100 elements: over the threading threshold */
     for (int nt = 1; nt <= 3; nt += 2) { /* 3: parts of unequal size */
