@@ -11,9 +11,10 @@
  *
  * Threads: over output elements when there are at least as many as threads;
  * otherwise each output's inner elements are split across threads and the
- * partial accumulators merged in order. Sum, mean, max and min whose last
- * output dim is the contiguous one (sum over axis 0 of a row-major matrix)
- * take a "vertical" path that folds whole rows into a tile of accumulators.
+ * partial accumulators merged in order. Sum, mean, max, min, var, std and
+ * logsumexp whose last output dim is the contiguous one (sum over axis 0 of
+ * a row-major matrix) take a "vertical" path that folds whole rows into a
+ * tile of accumulators (var, std and logsumexp: a tile per pass).
  *
  * Numerics: float sums add blocks of 256 elements in 16 lanes (f32 lanes for
  * f16/bf16/f32, f64 lanes for f64) and accumulate the block sums in f64;
