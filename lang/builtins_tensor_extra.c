@@ -94,41 +94,54 @@ static HD_TF_FN(tf_masked_fill) {
 static hd_tensor *ex_base(hd_ctx *ctx, const hd_tensor *x, const hd_tensor *idx, int axis) {
     hd_tensor *b = hd_tensor_new(ctx, HD_I64, idx->shape, idx->ndim);
     if (!b) return NULL;
-    int64_t xs[HD_MAX_DIMS], *p = b->storage->data;
+    int64_t xs[HD_MAX_DIMS], pos[HD_MAX_DIMS] = {0}, *p = b->storage->data, off = 0;
     hd_contiguous_strides(x->shape, x->ndim, xs);
+    xs[axis] = 0;
     for (int64_t e = 0; e < b->numel; e++) {
-        int64_t rem = e, off = 0;
-        for (int d = idx->ndim - 1; d >= 0; d--) {
-            int64_t i = rem % idx->shape[d];
-            rem /= idx->shape[d];
-            if (d != axis) off += i * xs[d];
-        }
         p[e] = off;
+        for (int d = idx->ndim - 1; d >= 0; d--) { /* the next position, row-major */
+            if (++pos[d] < idx->shape[d]) {
+                off += xs[d];
+                break;
+            }
+            off -= (idx->shape[d] - 1) * xs[d];
+            pos[d] = 0;
+        }
     }
     return b;
 }
 
-/* idx's values in [-n, n), when it has them now. */
-static hd_status ex_check_range(hd_vm *vm, const char *fn, const hd_tensor *idx, int64_t n) {
+/* idx's values in [-n, n), when it has them now; *nonneg (may be NULL)
+ * says whether they were all read and none is negative. */
+static hd_status ex_check_range(hd_vm *vm, const char *fn, const hd_tensor *idx, int64_t n,
+                                int *nonneg) {
     hd_ctx *ctx = hd_vm_ctx(vm);
+    if (nonneg) *nonneg = 0;
     if (!idx->storage || hd_trace_stands_for_input(ctx, idx)) return HD_OK; /* at run time */
     hd_tensor *h = hd_tensor_is_cpu(idx) ? hd_tensor_ref((hd_tensor *)idx)
                                          : hd_tensor_to_host(ctx, (hd_tensor *)idx);
     if (!h) return hd_tfail(vm, fn);
     hd_status st = HD_OK;
-    for (int64_t e = 0; e < h->numel && !st; e++) {
+    int64_t e = 0, neg = 0;
+    if (h->dtype == HD_I64 && hd_tensor_is_contiguous(h)) { /* argsort's: read directly */
+        const int64_t *v = hd_tensor_data(h);
+        for (; e < h->numel && v[e] >= -n && v[e] < n; e++) neg |= v[e] < 0;
+    }
+    for (; e < h->numel && !st; e++) {
         double v = hd_tensor_get(h, e);
+        neg |= v < 0;
         if (v < (double)-n || v >= (double)n)
             st = hd_vm_error(vm, HD_ERR_RUNTIME,
                              "%s: index %lld is out of range for an axis of size %lld", fn,
                              (long long)v, (long long)n);
     }
+    if (nonneg) *nonneg = !st && !neg;
     hd_tensor_unref(h);
     return st;
 }
 
 static hd_status ex_check_along(hd_vm *vm, const char *fn, const hd_tensor *x, const hd_tensor *idx,
-                                int axis) {
+                                int axis, int *nonneg) {
     if (idx->dtype == HD_BOOL || hd_dtype_is_float(idx->dtype))
         return hd_vm_error(vm, HD_ERR_RUNTIME, "%s: indices must be integers, got %s", fn,
                            hd_dtype_name(idx->dtype));
@@ -140,15 +153,18 @@ static hd_status ex_check_along(hd_vm *vm, const char *fn, const hd_tensor *x, c
             return hd_vm_error(vm, HD_ERR_RUNTIME,
                                "%s: indices have size %lld on axis %d, the tensor %lld", fn,
                                (long long)idx->shape[d], d, (long long)x->shape[d]);
-    return ex_check_range(vm, fn, idx, x->shape[axis]);
+    return ex_check_range(vm, fn, idx, x->shape[axis], nonneg);
 }
 
 /* out[..., j, ...] = x[..., idx[..., j, ...], ...] along axis: index_select
  * on x flattened by flat offsets (its gradient adds back); an index out
- * of range where it is known only at run time becomes -1, which
- * index_select refuses. */
+ * of range where it is known only at run time becomes x's element count,
+ * which index_select refuses (not -1, which it counts from the end).
+ * in_range: every index is in [0, n) whatever the
+ * values at run time (argsort's), or they are known now (no trace) and
+ * are; the offsets are then made without those checks. */
 static hd_status ex_along(hd_vm *vm, const char *fn, hd_tensor *x, hd_tensor *idx, int axis,
-                          hd_value *out) {
+                          int in_range, hd_value *out) {
     hd_ctx *ctx = hd_vm_ctx(vm);
     ex_run r = {vm, fn, HD_OK, {NULL}, 0};
     int64_t n = x->shape[axis], xs[HD_MAX_DIMS], numel = x->numel;
@@ -163,16 +179,19 @@ static hd_status ex_along(hd_vm *vm, const char *fn, hd_tensor *x, hd_tensor *id
     hd_tensor *i64 = NULL;
     if (!r.st && hd_op_cast(ctx, idx, HD_I64, &i64)) r.st = hd_tfail(vm, fn);
     ex_keep(&r, i64);
-    hd_tensor *neg = ex_op(&r, HD_OP_LT, i64, ex_num(&r, HD_I64, 0), NULL);
-    hd_tensor *norm = ex_op(&r, HD_OP_WHERE, neg,
-                            ex_op(&r, HD_OP_ADD, i64, ex_num(&r, HD_I64, (double)n), NULL), i64);
-    /* in range: not below 0 and below n */
-    hd_tensor *ok = ex_op(&r, HD_OP_NE, ex_op(&r, HD_OP_LT, norm, ex_num(&r, HD_I64, 0), NULL),
-                          ex_op(&r, HD_OP_LT, norm, ex_num(&r, HD_I64, (double)n), NULL), NULL);
+    hd_tensor *norm = i64, *ok = NULL;
+    if (!in_range) {
+        hd_tensor *neg = ex_op(&r, HD_OP_LT, i64, ex_num(&r, HD_I64, 0), NULL);
+        norm = ex_op(&r, HD_OP_WHERE, neg,
+                     ex_op(&r, HD_OP_ADD, i64, ex_num(&r, HD_I64, (double)n), NULL), i64);
+        /* in range: not below 0 and below n */
+        ok = ex_op(&r, HD_OP_NE, ex_op(&r, HD_OP_LT, norm, ex_num(&r, HD_I64, 0), NULL),
+                   ex_op(&r, HD_OP_LT, norm, ex_num(&r, HD_I64, (double)n), NULL), NULL);
+    }
     hd_tensor *flat =
         ex_op(&r, HD_OP_ADD, bd,
               ex_op(&r, HD_OP_MUL, norm, ex_num(&r, HD_I64, (double)xs[axis]), NULL), NULL);
-    flat = ex_op(&r, HD_OP_WHERE, ok, flat, ex_num(&r, HD_I64, -1));
+    if (!in_range) flat = ex_op(&r, HD_OP_WHERE, ok, flat, ex_num(&r, HD_I64, (double)numel));
     hd_tensor *xc = NULL, *xf = NULL, *res = NULL;
     if (!r.st && (hd_tensor_is_contiguous(x) ? !(xc = hd_tensor_ref(x))
                                              : hd_op_unary(ctx, HD_OP_COPY, x, &xc)))
@@ -211,9 +230,11 @@ static HD_TF_FN(tf_along) {
                            hd_targ_int(vm, &a, iax, 0, &ax)
                        ? HD_ERR_RUNTIME
                        : HD_OK;
+    int known = 0;
     if (!st) st = ex_axis(vm, a.f->name, ax, x->ndim, &axis);
-    if (!st) st = ex_check_along(vm, a.f->name, x, idx, axis);
-    if (!st) st = ex_along(vm, a.f->name, x, idx, axis, out);
+    if (!st) st = ex_check_along(vm, a.f->name, x, idx, axis, &known);
+    if (!st)
+        st = ex_along(vm, a.f->name, x, idx, axis, known && !hd_trace_active(hd_vm_ctx(vm)), out);
     hd_tensor_unref(x);
     hd_tensor_unref(idx);
     return st;
@@ -277,7 +298,7 @@ static HD_TF_FN(tf_argsort) {
     if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
     hd_value v = hd_none();
     hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
-    if (!st && a.f->op == 1) st = ex_along(vm, a.f->name, x, idx, axis, &v);
+    if (!st && a.f->op == 1) st = ex_along(vm, a.f->name, x, idx, axis, 1, &v);
     if (st)
         hd_tensor_unref(idx);
     else if (a.f->op == 1)
@@ -305,7 +326,7 @@ static HD_TF_FN(tf_topk) {
     if (!st) st = ex_argsort(vm, a.f->name, x, axis, largest, &idx);
     if (!st && hd_tslice_axis(ctx, idx, axis, 0, k, 0, &top)) st = hd_tfail(vm, a.f->name);
     hd_value v = hd_none();
-    if (!st) st = ex_along(vm, a.f->name, x, top, axis, &v);
+    if (!st) st = ex_along(vm, a.f->name, x, top, axis, 1, &v);
     if (!st) {
         st = ex_pair(vm, v, top, out);
         top = NULL;
