@@ -244,11 +244,12 @@ static HD_TF_FN(tf_along) {
 
 /* The ARGSORT op: the stable order of x along axis (i64, new reference). */
 static hd_status ex_argsort(hd_vm *vm, const char *fn, hd_tensor *x, int axis, int desc,
-                            hd_tensor **idx) {
+                            int64_t first, hd_tensor **idx) {
     hd_attrs at;
     memset(&at, 0, sizeof at);
     at.ints[0] = axis;
     at.ints[1] = desc;
+    at.ints[2] = first; /* 0: every position */
     return hd_trun_t(vm, fn, HD_OP_ARGSORT, &x, 1, &at, idx);
 }
 
@@ -297,7 +298,7 @@ static HD_TF_FN(tf_argsort) {
     int axis = 0, desc = 0;
     if (ex_sort_args(vm, &a, 1, 0, &x, &axis, &desc)) return HD_ERR_RUNTIME;
     hd_value v = hd_none();
-    hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, &idx);
+    hd_status st = ex_argsort(vm, a.f->name, x, axis, desc, 0, &idx);
     if (!st && a.f->op == 1) st = ex_along(vm, a.f->name, x, idx, axis, 1, &v);
     if (st)
         hd_tensor_unref(idx);
@@ -323,7 +324,7 @@ static HD_TF_FN(tf_topk) {
     if (!st && (k < 0 || k > x->shape[axis]))
         st = hd_vm_error(vm, HD_ERR_RUNTIME, "topk: k is %lld, the axis has %lld elements",
                          (long long)k, (long long)x->shape[axis]);
-    if (!st) st = ex_argsort(vm, a.f->name, x, axis, largest, &idx);
+    if (!st) st = ex_argsort(vm, a.f->name, x, axis, largest, k, &idx); /* k = 0: all */
     if (!st && hd_tslice_axis(ctx, idx, axis, 0, k, 0, &top)) st = hd_tfail(vm, a.f->name);
     hd_value v = hd_none();
     if (!st) st = ex_along(vm, a.f->name, x, top, axis, 1, &v);

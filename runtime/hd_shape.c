@@ -510,12 +510,19 @@ SHAPE_FN(one_hot) {
     return HD_OK;
 }
 
+/* ints[2] > 0: only the first ints[2] positions of each line (topk's). */
 SHAPE_FN(argsort) {
     HD_UNUSED(nin);
     HD_UNUSED(op);
     int axis;
     if (hd_norm_axis(ctx, attrs->ints[0], in[0]->ndim, &axis)) return ctx->status;
-    plan_set(plan, HD_I64, in[0]->shape, in[0]->ndim);
+    int64_t shape[HD_MAX_DIMS], k = attrs->ints[2], n = in[0]->ndim ? in[0]->shape[axis] : 1;
+    if (k < 0 || k > n)
+        return hd_error(ctx, HD_ERR_ARGUMENT, "argsort: %lld first positions of an axis of %lld",
+                        (long long)k, (long long)n);
+    memcpy(shape, in[0]->shape, (size_t)in[0]->ndim * sizeof *shape);
+    if (k > 0 && in[0]->ndim) shape[axis] = k;
+    plan_set(plan, HD_I64, shape, in[0]->ndim);
     plan->in_dtype[0] = in[0]->dtype;
     return HD_OK;
 }

@@ -35,6 +35,9 @@ static uint64_t sort_key_int(int64_t v) {
 }
 
 #define SORT_RUN 16
+/* The first k positions by insertion up to this k (topk's); a whole sort
+ * above. */
+#define SORT_FIRST_MAX 64
 
 /* Runs of SORT_RUN items sorted in place by insertion (stable). */
 static void sort_runs(sort_item *a, int64_t n) {
@@ -64,6 +67,21 @@ static void sort_merge(const sort_item *src, sort_item *dst, int64_t lo, int64_t
     }
     while (i < mid) dst[o++] = src[i++];
     while (j < hi) dst[o++] = src[j++];
+}
+
+/* The first k (< n) items of a sorted, by a stable insertion into a
+ * buffer of k: an item goes in only below the last kept one (equal keys:
+ * the earlier item stays), which is rare past the first k when k is small
+ * next to n. Returns where they are (tmp). */
+static sort_item *sort_first(const sort_item *a, sort_item *tmp, int64_t n, int64_t k) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (m == k && a[j].key >= tmp[k - 1].key) continue;
+        int64_t i = m < k ? m++ : k - 1;
+        for (; i > 0 && tmp[i - 1].key > a[j].key; i--) tmp[i] = tmp[i - 1];
+        tmp[i] = a[j];
+    }
+    return tmp;
 }
 
 /* Sorts the n items of a (tmp: n more of scratch); returns where they are. */
@@ -98,7 +116,8 @@ static hd_status cpu_argsort(hd_ctx *ctx, hd_tensor *out, const hd_tensor *x,
     if (hd_norm_axis(ctx, attrs->ints[0], x->ndim, &axis)) return ctx->status;
     int64_t n = x->ndim ? x->shape[axis] : 1, lines = n ? x->numel / n : 0;
     int64_t xs = x->ndim ? x->strides[axis] : 0, os = out->ndim ? out->strides[axis] : 0;
-    if (lines == 0) return HD_OK;
+    int64_t k = out->ndim ? out->shape[axis] : 1; /* topk: the first k only */
+    if (lines == 0 || k == 0) return HD_OK;
     int nt = x->numel >= CPU_PAR_MIN && lines > 1 ? ctx->nthreads : 1;
     size_t per = (size_t)n * 2 * sizeof(sort_item), bytes = per * (size_t)nt;
     char *work = hd_ctx_alloc(ctx, bytes);
@@ -116,8 +135,9 @@ static hd_status cpu_argsort(hd_ctx *ctx, hd_tensor *out, const hd_tensor *x,
                                 : sort_key_float(hd_dtype_load(x->dtype, xd, xb + j * xs));
             a[j] = (sort_item){key ^ flip, j};
         }
-        const sort_item *r = sort_line(a, tmp, n);
-        for (int64_t j = 0; j < n; j++) od[ob + j * os] = r[j].ix;
+        const sort_item *r =
+            k < n && k <= SORT_FIRST_MAX ? sort_first(a, tmp, n, k) : sort_line(a, tmp, n);
+        for (int64_t j = 0; j < k; j++) od[ob + j * os] = r[j].ix;
     }
     hd_ctx_free(ctx, work, bytes);
     return HD_OK;

@@ -293,10 +293,35 @@ typedef struct {
 } ops_sortgeo;
 
 static hd_status ops_argsort(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
+                             const hd_attrs *attrs);
+
+/* The first k positions only (topk's): the whole order into a scratch
+ * tensor, then its first k along the axis copied out. */
+static hd_status ops_argsort_first(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out,
+                                   hd_tensor *const *in, const hd_attrs *attrs) {
+    hd_tensor *x = in[0];
+    hd_tensor *all =
+        hd_tensor_new_on(ctx, &hd_cuda_backend, out->storage->device, HD_I64, x->shape, x->ndim);
+    if (!all) return ctx->status;
+    hd_attrs at = *attrs;
+    at.ints[2] = 0;
+    hd_status st = ops_argsort(ctx, d, all, in, &at);
+    hd_tensor *first =
+        st ? NULL : hd_tensor_view(ctx, all, out->shape, all->strides, all->ndim, all->offset);
+    if (!st && !first) st = ctx->status;
+    if (!st) st = ew_launch(ctx, d, HD_OP_COPY, HD_I64, out, &first, 1, 0, 0);
+    hd_tensor_unref(first);
+    hd_tensor_unref(all);
+    return st;
+}
+
+static hd_status ops_argsort(hd_ctx *ctx, hd_cuda_dev *d, hd_tensor *out, hd_tensor *const *in,
                              const hd_attrs *attrs) {
     hd_tensor *x = in[0];
     int axis;
     if (hd_norm_axis(ctx, attrs->ints[0], x->ndim, &axis)) return ctx->status;
+    if (x->ndim && out->shape[axis] < x->shape[axis])
+        return ops_argsort_first(ctx, d, out, in, attrs);
     ops_sortgeo g;
     memset(&g, 0, sizeof g);
     g.desc = attrs->ints[1] != 0;

@@ -56,6 +56,9 @@ SET(eye_4x2, a->nshape = 2; a->shape[0] = 4; a->shape[1] = 2)
 SET(eye_0x2, a->nshape = 2; a->shape[1] = 2)
 SET(none, (void)a)
 SET(axis0_desc, a->ints[0] = 0; a->ints[1] = 1)
+SET(axis1_first2, a->ints[0] = 1; a->ints[2] = 2)
+SET(axis0_desc_first3, a->ints[0] = 0; a->ints[1] = 1; a->ints[2] = 3)
+SET(axis0_first1, a->ints[0] = 0; a->ints[2] = 1)
 SET(classes_4, a->ints[0] = 4)
 SET(classes_3, a->ints[0] = 3)
 SET(pool_2x3s1, a->ints[0] = 2; a->ints[1] = 3; a->ints[2] = 1; a->ints[3] = 1)
@@ -151,7 +154,7 @@ static void ref_one_hot(const hd_attrs *at, hd_tensor *const *in, const hd_tenso
 static void ref_argsort(const hd_attrs *at, hd_tensor *const *in, const hd_tensor *out, double *w) {
     int64_t idx[HD_MAX_DIMS], k[HD_MAX_DIMS];
     int axis = (int)at->ints[0], desc = at->ints[1] != 0;
-    int64_t n = out->shape[axis];
+    int64_t n = in[0]->shape[axis]; /* out's axis: ints[2] (the first positions) or n */
     for (int64_t e = 0; e < out->numel; e++) {
         opinfo_unravel(e, out->shape, out->ndim, idx);
         memcpy(k, idx, sizeof k);
@@ -690,6 +693,14 @@ static const shaped_row shaped_rows[] = {
     {HD_OP_ARGSORT,
      NUMS,
      {{{"n:3x5"}, axis1}, {{"n:4x3:t"}, axis0_desc}, {{"n:0x3"}, axis1}, {{"n:7:s"}, axis0}},
+     ref_argsort,
+     0,
+     0,
+     0},
+    /* the first positions only (topk's) */
+    {HD_OP_ARGSORT,
+     NUMS,
+     {{{"n:3x5"}, axis1_first2}, {{"n:5x3:t"}, axis0_desc_first3}, {{"n:9:s"}, axis0_first1}},
      ref_argsort,
      0,
      0,

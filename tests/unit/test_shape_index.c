@@ -497,16 +497,19 @@ static int ref_before(double a, double b, int desc) {
     return a < b || (a == a && b != b);
 }
 
-static void check_argsort(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, const char *what) {
+static void check_argsort_first(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, int64_t first,
+                                const char *what) {
     hd_attrs attrs;
     memset(&attrs, 0, sizeof attrs);
     attrs.ints[0] = axis;
     attrs.ints[1] = desc;
+    attrs.ints[2] = first;
     hd_tensor *out = NULL;
     CHECK_MSG(hd_op_run(ctx, HD_OP_ARGSORT, &x, 1, &attrs, &out) == HD_OK, "%s: %s", what,
               hd_error_message(ctx));
     if (!out) return;
     CHECK(out->dtype == HD_I64 && out->ndim == x->ndim);
+    CHECK(!first || out->shape[axis < 0 ? axis + x->ndim : axis] == first);
     int a = (int)(axis < 0 ? axis + x->ndim : axis), bad = 0;
     int64_t n = x->ndim ? x->shape[a] : 1, lines = n ? x->numel / n : 0;
     int64_t *ix = malloc((size_t)(n ? n : 1) * sizeof *ix), pos[HD_MAX_DIMS];
@@ -530,7 +533,7 @@ static void check_argsort(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, con
             }
             ix[k] = j;
         }
-        for (int64_t j = 0; j < n && !bad; j++) {
+        for (int64_t j = 0; j < (first ? first : n) && !bad; j++) {
             if (x->ndim) pos[a] = j;
             bad = (int64_t)at(out, pos) != ix[j];
         }
@@ -538,6 +541,10 @@ static void check_argsort(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, con
     CHECK_MSG(!bad, "%s: argsort differs from the stable reference", what);
     free(ix);
     hd_tensor_unref(out);
+}
+
+static void check_argsort(hd_ctx *ctx, hd_tensor *x, int64_t axis, int desc, const char *what) {
+    check_argsort_first(ctx, x, axis, desc, 0, what);
 }
 
 static void test_argsort(hd_ctx *ctx) {
@@ -575,6 +582,8 @@ static void test_argsort(hd_ctx *ctx) {
         check_argsort(ctx, fl, 0, desc, "argsort long specials");
         if (fl32) check_argsort(ctx, fl32, 0, desc, "argsort long specials f32");
     }
+    check_argsort_first(ctx, fl, 0, 1, 20, "argsort first k of specials");
+    check_argsort_first(ctx, fl, 0, 0, 64, "argsort first k of specials");
     unref_all((hd_tensor *[]){fl, fl32}, 2);
     int64_t iv[4] = {(1LL << 53) + 1, 1LL << 53, INT64_MIN, INT64_MAX}, n4 = 4;
     hd_tensor *big = mk_i64(ctx, &n4, 1, iv), *out = NULL;
@@ -588,6 +597,12 @@ static void test_argsort(hd_ctx *ctx) {
     hd_tensor *l = mk(ctx, HD_F32, lshape, 2, 5), *z = hd_tensor_zeros(ctx, HD_F32, empty, 2);
     hd_tensor *sc = hd_tensor_scalar(ctx, HD_F32, 1.5);
     check_argsort(ctx, l, 1, 0, "argsort long lines");
+    /* the first k positions: by insertion up to 64, by the whole sort above */
+    static const int64_t firsts[4] = {1, 5, 64, 65};
+    for (int i = 0; i < 4; i++) {
+        check_argsort_first(ctx, l, 1, i % 2, firsts[i], "argsort first k");
+        check_argsort_first(ctx, l, 0, i % 2, firsts[i] / 2 + 1, "argsort first k across");
+    }
     check_argsort(ctx, l, 0, 1, "argsort across lines");
     check_argsort(ctx, z, 0, 0, "argsort empty");
     check_argsort(ctx, sc, 0, 0, "argsort 0-d");
