@@ -12,6 +12,11 @@ trap 'rm -rf "$tmp"' EXIT
 # (not allowed in containers)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+# each case's mpirun keeps its session files under its own directory: in
+# the shared /tmp/ompi.HOST.UID, one mpirun removing the directory as it
+# ended made another's start fail ("unable to create the desired
+# directory") when two cases ran at once
+export OMPI_MCA_orte_tmpdir_base="$tmp" TMPDIR="$tmp"
 
 fail() {
     echo "FAIL: $*"
