@@ -585,9 +585,9 @@ static int gemm_sampled_ok(const gemm_shape *s, const float *a, const float *b, 
 }
 
 /* Where a split product gives the whole product's bits: OpenBLAS's
- * AVX-512 kernels (SkylakeX, Cooperlake), and oneDNN beside them. Its AVX2
- * kernels (Haswell, Zen) sum each element in an order that depends on
- * the product's shape (a 64 x 64 x 64 product run as two of 32 rows
+ * AVX-512 kernels (SkylakeX, Cooperlake), and oneDNN beside them. Its Zen
+ * kernels (and, not measured, its Haswell ones) sum each element in an
+ * order that depends on the product's shape (a 64 x 64 x 64 product run as two of 32 rows
  * differs from row 24 on; 200 x 300 x 70 at any split), so there the
  * thread counts agree to rounding only (docs/runtime.md). */
 static int gemm_split_exact(void) {
