@@ -160,9 +160,9 @@ static hd_status ex_check_along(hd_vm *vm, const char *fn, const hd_tensor *x, c
  * on x flattened by flat offsets (its gradient adds back); an index out
  * of range where it is known only at run time becomes x's element count,
  * which index_select refuses (not -1, which it counts from the end).
- * in_range: every index is in [0, n) whatever the
- * values at run time (argsort's), or they are known now (no trace) and
- * are; the offsets are then made without those checks. */
+ * in_range: every index is in [0, n) whatever the values at run time
+ * (argsort's), or they are known now (no trace) and are; the offsets are
+ * then made without those checks. */
 static hd_status ex_along(hd_vm *vm, const char *fn, hd_tensor *x, hd_tensor *idx, int axis,
                           int in_range, hd_value *out) {
     hd_ctx *ctx = hd_vm_ctx(vm);

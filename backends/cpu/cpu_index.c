@@ -58,8 +58,6 @@ static void cpu_gather_geom_init(cpu_gather_geom *g, const hd_tensor *x, const h
     }
 }
 
-/* out[..., j, ...] = x[..., ix[j], ...] for every flat index position j:
- * one strided copy per j, run in parallel over j when there are many. */
 /* o[j os] = x[ix[j] xs] for elements of es bytes: a loop of loads and
  * stores (a copy call per element cost 20 ns: take_along_axis and sort
  * gather single elements of x flattened). */
@@ -86,6 +84,8 @@ static void cpu_gather_elems(int es, char *o, int64_t os, const char *x, int64_t
     }
 }
 
+/* out[..., j, ...] = x[..., ix[j], ...] for every flat index position j:
+ * one strided copy per j, run in parallel over j when there are many. */
 static hd_status cpu_index_select(hd_ctx *ctx, hd_tensor *out, hd_tensor *const *in,
                                   const hd_attrs *attrs) {
     const hd_tensor *x = in[0], *idx = in[1];

@@ -311,16 +311,16 @@ static hd_status NN_FN(nn_scan)(hd_ctx *ctx, hd_op op, hd_tensor *out, hd_tensor
     if (ys) {
 #pragma omp parallel for num_threads(ctx->nthreads) if (x->numel >= CPU_PAR_MIN) schedule(static)
         for (int64_t b = 0; b < nblocks; b++) {
-            int64_t o = b / per, i0 = b % per * NN_SCAN_W, w = HD_MIN(NN_SCAN_W, inner - i0);
-            int64_t base = o * n * inner + i0;
             if (rows) {
-                o = b * NN_SCAN_ROWS, w = HD_MIN(NN_SCAN_ROWS, outer - o);
+                int64_t o = b * NN_SCAN_ROWS, w = HD_MIN(NN_SCAN_ROWS, outer - o);
                 NN_FN(nn_scan_block)(xs[0], ys, n, o * n, n, 1, w, rev, prod);
-            } else if (op == HD_OP_CUMPROD_BWD) {
-                NN_FN(nn_cumprod_bwd_block)(xs[0], xs[1], ys, n, inner, o, i0, w);
-            } else {
-                NN_FN(nn_scan_block)(xs[0], ys, n, base, 1, inner, w, rev, prod);
+                continue;
             }
+            int64_t o = b / per, i0 = b % per * NN_SCAN_W, w = HD_MIN(NN_SCAN_W, inner - i0);
+            if (op == HD_OP_CUMPROD_BWD)
+                NN_FN(nn_cumprod_bwd_block)(xs[0], xs[1], ys, n, inner, o, i0, w);
+            else
+                NN_FN(nn_scan_block)(xs[0], ys, n, o * n * inner + i0, 1, inner, w, rev, prod);
         }
         NN_FN(hd_cpu_nn_finish)(ctx, out, ys);
     }

@@ -891,19 +891,20 @@ static void red_tile_store(const red_job *j, hd_tensor *out, int64_t o, const re
 static void red_vertical_pass2(const red_job *j, const char *base, hd_tensor *out, int64_t o,
                                const red_tile *acc, int tw) {
     double par[RED_TILE], acc2[RED_TILE];
-    red_acc a1[1], a2[1];
-    int f64 = j->dt == HD_F64, sum = j->pass1 == RK_SUMF;
+    red_acc a1, a2;
+    memset(&a1, 0, sizeof a1);
+    memset(&a2, 0, sizeof a2);
+    int wide = j->dt == HD_F64 || j->pass1 == RK_SUMF; /* f64 accumulators */
     for (int t = 0; t < tw; t++) {
-        a1->f = sum || f64 ? acc->f64[t] : (double)acc->f32[t];
-        if (!red_param(j, a1, &par[t])) par[t] = 0; /* its second pass is not used */
+        a1.f = wide ? acc->f64[t] : (double)acc->f32[t];
+        if (!red_param(j, &a1, &par[t])) par[t] = 0; /* its second pass is not used */
         acc2[t] = 0;
     }
     red_vert_kernel2(j->op, j->dt)(j, base, tw, acc2, par);
-    memset(a2, 0, sizeof a2);
     for (int t = 0; t < tw; t++) {
-        a1->f = sum || f64 ? acc->f64[t] : (double)acc->f32[t];
-        a2->f = acc2[t];
-        red_store(j, out, o + t, a1, a2);
+        a1.f = wide ? acc->f64[t] : (double)acc->f32[t];
+        a2.f = acc2[t];
+        red_store(j, out, o + t, &a1, &a2);
     }
 }
 
